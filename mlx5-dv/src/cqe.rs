@@ -1,0 +1,156 @@
+//! CQE decoding (64-byte CQE proper; in a 128-byte slot it is the last 64 bytes).
+//!
+//! Offsets in the 64-byte CQE (rdma-core `mlx5dv.h` `struct mlx5_cqe64` and
+//! `struct mlx5_err_cqe`), big-endian:
+//!
+//! ```text
+//! 36 imm_inval_pkey (4)   44 byte_cnt (4)   48 timestamp (8)
+//! 54 vendor syndrome (1, error CQEs)        55 syndrome (1, error CQEs)
+//! 56 sop_drop_qpn: WQE opcode in 31:24 (requester), QPN in 23:0
+//! 60 wqe_counter (2)      62 signature (1)  63 op_own: opcode 7:4, format 3:2, se 1, owner 0
+//! ```
+
+use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64};
+
+/// Whether the CQE whose `op_own` byte is given is owned by software at
+/// consumer index `ci` of a CQ with `cqe_cnt` entries (a power of two):
+/// its opcode is not INVALID and its owner bit equals `(ci / cqe_cnt) & 1`.
+/// rdma-core: `cq.c` `next_cqe_sw` / `get_sw_cqe`.
+#[inline]
+pub fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
+    (op_own >> 4) != CqeOpcode::INVALID.0 && ((op_own & 1) != 0) == ((ci & cqe_cnt) != 0)
+}
+
+/// Owner bit the device writes for the CQE at producer index `pi`.
+#[inline]
+pub fn owner_bit(pi: u32, cqe_cnt: u32) -> u8 {
+    ((pi & cqe_cnt) != 0) as u8
+}
+
+/// A decoded CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe {
+    pub opcode: CqeOpcode,
+    /// For requester CQEs (REQ, REQ_ERR): the WQE opcode they complete.
+    pub wqe_opcode: WqeOpcode,
+    pub qpn: u32,
+    /// Low 16 bits of the index of the (last) WQE this CQE completes.
+    pub wqe_counter: u16,
+    pub byte_cnt: u32,
+    /// Immediate data as the sender passed it.
+    pub imm: u32,
+    /// Solicited-event bit (op_own bit 1).
+    pub solicited: bool,
+    /// Format / inline-scatter bits (op_own bits 3:2).
+    pub format: u8,
+    /// For REQ_ERR / RESP_ERR: the error syndrome; otherwise 0.
+    pub syndrome: Syndrome,
+    pub vendor_syndrome: u8,
+}
+
+impl Cqe {
+    /// Decodes a 64-byte CQE proper.
+    pub fn decode(b: &[u8; CQE64]) -> Cqe {
+        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let op_own = b[63];
+        let opcode = CqeOpcode(op_own >> 4);
+        let sop = be32(56);
+        let err = opcode.is_error();
+        Cqe {
+            opcode,
+            wqe_opcode: WqeOpcode((sop >> 24) as u8),
+            qpn: sop & 0xff_ffff,
+            wqe_counter: u16::from_be_bytes([b[60], b[61]]),
+            byte_cnt: be32(44),
+            imm: be32(36),
+            solicited: op_own & 0x2 != 0,
+            format: (op_own >> 2) & 0x3,
+            syndrome: Syndrome(if err { b[55] } else { 0 }),
+            vendor_syndrome: if err { b[54] } else { 0 },
+        }
+    }
+
+    /// Encodes this CQE (device side; the sim and tests use it). `op_own` gets
+    /// the owner bit given; the caller publishes byte 63 last.
+    pub fn encode(&self, owner: u8) -> [u8; CQE64] {
+        let mut b = [0u8; CQE64];
+        b[36..40].copy_from_slice(&self.imm.to_be_bytes());
+        b[44..48].copy_from_slice(&self.byte_cnt.to_be_bytes());
+        if self.opcode.is_error() {
+            b[54] = self.vendor_syndrome;
+            b[55] = self.syndrome.0;
+        }
+        b[56..60].copy_from_slice(&(((self.wqe_opcode.0 as u32) << 24) | (self.qpn & 0xff_ffff)).to_be_bytes());
+        b[60..62].copy_from_slice(&self.wqe_counter.to_be_bytes());
+        b[63] = (self.opcode.0 << 4) | ((self.format & 3) << 2) | ((self.solicited as u8) << 1) | (owner & 1);
+        b
+    }
+
+    /// The `ibv_wc_status` value for this CQE: 0 (success) unless it is an error CQE.
+    pub fn wc_status(&self) -> u32 {
+        if self.opcode.is_error() {
+            self.syndrome.wc_status()
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ownership_follows_the_wrap_count() {
+        // Fresh CQ slot: INVALID, owner 0 — never software-owned.
+        assert!(!sw_owned(0xf0, 0, 8));
+        assert!(!sw_owned(0xf1, 8, 8));
+        // REQ with owner 0 is owned on the first pass, not the second.
+        assert!(sw_owned(0x00, 3, 8));
+        assert!(!sw_owned(0x00, 11, 8));
+        assert!(sw_owned(0x01, 11, 8));
+        assert_eq!(owner_bit(8, 8), 1);
+        assert_eq!(owner_bit(16, 8), 0);
+    }
+
+    #[test]
+    fn req_err_decodes_at_prm_offsets() {
+        let mut b = [0u8; 64];
+        b[54] = 0x88;
+        b[55] = 0x13;
+        b[56..60].copy_from_slice(&[0x08, 0x00, 0x12, 0x34]);
+        b[60..62].copy_from_slice(&[0x00, 0x07]);
+        b[63] = 0xd1;
+        let c = Cqe::decode(&b);
+        assert_eq!(c.opcode, CqeOpcode::REQ_ERR);
+        assert_eq!(c.syndrome, Syndrome::REMOTE_ACCESS_ERR);
+        assert_eq!(c.vendor_syndrome, 0x88);
+        assert_eq!(c.wqe_opcode, WqeOpcode::RDMA_WRITE);
+        assert_eq!(c.qpn, 0x1234);
+        assert_eq!(c.wqe_counter, 7);
+        assert_eq!(c.wc_status(), 10); // IBV_WC_REM_ACCESS_ERR
+        assert_eq!(c.encode(1), b);
+    }
+
+    #[test]
+    fn req_decodes_and_round_trips() {
+        let c = Cqe {
+            opcode: CqeOpcode::REQ,
+            wqe_opcode: WqeOpcode::RDMA_WRITE_IMM,
+            qpn: 0xabcdef,
+            wqe_counter: 0xfffe,
+            byte_cnt: 4096,
+            imm: 0x01020304,
+            solicited: true,
+            format: 0,
+            syndrome: Syndrome(0),
+            vendor_syndrome: 0,
+        };
+        let b = c.encode(0);
+        assert_eq!(&b[36..40], &[1, 2, 3, 4]);
+        assert_eq!(&b[44..48], &[0, 0, 0x10, 0]);
+        assert_eq!(b[63], 0x02);
+        assert_eq!(Cqe::decode(&b), c);
+        assert_eq!(c.wc_status(), 0);
+    }
+}

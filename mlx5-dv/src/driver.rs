@@ -1,0 +1,266 @@
+//! The ring driver: a send queue and a completion queue over the raw ring
+//! descriptions `mlx5dv_init_obj` returns (`mlx5dv_qp`, `mlx5dv_cq`), so the
+//! same code drives the sim and a ConnectX NIC.
+//!
+//! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
+
+use crate::cqe::{sw_owned, Cqe};
+use crate::doorbell::{cq_ci, full_wqe_index, sq_dbrec, CQ_DBREC_CI, QP_DBREC_SQ};
+use crate::dv::{mlx5dv_cq, mlx5dv_qp};
+use crate::mmio;
+use crate::prm::{CtrlFlags, CQE64, WQEBB};
+use crate::ring::RingBuf;
+use crate::wqe::{write_send_wqe, SendWqe, SqGeometry, WqeError};
+use core::ptr::NonNull;
+
+/// Why a ring description was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DescError {
+    #[error("{what} is null")]
+    Null { what: &'static str },
+    #[error("{what} = {value} must be a nonzero power of two")]
+    NotPow2 { what: &'static str, value: u32 },
+    #[error("SQ stride is {0} bytes; mlx5 send WQEBBs are 64")]
+    Stride(u32),
+    #[error("CQE size is {0} bytes; mlx5 CQEs are 64 or 128")]
+    CqeSize(u32),
+}
+
+fn pow2(what: &'static str, value: u32) -> Result<u32, DescError> {
+    if value.is_power_of_two() {
+        Ok(value)
+    } else {
+        Err(DescError::NotPow2 { what, value })
+    }
+}
+
+/// Send queue of one QP.
+pub struct SendQueue {
+    buf: RingBuf<'static>,
+    geo: SqGeometry,
+    dbrec: *mut u32,
+    bf_reg: *mut u8,
+    bf_size: u32,
+    bf_offset: u32,
+    /// Next WQE index to post.
+    pi: u32,
+    /// Oldest outstanding WQE index.
+    tail: u32,
+    /// Index of the first WQE posted since the last doorbell, and how many.
+    batch_start: u32,
+    batch_len: u32,
+    /// Per WQEBB slot: wr_id and WQEBB count of the WQE that starts there.
+    wr_id: Box<[u64]>,
+    wqebbs: Box<[u8]>,
+}
+
+// SAFETY: the raw pointers are the QP's own rings and registers; the SendQueue
+// is their only user on the host side.
+unsafe impl Send for SendQueue {}
+
+impl SendQueue {
+    /// A send queue over `qp`'s SQ.
+    ///
+    /// # Safety
+    /// `qp` must describe live rings (as `mlx5dv_init_obj` or the sim return
+    /// them) that stay valid, and are used by no one else on the host, until
+    /// this `SendQueue` is dropped.
+    pub unsafe fn new(qp: &mlx5dv_qp, qpn: u32, max_inline: u32) -> Result<Self, DescError> {
+        let wqe_cnt = pow2("sq.wqe_cnt", qp.sq.wqe_cnt)?;
+        if qp.sq.stride as usize != WQEBB {
+            return Err(DescError::Stride(qp.sq.stride));
+        }
+        let buf = NonNull::new(qp.sq.buf as *mut u8).ok_or(DescError::Null { what: "sq.buf" })?;
+        if qp.dbrec.is_null() {
+            return Err(DescError::Null { what: "dbrec" });
+        }
+        if qp.bf.reg.is_null() {
+            return Err(DescError::Null { what: "bf.reg" });
+        }
+        Ok(Self {
+            // SAFETY: the caller guarantees `sq.buf` holds `wqe_cnt * 64` bytes
+            // for our lifetime and nobody else on the host touches them.
+            buf: unsafe { RingBuf::from_raw(buf, wqe_cnt as usize * WQEBB) },
+            geo: SqGeometry { wqe_cnt, qpn, max_inline, max_wqebbs: 16.min(wqe_cnt) },
+            dbrec: qp.dbrec,
+            bf_reg: qp.bf.reg as *mut u8,
+            bf_size: qp.bf.size,
+            bf_offset: 0,
+            pi: 0,
+            tail: 0,
+            batch_start: 0,
+            batch_len: 0,
+            wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
+            wqebbs: vec![0; wqe_cnt as usize].into_boxed_slice(),
+        })
+    }
+
+    pub fn geometry(&self) -> &SqGeometry {
+        &self.geo
+    }
+
+    /// WQEBBs free for posting.
+    pub fn free_wqebbs(&self) -> u32 {
+        self.geo.wqe_cnt - self.pi.wrapping_sub(self.tail)
+    }
+
+    /// Next WQE index to post.
+    pub fn pi(&self) -> u32 {
+        self.pi
+    }
+
+    /// Writes one WQE without ringing the doorbell. On error nothing is written.
+    #[inline]
+    pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
+        let free = self.free_wqebbs();
+        let w = write_send_wqe(&mut self.buf, &self.geo, self.pi, wqe, free)?;
+        let slot = (self.pi & (self.geo.wqe_cnt - 1)) as usize;
+        self.wr_id[slot] = wr_id;
+        self.wqebbs[slot] = w.wqebbs as u8;
+        if self.batch_len == 0 {
+            self.batch_start = self.pi;
+        }
+        self.batch_len += 1;
+        self.pi = w.next_pi;
+        Ok(())
+    }
+
+    /// Rings the doorbell for everything posted since the last ring, in the
+    /// order of `mlx5-notes.md`: barrier, doorbell record, WC barrier, BlueFlame
+    /// copy (single WQE that fits) or 8-byte doorbell, flush, offset toggle.
+    #[inline]
+    pub fn ring_doorbell(&mut self) {
+        if self.batch_len == 0 {
+            return;
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(self.pi)) };
+        mmio::wc_start_barrier();
+        let first = self.batch_start;
+        let bytes = self.pi.wrapping_sub(first) as usize * WQEBB;
+        // SAFETY (for both arms): `bf_reg + bf_offset` is within the QP's
+        // BlueFlame register pair, `bf_size` bytes each (constructor contract),
+        // and 8-byte aligned as every UAR register is.
+        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) } as *mut u64;
+        if self.batch_len == 1 && self.bf_size as usize >= bytes {
+            let mut chunk = [0u64; WQEBB / 8];
+            for i in 0..bytes / WQEBB {
+                let mut b = [0u8; WQEBB];
+                self.buf.read_wrapping((first as usize + i) * WQEBB, &mut b);
+                for (w, c) in chunk.iter_mut().zip(b.chunks_exact(8)) {
+                    *w = u64::from_ne_bytes(c.try_into().unwrap());
+                }
+                // SAFETY: see above; `i * 8 + 8 <= bytes / 8 <= bf_size / 8`.
+                unsafe { mmio::write_uar(reg.add(i * 8), &chunk) };
+            }
+        } else {
+            // rdma-core rings with the first 8 bytes of the last WQE's ctrl segment.
+            let mut last = [0u8; 8];
+            self.buf.read_wrapping(self.last_ctrl_off(), &mut last);
+            // SAFETY: see above.
+            unsafe { mmio::write_uar(reg, &[u64::from_ne_bytes(last)]) };
+        }
+        mmio::wc_flush_barrier();
+        self.bf_offset ^= self.bf_size;
+        self.batch_len = 0;
+    }
+
+    fn last_ctrl_off(&self) -> usize {
+        // The last WQE posted starts `wqebbs` of it before `pi`; walk from the batch start.
+        let mut idx = self.batch_start;
+        loop {
+            let n = self.wqebbs[(idx & (self.geo.wqe_cnt - 1)) as usize] as u32;
+            if idx.wrapping_add(n) == self.pi {
+                return (idx & (self.geo.wqe_cnt - 1)) as usize * WQEBB;
+            }
+            idx = idx.wrapping_add(n);
+        }
+    }
+
+    /// Retires every WQE up to and including the one a requester CQE names by
+    /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
+    #[inline]
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
+        let idx = full_wqe_index(wqe_counter, self.tail, self.pi)?;
+        let slot = (idx & (self.geo.wqe_cnt - 1)) as usize;
+        self.tail = idx.wrapping_add(self.wqebbs[slot] as u32);
+        Some(self.wr_id[slot])
+    }
+
+    /// Whether a WQE with these flags is signaled.
+    pub fn signaled(flags: CtrlFlags) -> bool {
+        flags.contains(CtrlFlags::CQ_UPDATE)
+    }
+}
+
+/// Completion queue poller.
+pub struct CompletionQueue {
+    buf: *const u8,
+    cqe_cnt: u32,
+    cqe_size: u32,
+    dbrec: *mut u32,
+    ci: u32,
+    cqn: u32,
+}
+
+// SAFETY: as for SendQueue.
+unsafe impl Send for CompletionQueue {}
+
+impl CompletionQueue {
+    /// A poller over `cq`.
+    ///
+    /// # Safety
+    /// `cq` must describe a live CQ that stays valid, and is polled by no one
+    /// else, until this `CompletionQueue` is dropped.
+    pub unsafe fn new(cq: &mlx5dv_cq) -> Result<Self, DescError> {
+        let cqe_cnt = pow2("cqe_cnt", cq.cqe_cnt)?;
+        if cq.cqe_size != 64 && cq.cqe_size != 128 {
+            return Err(DescError::CqeSize(cq.cqe_size));
+        }
+        if cq.buf.is_null() {
+            return Err(DescError::Null { what: "cq.buf" });
+        }
+        if cq.dbrec.is_null() {
+            return Err(DescError::Null { what: "cq.dbrec" });
+        }
+        Ok(Self { buf: cq.buf as *const u8, cqe_cnt, cqe_size: cq.cqe_size, dbrec: cq.dbrec, ci: 0, cqn: cq.cqn })
+    }
+
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// Consumer index.
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+
+    /// Takes the next software-owned CQE, if any, and advances the consumer
+    /// index (the doorbell record is updated by [`Self::update_ci`]).
+    #[inline]
+    pub fn next(&mut self) -> Option<Cqe> {
+        let slot = (self.ci & (self.cqe_cnt - 1)) as usize * self.cqe_size as usize;
+        // SAFETY: `slot + cqe_size <= cqe_cnt * cqe_size`, inside the CQ buffer
+        // (constructor contract); the CQE proper is its last 64 bytes.
+        let cqe = unsafe { self.buf.add(slot + self.cqe_size as usize - CQE64) };
+        // SAFETY: as above; byte 63 is op_own.
+        let op_own = unsafe { mmio::read_op_own(cqe.add(63)) };
+        if !sw_owned(op_own, self.ci, self.cqe_cnt) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        // SAFETY: as above; the device wrote these bytes before publishing op_own.
+        let bytes = unsafe { core::ptr::read_volatile(cqe as *const [u8; CQE64]) };
+        self.ci = self.ci.wrapping_add(1);
+        Some(Cqe::decode(&bytes))
+    }
+
+    /// Tells the device how far software has consumed (`dbrec[0] = ci & 0xffffff`).
+    #[inline]
+    pub fn update_ci(&mut self) {
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_CI), cq_ci(self.ci)) };
+    }
+}

@@ -1,0 +1,135 @@
+//! The one door to memory shared with the device: doorbell records, the UAR /
+//! BlueFlame registers, CQE ownership bytes, and the barriers that order them.
+//!
+//! Barriers are named for what they order, as rdma-core's `util/udma_barrier.h`
+//! names them, not for the instruction they emit:
+//!
+//! | ours                     | rdma-core                      | x86_64            | aarch64        |
+//! |--------------------------|--------------------------------|-------------------|----------------|
+//! | [`to_device_barrier`]    | `udma_to_device_barrier`       | compiler barrier  | `dmb oshst`    |
+//! | [`from_device_barrier`]  | `udma_from_device_barrier`     | `lfence`          | `dmb oshld`    |
+//! | [`wc_start_barrier`]     | `mmio_wc_start`                | `sfence`          | `dmb oshst`    |
+//! | [`wc_flush_barrier`]     | `mmio_flush_writes`            | `sfence`          | `dsb st`       |
+//!
+//! Each also carries the matching Rust atomic fence, so that the software device
+//! (`sim`) running on another thread sees the same order under Rust's memory model.
+
+use core::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+
+/// Orders this CPU's earlier writes to host memory (WQEs) before later writes
+/// the device may act on (doorbell record). rdma-core: `udma_to_device_barrier`.
+#[inline(always)]
+pub fn to_device_barrier() {
+    fence(Ordering::Release);
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+}
+
+/// Orders a read of a device-written ownership byte (CQE `op_own`) before the
+/// reads of the rest of that entry. rdma-core: `udma_from_device_barrier`.
+#[inline(always)]
+pub fn from_device_barrier() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `lfence` is available on every x86_64 CPU; touches no memory.
+    unsafe {
+        core::arch::x86_64::_mm_lfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("dmb oshld", options(nostack, preserves_flags))
+    };
+    fence(Ordering::Acquire);
+}
+
+/// Before writes to a write-combining mapping (BlueFlame / UAR): earlier host
+/// memory writes (doorbell record) become visible first. rdma-core: `mmio_wc_start`.
+#[inline(always)]
+pub fn wc_start_barrier() {
+    fence(Ordering::SeqCst);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` is available on every x86_64 CPU; touches no memory.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a barrier instruction; touches no memory.
+    unsafe {
+        core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+}
+
+/// Flushes the write-combining buffer after a BlueFlame copy or doorbell write.
+/// rdma-core: `mmio_flush_writes`.
+#[inline(always)]
+pub fn wc_flush_barrier() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as above.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above.
+    unsafe {
+        core::arch::asm!("dsb st", options(nostack, preserves_flags))
+    };
+    fence(Ordering::SeqCst);
+}
+
+/// Stores `value` big-endian into a doorbell-record word.
+///
+/// # Safety
+/// `word` must be valid for writes of 4 bytes and 4-byte aligned for as long as
+/// the call lasts (a doorbell record from `mlx5dv_qp.dbrec` / `mlx5dv_cq.dbrec`).
+#[inline(always)]
+pub unsafe fn write_dbrec(word: *mut u32, value: u32) {
+    // SAFETY: caller guarantees validity and alignment; an atomic store of an
+    // aligned u32 is a plain `mov` on x86_64 and `str` on aarch64.
+    unsafe { AtomicU32::from_ptr(word) }.store(value.to_be(), Ordering::Relaxed);
+}
+
+/// Loads a big-endian doorbell-record word (the device side reads these).
+///
+/// # Safety
+/// As [`write_dbrec`], for reads.
+#[inline(always)]
+pub unsafe fn read_dbrec(word: *const u32) -> u32 {
+    // SAFETY: caller guarantees validity and alignment.
+    u32::from_be(unsafe { AtomicU32::from_ptr(word as *mut u32) }.load(Ordering::Acquire))
+}
+
+/// Reads a CQE's `op_own` byte (the device writes it last).
+///
+/// # Safety
+/// `op_own` must be valid for a 1-byte read.
+#[inline(always)]
+pub unsafe fn read_op_own(op_own: *const u8) -> u8 {
+    // SAFETY: caller guarantees validity; u8 needs no alignment.
+    unsafe { AtomicU8::from_ptr(op_own as *mut u8) }.load(Ordering::Relaxed)
+}
+
+/// Publishes a CQE's `op_own` byte after the rest of the CQE (device side).
+///
+/// # Safety
+/// As [`read_op_own`], for writes.
+#[inline(always)]
+pub unsafe fn publish_op_own(op_own: *mut u8, value: u8) {
+    // SAFETY: caller guarantees validity.
+    unsafe { AtomicU8::from_ptr(op_own) }.store(value, Ordering::Release);
+}
+
+/// Writes `src` to a UAR / BlueFlame register in 8-byte stores.
+///
+/// # Safety
+/// `reg` must be 8-byte aligned and valid for `src.len() * 8` bytes of writes
+/// (a `mlx5dv_qp.bf.reg` + offset mapping of at least that size).
+#[inline(always)]
+pub unsafe fn write_uar(reg: *mut u64, src: &[u64]) {
+    for (i, &w) in src.iter().enumerate() {
+        // SAFETY: caller guarantees `reg[0..src.len()]` is writable and aligned.
+        unsafe { core::ptr::write_volatile(reg.add(i), w) };
+    }
+}

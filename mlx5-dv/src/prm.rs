@@ -1,0 +1,133 @@
+//! PRM constants: WQE and CQE opcodes, control-segment flags, error syndromes.
+//!
+//! Sources: rdma-core `providers/mlx5/mlx5dv.h` (`MLX5_OPCODE_*`, `MLX5_CQE_*`,
+//! `MLX5_WQE_CTRL_*`), `providers/mlx5/cq.c` (`mlx5_handle_error_cqe`), and the
+//! kernel's `include/linux/mlx5/qp.h`. All multi-byte ring fields are big-endian.
+
+use bitflags::bitflags;
+
+/// Size of one WQE basic block (WQEBB) in bytes.
+pub const WQEBB: usize = 64;
+/// Size of one data segment ("DS"), the unit of the ctrl segment's `ds` count, in bytes.
+pub const DS: usize = 16;
+/// Largest `ds` the 6-bit field in the ctrl segment can carry.
+pub const MAX_DS: u32 = 63;
+/// Size of the CQE proper in bytes (the last 64 bytes of a 128-byte CQE slot).
+pub const CQE64: usize = 64;
+/// `MLX5_INVALID_LKEY`: ends a receive WQE shorter than the RQ stride.
+pub const INVALID_LKEY: u32 = 0x100;
+/// Inline segment header flag (`MLX5_INLINE_SEG`), OR-ed with the byte count.
+pub const INLINE_SEG: u32 = 0x8000_0000;
+
+/// WQE opcode, byte 3 of the ctrl segment (`MLX5_OPCODE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WqeOpcode(pub u8);
+
+impl WqeOpcode {
+    pub const NOP: Self = Self(0x00);
+    pub const SEND_INVAL: Self = Self(0x01);
+    pub const RDMA_WRITE: Self = Self(0x08);
+    pub const RDMA_WRITE_IMM: Self = Self(0x09);
+    pub const SEND: Self = Self(0x0a);
+    pub const SEND_IMM: Self = Self(0x0b);
+    pub const RDMA_READ: Self = Self(0x10);
+    pub const ATOMIC_CS: Self = Self(0x11);
+    pub const ATOMIC_FA: Self = Self(0x12);
+
+    /// Whether the WQE carries a remote-address segment after the ctrl segment.
+    pub fn has_raddr(self) -> bool {
+        matches!(
+            self,
+            Self::RDMA_WRITE | Self::RDMA_WRITE_IMM | Self::RDMA_READ | Self::ATOMIC_CS | Self::ATOMIC_FA
+        )
+    }
+
+    /// Whether the ctrl segment's immediate field is meaningful.
+    pub fn has_imm(self) -> bool {
+        matches!(self, Self::RDMA_WRITE_IMM | Self::SEND_IMM)
+    }
+}
+
+bitflags! {
+    /// Byte 11 of the ctrl segment, `fm_ce_se`: fence mode in bits 7:5,
+    /// completion-event mode in bits 3:2, solicited event in bit 1.
+    ///
+    /// `FENCE` is rdma-core's `MLX5_WQE_CTRL_FENCE` (4 << 5); the kernel's
+    /// `MLX5_FENCE_MODE_FENCE` is 2 << 5 (see `docs/prm-notes.md`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct CtrlFlags: u8 {
+        /// `MLX5_WQE_CTRL_CQ_UPDATE` (2 << 2): generate a CQE for this WQE (signaled).
+        const CQ_UPDATE = 2 << 2;
+        /// `MLX5_WQE_CTRL_SOLICITED` (1 << 1).
+        const SOLICITED = 1 << 1;
+        /// `MLX5_WQE_CTRL_FENCE` (4 << 5): wait for earlier RDMA READ/atomics.
+        const FENCE = 4 << 5;
+        /// `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE` (1 << 5).
+        const SMALL_FENCE = 1 << 5;
+    }
+}
+
+/// CQE opcode, bits 7:4 of `op_own` (`MLX5_CQE_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CqeOpcode(pub u8);
+
+impl CqeOpcode {
+    pub const REQ: Self = Self(0);
+    pub const RESP_WR_IMM: Self = Self(1);
+    pub const RESP_SEND: Self = Self(2);
+    pub const RESP_SEND_IMM: Self = Self(3);
+    pub const RESP_SEND_INV: Self = Self(4);
+    pub const RESIZE_CQ: Self = Self(5);
+    pub const NO_PACKET: Self = Self(6);
+    pub const SIG_ERR: Self = Self(12);
+    pub const REQ_ERR: Self = Self(13);
+    pub const RESP_ERR: Self = Self(14);
+    /// Never software-owned: fresh CQ slots hold `op_own = 0xF0`.
+    pub const INVALID: Self = Self(15);
+
+    pub fn is_error(self) -> bool {
+        self == Self::REQ_ERR || self == Self::RESP_ERR
+    }
+}
+
+/// Error CQE syndrome, byte 55 of the CQE (`MLX5_CQE_SYNDROME_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Syndrome(pub u8);
+
+impl Syndrome {
+    pub const LOCAL_LENGTH_ERR: Self = Self(0x01);
+    pub const LOCAL_QP_OP_ERR: Self = Self(0x02);
+    pub const LOCAL_PROT_ERR: Self = Self(0x04);
+    pub const WR_FLUSH_ERR: Self = Self(0x05);
+    pub const MW_BIND_ERR: Self = Self(0x06);
+    pub const BAD_RESP_ERR: Self = Self(0x10);
+    pub const LOCAL_ACCESS_ERR: Self = Self(0x11);
+    pub const REMOTE_INVAL_REQ_ERR: Self = Self(0x12);
+    pub const REMOTE_ACCESS_ERR: Self = Self(0x13);
+    pub const REMOTE_OP_ERR: Self = Self(0x14);
+    pub const TRANSPORT_RETRY_EXC_ERR: Self = Self(0x15);
+    pub const RNR_RETRY_EXC_ERR: Self = Self(0x16);
+    pub const REMOTE_ABORTED_ERR: Self = Self(0x22);
+
+    /// The `enum ibv_wc_status` value rdma-core reports for this syndrome
+    /// (`mlx5_handle_error_cqe` in `providers/mlx5/cq.c`); unknown syndromes
+    /// map to `IBV_WC_GENERAL_ERR` (21).
+    pub fn wc_status(self) -> u32 {
+        match self.0 {
+            0x01 => 1,
+            0x02 => 2,
+            0x04 => 4,
+            0x05 => 5,
+            0x06 => 6,
+            0x10 => 7,
+            0x11 => 8,
+            0x12 => 9,
+            0x13 => 10,
+            0x14 => 11,
+            0x15 => 12,
+            0x16 => 13,
+            0x22 => 16,
+            _ => 21,
+        }
+    }
+}

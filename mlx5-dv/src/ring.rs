@@ -1,0 +1,90 @@
+//! Ring memory: a byte ring whose length is a power of two, written and read at
+//! offsets that continue at its start when they reach its end.
+//!
+//! Generic over where the memory lives, so the codec runs on a plain `Vec` in
+//! tests and on the SQ buffer `mlx5dv_init_obj` returns in the driver.
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+/// A power-of-two-sized byte ring (an SQ buffer, a CQ buffer).
+#[derive(Debug)]
+pub struct RingBuf<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    _mem: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: a RingBuf is a unique handle to its bytes (as `&mut [u8]` is).
+unsafe impl Send for RingBuf<'_> {}
+
+impl<'a> RingBuf<'a> {
+    /// A ring over `mem`. Returns `None` unless `mem.len()` is a power of two and at least 64.
+    pub fn from_slice(mem: &'a mut [u8]) -> Option<Self> {
+        if !mem.len().is_power_of_two() || mem.len() < 64 {
+            return None;
+        }
+        Some(Self { len: mem.len(), ptr: NonNull::from(mem).cast(), _mem: PhantomData })
+    }
+
+    /// A ring over raw device-shared memory (`mlx5dv_qp.sq.buf`, `mlx5dv_cq.buf`).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for `'a`, and no
+    /// other Rust reference may access those bytes during `'a` (the device may).
+    /// `len` must be a power of two and at least 64.
+    pub unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Self {
+        debug_assert!(len.is_power_of_two() && len >= 64);
+        Self { ptr, len, _mem: PhantomData }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a ring has at least 64 bytes.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Base address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Copies `src` to ring offset `off` (taken modulo the length), continuing
+    /// at offset 0 when the end is reached. `src.len()` must not exceed the length.
+    pub fn write_wrapping(&mut self, off: usize, src: &[u8]) {
+        assert!(src.len() <= self.len);
+        let off = off & (self.len - 1);
+        let first = src.len().min(self.len - off);
+        // SAFETY: `off + first <= len` and `src.len() - first <= len`; the ring
+        // owns these bytes for 'a (constructor contract); src cannot overlap a
+        // uniquely owned ring.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), first);
+            core::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.ptr.as_ptr(), src.len() - first);
+        }
+    }
+
+    /// Copies from ring offset `off` (modulo the length, wrapping) into `dst`.
+    pub fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
+        assert!(dst.len() <= self.len);
+        let off = off & (self.len - 1);
+        let first = dst.len().min(self.len - off);
+        // SAFETY: as in `write_wrapping`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), first);
+            core::ptr::copy_nonoverlapping(self.ptr.as_ptr(), dst.as_mut_ptr().add(first), dst.len() - first);
+        }
+    }
+
+    /// Writes one 16-byte segment at `off`. `off` must be 16-byte aligned, so a
+    /// segment never straddles the end of a ring whose length is a multiple of 64.
+    #[inline]
+    pub fn write_seg(&mut self, off: usize, seg: &[u8; 16]) {
+        debug_assert_eq!(off % 16, 0);
+        self.write_wrapping(off, seg);
+    }
+}

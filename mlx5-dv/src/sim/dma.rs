@@ -1,0 +1,112 @@
+//! The sim's door to memory: the buffers it allocates for rings, doorbell
+//! records and UAR pages ([`DmaBuf`]), and its "DMA" into registered memory.
+
+use crate::mmio;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Zeroed, 4096-byte-aligned memory of a power-of-two length, shared with the
+/// host-side driver through raw pointers. Offsets wrap modulo the length.
+pub(super) struct DmaBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: DmaBuf is plain memory; all access goes through raw pointers whose
+// cross-thread ordering is set by the doorbell-record / op_own atomics.
+unsafe impl Send for DmaBuf {}
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    pub(super) fn new(len: usize) -> Self {
+        assert!(len.is_power_of_two());
+        let layout = Layout::from_size_align(len, 4096).expect("layout");
+        // SAFETY: layout has nonzero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Self { ptr, layout }
+    }
+
+    pub(super) fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    fn mask(&self) -> usize {
+        self.layout.size() - 1
+    }
+
+    /// Reads `N` bytes at `off` (wrapping).
+    pub(super) fn read_array<const N: usize>(&self, off: usize) -> [u8; N] {
+        let mut out = [0u8; N];
+        for (k, b) in out.iter_mut().enumerate() {
+            *b = self.read_byte(off + k);
+        }
+        out
+    }
+
+    /// Reads the byte at `off` (wrapping).
+    pub(super) fn read_byte(&self, off: usize) -> u8 {
+        // SAFETY: masked offset is inside the allocation.
+        unsafe { self.ptr.as_ptr().add(off & self.mask()).read_volatile() }
+    }
+
+    /// Writes `src` at `off` (wrapping).
+    pub(super) fn write(&self, off: usize, src: &[u8]) {
+        for (k, &b) in src.iter().enumerate() {
+            // SAFETY: masked offset is inside the allocation.
+            unsafe { self.ptr.as_ptr().add((off + k) & self.mask()).write_volatile(b) };
+        }
+    }
+
+    /// Publishes a CQE's `op_own` byte with release order.
+    pub(super) fn publish_op_own(&self, off: usize, v: u8) {
+        // SAFETY: masked offset is inside the allocation.
+        unsafe { mmio::publish_op_own(self.ptr.as_ptr().add(off & self.mask()), v) };
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// Copies `len` bytes between registered regions.
+///
+/// # Safety
+/// Both ranges must lie in live registered memory regions.
+pub(super) unsafe fn copy(src: u64, dst: u64, len: usize) {
+    // SAFETY: caller guarantees both ranges are valid; `copy` tolerates overlap.
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+}
+
+/// Copies one byte and publishes it with release order after all earlier writes.
+///
+/// # Safety
+/// As [`copy`] for one byte.
+pub(super) unsafe fn copy_last_byte(src: u64, dst: u64) {
+    // SAFETY: caller guarantees validity.
+    let b = unsafe { (src as *const u8).read_volatile() };
+    // SAFETY: as above.
+    unsafe { store_last_byte(dst, b) };
+}
+
+/// Stores one byte into registered memory.
+///
+/// # Safety
+/// `dst` must lie in a live registered memory region.
+pub(super) unsafe fn store_byte(dst: u64, b: u8) {
+    // SAFETY: caller guarantees validity.
+    unsafe { (dst as *mut u8).write_volatile(b) };
+}
+
+/// Stores the last byte of a transfer with release order.
+///
+/// # Safety
+/// As [`store_byte`].
+pub(super) unsafe fn store_last_byte(dst: u64, b: u8) {
+    // SAFETY: caller guarantees validity; u8 needs no alignment.
+    unsafe { AtomicU8::from_ptr(dst as *mut u8) }.store(b, Ordering::Release);
+}

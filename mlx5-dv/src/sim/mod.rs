@@ -1,0 +1,610 @@
+//! A software mlx5 device ("sim").
+//!
+//! It hands out SQ/CQ rings, doorbell records and a UAR page in the same
+//! descriptions `mlx5dv_init_obj` returns ([`mlx5dv_qp`], [`mlx5dv_cq`]), keeps
+//! an MR table, and executes the WQEs it finds between its consumer index and
+//! the SQ doorbell record as the PRM says the NIC does, writing CQEs with the
+//! owner bit of each pass. Two RC QPs of one `Device` connect to each other.
+//!
+//! Execution is either synchronous ([`Device::process`], for deterministic
+//! tests) or on a device thread ([`Device::start`]).
+//!
+//! What it executes today: RDMA WRITE (SGE and inline payloads). Any other
+//! opcode completes with LOCAL_QP_OP_ERR (syndrome 0x02). A write with a bad
+//! rkey, outside the MR, or without REMOTE_WRITE access on the MR or the
+//! responder QP completes with REM_ACCESS_ERR (0x13), moves both QPs to ERR,
+//! and leaves remote memory untouched. A QP in ERR flushes every WQE posted to
+//! it with WR_FLUSH_ERR (0x05), signaled or not.
+
+mod dma;
+
+use crate::cqe::{owner_bit, Cqe};
+use crate::doorbell::{CQ_DBREC_CI, QP_DBREC_SQ};
+use crate::dv::{mlx5dv_bf, mlx5dv_cq, mlx5dv_qp, mlx5dv_wq};
+use crate::mmio;
+use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, CQE64, DS, INLINE_SEG, WQEBB};
+use bitflags::bitflags;
+use dma::DmaBuf;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+
+bitflags! {
+    /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Access: u32 {
+        const LOCAL_WRITE = 1;
+        const REMOTE_WRITE = 2;
+        const REMOTE_READ = 4;
+        const REMOTE_ATOMIC = 8;
+    }
+}
+
+/// RC QP states the sim models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Err,
+}
+
+/// Errors from the sim's control path.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SimError {
+    #[error("{what} = {value} must be a power of two between {min} and {max}")]
+    BadSize { what: &'static str, value: u32, min: u32, max: u32 },
+    #[error("memory region of zero length")]
+    ZeroLength,
+    #[error("memory region {addr:#x}+{len} wraps the address space")]
+    BadRange { addr: u64, len: u64 },
+    #[error("no memory region with lkey {0:#x}")]
+    NoSuchMr(u32),
+    #[error("invalid QP transition {from:?} -> {to:?}")]
+    BadTransition { from: QpState, to: QpState },
+    #[error("no QP {0:#x} on this device")]
+    NoSuchQp(u32),
+    #[error("CQ {0:#x} belongs to another device")]
+    ForeignCq(u32),
+}
+
+/// Keys of a registered memory region (equal, as on ConnectX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+struct MrEntry {
+    addr: u64,
+    len: u64,
+    access: Access,
+}
+
+struct CqEntry {
+    buf: DmaBuf,
+    dbrec: DmaBuf,
+    uar: DmaBuf,
+    cqe_cnt: u32,
+    cqe_size: u32,
+    /// Next CQE index the device produces.
+    pi: u32,
+}
+
+struct QpEntry {
+    state: QpState,
+    sq: DmaBuf,
+    sq_wqe_cnt: u32,
+    dbrec: DmaBuf,
+    uar: DmaBuf,
+    send_cqn: u32,
+    /// Next WQEBB index the device consumes.
+    sq_ci: u32,
+    peer: Option<u32>,
+    access: Access,
+}
+
+#[derive(Default)]
+struct State {
+    mrs: HashMap<u32, MrEntry>,
+    cqs: HashMap<u32, CqEntry>,
+    qps: HashMap<u32, QpEntry>,
+    next_key: u32,
+    next_cqn: u32,
+    next_qpn: u32,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A software mlx5 device. Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Device {
+    pub fn new() -> Self {
+        let state = State { next_key: 0x100, next_cqn: 0x80, next_qpn: 0x1000, ..Default::default() };
+        Device {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                stop: AtomicBool::new(false),
+                thread: Mutex::new(None),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers `len` bytes at `addr`. lkey equals rkey.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay valid for reads and writes by the device (any
+    /// thread) until [`Self::dereg_mr`] returns for this key.
+    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: Access) -> Result<MrKeys, SimError> {
+        if len == 0 {
+            return Err(SimError::ZeroLength);
+        }
+        if (addr as u64).checked_add(len as u64).is_none() {
+            return Err(SimError::BadRange { addr: addr as u64, len: len as u64 });
+        }
+        let mut st = self.lock();
+        let key = st.next_key;
+        st.next_key = st.next_key.wrapping_add(0x100);
+        st.mrs.insert(key, MrEntry { addr: addr as u64, len: len as u64, access });
+        Ok(MrKeys { lkey: key, rkey: key })
+    }
+
+    /// Deregisters an MR; after it returns the device no longer touches its memory.
+    pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
+        self.lock().mrs.remove(&lkey).map(|_| ()).ok_or(SimError::NoSuchMr(lkey))
+    }
+
+    /// Creates a CQ of `cqe_cnt` entries (power of two, 2..=4M) of `cqe_size` (64 or 128) bytes.
+    pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<Cq, SimError> {
+        if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) {
+            return Err(SimError::BadSize { what: "cqe_cnt", value: cqe_cnt, min: 2, max: 1 << 22 });
+        }
+        if cqe_size != 64 && cqe_size != 128 {
+            return Err(SimError::BadSize { what: "cqe_size", value: cqe_size, min: 64, max: 128 });
+        }
+        let buf = DmaBuf::new(cqe_cnt as usize * cqe_size as usize);
+        for i in 0..cqe_cnt as usize {
+            // Every slot starts INVALID with owner 0 (op_own = 0xF0).
+            buf.write(i * cqe_size as usize + cqe_size as usize - 1, &[0xf0]);
+        }
+        let mut st = self.lock();
+        let cqn = st.next_cqn;
+        st.next_cqn += 1;
+        st.cqs.insert(cqn, CqEntry { buf, dbrec: DmaBuf::new(64), uar: DmaBuf::new(4096), cqe_cnt, cqe_size, pi: 0 });
+        Ok(Cq { dev: self.clone(), cqn })
+    }
+
+    /// Creates an RC QP in RESET whose send completions go to `send_cq`.
+    /// `sq_wqebbs` is the SQ size in 64-byte WQEBBs (power of two, 1..=32768).
+    pub fn create_qp(&self, send_cq: &Cq, sq_wqebbs: u32) -> Result<Qp, SimError> {
+        if !sq_wqebbs.is_power_of_two() || sq_wqebbs > 1 << 15 {
+            return Err(SimError::BadSize { what: "sq_wqebbs", value: sq_wqebbs, min: 1, max: 1 << 15 });
+        }
+        if !Arc::ptr_eq(&send_cq.dev.inner, &self.inner) {
+            return Err(SimError::ForeignCq(send_cq.cqn));
+        }
+        let mut st = self.lock();
+        let qpn = st.next_qpn;
+        st.next_qpn += 1;
+        st.qps.insert(
+            qpn,
+            QpEntry {
+                state: QpState::Reset,
+                sq: DmaBuf::new(sq_wqebbs as usize * WQEBB),
+                sq_wqe_cnt: sq_wqebbs,
+                dbrec: DmaBuf::new(64),
+                uar: DmaBuf::new(4096),
+                send_cqn: send_cq.cqn,
+                sq_ci: 0,
+                peer: None,
+                access: Access::empty(),
+            },
+        );
+        Ok(Qp { dev: self.clone(), qpn })
+    }
+
+    /// Executes every WQE posted so far, on every QP; returns how many WQEs ran.
+    pub fn process(&self) -> usize {
+        let mut st = self.lock();
+        let qpns: Vec<u32> = st.qps.keys().copied().collect();
+        qpns.into_iter().map(|q| run_qp(&mut st, q)).sum()
+    }
+
+    /// Starts a device thread that executes WQEs as doorbells arrive. It stops
+    /// when [`Self::stop`] is called or every handle to the device is gone.
+    pub fn start(&self) {
+        let mut t = self.inner.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if t.is_some() {
+            return;
+        }
+        self.inner.stop.store(false, Ordering::SeqCst);
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        *t = Some(
+            std::thread::Builder::new()
+                .name("mlx5-sim".into())
+                .spawn(move || device_thread(weak))
+                .expect("spawn sim device thread"),
+        );
+    }
+
+    /// Stops the device thread, if one runs, and waits for it.
+    pub fn stop(&self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        let t = self.inner.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+fn device_thread(weak: Weak<Inner>) {
+    let mut idle: u32 = 0;
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = {
+            let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            let qpns: Vec<u32> = st.qps.keys().copied().collect();
+            qpns.into_iter().map(|q| run_qp(&mut st, q)).sum::<usize>()
+        };
+        drop(inner);
+        if n > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < 20_000 {
+            std::hint::spin_loop();
+        } else if idle < 200_000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
+/// A sim CQ; destroyed on drop.
+pub struct Cq {
+    dev: Device,
+    cqn: u32,
+}
+
+impl Cq {
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
+    pub fn dv(&self) -> mlx5dv_cq {
+        let st = self.dev.lock();
+        let c = &st.cqs[&self.cqn];
+        mlx5dv_cq {
+            buf: c.buf.ptr().cast(),
+            dbrec: c.dbrec.ptr().cast(),
+            cqe_cnt: c.cqe_cnt,
+            cqe_size: c.cqe_size,
+            cq_uar: c.uar.ptr().cast(),
+            cqn: self.cqn,
+            comp_mask: 0,
+        }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        self.dev.lock().cqs.remove(&self.cqn);
+    }
+}
+
+/// A sim RC QP; destroyed on drop.
+pub struct Qp {
+    dev: Device,
+    qpn: u32,
+}
+
+/// Offset of the first BlueFlame register in the UAR page, and its size.
+pub const BF_OFFSET: usize = 0x800;
+pub const BF_SIZE: u32 = 256;
+
+impl Qp {
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
+    /// The sim has no RQ yet: `rq` is empty.
+    pub fn dv(&self) -> mlx5dv_qp {
+        let st = self.dev.lock();
+        let q = &st.qps[&self.qpn];
+        let mut d = mlx5dv_qp::zeroed();
+        d.dbrec = q.dbrec.ptr().cast();
+        d.sq = mlx5dv_wq { buf: q.sq.ptr().cast(), wqe_cnt: q.sq_wqe_cnt, stride: WQEBB as u32 };
+        // SAFETY: BF_OFFSET < 4096, the UAR page's size.
+        d.bf = mlx5dv_bf { reg: unsafe { q.uar.ptr().add(BF_OFFSET) }.cast(), size: BF_SIZE };
+        d.sqn = self.qpn;
+        d
+    }
+
+    pub fn state(&self) -> QpState {
+        self.dev.lock().qps[&self.qpn].state
+    }
+
+    fn modify(&self, to: QpState, f: impl FnOnce(&mut QpEntry)) -> Result<(), SimError> {
+        let mut st = self.dev.lock();
+        let q = st.qps.get_mut(&self.qpn).ok_or(SimError::NoSuchQp(self.qpn))?;
+        let ok = matches!(
+            (q.state, to),
+            (QpState::Reset, QpState::Init)
+                | (QpState::Init, QpState::Rtr)
+                | (QpState::Rtr, QpState::Rts)
+                | (_, QpState::Reset)
+                | (_, QpState::Err)
+        );
+        if !ok {
+            return Err(SimError::BadTransition { from: q.state, to });
+        }
+        f(q);
+        q.state = to;
+        Ok(())
+    }
+
+    /// RESET -> INIT with the responder access the QP allows.
+    pub fn to_init(&self, access: Access) -> Result<(), SimError> {
+        self.modify(QpState::Init, |q| q.access = access)
+    }
+
+    /// INIT -> RTR, connected to `dest_qpn` on the same device.
+    pub fn to_rtr(&self, dest_qpn: u32) -> Result<(), SimError> {
+        if !self.dev.lock().qps.contains_key(&dest_qpn) {
+            return Err(SimError::NoSuchQp(dest_qpn));
+        }
+        self.modify(QpState::Rtr, |q| q.peer = Some(dest_qpn))
+    }
+
+    /// RTR -> RTS.
+    pub fn to_rts(&self) -> Result<(), SimError> {
+        self.modify(QpState::Rts, |_| {})
+    }
+
+    /// Any state -> ERR.
+    pub fn to_err(&self) -> Result<(), SimError> {
+        self.modify(QpState::Err, |_| {})
+    }
+
+    /// Any state -> RESET: zeroes the doorbell record and restarts the device's index.
+    pub fn to_reset(&self) -> Result<(), SimError> {
+        self.modify(QpState::Reset, |q| {
+            q.dbrec.write(0, &[0; 8]);
+            q.sq_ci = 0;
+            q.peer = None;
+        })
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        self.dev.lock().qps.remove(&self.qpn);
+    }
+}
+
+/// Outcome of executing one WQE.
+enum Exec {
+    Ok { byte_cnt: u32 },
+    Err(Syndrome),
+}
+
+/// Executes the pending WQEs of one QP. Returns how many ran.
+fn run_qp(st: &mut State, qpn: u32) -> usize {
+    let mut done = 0;
+    loop {
+        let q = &st.qps[&qpn];
+        // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 1 is the SQ's.
+        let db_pi = unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_SQ)) } & 0xffff;
+        if db_pi == q.sq_ci & 0xffff || matches!(q.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return done;
+        }
+        if cq_full(&st.cqs[&q.send_cqn]) {
+            // Back-pressure: a real CQ would overrun and raise an async error.
+            return done;
+        }
+        let slot = (q.sq_ci & (q.sq_wqe_cnt - 1)) as usize * WQEBB;
+        let ctrl: [u8; 16] = q.sq.read_array(slot);
+        let opcode = WqeOpcode(ctrl[3]);
+        let wqe_idx = u16::from_be_bytes([ctrl[1], ctrl[2]]);
+        let ds = (ctrl[7] & 0x3f) as usize;
+        let flags = CtrlFlags::from_bits_retain(ctrl[11]);
+        let wqebbs = (ds.max(1) * DS).div_ceil(WQEBB) as u32;
+        let state = q.state;
+        let send_cqn = q.send_cqn;
+        let result = if state == QpState::Err {
+            Exec::Err(Syndrome::WR_FLUSH_ERR)
+        } else if ds == 0 || wqe_idx != (q.sq_ci & 0xffff) as u16 {
+            Exec::Err(Syndrome::LOCAL_QP_OP_ERR)
+        } else {
+            execute(st, qpn, slot, opcode, ds)
+        };
+        let q = st.qps.get_mut(&qpn).expect("qp");
+        q.sq_ci = q.sq_ci.wrapping_add(wqebbs);
+        let cqe = match result {
+            Exec::Ok { byte_cnt } if flags.contains(CtrlFlags::CQ_UPDATE) => Some(Cqe {
+                opcode: CqeOpcode::REQ,
+                wqe_opcode: opcode,
+                qpn,
+                wqe_counter: wqe_idx,
+                byte_cnt,
+                imm: 0,
+                solicited: false,
+                format: 0,
+                syndrome: Syndrome(0),
+                vendor_syndrome: 0,
+            }),
+            Exec::Ok { .. } => None,
+            Exec::Err(syn) => {
+                q.state = QpState::Err;
+                Some(Cqe {
+                    opcode: CqeOpcode::REQ_ERR,
+                    wqe_opcode: opcode,
+                    qpn,
+                    wqe_counter: wqe_idx,
+                    byte_cnt: 0,
+                    imm: 0,
+                    solicited: false,
+                    format: 0,
+                    syndrome: syn,
+                    vendor_syndrome: 0,
+                })
+            }
+        };
+        if let Some(c) = cqe {
+            push_cqe(st.cqs.get_mut(&send_cqn).expect("cq"), &c);
+        }
+        done += 1;
+    }
+}
+
+fn cq_full(cq: &CqEntry) -> bool {
+    // SAFETY: the CQ dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the consumer index.
+    let ci = unsafe { mmio::read_dbrec((cq.dbrec.ptr() as *const u32).add(CQ_DBREC_CI)) } & 0xff_ffff;
+    (cq.pi.wrapping_sub(ci) & 0xff_ffff) >= cq.cqe_cnt
+}
+
+fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
+    let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    let off = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
+    cq.buf.write(off, &bytes[..63]);
+    cq.buf.publish_op_own(off + 63, bytes[63]);
+    cq.pi = cq.pi.wrapping_add(1);
+}
+
+/// One gather entry, already checked against the MR table.
+#[derive(Clone, Copy)]
+enum Src {
+    Mem { addr: u64, len: u32 },
+    Inline { ring_off: usize, len: u32 },
+}
+
+const MAX_SRC: usize = 64;
+
+fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) -> Exec {
+    if opcode != WqeOpcode::RDMA_WRITE {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    }
+    let q = &st.qps[&qpn];
+    let seg = |i: usize| -> [u8; 16] { q.sq.read_array(slot + i * DS) };
+    if ds < 2 {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    }
+    let raddr = seg(1);
+    let remote_addr = u64::from_be_bytes(raddr[0..8].try_into().unwrap());
+    let rkey = u32::from_be_bytes(raddr[8..12].try_into().unwrap());
+
+    // Gather list.
+    let mut srcs = [Src::Mem { addr: 0, len: 0 }; MAX_SRC];
+    let mut n = 0;
+    let mut total: u64 = 0;
+    let mut i = 2;
+    while i < ds {
+        let s = seg(i);
+        let word0 = u32::from_be_bytes(s[0..4].try_into().unwrap());
+        if word0 & INLINE_SEG != 0 {
+            let len = word0 & !INLINE_SEG;
+            let need = (len as usize + 4).div_ceil(DS);
+            if i + need > ds {
+                return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
+            }
+            srcs[n] = Src::Inline { ring_off: slot + i * DS + 4, len };
+            i += need;
+        } else {
+            let lkey = u32::from_be_bytes(s[4..8].try_into().unwrap());
+            let addr = u64::from_be_bytes(s[8..16].try_into().unwrap());
+            match st.mrs.get(&lkey) {
+                Some(mr) if addr >= mr.addr && addr + word0 as u64 <= mr.addr + mr.len => {}
+                _ => return Exec::Err(Syndrome::LOCAL_PROT_ERR),
+            }
+            srcs[n] = Src::Mem { addr, len: word0 };
+            i += 1;
+        }
+        total += match srcs[n] {
+            Src::Mem { len, .. } | Src::Inline { len, .. } => len as u64,
+        };
+        n += 1;
+    }
+
+    // Responder checks (IB class C: both QPs go to ERR on an access violation).
+    let Some(peer) = q.peer.filter(|p| st.qps.get(p).is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))) else {
+        return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
+    };
+    let allowed = st.qps[&peer].access.contains(Access::REMOTE_WRITE)
+        && st.mrs.get(&rkey).is_some_and(|mr| {
+            mr.access.contains(Access::REMOTE_WRITE)
+                && remote_addr >= mr.addr
+                && remote_addr.checked_add(total).is_some_and(|end| end <= mr.addr + mr.len)
+        });
+    if !allowed {
+        st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+        return Exec::Err(Syndrome::REMOTE_ACCESS_ERR);
+    }
+
+    // Copy, in order, holding the very last byte back until everything else
+    // landed: perftest-style pollers watch the last byte.
+    let mut dst = remote_addr;
+    let mut remaining = total;
+    for s in &srcs[..n] {
+        let (len, last) = match *s {
+            Src::Mem { len, .. } | Src::Inline { len, .. } => (len as u64, remaining == len as u64),
+        };
+        let body = if last { len.saturating_sub(1) } else { len };
+        match *s {
+            // SAFETY: both ranges were checked against registered MRs above;
+            // registration promises the memory stays valid (Device::reg_mr).
+            Src::Mem { addr, .. } => unsafe {
+                dma::copy(addr, dst, body as usize);
+                if last && len > 0 {
+                    dma::copy_last_byte(addr + body, dst + body);
+                }
+            },
+            Src::Inline { ring_off, .. } => {
+                let qsq = &st.qps[&qpn].sq;
+                for k in 0..len as usize {
+                    let b = qsq.read_byte(ring_off + k);
+                    // SAFETY: dst + k lies in the checked remote MR.
+                    unsafe {
+                        if last && k as u64 == body {
+                            dma::store_last_byte(dst + k as u64, b);
+                        } else {
+                            dma::store_byte(dst + k as u64, b);
+                        }
+                    }
+                }
+            }
+        }
+        dst += len;
+        remaining -= len;
+    }
+    Exec::Ok { byte_cnt: total.min(u32::MAX as u64) as u32 }
+}
+
+#[cfg(test)]
+mod tests;
