@@ -80,9 +80,14 @@ impl Cqe {
             b[54] = self.vendor_syndrome;
             b[55] = self.syndrome.0;
         }
-        b[56..60].copy_from_slice(&(((self.wqe_opcode.0 as u32) << 24) | (self.qpn & 0xff_ffff)).to_be_bytes());
+        b[56..60].copy_from_slice(
+            &(((self.wqe_opcode.0 as u32) << 24) | (self.qpn & 0xff_ffff)).to_be_bytes(),
+        );
         b[60..62].copy_from_slice(&self.wqe_counter.to_be_bytes());
-        b[63] = (self.opcode.0 << 4) | ((self.format & 3) << 2) | ((self.solicited as u8) << 1) | (owner & 1);
+        b[63] = (self.opcode.0 << 4)
+            | ((self.format & 3) << 2)
+            | ((self.solicited as u8) << 1)
+            | (owner & 1);
         b
     }
 

@@ -81,7 +81,12 @@ impl SendQueue {
             // SAFETY: the caller guarantees `sq.buf` holds `wqe_cnt * 64` bytes
             // for our lifetime and nobody else on the host touches them.
             buf: unsafe { RingBuf::from_raw(buf, wqe_cnt as usize * WQEBB) },
-            geo: SqGeometry { wqe_cnt, qpn, max_inline, max_wqebbs: 16.min(wqe_cnt) },
+            geo: SqGeometry {
+                wqe_cnt,
+                qpn,
+                max_inline,
+                max_wqebbs: 16.min(wqe_cnt),
+            },
             dbrec: qp.dbrec,
             bf_reg: qp.bf.reg as *mut u8,
             bf_size: qp.bf.size,
@@ -224,7 +229,14 @@ impl CompletionQueue {
         if cq.dbrec.is_null() {
             return Err(DescError::Null { what: "cq.dbrec" });
         }
-        Ok(Self { buf: cq.buf as *const u8, cqe_cnt, cqe_size: cq.cqe_size, dbrec: cq.dbrec, ci: 0, cqn: cq.cqn })
+        Ok(Self {
+            buf: cq.buf as *const u8,
+            cqe_cnt,
+            cqe_size: cq.cqe_size,
+            dbrec: cq.dbrec,
+            ci: 0,
+            cqn: cq.cqn,
+        })
     }
 
     pub fn cqn(&self) -> u32 {

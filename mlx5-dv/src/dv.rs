@@ -63,12 +63,19 @@ pub struct mlx5dv_cq {
 impl mlx5dv_qp {
     /// An all-null description, for `mlx5dv_init_obj` to fill.
     pub fn zeroed() -> Self {
-        let wq = mlx5dv_wq { buf: core::ptr::null_mut(), wqe_cnt: 0, stride: 0 };
+        let wq = mlx5dv_wq {
+            buf: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            stride: 0,
+        };
         Self {
             dbrec: core::ptr::null_mut(),
             sq: wq,
             rq: wq,
-            bf: mlx5dv_bf { reg: core::ptr::null_mut(), size: 0 },
+            bf: mlx5dv_bf {
+                reg: core::ptr::null_mut(),
+                size: 0,
+            },
             comp_mask: 0,
             uar_mmap_offset: 0,
             tirn: 0,

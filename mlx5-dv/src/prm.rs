@@ -38,7 +38,11 @@ impl WqeOpcode {
     pub fn has_raddr(self) -> bool {
         matches!(
             self,
-            Self::RDMA_WRITE | Self::RDMA_WRITE_IMM | Self::RDMA_READ | Self::ATOMIC_CS | Self::ATOMIC_FA
+            Self::RDMA_WRITE
+                | Self::RDMA_WRITE_IMM
+                | Self::RDMA_READ
+                | Self::ATOMIC_CS
+                | Self::ATOMIC_FA
         )
     }
 

@@ -24,7 +24,11 @@ impl<'a> RingBuf<'a> {
         if !mem.len().is_power_of_two() || mem.len() < 64 {
             return None;
         }
-        Some(Self { len: mem.len(), ptr: NonNull::from(mem).cast(), _mem: PhantomData })
+        Some(Self {
+            len: mem.len(),
+            ptr: NonNull::from(mem).cast(),
+            _mem: PhantomData,
+        })
     }
 
     /// A ring over raw device-shared memory (`mlx5dv_qp.sq.buf`, `mlx5dv_cq.buf`).
@@ -35,7 +39,11 @@ impl<'a> RingBuf<'a> {
     /// `len` must be a power of two and at least 64.
     pub unsafe fn from_raw(ptr: NonNull<u8>, len: usize) -> Self {
         debug_assert!(len.is_power_of_two() && len >= 64);
-        Self { ptr, len, _mem: PhantomData }
+        Self {
+            ptr,
+            len,
+            _mem: PhantomData,
+        }
     }
 
     /// Length in bytes.
@@ -64,7 +72,11 @@ impl<'a> RingBuf<'a> {
         // uniquely owned ring.
         unsafe {
             core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), first);
-            core::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.ptr.as_ptr(), src.len() - first);
+            core::ptr::copy_nonoverlapping(
+                src.as_ptr().add(first),
+                self.ptr.as_ptr(),
+                src.len() - first,
+            );
         }
     }
 
@@ -76,7 +88,11 @@ impl<'a> RingBuf<'a> {
         // SAFETY: as in `write_wrapping`.
         unsafe {
             core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), first);
-            core::ptr::copy_nonoverlapping(self.ptr.as_ptr(), dst.as_mut_ptr().add(first), dst.len() - first);
+            core::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr(),
+                dst.as_mut_ptr().add(first),
+                dst.len() - first,
+            );
         }
     }
 

@@ -99,7 +99,14 @@ pub enum WqeError {
 }
 
 /// Encodes a ctrl segment (bytes 0..16 of every send WQE).
-pub fn ctrl_seg(opcode: WqeOpcode, wqe_idx: u16, qpn: u32, ds: u32, flags: CtrlFlags, imm: u32) -> [u8; 16] {
+pub fn ctrl_seg(
+    opcode: WqeOpcode,
+    wqe_idx: u16,
+    qpn: u32,
+    ds: u32,
+    flags: CtrlFlags,
+    imm: u32,
+) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..4].copy_from_slice(&(((wqe_idx as u32) << 8) | opcode.0 as u32).to_be_bytes());
     s[4..8].copy_from_slice(&(((qpn & 0xff_ffff) << 8) | (ds & 0x3f)).to_be_bytes());
@@ -135,7 +142,11 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
     let op = wqe.opcode;
     if !matches!(
         op,
-        WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM | WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::NOP
+        WqeOpcode::RDMA_WRITE
+            | WqeOpcode::RDMA_WRITE_IMM
+            | WqeOpcode::SEND
+            | WqeOpcode::SEND_IMM
+            | WqeOpcode::NOP
     ) {
         return Err(WqeError::UnsupportedOpcode(op.0));
     }
@@ -149,7 +160,10 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
     match wqe.payload {
         Payload::Inline(bytes) => {
             if bytes.len() > geo.max_inline as usize {
-                return Err(WqeError::InlineTooLong { len: bytes.len(), max: geo.max_inline });
+                return Err(WqeError::InlineTooLong {
+                    len: bytes.len(),
+                    max: geo.max_inline,
+                });
             }
             if !bytes.is_empty() {
                 ds += inline_ds(bytes.len());
@@ -169,7 +183,10 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
     }
     let wqebbs = (ds * DS as u32).div_ceil(WQEBB as u32);
     if wqebbs > geo.max_wqebbs {
-        return Err(WqeError::TooBig { wqebbs, max: geo.max_wqebbs });
+        return Err(WqeError::TooBig {
+            wqebbs,
+            max: geo.max_wqebbs,
+        });
     }
     Ok((ds, wqebbs))
 }
@@ -193,7 +210,10 @@ pub fn write_send_wqe(
         return Err(WqeError::QueueFull { need: wqebbs, free });
     }
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
-    sq.write_seg(base, &ctrl_seg(wqe.opcode, pi as u16, geo.qpn, ds, wqe.flags, wqe.imm));
+    sq.write_seg(
+        base,
+        &ctrl_seg(wqe.opcode, pi as u16, geo.qpn, ds, wqe.flags, wqe.imm),
+    );
     let mut off = base + DS;
     if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
         sq.write_seg(off, &raddr_seg(r));
@@ -212,7 +232,11 @@ pub fn write_send_wqe(
             }
         }
     }
-    Ok(Written { ds, wqebbs, next_pi: pi.wrapping_add(wqebbs) })
+    Ok(Written {
+        ds,
+        wqebbs,
+        next_pi: pi.wrapping_add(wqebbs),
+    })
 }
 
 #[cfg(test)]
@@ -220,7 +244,12 @@ mod tests {
     use super::*;
 
     fn geo8() -> SqGeometry {
-        SqGeometry { wqe_cnt: 8, qpn: 0x1234, max_inline: 256, max_wqebbs: 16 }
+        SqGeometry {
+            wqe_cnt: 8,
+            qpn: 0x1234,
+            max_inline: 256,
+            max_wqebbs: 16,
+        }
     }
 
     /// The vector from the walking-skeleton issue / `mlx5-notes.md`: a 100-byte
@@ -234,19 +263,38 @@ mod tests {
             opcode: WqeOpcode::RDMA_WRITE,
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
-            remote: Some(RemoteSeg { addr: 0xdead0000, rkey: 0xabc }),
+            remote: Some(RemoteSeg {
+                addr: 0xdead0000,
+                rkey: 0xabc,
+            }),
             payload: Payload::Inline(&payload),
         };
         let w = write_send_wqe(&mut sq, &geo8(), 7, &wqe, 8).unwrap();
-        assert_eq!(w, Written { ds: 9, wqebbs: 3, next_pi: 10 });
-        assert_eq!(&mem[448..464], &[0, 0, 7, 8, 0, 0x12, 0x34, 9, 0, 0, 0, 8, 0, 0, 0, 0]);
-        assert_eq!(&mem[464..480], &[0, 0, 0, 0, 0xde, 0xad, 0, 0, 0, 0, 0x0a, 0xbc, 0, 0, 0, 0]);
+        assert_eq!(
+            w,
+            Written {
+                ds: 9,
+                wqebbs: 3,
+                next_pi: 10
+            }
+        );
+        assert_eq!(
+            &mem[448..464],
+            &[0, 0, 7, 8, 0, 0x12, 0x34, 9, 0, 0, 0, 8, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            &mem[464..480],
+            &[0, 0, 0, 0, 0xde, 0xad, 0, 0, 0, 0, 0x0a, 0xbc, 0, 0, 0, 0]
+        );
         assert_eq!(&mem[480..484], &[0x80, 0, 0, 0x64]);
         assert_eq!(&mem[484..512], &payload[0..28]);
         assert_eq!(&mem[0..72], &payload[28..100]);
         // Bytes past the WQE (and before the ctrl segment) are untouched.
         assert!(mem[72..448].iter().all(|&b| b == 0xee));
-        assert_eq!(crate::doorbell::sq_dbrec(w.next_pi).to_be_bytes(), [0, 0, 0, 0x0a]);
+        assert_eq!(
+            crate::doorbell::sq_dbrec(w.next_pi).to_be_bytes(),
+            [0, 0, 0, 0x0a]
+        );
     }
 
     #[test]
@@ -254,21 +302,42 @@ mod tests {
         let mut mem = vec![0u8; 512];
         let mut sq = RingBuf::from_slice(&mut mem).unwrap();
         let sges = [
-            DataSeg { addr: 0x1000, len: 4096, lkey: 0x11 },
-            DataSeg { addr: 0x9999, len: 0, lkey: 0x22 },
+            DataSeg {
+                addr: 0x1000,
+                len: 4096,
+                lkey: 0x11,
+            },
+            DataSeg {
+                addr: 0x9999,
+                len: 0,
+                lkey: 0x22,
+            },
         ];
         let wqe = SendWqe {
             opcode: WqeOpcode::RDMA_WRITE,
             flags: CtrlFlags::empty(),
             imm: 0,
-            remote: Some(RemoteSeg { addr: 0x2000, rkey: 0x33 }),
+            remote: Some(RemoteSeg {
+                addr: 0x2000,
+                rkey: 0x33,
+            }),
             payload: Payload::Sges(&sges),
         };
         let w = write_send_wqe(&mut sq, &geo8(), 0x10001, &wqe, 8).unwrap();
-        assert_eq!(w, Written { ds: 3, wqebbs: 1, next_pi: 0x10002 });
+        assert_eq!(
+            w,
+            Written {
+                ds: 3,
+                wqebbs: 1,
+                next_pi: 0x10002
+            }
+        );
         // wqe_idx is pi & 0xffff; slot is pi & 7 = 1.
         assert_eq!(&mem[64..72], &[0, 0, 0x01, 8, 0, 0x12, 0x34, 3]);
-        assert_eq!(&mem[96..112], &[0, 0, 0x10, 0, 0, 0, 0, 0x11, 0, 0, 0, 0, 0, 0, 0x10, 0]);
+        assert_eq!(
+            &mem[96..112],
+            &[0, 0, 0x10, 0, 0, 0, 0, 0x11, 0, 0, 0, 0, 0, 0, 0x10, 0]
+        );
         assert!(mem[112..128].iter().all(|&b| b == 0));
     }
 
@@ -277,8 +346,16 @@ mod tests {
         let mut mem = vec![0x5au8; 512];
         let mut sq = RingBuf::from_slice(&mut mem).unwrap();
         let big = vec![0u8; 300];
-        let sge = [DataSeg { addr: 0, len: 1, lkey: 0 }; 70];
-        let huge = [DataSeg { addr: 0, len: u32::MAX, lkey: 0 }; 2];
+        let sge = [DataSeg {
+            addr: 0,
+            len: 1,
+            lkey: 0,
+        }; 70];
+        let huge = [DataSeg {
+            addr: 0,
+            len: u32::MAX,
+            lkey: 0,
+        }; 2];
         let cases: Vec<(SendWqe<'_>, WqeError)> = vec![
             (
                 SendWqe {
@@ -318,7 +395,9 @@ mod tests {
                     remote: None,
                     payload: Payload::Sges(&huge),
                 },
-                WqeError::LengthOverflow { total: 2 * u32::MAX as u64 },
+                WqeError::LengthOverflow {
+                    total: 2 * u32::MAX as u64,
+                },
             ),
             (
                 SendWqe {

@@ -55,7 +55,12 @@ impl DmaBuf {
     pub(super) fn write(&self, off: usize, src: &[u8]) {
         for (k, &b) in src.iter().enumerate() {
             // SAFETY: masked offset is inside the allocation.
-            unsafe { self.ptr.as_ptr().add((off + k) & self.mask()).write_volatile(b) };
+            unsafe {
+                self.ptr
+                    .as_ptr()
+                    .add((off + k) & self.mask())
+                    .write_volatile(b)
+            };
         }
     }
 

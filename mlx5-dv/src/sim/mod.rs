@@ -55,7 +55,12 @@ pub enum QpState {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SimError {
     #[error("{what} = {value} must be a power of two between {min} and {max}")]
-    BadSize { what: &'static str, value: u32, min: u32, max: u32 },
+    BadSize {
+        what: &'static str,
+        value: u32,
+        min: u32,
+        max: u32,
+    },
     #[error("memory region of zero length")]
     ZeroLength,
     #[error("memory region {addr:#x}+{len} wraps the address space")]
@@ -136,7 +141,12 @@ impl Default for Device {
 
 impl Device {
     pub fn new() -> Self {
-        let state = State { next_key: 0x100, next_cqn: 0x80, next_qpn: 0x1000, ..Default::default() };
+        let state = State {
+            next_key: 0x100,
+            next_cqn: 0x80,
+            next_qpn: 0x1000,
+            ..Default::default()
+        };
         Device {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
@@ -155,32 +165,64 @@ impl Device {
     /// # Safety
     /// `addr..addr+len` must stay valid for reads and writes by the device (any
     /// thread) until [`Self::dereg_mr`] returns for this key.
-    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: Access) -> Result<MrKeys, SimError> {
+    pub unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MrKeys, SimError> {
         if len == 0 {
             return Err(SimError::ZeroLength);
         }
         if (addr as u64).checked_add(len as u64).is_none() {
-            return Err(SimError::BadRange { addr: addr as u64, len: len as u64 });
+            return Err(SimError::BadRange {
+                addr: addr as u64,
+                len: len as u64,
+            });
         }
         let mut st = self.lock();
         let key = st.next_key;
         st.next_key = st.next_key.wrapping_add(0x100);
-        st.mrs.insert(key, MrEntry { addr: addr as u64, len: len as u64, access });
-        Ok(MrKeys { lkey: key, rkey: key })
+        st.mrs.insert(
+            key,
+            MrEntry {
+                addr: addr as u64,
+                len: len as u64,
+                access,
+            },
+        );
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
     }
 
     /// Deregisters an MR; after it returns the device no longer touches its memory.
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
-        self.lock().mrs.remove(&lkey).map(|_| ()).ok_or(SimError::NoSuchMr(lkey))
+        self.lock()
+            .mrs
+            .remove(&lkey)
+            .map(|_| ())
+            .ok_or(SimError::NoSuchMr(lkey))
     }
 
     /// Creates a CQ of `cqe_cnt` entries (power of two, 2..=4M) of `cqe_size` (64 or 128) bytes.
     pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<Cq, SimError> {
         if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) {
-            return Err(SimError::BadSize { what: "cqe_cnt", value: cqe_cnt, min: 2, max: 1 << 22 });
+            return Err(SimError::BadSize {
+                what: "cqe_cnt",
+                value: cqe_cnt,
+                min: 2,
+                max: 1 << 22,
+            });
         }
         if cqe_size != 64 && cqe_size != 128 {
-            return Err(SimError::BadSize { what: "cqe_size", value: cqe_size, min: 64, max: 128 });
+            return Err(SimError::BadSize {
+                what: "cqe_size",
+                value: cqe_size,
+                min: 64,
+                max: 128,
+            });
         }
         let buf = DmaBuf::new(cqe_cnt as usize * cqe_size as usize);
         for i in 0..cqe_cnt as usize {
@@ -190,15 +232,33 @@ impl Device {
         let mut st = self.lock();
         let cqn = st.next_cqn;
         st.next_cqn += 1;
-        st.cqs.insert(cqn, CqEntry { buf, dbrec: DmaBuf::new(64), uar: DmaBuf::new(4096), cqe_cnt, cqe_size, pi: 0 });
-        Ok(Cq { dev: self.clone(), cqn })
+        st.cqs.insert(
+            cqn,
+            CqEntry {
+                buf,
+                dbrec: DmaBuf::new(64),
+                uar: DmaBuf::new(4096),
+                cqe_cnt,
+                cqe_size,
+                pi: 0,
+            },
+        );
+        Ok(Cq {
+            dev: self.clone(),
+            cqn,
+        })
     }
 
     /// Creates an RC QP in RESET whose send completions go to `send_cq`.
     /// `sq_wqebbs` is the SQ size in 64-byte WQEBBs (power of two, 1..=32768).
     pub fn create_qp(&self, send_cq: &Cq, sq_wqebbs: u32) -> Result<Qp, SimError> {
         if !sq_wqebbs.is_power_of_two() || sq_wqebbs > 1 << 15 {
-            return Err(SimError::BadSize { what: "sq_wqebbs", value: sq_wqebbs, min: 1, max: 1 << 15 });
+            return Err(SimError::BadSize {
+                what: "sq_wqebbs",
+                value: sq_wqebbs,
+                min: 1,
+                max: 1 << 15,
+            });
         }
         if !Arc::ptr_eq(&send_cq.dev.inner, &self.inner) {
             return Err(SimError::ForeignCq(send_cq.cqn));
@@ -220,7 +280,10 @@ impl Device {
                 access: Access::empty(),
             },
         );
-        Ok(Qp { dev: self.clone(), qpn })
+        Ok(Qp {
+            dev: self.clone(),
+            qpn,
+        })
     }
 
     /// Executes every WQE posted so far, on every QP; returns how many WQEs ran.
@@ -250,7 +313,12 @@ impl Device {
     /// Stops the device thread, if one runs, and waits for it.
     pub fn stop(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
-        let t = self.inner.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let t = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(t) = t {
             let _ = t.join();
         }
@@ -340,9 +408,16 @@ impl Qp {
         let q = &st.qps[&self.qpn];
         let mut d = mlx5dv_qp::zeroed();
         d.dbrec = q.dbrec.ptr().cast();
-        d.sq = mlx5dv_wq { buf: q.sq.ptr().cast(), wqe_cnt: q.sq_wqe_cnt, stride: WQEBB as u32 };
+        d.sq = mlx5dv_wq {
+            buf: q.sq.ptr().cast(),
+            wqe_cnt: q.sq_wqe_cnt,
+            stride: WQEBB as u32,
+        };
         // SAFETY: BF_OFFSET < 4096, the UAR page's size.
-        d.bf = mlx5dv_bf { reg: unsafe { q.uar.ptr().add(BF_OFFSET) }.cast(), size: BF_SIZE };
+        d.bf = mlx5dv_bf {
+            reg: unsafe { q.uar.ptr().add(BF_OFFSET) }.cast(),
+            size: BF_SIZE,
+        };
         d.sqn = self.qpn;
         d
     }
@@ -353,7 +428,10 @@ impl Qp {
 
     fn modify(&self, to: QpState, f: impl FnOnce(&mut QpEntry)) -> Result<(), SimError> {
         let mut st = self.dev.lock();
-        let q = st.qps.get_mut(&self.qpn).ok_or(SimError::NoSuchQp(self.qpn))?;
+        let q = st
+            .qps
+            .get_mut(&self.qpn)
+            .ok_or(SimError::NoSuchQp(self.qpn))?;
         let ok = matches!(
             (q.state, to),
             (QpState::Reset, QpState::Init)
@@ -421,8 +499,11 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
     loop {
         let q = &st.qps[&qpn];
         // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 1 is the SQ's.
-        let db_pi = unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_SQ)) } & 0xffff;
-        if db_pi == q.sq_ci & 0xffff || matches!(q.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+        let db_pi =
+            unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_SQ)) } & 0xffff;
+        if db_pi == q.sq_ci & 0xffff
+            || matches!(q.state, QpState::Reset | QpState::Init | QpState::Rtr)
+        {
             return done;
         }
         if cq_full(&st.cqs[&q.send_cqn]) {
@@ -486,13 +567,15 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
 
 fn cq_full(cq: &CqEntry) -> bool {
     // SAFETY: the CQ dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the consumer index.
-    let ci = unsafe { mmio::read_dbrec((cq.dbrec.ptr() as *const u32).add(CQ_DBREC_CI)) } & 0xff_ffff;
+    let ci =
+        unsafe { mmio::read_dbrec((cq.dbrec.ptr() as *const u32).add(CQ_DBREC_CI)) } & 0xff_ffff;
     (cq.pi.wrapping_sub(ci) & 0xff_ffff) >= cq.cqe_cnt
 }
 
 fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
     let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
-    let off = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
+    let off =
+        (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
     cq.buf.write(off, &bytes[..63]);
     cq.buf.publish_op_own(off + 63, bytes[63]);
     cq.pi = cq.pi.wrapping_add(1);
@@ -534,7 +617,10 @@ fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) 
             if i + need > ds {
                 return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
             }
-            srcs[n] = Src::Inline { ring_off: slot + i * DS + 4, len };
+            srcs[n] = Src::Inline {
+                ring_off: slot + i * DS + 4,
+                len,
+            };
             i += need;
         } else {
             let lkey = u32::from_be_bytes(s[4..8].try_into().unwrap());
@@ -553,14 +639,20 @@ fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) 
     }
 
     // Responder checks (IB class C: both QPs go to ERR on an access violation).
-    let Some(peer) = q.peer.filter(|p| st.qps.get(p).is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))) else {
+    let Some(peer) = q.peer.filter(|p| {
+        st.qps
+            .get(p)
+            .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+    }) else {
         return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
     };
     let allowed = st.qps[&peer].access.contains(Access::REMOTE_WRITE)
         && st.mrs.get(&rkey).is_some_and(|mr| {
             mr.access.contains(Access::REMOTE_WRITE)
                 && remote_addr >= mr.addr
-                && remote_addr.checked_add(total).is_some_and(|end| end <= mr.addr + mr.len)
+                && remote_addr
+                    .checked_add(total)
+                    .is_some_and(|end| end <= mr.addr + mr.len)
         });
     if !allowed {
         st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
@@ -603,7 +695,9 @@ fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) 
         dst += len;
         remaining -= len;
     }
-    Exec::Ok { byte_cnt: total.min(u32::MAX as u64) as u32 }
+    Exec::Ok {
+        byte_cnt: total.min(u32::MAX as u64) as u32,
+    }
 }
 
 #[cfg(test)]

@@ -19,11 +19,17 @@ fn pair(dev: &Device) -> (Side, Side) {
         // Side keeps qp and cq; the drivers touch ring memory only when called.
         let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128) }.unwrap();
         let cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
-        Side { qp, _cq: cq, sq, cqp }
+        Side {
+            qp,
+            _cq: cq,
+            sq,
+            cqp,
+        }
     };
     let (a, b) = (mk(), mk());
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.qp.to_init(Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        x.qp.to_init(Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
         x.qp.to_rtr(y.qp.qpn()).unwrap();
         x.qp.to_rts().unwrap();
     }
@@ -49,9 +55,24 @@ fn rdma_write_lands_and_completes() {
     // SAFETY (every reg_mr in these tests): the Vecs outlive all device work,
     // which happens only inside `dev.process()` calls made while they live.
     let ks = unsafe { dev.reg_mr(src.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
-    let kd = unsafe { dev.reg_mr(dst.as_mut_ptr(), 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap();
-    let sge = [DataSeg { addr: src.as_ptr() as u64, len: 4096, lkey: ks.lkey }];
-    a.sq.post(&write_wqe(Payload::Sges(&sge), dst.as_ptr() as u64, kd.rkey), 42).unwrap();
+    let kd = unsafe {
+        dev.reg_mr(
+            dst.as_mut_ptr(),
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let sge = [DataSeg {
+        addr: src.as_ptr() as u64,
+        len: 4096,
+        lkey: ks.lkey,
+    }];
+    a.sq.post(
+        &write_wqe(Payload::Sges(&sge), dst.as_ptr() as u64, kd.rkey),
+        42,
+    )
+    .unwrap();
     a.sq.ring_doorbell();
     assert_eq!(dev.process(), 1);
     let c = a.cqp.next().expect("a CQE");
@@ -70,15 +91,27 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
     let mut src = vec![0xabu8; 64];
     let mut dst = vec![0u8; 64];
     let ks = unsafe { dev.reg_mr(src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
-    let kd = unsafe { dev.reg_mr(dst.as_mut_ptr(), 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap();
+    let kd = unsafe {
+        dev.reg_mr(
+            dst.as_mut_ptr(),
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
     let kro = unsafe { dev.reg_mr(dst.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
-    let sge = [DataSeg { addr: src.as_ptr() as u64, len: 64, lkey: ks.lkey }];
+    let sge = [DataSeg {
+        addr: src.as_ptr() as u64,
+        len: 64,
+        lkey: ks.lkey,
+    }];
     let d = dst.as_ptr() as u64;
     // Wrong rkey; outside the MR; MR without REMOTE_WRITE. The first error
     // puts the QP in ERR, so the rest are flushed: check each on a fresh pair.
     for (raddr, rkey) in [(d, kd.rkey ^ 0x100_0000), (d + 1, kd.rkey), (d, kro.rkey)] {
         let (mut a, b) = pair(&dev);
-        a.sq.post(&write_wqe(Payload::Sges(&sge), raddr, rkey), 7).unwrap();
+        a.sq.post(&write_wqe(Payload::Sges(&sge), raddr, rkey), 7)
+            .unwrap();
         a.sq.ring_doorbell();
         dev.process();
         let c = a.cqp.next().expect("an error CQE");
@@ -106,12 +139,23 @@ fn ring_wraps_with_owner_bits_across_many_passes() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 256];
-    let kd = unsafe { dev.reg_mr(dst.as_mut_ptr(), 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap();
+    let kd = unsafe {
+        dev.reg_mr(
+            dst.as_mut_ptr(),
+            256,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
     let d = dst.as_ptr() as u64;
     // 100-byte inline writes take 3 WQEBBs in an 8-WQEBB SQ: they wrap often.
     for i in 0..100u32 {
         let payload: Vec<u8> = (0..100).map(|k| (k as u32 + i) as u8).collect();
-        a.sq.post(&write_wqe(Payload::Inline(&payload), d + (i as u64 % 100), kd.rkey), i as u64).unwrap();
+        a.sq.post(
+            &write_wqe(Payload::Inline(&payload), d + (i as u64 % 100), kd.rkey),
+            i as u64,
+        )
+        .unwrap();
         a.sq.ring_doorbell();
         assert_eq!(dev.process(), 1);
         let c = a.cqp.next().expect("CQE");
@@ -129,16 +173,30 @@ fn device_thread_executes_doorbells() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 64];
-    let kd = unsafe { dev.reg_mr(dst.as_mut_ptr(), 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap();
+    let kd = unsafe {
+        dev.reg_mr(
+            dst.as_mut_ptr(),
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
     dev.start();
-    a.sq.post(&write_wqe(Payload::Inline(&[9; 64]), dst.as_ptr() as u64, kd.rkey), 5).unwrap();
+    a.sq.post(
+        &write_wqe(Payload::Inline(&[9; 64]), dst.as_ptr() as u64, kd.rkey),
+        5,
+    )
+    .unwrap();
     a.sq.ring_doorbell();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let c = loop {
         if let Some(c) = a.cqp.next() {
             break c;
         }
-        assert!(std::time::Instant::now() < deadline, "no CQE from the device thread");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no CQE from the device thread"
+        );
         std::thread::yield_now();
     };
     dev.stop();

@@ -1,0 +1,272 @@
+//! perftest-compatible benchmarks.
+//!
+//! `write_lat` follows perftest's `ib_write_lat` (perftest `src/write_lat.c`,
+//! `run_iter_lat_write`; report in `print_report_lat`): the two sides take
+//! turns RDMA-writing `size` bytes into each other's receive buffer, each
+//! waiting for the last byte of its own receive buffer to change before
+//! writing back. A timestamp is taken before each post of side A; the
+//! `iters - 1` differences are round trips. As perftest 4.5 does, they are
+//! sorted, the 2 largest dropped, and reported as one-way latency (half the
+//! round trip) in microseconds.
+
+use crate::{
+    Access, Completion, Context, Error, Mr, Qp, QpConfig, RemoteAddr, Result, SendWr, Sge,
+};
+use std::time::{Duration, Instant};
+
+/// perftest's `LAT_MEASURE_TAIL`: the largest samples dropped from the report.
+pub const LAT_MEASURE_TAIL: usize = 2;
+/// perftest's `MIN_ITER`.
+pub const MIN_ITERS: u32 = 5;
+/// Largest message perftest sends (`-a` goes to 2^23).
+pub const MAX_SIZE: u32 = 8 << 20;
+/// How long a wait for the device may take before the benchmark gives up.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Settings of a latency test.
+#[derive(Clone, Debug)]
+pub struct LatConfig {
+    pub device: String,
+    /// Message size in bytes.
+    pub size: u32,
+    pub iters: u32,
+    /// Messages up to this size are posted inline (perftest `-I`).
+    pub inline_size: u32,
+    pub port: u8,
+    pub gid_index: Option<u8>,
+}
+
+impl Default for LatConfig {
+    fn default() -> Self {
+        LatConfig {
+            device: crate::SIM_DEVICE.into(),
+            size: 2,
+            iters: 1000,
+            inline_size: 220,
+            port: 1,
+            gid_index: None,
+        }
+    }
+}
+
+/// One row of perftest's latency table; times in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LatReport {
+    pub bytes: u32,
+    pub iterations: u32,
+    pub t_min: f64,
+    pub t_max: f64,
+    pub t_typical: f64,
+    pub t_avg: f64,
+    pub t_stdev: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+}
+
+/// perftest's latency header line.
+pub const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+/// perftest's separator line.
+pub const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+
+impl LatReport {
+    /// Reduces round-trip samples (ns) the way perftest 4.5's `print_report_lat`
+    /// does: sort, drop the [`LAT_MEASURE_TAIL`] largest, median of the rest
+    /// (`t_typical`), average and standard deviation over the rest, percentiles
+    /// at index `ceil(n * p)`, all divided by `rtt_factor` (2 for write/send).
+    /// Needs at least `LAT_MEASURE_TAIL + 1` samples.
+    pub fn from_round_trips(
+        bytes: u32,
+        iterations: u32,
+        rtt_ns: &mut [f64],
+        rtt_factor: f64,
+    ) -> LatReport {
+        assert!(
+            rtt_ns.len() > LAT_MEASURE_TAIL,
+            "need more than {LAT_MEASURE_TAIL} samples"
+        );
+        rtt_ns.sort_by(|a, b| a.total_cmp(b));
+        let n = rtt_ns.len() - LAT_MEASURE_TAIL;
+        let d: Vec<f64> = rtt_ns.iter().map(|x| x / 1000.0 / rtt_factor).collect();
+        let median = if (n - 1) % 2 == 1 {
+            (d[n / 2] + d[n / 2 - 1]) / 2.0
+        } else {
+            d[n / 2]
+        };
+        let avg = d[..n].iter().sum::<f64>() / n as f64;
+        let var = d[..n].iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
+        let idx = |p: f64| ((n as f64 * p).ceil() as usize).min(d.len() - 1);
+        LatReport {
+            bytes,
+            iterations,
+            t_min: d[0],
+            t_max: d[n],
+            t_typical: median,
+            t_avg: avg,
+            t_stdev: var.sqrt(),
+            p99: d[idx(0.99)],
+            p99_9: d[idx(0.999)],
+        }
+    }
+
+    /// The row as perftest prints it (`REPORT_FMT_LAT`).
+    pub fn row(&self) -> String {
+        format!(
+            " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2}  \t\t{:<7.2}",
+            self.bytes,
+            self.iterations,
+            self.t_min,
+            self.t_max,
+            self.t_typical,
+            self.t_avg,
+            self.t_stdev,
+            self.p99,
+            self.p99_9
+        )
+    }
+}
+
+/// Spins until `done()` holds, failing after [`WAIT_LIMIT`].
+#[inline]
+fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
+    let mut spins = 0u32;
+    let mut start: Option<Instant> = None;
+    while !done()? {
+        spins = spins.wrapping_add(1);
+        if spins % 4096 == 0 {
+            let s = *start.get_or_insert_with(Instant::now);
+            if s.elapsed() > WAIT_LIMIT {
+                return Err(Error::Timeout(what()));
+            }
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+fn wait_completion(qp: &mut Qp, side: &str) -> Result<()> {
+    let mut wc = [Completion::default(); 1];
+    spin_until(
+        || format!("no send completion on side {side} within {WAIT_LIMIT:?}"),
+        || Ok(qp.poll(&mut wc)? == 1),
+    )?;
+    if !wc[0].status.is_ok() {
+        return Err(Error::Completion {
+            wr_id: wc[0].wr_id,
+            qp_num: wc[0].qp_num,
+            status: wc[0].status,
+            vendor_err: wc[0].vendor_err,
+        });
+    }
+    Ok(())
+}
+
+/// What a benchmark ran on, for the banner.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    pub device: String,
+    pub data_path: &'static str,
+    pub inline: u32,
+}
+
+/// Runs `write_lat` with both sides in this process (two connected QPs on one device).
+pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
+    if cfg.size == 0 || cfg.size > MAX_SIZE {
+        return Err(Error::Invalid(format!(
+            "size {} must be 1..={MAX_SIZE} bytes",
+            cfg.size
+        )));
+    }
+    if cfg.iters < MIN_ITERS {
+        return Err(Error::Invalid(format!(
+            "iterations {} must be at least {MIN_ITERS}",
+            cfg.iters
+        )));
+    }
+    let ctx = Context::open(&cfg.device)?;
+    let pd = ctx.alloc_pd()?;
+    let size = cfg.size as usize;
+    // Each side: [0, size) is what it sends, [size, 2 size) what it receives.
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let mr_a = pd.reg_mr(2 * size, access)?;
+    let mr_b = pd.reg_mr(2 * size, access)?;
+    let inline = cfg.size <= cfg.inline_size;
+    let qcfg = QpConfig {
+        max_send_wr: 16,
+        max_inline: if inline { cfg.inline_size } else { 0 },
+        port: cfg.port,
+        gid_index: cfg.gid_index,
+        ..QpConfig::default()
+    };
+    let (mut a, mut b) = pd.create_connected_pair(&qcfg)?;
+    let info = RunInfo {
+        device: ctx.name().into(),
+        data_path: a.data_path(),
+        inline: qcfg.max_inline,
+    };
+
+    let remote = |mr: &Mr| RemoteAddr {
+        addr: mr.addr() + size as u64,
+        rkey: mr.rkey(),
+    };
+    let (to_b, to_a) = (remote(&mr_b), remote(&mr_a));
+    let sge_a = [Sge::new(&mr_a, 0, cfg.size)?];
+    let sge_b = [Sge::new(&mr_b, 0, cfg.size)?];
+    let last = size - 1;
+    let mut wr_a = SendWr::rdma_write(0, &sge_a, to_b).signaled();
+    let mut wr_b = SendWr::rdma_write(0, &sge_b, to_a).signaled();
+    wr_a.inline = inline;
+    wr_b.inline = inline;
+
+    let mut stamps: Vec<Instant> = Vec::with_capacity(cfg.iters as usize);
+    for i in 0..cfg.iters {
+        let seq = (i as u8).wrapping_add(1);
+        stamps.push(Instant::now());
+        mr_a.store_u8(last, seq);
+        wr_a.wr_id = i as u64;
+        a.post_send(&[wr_a])?;
+        spin_until(
+            || format!("iteration {i}: A's write never reached B"),
+            || Ok(mr_b.load_u8(size + last) == seq),
+        )?;
+        mr_b.store_u8(last, seq);
+        wr_b.wr_id = i as u64;
+        b.post_send(&[wr_b])?;
+        wait_completion(&mut a, "A")?;
+        spin_until(
+            || format!("iteration {i}: B's write never reached A"),
+            || Ok(mr_a.load_u8(size + last) == seq),
+        )?;
+        wait_completion(&mut b, "B")?;
+    }
+    let mut rtt: Vec<f64> = stamps
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_nanos() as f64)
+        .collect();
+    Ok((
+        info,
+        LatReport::from_round_trips(cfg.size, cfg.iters, &mut rtt, 2.0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_follows_perftest_reduction() {
+        // 11 round trips of 2..=22 us (one-way 1..=11), plus noise in the tail.
+        let mut rtt: Vec<f64> = (1..=10).map(|i| i as f64 * 2000.0).collect();
+        rtt.push(1_000_000.0);
+        rtt.push(2_000_000.0);
+        let r = LatReport::from_round_trips(2, 13, &mut rtt, 2.0);
+        // 12 samples, 2 dropped -> n = 10: one-way 1..=10 us.
+        assert_eq!(r.t_min, 1.0);
+        assert_eq!(r.t_max, 500.0); // perftest reports delta[n], the first dropped sample
+        assert_eq!(r.t_typical, 5.5);
+        assert_eq!(r.t_avg, 5.5);
+        assert!((r.t_stdev - 2.8722813232690143).abs() < 1e-12);
+        assert_eq!(r.p99, 500.0); // index ceil(10 * 0.99) = 10
+        assert!(r.row().starts_with(" 2       13          1.00 "));
+    }
+}

@@ -1,0 +1,169 @@
+//! The direct data path: work requests become mlx5 WQEs written by our own
+//! ring driver (`mlx5_dv::driver`); completions are parsed from raw CQEs.
+//! Runs on the sim today; on ConnectX once `mlx5dv_init_obj` hands over the rings.
+
+use crate::wr::{Completion, SendWr, WcStatus, WrOp};
+use crate::{Error, Result};
+use mlx5_dv::driver::{CompletionQueue, SendQueue};
+use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
+use mlx5_dv::sim;
+use mlx5_dv::wqe::{wqe_size, DataSeg, Payload, RemoteSeg, SendWqe};
+
+/// Most SGEs one direct WR may carry (a 1 KiB WQE: ctrl + raddr + 62 DS).
+pub(crate) const MAX_SGE: usize = 30;
+/// Largest inline payload the direct path copies (bytes).
+pub(crate) const MAX_INLINE: usize = 512;
+
+/// One RC QP on the direct path, with its own CQ.
+pub(crate) struct DirectQp {
+    // Field order matters: the drivers drop before the sim objects that own the rings.
+    sq: SendQueue,
+    cq: CompletionQueue,
+    qpn: u32,
+    pub(crate) sim_qp: sim::Qp,
+    _sim_cq: sim::Cq,
+}
+
+impl DirectQp {
+    /// Creates the sim QP and CQ and binds the ring driver to their descriptions.
+    pub(crate) fn create_sim(
+        dev: &sim::Device,
+        sq_wqebbs: u32,
+        cq_depth: u32,
+        max_inline: u32,
+    ) -> Result<Self> {
+        let sim_cq = dev.create_cq(cq_depth.next_power_of_two().max(2), 64)?;
+        let sim_qp = dev.create_qp(&sim_cq, sq_wqebbs)?;
+        // SAFETY: the descriptions come from `sim_qp` / `sim_cq`, which this
+        // struct owns and drops after the drivers (field order); nothing else
+        // on the host uses these rings.
+        let sq = unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline) }?;
+        // SAFETY: as above.
+        let cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
+        Ok(Self {
+            sq,
+            cq,
+            qpn: sim_qp.qpn(),
+            sim_qp,
+            _sim_cq: sim_cq,
+        })
+    }
+
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Posts `wrs` and rings the doorbell once. Every WR is checked first
+    /// (and the SQ room for all of them): on error nothing is written.
+    #[inline]
+    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        let mut need = 0u32;
+        for w in wrs {
+            let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
+            need += wqebbs;
+        }
+        if need > self.sq.free_wqebbs() {
+            return Err(Error::QueueFull);
+        }
+        for w in wrs {
+            with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
+        }
+        self.sq.ring_doorbell();
+        Ok(())
+    }
+
+    /// Polls up to `out.len()` completions.
+    #[inline]
+    pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let mut n = 0;
+        let mut result = Ok(());
+        while n < out.len() {
+            let Some(cqe) = self.cq.next() else { break };
+            let Some(wr_id) = self.sq.complete(cqe.wqe_counter) else {
+                result = Err(Error::StaleCqe {
+                    qpn: cqe.qpn,
+                    counter: cqe.wqe_counter,
+                });
+                break;
+            };
+            out[n] = Completion {
+                wr_id,
+                status: WcStatus(cqe.wc_status()),
+                byte_len: cqe.byte_cnt,
+                qp_num: cqe.qpn,
+                vendor_err: cqe.vendor_syndrome as u32,
+            };
+            n += 1;
+        }
+        if n > 0 {
+            self.cq.update_ci();
+        }
+        result.map(|()| n)
+    }
+}
+
+/// Builds the `SendWqe` for `w` on the stack and hands it to `f`.
+#[inline]
+fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
+    if w.sges.len() > MAX_SGE {
+        return Err(Error::Invalid(format!(
+            "{} SGEs; the direct path takes at most {MAX_SGE}",
+            w.sges.len()
+        )));
+    }
+    let (opcode, remote) = match w.op {
+        WrOp::RdmaWrite { remote } => (
+            WqeOpcode::RDMA_WRITE,
+            RemoteSeg {
+                addr: remote.addr,
+                rkey: remote.rkey.0,
+            },
+        ),
+    };
+    let flags = if w.signaled {
+        CtrlFlags::CQ_UPDATE
+    } else {
+        CtrlFlags::empty()
+    };
+    let mut inline = [0u8; MAX_INLINE];
+    let mut segs = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_SGE];
+    let payload = if w.inline {
+        let total = w.total_len();
+        if total > MAX_INLINE as u64 {
+            return Err(Error::Invalid(format!(
+                "inline payload of {total} bytes; at most {MAX_INLINE}"
+            )));
+        }
+        let mut off = 0;
+        for s in w.sges {
+            let dst = &mut inline[off..off + s.len as usize];
+            // SAFETY: `s` borrows a live Mr (Sge<'mr>) and `Sge::new` checked
+            // that addr..addr+len lies inside it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.addr as *const u8, dst.as_mut_ptr(), dst.len())
+            };
+            off += s.len as usize;
+        }
+        Payload::Inline(&inline[..off])
+    } else {
+        for (d, s) in segs.iter_mut().zip(w.sges) {
+            *d = DataSeg {
+                addr: s.addr,
+                len: s.len,
+                lkey: s.lkey.0,
+            };
+        }
+        Payload::Sges(&segs[..w.sges.len()])
+    };
+    Ok(f(&SendWqe {
+        opcode,
+        flags,
+        imm: 0,
+        remote: Some(remote),
+        payload,
+    }))
+}

@@ -1,0 +1,51 @@
+//! Error types of the portable crate.
+
+use mlx5_dv::wqe::WqeError;
+
+/// Every error the crate returns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `Context::open` found no device of that name.
+    #[error("no RDMA device named {name:?} (try `rdma-direct devices`)")]
+    NoSuchDevice { name: String },
+    /// A verbs call failed; `errno` is what it returned or set.
+    #[error("{call} failed: {}", std::io::Error::from_raw_os_error(*.errno))]
+    Verbs { call: &'static str, errno: i32 },
+    /// The crate was built without the `verbs` feature.
+    #[error("device {name:?} needs rdma-core, but this build has no `verbs` feature")]
+    NoVerbs { name: String },
+    /// The sim refused a control-path request.
+    #[error("sim: {0}")]
+    Sim(#[from] mlx5_dv::sim::SimError),
+    /// A ring description was refused by the driver.
+    #[error("ring description: {0}")]
+    Desc(#[from] mlx5_dv::driver::DescError),
+    /// A work request was refused before anything was written.
+    #[error("work request refused: {0}")]
+    Wqe(#[from] WqeError),
+    /// An argument is out of range; nothing was changed.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// The send queue has no room for the batch; nothing was posted.
+    #[error("send queue full")]
+    QueueFull,
+    /// No GID suitable for RoCE v2 on this port.
+    #[error("{0}")]
+    NoGid(String),
+    /// Something the device should have done did not happen in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A work request completed with an error status.
+    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status}, vendor error {vendor_err:#x}")]
+    Completion {
+        wr_id: u64,
+        qp_num: u32,
+        status: crate::WcStatus,
+        vendor_err: u32,
+    },
+    /// A completion named no outstanding WQE.
+    #[error("CQE for QP {qpn:#x} names WQE counter {counter}, which is not outstanding")]
+    StaleCqe { qpn: u32, counter: u16 },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,420 @@
+//! rdma-direct: kernel-bypass RDMA for mlx5 (ConnectX) with a portable verbs
+//! path for every other RDMA device, and an embedded software mlx5 device
+//! (`sim`) so everything runs without RDMA hardware.
+//!
+//! ```no_run
+//! use rdma_direct::{Access, Context, QpConfig, RemoteAddr, SendWr, Sge, Completion};
+//! let ctx = Context::open("sim")?;
+//! let pd = ctx.alloc_pd()?;
+//! let src = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+//! let dst = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let (mut a, _b) = pd.create_connected_pair(&QpConfig::default())?;
+//! src.write(0, b"hello")?;
+//! let sge = [Sge::new(&src, 0, 5)?];
+//! a.post_send(&[SendWr::rdma_write(1, &sge, RemoteAddr { addr: dst.addr(), rkey: dst.rkey() }).signaled()])?;
+//! let mut wc = [Completion::default(); 1];
+//! while a.poll(&mut wc)? == 0 {}
+//! assert!(wc[0].status.is_ok());
+//! # Ok::<(), rdma_direct::Error>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod bench;
+mod direct;
+mod error;
+mod mem;
+#[cfg(feature = "verbs")]
+mod verbs;
+mod wr;
+
+pub use error::{Error, Result};
+pub use mem::{Access, Mr};
+pub use wr::{Completion, Lkey, RemoteAddr, Rkey, SendWr, Sge, WcStatus, WrOp};
+
+use mem::{Buffer, MrInner, Registration};
+use mlx5_dv::sim;
+use std::sync::{Arc, Mutex};
+
+/// Name of the embedded software mlx5 device.
+pub const SIM_DEVICE: &str = "sim";
+
+/// One device `rdma-direct devices` lists.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    /// `sim`, or `verbs` for an ibverbs device.
+    pub kind: &'static str,
+    /// Node GUID (0 for the sim).
+    pub node_guid: u64,
+    /// The data path `auto` picks: `direct` or `verbs`.
+    pub data_path: &'static str,
+}
+
+/// The sim and every ibverbs device on this host.
+pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    let mut v = vec![DeviceInfo {
+        name: SIM_DEVICE.into(),
+        kind: "sim",
+        node_guid: 0,
+        data_path: "direct",
+    }];
+    #[cfg(feature = "verbs")]
+    for d in verbs::list_devices()? {
+        v.push(DeviceInfo {
+            name: d.name,
+            kind: "verbs",
+            node_guid: d.node_guid,
+            data_path: "verbs",
+        });
+    }
+    Ok(v)
+}
+
+enum CtxKind {
+    Sim(sim::Device),
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<verbs::Ctx>),
+}
+
+/// An open device.
+pub struct Context {
+    kind: CtxKind,
+    name: String,
+}
+
+impl Context {
+    /// Opens `name`: `sim` (a new software mlx5 device with its own device
+    /// thread) or an ibverbs device name such as `rxe0` or `mlx5_0`.
+    pub fn open(name: &str) -> Result<Context> {
+        if name == SIM_DEVICE {
+            let dev = sim::Device::new();
+            dev.start();
+            return Ok(Context {
+                kind: CtxKind::Sim(dev),
+                name: name.into(),
+            });
+        }
+        #[cfg(feature = "verbs")]
+        {
+            match verbs::open(name)? {
+                Some(c) => Ok(Context {
+                    kind: CtxKind::Verbs(c),
+                    name: name.into(),
+                }),
+                None => Err(Error::NoSuchDevice { name: name.into() }),
+            }
+        }
+        #[cfg(not(feature = "verbs"))]
+        Err(Error::NoVerbs { name: name.into() })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `direct` or `verbs`: the data path QPs of this device use.
+    pub fn data_path(&self) -> &'static str {
+        match self.kind {
+            CtxKind::Sim(_) => "direct",
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(_) => "verbs",
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let kind = match &self.kind {
+            CtxKind::Sim(d) => PdKind::Sim(d.clone()),
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(c) => PdKind::Verbs(verbs::alloc_pd(c)?),
+        };
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                mrs: Mutex::new(Vec::new()),
+                kind,
+            }),
+        })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let CtxKind::Sim(d) = &self.kind {
+            d.stop();
+        }
+    }
+}
+
+enum PdKind {
+    Sim(sim::Device),
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<verbs::Pd>),
+}
+
+struct PdInner {
+    // Field order: MRs are released before the PD itself.
+    mrs: Mutex<Vec<Arc<MrInner>>>,
+    kind: PdKind,
+}
+
+/// A protection domain. It keeps every MR registered through it alive (memory
+/// and registration) until the PD and every QP created from it are dropped.
+pub struct Pd {
+    inner: Arc<PdInner>,
+}
+
+struct SimReg {
+    dev: sim::Device,
+    lkey: u32,
+}
+impl Registration for SimReg {}
+impl Drop for SimReg {
+    fn drop(&mut self) {
+        let _ = self.dev.dereg_mr(self.lkey);
+    }
+}
+
+/// Sizes and path facts for a QP pair.
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// Send queue depth in work requests.
+    pub max_send_wr: u32,
+    /// Most SGEs per send WR.
+    pub max_send_sge: u32,
+    /// Largest inline payload in bytes (`-I` in perftest).
+    pub max_inline: u32,
+    /// Port number (verbs devices).
+    pub port: u8,
+    /// GID index to use on RoCE; `None` picks the IPv4-mapped RoCE v2 GID.
+    pub gid_index: Option<u8>,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig {
+            max_send_wr: 128,
+            max_send_sge: 1,
+            max_inline: 220,
+            port: 1,
+            gid_index: None,
+        }
+    }
+}
+
+impl Pd {
+    /// Registers a new zeroed, page-aligned buffer of `len` bytes.
+    ///
+    /// Errors: `len` of 0, or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE
+    /// (the IB spec requires it) are refused before any registration.
+    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(Error::Invalid(
+                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
+            ));
+        }
+        let buf = Buffer::new(len)?;
+        let (reg, lkey, rkey): (Box<dyn Registration>, u32, u32) = match &self.inner.kind {
+            PdKind::Sim(dev) => {
+                // SAFETY: `buf` is owned by the MrInner built below, whose
+                // field order drops this registration (dereg) before the buffer.
+                let k = unsafe {
+                    dev.reg_mr(
+                        buf.ptr(),
+                        buf.len(),
+                        sim::Access::from_bits_retain(access.bits()),
+                    )
+                }?;
+                (
+                    Box::new(SimReg {
+                        dev: dev.clone(),
+                        lkey: k.lkey,
+                    }),
+                    k.lkey,
+                    k.rkey,
+                )
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd) => verbs::reg_mr(pd, &buf, access)?,
+        };
+        let inner = Arc::new(MrInner {
+            _reg: reg,
+            buf,
+            lkey,
+            rkey,
+        });
+        self.inner
+            .mrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(inner.clone());
+        Ok(Mr { inner })
+    }
+
+    /// Creates two RC QPs on this device, each with its own CQ, and takes both
+    /// RESET -> INIT -> RTR -> RTS connected to each other (loopback).
+    pub fn create_connected_pair(&self, cfg: &QpConfig) -> Result<(Qp, Qp)> {
+        if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
+            return Err(Error::Invalid(format!(
+                "max_send_wr {} must be 1..=16384",
+                cfg.max_send_wr
+            )));
+        }
+        let cq_depth = cfg.max_send_wr;
+        let (a, b) = match &self.inner.kind {
+            PdKind::Sim(dev) => {
+                if cfg.max_send_sge as usize > direct::MAX_SGE
+                    || cfg.max_inline as usize > direct::MAX_INLINE
+                {
+                    return Err(Error::Invalid(format!(
+                        "the direct path takes at most {} SGEs and {} inline bytes",
+                        direct::MAX_SGE,
+                        direct::MAX_INLINE
+                    )));
+                }
+                // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
+                let payload = (cfg.max_send_sge as usize * 16)
+                    .max((cfg.max_inline as usize + 4).div_ceil(16) * 16);
+                let per_wqe = (32 + payload).div_ceil(64) as u32;
+                let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
+                let a = direct::DirectQp::create_sim(dev, wqebbs, cq_depth, cfg.max_inline)?;
+                let b = direct::DirectQp::create_sim(dev, wqebbs, cq_depth, cfg.max_inline)?;
+                let access = sim::Access::all();
+                for (x, y) in [(&a, &b), (&b, &a)] {
+                    x.sim_qp.to_init(access)?;
+                    x.sim_qp.to_rtr(y.qpn())?;
+                    x.sim_qp.to_rts()?;
+                }
+                (QpKind::Direct(a), QpKind::Direct(b))
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd) => {
+                let caps = verbs::QpCaps {
+                    max_send_wr: cfg.max_send_wr,
+                    max_send_sge: cfg.max_send_sge,
+                    max_inline: cfg.max_inline,
+                    cq_depth,
+                };
+                let mut a = verbs::create_qp(pd, caps)?;
+                let mut b = verbs::create_qp(pd, caps)?;
+                let port = pd.ctx.query_port(cfg.port)?;
+                let roce = port.link_layer == 2;
+                let (sgid_index, gid) = if roce {
+                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
+                    (Some(i), g)
+                } else {
+                    (None, [0; 16])
+                };
+                let psn_a = random_psn();
+                let psn_b = random_psn();
+                let peer = |qpn, psn| verbs::PeerInfo {
+                    qpn,
+                    psn,
+                    lid: port.lid,
+                    gid,
+                    mtu: port.active_mtu,
+                };
+                let la = verbs::LocalPath {
+                    port: cfg.port,
+                    sgid_index,
+                    sq_psn: psn_a,
+                };
+                let lb = verbs::LocalPath {
+                    port: cfg.port,
+                    sgid_index,
+                    sq_psn: psn_b,
+                };
+                let (qa, qb) = (a.qpn(), b.qpn());
+                a.connect(la, peer(qb, psn_b))?;
+                b.connect(lb, peer(qa, psn_a))?;
+                (QpKind::Verbs(a), QpKind::Verbs(b))
+            }
+        };
+        Ok((
+            Qp {
+                kind: a,
+                _pd: self.inner.clone(),
+            },
+            Qp {
+                kind: b,
+                _pd: self.inner.clone(),
+            },
+        ))
+    }
+}
+
+#[cfg(feature = "verbs")]
+fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    (h.finish() as u32) & 0xff_ffff
+}
+
+enum QpKind {
+    Direct(direct::DirectQp),
+    #[cfg(feature = "verbs")]
+    Verbs(verbs::VerbsQp),
+}
+
+/// An RC queue pair with its own completion queue.
+pub struct Qp {
+    // Field order: the QP goes before the PD (and its MRs) it belongs to.
+    kind: QpKind,
+    _pd: Arc<PdInner>,
+}
+
+impl Qp {
+    /// QP number (24 bits).
+    pub fn qp_num(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.qpn(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.qpn(),
+        }
+    }
+
+    /// `direct` or `verbs`.
+    pub fn data_path(&self) -> &'static str {
+        match &self.kind {
+            QpKind::Direct(_) => "direct",
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => "verbs",
+        }
+    }
+
+    /// Posts a batch of send work requests with one doorbell. Every WR is
+    /// checked first; on any error nothing is posted. [`Error::QueueFull`]
+    /// when the send queue has no room for the whole batch.
+    #[inline]
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        for w in wrs {
+            if w.total_len() > 1 << 31 {
+                return Err(Error::Invalid(format!(
+                    "message of {} bytes exceeds 2^31",
+                    w.total_len()
+                )));
+            }
+        }
+        match &mut self.kind {
+            QpKind::Direct(q) => q.post_send(wrs),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.post_send(wrs),
+        }
+    }
+
+    /// Polls up to `out.len()` completions into `out`; returns how many.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.poll(out),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.poll(out),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `rdma-direct`: benchmarks and tools.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use rdma_direct::bench::{self, LatConfig, LAT_HEADER, RESULT_LINE};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "rdma-direct",
+    version,
+    about = "Kernel-bypass RDMA for mlx5, with a portable verbs path and an embedded software mlx5 device (`sim`)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the sim and every ibverbs device.
+    Devices,
+    /// Run a perftest-compatible benchmark (both sides in this process).
+    Bench(BenchArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Test {
+    /// RDMA WRITE latency, as perftest's ib_write_lat.
+    #[value(name = "write_lat")]
+    WriteLat,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// The test to run.
+    test: Test,
+    /// Device: `sim` (embedded software mlx5, direct path) or an ibverbs device such as rxe0 or mlx5_0.
+    #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]
+    device: String,
+    /// Message size in bytes (1 to 8388608).
+    #[arg(short = 's', long = "size", default_value_t = 2)]
+    size: u32,
+    /// Number of exchanges (at least 5).
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    iters: u32,
+    /// Messages up to this many bytes are sent inline.
+    #[arg(short = 'I', long = "inline_size", default_value_t = 220)]
+    inline_size: u32,
+    /// Port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    port: u8,
+    /// GID index (default: the IPv4-mapped RoCE v2 GID).
+    #[arg(short = 'x', long = "gid-index")]
+    gid_index: Option<u8>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Devices => devices(),
+        Cmd::Bench(a) => run_bench(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdma-direct: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn devices() -> rdma_direct::Result<()> {
+    println!(
+        "    {:<16}\t{:<8}\t{:<18}\t{}",
+        "device", "kind", "node GUID", "data path"
+    );
+    println!(
+        "    {:<16}\t{:<8}\t{:<18}\t{}",
+        "------", "----", "---------", "---------"
+    );
+    for d in rdma_direct::list_devices()? {
+        let g = d.node_guid;
+        let guid = format!(
+            "{:04x}:{:04x}:{:04x}:{:04x}",
+            (g >> 48) & 0xffff,
+            (g >> 32) & 0xffff,
+            (g >> 16) & 0xffff,
+            g & 0xffff
+        );
+        println!(
+            "    {:<16}\t{:<8}\t{:<18}\t{}",
+            d.name, d.kind, guid, d.data_path
+        );
+    }
+    Ok(())
+}
+
+fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
+    match a.test {
+        Test::WriteLat => {
+            let cfg = LatConfig {
+                device: a.device,
+                size: a.size,
+                iters: a.iters,
+                inline_size: a.inline_size,
+                port: a.port,
+                gid_index: a.gid_index,
+            };
+            let (info, r) = bench::write_lat(&cfg)?;
+            println!("{RESULT_LINE}");
+            println!("                    RDMA_Write Latency Test");
+            println!(
+                " Device         : {}\t\tData path      : {}",
+                info.device, info.data_path
+            );
+            println!(" Number of qps  : 1\t\tTransport type : IB");
+            println!(" Connection type: RC\t\tUsing SRQ      : OFF");
+            println!(" Mode           : both sides in one process (two QPs on one device)");
+            println!(" Max inline data: {}[B]", info.inline);
+            println!("{RESULT_LINE}");
+            println!("{LAT_HEADER}");
+            println!("{}", r.row());
+            println!("{RESULT_LINE}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,627 @@
+//! The verbs control path and the portable data path, over rdma-core's
+//! libibverbs (`rdma-sys`). The FFI door: every `unsafe` block of the portable
+//! crate that calls rdma-core lives here.
+//!
+//! Sources: rdma-core `libibverbs/verbs.h` and `man ibv_modify_qp` (required
+//! attribute masks per transition, also in `docs/prm-notes.md`), perftest
+//! `perftest_communication.c` (GID choice, RTR/RTS attributes).
+
+use crate::mem::{Access, Buffer, Registration};
+use crate::wr::{Completion, SendWr, WcStatus, WrOp};
+use crate::{Error, Result};
+use rdma_sys::*;
+use std::ffi::CStr;
+use std::sync::Arc;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn check(call: &'static str, rc: i32) -> Result<()> {
+    match rc {
+        0 => Ok(()),
+        // rdma-core returns errno values directly (positive) or -1 with errno set.
+        rc if rc > 0 => Err(Error::Verbs { call, errno: rc }),
+        _ => Err(Error::Verbs {
+            call,
+            errno: errno(),
+        }),
+    }
+}
+
+/// One ibverbs device as `ibv_get_device_list` reports it.
+#[derive(Clone, Debug)]
+pub struct VerbsDeviceInfo {
+    pub name: String,
+    /// Node GUID in host order.
+    pub node_guid: u64,
+    /// The uverbs character device (`uverbs0`, ...).
+    #[allow(dead_code)]
+    pub dev_name: String,
+}
+
+struct DeviceList {
+    list: *mut *mut ibv_device,
+    n: usize,
+}
+
+impl DeviceList {
+    fn get() -> Result<Self> {
+        let mut n = 0;
+        // SAFETY: FFI; `n` is a valid out-pointer.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            return Err(Error::Verbs {
+                call: "ibv_get_device_list",
+                errno: errno(),
+            });
+        }
+        Ok(Self {
+            list,
+            n: n.max(0) as usize,
+        })
+    }
+    fn devices(&self) -> impl Iterator<Item = *mut ibv_device> + '_ {
+        // SAFETY: `list` holds `n` valid device pointers until freed in Drop.
+        (0..self.n).map(move |i| unsafe { *self.list.add(i) })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: `list` came from ibv_get_device_list and is freed once.
+        unsafe { ibv_free_device_list(self.list) };
+    }
+}
+
+fn device_name(dev: *mut ibv_device) -> String {
+    // SAFETY: `dev` is a live device of a live list; the name is a C string.
+    unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Every ibverbs device on this host (empty where the kernel has no RDMA).
+pub fn list_devices() -> Result<Vec<VerbsDeviceInfo>> {
+    let list = match DeviceList::get() {
+        Ok(l) => l,
+        // libibverbs reports ENOSYS when the kernel has no RDMA subsystem at all.
+        Err(Error::Verbs {
+            errno: libc::ENOSYS,
+            ..
+        }) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(list
+        .devices()
+        .map(|d| {
+            // SAFETY: `d` is a live device; dev_name is a NUL-terminated array.
+            let dev_name = unsafe { CStr::from_ptr((*d).dev_name.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
+            // SAFETY: as above.
+            let guid = u64::from_be(unsafe { ibv_get_device_guid(d) });
+            VerbsDeviceInfo {
+                name: device_name(d),
+                node_guid: guid,
+                dev_name,
+            }
+        })
+        .collect())
+}
+
+/// An open device context.
+pub(crate) struct Ctx {
+    raw: *mut ibv_context,
+    pub(crate) name: String,
+}
+
+// SAFETY: ibv_context is thread-safe for the calls we make (rdma-core locks internally).
+unsafe impl Send for Ctx {}
+unsafe impl Sync for Ctx {}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: opened in `open`, closed once, after every PD/CQ/QP holding an Arc is gone.
+        unsafe { ibv_close_device(self.raw) };
+    }
+}
+
+/// Opens the device called `name`; `Ok(None)` if there is none.
+pub(crate) fn open(name: &str) -> Result<Option<Arc<Ctx>>> {
+    let list = match DeviceList::get() {
+        Ok(l) => l,
+        Err(Error::Verbs {
+            errno: libc::ENOSYS,
+            ..
+        }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(dev) = list.devices().find(|&d| device_name(d) == name) else {
+        return Ok(None);
+    };
+    // SAFETY: `dev` is a live device of `list`, which outlives the call.
+    let raw = unsafe { ibv_open_device(dev) };
+    if raw.is_null() {
+        return Err(Error::Verbs {
+            call: "ibv_open_device",
+            errno: errno(),
+        });
+    }
+    Ok(Some(Arc::new(Ctx {
+        raw,
+        name: name.to_owned(),
+    })))
+}
+
+/// The port facts the connection needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PortInfo {
+    pub(crate) lid: u16,
+    /// `enum ibv_mtu` value.
+    pub(crate) active_mtu: u32,
+    /// `IBV_LINK_LAYER_ETHERNET` (2) for RoCE.
+    pub(crate) link_layer: u8,
+    pub(crate) gid_tbl_len: i32,
+}
+
+impl Ctx {
+    pub(crate) fn query_port(&self, port: u8) -> Result<PortInfo> {
+        // SAFETY: ibv_port_attr is plain data; zero is a valid bit pattern.
+        let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, valid out-pointer.
+        check("ibv_query_port", unsafe {
+            ___ibv_query_port(self.raw, port, &mut a)
+        })?;
+        Ok(PortInfo {
+            lid: a.lid,
+            active_mtu: a.active_mtu,
+            link_layer: a.link_layer,
+            gid_tbl_len: a.gid_tbl_len,
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: i32) -> Result<[u8; 16]> {
+        // SAFETY: ibv_gid is plain data.
+        let mut g: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: live context, valid out-pointer.
+        check("ibv_query_gid", unsafe {
+            ibv_query_gid(self.raw, port, index, &mut g)
+        })?;
+        // SAFETY: every bit pattern of the union is a valid [u8; 16].
+        Ok(unsafe { g.raw })
+    }
+
+    /// The GID index to use on RoCE: the explicit one if given, else the first
+    /// IPv4-mapped RoCE v2 entry (as perftest picks). Types come from sysfs
+    /// (`/sys/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index>`).
+    pub(crate) fn choose_gid(
+        &self,
+        port: u8,
+        info: &PortInfo,
+        explicit: Option<u8>,
+    ) -> Result<(u8, [u8; 16])> {
+        if let Some(i) = explicit {
+            return Ok((i, self.query_gid(port, i as i32)?));
+        }
+        let mut seen = Vec::new();
+        for i in 0..info.gid_tbl_len.min(256) {
+            let Ok(gid) = self.query_gid(port, i) else {
+                continue;
+            };
+            if gid == [0; 16] {
+                continue;
+            }
+            let ty = std::fs::read_to_string(format!(
+                "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{i}",
+                self.name
+            ))
+            .unwrap_or_default();
+            let v4_mapped = gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff];
+            if ty.trim() == "RoCE v2" && v4_mapped {
+                return Ok((i as u8, gid));
+            }
+            seen.push(format!(
+                "{i}: {} {}",
+                ty.trim(),
+                std::net::Ipv6Addr::from(gid)
+            ));
+        }
+        Err(Error::NoGid(format!(
+            "device {} port {port} has no IPv4-mapped RoCE v2 GID (give the address an IPv4 address, or pass a GID index); GIDs seen: [{}]",
+            self.name,
+            seen.join(", ")
+        )))
+    }
+}
+
+/// A protection domain.
+pub(crate) struct Pd {
+    raw: *mut ibv_pd,
+    pub(crate) ctx: Arc<Ctx>,
+}
+
+// SAFETY: as for Ctx.
+unsafe impl Send for Pd {}
+unsafe impl Sync for Pd {}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `alloc_pd`; every MR and QP holds an Arc<Pd>, so none is left.
+        unsafe { ibv_dealloc_pd(self.raw) };
+    }
+}
+
+pub(crate) fn alloc_pd(ctx: &Arc<Ctx>) -> Result<Arc<Pd>> {
+    // SAFETY: live context.
+    let raw = unsafe { ibv_alloc_pd(ctx.raw) };
+    if raw.is_null() {
+        return Err(Error::Verbs {
+            call: "ibv_alloc_pd",
+            errno: errno(),
+        });
+    }
+    Ok(Arc::new(Pd {
+        raw,
+        ctx: ctx.clone(),
+    }))
+}
+
+struct MrReg {
+    raw: *mut ibv_mr,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: an ibv_mr handle is only deregistered, once, on drop.
+unsafe impl Send for MrReg {}
+unsafe impl Sync for MrReg {}
+impl Registration for MrReg {}
+
+impl Drop for MrReg {
+    fn drop(&mut self) {
+        // SAFETY: registered in `reg_mr`, deregistered once, before its buffer is freed.
+        unsafe { ibv_dereg_mr(self.raw) };
+    }
+}
+
+/// Registers `buf`; returns the registration (deregisters on drop), lkey, rkey.
+pub(crate) fn reg_mr(
+    pd: &Arc<Pd>,
+    buf: &Buffer,
+    access: Access,
+) -> Result<(Box<dyn Registration>, u32, u32)> {
+    // SAFETY: `buf` is live memory of `buf.len()` bytes; the caller keeps it
+    // alive until the returned registration is dropped (MrInner field order).
+    let raw = unsafe { ibv_reg_mr(pd.raw, buf.ptr().cast(), buf.len(), access.bits() as i32) };
+    if raw.is_null() {
+        return Err(Error::Verbs {
+            call: "ibv_reg_mr",
+            errno: errno(),
+        });
+    }
+    // SAFETY: non-null ibv_mr returned by rdma-core.
+    let (lkey, rkey) = unsafe { ((*raw).lkey, (*raw).rkey) };
+    Ok((
+        Box::new(MrReg {
+            raw,
+            _pd: pd.clone(),
+        }),
+        lkey,
+        rkey,
+    ))
+}
+
+/// Sizes of one QP and its CQ.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpCaps {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_inline: u32,
+    pub(crate) cq_depth: u32,
+}
+
+/// An RC QP with its own CQ, driven through `ibv_post_send` / `ibv_poll_cq`.
+pub(crate) struct VerbsQp {
+    qp: *mut ibv_qp,
+    cq: *mut ibv_cq,
+    qpn: u32,
+    caps: QpCaps,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: the QP and CQ are used from one thread at a time (`&mut self`).
+unsafe impl Send for VerbsQp {}
+
+impl Drop for VerbsQp {
+    fn drop(&mut self) {
+        // SAFETY: created in `create_qp`; the QP goes before its CQ.
+        unsafe {
+            ibv_destroy_qp(self.qp);
+            ibv_destroy_cq(self.cq);
+        }
+    }
+}
+
+pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
+    // SAFETY: live context; no completion channel.
+    let cq = unsafe {
+        ibv_create_cq(
+            pd.ctx.raw,
+            caps.cq_depth as i32,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if cq.is_null() {
+        return Err(Error::Verbs {
+            call: "ibv_create_cq",
+            errno: errno(),
+        });
+    }
+    // SAFETY: plain data; zero is valid.
+    let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.qp_type = ibv_qp_type::IBV_QPT_RC;
+    init.cap = ibv_qp_cap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: 1,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: 1,
+        max_inline_data: caps.max_inline,
+    };
+    // SAFETY: live PD, valid attributes.
+    let qp = unsafe { ibv_create_qp(pd.raw, &mut init) };
+    if qp.is_null() {
+        let e = errno();
+        // SAFETY: the CQ was created above and is unused.
+        unsafe { ibv_destroy_cq(cq) };
+        return Err(Error::Verbs {
+            call: "ibv_create_qp",
+            errno: e,
+        });
+    }
+    // SAFETY: non-null QP.
+    let qpn = unsafe { (*qp).qp_num };
+    let caps = QpCaps {
+        max_inline: init.cap.max_inline_data,
+        ..caps
+    };
+    Ok(VerbsQp {
+        qp,
+        cq,
+        qpn,
+        caps,
+        _pd: pd.clone(),
+    })
+}
+
+/// The peer facts RTR needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerInfo {
+    pub(crate) qpn: u32,
+    pub(crate) psn: u32,
+    pub(crate) lid: u16,
+    pub(crate) gid: [u8; 16],
+    /// `enum ibv_mtu`.
+    pub(crate) mtu: u32,
+}
+
+/// Local facts for RTR / RTS.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LocalPath {
+    pub(crate) port: u8,
+    /// Some(index) on RoCE (global routing with that source GID).
+    pub(crate) sgid_index: Option<u8>,
+    pub(crate) sq_psn: u32,
+}
+
+impl VerbsQp {
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn modify(
+        &mut self,
+        attr: &mut ibv_qp_attr,
+        mask: ibv_qp_attr_mask,
+        what: &'static str,
+    ) -> Result<()> {
+        // SAFETY: live QP; attr valid for the call.
+        check(what, unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) })
+    }
+
+    /// RESET -> INIT -> RTR -> RTS, connected to `peer`.
+    pub(crate) fn connect(&mut self, local: LocalPath, peer: PeerInfo) -> Result<()> {
+        use ibv_qp_attr_mask as M;
+        // SAFETY: plain data; zero is valid.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = local.port;
+        a.qp_access_flags = (Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC)
+            .bits();
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
+            "ibv_modify_qp(RESET->INIT)",
+        )?;
+
+        // SAFETY: plain data; zero is valid.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = peer.mtu;
+        a.dest_qp_num = peer.qpn;
+        a.rq_psn = peer.psn;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.dlid = peer.lid;
+        a.ah_attr.port_num = local.port;
+        if let Some(sgid) = local.sgid_index {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid = ibv_gid { raw: peer.gid };
+            a.ah_attr.grh.sgid_index = sgid;
+            a.ah_attr.grh.hop_limit = 64;
+        }
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE
+                | M::IBV_QP_AV
+                | M::IBV_QP_PATH_MTU
+                | M::IBV_QP_DEST_QPN
+                | M::IBV_QP_RQ_PSN
+                | M::IBV_QP_MAX_DEST_RD_ATOMIC
+                | M::IBV_QP_MIN_RNR_TIMER,
+            "ibv_modify_qp(INIT->RTR)",
+        )?;
+
+        // SAFETY: plain data; zero is valid.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = local.sq_psn;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 6;
+        a.max_rd_atomic = 1;
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE
+                | M::IBV_QP_SQ_PSN
+                | M::IBV_QP_TIMEOUT
+                | M::IBV_QP_RETRY_CNT
+                | M::IBV_QP_RNR_RETRY
+                | M::IBV_QP_MAX_QP_RD_ATOMIC,
+            "ibv_modify_qp(RTR->RTS)",
+        )
+    }
+
+    /// Posts `wrs` with one `ibv_post_send` call. Checked first: on error nothing is posted.
+    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        const MAX_WR: usize = 32;
+        const MAX_SGE: usize = 64;
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if wrs.len() > MAX_WR {
+            return Err(Error::Invalid(format!(
+                "a batch holds at most {MAX_WR} work requests"
+            )));
+        }
+        let nsge: usize = wrs.iter().map(|w| w.sges.len()).sum();
+        if nsge > MAX_SGE {
+            return Err(Error::Invalid(format!(
+                "a batch holds at most {MAX_SGE} SGEs"
+            )));
+        }
+        for w in wrs {
+            if w.sges.len() > self.caps.max_send_sge as usize {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_send_sge of {}",
+                    w.sges.len(),
+                    self.caps.max_send_sge
+                )));
+            }
+            if w.inline && w.total_len() > self.caps.max_inline as u64 {
+                return Err(Error::Invalid(format!(
+                    "inline payload of {} bytes exceeds the QP's max_inline_data of {}",
+                    w.total_len(),
+                    self.caps.max_inline
+                )));
+            }
+            if w.total_len() > 1 << 31 {
+                return Err(Error::Invalid("message longer than 2^31 bytes".into()));
+            }
+        }
+        let mut sges = [ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SGE];
+        // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
+        let mut vwrs: [ibv_send_wr; MAX_WR] = unsafe { std::mem::zeroed() };
+        let mut s = 0;
+        for (i, w) in wrs.iter().enumerate() {
+            let first = s;
+            for g in w.sges {
+                sges[s] = ibv_sge {
+                    addr: g.addr,
+                    length: g.len,
+                    lkey: g.lkey.0,
+                };
+                s += 1;
+            }
+            let v = &mut vwrs[i];
+            v.wr_id = w.wr_id;
+            v.sg_list = sges[first..].as_mut_ptr();
+            v.num_sge = w.sges.len() as i32;
+            let mut flags = 0;
+            if w.signaled {
+                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            if w.inline {
+                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+            }
+            v.send_flags = flags;
+            match w.op {
+                WrOp::RdmaWrite { remote } => {
+                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                    v.wr.rdma = rdma_t {
+                        remote_addr: remote.addr,
+                        rkey: remote.rkey.0,
+                    };
+                }
+            }
+        }
+        for i in 0..wrs.len() - 1 {
+            vwrs[i].next = &mut vwrs[i + 1];
+        }
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; the WR chain and SGE arrays live on this stack frame
+        // for the call; the SGEs name registered memory (Sge::new checked it).
+        let rc = unsafe { ibv_post_send(self.qp, vwrs.as_mut_ptr(), &mut bad) };
+        match rc {
+            0 => Ok(()),
+            libc::ENOMEM => Err(Error::QueueFull),
+            e if e > 0 => Err(Error::Verbs {
+                call: "ibv_post_send",
+                errno: e,
+            }),
+            _ => Err(Error::Verbs {
+                call: "ibv_post_send",
+                errno: errno(),
+            }),
+        }
+    }
+
+    /// Polls up to `out.len()` completions with `ibv_poll_cq`.
+    pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        const CHUNK: usize = 16;
+        // SAFETY: plain data.
+        let mut wc: [ibv_wc; CHUNK] = unsafe { std::mem::zeroed() };
+        let want = out.len().min(CHUNK);
+        // SAFETY: live CQ; `wc` holds `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want as i32, wc.as_mut_ptr()) };
+        if n < 0 {
+            return Err(Error::Verbs {
+                call: "ibv_poll_cq",
+                errno: -n,
+            });
+        }
+        for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
+            *o = Completion {
+                wr_id: w.wr_id,
+                status: WcStatus(w.status),
+                byte_len: w.byte_len,
+                qp_num: w.qp_num,
+                vendor_err: w.vendor_err,
+            };
+        }
+        Ok(n as usize)
+    }
+}

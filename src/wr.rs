@@ -1,0 +1,172 @@
+//! Backend-neutral work requests and completions.
+
+use crate::mem::Mr;
+use crate::Result;
+use std::marker::PhantomData;
+
+/// Local key of a memory region. Only an [`Mr`] makes one, so an rkey cannot stand in for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lkey(pub(crate) u32);
+
+impl Lkey {
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// Remote key of a (possibly remote) memory region, as the peer sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rkey(pub u32);
+
+/// A scatter/gather entry inside a registered memory region (checked when
+/// made). It borrows the [`Mr`], so the memory is live whenever a work request
+/// naming it is posted (inline payloads are copied from it at post time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge<'mr> {
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+    pub(crate) lkey: Lkey,
+    _mr: PhantomData<&'mr Mr>,
+}
+
+impl<'mr> Sge<'mr> {
+    /// `len` bytes at byte `offset` of `mr`; refused if it does not fit in `mr`.
+    pub fn new(mr: &'mr Mr, offset: usize, len: u32) -> Result<Sge<'mr>> {
+        mr.check_range(offset, len as usize)?;
+        Ok(Sge {
+            addr: mr.addr() + offset as u64,
+            len,
+            lkey: mr.lkey(),
+            _mr: PhantomData,
+        })
+    }
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn lkey(&self) -> Lkey {
+        self.lkey
+    }
+}
+
+/// The remote side of an RDMA operation: an address and rkey the peer exposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteAddr {
+    pub addr: u64,
+    pub rkey: Rkey,
+}
+
+/// What a send work request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WrOp {
+    /// RDMA WRITE of the gather list to `remote`.
+    RdmaWrite { remote: RemoteAddr },
+}
+
+/// One send work request (`ibv_send_wr` without the linked list).
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a> {
+    pub wr_id: u64,
+    pub op: WrOp,
+    pub sges: &'a [Sge<'a>],
+    /// Generate a completion (`IBV_SEND_SIGNALED`, mlx5 CQ_UPDATE).
+    pub signaled: bool,
+    /// Copy the payload into the WQE at post time (`IBV_SEND_INLINE`).
+    pub inline: bool,
+}
+
+impl<'a> SendWr<'a> {
+    /// An RDMA WRITE of `sges` to `remote`, unsignaled, not inline.
+    pub fn rdma_write(wr_id: u64, sges: &'a [Sge<'a>], remote: RemoteAddr) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::RdmaWrite { remote },
+            sges,
+            signaled: false,
+            inline: false,
+        }
+    }
+    pub fn signaled(mut self) -> Self {
+        self.signaled = true;
+        self
+    }
+    pub fn inline(mut self) -> Self {
+        self.inline = true;
+        self
+    }
+    pub(crate) fn total_len(&self) -> u64 {
+        self.sges.iter().map(|s| s.len as u64).sum()
+    }
+}
+
+/// Completion status with `enum ibv_wc_status` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WcStatus(pub u32);
+
+impl WcStatus {
+    pub const SUCCESS: Self = Self(0);
+    pub const LOC_LEN_ERR: Self = Self(1);
+    pub const LOC_QP_OP_ERR: Self = Self(2);
+    pub const LOC_PROT_ERR: Self = Self(4);
+    pub const WR_FLUSH_ERR: Self = Self(5);
+    pub const REM_INV_REQ_ERR: Self = Self(9);
+    pub const REM_ACCESS_ERR: Self = Self(10);
+    pub const REM_OP_ERR: Self = Self(11);
+    pub const RETRY_EXC_ERR: Self = Self(12);
+    pub const RNR_RETRY_EXC_ERR: Self = Self(13);
+    pub const GENERAL_ERR: Self = Self(21);
+
+    pub fn is_ok(self) -> bool {
+        self == Self::SUCCESS
+    }
+
+    /// rdma-core's `ibv_wc_status_str` names.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            0 => "success",
+            1 => "local length error",
+            2 => "local QP operation error",
+            3 => "local EE context operation error",
+            4 => "local protection error",
+            5 => "Work Request Flushed Error",
+            6 => "memory management operation error",
+            7 => "bad response error",
+            8 => "local access error",
+            9 => "remote invalid request error",
+            10 => "remote access error",
+            11 => "remote operation error",
+            12 => "transport retry counter exceeded",
+            13 => "RNR retry counter exceeded",
+            16 => "remote aborted error",
+            _ => "general error",
+        }
+    }
+}
+
+impl std::fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+/// One work completion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub byte_len: u32,
+    pub qp_num: u32,
+    /// Vendor syndrome (mlx5: CQE byte 54), 0 on success.
+    pub vendor_err: u32,
+}
+
+impl Default for WcStatus {
+    fn default() -> Self {
+        Self::SUCCESS
+    }
+}
