@@ -182,11 +182,9 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
         return Err(WqeError::TooManyDs { ds });
     }
     let wqebbs = (ds * DS as u32).div_ceil(WQEBB as u32);
-    if wqebbs > geo.max_wqebbs {
-        return Err(WqeError::TooBig {
-            wqebbs,
-            max: geo.max_wqebbs,
-        });
+    let max = geo.max_wqebbs.min(geo.wqe_cnt);
+    if wqebbs > max {
+        return Err(WqeError::TooBig { wqebbs, max });
     }
     Ok((ds, wqebbs))
 }
