@@ -116,6 +116,8 @@ struct State {
     mrs: HashMap<u32, MrEntry>,
     cqs: HashMap<u32, CqEntry>,
     qps: HashMap<u32, QpEntry>,
+    /// QP numbers in creation order (the device walks them without allocating).
+    qp_order: Vec<u32>,
     next_key: u32,
     next_cqn: u32,
     next_qpn: u32,
@@ -266,6 +268,7 @@ impl Device {
         let mut st = self.lock();
         let qpn = st.next_qpn;
         st.next_qpn += 1;
+        st.qp_order.push(qpn);
         st.qps.insert(
             qpn,
             QpEntry {
@@ -288,9 +291,7 @@ impl Device {
 
     /// Executes every WQE posted so far, on every QP; returns how many WQEs ran.
     pub fn process(&self) -> usize {
-        let mut st = self.lock();
-        let qpns: Vec<u32> = st.qps.keys().copied().collect();
-        qpns.into_iter().map(|q| run_qp(&mut st, q)).sum()
+        run_all(&mut self.lock())
     }
 
     /// Starts a device thread that executes WQEs as doorbells arrive. It stops
@@ -332,11 +333,7 @@ fn device_thread(weak: Weak<Inner>) {
         if inner.stop.load(Ordering::Relaxed) {
             return;
         }
-        let n = {
-            let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            let qpns: Vec<u32> = st.qps.keys().copied().collect();
-            qpns.into_iter().map(|q| run_qp(&mut st, q)).sum::<usize>()
-        };
+        let n = run_all(&mut inner.state.lock().unwrap_or_else(|e| e.into_inner()));
         drop(inner);
         if n > 0 {
             idle = 0;
@@ -483,7 +480,9 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        self.dev.lock().qps.remove(&self.qpn);
+        let mut st = self.dev.lock();
+        st.qps.remove(&self.qpn);
+        st.qp_order.retain(|&q| q != self.qpn);
     }
 }
 
@@ -491,6 +490,16 @@ impl Drop for Qp {
 enum Exec {
     Ok { byte_cnt: u32 },
     Err(Syndrome),
+}
+
+/// One pass over every QP; returns how many WQEs ran.
+fn run_all(st: &mut State) -> usize {
+    let mut n = 0;
+    for i in 0..st.qp_order.len() {
+        let qpn = st.qp_order[i];
+        n += run_qp(st, qpn);
+    }
+    n
 }
 
 /// Executes the pending WQEs of one QP. Returns how many ran.
