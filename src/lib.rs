@@ -84,7 +84,8 @@ pub struct Context {
 
 impl Context {
     /// Opens `name`: `sim` (a new software mlx5 device with its own device
-    /// thread) or an ibverbs device name such as `rxe0` or `mlx5_0`.
+    /// thread, which ends when the context and everything made from it are
+    /// dropped) or an ibverbs device name such as `rxe0` or `mlx5_0`.
     pub fn open(name: &str) -> Result<Context> {
         if name == SIM_DEVICE {
             let dev = sim::Device::new();
@@ -134,14 +135,6 @@ impl Context {
                 kind,
             }),
         })
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        if let CtxKind::Sim(d) = &self.kind {
-            d.stop();
-        }
     }
 }
 

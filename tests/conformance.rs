@@ -303,3 +303,23 @@ fn write_lat_benchmark_runs() {
         );
     }
 }
+
+#[test]
+fn qp_outlives_its_context_handle() {
+    for dev in devices() {
+        let s = setup(&dev);
+        let Setup { _ctx, pd, mut a, b } = s;
+        drop(_ctx);
+        let src = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst = pd
+            .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        src.write(0, &[3; 64]).unwrap();
+        let sge = [Sge::new(&src, 0, 64).unwrap()];
+        a.post_send(&[SendWr::rdma_write(9, &sge, remote(&dst, 0)).signaled()])
+            .unwrap();
+        assert_eq!(poll_one(&mut a, &dev).status, WcStatus::SUCCESS, "{dev}");
+        assert_eq!(contents(&dst), vec![3; 64], "{dev}");
+        drop(b);
+    }
+}
