@@ -10,7 +10,14 @@ use rdma_direct::{
 };
 use std::time::{Duration, Instant};
 
-/// The devices under test; prints what it skips and why.
+/// Writes to the real stderr, past libtest's capture, so skips and
+/// per-device results show in every run, not only failing ones.
+fn loud(msg: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The devices under test; says (once) what it skips and why.
 fn devices() -> Vec<String> {
     let all = rdma_direct::list_devices().expect("list devices");
     let names: Vec<String> = all.iter().map(|d| d.name.clone()).collect();
@@ -22,12 +29,17 @@ fn devices() -> Vec<String> {
             );
         }
     }
-    if names.len() == 1 {
-        eprintln!(
-            "conformance: SKIPPING the verbs path: no ibverbs device on this host (only the sim). \
-             Run `scripts/rxe-vm` (see README) to test on soft-RoCE."
-        );
-    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if names.len() == 1 {
+            loud(format_args!(
+                "conformance: SKIPPING the verbs path: no ibverbs device on this host (only the sim). \
+                 scripts/test runs this suite again on rxe0 in a soft-RoCE guest."
+            ));
+        } else {
+            loud(format_args!("conformance: devices under test: {names:?}"));
+        }
+    });
     names
 }
 
@@ -110,10 +122,10 @@ fn rdma_write_4096_lands_byte_for_byte() {
         assert_eq!(wc.wr_id, 77, "{dev}");
         assert_eq!(wc.qp_num, s.a.qp_num(), "{dev}");
         assert_eq!(contents(&dst), data, "{dev}: payload differs");
-        eprintln!(
-            "conformance: {dev} ({}): 4096-byte RDMA WRITE ok",
+        loud(format_args!(
+            "conformance: {dev} ({}): 4096-byte RDMA WRITE landed byte for byte",
             s.a.data_path()
-        );
+        ));
         drop(s.b);
     }
 }
@@ -145,7 +157,10 @@ fn wrong_rkey_is_remote_access_error_and_target_unchanged() {
         );
         assert_eq!(wc.wr_id, 5, "{dev}");
         assert_eq!(contents(&dst), before, "{dev}: target changed");
-        eprintln!("conformance: {dev}: wrong rkey -> {}", wc.status);
+        loud(format_args!(
+            "conformance: {dev}: wrong rkey -> {}, target unchanged",
+            wc.status
+        ));
         drop(s.b);
     }
 }
