@@ -232,12 +232,12 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         mr_b.store_u8(last, seq);
         wr_b.wr_id = i as u64;
         b.post_send(&[wr_b])?;
-        wait_completion(&mut a, "A")?;
         spin_until(
             || format!("iteration {i}: B's write never reached A"),
             || Ok(mr_a.load_u8(size + last) == seq),
         )?;
         wait_completion(&mut b, "B")?;
+        wait_completion(&mut a, "A")?;
     }
     let mut rtt: Vec<f64> = stamps
         .windows(2)
