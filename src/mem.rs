@@ -12,16 +12,8 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-bitflags::bitflags! {
-    /// Access flags, with `enum ibv_access_flags` values.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub struct Access: u32 {
-        const LOCAL_WRITE = 1;
-        const REMOTE_WRITE = 2;
-        const REMOTE_READ = 4;
-        const REMOTE_ATOMIC = 8;
-    }
-}
+/// Access flags (`enum ibv_access_flags` values): one type for every backend.
+pub use mlx5_dv::sim::Access;
 
 /// A page-aligned, zeroed heap buffer.
 pub(crate) struct Buffer {
