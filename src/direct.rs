@@ -78,7 +78,7 @@ impl DirectQp {
         let mut n = 0;
         let mut result = Ok(());
         while n < out.len() {
-            let Some(cqe) = self.cq.next() else { break };
+            let Some(cqe) = self.cq.poll_one() else { break };
             let Some(wr_id) = self.sq.complete(cqe.wqe_counter) else {
                 result = Err(Error::StaleCqe {
                     qpn: cqe.qpn,

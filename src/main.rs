@@ -71,12 +71,12 @@ fn main() -> ExitCode {
 
 fn devices() -> rdma_direct::Result<()> {
     println!(
-        "    {:<16}\t{:<8}\t{:<18}\t{}",
-        "device", "kind", "node GUID", "data path"
+        "    {:<16}\t{:<8}\t{:<18}\tdata path",
+        "device", "kind", "node GUID"
     );
     println!(
-        "    {:<16}\t{:<8}\t{:<18}\t{}",
-        "------", "----", "---------", "---------"
+        "    {:<16}\t{:<8}\t{:<18}\t---------",
+        "------", "----", "---------"
     );
     for d in rdma_direct::list_devices()? {
         let g = d.node_guid;

@@ -251,7 +251,7 @@ impl CompletionQueue {
     /// Takes the next software-owned CQE, if any, and advances the consumer
     /// index (the doorbell record is updated by [`Self::update_ci`]).
     #[inline]
-    pub fn next(&mut self) -> Option<Cqe> {
+    pub fn poll_one(&mut self) -> Option<Cqe> {
         let slot = (self.ci & (self.cqe_cnt - 1)) as usize * self.cqe_size as usize;
         // SAFETY: `slot + cqe_size <= cqe_cnt * cqe_size`, inside the CQ buffer
         // (constructor contract); the CQE proper is its last 64 bytes.

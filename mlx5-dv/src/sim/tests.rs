@@ -75,7 +75,7 @@ fn rdma_write_lands_and_completes() {
     .unwrap();
     a.sq.ring_doorbell();
     assert_eq!(dev.process(), 1);
-    let c = a.cqp.next().expect("a CQE");
+    let c = a.cqp.poll_one().expect("a CQE");
     assert_eq!(c.opcode, CqeOpcode::REQ);
     assert_eq!(c.qpn, a.qp.qpn());
     assert_eq!(a.sq.complete(c.wqe_counter), Some(42));
@@ -114,7 +114,7 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
             .unwrap();
         a.sq.ring_doorbell();
         dev.process();
-        let c = a.cqp.next().expect("an error CQE");
+        let c = a.cqp.poll_one().expect("an error CQE");
         assert_eq!(c.opcode, CqeOpcode::REQ_ERR);
         assert_eq!(c.syndrome, Syndrome::REMOTE_ACCESS_ERR);
         assert_eq!(a.qp.state(), QpState::Err);
@@ -128,7 +128,7 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
     a.sq.post(&w, 1).unwrap();
     a.sq.ring_doorbell();
     dev.process();
-    let c = a.cqp.next().expect("flush CQE");
+    let c = a.cqp.poll_one().expect("flush CQE");
     assert_eq!(c.syndrome, Syndrome::WR_FLUSH_ERR);
     assert!(dst.iter().all(|&x| x == 0));
     drop(b);
@@ -158,13 +158,13 @@ fn ring_wraps_with_owner_bits_across_many_passes() {
         .unwrap();
         a.sq.ring_doorbell();
         assert_eq!(dev.process(), 1);
-        let c = a.cqp.next().expect("CQE");
+        let c = a.cqp.poll_one().expect("CQE");
         a.cqp.update_ci();
         assert_eq!(c.opcode, CqeOpcode::REQ, "iteration {i}");
         assert_eq!(a.sq.complete(c.wqe_counter), Some(i as u64));
         let o = (i % 100) as usize;
         assert_eq!(&dst[o..o + 100], &payload[..]);
-        assert!(a.cqp.next().is_none());
+        assert!(a.cqp.poll_one().is_none());
     }
 }
 
@@ -190,7 +190,7 @@ fn device_thread_executes_doorbells() {
     a.sq.ring_doorbell();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let c = loop {
-        if let Some(c) = a.cqp.next() {
+        if let Some(c) = a.cqp.poll_one() {
             break c;
         }
         assert!(
