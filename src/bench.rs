@@ -109,10 +109,11 @@ impl LatReport {
         }
     }
 
-    /// The row as perftest prints it (`REPORT_FMT_LAT`).
+    /// The row as perftest 4.5 prints it (`REPORT_FMT_LAT` in
+    /// `src/perftest_parameters.h`), so column-based parsers keep working.
     pub fn row(&self) -> String {
         format!(
-            " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2}  \t\t{:<7.2}",
+            " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
             self.bytes,
             self.iterations,
             self.t_min,
@@ -126,20 +127,29 @@ impl LatReport {
     }
 }
 
-/// Spins until `done()` holds, failing after [`WAIT_LIMIT`].
+/// Polls spun before a waiter starts yielding its core.
+const SPIN_BEFORE_YIELD: u32 = 1024;
+
+/// Spins until `done()` holds, yielding the core after [`SPIN_BEFORE_YIELD`]
+/// polls, failing after [`WAIT_LIMIT`].
 #[inline]
 fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     let mut spins = 0u32;
     let mut start: Option<Instant> = None;
     while !done()? {
-        spins = spins.wrapping_add(1);
+        spins = spins.saturating_add(1);
         if spins % 4096 == 0 {
             let s = *start.get_or_insert_with(Instant::now);
             if s.elapsed() > WAIT_LIMIT {
                 return Err(Error::Timeout(what()));
             }
         }
-        std::hint::spin_loop();
+        if spins < SPIN_BEFORE_YIELD {
+            std::hint::spin_loop();
+        } else {
+            // The device (the sim's thread, rxe's kernel work) may need this core.
+            std::thread::yield_now();
+        }
     }
     Ok(())
 }

@@ -46,7 +46,7 @@ pub struct DeviceInfo {
     pub kind: &'static str,
     /// Node GUID (0 for the sim).
     pub node_guid: u64,
-    /// The data path `auto` picks: `direct` or `verbs`.
+    /// The data path its QPs use: `direct` (our ring driver) or `verbs`.
     pub data_path: &'static str,
 }
 

@@ -125,26 +125,35 @@ impl WcStatus {
         self == Self::SUCCESS
     }
 
-    /// rdma-core's `ibv_wc_status_str` names.
+    /// rdma-core's `ibv_wc_status_str` names (`libibverbs/enum_strs.c`).
     pub fn name(self) -> &'static str {
-        match self.0 {
-            0 => "success",
-            1 => "local length error",
-            2 => "local QP operation error",
-            3 => "local EE context operation error",
-            4 => "local protection error",
-            5 => "Work Request Flushed Error",
-            6 => "memory management operation error",
-            7 => "bad response error",
-            8 => "local access error",
-            9 => "remote invalid request error",
-            10 => "remote access error",
-            11 => "remote operation error",
-            12 => "transport retry counter exceeded",
-            13 => "RNR retry counter exceeded",
-            16 => "remote aborted error",
-            _ => "general error",
-        }
+        const NAMES: [&str; 24] = [
+            "success",
+            "local length error",
+            "local QP operation error",
+            "local EE context operation error",
+            "local protection error",
+            "Work Request Flushed Error",
+            "memory management operation error",
+            "bad response error",
+            "local access error",
+            "remote invalid request error",
+            "remote access error",
+            "remote operation error",
+            "transport retry counter exceeded",
+            "RNR retry counter exceeded",
+            "local RDD violation error",
+            "remote invalid RD request",
+            "remote aborted error",
+            "invalid EE context number",
+            "invalid EE context state",
+            "fatal error",
+            "response timeout error",
+            "general error",
+            "TM error",
+            "TM software rendezvous",
+        ];
+        NAMES.get(self.0 as usize).copied().unwrap_or("unknown")
     }
 }
 

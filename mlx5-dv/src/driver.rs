@@ -131,7 +131,7 @@ impl SendQueue {
     }
 
     /// Rings the doorbell for everything posted since the last ring, in the
-    /// order of `mlx5-notes.md`: barrier, doorbell record, WC barrier, BlueFlame
+    /// order rdma-core uses (`qp.c` `post_send_db`): barrier, doorbell record, WC barrier, BlueFlame
     /// copy (single WQE that fits) or 8-byte doorbell, flush, offset toggle.
     #[inline]
     pub fn ring_doorbell(&mut self) {

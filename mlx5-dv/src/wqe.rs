@@ -1,7 +1,7 @@
 //! Send WQE encoding: ctrl, remote-address, data and inline segments, and the
 //! writer that places one whole WQE into an SQ ring at producer index `pi`.
 //!
-//! Layouts (`../shared/reference/mlx5-notes.md`, rdma-core `mlx5dv.h`
+//! Layouts (`docs/prm-notes.md`; rdma-core `mlx5dv.h`
 //! `struct mlx5_wqe_ctrl_seg` / `mlx5_wqe_raddr_seg` / `mlx5_wqe_data_seg` /
 //! `mlx5_wqe_inline_seg`, `providers/mlx5/qp.c` `_mlx5_post_send`), all big-endian:
 //!
@@ -250,7 +250,7 @@ mod tests {
         }
     }
 
-    /// The vector from the walking-skeleton issue / `mlx5-notes.md`: a 100-byte
+    /// The vector from the walking-skeleton issue : a 100-byte
     /// inline RDMA WRITE at pi 7 of an 8-WQEBB SQ wraps to the buffer's start.
     #[test]
     fn inline_write_wraps_the_ring() {

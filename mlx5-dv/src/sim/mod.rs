@@ -326,6 +326,11 @@ impl Device {
     }
 }
 
+/// Idle passes the device thread spins before it starts yielding the CPU, and
+/// before it starts sleeping (200 us a time).
+const SPIN_PASSES: u32 = 4096;
+const YIELD_PASSES: u32 = 200_000;
+
 fn device_thread(weak: Weak<Inner>) {
     let mut idle: u32 = 0;
     loop {
@@ -336,13 +341,15 @@ fn device_thread(weak: Weak<Inner>) {
         let n = run_all(&mut inner.state.lock().unwrap_or_else(|e| e.into_inner()));
         drop(inner);
         if n > 0 {
+            // Give a waiter that shares this core a chance to see the result.
             idle = 0;
+            std::thread::yield_now();
             continue;
         }
         idle = idle.saturating_add(1);
-        if idle < 20_000 {
+        if idle < SPIN_PASSES {
             std::hint::spin_loop();
-        } else if idle < 200_000 {
+        } else if idle < YIELD_PASSES {
             std::thread::yield_now();
         } else {
             std::thread::sleep(std::time::Duration::from_micros(200));
