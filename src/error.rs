@@ -8,9 +8,14 @@ pub enum Error {
     /// `Context::open` found no device of that name.
     #[error("no RDMA device named {name:?} (try `rdma-direct devices`)")]
     NoSuchDevice { name: String },
-    /// A verbs call failed; `errno` is what it returned or set.
-    #[error("{call} failed: {}", std::io::Error::from_raw_os_error(*.errno))]
-    Verbs { call: &'static str, errno: i32 },
+    /// A verbs call failed; `errno` is what it returned or set; `detail`
+    /// names the arguments that matter (may be empty).
+    #[error("{call}{detail} failed: {}", std::io::Error::from_raw_os_error(*.errno))]
+    Verbs {
+        call: &'static str,
+        errno: i32,
+        detail: String,
+    },
     /// The crate was built without the `verbs` feature.
     #[error("device {name:?} needs rdma-core, but this build has no `verbs` feature")]
     NoVerbs { name: String },

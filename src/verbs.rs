@@ -19,16 +19,20 @@ fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-fn check(call: &'static str, rc: i32) -> Result<()> {
-    match rc {
-        0 => Ok(()),
+/// Turns a verbs return code into a typed error naming the call and, in
+/// `detail` (e.g. " (port 2)"), the arguments that matter.
+fn check_detail(call: &'static str, rc: i32, detail: impl FnOnce() -> String) -> Result<()> {
+    let errno = match rc {
+        0 => return Ok(()),
         // rdma-core returns errno values directly (positive) or -1 with errno set.
-        rc if rc > 0 => Err(Error::Verbs { call, errno: rc }),
-        _ => Err(Error::Verbs {
-            call,
-            errno: errno(),
-        }),
-    }
+        rc if rc > 0 => rc,
+        _ => errno(),
+    };
+    Err(Error::Verbs {
+        call,
+        errno,
+        detail: detail(),
+    })
 }
 
 /// One ibverbs device as `ibv_get_device_list` reports it.
@@ -56,6 +60,7 @@ impl DeviceList {
             return Err(Error::Verbs {
                 call: "ibv_get_device_list",
                 errno: errno(),
+                detail: String::new(),
             });
         }
         Ok(Self {
@@ -148,6 +153,7 @@ pub(crate) fn open(name: &str) -> Result<Option<Arc<Ctx>>> {
         return Err(Error::Verbs {
             call: "ibv_open_device",
             errno: errno(),
+            detail: String::new(),
         });
     }
     Ok(Some(Arc::new(Ctx {
@@ -172,9 +178,11 @@ impl Ctx {
         // SAFETY: ibv_port_attr is plain data; zero is a valid bit pattern.
         let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: live context, valid out-pointer.
-        check("ibv_query_port", unsafe {
-            ___ibv_query_port(self.raw, port, &mut a)
-        })?;
+        check_detail(
+            "ibv_query_port",
+            unsafe { ___ibv_query_port(self.raw, port, &mut a) },
+            || format!(" ({} port {port})", self.name),
+        )?;
         Ok(PortInfo {
             lid: a.lid,
             active_mtu: a.active_mtu,
@@ -187,9 +195,11 @@ impl Ctx {
         // SAFETY: ibv_gid is plain data.
         let mut g: ibv_gid = unsafe { std::mem::zeroed() };
         // SAFETY: live context, valid out-pointer.
-        check("ibv_query_gid", unsafe {
-            ibv_query_gid(self.raw, port, index, &mut g)
-        })?;
+        check_detail(
+            "ibv_query_gid",
+            unsafe { ibv_query_gid(self.raw, port, index, &mut g) },
+            || format!(" ({} port {port} index {index})", self.name),
+        )?;
         // SAFETY: every bit pattern of the union is a valid [u8; 16].
         Ok(unsafe { g.raw })
     }
@@ -204,7 +214,18 @@ impl Ctx {
         explicit: Option<u8>,
     ) -> Result<(u8, [u8; 16])> {
         if let Some(i) = explicit {
-            return Ok((i, self.query_gid(port, i as i32)?));
+            let gid = if (i as i32) < info.gid_tbl_len {
+                self.query_gid(port, i as i32).ok()
+            } else {
+                None
+            };
+            return match gid {
+                Some(g) if g != [0; 16] => Ok((i, g)),
+                _ => Err(Error::NoGid(format!(
+                    "GID index {i} of {} port {port} is empty (the table has {} entries; `ibv_devinfo -v` lists them)",
+                    self.name, info.gid_tbl_len
+                ))),
+            };
         }
         let mut seen = Vec::new();
         for i in 0..info.gid_tbl_len.min(256) {
@@ -261,6 +282,7 @@ pub(crate) fn alloc_pd(ctx: &Arc<Ctx>) -> Result<Arc<Pd>> {
         return Err(Error::Verbs {
             call: "ibv_alloc_pd",
             errno: errno(),
+            detail: String::new(),
         });
     }
     Ok(Arc::new(Pd {
@@ -299,6 +321,7 @@ pub(crate) fn reg_mr(
         return Err(Error::Verbs {
             call: "ibv_reg_mr",
             errno: errno(),
+            detail: String::new(),
         });
     }
     // SAFETY: non-null ibv_mr returned by rdma-core.
@@ -359,6 +382,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         return Err(Error::Verbs {
             call: "ibv_create_cq",
             errno: errno(),
+            detail: String::new(),
         });
     }
     // SAFETY: plain data; zero is valid.
@@ -382,6 +406,10 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         return Err(Error::Verbs {
             call: "ibv_create_qp",
             errno: e,
+            detail: format!(
+                " (RC, max_send_wr {}, max_send_sge {}, max_inline_data {}: more than {} allows?)",
+                caps.max_send_wr, caps.max_send_sge, caps.max_inline, pd.ctx.name
+            ),
         });
     }
     // SAFETY: non-null QP.
@@ -430,8 +458,13 @@ impl VerbsQp {
         mask: ibv_qp_attr_mask,
         what: &'static str,
     ) -> Result<()> {
+        let qpn = self.qpn;
         // SAFETY: live QP; attr valid for the call.
-        check(what, unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) })
+        check_detail(
+            what,
+            unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) },
+            || format!(" (QP {qpn:#x})"),
+        )
     }
 
     /// RESET -> INIT -> RTR -> RTS, connected to `peer`.
@@ -591,10 +624,12 @@ impl VerbsQp {
             e if e > 0 => Err(Error::Verbs {
                 call: "ibv_post_send",
                 errno: e,
+                detail: String::new(),
             }),
             _ => Err(Error::Verbs {
                 call: "ibv_post_send",
                 errno: errno(),
+                detail: String::new(),
             }),
         }
     }
@@ -611,6 +646,7 @@ impl VerbsQp {
             return Err(Error::Verbs {
                 call: "ibv_poll_cq",
                 errno: -n,
+                detail: String::new(),
             });
         }
         for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
