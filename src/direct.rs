@@ -29,6 +29,7 @@ impl DirectQp {
     pub(crate) fn create_sim(
         dev: &sim::Device,
         sq_wqebbs: u32,
+        max_send_wr: u32,
         cq_depth: u32,
         max_inline: u32,
     ) -> Result<Self> {
@@ -37,7 +38,7 @@ impl DirectQp {
         // SAFETY: the descriptions come from `sim_qp` / `sim_cq`, which this
         // struct owns and drops after the drivers (field order); nothing else
         // on the host uses these rings.
-        let sq = unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline) }?;
+        let sq = unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
         // SAFETY: as above.
         let cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
         Ok(Self {
@@ -62,7 +63,7 @@ impl DirectQp {
             let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
             need += wqebbs;
         }
-        if need > self.sq.free_wqebbs() {
+        if need > self.sq.free_wqebbs() || wrs.len() as u32 > self.sq.free_wrs() {
             return Err(Error::QueueFull);
         }
         for w in wrs {

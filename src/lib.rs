@@ -258,13 +258,26 @@ impl Pd {
         let cq_depth = cfg.max_send_wr;
         let (a, b) = match &self.inner.kind {
             PdKind::Sim(dev) => {
-                if cfg.max_send_sge as usize > direct::MAX_SGE
-                    || cfg.max_inline as usize > direct::MAX_INLINE
-                {
+                if cfg.max_send_sge as usize > direct::MAX_SGE {
                     return Err(Error::Invalid(format!(
-                        "the direct path takes at most {} SGEs and {} inline bytes",
-                        direct::MAX_SGE,
+                        "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
+                        cfg.max_send_sge,
+                        direct::MAX_SGE
+                    )));
+                }
+                if cfg.max_inline as usize > direct::MAX_INLINE {
+                    return Err(Error::Invalid(format!(
+                        "max_inline {} exceeds the direct path's {} inline bytes per WQE",
+                        cfg.max_inline,
                         direct::MAX_INLINE
+                    )));
+                }
+                if cfg.port != 1 {
+                    return Err(Error::Invalid(format!("the sim has one port, 1 (asked for port {})", cfg.port)));
+                }
+                if let Some(i) = cfg.gid_index {
+                    return Err(Error::Invalid(format!(
+                        "the sim has no GID table (asked for GID index {i}); GID indices apply to RoCE devices"
                     )));
                 }
                 // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
@@ -272,8 +285,8 @@ impl Pd {
                     .max((cfg.max_inline as usize + 4).div_ceil(16) * 16);
                 let per_wqe = (32 + payload).div_ceil(64) as u32;
                 let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
-                let a = direct::DirectQp::create_sim(dev, wqebbs, cq_depth, cfg.max_inline)?;
-                let b = direct::DirectQp::create_sim(dev, wqebbs, cq_depth, cfg.max_inline)?;
+                let a = direct::DirectQp::create_sim(dev, wqebbs, cfg.max_send_wr, cq_depth, cfg.max_inline)?;
+                let b = direct::DirectQp::create_sim(dev, wqebbs, cfg.max_send_wr, cq_depth, cfg.max_inline)?;
                 let access = sim::Access::all();
                 for (x, y) in [(&a, &b), (&b, &a)] {
                     x.sim_qp.to_init(access)?;

@@ -49,9 +49,16 @@ pub struct SendQueue {
     /// Index of the first WQE posted since the last doorbell, and how many.
     batch_start: u32,
     batch_len: u32,
-    /// Per WQEBB slot: wr_id and WQEBB count of the WQE that starts there.
+    /// Per WQEBB slot: wr_id, WQEBB count, and WR sequence number of the WQE
+    /// that starts there.
     wr_id: Box<[u64]>,
     wqebbs: Box<[u8]>,
+    wr_seq: Box<[u32]>,
+    /// Most work requests outstanding at once (`max_send_wr`), and the WR
+    /// counts posted and retired so far.
+    max_post: u32,
+    posted: u32,
+    retired: u32,
 }
 
 // SAFETY: the raw pointers are the QP's own rings and registers; the SendQueue
@@ -59,13 +66,15 @@ pub struct SendQueue {
 unsafe impl Send for SendQueue {}
 
 impl SendQueue {
-    /// A send queue over `qp`'s SQ.
+    /// A send queue over `qp`'s SQ that holds at most `max_post` outstanding
+    /// work requests (the QP's `max_send_wr`; 0 means one per WQEBB), each of
+    /// at most `max_inline` inline bytes.
     ///
     /// # Safety
     /// `qp` must describe live rings (as `mlx5dv_init_obj` or the sim return
     /// them) that stay valid, and are used by no one else on the host, until
     /// this `SendQueue` is dropped.
-    pub unsafe fn new(qp: &mlx5dv_qp, qpn: u32, max_inline: u32) -> Result<Self, DescError> {
+    pub unsafe fn new(qp: &mlx5dv_qp, qpn: u32, max_inline: u32, max_post: u32) -> Result<Self, DescError> {
         let wqe_cnt = pow2("sq.wqe_cnt", qp.sq.wqe_cnt)?;
         if qp.sq.stride as usize != WQEBB {
             return Err(DescError::Stride(qp.sq.stride));
@@ -97,6 +106,10 @@ impl SendQueue {
             batch_len: 0,
             wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
             wqebbs: vec![0; wqe_cnt as usize].into_boxed_slice(),
+            wr_seq: vec![0; wqe_cnt as usize].into_boxed_slice(),
+            max_post: if max_post == 0 { wqe_cnt } else { max_post.min(wqe_cnt) },
+            posted: 0,
+            retired: 0,
         })
     }
 
@@ -109,6 +122,11 @@ impl SendQueue {
         self.geo.wqe_cnt - self.pi.wrapping_sub(self.tail)
     }
 
+    /// Work requests that may still be posted before `max_post` is reached.
+    pub fn free_wrs(&self) -> u32 {
+        self.max_post - self.posted.wrapping_sub(self.retired)
+    }
+
     /// Next WQE index to post.
     pub fn pi(&self) -> u32 {
         self.pi
@@ -117,11 +135,16 @@ impl SendQueue {
     /// Writes one WQE without ringing the doorbell. On error nothing is written.
     #[inline]
     pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
+        if self.free_wrs() == 0 {
+            return Err(WqeError::WrLimit { max_post: self.max_post });
+        }
         let free = self.free_wqebbs();
         let w = write_send_wqe(&mut self.buf, &self.geo, self.pi, wqe, free)?;
         let slot = (self.pi & (self.geo.wqe_cnt - 1)) as usize;
         self.wr_id[slot] = wr_id;
         self.wqebbs[slot] = w.wqebbs as u8;
+        self.wr_seq[slot] = self.posted;
+        self.posted = self.posted.wrapping_add(1);
         if self.batch_len == 0 {
             self.batch_start = self.pi;
         }
@@ -190,6 +213,7 @@ impl SendQueue {
         let idx = full_wqe_index(wqe_counter, self.tail, self.pi)?;
         let slot = (idx & (self.geo.wqe_cnt - 1)) as usize;
         self.tail = idx.wrapping_add(self.wqebbs[slot] as u32);
+        self.retired = self.wr_seq[slot].wrapping_add(1);
         Some(self.wr_id[slot])
     }
 

@@ -96,6 +96,8 @@ pub enum WqeError {
     UnsupportedOpcode(u8),
     #[error("WQE needs {need} WQEBBs; only {free} are free in the SQ")]
     QueueFull { need: u32, free: u32 },
+    #[error("the SQ already holds max_send_wr = {max_post} outstanding work requests")]
+    WrLimit { max_post: u32 },
 }
 
 /// Encodes a ctrl segment (bytes 0..16 of every send WQE).

@@ -17,7 +17,7 @@ fn pair(dev: &Device) -> (Side, Side) {
         let qp = dev.create_qp(&cq, 8).unwrap();
         // SAFETY: the descriptions come from the sim and stay valid while the
         // Side keeps qp and cq; the drivers touch ring memory only when called.
-        let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128) }.unwrap();
+        let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128, 4) }.unwrap();
         let cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
         Side {
             qp,
@@ -202,4 +202,30 @@ fn device_thread_executes_doorbells() {
     dev.stop();
     assert_eq!(c.opcode, CqeOpcode::REQ);
     assert_eq!(dst, vec![9u8; 64]);
+}
+
+#[test]
+fn send_queue_holds_at_most_max_post_work_requests() {
+    let dev = Device::new();
+    let (mut a, _b) = pair(&dev);
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe { dev.reg_mr(dst.as_mut_ptr(), 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap();
+    let d = dst.as_ptr() as u64;
+    let mut w = write_wqe(Payload::Inline(&[1; 8]), d, kd.rkey);
+    w.flags = CtrlFlags::empty();
+    for i in 0..3 {
+        a.sq.post(&w, i).unwrap();
+    }
+    w.flags = CtrlFlags::CQ_UPDATE;
+    a.sq.post(&w, 3).unwrap();
+    let pi = a.sq.pi();
+    assert_eq!(a.sq.post(&w, 4), Err(crate::wqe::WqeError::WrLimit { max_post: 4 }));
+    assert_eq!(a.sq.pi(), pi, "a refused WR moved the producer index");
+    a.sq.ring_doorbell();
+    assert_eq!(dev.process(), 4);
+    // One signaled CQE retires all four WRs.
+    let c = a.cqp.poll_one().expect("CQE");
+    assert_eq!(a.sq.complete(c.wqe_counter), Some(3));
+    assert_eq!(a.sq.free_wrs(), 4);
+    a.sq.post(&w, 5).unwrap();
 }
