@@ -28,13 +28,14 @@ impl DirectQp {
     /// Creates the sim QP and CQ and binds the ring driver to their descriptions.
     pub(crate) fn create_sim(
         dev: &sim::Device,
+        pd: u32,
         sq_wqebbs: u32,
         max_send_wr: u32,
         cq_depth: u32,
         max_inline: u32,
     ) -> Result<Self> {
         let sim_cq = dev.create_cq(cq_depth.next_power_of_two().max(2), 64)?;
-        let sim_qp = dev.create_qp(&sim_cq, sq_wqebbs)?;
+        let sim_qp = dev.create_qp(pd, &sim_cq, sq_wqebbs)?;
         // SAFETY: the descriptions come from `sim_qp` / `sim_cq`, which this
         // struct owns and drops after the drivers (field order); nothing else
         // on the host uses these rings.

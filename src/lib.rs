@@ -126,7 +126,7 @@ impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
         let kind = match &self.kind {
-            CtxKind::Sim(d) => PdKind::Sim(d.clone()),
+            CtxKind::Sim(d) => PdKind::Sim(d.clone(), d.alloc_pd()),
             #[cfg(feature = "verbs")]
             CtxKind::Verbs(c) => PdKind::Verbs(verbs::alloc_pd(c)?),
         };
@@ -140,7 +140,8 @@ impl Context {
 }
 
 enum PdKind {
-    Sim(sim::Device),
+    /// The device and the PD number.
+    Sim(sim::Device, u32),
     #[cfg(feature = "verbs")]
     Verbs(Arc<verbs::Pd>),
 }
@@ -210,16 +211,10 @@ impl Pd {
         }
         let buf = Buffer::new(len)?;
         let (reg, lkey, rkey): (Box<dyn Registration>, u32, u32) = match &self.inner.kind {
-            PdKind::Sim(dev) => {
+            PdKind::Sim(dev, pdn) => {
                 // SAFETY: `buf` is owned by the MrInner built below, whose
                 // field order drops this registration (dereg) before the buffer.
-                let k = unsafe {
-                    dev.reg_mr(
-                        buf.ptr(),
-                        buf.len(),
-                        sim::Access::from_bits_retain(access.bits()),
-                    )
-                }?;
+                let k = unsafe { dev.reg_mr(*pdn, buf.ptr(), buf.len(), access) }?;
                 (
                     Box::new(SimReg {
                         dev: dev.clone(),
@@ -257,7 +252,7 @@ impl Pd {
         }
         let cq_depth = cfg.max_send_wr;
         let (a, b) = match &self.inner.kind {
-            PdKind::Sim(dev) => {
+            PdKind::Sim(dev, pdn) => {
                 if cfg.max_send_sge as usize > direct::MAX_SGE {
                     return Err(Error::Invalid(format!(
                         "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
@@ -273,7 +268,10 @@ impl Pd {
                     )));
                 }
                 if cfg.port != 1 {
-                    return Err(Error::Invalid(format!("the sim has one port, 1 (asked for port {})", cfg.port)));
+                    return Err(Error::Invalid(format!(
+                        "the sim has one port, 1 (asked for port {})",
+                        cfg.port
+                    )));
                 }
                 if let Some(i) = cfg.gid_index {
                     return Err(Error::Invalid(format!(
@@ -285,8 +283,22 @@ impl Pd {
                     .max((cfg.max_inline as usize + 4).div_ceil(16) * 16);
                 let per_wqe = (32 + payload).div_ceil(64) as u32;
                 let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
-                let a = direct::DirectQp::create_sim(dev, wqebbs, cfg.max_send_wr, cq_depth, cfg.max_inline)?;
-                let b = direct::DirectQp::create_sim(dev, wqebbs, cfg.max_send_wr, cq_depth, cfg.max_inline)?;
+                let a = direct::DirectQp::create_sim(
+                    dev,
+                    *pdn,
+                    wqebbs,
+                    cfg.max_send_wr,
+                    cq_depth,
+                    cfg.max_inline,
+                )?;
+                let b = direct::DirectQp::create_sim(
+                    dev,
+                    *pdn,
+                    wqebbs,
+                    cfg.max_send_wr,
+                    cq_depth,
+                    cfg.max_inline,
+                )?;
                 let access = sim::Access::all();
                 for (x, y) in [(&a, &b), (&b, &a)] {
                     x.sim_qp.to_init(access)?;

@@ -338,3 +338,73 @@ fn qp_outlives_its_context_handle() {
         drop(b);
     }
 }
+
+#[test]
+fn memory_of_another_protection_domain_is_refused() {
+    for dev in devices() {
+        let mut s = setup(&dev);
+        let other = s._ctx.alloc_pd().unwrap();
+        let src = s.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let foreign_dst = other
+            .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        src.write(0, &[0x11; 64]).unwrap();
+        let sge = [Sge::new(&src, 0, 64).unwrap()];
+        s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&foreign_dst, 0)).signaled()])
+            .unwrap();
+        let wc = poll_one(&mut s.a, &dev);
+        assert_eq!(
+            wc.status,
+            WcStatus::REM_ACCESS_ERR,
+            "{dev}: rkey of another PD: got {}",
+            wc.status
+        );
+        assert!(
+            contents(&foreign_dst).iter().all(|&b| b == 0),
+            "{dev}: foreign MR written"
+        );
+
+        // A local SGE from another PD's MR: the requester fails it (mlx5 and the
+        // sim say local protection error, rxe local QP operation error).
+        let mut s = setup(&dev);
+        let foreign_src = other.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst =
+            s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+        foreign_src.write(0, &[0x22; 64]).unwrap();
+        let sge = [Sge::new(&foreign_src, 0, 64).unwrap()];
+        s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&dst, 0)).signaled()])
+            .unwrap();
+        let wc = poll_one(&mut s.a, &dev);
+        assert!(!wc.status.is_ok(), "{dev}: SGE of another PD succeeded");
+        assert!(contents(&dst).iter().all(|&b| b == 0), "{dev}: data landed");
+        loud(format_args!(
+            "conformance: {dev}: SGE of another PD -> {}",
+            wc.status
+        ));
+        drop(s.b);
+    }
+}
+
+#[test]
+fn zero_length_write_checks_no_rkey() {
+    for dev in devices() {
+        let mut s = setup(&dev);
+        let src = s.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let sge = [Sge::new(&src, 0, 0).unwrap()];
+        let nowhere = RemoteAddr {
+            addr: 0,
+            rkey: Rkey(0xdead),
+        };
+        s.a.post_send(&[SendWr::rdma_write(4, &sge, nowhere).signaled()])
+            .unwrap();
+        let wc = poll_one(&mut s.a, &dev);
+        assert_eq!(
+            (wc.status, wc.wr_id),
+            (WcStatus::SUCCESS, 4),
+            "{dev}: got {}",
+            wc.status
+        );
+        drop(s.b);
+    }
+}

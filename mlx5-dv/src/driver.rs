@@ -74,7 +74,12 @@ impl SendQueue {
     /// `qp` must describe live rings (as `mlx5dv_init_obj` or the sim return
     /// them) that stay valid, and are used by no one else on the host, until
     /// this `SendQueue` is dropped.
-    pub unsafe fn new(qp: &mlx5dv_qp, qpn: u32, max_inline: u32, max_post: u32) -> Result<Self, DescError> {
+    pub unsafe fn new(
+        qp: &mlx5dv_qp,
+        qpn: u32,
+        max_inline: u32,
+        max_post: u32,
+    ) -> Result<Self, DescError> {
         let wqe_cnt = pow2("sq.wqe_cnt", qp.sq.wqe_cnt)?;
         if qp.sq.stride as usize != WQEBB {
             return Err(DescError::Stride(qp.sq.stride));
@@ -107,7 +112,11 @@ impl SendQueue {
             wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
             wqebbs: vec![0; wqe_cnt as usize].into_boxed_slice(),
             wr_seq: vec![0; wqe_cnt as usize].into_boxed_slice(),
-            max_post: if max_post == 0 { wqe_cnt } else { max_post.min(wqe_cnt) },
+            max_post: if max_post == 0 {
+                wqe_cnt
+            } else {
+                max_post.min(wqe_cnt)
+            },
             posted: 0,
             retired: 0,
         })
@@ -136,7 +145,9 @@ impl SendQueue {
     #[inline]
     pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
         if self.free_wrs() == 0 {
-            return Err(WqeError::WrLimit { max_post: self.max_post });
+            return Err(WqeError::WrLimit {
+                max_post: self.max_post,
+            });
         }
         let free = self.free_wqebbs();
         let w = write_send_wqe(&mut self.buf, &self.geo, self.pi, wqe, free)?;

@@ -83,6 +83,7 @@ pub struct MrKeys {
 }
 
 struct MrEntry {
+    pd: u32,
     addr: u64,
     len: u64,
     access: Access,
@@ -99,6 +100,7 @@ struct CqEntry {
 }
 
 struct QpEntry {
+    pd: u32,
     state: QpState,
     sq: DmaBuf,
     sq_wqe_cnt: u32,
@@ -121,6 +123,7 @@ struct State {
     next_key: u32,
     next_cqn: u32,
     next_qpn: u32,
+    next_pdn: u32,
 }
 
 struct Inner {
@@ -169,6 +172,7 @@ impl Device {
     /// thread) until [`Self::dereg_mr`] returns for this key.
     pub unsafe fn reg_mr(
         &self,
+        pd: u32,
         addr: *mut u8,
         len: usize,
         access: Access,
@@ -188,6 +192,7 @@ impl Device {
         st.mrs.insert(
             key,
             MrEntry {
+                pd,
                 addr: addr as u64,
                 len: len as u64,
                 access,
@@ -197,6 +202,14 @@ impl Device {
             lkey: key,
             rkey: key,
         })
+    }
+
+    /// Allocates a protection domain number. MRs and QPs name one; a QP may
+    /// use (locally) and expose (remotely) only MRs of its own PD.
+    pub fn alloc_pd(&self) -> u32 {
+        let mut st = self.lock();
+        st.next_pdn += 1;
+        st.next_pdn
     }
 
     /// Deregisters an MR; after it returns the device no longer touches its memory.
@@ -253,7 +266,7 @@ impl Device {
 
     /// Creates an RC QP in RESET whose send completions go to `send_cq`.
     /// `sq_wqebbs` is the SQ size in 64-byte WQEBBs (power of two, 1..=32768).
-    pub fn create_qp(&self, send_cq: &Cq, sq_wqebbs: u32) -> Result<Qp, SimError> {
+    pub fn create_qp(&self, pd: u32, send_cq: &Cq, sq_wqebbs: u32) -> Result<Qp, SimError> {
         if !sq_wqebbs.is_power_of_two() || sq_wqebbs > 1 << 15 {
             return Err(SimError::BadSize {
                 what: "sq_wqebbs",
@@ -272,6 +285,7 @@ impl Device {
         st.qps.insert(
             qpn,
             QpEntry {
+                pd,
                 state: QpState::Reset,
                 sq: DmaBuf::new(sq_wqebbs as usize * WQEBB),
                 sq_wqe_cnt: sq_wqebbs,
@@ -641,9 +655,16 @@ fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) 
         } else {
             let lkey = u32::from_be_bytes(s[4..8].try_into().unwrap());
             let addr = u64::from_be_bytes(s[8..16].try_into().unwrap());
-            match st.mrs.get(&lkey) {
-                Some(mr) if addr >= mr.addr && addr + word0 as u64 <= mr.addr + mr.len => {}
-                _ => return Exec::Err(Syndrome::LOCAL_PROT_ERR),
+            // The lkey must name an MR of this QP's PD that holds the whole range.
+            let ok = st.mrs.get(&lkey).is_some_and(|mr| {
+                mr.pd == q.pd
+                    && addr >= mr.addr
+                    && addr
+                        .checked_add(word0 as u64)
+                        .is_some_and(|end| end <= mr.addr + mr.len)
+            });
+            if !ok {
+                return Exec::Err(Syndrome::LOCAL_PROT_ERR);
             }
             srcs[n] = Src::Mem { addr, len: word0 };
             i += 1;
@@ -662,14 +683,19 @@ fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) 
     }) else {
         return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
     };
-    let allowed = st.qps[&peer].access.contains(Access::REMOTE_WRITE)
-        && st.mrs.get(&rkey).is_some_and(|mr| {
-            mr.access.contains(Access::REMOTE_WRITE)
-                && remote_addr >= mr.addr
-                && remote_addr
-                    .checked_add(total)
-                    .is_some_and(|end| end <= mr.addr + mr.len)
-        });
+    // A zero-length RDMA WRITE carries no data: the responder checks no
+    // R_Key or address (IB spec C9-88; the kernel's rxe_resp.c check_rkey).
+    let responder = &st.qps[&peer];
+    let allowed = total == 0
+        || responder.access.contains(Access::REMOTE_WRITE)
+            && st.mrs.get(&rkey).is_some_and(|mr| {
+                mr.pd == responder.pd
+                    && mr.access.contains(Access::REMOTE_WRITE)
+                    && remote_addr >= mr.addr
+                    && remote_addr
+                        .checked_add(total)
+                        .is_some_and(|end| end <= mr.addr + mr.len)
+            });
     if !allowed {
         st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
         return Exec::Err(Syndrome::REMOTE_ACCESS_ERR);

@@ -4,6 +4,9 @@ use super::*;
 use crate::driver::{CompletionQueue, SendQueue};
 use crate::wqe::{DataSeg, Payload, RemoteSeg, SendWqe};
 
+/// The protection domain every test object lives in.
+const PD: u32 = 7;
+
 struct Side {
     qp: Qp,
     _cq: Cq,
@@ -14,7 +17,7 @@ struct Side {
 fn pair(dev: &Device) -> (Side, Side) {
     let mk = || {
         let cq = dev.create_cq(16, 64).unwrap();
-        let qp = dev.create_qp(&cq, 8).unwrap();
+        let qp = dev.create_qp(PD, &cq, 8).unwrap();
         // SAFETY: the descriptions come from the sim and stay valid while the
         // Side keeps qp and cq; the drivers touch ring memory only when called.
         let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128, 4) }.unwrap();
@@ -54,9 +57,10 @@ fn rdma_write_lands_and_completes() {
     let mut dst = vec![0u8; 4096];
     // SAFETY (every reg_mr in these tests): the Vecs outlive all device work,
     // which happens only inside `dev.process()` calls made while they live.
-    let ks = unsafe { dev.reg_mr(src.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
+    let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
     let kd = unsafe {
         dev.reg_mr(
+            PD,
             dst.as_mut_ptr(),
             4096,
             Access::LOCAL_WRITE | Access::REMOTE_WRITE,
@@ -90,16 +94,17 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
     let (mut a, b) = pair(&dev);
     let mut src = vec![0xabu8; 64];
     let mut dst = vec![0u8; 64];
-    let ks = unsafe { dev.reg_mr(src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
     let kd = unsafe {
         dev.reg_mr(
+            PD,
             dst.as_mut_ptr(),
             64,
             Access::LOCAL_WRITE | Access::REMOTE_WRITE,
         )
     }
     .unwrap();
-    let kro = unsafe { dev.reg_mr(dst.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    let kro = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
     let sge = [DataSeg {
         addr: src.as_ptr() as u64,
         len: 64,
@@ -141,6 +146,7 @@ fn ring_wraps_with_owner_bits_across_many_passes() {
     let mut dst = vec![0u8; 256];
     let kd = unsafe {
         dev.reg_mr(
+            PD,
             dst.as_mut_ptr(),
             256,
             Access::LOCAL_WRITE | Access::REMOTE_WRITE,
@@ -175,6 +181,7 @@ fn device_thread_executes_doorbells() {
     let mut dst = vec![0u8; 64];
     let kd = unsafe {
         dev.reg_mr(
+            PD,
             dst.as_mut_ptr(),
             64,
             Access::LOCAL_WRITE | Access::REMOTE_WRITE,
@@ -209,7 +216,15 @@ fn send_queue_holds_at_most_max_post_work_requests() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 64];
-    let kd = unsafe { dev.reg_mr(dst.as_mut_ptr(), 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE) }.unwrap();
+    let kd = unsafe {
+        dev.reg_mr(
+            PD,
+            dst.as_mut_ptr(),
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
     let d = dst.as_ptr() as u64;
     let mut w = write_wqe(Payload::Inline(&[1; 8]), d, kd.rkey);
     w.flags = CtrlFlags::empty();
@@ -219,7 +234,10 @@ fn send_queue_holds_at_most_max_post_work_requests() {
     w.flags = CtrlFlags::CQ_UPDATE;
     a.sq.post(&w, 3).unwrap();
     let pi = a.sq.pi();
-    assert_eq!(a.sq.post(&w, 4), Err(crate::wqe::WqeError::WrLimit { max_post: 4 }));
+    assert_eq!(
+        a.sq.post(&w, 4),
+        Err(crate::wqe::WqeError::WrLimit { max_post: 4 })
+    );
     assert_eq!(a.sq.pi(), pi, "a refused WR moved the producer index");
     a.sq.ring_doorbell();
     assert_eq!(dev.process(), 4);
@@ -228,4 +246,37 @@ fn send_queue_holds_at_most_max_post_work_requests() {
     assert_eq!(a.sq.complete(c.wqe_counter), Some(3));
     assert_eq!(a.sq.free_wrs(), 4);
     a.sq.post(&w, 5).unwrap();
+}
+
+#[test]
+fn sge_range_that_wraps_the_address_space_is_a_protection_error() {
+    let dev = Device::new();
+    let (mut a, _b) = pair(&dev);
+    let mut src = vec![0u8; 64];
+    let mut dst = vec![0u8; 64];
+    let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    let kd = unsafe {
+        dev.reg_mr(
+            PD,
+            dst.as_mut_ptr(),
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let sge = [DataSeg {
+        addr: u64::MAX - 3,
+        len: 8,
+        lkey: ks.lkey,
+    }];
+    a.sq.post(
+        &write_wqe(Payload::Sges(&sge), dst.as_ptr() as u64, kd.rkey),
+        1,
+    )
+    .unwrap();
+    a.sq.ring_doorbell();
+    dev.process();
+    let c = a.cqp.poll_one().expect("CQE");
+    assert_eq!(c.syndrome, Syndrome::LOCAL_PROT_ERR);
+    assert!(dst.iter().all(|&b| b == 0));
 }
