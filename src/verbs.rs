@@ -345,12 +345,25 @@ pub(crate) struct QpCaps {
     pub(crate) cq_depth: u32,
 }
 
+/// Work requests per `ibv_post_send` call.
+const CHUNK: usize = 32;
+
 /// An RC QP with its own CQ, driven through `ibv_post_send` / `ibv_poll_cq`.
 pub(crate) struct VerbsQp {
     qp: *mut ibv_qp,
     cq: *mut ibv_cq,
     qpn: u32,
     caps: QpCaps,
+    /// Outstanding-WR accounting, as rdma-core's mlx5 provider keeps it
+    /// (`mlx5_wq_overflow`): the verbs `wr_id` we post is our WR sequence
+    /// number; `wr_ids[seq % max_post]` holds the caller's wr_id. A completion
+    /// for `seq` retires every WR up to it (unsignaled ones included). So a
+    /// batch that does not fit is refused whole, and the CQ (at least
+    /// `max_post` deep) cannot overflow whatever the provider does with SQ slots.
+    max_post: u32,
+    wr_ids: Box<[u64]>,
+    posted: u64,
+    retired: u64,
     _pd: Arc<Pd>,
 }
 
@@ -418,11 +431,18 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         max_inline: init.cap.max_inline_data,
         ..caps
     };
+    // SAFETY: non-null CQ; `cqe` is the depth the provider gave it.
+    let cq_depth = unsafe { (*cq).cqe }.max(1) as u32;
+    let max_post = caps.max_send_wr.min(init.cap.max_send_wr).min(cq_depth);
     Ok(VerbsQp {
         qp,
         cq,
         qpn,
         caps,
+        max_post,
+        wr_ids: vec![0; max_post as usize].into_boxed_slice(),
+        posted: 0,
+        retired: 0,
         _pd: pd.clone(),
     })
 }
@@ -534,24 +554,10 @@ impl VerbsQp {
         )
     }
 
-    /// Posts `wrs` with one `ibv_post_send` call. Checked first: on error nothing is posted.
+    /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. Checked first (SGE
+    /// count, inline size, length, and room for every WR under `max_send_wr`
+    /// outstanding): on those errors nothing is posted.
     pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        const MAX_WR: usize = 32;
-        const MAX_SGE: usize = 64;
-        if wrs.is_empty() {
-            return Ok(());
-        }
-        if wrs.len() > MAX_WR {
-            return Err(Error::Invalid(format!(
-                "a batch holds at most {MAX_WR} work requests"
-            )));
-        }
-        let nsge: usize = wrs.iter().map(|w| w.sges.len()).sum();
-        if nsge > MAX_SGE {
-            return Err(Error::Invalid(format!(
-                "a batch holds at most {MAX_SGE} SGEs"
-            )));
-        }
         for w in wrs {
             if w.sges.len() > self.caps.max_send_sge as usize {
                 return Err(Error::Invalid(format!(
@@ -567,17 +573,41 @@ impl VerbsQp {
                     self.caps.max_inline
                 )));
             }
-            if w.total_len() > 1 << 31 {
-                return Err(Error::Invalid("message longer than 2^31 bytes".into()));
-            }
         }
-        let mut sges = [ibv_sge {
+        let outstanding = self.posted - self.retired;
+        if outstanding + wrs.len() as u64 > self.max_post as u64 {
+            return Err(Error::QueueFull);
+        }
+        for chunk in wrs.chunks(CHUNK) {
+            self.post_chunk(chunk)?;
+        }
+        Ok(())
+    }
+
+    fn post_chunk(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        let nsge: usize = wrs.iter().map(|w| w.sges.len()).sum();
+        let mut sge_buf = [ibv_sge {
             addr: 0,
             length: 0,
             lkey: 0,
-        }; MAX_SGE];
+        }; CHUNK * 4];
+        let mut sge_vec;
+        let sges: &mut [ibv_sge] = if nsge <= sge_buf.len() {
+            &mut sge_buf
+        } else {
+            // Many-SGE batches are rare; they may allocate.
+            sge_vec = vec![
+                ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0
+                };
+                nsge
+            ];
+            &mut sge_vec
+        };
         // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
-        let mut vwrs: [ibv_send_wr; MAX_WR] = unsafe { std::mem::zeroed() };
+        let mut vwrs: [ibv_send_wr; CHUNK] = unsafe { std::mem::zeroed() };
         let mut s = 0;
         for (i, w) in wrs.iter().enumerate() {
             let first = s;
@@ -589,8 +619,10 @@ impl VerbsQp {
                 };
                 s += 1;
             }
+            let seq = self.posted + i as u64;
+            self.wr_ids[(seq % self.max_post as u64) as usize] = w.wr_id;
             let v = &mut vwrs[i];
-            v.wr_id = w.wr_id;
+            v.wr_id = seq;
             v.sg_list = sges[first..].as_mut_ptr();
             v.num_sge = w.sges.len() as i32;
             let mut flags = 0;
@@ -611,25 +643,31 @@ impl VerbsQp {
                 }
             }
         }
-        for i in 0..wrs.len() - 1 {
-            vwrs[i].next = &mut vwrs[i + 1];
+        for i in 1..wrs.len() {
+            let next: *mut ibv_send_wr = &mut vwrs[i];
+            vwrs[i - 1].next = next;
         }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live QP; the WR chain and SGE arrays live on this stack frame
-        // for the call; the SGEs name registered memory (Sge::new checked it).
+        // SAFETY: live QP; the WR chain and SGE arrays outlive the call; the
+        // SGEs name registered memory (Sge::new checked the ranges).
         let rc = unsafe { ibv_post_send(self.qp, vwrs.as_mut_ptr(), &mut bad) };
+        // WRs before `bad` were posted: count them, so their completions match.
+        let posted = if rc == 0 {
+            wrs.len()
+        } else {
+            // On failure `bad` points at the first WR not posted (verbs contract).
+            (0..wrs.len())
+                .find(|&i| std::ptr::eq(&vwrs[i], bad))
+                .unwrap_or(0)
+        };
+        self.posted += posted as u64;
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(Error::QueueFull),
-            e if e > 0 => Err(Error::Verbs {
+            e => Err(Error::Verbs {
                 call: "ibv_post_send",
-                errno: e,
-                detail: String::new(),
-            }),
-            _ => Err(Error::Verbs {
-                call: "ibv_post_send",
-                errno: errno(),
-                detail: String::new(),
+                errno: if e > 0 { e } else { errno() },
+                detail: format!(" ({posted} of a chunk of {} WRs were posted)", wrs.len()),
             }),
         }
     }
@@ -650,8 +688,10 @@ impl VerbsQp {
             });
         }
         for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
+            // Our wr_id is the WR's sequence number (see `VerbsQp`).
+            self.retired = self.retired.max(w.wr_id + 1);
             *o = Completion {
-                wr_id: w.wr_id,
+                wr_id: self.wr_ids[(w.wr_id % self.max_post as u64) as usize],
                 status: WcStatus(w.status),
                 byte_len: w.byte_len,
                 qp_num: w.qp_num,

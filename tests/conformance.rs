@@ -408,3 +408,53 @@ fn zero_length_write_checks_no_rkey() {
         drop(s.b);
     }
 }
+
+#[test]
+fn send_queue_full_refuses_the_whole_batch_until_completions_are_polled() {
+    for dev in devices() {
+        let ctx = Context::open(&dev).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cfg = QpConfig {
+            max_send_wr: 4,
+            ..QpConfig::default()
+        };
+        let (mut a, _b) = pd.create_connected_pair(&cfg).unwrap();
+        let src = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst = pd
+            .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let sge = [Sge::new(&src, 0, 8).unwrap()];
+        let wr = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0));
+        // Three unsignaled and one signaled: four outstanding.
+        a.post_send(&[wr(0), wr(1), wr(2)]).unwrap();
+        a.post_send(&[wr(3).signaled()]).unwrap();
+        assert!(
+            matches!(a.post_send(&[wr(4).signaled()]), Err(Error::QueueFull)),
+            "{dev}: 5th WR accepted"
+        );
+        // The signaled completion retires all four; a batch of 5 still does not fit, 4 do.
+        let c = poll_one(&mut a, &dev);
+        assert_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 3), "{dev}");
+        let five: Vec<SendWr> = (10..15).map(|i| wr(i).signaled()).collect();
+        assert!(
+            matches!(a.post_send(&five), Err(Error::QueueFull)),
+            "{dev}: oversized batch accepted"
+        );
+        a.post_send(&five[..4]).unwrap();
+        for want in 10..14 {
+            let c = poll_one(&mut a, &dev);
+            assert_eq!(
+                (c.status, c.wr_id),
+                (WcStatus::SUCCESS, want),
+                "{dev}: the refused batch left WRs behind"
+            );
+        }
+        let mut wc = [Completion::default(); 4];
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            a.poll(&mut wc).unwrap(),
+            0,
+            "{dev}: a refused WR was posted"
+        );
+    }
+}
