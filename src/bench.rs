@@ -228,7 +228,13 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     wr_a.inline = inline;
     wr_b.inline = inline;
 
-    let mut stamps: Vec<Instant> = Vec::with_capacity(cfg.iters as usize);
+    let mut stamps: Vec<Instant> = Vec::new();
+    stamps.try_reserve_exact(cfg.iters as usize).map_err(|_| {
+        Error::Invalid(format!(
+            "cannot hold {} timestamps in memory; use fewer iterations",
+            cfg.iters
+        ))
+    })?;
     for i in 0..cfg.iters {
         let seq = (i as u8).wrapping_add(1);
         stamps.push(Instant::now());

@@ -20,6 +20,7 @@ pub(crate) struct DirectQp {
     sq: SendQueue,
     cq: CompletionQueue,
     qpn: u32,
+    max_send_sge: u32,
     pub(crate) sim_qp: sim::Qp,
     _sim_cq: sim::Cq,
 }
@@ -33,6 +34,7 @@ impl DirectQp {
         max_send_wr: u32,
         cq_depth: u32,
         max_inline: u32,
+        max_send_sge: u32,
     ) -> Result<Self> {
         let sim_cq = dev.create_cq(cq_depth.next_power_of_two().max(2), 64)?;
         let sim_qp = dev.create_qp(pd, &sim_cq, sq_wqebbs)?;
@@ -46,6 +48,7 @@ impl DirectQp {
             sq,
             cq,
             qpn: sim_qp.qpn(),
+            max_send_sge,
             sim_qp,
             _sim_cq: sim_cq,
         })
@@ -61,6 +64,13 @@ impl DirectQp {
     pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut need = 0u32;
         for w in wrs {
+            if w.sges.len() > self.max_send_sge as usize {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_send_sge of {}",
+                    w.sges.len(),
+                    self.max_send_sge
+                )));
+            }
             let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
             need += wqebbs;
         }

@@ -202,6 +202,12 @@ impl Pd {
     /// Errors: `len` of 0, or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE
     /// (the IB spec requires it) are refused before any registration.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+        if Access::from_bits(access.bits()).is_none() {
+            return Err(Error::Invalid(format!(
+                "access flags {:#x} hold bits this crate does not know",
+                access.bits()
+            )));
+        }
         if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
             && !access.contains(Access::LOCAL_WRITE)
         {
@@ -283,6 +289,16 @@ impl Pd {
                     .max((cfg.max_inline as usize + 4).div_ceil(16) * 16);
                 let per_wqe = (32 + payload).div_ceil(64) as u32;
                 let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
+                if wqebbs > sim::MAX_SQ_WQEBBS {
+                    return Err(Error::Invalid(format!(
+                        "max_send_wr {} of WQEs up to {per_wqe} WQEBBs (max_send_sge {}, max_inline {}) needs \
+                         {wqebbs} WQEBBs; the sim's SQ holds at most {}",
+                        cfg.max_send_wr,
+                        cfg.max_send_sge,
+                        cfg.max_inline,
+                        sim::MAX_SQ_WQEBBS
+                    )));
+                }
                 let a = direct::DirectQp::create_sim(
                     dev,
                     *pdn,
@@ -290,6 +306,7 @@ impl Pd {
                     cfg.max_send_wr,
                     cq_depth,
                     cfg.max_inline,
+                    cfg.max_send_sge,
                 )?;
                 let b = direct::DirectQp::create_sim(
                     dev,
@@ -298,6 +315,7 @@ impl Pd {
                     cfg.max_send_wr,
                     cq_depth,
                     cfg.max_inline,
+                    cfg.max_send_sge,
                 )?;
                 let access = sim::Access::all();
                 for (x, y) in [(&a, &b), (&b, &a)] {

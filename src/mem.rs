@@ -32,12 +32,12 @@ impl Buffer {
                 "a memory region of zero bytes cannot be registered".into(),
             ));
         }
-        let layout =
-            Layout::from_size_align(len, 4096).map_err(|e| Error::Invalid(e.to_string()))?;
+        let too_big = || Error::Invalid(format!("cannot allocate a memory region of {len} bytes"));
+        let layout = Layout::from_size_align(len, 4096).map_err(|_| too_big())?;
         // SAFETY: nonzero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::Invalid(format!("cannot allocate {len} bytes")));
+            return Err(too_big());
         }
         Ok(Self { ptr, layout })
     }
@@ -130,6 +130,9 @@ impl Mr {
 
     /// Reads one byte with acquire order: the way to poll for data the device
     /// writes (perftest polls the last byte of the receive buffer).
+    ///
+    /// # Panics
+    /// If `offset >= self.len()` (as slice indexing does).
     #[inline]
     pub fn load_u8(&self, offset: usize) -> u8 {
         assert!(
@@ -140,7 +143,10 @@ impl Mr {
         unsafe { AtomicU8::from_ptr(self.inner.buf.ptr().add(offset)) }.load(Ordering::Acquire)
     }
 
-    /// Stores one byte.
+    /// Stores one byte with release order.
+    ///
+    /// # Panics
+    /// If `offset >= self.len()` (as slice indexing does).
     #[inline]
     pub fn store_u8(&self, offset: usize, v: u8) {
         assert!(

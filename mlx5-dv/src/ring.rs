@@ -62,7 +62,10 @@ impl<'a> RingBuf<'a> {
     }
 
     /// Copies `src` to ring offset `off` (taken modulo the length), continuing
-    /// at offset 0 when the end is reached. `src.len()` must not exceed the length.
+    /// at offset 0 when the end is reached.
+    ///
+    /// # Panics
+    /// If `src` is longer than the ring.
     pub fn write_wrapping(&mut self, off: usize, src: &[u8]) {
         assert!(src.len() <= self.len);
         let off = off & (self.len - 1);
@@ -81,6 +84,9 @@ impl<'a> RingBuf<'a> {
     }
 
     /// Copies from ring offset `off` (modulo the length, wrapping) into `dst`.
+    ///
+    /// # Panics
+    /// If `dst` is longer than the ring.
     pub fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
         assert!(dst.len() <= self.len);
         let off = off & (self.len - 1);
@@ -96,11 +102,10 @@ impl<'a> RingBuf<'a> {
         }
     }
 
-    /// Writes one 16-byte segment at `off`. `off` must be 16-byte aligned, so a
-    /// segment never straddles the end of a ring whose length is a multiple of 64.
+    /// Writes one 16-byte segment at `off` (wrapping). At a 16-byte-aligned
+    /// `off` a segment never straddles the end of the ring.
     #[inline]
     pub fn write_seg(&mut self, off: usize, seg: &[u8; 16]) {
-        debug_assert_eq!(off % 16, 0);
         self.write_wrapping(off, seg);
     }
 }

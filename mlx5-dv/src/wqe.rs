@@ -96,6 +96,8 @@ pub enum WqeError {
     UnsupportedOpcode(u8),
     #[error("WQE needs {need} WQEBBs; only {free} are free in the SQ")]
     QueueFull { need: u32, free: u32 },
+    #[error("SQ geometry says {wqe_cnt} WQEBBs, but the ring holds {ring_len} bytes (need a power of two, times 64)")]
+    BadGeometry { wqe_cnt: u32, ring_len: usize },
     #[error("the SQ already holds max_send_wr = {max_post} outstanding work requests")]
     WrLimit { max_post: u32 },
 }
@@ -204,7 +206,12 @@ pub fn write_send_wqe(
     wqe: &SendWqe<'_>,
     free: u32,
 ) -> Result<Written, WqeError> {
-    debug_assert_eq!(sq.len(), geo.wqe_cnt as usize * WQEBB);
+    if !geo.wqe_cnt.is_power_of_two() || sq.len() != geo.wqe_cnt as usize * WQEBB {
+        return Err(WqeError::BadGeometry {
+            wqe_cnt: geo.wqe_cnt,
+            ring_len: sq.len(),
+        });
+    }
     let (ds, wqebbs) = wqe_size(geo, wqe)?;
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });

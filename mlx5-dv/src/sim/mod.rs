@@ -41,6 +41,9 @@ bitflags! {
     }
 }
 
+/// Largest SQ the sim hands out, in WQEBBs.
+pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
+
 /// RC QP states the sim models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -267,7 +270,7 @@ impl Device {
     /// Creates an RC QP in RESET whose send completions go to `send_cq`.
     /// `sq_wqebbs` is the SQ size in 64-byte WQEBBs (power of two, 1..=32768).
     pub fn create_qp(&self, pd: u32, send_cq: &Cq, sq_wqebbs: u32) -> Result<Qp, SimError> {
-        if !sq_wqebbs.is_power_of_two() || sq_wqebbs > 1 << 15 {
+        if !sq_wqebbs.is_power_of_two() || sq_wqebbs > MAX_SQ_WQEBBS {
             return Err(SimError::BadSize {
                 what: "sq_wqebbs",
                 value: sq_wqebbs,
