@@ -19,6 +19,11 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// The README's library example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod bench;
 mod direct;
 mod error;
