@@ -127,27 +127,35 @@ impl LatReport {
     }
 }
 
-/// Polls spun before a waiter starts yielding its core.
-const SPIN_BEFORE_YIELD: u32 = 1024;
+/// How long a waiter spins before it starts yielding its core to the device
+/// (the sim's thread, rxe's kernel work) in case they share one: short when
+/// this process has a single CPU, long otherwise (a yield invites the
+/// scheduler to put both spinning threads on one core).
+fn spin_for() -> Duration {
+    static SPIN_FOR: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN_FOR.get_or_init(|| match mlx5_dv::sim::device_cpu() {
+        Some(_) => Duration::from_millis(1),
+        None => Duration::from_micros(20),
+    })
+}
 
-/// Spins until `done()` holds, yielding the core after [`SPIN_BEFORE_YIELD`]
-/// polls, failing after [`WAIT_LIMIT`].
+/// Spins until `done()` holds (yielding after [`spin_for`]), failing after [`WAIT_LIMIT`].
 #[inline]
 fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     let mut spins = 0u32;
     let mut start: Option<Instant> = None;
+    let spin_for = spin_for();
     while !done()? {
-        spins = spins.saturating_add(1);
-        if spins % 4096 == 0 {
-            let s = *start.get_or_insert_with(Instant::now);
-            if s.elapsed() > WAIT_LIMIT {
-                return Err(Error::Timeout(what()));
-            }
-        }
-        if spins < SPIN_BEFORE_YIELD {
+        spins = spins.wrapping_add(1);
+        if spins % 256 != 0 {
             std::hint::spin_loop();
-        } else {
-            // The device (the sim's thread, rxe's kernel work) may need this core.
+            continue;
+        }
+        let waited = start.get_or_insert_with(Instant::now).elapsed();
+        if waited > WAIT_LIMIT {
+            return Err(Error::Timeout(what()));
+        }
+        if waited > spin_for {
             std::thread::yield_now();
         }
     }
@@ -179,6 +187,38 @@ pub struct RunInfo {
     pub inline: u32,
 }
 
+/// Keeps the calling thread off the sim's device CPU while it lives, then
+/// restores its affinity. Without it the scheduler may put the spinning bench
+/// thread and the sim's spinning device thread on one core.
+struct OffDeviceCpu(Option<nix::sched::CpuSet>);
+
+impl OffDeviceCpu {
+    fn new(is_sim: bool) -> Self {
+        use nix::sched::{sched_getaffinity, sched_setaffinity};
+        use nix::unistd::Pid;
+        let me = Pid::from_raw(0);
+        let (Some(dev_cpu), true) = (mlx5_dv::sim::device_cpu(), is_sim) else {
+            return Self(None);
+        };
+        let Ok(saved) = sched_getaffinity(me) else {
+            return Self(None);
+        };
+        let mut set = saved;
+        if set.unset(dev_cpu).is_err() || sched_setaffinity(me, &set).is_err() {
+            return Self(None);
+        }
+        Self(Some(saved))
+    }
+}
+
+impl Drop for OffDeviceCpu {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.0 {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), saved);
+        }
+    }
+}
+
 /// Runs `write_lat` with both sides in this process (two connected QPs on one device).
 pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     if cfg.size == 0 || cfg.size > MAX_SIZE {
@@ -194,6 +234,7 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         )));
     }
     let ctx = Context::open(&cfg.device)?;
+    let _off_device_cpu = OffDeviceCpu::new(cfg.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
     let size = cfg.size as usize;
     // Each side: [0, size) is what it sends, [size, 2 size) what it receives.

@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 bitflags! {
     /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
@@ -320,10 +321,12 @@ impl Device {
         }
         self.inner.stop.store(false, Ordering::SeqCst);
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        // Chosen from the starting thread's CPUs (the new thread inherits them).
+        let cpu = device_cpu();
         *t = Some(
             std::thread::Builder::new()
                 .name("mlx5-sim".into())
-                .spawn(move || device_thread(weak))
+                .spawn(move || device_thread(weak, cpu))
                 .expect("spawn sim device thread"),
         );
     }
@@ -343,13 +346,42 @@ impl Device {
     }
 }
 
-/// Idle passes the device thread spins before it starts yielding the CPU, and
-/// before it starts sleeping (200 us a time).
-const SPIN_PASSES: u32 = 4096;
-const YIELD_PASSES: u32 = 200_000;
+/// How long the idle device thread spins before it starts yielding its core
+/// (so a waiter sharing the core can run), and before it starts sleeping
+/// (200 us a time). Spinning is what keeps its reaction to a doorbell short.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+const SLEEP_AFTER: Duration = Duration::from_millis(10);
 
-fn device_thread(weak: Weak<Inner>) {
-    let mut idle: u32 = 0;
+/// CPUs this thread may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let Ok(set) = sched_getaffinity(Pid::from_raw(0)) else {
+        return Vec::new();
+    };
+    (0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect()
+}
+
+/// The CPU the device thread takes when the process may use two or more: the
+/// last one. Callers that spin on the device (benchmarks) stay off it.
+pub fn device_cpu() -> Option<usize> {
+    let cpus = allowed_cpus();
+    (cpus.len() >= 2).then(|| cpus[cpus.len() - 1])
+}
+
+fn device_thread(weak: Weak<Inner>, cpu: Option<usize>) {
+    // Like a NIC, the device runs beside the host's threads, not on their core:
+    // two spinning threads sharing one core wait out each other's time slices.
+    if let Some(cpu) = cpu {
+        let mut set = nix::sched::CpuSet::new();
+        if set.set(cpu).is_ok() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+        }
+    }
+    let mut idle_passes: u32 = 0;
+    let mut idle_since: Option<Instant> = None;
     loop {
         let Some(inner) = weak.upgrade() else { return };
         if inner.stop.load(Ordering::Relaxed) {
@@ -358,18 +390,20 @@ fn device_thread(weak: Weak<Inner>) {
         let n = run_all(&mut inner.state.lock().unwrap_or_else(|e| e.into_inner()));
         drop(inner);
         if n > 0 {
-            // Give a waiter that shares this core a chance to see the result.
-            idle = 0;
-            std::thread::yield_now();
+            idle_passes = 0;
+            idle_since = None;
             continue;
         }
-        idle = idle.saturating_add(1);
-        if idle < SPIN_PASSES {
+        idle_passes = idle_passes.wrapping_add(1);
+        if idle_passes % 64 != 0 {
             std::hint::spin_loop();
-        } else if idle < YIELD_PASSES {
+            continue;
+        }
+        let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
+        if idle > SLEEP_AFTER {
+            std::thread::sleep(Duration::from_micros(200));
+        } else if idle > SPIN_FOR {
             std::thread::yield_now();
-        } else {
-            std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
 }
