@@ -312,7 +312,9 @@ impl Device {
         run_all(&mut self.lock())
     }
 
-    /// Starts a device thread that executes WQEs as doorbells arrive. It stops
+    /// Starts a device thread that executes WQEs as doorbells arrive. When the
+    /// calling thread may run on two or more CPUs, the device thread takes the
+    /// last of them ([`device_cpu`]), as a NIC runs beside the host. It stops
     /// when [`Self::stop`] is called or every handle to the device is gone.
     pub fn start(&self) {
         let mut t = self.inner.thread.lock().unwrap_or_else(|e| e.into_inner());
