@@ -184,7 +184,75 @@ fn wait_completion(qp: &mut Qp, side: &str) -> Result<()> {
 pub struct RunInfo {
     pub device: String,
     pub data_path: &'static str,
+    /// Max inline data of the QPs, bytes.
     pub inline: u32,
+    /// Send queue depth, work requests.
+    pub tx_depth: u32,
+    /// Side A (timestamps) and side B.
+    pub sides: [SideInfo; 2],
+}
+
+/// One side's address, as perftest prints "local address" / "remote address".
+#[derive(Clone, Copy, Debug)]
+pub struct SideInfo {
+    pub qpn: u32,
+    pub path: crate::PathInfo,
+    pub rkey: u32,
+    /// Address of its receive buffer.
+    pub vaddr: u64,
+}
+
+impl RunInfo {
+    /// perftest's banner (`ctx_print_test_info`, `ctx_print_pingpong_data`),
+    /// with the lines that apply to a one-process run.
+    pub fn banner(&self, title: &str) -> String {
+        let p = self.sides[0].path;
+        let mut s = String::new();
+        let mut line = |l: String| {
+            s.push_str(&l);
+            s.push('\n');
+        };
+        line(RESULT_LINE.to_string());
+        line(format!("                    {title}"));
+        line(format!(
+            " Dual-port       : OFF\t\tDevice         : {}",
+            self.device
+        ));
+        line(format!(
+            " Number of qps   : 1\t\tTransport type : {}",
+            if p.link_layer == "sim" { "sim" } else { "IB" }
+        ));
+        line(" Connection type : RC\t\tUsing SRQ      : OFF".to_string());
+        line(format!(
+            " Data path       : {}\t\tSides          : both in this process",
+            self.data_path
+        ));
+        line(format!(" TX depth        : {}", self.tx_depth));
+        line(format!(
+            " Mtu             : {}",
+            p.mtu.map_or("-".to_string(), |m| format!("{m}[B]"))
+        ));
+        line(format!(" Link type       : {}", p.link_layer));
+        if let Some(g) = p.gid_index {
+            line(format!(" GID index       : {g}"));
+        }
+        line(format!(" Max inline data : {}[B]", self.inline));
+        line(" rdma_cm QPs\t : OFF".to_string());
+        line(" Data ex. method : none (both QPs in this process)".to_string());
+        line(RESULT_LINE.to_string());
+        for (name, side) in [("local", &self.sides[0]), ("remote", &self.sides[1])] {
+            line(format!(
+                " {name} address: LID {:#06x} QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#018x}",
+                side.path.lid, side.qpn, side.path.sq_psn, side.rkey, side.vaddr
+            ));
+            if side.path.gid_index.is_some() {
+                let g: Vec<String> = side.path.gid.iter().map(|b| format!("{b:02}")).collect();
+                line(format!(" GID: {}", g.join(":")));
+            }
+        }
+        line(RESULT_LINE.to_string());
+        s
+    }
 }
 
 /// Keeps the calling thread off the sim's device CPU while it lives, then
@@ -250,10 +318,18 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         ..QpConfig::default()
     };
     let (mut a, mut b) = pd.create_connected_pair(&qcfg)?;
+    let side = |qp: &Qp, mr: &Mr| SideInfo {
+        qpn: qp.qp_num(),
+        path: qp.path(),
+        rkey: mr.rkey().0,
+        vaddr: mr.addr() + size as u64,
+    };
     let info = RunInfo {
         device: ctx.name().into(),
         data_path: a.data_path(),
         inline: qcfg.max_inline,
+        tx_depth: qcfg.max_send_wr,
+        sides: [side(&a, &mr_a), side(&b, &mr_b)],
     };
 
     let remote = |mr: &Mr| RemoteAddr {

@@ -58,6 +58,18 @@ impl DirectQp {
         self.qpn
     }
 
+    pub(crate) fn path(&self) -> crate::PathInfo {
+        crate::PathInfo {
+            link_layer: "sim",
+            mtu: None,
+            gid_index: None,
+            gid: [0; 16],
+            lid: 0,
+            sq_psn: 0,
+            dest_qpn: self.sim_qp.dest_qpn().unwrap_or(0),
+        }
+    }
+
     /// Posts `wrs` and rings the doorbell once. Every WR is checked first
     /// (and the SQ room for all of them): on error nothing is written.
     #[inline]

@@ -361,11 +361,15 @@ impl Pd {
                     port: cfg.port,
                     sgid_index,
                     sq_psn: psn_a,
+                    gid,
+                    lid: port.lid,
                 };
                 let lb = verbs::LocalPath {
                     port: cfg.port,
                     sgid_index,
                     sq_psn: psn_b,
+                    gid,
+                    lid: port.lid,
                 };
                 let (qa, qb) = (a.qpn(), b.qpn());
                 a.connect(la, peer(qb, psn_b))?;
@@ -404,6 +408,25 @@ enum QpKind {
     Verbs(verbs::VerbsQp),
 }
 
+/// How a connected QP reaches its peer (what perftest prints before a run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathInfo {
+    /// `IB`, `Ethernet` (RoCE) or `sim`.
+    pub link_layer: &'static str,
+    /// Path MTU in bytes (`None` on the sim, which has no wire).
+    pub mtu: Option<u32>,
+    /// Source GID index on RoCE.
+    pub gid_index: Option<u8>,
+    /// Source GID (zero unless RoCE).
+    pub gid: [u8; 16],
+    /// Local LID (0 on RoCE and the sim).
+    pub lid: u16,
+    /// First send PSN (24 bits).
+    pub sq_psn: u32,
+    /// QPN of the connected peer.
+    pub dest_qpn: u32,
+}
+
 /// An RC queue pair with its own completion queue.
 pub struct Qp {
     // Field order: the QP goes before the PD (and its MRs) it belongs to.
@@ -418,6 +441,15 @@ impl Qp {
             QpKind::Direct(q) => q.qpn(),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.qpn(),
+        }
+    }
+
+    /// How this QP reaches its peer.
+    pub fn path(&self) -> PathInfo {
+        match &self.kind {
+            QpKind::Direct(q) => q.path(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.path(),
         }
     }
 

@@ -107,17 +107,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
                 gid_index: a.gid_index,
             };
             let (info, r) = bench::write_lat(&cfg)?;
-            println!("{RESULT_LINE}");
-            println!("                    RDMA_Write Latency Test");
-            println!(
-                " Device         : {}\t\tData path      : {}",
-                info.device, info.data_path
-            );
-            println!(" Number of qps  : 1\t\tTransport type : IB");
-            println!(" Connection type: RC\t\tUsing SRQ      : OFF");
-            println!(" Mode           : both sides in one process (two QPs on one device)");
-            println!(" Max inline data: {}[B]", info.inline);
-            println!("{RESULT_LINE}");
+            print!("{}", info.banner("RDMA_Write Latency Test"));
             println!("{LAT_HEADER}");
             println!("{}", r.row());
             println!("{RESULT_LINE}");

@@ -361,6 +361,7 @@ pub(crate) struct VerbsQp {
     /// batch that does not fit is refused whole, and the CQ (at least
     /// `max_post` deep) cannot overflow whatever the provider does with SQ slots.
     max_post: u32,
+    path: crate::PathInfo,
     wr_ids: Box<[u64]>,
     posted: u64,
     retired: u64,
@@ -440,6 +441,15 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         qpn,
         caps,
         max_post,
+        path: crate::PathInfo {
+            link_layer: "",
+            mtu: None,
+            gid_index: None,
+            gid: [0; 16],
+            lid: 0,
+            sq_psn: 0,
+            dest_qpn: 0,
+        },
         wr_ids: vec![0; max_post as usize].into_boxed_slice(),
         posted: 0,
         retired: 0,
@@ -465,6 +475,9 @@ pub(crate) struct LocalPath {
     /// Some(index) on RoCE (global routing with that source GID).
     pub(crate) sgid_index: Option<u8>,
     pub(crate) sq_psn: u32,
+    /// Own GID and LID (for reporting).
+    pub(crate) gid: [u8; 16],
+    pub(crate) lid: u16,
 }
 
 impl VerbsQp {
@@ -488,7 +501,30 @@ impl VerbsQp {
     }
 
     /// RESET -> INIT -> RTR -> RTS, connected to `peer`.
+    pub(crate) fn path(&self) -> crate::PathInfo {
+        self.path
+    }
+
+    /// RESET -> INIT -> RTR -> RTS, connected to `peer`; remembers the path.
     pub(crate) fn connect(&mut self, local: LocalPath, peer: PeerInfo) -> Result<()> {
+        self.connect_steps(local, peer)?;
+        self.path = crate::PathInfo {
+            link_layer: if local.sgid_index.is_some() {
+                "Ethernet"
+            } else {
+                "IB"
+            },
+            mtu: Some(128 << peer.mtu.clamp(1, 5)),
+            gid_index: local.sgid_index,
+            gid: local.gid,
+            lid: local.lid,
+            sq_psn: local.sq_psn,
+            dest_qpn: peer.qpn,
+        };
+        Ok(())
+    }
+
+    fn connect_steps(&mut self, local: LocalPath, peer: PeerInfo) -> Result<()> {
         use ibv_qp_attr_mask as M;
         // SAFETY: plain data; zero is valid.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };

@@ -479,6 +479,11 @@ impl Qp {
         d
     }
 
+    /// The connected peer's QPN (set at RTR).
+    pub fn dest_qpn(&self) -> Option<u32> {
+        self.dev.lock().qps.get(&self.qpn).and_then(|q| q.peer)
+    }
+
     pub fn state(&self) -> QpState {
         self.dev.lock().qps[&self.qpn].state
     }
