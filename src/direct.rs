@@ -184,6 +184,7 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
         Payload::Sges(&segs[..w.sges.len()])
     };
     Ok(f(&SendWqe {
+        atomic: None,
         opcode,
         flags,
         imm: 0,

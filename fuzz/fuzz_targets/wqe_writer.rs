@@ -39,6 +39,7 @@ fuzz_target!(|inp: Input| {
         None => Payload::Sges(&sges),
     };
     let wqe = SendWqe {
+        atomic: None,
         opcode: WqeOpcode(inp.opcode),
         flags: CtrlFlags::from_bits_retain(inp.flags),
         imm: inp.imm,

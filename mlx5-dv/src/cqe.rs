@@ -41,8 +41,13 @@ pub struct Cqe {
     pub imm: u32,
     /// Solicited-event bit (op_own bit 1).
     pub solicited: bool,
-    /// Format / inline-scatter bits (op_own bits 3:2).
+    /// Format / inline-scatter bits (op_own bits 3:2): for responder CQEs
+    /// bit 2 (`MLX5_INLINE_SCATTER_32`) means up to 32 bytes of data sit in this
+    /// CQE, bit 3 (`MLX5_INLINE_SCATTER_64`) 64 bytes in the preceding 64;
+    /// format 3 marks a compressed CQE block.
     pub format: u8,
+    /// Owner bit (op_own bit 0).
+    pub owner: bool,
     /// For REQ_ERR / RESP_ERR: the error syndrome; otherwise 0.
     pub syndrome: Syndrome,
     pub vendor_syndrome: u8,
@@ -65,13 +70,24 @@ impl Cqe {
             imm: be32(36),
             solicited: op_own & 0x2 != 0,
             format: (op_own >> 2) & 0x3,
+            owner: op_own & 1 != 0,
             syndrome: Syndrome(if err { b[55] } else { 0 }),
             vendor_syndrome: if err { b[54] } else { 0 },
         }
     }
 
+    /// Decodes the CQE proper of a CQ slot of 64 or 128 bytes (in a 128-byte
+    /// slot it is the second half). `None` for any other slot length.
+    pub fn decode_slot(slot: &[u8]) -> Option<Cqe> {
+        let proper: &[u8; CQE64] = match slot.len() {
+            64 | 128 => slot[slot.len() - CQE64..].try_into().ok()?,
+            _ => return None,
+        };
+        Some(Cqe::decode(proper))
+    }
+
     /// Encodes this CQE (device side; the sim and tests use it). `op_own` gets
-    /// the owner bit given; the caller publishes byte 63 last.
+    /// the owner bit given (not `self.owner`); the caller publishes byte 63 last.
     pub fn encode(&self, owner: u8) -> [u8; CQE64] {
         let mut b = [0u8; CQE64];
         b[36..40].copy_from_slice(&self.imm.to_be_bytes());
@@ -150,6 +166,7 @@ mod tests {
             format: 0,
             syndrome: Syndrome(0),
             vendor_syndrome: 0,
+            owner: false,
         };
         let b = c.encode(0);
         assert_eq!(&b[36..40], &[1, 2, 3, 4]);

@@ -1,5 +1,6 @@
-//! Send WQE encoding: ctrl, remote-address, data and inline segments, and the
-//! writer that places one whole WQE into an SQ ring at producer index `pi`.
+//! WQE encoding: ctrl, remote-address, atomic, data and inline segments; the
+//! writer that places one whole send WQE into an SQ ring at producer index
+//! `pi`; and receive WQEs.
 //!
 //! Layouts (`docs/prm-notes.md`; rdma-core `mlx5dv.h`
 //! `struct mlx5_wqe_ctrl_seg` / `mlx5_wqe_raddr_seg` / `mlx5_wqe_data_seg` /
@@ -9,11 +10,12 @@
 //! ctrl   0: opmod<<24 | wqe_idx<<8 | opcode   4: qpn<<8 | ds   8: signature, rsvd, rsvd
 //!       11: fm_ce_se                         12: immediate
 //! raddr  0: remote address (8)    8: rkey (4)    12: reserved 0 (4)
+//! atomic 0: swap or add value (8)  8: compare value (8)
 //! data   0: byte_count (4)        4: lkey (4)     8: local address (8)
 //! inline 0: 0x80000000 | len (4)  4: bytes..., padded to a multiple of 16
 //! ```
 
-use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, MAX_DS, WQEBB};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, INVALID_LKEY, MAX_DS, WQEBB};
 use crate::ring::RingBuf;
 
 /// One scatter/gather entry as it goes into a data segment.
@@ -43,15 +45,36 @@ pub enum Payload<'a> {
     Inline(&'a [u8]),
 }
 
+/// Operands of an atomic (`mlx5_wqe_atomic_seg`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicSeg {
+    /// ATOMIC_CS: the value swapped in; ATOMIC_FA: the value added.
+    pub swap_add: u64,
+    /// ATOMIC_CS: the value compared with; ignored (0) for ATOMIC_FA.
+    pub compare: u64,
+}
+
 /// One send WQE to encode.
+///
+/// What each opcode takes (rdma-core `_mlx5_post_send`):
+///
+/// | opcode | remote | atomic | payload |
+/// |---|---|---|---|
+/// | SEND, SEND_IMM | - | - | SGEs or inline |
+/// | RDMA_WRITE, RDMA_WRITE_IMM | required | - | SGEs or inline |
+/// | RDMA_READ | required | - | SGEs (scatter list) |
+/// | ATOMIC_CS, ATOMIC_FA | required, 8-byte aligned | required | one SGE of at least 8 bytes (gets the old value) |
+/// | NOP | - | - | none |
 #[derive(Clone, Copy, Debug)]
 pub struct SendWqe<'a> {
     pub opcode: WqeOpcode,
     pub flags: CtrlFlags,
-    /// Immediate data as the application means it; written big-endian, so the
-    /// responder's CQE returns the same `u32`.
+    /// Immediate data as the application means it (SEND_IMM, RDMA_WRITE_IMM);
+    /// written big-endian, so the responder's CQE returns the same `u32`.
+    /// Other opcodes write 0.
     pub imm: u32,
     pub remote: Option<RemoteSeg>,
+    pub atomic: Option<AtomicSeg>,
     pub payload: Payload<'a>,
 }
 
@@ -92,6 +115,22 @@ pub enum WqeError {
     LengthOverflow { total: u64 },
     #[error("opcode {0:#04x} needs a remote address and rkey")]
     MissingRemote(u8),
+    #[error("opcode {0:#04x} needs atomic operands (swap/add, compare)")]
+    MissingAtomic(u8),
+    #[error("atomic remote address {0:#x} is not 8-byte aligned")]
+    UnalignedAtomic(u64),
+    #[error("an atomic takes exactly one SGE of at least 8 bytes for the old value")]
+    AtomicSge,
+    #[error("opcode {0:#04x} cannot carry inline data")]
+    InlineNotAllowed(u8),
+    #[error("a receive WQE of {need} data segments does not fit the RQ stride of {stride} bytes")]
+    RecvTooManySges { need: usize, stride: u32 },
+    #[error("RQ geometry: {wqe_cnt} WQEs of {stride} bytes, ring of {ring_len} bytes (need powers of two, stride at least 16)")]
+    BadRqGeometry {
+        wqe_cnt: u32,
+        stride: u32,
+        ring_len: usize,
+    },
     #[error("opcode {0:#04x} is not supported by this encoder")]
     UnsupportedOpcode(u8),
     #[error("WQE needs {need} WQEBBs; only {free} are free in the SQ")]
@@ -127,6 +166,17 @@ pub fn raddr_seg(r: RemoteSeg) -> [u8; 16] {
     s
 }
 
+/// Encodes an atomic segment.
+pub fn atomic_seg(a: AtomicSeg) -> [u8; 16] {
+    let mut s = [0u8; 16];
+    s[0..8].copy_from_slice(&a.swap_add.to_be_bytes());
+    s[8..16].copy_from_slice(&a.compare.to_be_bytes());
+    s
+}
+
+/// Size of an atomic operand and of the data segment that receives the old value.
+pub const ATOMIC_SIZE: u32 = 8;
+
 /// Encodes a data segment.
 pub fn data_seg(d: DataSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
@@ -144,25 +194,45 @@ pub fn inline_ds(len: usize) -> u32 {
 /// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
 pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeError> {
     let op = wqe.opcode;
+    let atomic = matches!(op, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
     if !matches!(
         op,
         WqeOpcode::RDMA_WRITE
             | WqeOpcode::RDMA_WRITE_IMM
             | WqeOpcode::SEND
             | WqeOpcode::SEND_IMM
+            | WqeOpcode::RDMA_READ
+            | WqeOpcode::ATOMIC_CS
+            | WqeOpcode::ATOMIC_FA
             | WqeOpcode::NOP
     ) {
         return Err(WqeError::UnsupportedOpcode(op.0));
     }
     let mut ds = 1u32;
     if op.has_raddr() {
-        if wqe.remote.is_none() {
+        let Some(r) = wqe.remote else {
             return Err(WqeError::MissingRemote(op.0));
+        };
+        if atomic && r.addr % 8 != 0 {
+            return Err(WqeError::UnalignedAtomic(r.addr));
         }
         ds += 1;
     }
+    if atomic {
+        if wqe.atomic.is_none() {
+            return Err(WqeError::MissingAtomic(op.0));
+        }
+        match wqe.payload {
+            Payload::Sges([s]) if s.len >= ATOMIC_SIZE => {}
+            _ => return Err(WqeError::AtomicSge),
+        }
+        return finish(geo, ds + 2);
+    }
     match wqe.payload {
         Payload::Inline(bytes) => {
+            if matches!(op, WqeOpcode::RDMA_READ | WqeOpcode::NOP) && !bytes.is_empty() {
+                return Err(WqeError::InlineNotAllowed(op.0));
+            }
             if bytes.len() > geo.max_inline as usize {
                 return Err(WqeError::InlineTooLong {
                     len: bytes.len(),
@@ -182,6 +252,10 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
             ds = ds.saturating_add(n.min(u32::MAX as usize) as u32);
         }
     }
+    finish(geo, ds)
+}
+
+fn finish(geo: &SqGeometry, ds: u32) -> Result<(u32, u32), WqeError> {
     if ds > MAX_DS {
         return Err(WqeError::TooManyDs { ds });
     }
@@ -216,15 +290,44 @@ pub fn write_send_wqe(
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });
     }
+    let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
     sq.write_seg(
         base,
-        &ctrl_seg(wqe.opcode, pi as u16, geo.qpn, ds, wqe.flags, wqe.imm),
+        &ctrl_seg(wqe.opcode, pi as u16, geo.qpn, ds, wqe.flags, imm),
     );
     let mut off = base + DS;
     if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
         sq.write_seg(off, &raddr_seg(r));
         off += DS;
+    }
+    if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
+        (wqe.opcode, wqe.atomic, wqe.payload)
+    {
+        let compare = if wqe.opcode == WqeOpcode::ATOMIC_CS {
+            a.compare
+        } else {
+            0
+        };
+        sq.write_seg(
+            off,
+            &atomic_seg(AtomicSeg {
+                swap_add: a.swap_add,
+                compare,
+            }),
+        );
+        sq.write_seg(
+            off + DS,
+            &data_seg(DataSeg {
+                len: ATOMIC_SIZE,
+                ..*d
+            }),
+        );
+        return Ok(Written {
+            ds,
+            wqebbs,
+            next_pi: pi.wrapping_add(wqebbs),
+        });
     }
     match wqe.payload {
         Payload::Inline(bytes) if !bytes.is_empty() => {
@@ -244,6 +347,57 @@ pub fn write_send_wqe(
         wqebbs,
         next_pi: pi.wrapping_add(wqebbs),
     })
+}
+
+/// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
+/// (`mlx5dv_qp.rq`): one data segment per non-empty SGE, then, if the stride
+/// holds more, a terminating segment with lkey `MLX5_INVALID_LKEY` (0x100),
+/// byte count 0 and address 0 (rdma-core `mlx5_post_recv`). On error nothing
+/// is written.
+pub fn write_recv_wqe(
+    rq: &mut RingBuf<'_>,
+    wqe_cnt: u32,
+    stride: u32,
+    idx: u32,
+    sges: &[DataSeg],
+) -> Result<(), WqeError> {
+    if !wqe_cnt.is_power_of_two()
+        || !stride.is_power_of_two()
+        || stride < DS as u32
+        || rq.len() != wqe_cnt as usize * stride as usize
+    {
+        return Err(WqeError::BadRqGeometry {
+            wqe_cnt,
+            stride,
+            ring_len: rq.len(),
+        });
+    }
+    let total: u64 = sges.iter().map(|s| s.len as u64).sum();
+    if total > 1 << 31 {
+        return Err(WqeError::LengthOverflow { total });
+    }
+    let slots = stride as usize / DS;
+    let need = sges.iter().filter(|s| s.len != 0).count();
+    if need > slots {
+        return Err(WqeError::RecvTooManySges { need, stride });
+    }
+    let base = (idx & (wqe_cnt - 1)) as usize * stride as usize;
+    let mut off = base;
+    for s in sges.iter().filter(|s| s.len != 0) {
+        rq.write_seg(off, &data_seg(*s));
+        off += DS;
+    }
+    if need < slots {
+        rq.write_seg(
+            off,
+            &data_seg(DataSeg {
+                addr: 0,
+                len: 0,
+                lkey: INVALID_LKEY,
+            }),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -267,6 +421,7 @@ mod tests {
         let mut sq = RingBuf::from_slice(&mut mem).unwrap();
         let payload: Vec<u8> = (0u8..100).collect();
         let wqe = SendWqe {
+            atomic: None,
             opcode: WqeOpcode::RDMA_WRITE,
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
@@ -321,6 +476,7 @@ mod tests {
             },
         ];
         let wqe = SendWqe {
+            atomic: None,
             opcode: WqeOpcode::RDMA_WRITE,
             flags: CtrlFlags::empty(),
             imm: 0,
@@ -370,6 +526,7 @@ mod tests {
                     flags: CtrlFlags::empty(),
                     imm: 0,
                     remote: None,
+                    atomic: None,
                     payload: Payload::Inline(b"x"),
                 },
                 WqeError::MissingRemote(8),
@@ -380,6 +537,7 @@ mod tests {
                     flags: CtrlFlags::empty(),
                     imm: 0,
                     remote: None,
+                    atomic: None,
                     payload: Payload::Inline(&big),
                 },
                 WqeError::InlineTooLong { len: 300, max: 256 },
@@ -390,6 +548,7 @@ mod tests {
                     flags: CtrlFlags::empty(),
                     imm: 0,
                     remote: None,
+                    atomic: None,
                     payload: Payload::Sges(&sge),
                 },
                 WqeError::TooManyDs { ds: 71 },
@@ -400,6 +559,7 @@ mod tests {
                     flags: CtrlFlags::empty(),
                     imm: 0,
                     remote: None,
+                    atomic: None,
                     payload: Payload::Sges(&huge),
                 },
                 WqeError::LengthOverflow {
@@ -412,6 +572,7 @@ mod tests {
                     flags: CtrlFlags::empty(),
                     imm: 0,
                     remote: None,
+                    atomic: None,
                     payload: Payload::Sges(&sge[..20]),
                 },
                 WqeError::QueueFull { need: 6, free: 5 },
@@ -421,5 +582,233 @@ mod tests {
             assert_eq!(write_send_wqe(&mut sq, &geo8(), 3, &wqe, 5), Err(want));
         }
         assert!(mem.iter().all(|&b| b == 0x5a));
+    }
+
+    fn wqe<'a>(opcode: WqeOpcode, payload: Payload<'a>) -> SendWqe<'a> {
+        SendWqe {
+            opcode,
+            flags: CtrlFlags::CQ_UPDATE,
+            imm: 0,
+            remote: Some(RemoteSeg {
+                addr: 0x1000,
+                rkey: 0x77,
+            }),
+            atomic: None,
+            payload,
+        }
+    }
+
+    #[test]
+    fn inline_ds_by_hand() {
+        for (len, ds) in [(1, 1), (12, 1), (13, 2), (28, 2), (29, 3), (60, 4), (61, 5)] {
+            assert_eq!(inline_ds(len), ds, "inline length {len}");
+        }
+    }
+
+    #[test]
+    fn three_sge_write_in_the_last_wqebb_wraps_its_third_data_segment() {
+        let mut mem = vec![0u8; 512];
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        let sges = [
+            DataSeg {
+                addr: 0xa000,
+                len: 1,
+                lkey: 1,
+            },
+            DataSeg {
+                addr: 0xb000,
+                len: 2,
+                lkey: 2,
+            },
+            DataSeg {
+                addr: 0xc000,
+                len: 3,
+                lkey: 3,
+            },
+        ];
+        let w = write_send_wqe(
+            &mut sq,
+            &geo8(),
+            7,
+            &wqe(WqeOpcode::RDMA_WRITE, Payload::Sges(&sges)),
+            8,
+        )
+        .unwrap();
+        assert_eq!((w.ds, w.wqebbs, w.next_pi), (5, 2, 9));
+        assert_eq!(&mem[480..484], &[0, 0, 0, 1]);
+        assert_eq!(&mem[496..500], &[0, 0, 0, 2]);
+        assert_eq!(&mem[0..16], &data_seg(sges[2]));
+    }
+
+    #[test]
+    fn atomics_by_hand() {
+        let mut mem = vec![0u8; 512];
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        let old = [DataSeg {
+            addr: 0x5000,
+            len: 8,
+            lkey: 9,
+        }];
+        let mut fa = wqe(WqeOpcode::ATOMIC_FA, Payload::Sges(&old));
+        fa.atomic = Some(AtomicSeg {
+            swap_add: 0x10,
+            compare: 0xdead,
+        });
+        let w = write_send_wqe(&mut sq, &geo8(), 0, &fa, 8).unwrap();
+        assert_eq!((w.ds, w.wqebbs), (4, 1));
+        assert_eq!(&mem[32..40], &[0, 0, 0, 0, 0, 0, 0, 0x10]);
+        assert_eq!(
+            &mem[40..48],
+            &[0; 8],
+            "FETCH_AND_ADD writes no compare value"
+        );
+        assert_eq!(
+            &mem[48..52],
+            &[0, 0, 0, 8],
+            "the old value's data segment is 8 bytes"
+        );
+
+        let mut cs = wqe(WqeOpcode::ATOMIC_CS, Payload::Sges(&old));
+        cs.atomic = Some(AtomicSeg {
+            swap_add: 9,
+            compare: 5,
+        });
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        let w = write_send_wqe(&mut sq, &geo8(), 1, &cs, 8).unwrap();
+        assert_eq!((w.ds, w.wqebbs), (4, 1));
+        assert_eq!(&mem[96..104], &9u64.to_be_bytes());
+        assert_eq!(&mem[104..112], &5u64.to_be_bytes());
+        assert_eq!(mem[67], 0x11, "ATOMIC_CS opcode");
+
+        // Bad atomics write nothing.
+        let before = mem.clone();
+        let mut bad = cs;
+        bad.remote = Some(RemoteSeg {
+            addr: 0x1004,
+            rkey: 1,
+        });
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        assert_eq!(
+            write_send_wqe(&mut sq, &geo8(), 2, &bad, 8),
+            Err(WqeError::UnalignedAtomic(0x1004))
+        );
+        bad = cs;
+        bad.atomic = None;
+        assert_eq!(
+            write_send_wqe(&mut sq, &geo8(), 2, &bad, 8),
+            Err(WqeError::MissingAtomic(0x11))
+        );
+        bad = cs;
+        bad.payload = Payload::Sges(&[]);
+        assert_eq!(
+            write_send_wqe(&mut sq, &geo8(), 2, &bad, 8),
+            Err(WqeError::AtomicSge)
+        );
+        bad = cs;
+        bad.remote = None;
+        assert_eq!(
+            write_send_wqe(&mut sq, &geo8(), 2, &bad, 8),
+            Err(WqeError::MissingRemote(0x11))
+        );
+        assert_eq!(mem, before);
+    }
+
+    #[test]
+    fn send_with_imm_round_trips_through_a_cqe() {
+        let mut mem = vec![0u8; 512];
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        let mut w = wqe(WqeOpcode::SEND_IMM, Payload::Inline(b"x"));
+        w.remote = None;
+        w.imm = 0x89AB_CDEF;
+        write_send_wqe(&mut sq, &geo8(), 0, &w, 8).unwrap();
+        assert_eq!(&mem[12..16], &[0x89, 0xAB, 0xCD, 0xEF]);
+        let mut cqe = [0u8; 64];
+        cqe[36..40].copy_from_slice(&mem[12..16]);
+        cqe[63] = crate::prm::CqeOpcode::RESP_SEND_IMM.0 << 4;
+        let c = crate::cqe::Cqe::decode(&cqe);
+        assert_eq!(c.imm, 0x89AB_CDEF);
+        assert_eq!(c.imm as u64, 0x0000_0000_89AB_CDEF);
+        // Opcodes without an immediate write 0 there, whatever `imm` holds.
+        let mut plain = w;
+        plain.opcode = WqeOpcode::SEND;
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        write_send_wqe(&mut sq, &geo8(), 1, &plain, 8).unwrap();
+        assert_eq!(&mem[64 + 12..64 + 16], &[0; 4]);
+    }
+
+    #[test]
+    fn read_refuses_inline() {
+        let mut mem = vec![0u8; 512];
+        let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+        let r = wqe(WqeOpcode::RDMA_READ, Payload::Inline(b"no"));
+        assert_eq!(
+            write_send_wqe(&mut sq, &geo8(), 0, &r, 8),
+            Err(WqeError::InlineNotAllowed(0x10))
+        );
+        assert!(mem.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn receive_wqe_ends_with_the_invalid_lkey_when_short() {
+        let mut mem = vec![0xffu8; 4 * 64];
+        let mut rq = RingBuf::from_slice(&mut mem).unwrap();
+        let two = [
+            DataSeg {
+                addr: 0x10,
+                len: 100,
+                lkey: 5,
+            },
+            DataSeg {
+                addr: 0x20,
+                len: 0,
+                lkey: 6,
+            },
+            DataSeg {
+                addr: 0x30,
+                len: 7,
+                lkey: 7,
+            },
+        ];
+        write_recv_wqe(&mut rq, 4, 64, 5, &two).unwrap();
+        // Slot 5 & 3 = 1: two data segments (the empty one left out), then the terminator.
+        assert_eq!(&mem[64..80], &data_seg(two[0]));
+        assert_eq!(&mem[80..96], &data_seg(two[2]));
+        assert_eq!(
+            &mem[96..112],
+            &[0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert!(mem[112..128].iter().all(|&b| b == 0xff));
+        let four = [DataSeg {
+            addr: 1,
+            len: 1,
+            lkey: 1,
+        }; 4];
+        let mut rq = RingBuf::from_slice(&mut mem).unwrap();
+        write_recv_wqe(&mut rq, 4, 64, 2, &four).unwrap();
+        assert_eq!(
+            &mem[176..192],
+            &data_seg(four[3]),
+            "a full stride has no terminator"
+        );
+        let before = mem.clone();
+        let mut rq = RingBuf::from_slice(&mut mem).unwrap();
+        assert_eq!(
+            write_recv_wqe(
+                &mut rq,
+                4,
+                64,
+                0,
+                &[DataSeg {
+                    addr: 1,
+                    len: 1,
+                    lkey: 1
+                }; 5]
+            ),
+            Err(WqeError::RecvTooManySges {
+                need: 5,
+                stride: 64
+            })
+        );
+        assert_eq!(mem, before);
     }
 }

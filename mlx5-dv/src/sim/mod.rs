@@ -614,6 +614,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                 format: 0,
                 syndrome: Syndrome(0),
                 vendor_syndrome: 0,
+                owner: false,
             }),
             Exec::Ok { .. } => None,
             Exec::Err(syn) => {
@@ -629,6 +630,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                     format: 0,
                     syndrome: syn,
                     vendor_syndrome: 0,
+                    owner: false,
                 })
             }
         };

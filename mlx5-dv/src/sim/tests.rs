@@ -41,6 +41,7 @@ fn pair(dev: &Device) -> (Side, Side) {
 
 fn write_wqe<'a>(payload: Payload<'a>, raddr: u64, rkey: u32) -> SendWqe<'a> {
     SendWqe {
+        atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
