@@ -4,6 +4,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rdma_direct::bench::{self, LatConfig, LAT_HEADER, RESULT_LINE};
 use std::process::ExitCode;
 
+mod tools;
+
 #[derive(Parser)]
 #[command(
     name = "rdma-direct",
@@ -21,6 +23,11 @@ enum Cmd {
     Devices,
     /// Run a perftest-compatible benchmark (both sides in this process).
     Bench(BenchArgs),
+    /// Encode one send WQE into an SQ ring; print its segments as JSON.
+    /// Numbers are decimal or 0x hex.
+    EncodeWqe(tools::EncodeWqe),
+    /// Decode one CQE (hex); print its fields as JSON.
+    DecodeCqe(tools::DecodeCqe),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -56,9 +63,27 @@ struct BenchArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let tool = match &cli.cmd {
+        Cmd::EncodeWqe(a) => Some(tools::encode_wqe(a)),
+        Cmd::DecodeCqe(a) => Some(tools::decode_cqe(a)),
+        _ => None,
+    };
+    if let Some(out) = tool {
+        return match out {
+            Ok(v) => {
+                println!("{v}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rdma-direct: error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let r = match cli.cmd {
         Cmd::Devices => devices(),
         Cmd::Bench(a) => run_bench(a),
+        Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) => unreachable!("handled above"),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -157,6 +157,39 @@ impl WcStatus {
     }
 }
 
+impl WcStatus {
+    /// The `enum ibv_wc_status` identifier without its `IBV_WC_` prefix.
+    pub fn ident(self) -> &'static str {
+        const IDENTS: [&str; 24] = [
+            "SUCCESS",
+            "LOC_LEN_ERR",
+            "LOC_QP_OP_ERR",
+            "LOC_EEC_OP_ERR",
+            "LOC_PROT_ERR",
+            "WR_FLUSH_ERR",
+            "MW_BIND_ERR",
+            "BAD_RESP_ERR",
+            "LOC_ACCESS_ERR",
+            "REM_INV_REQ_ERR",
+            "REM_ACCESS_ERR",
+            "REM_OP_ERR",
+            "RETRY_EXC_ERR",
+            "RNR_RETRY_EXC_ERR",
+            "LOC_RDD_VIOL_ERR",
+            "REM_INV_RD_REQ_ERR",
+            "REM_ABORT_ERR",
+            "INV_EECN_ERR",
+            "INV_EEC_STATE_ERR",
+            "FATAL_ERR",
+            "RESP_TIMEOUT_ERR",
+            "GENERAL_ERR",
+            "TM_ERR",
+            "TM_RNDV_INCOMPLETE",
+        ];
+        IDENTS.get(self.0 as usize).copied().unwrap_or("UNKNOWN")
+    }
+}
+
 impl std::fmt::Display for WcStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.name(), self.0)

@@ -34,6 +34,33 @@ impl WqeOpcode {
     pub const ATOMIC_CS: Self = Self(0x11);
     pub const ATOMIC_FA: Self = Self(0x12);
 
+    /// rdma-core's name without the `MLX5_OPCODE_` prefix (`None` if unknown).
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0x00 => "NOP",
+            0x01 => "SEND_INVAL",
+            0x08 => "RDMA_WRITE",
+            0x09 => "RDMA_WRITE_IMM",
+            0x0a => "SEND",
+            0x0b => "SEND_IMM",
+            0x0e => "TSO",
+            0x10 => "RDMA_READ",
+            0x11 => "ATOMIC_CS",
+            0x12 => "ATOMIC_FA",
+            0x14 => "ATOMIC_MASKED_CS",
+            0x15 => "ATOMIC_MASKED_FA",
+            0x19 => "FMR",
+            0x1b => "LOCAL_INVAL",
+            0x1f => "CONFIG_CMD",
+            0x20 => "SET_PSV",
+            0x25 => "UMR",
+            0x28 => "TAG_MATCHING",
+            0x2c => "FLOW_TBL_ACCESS",
+            0x2f => "MMO",
+            _ => return None,
+        })
+    }
+
     /// Whether the WQE carries a remote-address segment after the ctrl segment.
     pub fn has_raddr(self) -> bool {
         matches!(
@@ -88,6 +115,24 @@ impl CqeOpcode {
     pub const RESP_ERR: Self = Self(14);
     /// Never software-owned: fresh CQ slots hold `op_own = 0xF0`.
     pub const INVALID: Self = Self(15);
+
+    /// rdma-core's name without the `MLX5_CQE_` prefix (`None` if unknown).
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0 => "REQ",
+            1 => "RESP_WR_IMM",
+            2 => "RESP_SEND",
+            3 => "RESP_SEND_IMM",
+            4 => "RESP_SEND_INV",
+            5 => "RESIZE_CQ",
+            6 => "NO_PACKET",
+            12 => "SIG_ERR",
+            13 => "REQ_ERR",
+            14 => "RESP_ERR",
+            15 => "INVALID",
+            _ => return None,
+        })
+    }
 
     pub fn is_error(self) -> bool {
         self == Self::REQ_ERR || self == Self::RESP_ERR
