@@ -4,7 +4,7 @@
 //! Without the header (or a C compiler) it says so loudly and skips, unless
 //! `RDMA_DIRECT_REQUIRE_HEADERS=1`, which makes that a failure.
 
-use mlx5_dv::dv::{mlx5dv_cq, mlx5dv_qp};
+use mlx5_dv::dv::*;
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
@@ -22,6 +22,27 @@ int main(void) {
     printf("mlx5dv_cq %zu\n", sizeof(struct mlx5dv_cq));
     F(mlx5dv_cq, buf); F(mlx5dv_cq, dbrec); F(mlx5dv_cq, cqe_cnt); F(mlx5dv_cq, cqe_size);
     F(mlx5dv_cq, cq_uar); F(mlx5dv_cq, cqn); F(mlx5dv_cq, comp_mask);
+    printf("mlx5dv_obj %zu\n", sizeof(struct mlx5dv_obj));
+    F(mlx5dv_obj, qp.in); F(mlx5dv_obj, qp.out); F(mlx5dv_obj, cq.in); F(mlx5dv_obj, cq.out);
+    F(mlx5dv_obj, srq); F(mlx5dv_obj, rwq); F(mlx5dv_obj, dm); F(mlx5dv_obj, ah); F(mlx5dv_obj, pd);
+    printf("mlx5dv_context %zu\n", sizeof(struct mlx5dv_context));
+    F(mlx5dv_context, version); F(mlx5dv_context, flags); F(mlx5dv_context, comp_mask);
+    F(mlx5dv_context, cqe_comp_caps); F(mlx5dv_context, sw_parsing_caps); F(mlx5dv_context, striding_rq_caps);
+    F(mlx5dv_context, tunnel_offloads_caps); F(mlx5dv_context, max_dynamic_bfregs);
+    F(mlx5dv_context, max_clock_info_update_nsec); F(mlx5dv_context, flow_action_flags);
+    F(mlx5dv_context, dc_odp_caps); F(mlx5dv_context, hca_core_clock); F(mlx5dv_context, num_lag_ports);
+    F(mlx5dv_context, sig_caps); F(mlx5dv_context, dci_streams_caps); F(mlx5dv_context, max_wr_memcpy_length);
+    F(mlx5dv_context, crypto_caps);
+    printf("mlx5dv_sig_caps %zu\n", sizeof(struct mlx5dv_sig_caps));
+    printf("mlx5dv_crypto_caps %zu\n", sizeof(struct mlx5dv_crypto_caps));
+    F(mlx5dv_crypto_caps, flags);
+    printf("mlx5dv_qp_init_attr %zu\n", sizeof(struct mlx5dv_qp_init_attr));
+    F(mlx5dv_qp_init_attr, comp_mask); F(mlx5dv_qp_init_attr, create_flags);
+    F(mlx5dv_qp_init_attr, dc_init_attr); F(mlx5dv_qp_init_attr, send_ops_flags);
+    printf("mlx5dv_dc_init_attr %zu\n", sizeof(struct mlx5dv_dc_init_attr));
+    printf("MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE %u\n", (unsigned)MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
+    printf("MLX5DV_OBJ_QP %u\n", (unsigned)MLX5DV_OBJ_QP);
+    printf("MLX5DV_OBJ_CQ %u\n", (unsigned)MLX5DV_OBJ_CQ);
     return 0;
 }
 "#;
@@ -57,6 +78,58 @@ fn ours() -> Vec<(String, usize)> {
     f!(v, mlx5dv_cq, cq_uar);
     f!(v, mlx5dv_cq, cqn);
     f!(v, mlx5dv_cq, comp_mask);
+    v.push(("mlx5dv_obj".to_string(), size_of::<mlx5dv_obj>()));
+    v.push(("mlx5dv_obj.qp.in".into(), offset_of!(mlx5dv_obj, qp.in_)));
+    v.push(("mlx5dv_obj.qp.out".into(), offset_of!(mlx5dv_obj, qp.out)));
+    v.push(("mlx5dv_obj.cq.in".into(), offset_of!(mlx5dv_obj, cq.in_)));
+    v.push(("mlx5dv_obj.cq.out".into(), offset_of!(mlx5dv_obj, cq.out)));
+    f!(v, mlx5dv_obj, srq);
+    f!(v, mlx5dv_obj, rwq);
+    f!(v, mlx5dv_obj, dm);
+    f!(v, mlx5dv_obj, ah);
+    f!(v, mlx5dv_obj, pd);
+    v.push(("mlx5dv_context".to_string(), size_of::<mlx5dv_context>()));
+    f!(v, mlx5dv_context, version);
+    f!(v, mlx5dv_context, flags);
+    f!(v, mlx5dv_context, comp_mask);
+    f!(v, mlx5dv_context, cqe_comp_caps);
+    f!(v, mlx5dv_context, sw_parsing_caps);
+    f!(v, mlx5dv_context, striding_rq_caps);
+    f!(v, mlx5dv_context, tunnel_offloads_caps);
+    f!(v, mlx5dv_context, max_dynamic_bfregs);
+    f!(v, mlx5dv_context, max_clock_info_update_nsec);
+    f!(v, mlx5dv_context, flow_action_flags);
+    f!(v, mlx5dv_context, dc_odp_caps);
+    f!(v, mlx5dv_context, hca_core_clock);
+    f!(v, mlx5dv_context, num_lag_ports);
+    f!(v, mlx5dv_context, sig_caps);
+    f!(v, mlx5dv_context, dci_streams_caps);
+    f!(v, mlx5dv_context, max_wr_memcpy_length);
+    f!(v, mlx5dv_context, crypto_caps);
+    v.push(("mlx5dv_sig_caps".to_string(), size_of::<mlx5dv_sig_caps>()));
+    v.push((
+        "mlx5dv_crypto_caps".to_string(),
+        size_of::<mlx5dv_crypto_caps>(),
+    ));
+    f!(v, mlx5dv_crypto_caps, flags);
+    v.push((
+        "mlx5dv_qp_init_attr".to_string(),
+        size_of::<mlx5dv_qp_init_attr>(),
+    ));
+    f!(v, mlx5dv_qp_init_attr, comp_mask);
+    f!(v, mlx5dv_qp_init_attr, create_flags);
+    f!(v, mlx5dv_qp_init_attr, dc_init_attr);
+    f!(v, mlx5dv_qp_init_attr, send_ops_flags);
+    v.push((
+        "mlx5dv_dc_init_attr".to_string(),
+        size_of::<mlx5dv_dc_init_attr>(),
+    ));
+    v.push((
+        "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE".into(),
+        MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE as usize,
+    ));
+    v.push(("MLX5DV_OBJ_QP".into(), MLX5DV_OBJ_QP as usize));
+    v.push(("MLX5DV_OBJ_CQ".into(), MLX5DV_OBJ_CQ as usize));
     v
 }
 
