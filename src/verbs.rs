@@ -3,7 +3,7 @@
 //! crate that calls rdma-core lives here.
 //!
 //! Sources: rdma-core `libibverbs/verbs.h` and `man ibv_modify_qp` (required
-//! attribute masks per transition, also in `docs/prm-notes.md`), perftest
+//! attribute masks per transition, also in `docs/prm.md`), perftest
 //! `perftest_communication.c` (GID choice, RTR/RTS attributes).
 
 use crate::mem::{Access, Buffer, Registration};

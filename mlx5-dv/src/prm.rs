@@ -84,7 +84,7 @@ bitflags! {
     /// completion-event mode in bits 3:2, solicited event in bit 1.
     ///
     /// `FENCE` is rdma-core's `MLX5_WQE_CTRL_FENCE` (4 << 5); the kernel's
-    /// `MLX5_FENCE_MODE_FENCE` is 2 << 5 (see `docs/prm-notes.md`).
+    /// `MLX5_FENCE_MODE_FENCE` is 2 << 5 (see `docs/prm.md`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub struct CtrlFlags: u8 {
         /// `MLX5_WQE_CTRL_CQ_UPDATE` (2 << 2): generate a CQE for this WQE (signaled).

@@ -2,7 +2,7 @@
 //! writer that places one whole send WQE into an SQ ring at producer index
 //! `pi`; and receive WQEs.
 //!
-//! Layouts (`docs/prm-notes.md`; rdma-core `mlx5dv.h`
+//! Layouts (`docs/prm.md`; rdma-core `mlx5dv.h`
 //! `struct mlx5_wqe_ctrl_seg` / `mlx5_wqe_raddr_seg` / `mlx5_wqe_data_seg` /
 //! `mlx5_wqe_inline_seg`, `providers/mlx5/qp.c` `_mlx5_post_send`), all big-endian:
 //!
