@@ -62,7 +62,21 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One line: clap's first line (the error), without usage and tips.
+            let msg = e.render().to_string();
+            let head: Vec<&str> = msg
+                .lines()
+                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            eprintln!("rdma-direct: {}", head.join(" "));
+            return ExitCode::from(2);
+        }
+    };
     let tool = match &cli.cmd {
         Cmd::EncodeWqe(a) => Some(tools::encode_wqe(a)),
         Cmd::DecodeCqe(a) => Some(tools::decode_cqe(a)),
@@ -89,7 +103,13 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rdma-direct: error: {e}");
-            ExitCode::FAILURE
+            // Bad arguments exit 2 (as clap's do); failures of the run exit 1.
+            match e {
+                rdma_direct::Error::Invalid(_) | rdma_direct::Error::NoSuchDevice { .. } => {
+                    ExitCode::from(2)
+                }
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
