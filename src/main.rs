@@ -85,7 +85,9 @@ fn main() -> ExitCode {
     if let Some(out) = tool {
         return match out {
             Ok(v) => {
-                println!("{v}");
+                use std::io::Write;
+                // A closed pipe (`| head`) is not worth a panic.
+                let _ = writeln!(std::io::stdout(), "{v}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

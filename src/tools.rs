@@ -4,21 +4,22 @@
 use clap::{Args, ValueEnum};
 use mlx5_dv::cqe::{sw_owned, Cqe};
 use mlx5_dv::doorbell::sq_dbrec;
-use mlx5_dv::prm::{CtrlFlags, WqeOpcode, DS, MAX_DS, WQEBB};
+use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode, DS, MAX_DS, WQEBB};
 use mlx5_dv::ring::RingBuf;
 use mlx5_dv::wqe::{write_send_wqe, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, SqGeometry};
 use rdma_direct::WcStatus;
 use serde_json::{json, Value};
 
-/// A number in decimal or `0x` hex.
+/// A number in decimal or `0x` hex (digits only: no sign, spaces or `_`).
 pub fn num<T: TryFrom<u128>>(s: &str) -> Result<T, String> {
-    let t = s.trim();
-    let (digits, radix) = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => (h, 16),
-        None => (t, 10),
+        None => (s, 10),
     };
-    let v =
-        u128::from_str_radix(&digits.replace('_', ""), radix).map_err(|e| format!("{s:?}: {e}"))?;
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(format!("{s:?} is not a decimal or 0x-hex number"));
+    }
+    let v = u128::from_str_radix(digits, radix).map_err(|_| format!("{s:?} is out of range"))?;
     T::try_from(v).map_err(|_| format!("{s:?} is out of range"))
 }
 
@@ -55,6 +56,9 @@ fn hex_vec(s: &str) -> Result<Vec<u8>, String> {
         .filter(|c| !c.is_whitespace() && *c != ':')
         .collect();
     let h = h.strip_prefix("0x").unwrap_or(&h);
+    if let Some(c) = h.chars().find(|c| !c.is_ascii_hexdigit()) {
+        return Err(format!("{c:?} is not a hex digit"));
+    }
     if h.len() % 2 != 0 {
         return Err(format!("hex of odd length {}", h.len()));
     }
@@ -162,6 +166,15 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
         (None, None) => None,
         _ => return Err("--raddr and --rkey go together".into()),
     };
+    if remote.is_some() && !opcode.has_raddr() {
+        return Err("--raddr and --rkey are for write, write-imm, read, cas and faa".into());
+    }
+    if a.free_wqebbs.is_some_and(|f| f > a.sq_wqebbs) {
+        return Err(format!(
+            "--free-wqebbs exceeds the {}-WQEBB ring",
+            a.sq_wqebbs
+        ));
+    }
     if a.inline_hex.is_some() && !a.sges.is_empty() {
         return Err("give --inline-hex or --sge, not both".into());
     }
@@ -262,13 +275,17 @@ pub fn decode_cqe(a: &DecodeCqe) -> Result<Value, String> {
         ));
     }
     let c = Cqe::decode_slot(bytes).ok_or("CQE size must be 64 or 128")?;
-    let status = WcStatus(c.wc_status());
+    // Only completions of work requests have a status; only requester CQEs
+    // name a WQE opcode.
+    let completion = matches!(c.opcode.0, 0..=4 | 13 | 14);
+    let requester = matches!(c.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
+    let status = completion.then(|| WcStatus(c.wc_status()).ident());
     let mut v = json!({
         "opcode": c.opcode.name().map_or_else(|| format!("UNKNOWN_{:#x}", c.opcode.0), str::to_string),
-        "status": status.ident(),
+        "status": status,
         "syndrome": c.syndrome.0,
         "vendor_err": c.vendor_syndrome,
-        "wqe_opcode": c.wqe_opcode.name().map_or_else(|| format!("UNKNOWN_{:#04x}", c.wqe_opcode.0), str::to_string),
+        "wqe_opcode": requester.then(|| c.wqe_opcode.name().map_or_else(|| format!("UNKNOWN_{:#04x}", c.wqe_opcode.0), str::to_string)),
         "qpn": c.qpn,
         "wqe_counter": c.wqe_counter,
         "byte_cnt": c.byte_cnt,
@@ -413,7 +430,45 @@ mod tests {
     fn numbers_take_decimal_or_hex() {
         assert_eq!(num::<u32>("0x10"), Ok(16));
         assert_eq!(num::<u32>("16"), Ok(16));
-        assert!(num::<u8>("256").is_err());
-        assert!(num::<u32>("0xg").is_err());
+        for bad in ["256", "0xg", "+5", "1_000", " 16", "0x", "", "-1"] {
+            assert!(num::<u8>(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hex_takes_hex_digits_only() {
+        assert_eq!(hex_vec("0a:0B ff"), Ok(vec![0x0a, 0x0b, 0xff]));
+        for bad in ["a\u{e9}b", "+f", "0g", "abc"] {
+            assert!(hex_vec(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn remote_operands_only_where_the_opcode_has_them() {
+        assert!(enc(
+            "--op send --qpn 1 --pi 0 --sq-wqebbs 16 --raddr 0x10 --rkey 5 --sge 0x2000:8:3"
+        )
+        .is_err());
+        assert!(
+            enc("--op send --qpn 1 --pi 0 --sq-wqebbs 16 --free-wqebbs 17 --sge 0x2000:8:3")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn non_completions_have_no_status_and_responders_no_wqe_opcode() {
+        let mut b = [0u8; 64];
+        b[63] = 0xf0;
+        let v = dec(&hex(&b)).unwrap();
+        assert_eq!(v["opcode"], "INVALID");
+        assert!(v["status"].is_null());
+        b[63] = 0x20;
+        b[56] = 0x0a;
+        let v = dec(&hex(&b)).unwrap();
+        assert_eq!(
+            (v["opcode"].as_str(), v["status"].as_str()),
+            (Some("RESP_SEND"), Some("SUCCESS"))
+        );
+        assert!(v["wqe_opcode"].is_null());
     }
 }
