@@ -7,7 +7,7 @@ use crate::{Error, Result};
 use mlx5_dv::driver::{CompletionQueue, SendQueue};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
-use mlx5_dv::wqe::{wqe_size, DataSeg, Payload, RemoteSeg, SendWqe};
+use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe};
 
 /// Most SGEs one direct WR may carry (a 1 KiB WQE: ctrl + raddr + 62 DS).
 pub(crate) const MAX_SGE: usize = 30;
@@ -135,13 +135,34 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
             w.sges.len()
         )));
     }
-    let (opcode, remote) = match w.op {
-        WrOp::RdmaWrite { remote } => (
-            WqeOpcode::RDMA_WRITE,
-            RemoteSeg {
-                addr: remote.addr,
-                rkey: remote.rkey.0,
-            },
+    let rs = |r: crate::RemoteAddr| {
+        Some(RemoteSeg {
+            addr: r.addr,
+            rkey: r.rkey.0,
+        })
+    };
+    let (opcode, remote, atomic) = match w.op {
+        WrOp::RdmaWrite { remote } => (WqeOpcode::RDMA_WRITE, rs(remote), None),
+        WrOp::RdmaRead { remote } => (WqeOpcode::RDMA_READ, rs(remote), None),
+        WrOp::AtomicCmpSwp {
+            remote,
+            compare,
+            swap,
+        } => (
+            WqeOpcode::ATOMIC_CS,
+            rs(remote),
+            Some(AtomicSeg {
+                swap_add: swap,
+                compare,
+            }),
+        ),
+        WrOp::AtomicFetchAdd { remote, add } => (
+            WqeOpcode::ATOMIC_FA,
+            rs(remote),
+            Some(AtomicSeg {
+                swap_add: add,
+                compare: 0,
+            }),
         ),
     };
     let flags = if w.signaled {
@@ -184,11 +205,11 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
         Payload::Sges(&segs[..w.sges.len()])
     };
     Ok(f(&SendWqe {
-        atomic: None,
         opcode,
         flags,
         imm: 0,
-        remote: Some(remote),
+        remote,
+        atomic,
         payload,
     }))
 }

@@ -468,6 +468,26 @@ impl Qp {
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         for w in wrs {
+            match w.op {
+                WrOp::AtomicCmpSwp { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
+                    if w.inline || w.sges.len() != 1 || w.sges[0].len() != 8 {
+                        return Err(Error::Invalid(
+                            "an atomic takes exactly one 8-byte SGE for the old value, not inline"
+                                .into(),
+                        ));
+                    }
+                    if remote.addr % 8 != 0 {
+                        return Err(Error::Invalid(format!(
+                            "atomic remote address {:#x} is not 8-byte aligned",
+                            remote.addr
+                        )));
+                    }
+                }
+                WrOp::RdmaRead { .. } if w.inline => {
+                    return Err(Error::Invalid("an RDMA READ cannot be inline".into()));
+                }
+                _ => {}
+            }
             if w.total_len() > 1 << 31 {
                 return Err(Error::Invalid(format!(
                     "message of {} bytes exceeds 2^31",

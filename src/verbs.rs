@@ -677,6 +677,35 @@ impl VerbsQp {
                         rkey: remote.rkey.0,
                     };
                 }
+                WrOp::RdmaRead { remote } => {
+                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                    v.wr.rdma = rdma_t {
+                        remote_addr: remote.addr,
+                        rkey: remote.rkey.0,
+                    };
+                }
+                WrOp::AtomicCmpSwp {
+                    remote,
+                    compare,
+                    swap,
+                } => {
+                    v.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+                    v.wr.atomic = atomic_t {
+                        remote_addr: remote.addr,
+                        compare_add: compare,
+                        swap,
+                        rkey: remote.rkey.0,
+                    };
+                }
+                WrOp::AtomicFetchAdd { remote, add } => {
+                    v.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                    v.wr.atomic = atomic_t {
+                        remote_addr: remote.addr,
+                        compare_add: add,
+                        swap: 0,
+                        rkey: remote.rkey.0,
+                    };
+                }
             }
         }
         for i in 1..wrs.len() {

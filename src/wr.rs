@@ -66,6 +66,18 @@ pub struct RemoteAddr {
 pub enum WrOp {
     /// RDMA WRITE of the gather list to `remote`.
     RdmaWrite { remote: RemoteAddr },
+    /// RDMA READ from `remote` into the scatter list.
+    RdmaRead { remote: RemoteAddr },
+    /// If the 8-byte-aligned u64 at `remote` equals `compare`, replace it with
+    /// `swap`; the old value lands in the (8-byte) local SGE, host byte order.
+    AtomicCmpSwp {
+        remote: RemoteAddr,
+        compare: u64,
+        swap: u64,
+    },
+    /// Add `add` to the 8-byte-aligned u64 at `remote`; the old value lands in
+    /// the (8-byte) local SGE, host byte order.
+    AtomicFetchAdd { remote: RemoteAddr, add: u64 },
 }
 
 /// One send work request (`ibv_send_wr` without the linked list).
@@ -91,6 +103,49 @@ impl<'a> SendWr<'a> {
             inline: false,
         }
     }
+    /// An RDMA READ of `remote` into `sges`, unsignaled.
+    pub fn rdma_read(wr_id: u64, sges: &'a [Sge<'a>], remote: RemoteAddr) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::RdmaRead { remote },
+            sges,
+            signaled: false,
+            inline: false,
+        }
+    }
+
+    /// A compare-and-swap on the u64 at `remote`; the old value goes to `old` (one 8-byte SGE).
+    pub fn atomic_cmp_swp(
+        wr_id: u64,
+        old: &'a [Sge<'a>],
+        remote: RemoteAddr,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::AtomicCmpSwp {
+                remote,
+                compare,
+                swap,
+            },
+            sges: old,
+            signaled: false,
+            inline: false,
+        }
+    }
+
+    /// A fetch-and-add on the u64 at `remote`; the old value goes to `old` (one 8-byte SGE).
+    pub fn atomic_fetch_add(wr_id: u64, old: &'a [Sge<'a>], remote: RemoteAddr, add: u64) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::AtomicFetchAdd { remote, add },
+            sges: old,
+            signaled: false,
+            inline: false,
+        }
+    }
+
     pub fn signaled(mut self) -> Self {
         self.signaled = true;
         self

@@ -458,3 +458,143 @@ fn send_queue_full_refuses_the_whole_batch_until_completions_are_polled() {
         );
     }
 }
+
+#[test]
+fn rdma_read_lands_byte_for_byte_and_needs_remote_read() {
+    for dev in devices() {
+        let mut s = setup(&dev);
+        let remote_mr =
+            s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)
+                .unwrap();
+        let local = s.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+        let data = pattern(4096, 99);
+        remote_mr.write(0, &data).unwrap();
+        // Two SGEs scatter the read: 1000 bytes then 3096.
+        let sges = [
+            Sge::new(&local, 0, 1000).unwrap(),
+            Sge::new(&local, 1000, 3096).unwrap(),
+        ];
+        s.a.post_send(&[SendWr::rdma_read(8, &sges, remote(&remote_mr, 0)).signaled()])
+            .unwrap();
+        let wc = poll_one(&mut s.a, &dev);
+        assert_eq!(
+            (wc.status, wc.wr_id, wc.byte_len),
+            (WcStatus::SUCCESS, 8, 4096),
+            "{dev}: {}",
+            wc.status
+        );
+        assert_eq!(contents(&local), data, "{dev}: read data differs");
+        loud(format_args!(
+            "conformance: {dev}: 4096-byte RDMA READ landed byte for byte"
+        ));
+
+        // A region without REMOTE_READ: remote access error, local memory untouched.
+        let mut s = setup(&dev);
+        let no_read =
+            s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+        let local = s.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        no_read.write(0, &[7; 64]).unwrap();
+        let sge = [Sge::new(&local, 0, 64).unwrap()];
+        s.a.post_send(&[SendWr::rdma_read(9, &sge, remote(&no_read, 0)).signaled()])
+            .unwrap();
+        let wc = poll_one(&mut s.a, &dev);
+        assert_eq!(
+            wc.status,
+            WcStatus::REM_ACCESS_ERR,
+            "{dev}: got {}",
+            wc.status
+        );
+        assert!(
+            contents(&local).iter().all(|&b| b == 0),
+            "{dev}: local memory changed"
+        );
+        drop(s.b);
+    }
+}
+
+#[test]
+fn atomics_update_the_remote_word_and_return_the_old_value() {
+    for dev in devices() {
+        let mut s = setup(&dev);
+        let word =
+            s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)
+                .unwrap();
+        let old = s.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let read_u64 = |mr: &rdma_direct::Mr, off: usize| {
+            let mut b = [0u8; 8];
+            mr.read(off, &mut b).unwrap();
+            u64::from_ne_bytes(b)
+        };
+        word.write(8, &0x0102_0304_0506_0708u64.to_ne_bytes())
+            .unwrap();
+        let sge = [Sge::new(&old, 0, 8).unwrap()];
+        s.a.post_send(&[SendWr::atomic_fetch_add(1, &sge, remote(&word, 8), 0x10).signaled()])
+            .unwrap();
+        let wc = poll_one(&mut s.a, &dev);
+        assert_eq!(
+            (wc.status, wc.wr_id),
+            (WcStatus::SUCCESS, 1),
+            "{dev}: {}",
+            wc.status
+        );
+        assert_eq!(
+            read_u64(&word, 8),
+            0x0102_0304_0506_0718,
+            "{dev}: remote after FAA"
+        );
+        assert_eq!(read_u64(&old, 0), 0x0102_0304_0506_0708, "{dev}: old value");
+
+        // CAS that matches swaps; one that does not leaves the word alone. Both return the old value.
+        let sge = [Sge::new(&old, 8, 8).unwrap()];
+        s.a.post_send(&[SendWr::atomic_cmp_swp(
+            2,
+            &sge,
+            remote(&word, 8),
+            0x0102_0304_0506_0718,
+            42,
+        )
+        .signaled()])
+            .unwrap();
+        assert_eq!(poll_one(&mut s.a, &dev).status, WcStatus::SUCCESS, "{dev}");
+        assert_eq!(read_u64(&word, 8), 42, "{dev}: CAS did not swap");
+        assert_eq!(
+            read_u64(&old, 8),
+            0x0102_0304_0506_0718,
+            "{dev}: CAS old value"
+        );
+        s.a.post_send(&[SendWr::atomic_cmp_swp(3, &sge, remote(&word, 8), 7, 99).signaled()])
+            .unwrap();
+        assert_eq!(poll_one(&mut s.a, &dev).status, WcStatus::SUCCESS, "{dev}");
+        assert_eq!(
+            read_u64(&word, 8),
+            42,
+            "{dev}: a failed CAS changed the word"
+        );
+        assert_eq!(read_u64(&old, 8), 42, "{dev}: failed CAS old value");
+        loud(format_args!(
+            "conformance: {dev}: FAA and CAS update the remote word, return the old value"
+        ));
+
+        // Bad atomics are refused before anything is posted.
+        let bad = [
+            SendWr::atomic_fetch_add(4, &sge, remote(&word, 4), 1),
+            SendWr::atomic_fetch_add(5, &[], remote(&word, 8), 1),
+        ];
+        for w in bad {
+            assert!(
+                matches!(s.a.post_send(&[w.signaled()]), Err(Error::Invalid(_))),
+                "{dev}"
+            );
+        }
+        let mut wc = [Completion::default(); 2];
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            s.a.poll(&mut wc).unwrap(),
+            0,
+            "{dev}: a refused atomic was posted"
+        );
+        assert_eq!(read_u64(&word, 8), 42, "{dev}");
+        drop(s.b);
+    }
+}

@@ -98,15 +98,6 @@ pub(super) unsafe fn copy_last_byte(src: u64, dst: u64) {
     unsafe { store_last_byte(dst, b) };
 }
 
-/// Stores one byte into registered memory.
-///
-/// # Safety
-/// `dst` must lie in a live registered memory region.
-pub(super) unsafe fn store_byte(dst: u64, b: u8) {
-    // SAFETY: caller guarantees validity.
-    unsafe { (dst as *mut u8).write_volatile(b) };
-}
-
 /// Stores the last byte of a transfer with release order.
 ///
 /// # Safety
@@ -114,4 +105,35 @@ pub(super) unsafe fn store_byte(dst: u64, b: u8) {
 pub(super) unsafe fn store_last_byte(dst: u64, b: u8) {
     // SAFETY: caller guarantees validity; u8 needs no alignment.
     unsafe { AtomicU8::from_ptr(dst as *mut u8) }.store(b, Ordering::Release);
+}
+
+/// Copies `src` into registered memory at `dst`.
+///
+/// # Safety
+/// `dst..dst+src.len()` must lie in a live registered memory region.
+pub(super) unsafe fn write_from(dst: u64, src: &[u8]) {
+    // SAFETY: caller guarantees validity; `src` is host memory of ours.
+    unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) };
+}
+
+/// Atomic compare-and-swap on a registered 8-byte word; returns the old value.
+///
+/// # Safety
+/// `addr` must be 8-byte aligned inside a live registered memory region.
+pub(super) unsafe fn compare_swap(addr: u64, compare: u64, swap: u64) -> u64 {
+    // SAFETY: caller guarantees alignment and validity.
+    let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(addr as *mut u64) };
+    match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+/// Atomic fetch-and-add on a registered 8-byte word; returns the old value.
+///
+/// # Safety
+/// As [`compare_swap`].
+pub(super) unsafe fn fetch_add(addr: u64, add: u64) -> u64 {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe { std::sync::atomic::AtomicU64::from_ptr(addr as *mut u64) }
+        .fetch_add(add, Ordering::AcqRel)
 }

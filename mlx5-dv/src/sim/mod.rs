@@ -9,7 +9,8 @@
 //! Execution is either synchronous ([`Device::process`], for deterministic
 //! tests) or on a device thread ([`Device::start`]).
 //!
-//! What it executes today: RDMA WRITE (SGE and inline payloads). Any other
+//! What it executes today: RDMA WRITE (SGE and inline payloads), RDMA READ,
+//! ATOMIC_CS and ATOMIC_FA (on the remote u64 in host byte order). Any other
 //! opcode completes with LOCAL_QP_OP_ERR (syndrome 0x02). A write with a bad
 //! rkey, outside the MR, or without REMOTE_WRITE access on the MR or the
 //! responder QP completes with REM_ACCESS_ERR (0x13), moves both QPs to ERR,
@@ -22,7 +23,9 @@ use crate::cqe::{owner_bit, Cqe};
 use crate::doorbell::{CQ_DBREC_CI, QP_DBREC_SQ};
 use crate::dv::{mlx5dv_bf, mlx5dv_cq, mlx5dv_qp, mlx5dv_wq};
 use crate::mmio;
-use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, CQE64, DS, INLINE_SEG, WQEBB};
+use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, CQE64, DS, WQEBB};
+use crate::ring::RingBuf;
+use crate::wqe::{decode_send_wqe, DataSeg, DecodedPayload, DecodedWqe};
 use bitflags::bitflags;
 use dma::DmaBuf;
 use std::collections::HashMap;
@@ -598,7 +601,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         } else if ds == 0 || wqe_idx != (q.sq_ci & 0xffff) as u16 {
             Exec::Err(Syndrome::LOCAL_QP_OP_ERR)
         } else {
-            execute(st, qpn, slot, opcode, ds)
+            execute(st, qpn, slot, ds)
         };
         let q = st.qps.get_mut(&qpn).expect("qp");
         q.sq_ci = q.sq_ci.wrapping_add(wqebbs);
@@ -657,135 +660,237 @@ fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
     cq.pi = cq.pi.wrapping_add(1);
 }
 
-/// One gather entry, already checked against the MR table.
-#[derive(Clone, Copy)]
-enum Src {
-    Mem { addr: u64, len: u32 },
-    Inline { ring_off: usize, len: u32 },
+/// Largest send WQE: 16 WQEBBs (the kernel's cap; 63 DS fit).
+const MAX_WQE: usize = 16 * WQEBB;
+
+/// Executes one WQE of `qpn` whose ctrl segment is at SQ offset `slot`.
+fn execute(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
+    // DMA-read the WQE (it may wrap the SQ) into a linear copy, then decode it
+    // with the same decoder the tools use.
+    let mut wqe = [0u8; MAX_WQE];
+    let q = &st.qps[&qpn];
+    for (k, b) in wqe[..(ds * DS).min(MAX_WQE)].iter_mut().enumerate() {
+        *b = q.sq.read_byte(slot + k);
+    }
+    let ring = RingBuf::from_slice(&mut wqe).expect("1 KiB is a valid ring");
+    let Ok(w) = decode_send_wqe(&ring, (MAX_WQE / WQEBB) as u32, 0) else {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    };
+    match w.opcode {
+        WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, &ring),
+        WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, &ring),
+        WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, &ring),
+        _ => Exec::Err(Syndrome::LOCAL_QP_OP_ERR),
+    }
 }
 
-const MAX_SRC: usize = 64;
+/// Whether `lkey` names an MR of `pd` holding `addr..addr+len` (with LOCAL_WRITE
+/// when the device will write there).
+fn local_ok(st: &State, pd: u32, s: DataSeg, write: bool) -> bool {
+    st.mrs.get(&s.lkey).is_some_and(|mr| {
+        mr.pd == pd
+            && (!write || mr.access.contains(Access::LOCAL_WRITE))
+            && s.addr >= mr.addr
+            && s.addr
+                .checked_add(s.len as u64)
+                .is_some_and(|end| end <= mr.addr + mr.len)
+    })
+}
 
-fn execute(st: &mut State, qpn: u32, slot: usize, opcode: WqeOpcode, ds: usize) -> Exec {
-    if opcode != WqeOpcode::RDMA_WRITE {
-        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+/// The responder side of an RDMA access to `addr..addr+len` with `rkey`
+/// (IB class C: an access violation puts the responder QP in ERR too).
+fn responder_check(
+    st: &mut State,
+    qpn: u32,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+    need: Access,
+) -> Result<(), Syndrome> {
+    let peer = st.qps[&qpn]
+        .peer
+        .filter(|p| {
+            st.qps
+                .get(p)
+                .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+        })
+        .ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
+    let responder = &st.qps[&peer];
+    let ok = responder.access.contains(need)
+        && st.mrs.get(&rkey).is_some_and(|mr| {
+            mr.pd == responder.pd
+                && mr.access.contains(need)
+                && addr >= mr.addr
+                && addr
+                    .checked_add(len)
+                    .is_some_and(|end| end <= mr.addr + mr.len)
+        });
+    if ok {
+        return Ok(());
     }
-    let q = &st.qps[&qpn];
-    let seg = |i: usize| -> [u8; 16] { q.sq.read_array(slot + i * DS) };
-    if ds < 2 {
-        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
-    }
-    let raddr = seg(1);
-    let remote_addr = u64::from_be_bytes(raddr[0..8].try_into().unwrap());
-    let rkey = u32::from_be_bytes(raddr[8..12].try_into().unwrap());
+    st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+    Err(Syndrome::REMOTE_ACCESS_ERR)
+}
 
-    // Gather list.
-    let mut srcs = [Src::Mem { addr: 0, len: 0 }; MAX_SRC];
-    let mut n = 0;
-    let mut total: u64 = 0;
-    let mut i = 2;
-    while i < ds {
-        let s = seg(i);
-        let word0 = u32::from_be_bytes(s[0..4].try_into().unwrap());
-        if word0 & INLINE_SEG != 0 {
-            let len = word0 & !INLINE_SEG;
-            let need = (len as usize + 4).div_ceil(DS);
-            if i + need > ds {
-                return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
-            }
-            srcs[n] = Src::Inline {
-                ring_off: slot + i * DS + 4,
-                len,
-            };
-            i += need;
-        } else {
-            let lkey = u32::from_be_bytes(s[4..8].try_into().unwrap());
-            let addr = u64::from_be_bytes(s[8..16].try_into().unwrap());
-            // The lkey must name an MR of this QP's PD that holds the whole range.
-            let ok = st.mrs.get(&lkey).is_some_and(|mr| {
-                mr.pd == q.pd
-                    && addr >= mr.addr
-                    && addr
-                        .checked_add(word0 as u64)
-                        .is_some_and(|end| end <= mr.addr + mr.len)
-            });
-            if !ok {
-                return Exec::Err(Syndrome::LOCAL_PROT_ERR);
-            }
-            srcs[n] = Src::Mem { addr, len: word0 };
-            i += 1;
+fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let remote = w.remote.expect("decoded RDMA WRITE has a remote segment");
+    // Gather: inline bytes from the WQE, or checked local SGEs.
+    let mut inline = [0u8; MAX_WQE];
+    let mut srcs = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_WQE / DS];
+    let (n, total) = match w.payload {
+        DecodedPayload::Inline { len, .. } => {
+            w.inline_bytes(ring, &mut inline);
+            (0, len as u64)
         }
-        total += match srcs[n] {
-            Src::Mem { len, .. } | Src::Inline { len, .. } => len as u64,
-        };
-        n += 1;
-    }
-
-    // Responder checks (IB class C: both QPs go to ERR on an access violation).
-    let Some(peer) = q.peer.filter(|p| {
-        st.qps
-            .get(p)
-            .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
-    }) else {
-        return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
+        DecodedPayload::Sges { count, .. } => {
+            let mut total = 0u64;
+            for i in 0..count {
+                let s = w.sge(ring, i).expect("i < count");
+                if !local_ok(st, pd, s, false) {
+                    return Exec::Err(Syndrome::LOCAL_PROT_ERR);
+                }
+                srcs[i as usize] = s;
+                total += s.len as u64;
+            }
+            (count as usize, total)
+        }
+        DecodedPayload::None => (0, 0),
     };
+    if total > 1 << 31 {
+        return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
+    }
     // A zero-length RDMA WRITE carries no data: the responder checks no
     // R_Key or address (IB spec C9-88; the kernel's rxe_resp.c check_rkey).
-    let responder = &st.qps[&peer];
-    let allowed = total == 0
-        || responder.access.contains(Access::REMOTE_WRITE)
-            && st.mrs.get(&rkey).is_some_and(|mr| {
-                mr.pd == responder.pd
-                    && mr.access.contains(Access::REMOTE_WRITE)
-                    && remote_addr >= mr.addr
-                    && remote_addr
-                        .checked_add(total)
-                        .is_some_and(|end| end <= mr.addr + mr.len)
-            });
-    if !allowed {
-        st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
-        return Exec::Err(Syndrome::REMOTE_ACCESS_ERR);
+    if total == 0 {
+        return Exec::Ok { byte_cnt: 0 };
     }
-
-    // Copy, in order, holding the very last byte back until everything else
+    if let Err(s) = responder_check(
+        st,
+        qpn,
+        remote.rkey,
+        remote.addr,
+        total,
+        Access::REMOTE_WRITE,
+    ) {
+        return Exec::Err(s);
+    }
+    // Copy in order, holding the very last byte back until everything else
     // landed: perftest-style pollers watch the last byte.
-    let mut dst = remote_addr;
-    let mut remaining = total;
-    for s in &srcs[..n] {
-        let (len, last) = match *s {
-            Src::Mem { len, .. } | Src::Inline { len, .. } => (len as u64, remaining == len as u64),
-        };
-        let body = if last { len.saturating_sub(1) } else { len };
-        match *s {
-            // SAFETY: both ranges were checked against registered MRs above;
-            // registration promises the memory stays valid (Device::reg_mr).
-            Src::Mem { addr, .. } => unsafe {
-                dma::copy(addr, dst, body as usize);
-                if last && len > 0 {
-                    dma::copy_last_byte(addr + body, dst + body);
-                }
-            },
-            Src::Inline { ring_off, .. } => {
-                let qsq = &st.qps[&qpn].sq;
-                for k in 0..len as usize {
-                    let b = qsq.read_byte(ring_off + k);
-                    // SAFETY: dst + k lies in the checked remote MR.
-                    unsafe {
-                        if last && k as u64 == body {
-                            dma::store_last_byte(dst + k as u64, b);
-                        } else {
-                            dma::store_byte(dst + k as u64, b);
-                        }
-                    }
-                }
-            }
+    // SAFETY (every dma call below): both ranges were checked against
+    // registered MRs above; registration promises the memory stays valid.
+    let last = remote.addr + total - 1;
+    if let DecodedPayload::Inline { len, .. } = w.payload {
+        let len = len as usize;
+        unsafe {
+            dma::write_from(remote.addr, &inline[..len - 1]);
+            dma::store_last_byte(last, inline[len - 1]);
         }
-        dst += len;
-        remaining -= len;
+    } else {
+        let last_sge = srcs[..n]
+            .iter()
+            .rposition(|s| s.len > 0)
+            .expect("total > 0");
+        let mut dst = remote.addr;
+        for (k, s) in srcs[..n].iter().enumerate() {
+            let body = if k == last_sge {
+                s.len as usize - 1
+            } else {
+                s.len as usize
+            };
+            unsafe { dma::copy(s.addr, dst, body) };
+            dst += s.len as u64;
+        }
+        let s = srcs[last_sge];
+        unsafe { dma::copy_last_byte(s.addr + s.len as u64 - 1, last) };
     }
     Exec::Ok {
-        byte_cnt: total.min(u32::MAX as u64) as u32,
+        byte_cnt: total as u32,
     }
+}
+
+fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let remote = w.remote.expect("decoded RDMA READ has a remote segment");
+    let mut dsts = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_WQE / DS];
+    let (mut n, mut total) = (0usize, 0u64);
+    if let DecodedPayload::Sges { count, .. } = w.payload {
+        for i in 0..count {
+            let s = w.sge(ring, i).expect("i < count");
+            if !local_ok(st, pd, s, true) {
+                return Exec::Err(Syndrome::LOCAL_PROT_ERR);
+            }
+            dsts[n] = s;
+            n += 1;
+            total += s.len as u64;
+        }
+    } else if !matches!(w.payload, DecodedPayload::None) {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    }
+    if total > 1 << 31 {
+        return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
+    }
+    if total == 0 {
+        return Exec::Ok { byte_cnt: 0 };
+    }
+    if let Err(s) = responder_check(
+        st,
+        qpn,
+        remote.rkey,
+        remote.addr,
+        total,
+        Access::REMOTE_READ,
+    ) {
+        return Exec::Err(s);
+    }
+    let mut src = remote.addr;
+    for d in &dsts[..n] {
+        // SAFETY: both ranges were checked against registered MRs above.
+        unsafe { dma::copy(src, d.addr, d.len as usize) };
+        src += d.len as u64;
+    }
+    Exec::Ok {
+        byte_cnt: total as u32,
+    }
+}
+
+fn atomic(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let (Some(remote), Some(a), Some(old_to)) = (w.remote, w.atomic, w.sge(ring, 0)) else {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    };
+    if old_to.len < 8 || !local_ok(st, pd, DataSeg { len: 8, ..old_to }, true) {
+        return Exec::Err(Syndrome::LOCAL_PROT_ERR);
+    }
+    if remote.addr % 8 != 0 {
+        // The responder NAKs a misaligned atomic as an invalid request.
+        return Exec::Err(Syndrome::REMOTE_INVAL_REQ_ERR);
+    }
+    if let Err(s) = responder_check(st, qpn, remote.rkey, remote.addr, 8, Access::REMOTE_ATOMIC) {
+        return Exec::Err(s);
+    }
+    // Atomics act on the remote u64 in host byte order (as rxe does); the old
+    // value lands in the local buffer in host byte order too.
+    // SAFETY: the remote word is 8-byte aligned inside a checked MR; the local
+    // 8 bytes were checked above.
+    let old = unsafe {
+        if w.opcode == WqeOpcode::ATOMIC_CS {
+            dma::compare_swap(remote.addr, a.compare, a.swap_add)
+        } else {
+            dma::fetch_add(remote.addr, a.swap_add)
+        }
+    };
+    // SAFETY: checked above.
+    unsafe { dma::write_from(old_to.addr, &old.to_ne_bytes()) };
+    Exec::Ok { byte_cnt: 8 }
 }
 
 #[cfg(test)]
