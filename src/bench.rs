@@ -287,12 +287,48 @@ impl Drop for OffDeviceCpu {
     }
 }
 
+/// The latency tests (perftest's `ib_write_lat`, `ib_read_lat`, `ib_atomic_lat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LatTest {
+    /// Ping-pong of RDMA WRITEs; reports half the round trip.
+    Write,
+    /// RDMA READ, one side; reports the full round trip.
+    Read,
+    /// Fetch-and-add of an 8-byte word, one side; reports the full round trip.
+    Atomic,
+}
+
+impl LatTest {
+    /// perftest's banner title.
+    pub fn title(self) -> &'static str {
+        match self {
+            LatTest::Write => "RDMA_Write Latency Test",
+            LatTest::Read => "RDMA_Read Latency Test",
+            LatTest::Atomic => "Atomic FETCH_AND_ADD Latency Test",
+        }
+    }
+
+    /// perftest's `rtt_factor`: 2 for write and send, 1 for read and atomic.
+    pub fn rtt_factor(self) -> f64 {
+        match self {
+            LatTest::Write => 2.0,
+            LatTest::Read | LatTest::Atomic => 1.0,
+        }
+    }
+}
+
 /// Runs `write_lat` with both sides in this process (two connected QPs on one device).
 pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
-    if cfg.size == 0 || cfg.size > MAX_SIZE {
+    run_lat(LatTest::Write, cfg)
+}
+
+/// Runs a latency test with both sides in this process (two connected QPs on
+/// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
+pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
+    let size_asked = if test == LatTest::Atomic { 8 } else { cfg.size };
+    if size_asked == 0 || size_asked > MAX_SIZE {
         return Err(Error::Invalid(format!(
-            "size {} must be 1..={MAX_SIZE} bytes",
-            cfg.size
+            "size {size_asked} must be 1..={MAX_SIZE} bytes"
         )));
     }
     if cfg.iters < MIN_ITERS {
@@ -301,15 +337,24 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             cfg.iters
         )));
     }
+    let mut stamps: Vec<Instant> = Vec::new();
+    stamps.try_reserve_exact(cfg.iters as usize).map_err(|_| {
+        Error::Invalid(format!(
+            "cannot hold {} timestamps in memory; use fewer iterations",
+            cfg.iters
+        ))
+    })?;
     let ctx = Context::open(&cfg.device)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
-    let size = cfg.size as usize;
-    // Each side: [0, size) is what it sends, [size, 2 size) what it receives.
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let size = size_asked as usize;
+    // Each side: [0, size) is what it sends (or where reads and old values
+    // land), [size, 2 size) what the peer writes, reads or adds to.
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr_a = pd.reg_mr(2 * size, access)?;
     let mr_b = pd.reg_mr(2 * size, access)?;
-    let inline = cfg.size <= cfg.inline_size;
+    let inline = test == LatTest::Write && size_asked <= cfg.inline_size;
     let qcfg = QpConfig {
         max_send_wr: 16,
         max_inline: if inline { cfg.inline_size } else { 0 },
@@ -331,54 +376,66 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         tx_depth: qcfg.max_send_wr,
         sides: [side(&a, &mr_a), side(&b, &mr_b)],
     };
-
     let remote = |mr: &Mr| RemoteAddr {
         addr: mr.addr() + size as u64,
         rkey: mr.rkey(),
     };
     let (to_b, to_a) = (remote(&mr_b), remote(&mr_a));
-    let sge_a = [Sge::new(&mr_a, 0, cfg.size)?];
-    let sge_b = [Sge::new(&mr_b, 0, cfg.size)?];
-    let last = size - 1;
-    let mut wr_a = SendWr::rdma_write(0, &sge_a, to_b).signaled();
-    let mut wr_b = SendWr::rdma_write(0, &sge_b, to_a).signaled();
-    wr_a.inline = inline;
-    wr_b.inline = inline;
+    let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
+    let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
 
-    let mut stamps: Vec<Instant> = Vec::new();
-    stamps.try_reserve_exact(cfg.iters as usize).map_err(|_| {
-        Error::Invalid(format!(
-            "cannot hold {} timestamps in memory; use fewer iterations",
-            cfg.iters
-        ))
-    })?;
-    for i in 0..cfg.iters {
-        let seq = (i as u8).wrapping_add(1);
-        stamps.push(Instant::now());
-        mr_a.store_u8(last, seq);
-        wr_a.wr_id = i as u64;
-        a.post_send(&[wr_a])?;
-        spin_until(
-            || format!("iteration {i}: A's write never reached B"),
-            || Ok(mr_b.load_u8(size + last) == seq),
-        )?;
-        mr_b.store_u8(last, seq);
-        wr_b.wr_id = i as u64;
-        b.post_send(&[wr_b])?;
-        spin_until(
-            || format!("iteration {i}: B's write never reached A"),
-            || Ok(mr_a.load_u8(size + last) == seq),
-        )?;
-        wait_completion(&mut b, "B")?;
-        wait_completion(&mut a, "A")?;
+    match test {
+        LatTest::Write => {
+            let last = size - 1;
+            let mut wr_a = SendWr::rdma_write(0, &sge_a, to_b).signaled();
+            let mut wr_b = SendWr::rdma_write(0, &sge_b, to_a).signaled();
+            wr_a.inline = inline;
+            wr_b.inline = inline;
+            for i in 0..cfg.iters {
+                let seq = (i as u8).wrapping_add(1);
+                stamps.push(Instant::now());
+                mr_a.store_u8(last, seq);
+                wr_a.wr_id = i as u64;
+                a.post_send(&[wr_a])?;
+                spin_until(
+                    || format!("iteration {i}: A's write never reached B"),
+                    || Ok(mr_b.load_u8(size + last) == seq),
+                )?;
+                mr_b.store_u8(last, seq);
+                wr_b.wr_id = i as u64;
+                b.post_send(&[wr_b])?;
+                spin_until(
+                    || format!("iteration {i}: B's write never reached A"),
+                    || Ok(mr_a.load_u8(size + last) == seq),
+                )?;
+                wait_completion(&mut b, "B")?;
+                wait_completion(&mut a, "A")?;
+            }
+        }
+        LatTest::Read | LatTest::Atomic => {
+            // perftest's read and atomic latency: one side posts, waits for its
+            // completion, posts again; the peer is passive.
+            let mut wr = if test == LatTest::Read {
+                SendWr::rdma_read(0, &sge_a, to_b).signaled()
+            } else {
+                SendWr::atomic_fetch_add(0, &sge_a, to_b, 1).signaled()
+            };
+            for i in 0..cfg.iters {
+                stamps.push(Instant::now());
+                wr.wr_id = i as u64;
+                a.post_send(&[wr])?;
+                wait_completion(&mut a, "A")?;
+            }
+        }
     }
+    drop(b);
     let mut rtt: Vec<f64> = stamps
         .windows(2)
         .map(|w| (w[1] - w[0]).as_nanos() as f64)
         .collect();
     Ok((
         info,
-        LatReport::from_round_trips(cfg.size, cfg.iters, &mut rtt, 2.0),
+        LatReport::from_round_trips(size_asked, cfg.iters, &mut rtt, test.rtt_factor()),
     ))
 }
 

@@ -1,7 +1,7 @@
 //! `rdma-direct`: benchmarks and tools.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rdma_direct::bench::{self, LatConfig, LAT_HEADER, RESULT_LINE};
+use rdma_direct::bench::{self, LatConfig, LatTest, LAT_HEADER, RESULT_LINE};
 use std::process::ExitCode;
 
 mod tools;
@@ -32,9 +32,15 @@ enum Cmd {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Test {
-    /// RDMA WRITE latency, as perftest's ib_write_lat.
+    /// RDMA WRITE latency, as perftest's ib_write_lat (half the round trip).
     #[value(name = "write_lat")]
     WriteLat,
+    /// RDMA READ latency, as perftest's ib_read_lat (the full round trip).
+    #[value(name = "read_lat")]
+    ReadLat,
+    /// Fetch-and-add latency, as perftest's ib_atomic_lat (the full round trip; 8 bytes).
+    #[value(name = "atomic_lat")]
+    AtomicLat,
 }
 
 #[derive(clap::Args)]
@@ -143,22 +149,23 @@ fn devices() -> rdma_direct::Result<()> {
 }
 
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
-    match a.test {
-        Test::WriteLat => {
-            let cfg = LatConfig {
-                device: a.device,
-                size: a.size,
-                iters: a.iters,
-                inline_size: a.inline_size,
-                port: a.port,
-                gid_index: a.gid_index,
-            };
-            let (info, r) = bench::write_lat(&cfg)?;
-            print!("{}", info.banner("RDMA_Write Latency Test"));
-            println!("{LAT_HEADER}");
-            println!("{}", r.row());
-            println!("{RESULT_LINE}");
-            Ok(())
-        }
-    }
+    let test = match a.test {
+        Test::WriteLat => LatTest::Write,
+        Test::ReadLat => LatTest::Read,
+        Test::AtomicLat => LatTest::Atomic,
+    };
+    let cfg = LatConfig {
+        device: a.device,
+        size: a.size,
+        iters: a.iters,
+        inline_size: a.inline_size,
+        port: a.port,
+        gid_index: a.gid_index,
+    };
+    let (info, r) = bench::run_lat(test, &cfg)?;
+    print!("{}", info.banner(test.title()));
+    println!("{LAT_HEADER}");
+    println!("{}", r.row());
+    println!("{RESULT_LINE}");
+    Ok(())
 }

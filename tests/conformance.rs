@@ -303,19 +303,26 @@ fn bad_input_is_refused_and_posts_nothing() {
 }
 
 #[test]
-fn write_lat_benchmark_runs() {
+fn latency_benchmarks_run() {
+    use rdma_direct::bench::{run_lat, LatConfig, LatTest};
     for dev in devices() {
-        let cfg = rdma_direct::bench::LatConfig {
-            device: dev.clone(),
-            iters: 50,
-            ..Default::default()
-        };
-        let (_, r) = rdma_direct::bench::write_lat(&cfg).unwrap_or_else(|e| panic!("{dev}: {e}"));
-        assert_eq!((r.bytes, r.iterations), (2, 50));
-        assert!(
-            r.t_min > 0.0 && r.t_min <= r.t_typical && r.t_typical <= r.t_max,
-            "{dev}: {r:?}"
-        );
+        for (test, bytes) in [
+            (LatTest::Write, 2),
+            (LatTest::Read, 2),
+            (LatTest::Atomic, 8),
+        ] {
+            let cfg = LatConfig {
+                device: dev.clone(),
+                iters: 50,
+                ..Default::default()
+            };
+            let (_, r) = run_lat(test, &cfg).unwrap_or_else(|e| panic!("{dev} {test:?}: {e}"));
+            assert_eq!((r.bytes, r.iterations), (bytes, 50), "{dev} {test:?}");
+            assert!(
+                r.t_min > 0.0 && r.t_min <= r.t_typical && r.t_typical <= r.t_max,
+                "{dev} {test:?}: {r:?}"
+            );
+        }
     }
 }
 
