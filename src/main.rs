@@ -34,13 +34,13 @@ enum Cmd {
 enum Test {
     /// RDMA WRITE latency, as perftest's ib_write_lat (half the round trip).
     #[value(name = "write_lat")]
-    WriteLat,
+    Write,
     /// RDMA READ latency, as perftest's ib_read_lat (the full round trip).
     #[value(name = "read_lat")]
-    ReadLat,
+    Read,
     /// Fetch-and-add latency, as perftest's ib_atomic_lat (the full round trip; 8 bytes).
     #[value(name = "atomic_lat")]
-    AtomicLat,
+    Atomic,
 }
 
 #[derive(clap::Args)]
@@ -150,9 +150,9 @@ fn devices() -> rdma_direct::Result<()> {
 
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     let test = match a.test {
-        Test::WriteLat => LatTest::Write,
-        Test::ReadLat => LatTest::Read,
-        Test::AtomicLat => LatTest::Atomic,
+        Test::Write => LatTest::Write,
+        Test::Read => LatTest::Read,
+        Test::Atomic => LatTest::Atomic,
     };
     let cfg = LatConfig {
         device: a.device,
