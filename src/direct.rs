@@ -2,7 +2,7 @@
 //! ring driver (`mlx5_dv::driver`); completions are parsed from raw CQEs.
 //! Runs on the sim today; on ConnectX once `mlx5dv_init_obj` hands over the rings.
 
-use crate::wr::{Completion, SendWr, WcStatus, WrOp};
+use crate::wr::{Completion, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
 use mlx5_dv::driver::{CompletionQueue, SendQueue};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
@@ -113,6 +113,14 @@ impl DirectQp {
             out[n] = Completion {
                 wr_id,
                 status: WcStatus(cqe.wc_status()),
+                opcode: match cqe.wqe_opcode {
+                    WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,
+                    WqeOpcode::RDMA_READ => WcOpcode::RDMA_READ,
+                    WqeOpcode::ATOMIC_CS => WcOpcode::COMP_SWAP,
+                    WqeOpcode::ATOMIC_FA => WcOpcode::FETCH_ADD,
+                    _ => WcOpcode::SEND,
+                },
+                imm: None,
                 byte_len: cqe.byte_cnt,
                 qp_num: cqe.qpn,
                 vendor_err: cqe.vendor_syndrome as u32,

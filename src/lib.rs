@@ -34,7 +34,7 @@ mod wr;
 
 pub use error::{Error, Result};
 pub use mem::{Access, Mr};
-pub use wr::{Completion, Lkey, RemoteAddr, Rkey, SendWr, Sge, WcStatus, WrOp};
+pub use wr::{Completion, Lkey, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 
 use mem::{Buffer, MrInner, Registration};
 use mlx5_dv::sim;

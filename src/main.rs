@@ -50,7 +50,7 @@ struct BenchArgs {
     /// Device: `sim` (embedded software mlx5, direct path) or an ibverbs device such as rxe0 or mlx5_0.
     #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]
     device: String,
-    /// Message size in bytes (1 to 8388608).
+    /// Message size in bytes (1 to 8388608; atomic_lat always moves 8).
     #[arg(short = 's', long = "size", default_value_t = 2)]
     size: u32,
     /// Number of exchanges (at least 5).

@@ -7,7 +7,7 @@
 //! `perftest_communication.c` (GID choice, RTR/RTS attributes).
 
 use crate::mem::{Access, Buffer, Registration};
-use crate::wr::{Completion, SendWr, WcStatus, WrOp};
+use crate::wr::{Completion, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
 use rdma_sys::*;
 use std::ffi::CStr;
@@ -758,6 +758,11 @@ impl VerbsQp {
             *o = Completion {
                 wr_id: self.wr_ids[(w.wr_id % self.max_post as u64) as usize],
                 status: WcStatus(w.status),
+                opcode: WcOpcode(w.opcode),
+                // SAFETY: reading the union as the immediate is meaningful only
+                // with IBV_WC_WITH_IMM set, which is checked first.
+                imm: (w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0)
+                    .then(|| u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })),
                 byte_len: w.byte_len,
                 qp_num: w.qp_num,
                 vendor_err: w.vendor_err,

@@ -251,12 +251,31 @@ impl std::fmt::Display for WcStatus {
     }
 }
 
+/// What a completed work request was (`enum ibv_wc_opcode` values). Only
+/// meaningful when the status is success (as in verbs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcOpcode(pub u32);
+
+impl WcOpcode {
+    pub const SEND: Self = Self(0);
+    pub const RDMA_WRITE: Self = Self(1);
+    pub const RDMA_READ: Self = Self(2);
+    pub const COMP_SWAP: Self = Self(3);
+    pub const FETCH_ADD: Self = Self(4);
+    pub const RECV: Self = Self(128);
+    pub const RECV_RDMA_WITH_IMM: Self = Self(129);
+}
+
 /// One work completion.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Completion {
     pub wr_id: u64,
     pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Bytes transferred (RDMA READ, atomics, receives).
     pub byte_len: u32,
+    /// Immediate data, as the sender passed it (receives with immediate).
+    pub imm: Option<u32>,
     pub qp_num: u32,
     /// Vendor syndrome (mlx5: CQE byte 54), 0 on success.
     pub vendor_err: u32,

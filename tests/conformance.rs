@@ -6,7 +6,8 @@
 //! instead of a loud skip (CI sets it in the guest).
 
 use rdma_direct::{
-    Access, Completion, Context, Error, Mr, Qp, QpConfig, RemoteAddr, Rkey, SendWr, Sge, WcStatus,
+    Access, Completion, Context, Error, Mr, Qp, QpConfig, RemoteAddr, Rkey, SendWr, Sge, WcOpcode,
+    WcStatus,
 };
 use std::time::{Duration, Instant};
 
@@ -120,6 +121,7 @@ fn rdma_write_4096_lands_byte_for_byte() {
         let wc = poll_one(&mut s.a, &dev);
         assert_eq!(wc.status, WcStatus::SUCCESS, "{dev}");
         assert_eq!(wc.wr_id, 77, "{dev}");
+        assert_eq!(wc.opcode, WcOpcode::RDMA_WRITE, "{dev}");
         assert_eq!(wc.qp_num, s.a.qp_num(), "{dev}");
         assert_eq!(contents(&dst), data, "{dev}: payload differs");
         loud(format_args!(
@@ -490,6 +492,7 @@ fn rdma_read_lands_byte_for_byte_and_needs_remote_read() {
             "{dev}: {}",
             wc.status
         );
+        assert_eq!(wc.opcode, WcOpcode::RDMA_READ, "{dev}");
         assert_eq!(contents(&local), data, "{dev}: read data differs");
         loud(format_args!(
             "conformance: {dev}: 4096-byte RDMA READ landed byte for byte"
@@ -545,6 +548,7 @@ fn atomics_update_the_remote_word_and_return_the_old_value() {
             "{dev}: {}",
             wc.status
         );
+        assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::FETCH_ADD, 8), "{dev}");
         assert_eq!(
             read_u64(&word, 8),
             0x0102_0304_0506_0718,
