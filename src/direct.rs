@@ -2,10 +2,10 @@
 //! ring driver (`mlx5_dv::driver`); completions are parsed from raw CQEs.
 //! Runs on the sim today; on ConnectX once `mlx5dv_init_obj` hands over the rings.
 
-use crate::wr::{Completion, SendWr, WcOpcode, WcStatus, WrOp};
+use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
-use mlx5_dv::driver::{CompletionQueue, SendQueue};
-use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
+use mlx5_dv::driver::{CompletionQueue, ReceiveQueue, SendQueue};
+use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe};
 
@@ -18,6 +18,7 @@ pub(crate) const MAX_INLINE: usize = 512;
 pub(crate) struct DirectQp {
     // Field order matters: the drivers drop before the sim objects that own the rings.
     sq: SendQueue,
+    rq: ReceiveQueue,
     cq: CompletionQueue,
     qpn: u32,
     max_send_sge: u32,
@@ -27,6 +28,7 @@ pub(crate) struct DirectQp {
 
 impl DirectQp {
     /// Creates the sim QP and CQ and binds the ring driver to their descriptions.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_sim(
         dev: &sim::Device,
         pd: u32,
@@ -35,17 +37,24 @@ impl DirectQp {
         cq_depth: u32,
         max_inline: u32,
         max_send_sge: u32,
+        max_recv_wr: u32,
+        max_recv_sge: u32,
     ) -> Result<Self> {
         let sim_cq = dev.create_cq(cq_depth.next_power_of_two().max(2), 64)?;
-        let sim_qp = dev.create_qp(pd, &sim_cq, sq_wqebbs)?;
+        let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
+        let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
+        let sim_qp = dev.create_qp_rq(pd, &sim_cq, sq_wqebbs, rq_cnt, stride)?;
         // SAFETY: the descriptions come from `sim_qp` / `sim_cq`, which this
         // struct owns and drops after the drivers (field order); nothing else
         // on the host uses these rings.
         let sq = unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
         // SAFETY: as above.
+        let rq = unsafe { ReceiveQueue::new(&sim_qp.dv()) }?;
+        // SAFETY: as above.
         let cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
         Ok(Self {
             sq,
+            rq,
             cq,
             qpn: sim_qp.qpn(),
             max_send_sge,
@@ -96,6 +105,40 @@ impl DirectQp {
         Ok(())
     }
 
+    /// Posts receive WQEs and rings the RQ doorbell once. Checked first: on
+    /// error nothing is written.
+    pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if wrs.len() as u32 > self.rq.free() {
+            return Err(Error::QueueFull);
+        }
+        let max = self.rq.max_sge() as usize;
+        for w in wrs {
+            if w.sges.len() > max {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_recv_sge of {max}",
+                    w.sges.len()
+                )));
+            }
+        }
+        for w in wrs {
+            let mut segs = [DataSeg {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; MAX_SGE];
+            for (d, s) in segs.iter_mut().zip(w.sges) {
+                *d = DataSeg {
+                    addr: s.addr,
+                    len: s.len,
+                    lkey: s.lkey.0,
+                };
+            }
+            self.rq.post(&segs[..w.sges.len().min(MAX_SGE)], w.wr_id)?;
+        }
+        self.rq.ring_doorbell();
+        Ok(())
+    }
+
     /// Polls up to `out.len()` completions.
     #[inline]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
@@ -103,24 +146,39 @@ impl DirectQp {
         let mut result = Ok(());
         while n < out.len() {
             let Some(cqe) = self.cq.poll_one() else { break };
-            let Some(wr_id) = self.sq.complete(cqe.wqe_counter) else {
+            let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
+            let wr_id = if requester {
+                self.sq.complete(cqe.wqe_counter)
+            } else {
+                self.rq.complete(cqe.wqe_counter)
+            };
+            let Some(wr_id) = wr_id else {
                 result = Err(Error::StaleCqe {
                     qpn: cqe.qpn,
                     counter: cqe.wqe_counter,
                 });
                 break;
             };
+            let opcode = match (cqe.opcode, cqe.wqe_opcode) {
+                (CqeOpcode::RESP_WR_IMM, _) => WcOpcode::RECV_RDMA_WITH_IMM,
+                (CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR, _) => {
+                    WcOpcode::RECV
+                }
+                (_, WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM) => WcOpcode::RDMA_WRITE,
+                (_, WqeOpcode::RDMA_READ) => WcOpcode::RDMA_READ,
+                (_, WqeOpcode::ATOMIC_CS) => WcOpcode::COMP_SWAP,
+                (_, WqeOpcode::ATOMIC_FA) => WcOpcode::FETCH_ADD,
+                _ => WcOpcode::SEND,
+            };
+            let with_imm = matches!(
+                cqe.opcode,
+                CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
+            );
             out[n] = Completion {
                 wr_id,
                 status: WcStatus(cqe.wc_status()),
-                opcode: match cqe.wqe_opcode {
-                    WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,
-                    WqeOpcode::RDMA_READ => WcOpcode::RDMA_READ,
-                    WqeOpcode::ATOMIC_CS => WcOpcode::COMP_SWAP,
-                    WqeOpcode::ATOMIC_FA => WcOpcode::FETCH_ADD,
-                    _ => WcOpcode::SEND,
-                },
-                imm: None,
+                opcode,
+                imm: with_imm.then_some(cqe.imm),
                 byte_len: cqe.byte_cnt,
                 qp_num: cqe.qpn,
                 vendor_err: cqe.vendor_syndrome as u32,
@@ -151,6 +209,9 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
     };
     let (opcode, remote, atomic) = match w.op {
         WrOp::RdmaWrite { remote } => (WqeOpcode::RDMA_WRITE, rs(remote), None),
+        WrOp::RdmaWriteWithImm { remote, .. } => (WqeOpcode::RDMA_WRITE_IMM, rs(remote), None),
+        WrOp::Send => (WqeOpcode::SEND, None, None),
+        WrOp::SendWithImm { .. } => (WqeOpcode::SEND_IMM, None, None),
         WrOp::RdmaRead { remote } => (WqeOpcode::RDMA_READ, rs(remote), None),
         WrOp::AtomicCmpSwp {
             remote,
@@ -212,10 +273,14 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
         }
         Payload::Sges(&segs[..w.sges.len()])
     };
+    let imm = match w.op {
+        WrOp::RdmaWriteWithImm { imm, .. } | WrOp::SendWithImm { imm } => imm,
+        _ => 0,
+    };
     Ok(f(&SendWqe {
         opcode,
         flags,
-        imm: 0,
+        imm,
         remote,
         atomic,
         payload,

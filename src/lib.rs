@@ -34,7 +34,7 @@ mod wr;
 
 pub use error::{Error, Result};
 pub use mem::{Access, Mr};
-pub use wr::{Completion, Lkey, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
+pub use wr::{Completion, Lkey, RecvWr, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 
 use mem::{Buffer, MrInner, Registration};
 use mlx5_dv::sim;
@@ -183,6 +183,10 @@ pub struct QpConfig {
     pub max_send_sge: u32,
     /// Largest inline payload in bytes (`-I` in perftest).
     pub max_inline: u32,
+    /// Receive queue depth in work requests.
+    pub max_recv_wr: u32,
+    /// Most SGEs per receive WR.
+    pub max_recv_sge: u32,
     /// Port number (verbs devices).
     pub port: u8,
     /// GID index to use on RoCE; `None` picks the IPv4-mapped RoCE v2 GID.
@@ -195,6 +199,8 @@ impl Default for QpConfig {
             max_send_wr: 128,
             max_send_sge: 1,
             max_inline: 220,
+            max_recv_wr: 64,
+            max_recv_sge: 1,
             port: 1,
             gid_index: None,
         }
@@ -261,7 +267,14 @@ impl Pd {
                 cfg.max_send_wr
             )));
         }
-        let cq_depth = cfg.max_send_wr;
+        if cfg.max_recv_wr > 1 << 14 {
+            return Err(Error::Invalid(format!(
+                "max_recv_wr {} must be at most 16384",
+                cfg.max_recv_wr
+            )));
+        }
+        // Room for a completion of every outstanding send and posted receive.
+        let cq_depth = cfg.max_send_wr + cfg.max_recv_wr.max(1);
         let (a, b) = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => {
                 if cfg.max_send_sge as usize > direct::MAX_SGE {
@@ -312,6 +325,8 @@ impl Pd {
                     cq_depth,
                     cfg.max_inline,
                     cfg.max_send_sge,
+                    cfg.max_recv_wr,
+                    cfg.max_recv_sge,
                 )?;
                 let b = direct::DirectQp::create_sim(
                     dev,
@@ -321,6 +336,8 @@ impl Pd {
                     cq_depth,
                     cfg.max_inline,
                     cfg.max_send_sge,
+                    cfg.max_recv_wr,
+                    cfg.max_recv_sge,
                 )?;
                 let access = sim::Access::all();
                 for (x, y) in [(&a, &b), (&b, &a)] {
@@ -336,6 +353,8 @@ impl Pd {
                     max_send_wr: cfg.max_send_wr,
                     max_send_sge: cfg.max_send_sge,
                     max_inline: cfg.max_inline,
+                    max_recv_wr: cfg.max_recv_wr.max(1),
+                    max_recv_sge: cfg.max_recv_sge.max(1),
                     cq_depth,
                 };
                 let mut a = verbs::create_qp(pd, caps)?;
@@ -499,6 +518,16 @@ impl Qp {
             QpKind::Direct(q) => q.post_send(wrs),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.post_send(wrs),
+        }
+    }
+
+    /// Posts a batch of receive work requests with one doorbell. On error
+    /// nothing is posted; [`Error::QueueFull`] when the RQ has no room for all.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.post_recv(wrs),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.post_recv(wrs),
         }
     }
 

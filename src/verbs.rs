@@ -342,8 +342,13 @@ pub(crate) struct QpCaps {
     pub(crate) max_send_wr: u32,
     pub(crate) max_send_sge: u32,
     pub(crate) max_inline: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) max_recv_sge: u32,
     pub(crate) cq_depth: u32,
 }
+
+/// Marks the verbs `wr_id` of a receive (sends carry a plain sequence number).
+const RECV_TAG: u64 = 1 << 63;
 
 /// Work requests per `ibv_post_send` call.
 const CHUNK: usize = 32;
@@ -361,6 +366,11 @@ pub(crate) struct VerbsQp {
     /// batch that does not fit is refused whole, and the CQ (at least
     /// `max_post` deep) cannot overflow whatever the provider does with SQ slots.
     max_post: u32,
+    /// The same accounting for receives; their verbs `wr_id` is `RECV_TAG | seq`.
+    max_recv: u32,
+    recv_ids: Box<[u64]>,
+    recv_posted: u64,
+    recv_done: u64,
     path: crate::PathInfo,
     wr_ids: Box<[u64]>,
     posted: u64,
@@ -406,9 +416,9 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
     init.qp_type = ibv_qp_type::IBV_QPT_RC;
     init.cap = ibv_qp_cap {
         max_send_wr: caps.max_send_wr,
-        max_recv_wr: 1,
+        max_recv_wr: caps.max_recv_wr,
         max_send_sge: caps.max_send_sge,
-        max_recv_sge: 1,
+        max_recv_sge: caps.max_recv_sge,
         max_inline_data: caps.max_inline,
     };
     // SAFETY: live PD, valid attributes.
@@ -441,6 +451,11 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         qpn,
         caps,
         max_post,
+        max_recv: init.cap.max_recv_wr.min(caps.max_recv_wr).max(1),
+        recv_ids: vec![0; init.cap.max_recv_wr.min(caps.max_recv_wr).max(1) as usize]
+            .into_boxed_slice(),
+        recv_posted: 0,
+        recv_done: 0,
         path: crate::PathInfo {
             link_layer: "",
             mtu: None,
@@ -677,6 +692,19 @@ impl VerbsQp {
                         rkey: remote.rkey.0,
                     };
                 }
+                WrOp::RdmaWriteWithImm { remote, imm } => {
+                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+                    v.wr.rdma = rdma_t {
+                        remote_addr: remote.addr,
+                        rkey: remote.rkey.0,
+                    };
+                    v.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                }
+                WrOp::Send => v.opcode = ibv_wr_opcode::IBV_WR_SEND,
+                WrOp::SendWithImm { imm } => {
+                    v.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+                    v.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                }
                 WrOp::RdmaRead { remote } => {
                     v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
                     v.wr.rdma = rdma_t {
@@ -737,6 +765,84 @@ impl VerbsQp {
         }
     }
 
+    /// Posts receives with `ibv_post_recv`, 32 per call. Checked first (SGE
+    /// count, room under `max_recv_wr`): on those errors nothing is posted.
+    pub(crate) fn post_recv(&mut self, wrs: &[crate::wr::RecvWr<'_>]) -> Result<()> {
+        for w in wrs {
+            if w.sges.len() > self.caps.max_recv_sge as usize {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_recv_sge of {}",
+                    w.sges.len(),
+                    self.caps.max_recv_sge
+                )));
+            }
+        }
+        if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64 {
+            return Err(Error::QueueFull);
+        }
+        for chunk in wrs.chunks(CHUNK) {
+            let nsge: usize = chunk.iter().map(|w| w.sges.len()).sum();
+            let mut sges = vec![
+                ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0
+                };
+                nsge.max(1)
+            ];
+            // SAFETY: ibv_recv_wr is plain data; zero is valid.
+            let mut vwrs: [ibv_recv_wr; CHUNK] = unsafe { std::mem::zeroed() };
+            let mut k = 0;
+            for (i, w) in chunk.iter().enumerate() {
+                let first = k;
+                for g in w.sges {
+                    sges[k] = ibv_sge {
+                        addr: g.addr,
+                        length: g.len,
+                        lkey: g.lkey.0,
+                    };
+                    k += 1;
+                }
+                let seq = self.recv_posted + i as u64;
+                self.recv_ids[(seq % self.max_recv as u64) as usize] = w.wr_id;
+                vwrs[i].wr_id = RECV_TAG | seq;
+                vwrs[i].sg_list = sges[first..].as_mut_ptr();
+                vwrs[i].num_sge = w.sges.len() as i32;
+            }
+            for i in 1..chunk.len() {
+                let next: *mut ibv_recv_wr = &mut vwrs[i];
+                vwrs[i - 1].next = next;
+            }
+            let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: live QP; the WR chain and SGE array outlive the call; the
+            // SGEs name registered memory (Sge::new checked the ranges).
+            let rc = unsafe { ibv_post_recv(self.qp, vwrs.as_mut_ptr(), &mut bad) };
+            let posted = if rc == 0 {
+                chunk.len()
+            } else {
+                (0..chunk.len())
+                    .find(|&i| std::ptr::eq(&vwrs[i], bad))
+                    .unwrap_or(0)
+            };
+            self.recv_posted += posted as u64;
+            match rc {
+                0 => {}
+                libc::ENOMEM => return Err(Error::QueueFull),
+                e => {
+                    return Err(Error::Verbs {
+                        call: "ibv_post_recv",
+                        errno: if e > 0 { e } else { errno() },
+                        detail: format!(
+                            " ({posted} of a chunk of {} WRs were posted)",
+                            chunk.len()
+                        ),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Polls up to `out.len()` completions with `ibv_poll_cq`.
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         const CHUNK: usize = 16;
@@ -754,9 +860,16 @@ impl VerbsQp {
         }
         for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
             // Our wr_id is the WR's sequence number (see `VerbsQp`).
-            self.retired = self.retired.max(w.wr_id + 1);
+            let wr_id = if w.wr_id & RECV_TAG != 0 {
+                let seq = w.wr_id & !RECV_TAG;
+                self.recv_done = self.recv_done.max(seq + 1);
+                self.recv_ids[(seq % self.max_recv as u64) as usize]
+            } else {
+                self.retired = self.retired.max(w.wr_id + 1);
+                self.wr_ids[(w.wr_id % self.max_post as u64) as usize]
+            };
             *o = Completion {
-                wr_id: self.wr_ids[(w.wr_id % self.max_post as u64) as usize],
+                wr_id,
                 status: WcStatus(w.status),
                 opcode: WcOpcode(w.opcode),
                 // SAFETY: reading the union as the immediate is meaningful only

@@ -66,6 +66,12 @@ pub struct RemoteAddr {
 pub enum WrOp {
     /// RDMA WRITE of the gather list to `remote`.
     RdmaWrite { remote: RemoteAddr },
+    /// RDMA WRITE, then a completion with `imm` at the responder (consumes a receive).
+    RdmaWriteWithImm { remote: RemoteAddr, imm: u32 },
+    /// SEND of the gather list into the peer's next receive buffer.
+    Send,
+    /// SEND with immediate data (the receiver's completion carries `imm`).
+    SendWithImm { imm: u32 },
     /// RDMA READ from `remote` into the scatter list.
     RdmaRead { remote: RemoteAddr },
     /// If the 8-byte-aligned u64 at `remote` equals `compare`, replace it with
@@ -103,6 +109,44 @@ impl<'a> SendWr<'a> {
             inline: false,
         }
     }
+    /// A SEND of `sges`, unsignaled, not inline.
+    pub fn send(wr_id: u64, sges: &'a [Sge<'a>]) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::Send,
+            sges,
+            signaled: false,
+            inline: false,
+        }
+    }
+
+    /// A SEND with immediate data; `imm` reaches the receiver as the same `u32`.
+    pub fn send_with_imm(wr_id: u64, sges: &'a [Sge<'a>], imm: u32) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::SendWithImm { imm },
+            sges,
+            signaled: false,
+            inline: false,
+        }
+    }
+
+    /// An RDMA WRITE with immediate data (consumes a receive at the peer).
+    pub fn rdma_write_with_imm(
+        wr_id: u64,
+        sges: &'a [Sge<'a>],
+        remote: RemoteAddr,
+        imm: u32,
+    ) -> Self {
+        SendWr {
+            wr_id,
+            op: WrOp::RdmaWriteWithImm { remote, imm },
+            sges,
+            signaled: false,
+            inline: false,
+        }
+    }
+
     /// An RDMA READ of `remote` into `sges`, unsignaled.
     pub fn rdma_read(wr_id: u64, sges: &'a [Sge<'a>], remote: RemoteAddr) -> Self {
         SendWr {
@@ -156,6 +200,20 @@ impl<'a> SendWr<'a> {
     }
     pub(crate) fn total_len(&self) -> u64 {
         self.sges.iter().map(|s| s.len as u64).sum()
+    }
+}
+
+/// One receive work request (`ibv_recv_wr` without the linked list): the
+/// buffers the next incoming SEND (or nothing, for RDMA WRITE with immediate) fills.
+#[derive(Clone, Copy, Debug)]
+pub struct RecvWr<'a> {
+    pub wr_id: u64,
+    pub sges: &'a [Sge<'a>],
+}
+
+impl<'a> RecvWr<'a> {
+    pub fn new(wr_id: u64, sges: &'a [Sge<'a>]) -> Self {
+        RecvWr { wr_id, sges }
     }
 }
 

@@ -137,3 +137,12 @@ pub(super) unsafe fn fetch_add(addr: u64, add: u64) -> u64 {
     unsafe { std::sync::atomic::AtomicU64::from_ptr(addr as *mut u64) }
         .fetch_add(add, Ordering::AcqRel)
 }
+
+/// Copies registered memory at `src` into `dst`.
+///
+/// # Safety
+/// `src..src+dst.len()` must lie in a live registered memory region.
+pub(super) unsafe fn read_into(src: u64, dst: &mut [u8]) {
+    // SAFETY: caller guarantees validity; `dst` is host memory of ours.
+    unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+}

@@ -20,10 +20,10 @@
 mod dma;
 
 use crate::cqe::{owner_bit, Cqe};
-use crate::doorbell::{CQ_DBREC_CI, QP_DBREC_SQ};
+use crate::doorbell::{CQ_DBREC_CI, QP_DBREC_RQ, QP_DBREC_SQ};
 use crate::dv::{mlx5dv_bf, mlx5dv_cq, mlx5dv_qp, mlx5dv_wq};
 use crate::mmio;
-use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, CQE64, DS, WQEBB};
+use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, CQE64, DS, INVALID_LKEY, WQEBB};
 use crate::ring::RingBuf;
 use crate::wqe::{decode_send_wqe, DataSeg, DecodedPayload, DecodedWqe};
 use bitflags::bitflags;
@@ -44,6 +44,9 @@ bitflags! {
         const REMOTE_ATOMIC = 8;
     }
 }
+
+/// Most data segments in one receive WQE (a 1 KiB stride).
+const MAX_RECV_SGE: usize = 64;
 
 /// Largest SQ the sim hands out, in WQEBBs.
 pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
@@ -116,6 +119,11 @@ struct QpEntry {
     send_cqn: u32,
     /// Next WQEBB index the device consumes.
     sq_ci: u32,
+    rq: DmaBuf,
+    rq_wqe_cnt: u32,
+    rq_stride: u32,
+    /// Next receive WQE the device consumes.
+    rq_ci: u32,
     peer: Option<u32>,
     access: Access,
 }
@@ -131,6 +139,8 @@ struct State {
     next_cqn: u32,
     next_qpn: u32,
     next_pdn: u32,
+    /// Reused buffer for SEND payloads.
+    scratch: Vec<u8>,
 }
 
 struct Inner {
@@ -274,6 +284,37 @@ impl Device {
     /// Creates an RC QP in RESET whose send completions go to `send_cq`.
     /// `sq_wqebbs` is the SQ size in 64-byte WQEBBs (power of two, 1..=32768).
     pub fn create_qp(&self, pd: u32, send_cq: &Cq, sq_wqebbs: u32) -> Result<Qp, SimError> {
+        self.create_qp_rq(pd, send_cq, sq_wqebbs, 1, 16)
+    }
+
+    /// Creates an RC QP in RESET with a receive queue of `rq_wqe_cnt` WQEs of
+    /// `rq_stride` bytes (powers of two; stride 16..=1024, one data segment per
+    /// 16 bytes). Send and receive completions both go to `cq`.
+    pub fn create_qp_rq(
+        &self,
+        pd: u32,
+        cq: &Cq,
+        sq_wqebbs: u32,
+        rq_wqe_cnt: u32,
+        rq_stride: u32,
+    ) -> Result<Qp, SimError> {
+        if !rq_wqe_cnt.is_power_of_two() || rq_wqe_cnt > 1 << 15 {
+            return Err(SimError::BadSize {
+                what: "rq_wqe_cnt",
+                value: rq_wqe_cnt,
+                min: 1,
+                max: 1 << 15,
+            });
+        }
+        if !rq_stride.is_power_of_two() || !(16..=1024).contains(&rq_stride) {
+            return Err(SimError::BadSize {
+                what: "rq_stride",
+                value: rq_stride,
+                min: 16,
+                max: 1024,
+            });
+        }
+        let send_cq = cq;
         if !sq_wqebbs.is_power_of_two() || sq_wqebbs > MAX_SQ_WQEBBS {
             return Err(SimError::BadSize {
                 what: "sq_wqebbs",
@@ -300,6 +341,10 @@ impl Device {
                 uar: DmaBuf::new(4096),
                 send_cqn: send_cq.cqn,
                 sq_ci: 0,
+                rq: DmaBuf::new(rq_wqe_cnt as usize * rq_stride as usize),
+                rq_wqe_cnt,
+                rq_stride,
+                rq_ci: 0,
                 peer: None,
                 access: Access::empty(),
             },
@@ -462,7 +507,6 @@ impl Qp {
     }
 
     /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
-    /// The sim has no RQ yet: `rq` is empty.
     pub fn dv(&self) -> mlx5dv_qp {
         let st = self.dev.lock();
         let q = &st.qps[&self.qpn];
@@ -478,7 +522,13 @@ impl Qp {
             reg: unsafe { q.uar.ptr().add(BF_OFFSET) }.cast(),
             size: BF_SIZE,
         };
+        d.rq = mlx5dv_wq {
+            buf: q.rq.ptr().cast(),
+            wqe_cnt: q.rq_wqe_cnt,
+            stride: q.rq_stride,
+        };
         d.sqn = self.qpn;
+        d.rqn = self.qpn;
         d
     }
 
@@ -541,6 +591,7 @@ impl Qp {
         self.modify(QpState::Reset, |q| {
             q.dbrec.write(0, &[0; 8]);
             q.sq_ci = 0;
+            q.rq_ci = 0;
             q.peer = None;
         })
     }
@@ -556,8 +607,12 @@ impl Drop for Qp {
 
 /// Outcome of executing one WQE.
 enum Exec {
-    Ok { byte_cnt: u32 },
+    Ok {
+        byte_cnt: u32,
+    },
     Err(Syndrome),
+    /// Receiver not ready: leave the WQE in the SQ and try again later.
+    Rnr,
 }
 
 /// One pass over every QP; returns how many WQEs ran.
@@ -573,6 +628,9 @@ fn run_all(st: &mut State) -> usize {
 /// Executes the pending WQEs of one QP. Returns how many ran.
 fn run_qp(st: &mut State, qpn: u32) -> usize {
     let mut done = 0;
+    if st.qps[&qpn].state == QpState::Err {
+        done += flush_recv(st, qpn);
+    }
     loop {
         let q = &st.qps[&qpn];
         // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 1 is the SQ's.
@@ -603,6 +661,9 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         } else {
             execute(st, qpn, slot, ds)
         };
+        if matches!(result, Exec::Rnr) {
+            return done;
+        }
         let q = st.qps.get_mut(&qpn).expect("qp");
         q.sq_ci = q.sq_ci.wrapping_add(wqebbs);
         let cqe = match result {
@@ -619,7 +680,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                 vendor_syndrome: 0,
                 owner: false,
             }),
-            Exec::Ok { .. } => None,
+            Exec::Ok { .. } | Exec::Rnr => None,
             Exec::Err(syn) => {
                 q.state = QpState::Err;
                 Some(Cqe {
@@ -660,6 +721,226 @@ fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
     cq.pi = cq.pi.wrapping_add(1);
 }
 
+/// Receive WQE `rq_ci` of `qpn`, if the RQ doorbell record shows one posted:
+/// its index and data segments (up to the stride, ended by MLX5_INVALID_LKEY).
+fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV_SGE], usize)> {
+    let q = &st.qps[&qpn];
+    // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the RQ's.
+    let head = unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_RQ)) } & 0xffff;
+    if head == q.rq_ci & 0xffff {
+        return None;
+    }
+    let slot = (q.rq_ci & (q.rq_wqe_cnt - 1)) as usize * q.rq_stride as usize;
+    let mut segs = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_RECV_SGE];
+    let mut n = 0;
+    for k in 0..(q.rq_stride as usize / DS).min(MAX_RECV_SGE) {
+        let b: [u8; 16] = q.rq.read_array(slot + k * DS);
+        let lkey = u32::from_be_bytes(b[4..8].try_into().unwrap());
+        if lkey == INVALID_LKEY {
+            break;
+        }
+        segs[n] = DataSeg {
+            len: u32::from_be_bytes(b[0..4].try_into().unwrap()),
+            lkey,
+            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
+        };
+        n += 1;
+    }
+    Some((q.rq_ci as u16, segs, n))
+}
+
+/// Completes receive WQE `idx` of `qpn` on its CQ and moves past it.
+fn complete_recv(st: &mut State, qpn: u32, idx: u16, c: Cqe) {
+    let q = st.qps.get_mut(&qpn).expect("qp");
+    q.rq_ci = q.rq_ci.wrapping_add(1);
+    let cqn = q.send_cqn;
+    push_cqe(
+        st.cqs.get_mut(&cqn).expect("cq"),
+        &Cqe {
+            qpn,
+            wqe_counter: idx,
+            ..c
+        },
+    );
+}
+
+fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syndrome) -> Cqe {
+    Cqe {
+        opcode,
+        wqe_opcode: WqeOpcode(0),
+        qpn: 0,
+        wqe_counter: 0,
+        byte_cnt,
+        imm,
+        solicited: false,
+        format: 0,
+        syndrome,
+        vendor_syndrome: 0,
+        owner: false,
+    }
+}
+
+/// Flushes every posted receive WQE of a QP in ERR (RESP_ERR, WR_FLUSH_ERR).
+fn flush_recv(st: &mut State, qpn: u32) -> usize {
+    let mut n = 0;
+    while !cq_full(&st.cqs[&st.qps[&qpn].send_cqn]) {
+        let Some((idx, _, _)) = next_recv(st, qpn) else {
+            break;
+        };
+        complete_recv(
+            st,
+            qpn,
+            idx,
+            resp_cqe(CqeOpcode::RESP_ERR, 0, 0, Syndrome::WR_FLUSH_ERR),
+        );
+        n += 1;
+    }
+    n
+}
+
+/// The responder side of SEND / SEND_IMM / RDMA_WRITE_IMM: consumes the peer's
+/// next receive WQE. `data` is scattered into it (SENDs); for RDMA_WRITE_IMM
+/// `data` is empty and `byte_cnt` is the written length. `Rnr` when the peer has
+/// no receive WQE posted or no room in its CQ (the requester retries, as with
+/// `rnr_retry` 7).
+fn deliver(st: &mut State, qpn: u32, data: Option<&[u8]>, byte_cnt: u32, imm: Option<u32>) -> Exec {
+    let Some(peer) = st.qps[&qpn].peer.filter(|p| {
+        st.qps
+            .get(p)
+            .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+    }) else {
+        return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
+    };
+    if cq_full(&st.cqs[&st.qps[&peer].send_cqn]) {
+        return Exec::Rnr;
+    }
+    let Some((idx, segs, n)) = next_recv(st, peer) else {
+        return Exec::Rnr;
+    };
+    let pd = st.qps[&peer].pd;
+    let fail = |st: &mut State, resp: Syndrome, req: Syndrome| {
+        complete_recv(st, peer, idx, resp_cqe(CqeOpcode::RESP_ERR, 0, 0, resp));
+        st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+        Exec::Err(req)
+    };
+    let (opcode, imm) = match (data.is_some(), imm) {
+        (true, None) => (CqeOpcode::RESP_SEND, 0),
+        (true, Some(v)) => (CqeOpcode::RESP_SEND_IMM, v),
+        (false, v) => (CqeOpcode::RESP_WR_IMM, v.unwrap_or(0)),
+    };
+    if let Some(data) = data {
+        if segs[..n]
+            .iter()
+            .any(|s| s.len != 0 && !local_ok(st, pd, *s, true))
+        {
+            // A responder-side protection error: the requester sees a remote operation error.
+            return fail(st, Syndrome::LOCAL_PROT_ERR, Syndrome::REMOTE_OP_ERR);
+        }
+        let room: u64 = segs[..n].iter().map(|s| s.len as u64).sum();
+        if room < data.len() as u64 {
+            // Too small a receive buffer: local length error at the responder,
+            // remote invalid request at the requester.
+            return fail(
+                st,
+                Syndrome::LOCAL_LENGTH_ERR,
+                Syndrome::REMOTE_INVAL_REQ_ERR,
+            );
+        }
+        // Scatter in order, publishing the final byte last.
+        let mut left = data;
+        for s in &segs[..n] {
+            if left.is_empty() {
+                break;
+            }
+            let k = left.len().min(s.len as usize);
+            let (now, rest) = left.split_at(k);
+            // SAFETY: `s` was checked against a registered MR of the peer's PD.
+            unsafe {
+                if rest.is_empty() {
+                    dma::write_from(s.addr, &now[..k - 1]);
+                    dma::store_last_byte(s.addr + k as u64 - 1, now[k - 1]);
+                } else {
+                    dma::write_from(s.addr, now);
+                }
+            }
+            left = rest;
+        }
+    }
+    complete_recv(st, peer, idx, resp_cqe(opcode, byte_cnt, imm, Syndrome(0)));
+    Exec::Ok { byte_cnt }
+}
+
+/// Copies a WQE's payload (inline bytes or checked local SGEs) into `out`.
+fn gather(
+    st: &State,
+    pd: u32,
+    w: &DecodedWqe,
+    ring: &RingBuf<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Syndrome> {
+    out.clear();
+    match w.payload {
+        DecodedPayload::Inline { len, .. } => {
+            out.resize(len as usize, 0);
+            w.inline_bytes(ring, out);
+        }
+        DecodedPayload::Sges { count, .. } => {
+            for i in 0..count {
+                let s = w.sge(ring, i).expect("i < count");
+                if !local_ok(st, pd, s, false) {
+                    return Err(Syndrome::LOCAL_PROT_ERR);
+                }
+                if out.len() as u64 + s.len as u64 > 1 << 31 {
+                    return Err(Syndrome::LOCAL_LENGTH_ERR);
+                }
+                let at = out.len();
+                out.resize(at + s.len as usize, 0);
+                // SAFETY: `s` was checked against a registered MR of this QP's PD.
+                unsafe { dma::read_into(s.addr, &mut out[at..]) };
+            }
+        }
+        DecodedPayload::None => {}
+    }
+    Ok(())
+}
+
+fn send(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let mut data = std::mem::take(&mut st.scratch);
+    let r = match gather(st, pd, w, ring, &mut data) {
+        Err(s) => Exec::Err(s),
+        Ok(()) => {
+            let imm = (w.opcode == WqeOpcode::SEND_IMM).then_some(w.imm);
+            deliver(st, qpn, Some(&data), data.len() as u32, imm)
+        }
+    };
+    st.scratch = data;
+    r
+}
+
+fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+    // The receive WQE must be there before any data moves (else RNR, retried).
+    let Some(peer) = st.qps[&qpn].peer else {
+        return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
+    };
+    if st
+        .qps
+        .get(&peer)
+        .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+        && (next_recv(st, peer).is_none() || cq_full(&st.cqs[&st.qps[&peer].send_cqn]))
+    {
+        return Exec::Rnr;
+    }
+    match rdma_write(st, qpn, w, ring) {
+        Exec::Ok { byte_cnt } => deliver(st, qpn, None, byte_cnt, Some(w.imm)),
+        other => other,
+    }
+}
+
 /// Largest send WQE: 16 WQEBBs (the kernel's cap; 63 DS fit).
 const MAX_WQE: usize = 16 * WQEBB;
 
@@ -678,6 +959,8 @@ fn execute(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
     };
     match w.opcode {
         WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, &ring),
+        WqeOpcode::RDMA_WRITE_IMM => rdma_write_imm(st, qpn, &w, &ring),
+        WqeOpcode::SEND | WqeOpcode::SEND_IMM => send(st, qpn, &w, &ring),
         WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, &ring),
         WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, &ring),
         _ => Exec::Err(Syndrome::LOCAL_QP_OP_ERR),
