@@ -10,7 +10,7 @@
 //! round trip) in microseconds.
 
 use crate::{
-    Access, Completion, Context, Error, Mr, Qp, QpConfig, RemoteAddr, Result, SendWr, Sge,
+    Access, Completion, Context, Error, Mr, Qp, QpConfig, RecvWr, RemoteAddr, Result, SendWr, Sge,
 };
 use std::time::{Duration, Instant};
 
@@ -162,6 +162,31 @@ fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>)
     Ok(())
 }
 
+/// Polls until a receive completes (send completions on the way are taken
+/// and dropped); an error completion of either kind fails the run.
+fn wait_recv(qp: &mut Qp, side: &str) -> Result<()> {
+    let mut wc = [Completion::default(); 4];
+    let mut got = false;
+    spin_until(
+        || format!("no receive completion on side {side} within {WAIT_LIMIT:?}"),
+        || {
+            let n = qp.poll(&mut wc)?;
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err(Error::Completion {
+                        wr_id: c.wr_id,
+                        qp_num: c.qp_num,
+                        status: c.status,
+                        vendor_err: c.vendor_err,
+                    });
+                }
+                got |= c.opcode == crate::WcOpcode::RECV;
+            }
+            Ok(got)
+        },
+    )
+}
+
 fn wait_completion(qp: &mut Qp, side: &str) -> Result<()> {
     let mut wc = [Completion::default(); 1];
     spin_until(
@@ -292,6 +317,8 @@ impl Drop for OffDeviceCpu {
 pub enum LatTest {
     /// Ping-pong of RDMA WRITEs; reports half the round trip.
     Write,
+    /// Ping-pong of SENDs into posted receives; reports half the round trip.
+    Send,
     /// RDMA READ, one side; reports the full round trip.
     Read,
     /// Fetch-and-add of an 8-byte word, one side; reports the full round trip.
@@ -303,6 +330,7 @@ impl LatTest {
     pub fn title(self) -> &'static str {
         match self {
             LatTest::Write => "RDMA_Write Latency Test",
+            LatTest::Send => "Send Latency Test",
             LatTest::Read => "RDMA_Read Latency Test",
             LatTest::Atomic => "Atomic FETCH_AND_ADD Latency Test",
         }
@@ -311,7 +339,7 @@ impl LatTest {
     /// perftest's `rtt_factor`: 2 for write and send, 1 for read and atomic.
     pub fn rtt_factor(self) -> f64 {
         match self {
-            LatTest::Write => 2.0,
+            LatTest::Write | LatTest::Send => 2.0,
             LatTest::Read | LatTest::Atomic => 1.0,
         }
     }
@@ -354,7 +382,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr_a = pd.reg_mr(2 * size, access)?;
     let mr_b = pd.reg_mr(2 * size, access)?;
-    let inline = test == LatTest::Write && size_asked <= cfg.inline_size;
+    let inline = matches!(test, LatTest::Write | LatTest::Send) && size_asked <= cfg.inline_size;
     let qcfg = QpConfig {
         max_send_wr: 16,
         max_inline: if inline { cfg.inline_size } else { 0 },
@@ -410,6 +438,28 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 )?;
                 wait_completion(&mut b, "B")?;
                 wait_completion(&mut a, "A")?;
+            }
+        }
+        LatTest::Send => {
+            // perftest's send latency: each side keeps a receive posted into
+            // [size, 2 size) of its buffer; A sends, B waits for the receive,
+            // reposts and sends back; A waits for its receive and reposts.
+            let rbuf_a = [Sge::new(&mr_a, size, size_asked)?];
+            let rbuf_b = [Sge::new(&mr_b, size, size_asked)?];
+            a.post_recv(&[RecvWr::new(0, &rbuf_a)])?;
+            b.post_recv(&[RecvWr::new(0, &rbuf_b)])?;
+            let mut wr_a = SendWr::send(0, &sge_a).signaled();
+            let mut wr_b = SendWr::send(0, &sge_b).signaled();
+            wr_a.inline = inline;
+            wr_b.inline = inline;
+            for _ in 0..cfg.iters {
+                stamps.push(Instant::now());
+                a.post_send(&[wr_a])?;
+                wait_recv(&mut b, "B")?;
+                b.post_recv(&[RecvWr::new(0, &rbuf_b)])?;
+                b.post_send(&[wr_b])?;
+                wait_recv(&mut a, "A")?;
+                a.post_recv(&[RecvWr::new(0, &rbuf_a)])?;
             }
         }
         LatTest::Read | LatTest::Atomic => {

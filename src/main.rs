@@ -35,6 +35,9 @@ enum Test {
     /// RDMA WRITE latency, as perftest's ib_write_lat (half the round trip).
     #[value(name = "write_lat")]
     Write,
+    /// SEND latency, as perftest's ib_send_lat (half the round trip).
+    #[value(name = "send_lat")]
+    Send,
     /// RDMA READ latency, as perftest's ib_read_lat (the full round trip).
     #[value(name = "read_lat")]
     Read,
@@ -151,6 +154,7 @@ fn devices() -> rdma_direct::Result<()> {
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     let test = match a.test {
         Test::Write => LatTest::Write,
+        Test::Send => LatTest::Send,
         Test::Read => LatTest::Read,
         Test::Atomic => LatTest::Atomic,
     };

@@ -164,7 +164,8 @@ impl Default for Device {
 impl Device {
     pub fn new() -> Self {
         let state = State {
-            next_key: 0x100,
+            // Never MLX5_INVALID_LKEY (0x100): it ends a receive WQE's segment list.
+            next_key: 0x200,
             next_cqn: 0x80,
             next_qpn: 0x1000,
             ..Default::default()
@@ -206,6 +207,9 @@ impl Device {
         let mut st = self.lock();
         let key = st.next_key;
         st.next_key = st.next_key.wrapping_add(0x100);
+        if st.next_key == INVALID_LKEY {
+            st.next_key = st.next_key.wrapping_add(0x100);
+        }
         st.mrs.insert(
             key,
             MrEntry {

@@ -281,3 +281,15 @@ fn sge_range_that_wraps_the_address_space_is_a_protection_error() {
     assert_eq!(c.syndrome, Syndrome::LOCAL_PROT_ERR);
     assert!(dst.iter().all(|&b| b == 0));
 }
+
+/// Found by `bench send_lat`: the first MR key was 0x100, which is
+/// MLX5_INVALID_LKEY, the end marker of a receive WQE's segment list.
+#[test]
+fn no_memory_key_is_the_invalid_lkey() {
+    let dev = Device::new();
+    let mut buf = vec![0u8; 64];
+    for _ in 0..300 {
+        let k = unsafe { dev.reg_mr(PD, buf.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+        assert_ne!(k.lkey, crate::prm::INVALID_LKEY);
+    }
+}
