@@ -310,6 +310,7 @@ fn latency_benchmarks_run() {
     for dev in devices() {
         for (test, bytes) in [
             (LatTest::Write, 2),
+            (LatTest::Send, 2),
             (LatTest::Read, 2),
             (LatTest::Atomic, 8),
         ] {
