@@ -757,3 +757,90 @@ fn send_into_a_too_small_receive_fails_on_both_sides() {
         drop(s.b);
     }
 }
+
+/// Issue 4's case: W1 valid signaled, W2 wrong rkey signaled, W3 valid
+/// unsignaled, W4 valid signaled: SUCCESS, REM_ACCESS_ERR, then W3 and W4
+/// flushed with their own wr_ids, and remote memory untouched by W3/W4.
+#[test]
+fn an_error_flushes_every_later_wr_with_its_own_wr_id() {
+    for dev in devices() {
+        let mut s = setup(&dev);
+        let src = s.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst =
+            s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                .unwrap();
+        src.write(0, &[0x5a; 64]).unwrap();
+        let sge = [Sge::new(&src, 0, 64).unwrap()];
+        let bad = RemoteAddr {
+            addr: dst.addr(),
+            rkey: Rkey(dst.rkey().0 ^ 0x0012_3400),
+        };
+        s.a.post_send(&[
+            SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled(),
+            SendWr::rdma_write(2, &sge, bad).signaled(),
+            SendWr::rdma_write(3, &sge, remote(&dst, 64)),
+            SendWr::rdma_write(4, &sge, remote(&dst, 128)).signaled(),
+        ])
+        .unwrap();
+        let got = poll_until(&mut s.a, &dev, 4);
+        let seen: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(
+            seen,
+            [
+                (1, WcStatus::SUCCESS),
+                (2, WcStatus::REM_ACCESS_ERR),
+                (3, WcStatus::WR_FLUSH_ERR),
+                (4, WcStatus::WR_FLUSH_ERR)
+            ],
+            "{dev}"
+        );
+        let all = contents(&dst);
+        assert!(all[..64].iter().all(|&b| b == 0x5a), "{dev}: W1 missing");
+        assert!(
+            all[64..].iter().all(|&b| b == 0),
+            "{dev}: a flushed WR wrote memory"
+        );
+        loud(format_args!(
+            "conformance: {dev}: error then flushes: {seen:?}"
+        ));
+        drop(s.b);
+    }
+}
+
+/// More than 65,536 WQEs, so the 16-bit WQE index in ctrl segments and CQEs wraps.
+#[test]
+fn the_16_bit_wqe_index_wraps() {
+    for dev in devices() {
+        let ctx = Context::open(&dev).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cfg = QpConfig {
+            max_send_wr: 64,
+            ..QpConfig::default()
+        };
+        let (mut a, _b) = pd.create_connected_pair(&cfg).unwrap();
+        let src = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst = pd
+            .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let sge = [Sge::new(&src, 0, 8).unwrap()];
+        let total = 70_000u64;
+        let mut next = 0u64;
+        let mut batch: Vec<SendWr> = Vec::with_capacity(32);
+        while next < total {
+            batch.clear();
+            // 31 unsignaled, then one signaled: one completion per 32 WRs.
+            for k in 0..32 {
+                let w = SendWr::rdma_write(next + k, &sge, remote(&dst, 0)).inline();
+                batch.push(if k == 31 { w.signaled() } else { w });
+            }
+            src.write(0, &(next + 31).to_ne_bytes()).unwrap();
+            a.post_send(&batch).unwrap();
+            let c = poll_one(&mut a, &dev);
+            assert_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, next + 31), "{dev}");
+            next += 32;
+        }
+        let mut last = [0u8; 8];
+        dst.read(0, &mut last).unwrap();
+        assert_eq!(u64::from_ne_bytes(last), next - 1, "{dev}");
+    }
+}

@@ -293,3 +293,106 @@ fn no_memory_key_is_the_invalid_lkey() {
         assert_ne!(k.lkey, crate::prm::INVALID_LKEY);
     }
 }
+
+fn pair_with(dev: &Device, sq_wqebbs: u32, max_post: u32) -> (Side, Side) {
+    let mk = || {
+        let cq = dev.create_cq(64, 64).unwrap();
+        let qp = dev.create_qp(PD, &cq, sq_wqebbs).unwrap();
+        // SAFETY: as in `pair`.
+        let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128, max_post) }.unwrap();
+        let cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
+        Side {
+            qp,
+            _cq: cq,
+            sq,
+            cqp,
+        }
+    };
+    let (a, b) = (mk(), mk());
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        x.qp.to_init(Access::all()).unwrap();
+        x.qp.to_rtr(y.qp.qpn()).unwrap();
+        x.qp.to_rts().unwrap();
+    }
+    (a, b)
+}
+
+/// Issue 4's case: SQ of 16 WQEBBs, W0..W9 unsignaled (1 WQEBB each), W10
+/// signaled (2 WQEBBs): one CQE with wqe_counter 10 retires all 11, the SQ is
+/// whole again, and only W10's wr_id is reported.
+#[test]
+fn one_signaled_cqe_retires_the_unsignaled_ones_before_it() {
+    let dev = Device::new();
+    let (mut a, _b) = pair_with(&dev, 16, 0);
+    let mut dst = vec![0u8; 256];
+    let kd = unsafe {
+        dev.reg_mr(
+            PD,
+            dst.as_mut_ptr(),
+            256,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let d = dst.as_ptr() as u64;
+    let mut w = write_wqe(Payload::Inline(&[1; 8]), d, kd.rkey);
+    w.flags = CtrlFlags::empty();
+    for i in 0..10 {
+        a.sq.post(&w, 100 + i).unwrap();
+    }
+    let two_wqebbs = [7u8; 60]; // ctrl + raddr + 64-byte inline segment = 6 DS = 2 WQEBBs
+    let mut w10 = write_wqe(Payload::Inline(&two_wqebbs), d, kd.rkey);
+    w10.flags = CtrlFlags::CQ_UPDATE;
+    a.sq.post(&w10, 110).unwrap();
+    assert_eq!(a.sq.free_wqebbs(), 4);
+    a.sq.ring_doorbell();
+    assert_eq!(dev.process(), 11);
+    let c = a.cqp.poll_one().expect("one CQE");
+    assert!(a.cqp.poll_one().is_none(), "unsignaled WQEs made CQEs");
+    assert_eq!(c.wqe_counter, 10);
+    assert_eq!(a.sq.complete(c.wqe_counter), Some(110));
+    assert_eq!(a.sq.free_wqebbs(), 16);
+}
+
+/// Issue 4's case: 16 one-WQEBB posts fill a 16-WQEBB SQ; with nothing
+/// completed the 17th is refused, and no ring byte or doorbell changes.
+#[test]
+fn the_seventeenth_post_is_refused_and_writes_nothing() {
+    let dev = Device::new();
+    let (mut a, _b) = pair_with(&dev, 16, 32);
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe {
+        dev.reg_mr(
+            PD,
+            dst.as_mut_ptr(),
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
+    for i in 0..16 {
+        a.sq.post(&w, i).unwrap();
+    }
+    a.sq.ring_doorbell();
+    let dv = a.qp.dv();
+    let ring = |dv: &crate::dv::mlx5dv_qp| {
+        // SAFETY: the SQ is 16 * 64 bytes and the sim is not running.
+        unsafe { std::slice::from_raw_parts(dv.sq.buf as *const u8, 16 * 64) }.to_vec()
+    };
+    let before = ring(&dv);
+    let db_before = unsafe { crate::mmio::read_dbrec(dv.dbrec.add(1)) };
+    // Sixteen 1-WQEBB WRs use every WQEBB and every WR slot (max_post is capped at wqe_cnt).
+    assert_eq!(a.sq.free_wqebbs(), 0);
+    assert_eq!(
+        a.sq.post(&w, 16),
+        Err(crate::wqe::WqeError::WrLimit { max_post: 16 })
+    );
+    a.sq.ring_doorbell();
+    assert_eq!(ring(&dv), before, "a refused post wrote ring bytes");
+    assert_eq!(
+        unsafe { crate::mmio::read_dbrec(dv.dbrec.add(1)) },
+        db_before,
+        "a refused post rang"
+    );
+}
