@@ -17,6 +17,21 @@
 //! assert!(wc[0].status.is_ok());
 //! # Ok::<(), rdma_direct::Error>(())
 //! ```
+//!
+//! # Threads
+//!
+//! - [`Context`], [`Pd`] and [`Mr`] are `Send + Sync`: share them freely.
+//! - A [`Qp`] is `Send` but not `Sync`: posting and polling take `&mut self`,
+//!   so one thread drives a QP (its send queue, receive queue and CQ) at a time.
+//!   Move it to another thread, or put it behind your own lock; the crate adds
+//!   none on the data path.
+//! - The sim's device thread is the device: it touches only ring memory,
+//!   doorbell records and registered memory.
+//!
+//! # Seeing the ring
+//!
+//! `RDMA_DIRECT_TRACE=1` prints every WQE posted and CQE polled on the direct
+//! path, decoded, with its ring offset (`mlx5_dv::trace`).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 /// The README's library example, compiled and run as a doctest.

@@ -844,3 +844,14 @@ fn the_16_bit_wqe_index_wraps() {
         assert_eq!(u64::from_ne_bytes(last), next - 1, "{dev}");
     }
 }
+
+/// What the docs promise about threads, checked at compile time.
+#[test]
+fn thread_safety_is_as_documented() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Context>();
+    send_sync::<rdma_direct::Pd>();
+    send_sync::<rdma_direct::Mr>();
+    send::<Qp>();
+}

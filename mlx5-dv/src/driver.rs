@@ -155,6 +155,9 @@ impl SendQueue {
         self.wr_id[slot] = wr_id;
         self.wqebbs[slot] = w.wqebbs as u8;
         self.wr_seq[slot] = self.posted;
+        if crate::trace::enabled() {
+            crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, self.pi, wr_id);
+        }
         self.posted = self.posted.wrapping_add(1);
         if self.batch_len == 0 {
             self.batch_start = self.pi;
@@ -299,8 +302,12 @@ impl CompletionQueue {
         mmio::from_device_barrier();
         // SAFETY: as above; the device wrote these bytes before publishing op_own.
         let bytes = unsafe { core::ptr::read_volatile(cqe as *const [u8; CQE64]) };
+        let c = Cqe::decode(&bytes);
+        if crate::trace::enabled() {
+            crate::trace::polled(self.cqn, self.ci, slot, &c);
+        }
         self.ci = self.ci.wrapping_add(1);
-        Some(Cqe::decode(&bytes))
+        Some(c)
     }
 
     /// Tells the device how far software has consumed (`dbrec[0] = ci & 0xffffff`).
@@ -380,6 +387,10 @@ impl ReceiveQueue {
         }
         crate::wqe::write_recv_wqe(&mut self.buf, self.wqe_cnt, self.stride, self.head, sges)?;
         self.wr_id[(self.head & (self.wqe_cnt - 1)) as usize] = wr_id;
+        if crate::trace::enabled() {
+            let off = (self.head & (self.wqe_cnt - 1)) as usize * self.stride as usize;
+            crate::trace::recv_posted(self.head, off, wr_id, sges.len());
+        }
         self.head = self.head.wrapping_add(1);
         self.pending = true;
         Ok(())

@@ -7,6 +7,7 @@
 //! - [`dv`]: `#[repr(C)]` `mlx5dv_qp` / `mlx5dv_cq`, and (feature `rdma-core`) libmlx5 FFI.
 //! - [`driver`]: send queue and CQ poller over those descriptions (where the doorbell rings).
 //! - [`mmio`]: the only code that touches doorbell records, UAR registers and CQE ownership bytes.
+//! - [`trace`]: `RDMA_DIRECT_TRACE=1` prints every WQE posted and CQE polled, decoded.
 //! - [`sim`] (feature `sim`): a software mlx5 device that executes the rings.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(non_camel_case_types)]
@@ -18,6 +19,7 @@ pub mod dv;
 pub mod mmio;
 pub mod prm;
 pub mod ring;
+pub mod trace;
 pub mod wqe;
 
 #[cfg(feature = "sim")]
