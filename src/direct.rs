@@ -4,7 +4,7 @@
 
 use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
-use mlx5_dv::driver::{CompletionQueue, ReceiveQueue, SendQueue};
+use mlx5_dv::driver::{CompletionQueue, ReceiveQueue, Retired, SendQueue};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe};
@@ -147,18 +147,25 @@ impl DirectQp {
         while n < out.len() {
             let Some(cqe) = self.cq.poll_one() else { break };
             let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
-            let wr_id = if requester {
+            let retired = if requester {
                 self.sq.complete(cqe.wqe_counter)
             } else {
-                self.rq.complete(cqe.wqe_counter)
+                self.rq.complete(cqe.wqe_counter).map(|wr_id| Retired {
+                    wr_id,
+                    hidden: false,
+                })
             };
-            let Some(wr_id) = wr_id else {
+            let Some(Retired { wr_id, hidden }) = retired else {
                 result = Err(Error::StaleCqe {
                     qpn: cqe.qpn,
                     counter: cqe.wqe_counter,
                 });
                 break;
             };
+            if hidden && !cqe.opcode.is_error() {
+                // Asked for by auto-signal only: it retired SQ space; nobody waits for it.
+                continue;
+            }
             let opcode = match (cqe.opcode, cqe.wqe_opcode) {
                 (CqeOpcode::RESP_WR_IMM, _) => WcOpcode::RECV_RDMA_WITH_IMM,
                 (CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR, _) => {

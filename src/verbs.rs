@@ -366,6 +366,10 @@ pub(crate) struct VerbsQp {
     /// batch that does not fit is refused whole, and the CQ (at least
     /// `max_post` deep) cannot overflow whatever the provider does with SQ slots.
     max_post: u32,
+    /// Per sequence slot: the CQE was asked for by auto-signal only.
+    hidden: Box<[bool]>,
+    auto_signal: u32,
+    unsignaled_run: u32,
     /// The same accounting for receives; their verbs `wr_id` is `RECV_TAG | seq`.
     max_recv: u32,
     recv_ids: Box<[u64]>,
@@ -451,6 +455,9 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         qpn,
         caps,
         max_post,
+        hidden: vec![false; max_post as usize].into_boxed_slice(),
+        auto_signal: (max_post / 2).max(1),
+        unsignaled_run: 0,
         max_recv: init.cap.max_recv_wr.min(caps.max_recv_wr).max(1),
         recv_ids: vec![0; init.cap.max_recv_wr.min(caps.max_recv_wr).max(1) as usize]
             .into_boxed_slice(),
@@ -671,13 +678,23 @@ impl VerbsQp {
                 s += 1;
             }
             let seq = self.posted + i as u64;
-            self.wr_ids[(seq % self.max_post as u64) as usize] = w.wr_id;
+            // Auto-signal, as the direct path does: a hidden CQE every
+            // `auto_signal` unsignaled WRs keeps the accounting moving.
+            let forced = !w.signaled && self.unsignaled_run + 1 >= self.auto_signal;
+            self.unsignaled_run = if w.signaled || forced {
+                0
+            } else {
+                self.unsignaled_run + 1
+            };
+            let slot = (seq % self.max_post as u64) as usize;
+            self.wr_ids[slot] = w.wr_id;
+            self.hidden[slot] = forced;
             let v = &mut vwrs[i];
             v.wr_id = seq;
             v.sg_list = sges[first..].as_mut_ptr();
             v.num_sge = w.sges.len() as i32;
             let mut flags = 0;
-            if w.signaled {
+            if w.signaled || forced {
                 flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
             }
             if w.inline {
@@ -858,17 +875,22 @@ impl VerbsQp {
                 detail: String::new(),
             });
         }
-        for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
+        let mut k = 0;
+        for w in &wc[..n as usize] {
             // Our wr_id is the WR's sequence number (see `VerbsQp`).
-            let wr_id = if w.wr_id & RECV_TAG != 0 {
+            let (wr_id, hidden) = if w.wr_id & RECV_TAG != 0 {
                 let seq = w.wr_id & !RECV_TAG;
                 self.recv_done = self.recv_done.max(seq + 1);
-                self.recv_ids[(seq % self.max_recv as u64) as usize]
+                (self.recv_ids[(seq % self.max_recv as u64) as usize], false)
             } else {
                 self.retired = self.retired.max(w.wr_id + 1);
-                self.wr_ids[(w.wr_id % self.max_post as u64) as usize]
+                let slot = (w.wr_id % self.max_post as u64) as usize;
+                (self.wr_ids[slot], self.hidden[slot])
             };
-            *o = Completion {
+            if hidden && w.status == ibv_wc_status::IBV_WC_SUCCESS {
+                continue; // asked for by auto-signal only
+            }
+            out[k] = Completion {
                 wr_id,
                 status: WcStatus(w.status),
                 opcode: WcOpcode(w.opcode),
@@ -880,7 +902,8 @@ impl VerbsQp {
                 qp_num: w.qp_num,
                 vendor_err: w.vendor_err,
             };
+            k += 1;
         }
-        Ok(n as usize)
+        Ok(k)
     }
 }

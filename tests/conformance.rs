@@ -855,3 +855,47 @@ fn thread_safety_is_as_documented() {
     send_sync::<rdma_direct::Mr>();
     send::<Qp>();
 }
+
+/// An endless stream of unsignaled WRs keeps flowing: auto-signal retires
+/// them through CQEs the caller never sees.
+#[test]
+fn unsignaled_streams_never_fill_the_send_queue() {
+    for dev in devices() {
+        let ctx = Context::open(&dev).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let (mut a, _b) = pd
+            .create_connected_pair(&QpConfig {
+                max_send_wr: 8,
+                ..QpConfig::default()
+            })
+            .unwrap();
+        let src = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst = pd
+            .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let sge = [Sge::new(&src, 0, 8).unwrap()];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut wc = [Completion::default(); 8];
+        for i in 0..200u64 {
+            loop {
+                match a.post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0))]) {
+                    Ok(()) => break,
+                    Err(Error::QueueFull) => {
+                        let n = a.poll(&mut wc).unwrap();
+                        assert_eq!(
+                            n,
+                            0,
+                            "{dev}: a hidden completion was reported: {:?}",
+                            &wc[..n]
+                        );
+                        assert!(
+                            Instant::now() < deadline,
+                            "{dev}: the SQ stayed full at WR {i}"
+                        );
+                    }
+                    Err(e) => panic!("{dev}: {e}"),
+                }
+            }
+        }
+    }
+}

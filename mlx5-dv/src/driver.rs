@@ -34,6 +34,15 @@ fn pow2(what: &'static str, value: u32) -> Result<u32, DescError> {
     }
 }
 
+/// What a requester CQE retired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retired {
+    /// wr_id of the WQE the CQE names.
+    pub wr_id: u64,
+    /// The CQE exists only because of auto-signal: report it only on error.
+    pub hidden: bool,
+}
+
 /// Send queue of one QP.
 pub struct SendQueue {
     buf: RingBuf<'static>,
@@ -54,6 +63,11 @@ pub struct SendQueue {
     wr_id: Box<[u64]>,
     wqebbs: Box<[u8]>,
     wr_seq: Box<[u32]>,
+    /// Per WQEBB slot: whether the CQE was asked for by auto-signal, not the caller.
+    hidden: Box<[bool]>,
+    /// Auto-signal period in WRs (0: off) and unsignaled WRs posted in a row.
+    auto_signal: u32,
+    unsignaled_run: u32,
     /// Most work requests outstanding at once (`max_send_wr`), and the WR
     /// counts posted and retired so far.
     max_post: u32,
@@ -68,7 +82,9 @@ unsafe impl Send for SendQueue {}
 impl SendQueue {
     /// A send queue over `qp`'s SQ that holds at most `max_post` outstanding
     /// work requests (the QP's `max_send_wr`; 0 means one per WQEBB), each of
-    /// at most `max_inline` inline bytes.
+    /// at most `max_inline` inline bytes. Auto-signal starts at every
+    /// `max_post / 2` WRs ([`Self::set_auto_signal`]), so unsignaled WQEs can
+    /// never fill the SQ for good.
     ///
     /// # Safety
     /// `qp` must describe live rings (as `mlx5dv_init_obj` or the sim return
@@ -91,6 +107,11 @@ impl SendQueue {
         if qp.bf.reg.is_null() {
             return Err(DescError::Null { what: "bf.reg" });
         }
+        let max_post = if max_post == 0 {
+            wqe_cnt
+        } else {
+            max_post.min(wqe_cnt)
+        };
         Ok(Self {
             // SAFETY: the caller guarantees `sq.buf` holds `wqe_cnt * 64` bytes
             // for our lifetime and nobody else on the host touches them.
@@ -112,11 +133,10 @@ impl SendQueue {
             wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
             wqebbs: vec![0; wqe_cnt as usize].into_boxed_slice(),
             wr_seq: vec![0; wqe_cnt as usize].into_boxed_slice(),
-            max_post: if max_post == 0 {
-                wqe_cnt
-            } else {
-                max_post.min(wqe_cnt)
-            },
+            hidden: vec![false; wqe_cnt as usize].into_boxed_slice(),
+            auto_signal: (max_post / 2).max(1),
+            unsignaled_run: 0,
+            max_post,
             posted: 0,
             retired: 0,
         })
@@ -150,8 +170,26 @@ impl SendQueue {
             });
         }
         let free = self.free_wqebbs();
-        let w = write_send_wqe(&mut self.buf, &self.geo, self.pi, wqe, free)?;
+        // Auto-signal: after `auto_signal - 1` unsignaled WRs in a row, ask for
+        // a CQE anyway so completions keep retiring SQ space. The caller never
+        // sees that CQE unless the WR fails ([`Retired::hidden`]).
+        let user_signaled = wqe.flags.contains(CtrlFlags::CQ_UPDATE);
+        let forced =
+            !user_signaled && self.auto_signal != 0 && self.unsignaled_run + 1 >= self.auto_signal;
+        let w = if forced {
+            let mut signaled = *wqe;
+            signaled.flags |= CtrlFlags::CQ_UPDATE;
+            write_send_wqe(&mut self.buf, &self.geo, self.pi, &signaled, free)?
+        } else {
+            write_send_wqe(&mut self.buf, &self.geo, self.pi, wqe, free)?
+        };
+        self.unsignaled_run = if user_signaled || forced {
+            0
+        } else {
+            self.unsignaled_run + 1
+        };
         let slot = (self.pi & (self.geo.wqe_cnt - 1)) as usize;
+        self.hidden[slot] = forced;
         self.wr_id[slot] = wr_id;
         self.wqebbs[slot] = w.wqebbs as u8;
         self.wr_seq[slot] = self.posted;
@@ -223,12 +261,20 @@ impl SendQueue {
     /// Retires every WQE up to and including the one a requester CQE names by
     /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
     #[inline]
-    pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
         let idx = full_wqe_index(wqe_counter, self.tail, self.pi)?;
         let slot = (idx & (self.geo.wqe_cnt - 1)) as usize;
         self.tail = idx.wrapping_add(self.wqebbs[slot] as u32);
         self.retired = self.wr_seq[slot].wrapping_add(1);
-        Some(self.wr_id[slot])
+        Some(Retired {
+            wr_id: self.wr_id[slot],
+            hidden: self.hidden[slot],
+        })
+    }
+
+    /// Auto-signal every `n` work requests (0: off). Default: half of `max_post`.
+    pub fn set_auto_signal(&mut self, n: u32) {
+        self.auto_signal = n;
     }
 
     /// Whether a WQE with these flags is signaled.

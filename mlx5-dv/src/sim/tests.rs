@@ -83,7 +83,7 @@ fn rdma_write_lands_and_completes() {
     let c = a.cqp.poll_one().expect("a CQE");
     assert_eq!(c.opcode, CqeOpcode::REQ);
     assert_eq!(c.qpn, a.qp.qpn());
-    assert_eq!(a.sq.complete(c.wqe_counter), Some(42));
+    assert_eq!(a.sq.complete(c.wqe_counter).map(|r| r.wr_id), Some(42));
     assert_eq!(dst, src);
     assert_eq!(b.qp.state(), QpState::Rts);
     drop(b);
@@ -168,7 +168,10 @@ fn ring_wraps_with_owner_bits_across_many_passes() {
         let c = a.cqp.poll_one().expect("CQE");
         a.cqp.update_ci();
         assert_eq!(c.opcode, CqeOpcode::REQ, "iteration {i}");
-        assert_eq!(a.sq.complete(c.wqe_counter), Some(i as u64));
+        assert_eq!(
+            a.sq.complete(c.wqe_counter).map(|r| r.wr_id),
+            Some(i as u64)
+        );
         let o = (i % 100) as usize;
         assert_eq!(&dst[o..o + 100], &payload[..]);
         assert!(a.cqp.poll_one().is_none());
@@ -227,6 +230,7 @@ fn send_queue_holds_at_most_max_post_work_requests() {
     }
     .unwrap();
     let d = dst.as_ptr() as u64;
+    a.sq.set_auto_signal(0);
     let mut w = write_wqe(Payload::Inline(&[1; 8]), d, kd.rkey);
     w.flags = CtrlFlags::empty();
     for i in 0..3 {
@@ -244,7 +248,7 @@ fn send_queue_holds_at_most_max_post_work_requests() {
     assert_eq!(dev.process(), 4);
     // One signaled CQE retires all four WRs.
     let c = a.cqp.poll_one().expect("CQE");
-    assert_eq!(a.sq.complete(c.wqe_counter), Some(3));
+    assert_eq!(a.sq.complete(c.wqe_counter).map(|r| r.wr_id), Some(3));
     assert_eq!(a.sq.free_wrs(), 4);
     a.sq.post(&w, 5).unwrap();
 }
@@ -324,6 +328,7 @@ fn pair_with(dev: &Device, sq_wqebbs: u32, max_post: u32) -> (Side, Side) {
 fn one_signaled_cqe_retires_the_unsignaled_ones_before_it() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 16, 0);
+    a.sq.set_auto_signal(0);
     let mut dst = vec![0u8; 256];
     let kd = unsafe {
         dev.reg_mr(
@@ -350,7 +355,7 @@ fn one_signaled_cqe_retires_the_unsignaled_ones_before_it() {
     let c = a.cqp.poll_one().expect("one CQE");
     assert!(a.cqp.poll_one().is_none(), "unsignaled WQEs made CQEs");
     assert_eq!(c.wqe_counter, 10);
-    assert_eq!(a.sq.complete(c.wqe_counter), Some(110));
+    assert_eq!(a.sq.complete(c.wqe_counter).map(|r| r.wr_id), Some(110));
     assert_eq!(a.sq.free_wqebbs(), 16);
 }
 
@@ -395,4 +400,39 @@ fn the_seventeenth_post_is_refused_and_writes_nothing() {
         db_before,
         "a refused post rang"
     );
+}
+
+/// Auto-signal (default every max_post / 2 WRs): unsignaled WRs still retire
+/// SQ space, through CQEs the driver marks hidden.
+#[test]
+fn auto_signal_keeps_an_unsignaled_stream_flowing() {
+    let dev = Device::new();
+    let (mut a, _b) = pair_with(&dev, 16, 8);
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe {
+        dev.reg_mr(
+            PD,
+            dst.as_mut_ptr(),
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let mut w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
+    w.flags = CtrlFlags::empty();
+    // 100 unsignaled WRs through an SQ that holds 8: only auto-signal frees it.
+    let mut hidden = 0;
+    for i in 0..100u64 {
+        while a.sq.post(&w, i).is_err() {
+            a.sq.ring_doorbell();
+            dev.process();
+            while let Some(c) = a.cqp.poll_one() {
+                let r = a.sq.complete(c.wqe_counter).expect("outstanding");
+                assert!(r.hidden, "the caller asked for no CQE");
+                hidden += 1;
+            }
+            a.cqp.update_ci();
+        }
+    }
+    assert!(hidden >= 100 / 4 - 1, "{hidden} auto-signaled CQEs");
 }
