@@ -799,14 +799,26 @@ impl VerbsQp {
         }
         for chunk in wrs.chunks(CHUNK) {
             let nsge: usize = chunk.iter().map(|w| w.sges.len()).sum();
-            let mut sges = vec![
-                ibv_sge {
-                    addr: 0,
-                    length: 0,
-                    lkey: 0
-                };
-                nsge.max(1)
-            ];
+            let mut sge_buf = [ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; CHUNK * 4];
+            let mut sge_vec;
+            let sges: &mut [ibv_sge] = if nsge <= sge_buf.len() {
+                &mut sge_buf
+            } else {
+                // Many-SGE batches are rare; they may allocate.
+                sge_vec = vec![
+                    ibv_sge {
+                        addr: 0,
+                        length: 0,
+                        lkey: 0
+                    };
+                    nsge
+                ];
+                &mut sge_vec
+            };
             // SAFETY: ibv_recv_wr is plain data; zero is valid.
             let mut vwrs: [ibv_recv_wr; CHUNK] = unsafe { std::mem::zeroed() };
             let mut k = 0;

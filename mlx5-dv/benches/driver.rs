@@ -25,8 +25,14 @@ struct Rig {
 fn rig() -> Rig {
     let dev = Device::new();
     let pd = dev.alloc_pd();
-    let (ca, cb) = (dev.create_cq(1024, 64).unwrap(), dev.create_cq(1024, 64).unwrap());
-    let (a, b) = (dev.create_qp(pd, &ca, SQ_WQEBBS).unwrap(), dev.create_qp(pd, &cb, SQ_WQEBBS).unwrap());
+    let (ca, cb) = (
+        dev.create_cq(1024, 64).unwrap(),
+        dev.create_cq(1024, 64).unwrap(),
+    );
+    let (a, b) = (
+        dev.create_qp(pd, &ca, SQ_WQEBBS).unwrap(),
+        dev.create_qp(pd, &cb, SQ_WQEBBS).unwrap(),
+    );
     for (x, y) in [(&a, &b), (&b, &a)] {
         x.to_init(Access::all()).unwrap();
         x.to_rtr(y.qpn()).unwrap();
@@ -39,7 +45,14 @@ fn rig() -> Rig {
     let sq = unsafe { SendQueue::new(&a.dv(), a.qpn(), 256, 0) }.unwrap();
     let cq = unsafe { CompletionQueue::new(&ca.dv()) }.unwrap();
     let raddr = mem.as_ptr() as u64;
-    Rig { dev, sq, cq, _keep: (a, b, ca, cb, mem), raddr, rkey: k.rkey }
+    Rig {
+        dev,
+        sq,
+        cq,
+        _keep: (a, b, ca, cb, mem),
+        raddr,
+        rkey: k.rkey,
+    }
 }
 
 impl Rig {
@@ -64,16 +77,25 @@ fn post(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut spent = Duration::ZERO;
                 for _ in 0..iters {
-                    if r.sq.free_wrs() < batch as u32 + 1 || r.sq.free_wqebbs() < 2 * batch as u32 + 2 {
+                    if r.sq.free_wrs() < batch as u32 + 1
+                        || r.sq.free_wqebbs() < 2 * batch as u32 + 2
+                    {
                         r.drain();
                     }
                     let t = Instant::now();
                     for k in 0..batch {
                         let w = SendWqe {
                             opcode: WqeOpcode::RDMA_WRITE,
-                            flags: if k == batch - 1 { CtrlFlags::CQ_UPDATE } else { CtrlFlags::empty() },
+                            flags: if k == batch - 1 {
+                                CtrlFlags::CQ_UPDATE
+                            } else {
+                                CtrlFlags::empty()
+                            },
                             imm: 0,
-                            remote: Some(RemoteSeg { addr: r.raddr, rkey: r.rkey }),
+                            remote: Some(RemoteSeg {
+                                addr: r.raddr,
+                                rkey: r.rkey,
+                            }),
                             atomic: None,
                             payload: Payload::Inline(&payload),
                         };
@@ -104,7 +126,10 @@ fn poll(c: &mut Criterion) {
                         opcode: WqeOpcode::RDMA_WRITE,
                         flags: CtrlFlags::CQ_UPDATE,
                         imm: 0,
-                        remote: Some(RemoteSeg { addr: r.raddr, rkey: r.rkey }),
+                        remote: Some(RemoteSeg {
+                            addr: r.raddr,
+                            rkey: r.rkey,
+                        }),
                         atomic: None,
                         payload: Payload::Inline(&payload),
                     };
@@ -140,9 +165,16 @@ fn sim_rate(c: &mut Criterion) {
                 for k in 0..256u64 {
                     let w = SendWqe {
                         opcode: WqeOpcode::RDMA_WRITE,
-                        flags: if k == 255 { CtrlFlags::CQ_UPDATE } else { CtrlFlags::empty() },
+                        flags: if k == 255 {
+                            CtrlFlags::CQ_UPDATE
+                        } else {
+                            CtrlFlags::empty()
+                        },
                         imm: 0,
-                        remote: Some(RemoteSeg { addr: r.raddr, rkey: r.rkey }),
+                        remote: Some(RemoteSeg {
+                            addr: r.raddr,
+                            rkey: r.rkey,
+                        }),
                         atomic: None,
                         payload: Payload::Inline(&payload),
                     };
