@@ -346,8 +346,11 @@ impl CompletionQueue {
             return None;
         }
         mmio::from_device_barrier();
-        // SAFETY: as above; the device wrote these bytes before publishing op_own.
-        let bytes = unsafe { core::ptr::read_volatile(cqe as *const [u8; CQE64]) };
+        // SAFETY: as above. The device wrote these bytes before publishing
+        // op_own, and the barrier orders our reads after that load; the slot is
+        // ours until the consumer index moves past it. (A volatile read of an
+        // array is done byte by byte: a plain read is one 64-byte copy.)
+        let bytes = unsafe { core::ptr::read(cqe as *const [u8; CQE64]) };
         let c = Cqe::decode(&bytes);
         if crate::trace::enabled() {
             crate::trace::polled(self.cqn, self.ci, slot, &c);

@@ -39,10 +39,27 @@ impl DmaBuf {
     /// Reads `N` bytes at `off` (wrapping).
     pub(super) fn read_array<const N: usize>(&self, off: usize) -> [u8; N] {
         let mut out = [0u8; N];
-        for (k, b) in out.iter_mut().enumerate() {
-            *b = self.read_byte(off + k);
-        }
+        self.read_wrapping(off, &mut out);
         out
+    }
+
+    /// Copies `dst.len()` bytes from `off` (wrapping) into `dst`: at most two
+    /// copies. `dst` must not be longer than the buffer.
+    pub(super) fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
+        let len = self.layout.size();
+        assert!(dst.len() <= len);
+        let off = off & self.mask();
+        let first = dst.len().min(len - off);
+        // SAFETY: `off + first <= len` and `dst.len() - first <= len`; the host
+        // side published these bytes before the doorbell record we acquired.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr(),
+                dst.as_mut_ptr().add(first),
+                dst.len() - first,
+            );
+        }
     }
 
     /// Reads the byte at `off` (wrapping).

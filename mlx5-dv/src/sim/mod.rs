@@ -954,9 +954,8 @@ fn execute(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
     // with the same decoder the tools use.
     let mut wqe = [0u8; MAX_WQE];
     let q = &st.qps[&qpn];
-    for (k, b) in wqe[..(ds * DS).min(MAX_WQE)].iter_mut().enumerate() {
-        *b = q.sq.read_byte(slot + k);
-    }
+    let n = (ds * DS).min(MAX_WQE).min(q.sq_wqe_cnt as usize * WQEBB);
+    q.sq.read_wrapping(slot, &mut wqe[..n]);
     let ring = RingBuf::from_slice(&mut wqe).expect("1 KiB is a valid ring");
     let Ok(w) = decode_send_wqe(&ring, (MAX_WQE / WQEBB) as u32, 0) else {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
