@@ -62,12 +62,6 @@ impl DmaBuf {
         }
     }
 
-    /// Reads the byte at `off` (wrapping).
-    pub(super) fn read_byte(&self, off: usize) -> u8 {
-        // SAFETY: masked offset is inside the allocation.
-        unsafe { self.ptr.as_ptr().add(off & self.mask()).read_volatile() }
-    }
-
     /// Writes `src` at `off` (wrapping).
     pub(super) fn write(&self, off: usize, src: &[u8]) {
         for (k, &b) in src.iter().enumerate() {
