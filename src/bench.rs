@@ -489,6 +489,240 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     ))
 }
 
+/// The bandwidth tests (perftest's `ib_write_bw`, `ib_read_bw`, `ib_atomic_bw`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwTest {
+    Write,
+    Read,
+    Atomic,
+}
+
+impl BwTest {
+    /// perftest's banner title.
+    pub fn title(self) -> &'static str {
+        match self {
+            BwTest::Write => "RDMA_Write BW Test",
+            BwTest::Read => "RDMA_Read BW Test",
+            BwTest::Atomic => "Atomic FETCH_AND_ADD BW Test",
+        }
+    }
+}
+
+/// Settings of a bandwidth test (perftest's flags in brackets).
+#[derive(Clone, Debug)]
+pub struct BwConfig {
+    pub lat: LatConfig,
+    /// Send queue depth [`-t`], work requests kept in flight.
+    pub tx_depth: u32,
+    /// A completion is requested every `cq_mod` work requests [`-Q`].
+    pub cq_mod: u32,
+}
+
+impl Default for BwConfig {
+    fn default() -> Self {
+        BwConfig {
+            lat: LatConfig {
+                size: 65536,
+                iters: 5000,
+                ..LatConfig::default()
+            },
+            tx_depth: 128,
+            cq_mod: 100,
+        }
+    }
+}
+
+/// One row of perftest's bandwidth table. MB are 2^20 bytes, as perftest's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BwReport {
+    pub bytes: u32,
+    pub iterations: u32,
+    /// perftest's peak: the best average over any run of consecutive WRs,
+    /// from the post of the first to the completion of the last; 0 when not
+    /// computed (more than [`PEAK_MAX_ITERS`] iterations, as perftest's `-N`).
+    pub bw_peak: f64,
+    pub bw_average: f64,
+    /// Millions of messages per second.
+    pub msg_rate: f64,
+}
+
+/// perftest computes the peak only up to this many iterations.
+pub const PEAK_MAX_ITERS: u32 = 20_000;
+
+/// perftest's bandwidth header line.
+pub const BW_HEADER: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+
+impl BwReport {
+    /// The row as perftest prints it (`REPORT_FMT`).
+    pub fn row(&self) -> String {
+        format!(
+            " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+            self.bytes, self.iterations, self.bw_peak, self.bw_average, self.msg_rate
+        )
+    }
+
+    /// Reduces per-WR post and completion times (ns since the start) the way
+    /// perftest's `print_report_bw` does.
+    pub fn from_times(bytes: u32, posted: &[f64], completed: &[f64]) -> BwReport {
+        let n = posted.len().min(completed.len());
+        let mb = (1u64 << 20) as f64;
+        let total_s = (completed[n - 1] - posted[0]) / 1e9;
+        let bw_average = bytes as f64 * n as f64 / total_s / mb;
+        let mut best = f64::INFINITY;
+        if n as u32 <= PEAK_MAX_ITERS {
+            for (i, p) in posted[..n].iter().enumerate() {
+                for (k, c) in completed[i..n].iter().enumerate() {
+                    let t = (c - p) / (k + 1) as f64;
+                    if t > 0.0 && t < best {
+                        best = t;
+                    }
+                }
+            }
+        }
+        let bw_peak = if best.is_finite() {
+            bytes as f64 / (best / 1e9) / mb
+        } else {
+            0.0
+        };
+        BwReport {
+            bytes,
+            iterations: n as u32,
+            bw_peak,
+            bw_average,
+            msg_rate: n as f64 / total_s / 1e6,
+        }
+    }
+}
+
+/// Runs a bandwidth test: side A keeps `tx_depth` WRs in flight against side
+/// B's buffer, asking for a completion every `cq_mod` WRs, until `iters` are done.
+pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
+    let size = if test == BwTest::Atomic {
+        8
+    } else {
+        cfg.lat.size
+    };
+    if size == 0 || size > MAX_SIZE {
+        return Err(Error::Invalid(format!(
+            "size {size} must be 1..={MAX_SIZE} bytes"
+        )));
+    }
+    if cfg.lat.iters < MIN_ITERS {
+        return Err(Error::Invalid(format!(
+            "iterations {} must be at least {MIN_ITERS}",
+            cfg.lat.iters
+        )));
+    }
+    if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
+        return Err(Error::Invalid(format!(
+            "tx depth {} must be 1..=16384",
+            cfg.tx_depth
+        )));
+    }
+    if cfg.cq_mod == 0 {
+        return Err(Error::Invalid("CQ moderation must be at least 1".into()));
+    }
+    let iters = cfg.lat.iters as usize;
+    let mut posted_at: Vec<f64> = Vec::new();
+    let mut completed_at: Vec<f64> = Vec::new();
+    for v in [&mut posted_at, &mut completed_at] {
+        v.try_reserve_exact(iters).map_err(|_| {
+            Error::Invalid(format!(
+                "cannot hold {iters} timestamps in memory; use fewer iterations"
+            ))
+        })?;
+    }
+    let ctx = Context::open(&cfg.lat.device)?;
+    let _off_device_cpu = OffDeviceCpu::new(cfg.lat.device == crate::SIM_DEVICE);
+    let pd = ctx.alloc_pd()?;
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr_a = pd.reg_mr(size as usize, access)?;
+    let mr_b = pd.reg_mr(size as usize, access)?;
+    let inline = test == BwTest::Write && size <= cfg.lat.inline_size;
+    let qcfg = QpConfig {
+        max_send_wr: cfg.tx_depth,
+        max_inline: if inline { cfg.lat.inline_size } else { 0 },
+        port: cfg.lat.port,
+        gid_index: cfg.lat.gid_index,
+        ..QpConfig::default()
+    };
+    let (mut a, b) = pd.create_connected_pair(&qcfg)?;
+    let side = |qp: &Qp, mr: &Mr| SideInfo {
+        qpn: qp.qp_num(),
+        path: qp.path(),
+        rkey: mr.rkey().0,
+        vaddr: mr.addr(),
+    };
+    let info = RunInfo {
+        device: ctx.name().into(),
+        data_path: a.data_path(),
+        inline: qcfg.max_inline,
+        tx_depth: cfg.tx_depth,
+        sides: [side(&a, &mr_a), side(&b, &mr_b)],
+    };
+    let to_b = RemoteAddr {
+        addr: mr_b.addr(),
+        rkey: mr_b.rkey(),
+    };
+    let sge = [Sge::new(&mr_a, 0, size)?];
+    let mut wr = match test {
+        BwTest::Write => SendWr::rdma_write(0, &sge, to_b),
+        BwTest::Read => SendWr::rdma_read(0, &sge, to_b),
+        BwTest::Atomic => SendWr::atomic_fetch_add(0, &sge, to_b, 1),
+    };
+    wr.inline = inline;
+    let cq_mod = cfg.cq_mod.min(cfg.tx_depth) as usize;
+    let start = Instant::now();
+    let mut wc = [Completion::default(); 16];
+    let mut last_progress = Instant::now();
+    while completed_at.len() < iters {
+        // Keep the send queue full.
+        while posted_at.len() < iters
+            && posted_at.len() - completed_at.len() < cfg.tx_depth as usize
+        {
+            let i = posted_at.len();
+            wr.wr_id = i as u64;
+            wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters;
+            posted_at.push(start.elapsed().as_nanos() as f64);
+            if let Err(e) = a.post_send(&[wr]) {
+                posted_at.pop();
+                if matches!(e, Error::QueueFull) {
+                    break;
+                }
+                return Err(e);
+            }
+        }
+        let n = a.poll(&mut wc)?;
+        let now = start.elapsed().as_nanos() as f64;
+        for c in &wc[..n] {
+            if !c.status.is_ok() {
+                return Err(Error::Completion {
+                    wr_id: c.wr_id,
+                    qp_num: c.qp_num,
+                    status: c.status,
+                    vendor_err: c.vendor_err,
+                });
+            }
+            // A completion retires every WR up to its own.
+            while completed_at.len() <= c.wr_id as usize {
+                completed_at.push(now);
+            }
+        }
+        if n > 0 {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > WAIT_LIMIT {
+            return Err(Error::Timeout(format!(
+                "{} of {iters} WRs completed; none in {WAIT_LIMIT:?}",
+                completed_at.len()
+            )));
+        }
+    }
+    drop(b);
+    Ok((info, BwReport::from_times(size, &posted_at, &completed_at)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,5 +742,20 @@ mod tests {
         assert!((r.t_stdev - 2.8722813232690143).abs() < 1e-12);
         assert_eq!(r.p99, 500.0); // index ceil(10 * 0.99) = 10
         assert!(r.row().starts_with(" 2       13          1.00 "));
+    }
+
+    #[test]
+    fn bandwidth_follows_perftest_reduction() {
+        // 4 WRs of 1 MiB, posted at 0, 1, 2, 3 ms, completed at 2, 3, 4, 5 ms.
+        let posted = [0.0, 1e6, 2e6, 3e6];
+        let completed = [2e6, 3e6, 4e6, 5e6];
+        let r = BwReport::from_times(1 << 20, &posted, &completed);
+        // Average: 4 MiB over 5 ms = 800 MiB/s; 800 msgs/s = 0.0008 Mpps.
+        assert!((r.bw_average - 800.0).abs() < 1e-9, "{r:?}");
+        assert!((r.msg_rate - 0.0008).abs() < 1e-12, "{r:?}");
+        // Peak: best window is i = 0..j = 3: (5 - 0) / 4 = 1.25 ms per MiB = 800 MiB/s;
+        // i = 1, j = 3: (5 - 1) / 3 = 1.33 ms; a single WR takes 2 ms. So 800.
+        assert!((r.bw_peak - 800.0).abs() < 1e-9, "{r:?}");
+        assert!(r.row().starts_with(" 1048576    4          "));
     }
 }

@@ -1,7 +1,9 @@
 //! `rdma-direct`: benchmarks and tools.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rdma_direct::bench::{self, LatConfig, LatTest, LAT_HEADER, RESULT_LINE};
+use rdma_direct::bench::{
+    self, BwConfig, BwTest, LatConfig, LatTest, BW_HEADER, LAT_HEADER, RESULT_LINE,
+};
 use std::process::ExitCode;
 
 mod tools;
@@ -44,6 +46,15 @@ enum Test {
     /// Fetch-and-add latency, as perftest's ib_atomic_lat (the full round trip; 8 bytes).
     #[value(name = "atomic_lat")]
     Atomic,
+    /// RDMA WRITE bandwidth, as perftest's ib_write_bw.
+    #[value(name = "write_bw")]
+    WriteBw,
+    /// RDMA READ bandwidth, as perftest's ib_read_bw.
+    #[value(name = "read_bw")]
+    ReadBw,
+    /// Fetch-and-add message rate, as perftest's ib_atomic_bw (8 bytes).
+    #[value(name = "atomic_bw")]
+    AtomicBw,
 }
 
 #[derive(clap::Args)]
@@ -53,12 +64,19 @@ struct BenchArgs {
     /// Device: `sim` (embedded software mlx5, direct path) or an ibverbs device such as rxe0 or mlx5_0.
     #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]
     device: String,
-    /// Message size in bytes (1 to 8388608; atomic_lat always moves 8).
-    #[arg(short = 's', long = "size", default_value_t = 2)]
-    size: u32,
-    /// Number of exchanges (at least 5).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
-    iters: u32,
+    /// Message size in bytes, 1 to 8388608 [default: 2 for latency, 65536 for
+    /// bandwidth tests; atomics always move 8].
+    #[arg(short = 's', long = "size")]
+    size: Option<u32>,
+    /// Number of exchanges, at least 5 [default: 1000 for latency, 5000 for bandwidth tests].
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u32>,
+    /// Work requests kept in flight (bandwidth tests; latency tests keep one).
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    tx_depth: u32,
+    /// Ask for a completion every this many work requests (bandwidth tests).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    cq_mod: u32,
     /// Messages up to this many bytes are sent inline.
     #[arg(short = 'I', long = "inline_size", default_value_t = 220)]
     inline_size: u32,
@@ -152,23 +170,51 @@ fn devices() -> rdma_direct::Result<()> {
 }
 
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
-    let test = match a.test {
-        Test::Write => LatTest::Write,
-        Test::Send => LatTest::Send,
-        Test::Read => LatTest::Read,
-        Test::Atomic => LatTest::Atomic,
+    let lat = match a.test {
+        Test::Write => Some(LatTest::Write),
+        Test::Send => Some(LatTest::Send),
+        Test::Read => Some(LatTest::Read),
+        Test::Atomic => Some(LatTest::Atomic),
+        _ => None,
     };
-    let cfg = LatConfig {
+    let bw_defaults = BwConfig::default();
+    let base = LatConfig {
         device: a.device,
-        size: a.size,
-        iters: a.iters,
+        size: a.size.unwrap_or(if lat.is_some() {
+            2
+        } else {
+            bw_defaults.lat.size
+        }),
+        iters: a.iters.unwrap_or(if lat.is_some() {
+            1000
+        } else {
+            bw_defaults.lat.iters
+        }),
         inline_size: a.inline_size,
         port: a.port,
         gid_index: a.gid_index,
     };
-    let (info, r) = bench::run_lat(test, &cfg)?;
+    if let Some(test) = lat {
+        let (info, r) = bench::run_lat(test, &base)?;
+        print!("{}", info.banner(test.title()));
+        println!("{LAT_HEADER}");
+        println!("{}", r.row());
+        println!("{RESULT_LINE}");
+        return Ok(());
+    }
+    let test = match a.test {
+        Test::WriteBw => BwTest::Write,
+        Test::ReadBw => BwTest::Read,
+        _ => BwTest::Atomic,
+    };
+    let cfg = BwConfig {
+        lat: base,
+        tx_depth: a.tx_depth,
+        cq_mod: a.cq_mod,
+    };
+    let (info, r) = bench::run_bw(test, &cfg)?;
     print!("{}", info.banner(test.title()));
-    println!("{LAT_HEADER}");
+    println!("{BW_HEADER}");
     println!("{}", r.row());
     println!("{RESULT_LINE}");
     Ok(())

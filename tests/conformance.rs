@@ -899,3 +899,32 @@ fn unsignaled_streams_never_fill_the_send_queue() {
         }
     }
 }
+
+#[test]
+fn bandwidth_benchmarks_run() {
+    use rdma_direct::bench::{run_bw, BwConfig, BwTest, LatConfig};
+    for dev in devices() {
+        for (test, bytes) in [
+            (BwTest::Write, 4096),
+            (BwTest::Read, 4096),
+            (BwTest::Atomic, 8),
+        ] {
+            let cfg = BwConfig {
+                lat: LatConfig {
+                    device: dev.clone(),
+                    size: 4096,
+                    iters: 300,
+                    ..Default::default()
+                },
+                tx_depth: 16,
+                cq_mod: 8,
+            };
+            let (_, r) = run_bw(test, &cfg).unwrap_or_else(|e| panic!("{dev} {test:?}: {e}"));
+            assert_eq!((r.bytes, r.iterations), (bytes, 300), "{dev} {test:?}");
+            assert!(
+                r.bw_average > 0.0 && r.bw_peak >= r.bw_average * 0.999 && r.msg_rate > 0.0,
+                "{dev} {test:?}: {r:?}"
+            );
+        }
+    }
+}
