@@ -173,12 +173,7 @@ fn wait_recv(qp: &mut Qp, side: &str) -> Result<()> {
             let n = qp.poll(&mut wc)?;
             for c in &wc[..n] {
                 if !c.status.is_ok() {
-                    return Err(Error::Completion {
-                        wr_id: c.wr_id,
-                        qp_num: c.qp_num,
-                        status: c.status,
-                        vendor_err: c.vendor_err,
-                    });
+                    return Err(Error::from(*c));
                 }
                 got |= c.opcode == crate::WcOpcode::RECV;
             }
@@ -194,12 +189,7 @@ fn wait_completion(qp: &mut Qp, side: &str) -> Result<()> {
         || Ok(qp.poll(&mut wc)? == 1),
     )?;
     if !wc[0].status.is_ok() {
-        return Err(Error::Completion {
-            wr_id: wc[0].wr_id,
-            qp_num: wc[0].qp_num,
-            status: wc[0].status,
-            vendor_err: wc[0].vendor_err,
-        });
+        return Err(Error::from(wc[0]));
     }
     Ok(())
 }
@@ -698,12 +688,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         let now = start.elapsed().as_nanos() as f64;
         for c in &wc[..n] {
             if !c.status.is_ok() {
-                return Err(Error::Completion {
-                    wr_id: c.wr_id,
-                    qp_num: c.qp_num,
-                    status: c.status,
-                    vendor_err: c.vendor_err,
-                });
+                return Err(Error::from(*c));
             }
             // A completion retires every WR up to its own.
             while completed_at.len() <= c.wr_id as usize {

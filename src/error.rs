@@ -54,3 +54,15 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::Completion> for Error {
+    /// The error for a completion whose status is not success.
+    fn from(c: crate::Completion) -> Self {
+        Error::Completion {
+            wr_id: c.wr_id,
+            qp_num: c.qp_num,
+            status: c.status,
+            vendor_err: c.vendor_err,
+        }
+    }
+}
