@@ -7,7 +7,7 @@ use crate::{Error, Result};
 use mlx5_dv::driver::{CompletionQueue, ReceiveQueue, Retired, SendQueue};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
-use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe};
+use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
 
 /// Most SGEs one direct WR may carry (a 1 KiB WQE: ctrl + raddr + 62 DS).
 pub(crate) const MAX_SGE: usize = 30;
@@ -83,7 +83,6 @@ impl DirectQp {
     /// (and the SQ room for all of them): on error nothing is written.
     #[inline]
     pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        let mut need = 0u32;
         for w in wrs {
             if w.sges.len() > self.max_send_sge as usize {
                 return Err(Error::Invalid(format!(
@@ -92,6 +91,19 @@ impl DirectQp {
                     self.max_send_sge
                 )));
             }
+        }
+        if let [w] = wrs {
+            // One WR: the driver's own checks already write nothing on error,
+            // so there is no batch to pre-check (no second encoding pass).
+            with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))?.map_err(|e| match e {
+                WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+                e => Error::Wqe(e),
+            })?;
+            self.sq.ring_doorbell();
+            return Ok(());
+        }
+        let mut need = 0u32;
+        for w in wrs {
             let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
             need += wqebbs;
         }

@@ -332,28 +332,20 @@ impl Pd {
                         sim::MAX_SQ_WQEBBS
                     )));
                 }
-                let a = direct::DirectQp::create_sim(
-                    dev,
-                    *pdn,
-                    wqebbs,
-                    cfg.max_send_wr,
-                    cq_depth,
-                    cfg.max_inline,
-                    cfg.max_send_sge,
-                    cfg.max_recv_wr,
-                    cfg.max_recv_sge,
-                )?;
-                let b = direct::DirectQp::create_sim(
-                    dev,
-                    *pdn,
-                    wqebbs,
-                    cfg.max_send_wr,
-                    cq_depth,
-                    cfg.max_inline,
-                    cfg.max_send_sge,
-                    cfg.max_recv_wr,
-                    cfg.max_recv_sge,
-                )?;
+                let make = || {
+                    direct::DirectQp::create_sim(
+                        dev,
+                        *pdn,
+                        wqebbs,
+                        cfg.max_send_wr,
+                        cq_depth,
+                        cfg.max_inline,
+                        cfg.max_send_sge,
+                        cfg.max_recv_wr,
+                        cfg.max_recv_sge,
+                    )
+                };
+                let (a, b) = (make()?, make()?);
                 let access = sim::Access::all();
                 for (x, y) in [(&a, &b), (&b, &a)] {
                     x.sim_qp.to_init(access)?;

@@ -347,6 +347,15 @@ pub(crate) struct QpCaps {
     pub(crate) cq_depth: u32,
 }
 
+/// How many WRs of a chain a post call took: all on success; on failure
+/// those before `bad`, the first one not posted (verbs contract).
+fn posted_count<T>(rc: i32, chain: &[T], bad: *mut T) -> usize {
+    if rc == 0 {
+        return chain.len();
+    }
+    chain.iter().position(|w| std::ptr::eq(w, bad)).unwrap_or(0)
+}
+
 /// Marks the verbs `wr_id` of a receive (sends carry a plain sequence number).
 const RECV_TAG: u64 = 1 << 63;
 
@@ -762,14 +771,7 @@ impl VerbsQp {
         // SGEs name registered memory (Sge::new checked the ranges).
         let rc = unsafe { ibv_post_send(self.qp, vwrs.as_mut_ptr(), &mut bad) };
         // WRs before `bad` were posted: count them, so their completions match.
-        let posted = if rc == 0 {
-            wrs.len()
-        } else {
-            // On failure `bad` points at the first WR not posted (verbs contract).
-            (0..wrs.len())
-                .find(|&i| std::ptr::eq(&vwrs[i], bad))
-                .unwrap_or(0)
-        };
+        let posted = posted_count(rc, &vwrs[..wrs.len()], bad);
         self.posted += posted as u64;
         match rc {
             0 => Ok(()),
@@ -846,13 +848,7 @@ impl VerbsQp {
             // SAFETY: live QP; the WR chain and SGE array outlive the call; the
             // SGEs name registered memory (Sge::new checked the ranges).
             let rc = unsafe { ibv_post_recv(self.qp, vwrs.as_mut_ptr(), &mut bad) };
-            let posted = if rc == 0 {
-                chunk.len()
-            } else {
-                (0..chunk.len())
-                    .find(|&i| std::ptr::eq(&vwrs[i], bad))
-                    .unwrap_or(0)
-            };
+            let posted = posted_count(rc, &vwrs[..chunk.len()], bad);
             self.recv_posted += posted as u64;
             match rc {
                 0 => {}
