@@ -40,6 +40,7 @@
 pub struct ReadmeDoctests;
 
 pub mod bench;
+pub mod conformance;
 mod direct;
 mod error;
 mod mem;

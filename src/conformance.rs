@@ -1,0 +1,906 @@
+//! The conformance suite: one set of cases, written once against the
+//! backend-neutral API, run on any device: the sim (direct path), rxe and
+//! other ibverbs devices (verbs path), mlx5.
+//!
+//! `cargo test --test conformance` runs every case on every device present;
+//! `rdma-direct conformance -d DEV` runs them from the CLI, one line per case.
+//! A case passes, fails with a message naming what differed, or is skipped
+//! with the reason (e.g. a case that needs the sim's test hook on rxe).
+
+use crate::{
+    Access, Completion, Context, Error, Mr, Pd, Qp, QpConfig, RecvWr, RemoteAddr, Rkey, SendWr,
+    Sge, WcOpcode, WcStatus,
+};
+use std::time::{Duration, Instant};
+
+/// What a case that did not fail found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Passed; the text says what was seen (may be empty).
+    Passed(String),
+    /// Not run on this device; the text says why.
+    Skipped(String),
+}
+
+/// Why a case failed: what differed, and where in the suite.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure(format!("unexpected error: {e}"))
+    }
+}
+
+/// The result of one case on one device.
+pub type CaseResult = Result<Outcome, Failure>;
+
+/// One case of the suite.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// Its name (a Rust identifier; the test of the same name runs it).
+    pub name: &'static str,
+    run: fn(&str) -> CaseResult,
+}
+
+impl Case {
+    /// Runs the case on device `dev`. A panic inside the case is a failure.
+    pub fn run(&self, dev: &str) -> CaseResult {
+        match std::panic::catch_unwind(|| (self.run)(dev)) {
+            Ok(r) => r,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(Failure(format!("panicked: {msg}")))
+            }
+        }
+    }
+}
+
+/// Totals of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+/// Runs every case whose name contains `filter` on `dev`, calling `report`
+/// after each one.
+pub fn run(dev: &str, filter: &str, mut report: impl FnMut(&Case, &CaseResult)) -> Summary {
+    let mut s = Summary::default();
+    for c in cases().iter().filter(|c| c.name.contains(filter)) {
+        let r = c.run(dev);
+        match &r {
+            Ok(Outcome::Passed(_)) => s.passed += 1,
+            Ok(Outcome::Skipped(_)) => s.skipped += 1,
+            Err(_) => s.failed += 1,
+        }
+        report(c, &r);
+    }
+    s
+}
+
+macro_rules! check {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(Failure(format!(
+                "{} (check `{}` at line {})",
+                format!($($msg)+),
+                stringify!($cond),
+                line!()
+            )));
+        }
+    };
+    ($cond:expr) => {
+        check!($cond, "failed")
+    };
+}
+
+macro_rules! check_eq {
+    ($left:expr, $right:expr, $($msg:tt)+) => {{
+        let (l, r) = (&$left, &$right);
+        if l != r {
+            return Err(Failure(format!(
+                "{}: got {:?}, want {:?} (line {})",
+                format!($($msg)+),
+                l,
+                r,
+                line!()
+            )));
+        }
+    }};
+    ($left:expr, $right:expr) => {
+        check_eq!($left, $right, "`{}`", stringify!($left))
+    };
+}
+
+fn passed(notes: Vec<String>) -> CaseResult {
+    Ok(Outcome::Passed(notes.join("; ")))
+}
+
+fn skipped(why: impl Into<String>) -> CaseResult {
+    Ok(Outcome::Skipped(why.into()))
+}
+
+struct Setup {
+    _ctx: Context,
+    pd: Pd,
+    a: Qp,
+    b: Qp,
+}
+
+fn setup(dev: &str) -> Result<Setup, Failure> {
+    setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 64,
+            max_send_sge: 4,
+            max_inline: 128,
+            ..QpConfig::default()
+        },
+    )
+}
+
+fn setup_with(dev: &str, cfg: QpConfig) -> Result<Setup, Failure> {
+    let ctx = Context::open(dev).map_err(|e| Failure(format!("open {dev}: {e}")))?;
+    let pd = ctx.alloc_pd()?;
+    let (a, b) = pd
+        .create_connected_pair(&cfg)
+        .map_err(|e| Failure(format!("connect on {dev}: {e}")))?;
+    Ok(Setup {
+        _ctx: ctx,
+        pd,
+        a,
+        b,
+    })
+}
+
+/// How long a case waits for a completion before it fails.
+const COMPLETION_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn poll_one(qp: &mut Qp) -> Result<Completion, Failure> {
+    Ok(poll_until(qp, 1)?[0])
+}
+
+fn poll_until(qp: &mut Qp, want: usize) -> Result<Vec<Completion>, Failure> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + COMPLETION_TIMEOUT;
+    let mut wc = [Completion::default(); 1];
+    while got.len() < want {
+        let n = qp.poll(&mut wc)?;
+        got.extend_from_slice(&wc[..n]);
+        if n == 0 {
+            check!(
+                Instant::now() < deadline,
+                "{} of {want} completions within {COMPLETION_TIMEOUT:?}",
+                got.len()
+            );
+            std::thread::yield_now();
+        }
+    }
+    Ok(got)
+}
+
+/// Nothing completes within 50 ms (what a refused post must leave behind).
+fn nothing_completes(qp: &mut Qp) -> Result<(), Failure> {
+    std::thread::sleep(Duration::from_millis(50));
+    let mut wc = [Completion::default(); 4];
+    let n = qp.poll(&mut wc)?;
+    check_eq!(n, 0, "completions of refused WRs: {:?}", &wc[..n]);
+    Ok(())
+}
+
+fn remote(mr: &Mr, offset: u64) -> RemoteAddr {
+    RemoteAddr {
+        addr: mr.addr() + offset,
+        rkey: mr.rkey(),
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn contents(mr: &Mr) -> Result<Vec<u8>, Failure> {
+    let mut v = vec![0; mr.len()];
+    mr.read(0, &mut v)?;
+    Ok(v)
+}
+
+fn read_u64(mr: &Mr, off: usize) -> Result<u64, Failure> {
+    let mut b = [0u8; 8];
+    mr.read(off, &mut b)?;
+    Ok(u64::from_ne_bytes(b))
+}
+
+fn rdma_write_4096_lands_byte_for_byte(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let data = pattern(4096, 7);
+    src.write(0, &data)?;
+    let sge = [Sge::new(&src, 0, 4096)?];
+    s.a.post_send(&[SendWr::rdma_write(77, &sge, remote(&dst, 0)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(wc.status, WcStatus::SUCCESS);
+    check_eq!(wc.wr_id, 77);
+    check_eq!(wc.opcode, WcOpcode::RDMA_WRITE);
+    check_eq!(wc.qp_num, s.a.qp_num());
+    check_eq!(contents(&dst)?, data, "payload differs");
+    notes.push(format!(
+        "({}): 4096-byte RDMA WRITE landed byte for byte",
+        s.a.data_path()
+    ));
+    drop(s.b);
+    passed(notes)
+}
+
+fn wrong_rkey_is_remote_access_error_and_target_unchanged(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &pattern(4096, 1))?;
+    let before = pattern(4096, 200);
+    dst.write(0, &before)?;
+    let sge = [Sge::new(&src, 0, 4096)?];
+    let bad = RemoteAddr {
+        addr: dst.addr(),
+        rkey: Rkey(dst.rkey().0 ^ 0x00ab_cd00),
+    };
+    s.a.post_send(&[SendWr::rdma_write(5, &sge, bad).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(wc.status, WcStatus::REM_ACCESS_ERR, "got {}", wc.status);
+    check_eq!(wc.wr_id, 5);
+    check_eq!(contents(&dst)?, before, "target changed");
+    notes.push(format!("wrong rkey -> {}, target unchanged", wc.status));
+    drop(s.b);
+    passed(notes)
+}
+
+fn write_beyond_the_remote_mr_is_remote_access_error(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[0xee; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 4096 - 32)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(wc.status, WcStatus::REM_ACCESS_ERR, "got {}", wc.status);
+    check!(contents(&dst)?.iter().all(|&b| b == 0), "target changed");
+    drop(s.b);
+    passed(vec![])
+}
+
+fn inline_gather_and_unsignaled_writes_wrap_the_ring(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(8192, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    // 300 rounds of: an unsignaled inline write, then a signaled 3-SGE write;
+    // the signaled completion retires both. Sizes vary so WQEs straddle the SQ end.
+    for round in 0..300u32 {
+        let n = 1 + (round as usize * 37) % 120;
+        let a = pattern(n, round as u8);
+        src.write(0, &a)?;
+        let sge = [Sge::new(&src, 0, n as u32)?];
+        let off = (round as u64 * 13) % 3800;
+        s.a.post_send(&[
+            SendWr::rdma_write(1000 + round as u64, &sge, remote(&dst, off)).inline(),
+        ])?;
+        let parts = [(4096usize, 100u32), (4500, 0), (5000, 200)];
+        let b = pattern(300, round as u8 ^ 0x5a);
+        src.write(4096, &b[..100])?;
+        src.write(5000, &b[100..])?;
+        let sges: Vec<Sge> = parts
+            .iter()
+            .map(|&(o, l)| Sge::new(&src, o, l))
+            .collect::<Result<_, _>>()?;
+        s.a.post_send(&[
+            SendWr::rdma_write(round as u64, &sges, remote(&dst, 4096 + off)).signaled(),
+        ])?;
+        let wc = poll_one(&mut s.a)?;
+        check_eq!(
+            (wc.status, wc.wr_id),
+            (WcStatus::SUCCESS, round as u64),
+            "round {round}"
+        );
+        let got = contents(&dst)?;
+        check_eq!(
+            &got[off as usize..off as usize + n],
+            &a[..],
+            "inline payload, round {round}"
+        );
+        check_eq!(
+            &got[4096 + off as usize..4096 + off as usize + 300],
+            &b[..],
+            "SGE payload, round {round}"
+        );
+    }
+    drop(s.b);
+    passed(vec![])
+}
+
+fn bad_input_is_refused_and_posts_nothing(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    check!(
+        matches!(s.pd.reg_mr(0, Access::LOCAL_WRITE), Err(Error::Invalid(_))),
+        "zero-length MR"
+    );
+    check!(
+        matches!(
+            s.pd.reg_mr(64, Access::REMOTE_WRITE),
+            Err(Error::Invalid(_))
+        ),
+        "REMOTE_WRITE alone"
+    );
+    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    check!(Sge::new(&src, 4000, 200).is_err(), "SGE outside the MR");
+    check!(
+        Sge::new(&src, usize::MAX, 2).is_err(),
+        "SGE offset overflow"
+    );
+    // A batch whose second WR is bad (inline longer than max_inline) posts nothing.
+    let good = [Sge::new(&src, 0, 8)?];
+    let long = [Sge::new(&src, 0, 1024)?];
+    let batch = [
+        SendWr::rdma_write(1, &good, remote(&dst, 0)).signaled(),
+        SendWr::rdma_write(2, &long, remote(&dst, 0))
+            .inline()
+            .signaled(),
+    ];
+    check!(s.a.post_send(&batch).is_err(), "over-long inline accepted");
+    let mut wc = [Completion::default(); 4];
+    std::thread::sleep(Duration::from_millis(50));
+    check_eq!(s.a.poll(&mut wc)?, 0, "something was posted");
+    // The QP still works afterwards: the next completion is the next WR's.
+    src.write(0, b"intact!!")?;
+    s.a.post_send(&[SendWr::rdma_write(3, &good, remote(&dst, 0)).signaled()])?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 3));
+    let mut got = [0u8; 8];
+    dst.read(0, &mut got)?;
+    check_eq!(&got, b"intact!!");
+    drop(s.b);
+    passed(vec![])
+}
+
+fn latency_benchmarks_run(dev: &str) -> CaseResult {
+    use crate::bench::{run_lat, LatConfig, LatTest};
+    for (test, bytes) in [
+        (LatTest::Write, 2),
+        (LatTest::Send, 2),
+        (LatTest::Read, 2),
+        (LatTest::Atomic, 8),
+    ] {
+        let cfg = LatConfig {
+            device: dev.to_string(),
+            iters: 50,
+            ..Default::default()
+        };
+        let (_, r) = run_lat(test, &cfg)?;
+        check_eq!((r.bytes, r.iterations), (bytes, 50), "{test:?}");
+        check!(
+            r.t_min > 0.0 && r.t_min <= r.t_typical && r.t_typical <= r.t_max,
+            "{test:?}: {r:?}"
+        );
+    }
+    passed(vec![])
+}
+
+fn qp_outlives_its_context_handle(dev: &str) -> CaseResult {
+    let s = setup(dev)?;
+    let Setup { _ctx, pd, mut a, b } = s;
+    drop(_ctx);
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[3; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    a.post_send(&[SendWr::rdma_write(9, &sge, remote(&dst, 0)).signaled()])?;
+    check_eq!(poll_one(&mut a)?.status, WcStatus::SUCCESS);
+    check_eq!(contents(&dst)?, vec![3; 64]);
+    drop(b);
+    passed(vec![])
+}
+
+fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let other = s._ctx.alloc_pd()?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let foreign_dst = other.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[0x11; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&foreign_dst, 0)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(
+        wc.status,
+        WcStatus::REM_ACCESS_ERR,
+        "rkey of another PD: got {}",
+        wc.status
+    );
+    check!(
+        contents(&foreign_dst)?.iter().all(|&b| b == 0),
+        "foreign MR written"
+    );
+
+    // A local SGE from another PD's MR: the requester fails it (mlx5 and the
+    // sim say local protection error, rxe local QP operation error).
+    let mut s = setup(dev)?;
+    let foreign_src = other.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    foreign_src.write(0, &[0x22; 64])?;
+    let sge = [Sge::new(&foreign_src, 0, 64)?];
+    s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&dst, 0)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check!(!wc.status.is_ok(), "SGE of another PD succeeded");
+    check!(contents(&dst)?.iter().all(|&b| b == 0), "data landed");
+    notes.push(format!("SGE of another PD -> {}", wc.status));
+    drop(s.b);
+    passed(notes)
+}
+
+fn zero_length_write_checks_no_rkey(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&src, 0, 0)?];
+    let nowhere = RemoteAddr {
+        addr: 0,
+        rkey: Rkey(0xdead),
+    };
+    s.a.post_send(&[SendWr::rdma_write(4, &sge, nowhere).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(
+        (wc.status, wc.wr_id),
+        (WcStatus::SUCCESS, 4),
+        "got {}",
+        wc.status
+    );
+    drop(s.b);
+    passed(vec![])
+}
+
+fn send_queue_full_refuses_the_whole_batch_until_completions_are_polled(dev: &str) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig {
+        max_send_wr: 4,
+        ..QpConfig::default()
+    };
+    let (mut a, _b) = pd.create_connected_pair(&cfg)?;
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let wr = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0));
+    // Three unsignaled and one signaled: four outstanding.
+    a.post_send(&[wr(0), wr(1), wr(2)])?;
+    a.post_send(&[wr(3).signaled()])?;
+    check!(
+        matches!(a.post_send(&[wr(4).signaled()]), Err(Error::QueueFull)),
+        "5th WR accepted"
+    );
+    // The signaled completion retires all four; a batch of 5 still does not fit, 4 do.
+    let c = poll_one(&mut a)?;
+    check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 3));
+    let five: Vec<SendWr> = (10..15).map(|i| wr(i).signaled()).collect();
+    check!(
+        matches!(a.post_send(&five), Err(Error::QueueFull)),
+        "oversized batch accepted"
+    );
+    a.post_send(&five[..4])?;
+    for want in 10..14 {
+        let c = poll_one(&mut a)?;
+        check_eq!(
+            (c.status, c.wr_id),
+            (WcStatus::SUCCESS, want),
+            "the refused batch left WRs behind"
+        );
+    }
+    let mut wc = [Completion::default(); 4];
+    std::thread::sleep(Duration::from_millis(50));
+    check_eq!(a.poll(&mut wc)?, 0, "a refused WR was posted");
+    passed(vec![])
+}
+
+fn rdma_read_lands_byte_for_byte_and_needs_remote_read(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let remote_mr =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+    let local = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let data = pattern(4096, 99);
+    remote_mr.write(0, &data)?;
+    // Two SGEs scatter the read: 1000 bytes then 3096.
+    let sges = [Sge::new(&local, 0, 1000)?, Sge::new(&local, 1000, 3096)?];
+    s.a.post_send(&[SendWr::rdma_read(8, &sges, remote(&remote_mr, 0)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(
+        (wc.status, wc.wr_id, wc.byte_len),
+        (WcStatus::SUCCESS, 8, 4096),
+        "{}",
+        wc.status
+    );
+    check_eq!(wc.opcode, WcOpcode::RDMA_READ);
+    check_eq!(contents(&local)?, data, "read data differs");
+    notes.push(format!("4096-byte RDMA READ landed byte for byte"));
+
+    // A region without REMOTE_READ: remote access error, local memory untouched.
+    let mut s = setup(dev)?;
+    let no_read =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let local = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    no_read.write(0, &[7; 64])?;
+    let sge = [Sge::new(&local, 0, 64)?];
+    s.a.post_send(&[SendWr::rdma_read(9, &sge, remote(&no_read, 0)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(wc.status, WcStatus::REM_ACCESS_ERR, "got {}", wc.status);
+    check!(
+        contents(&local)?.iter().all(|&b| b == 0),
+        "local memory changed"
+    );
+    drop(s.b);
+    passed(notes)
+}
+
+fn atomics_update_the_remote_word_and_return_the_old_value(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let word =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let old = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    word.write(8, &0x0102_0304_0506_0708u64.to_ne_bytes())?;
+    let sge = [Sge::new(&old, 0, 8)?];
+    s.a.post_send(&[SendWr::atomic_fetch_add(1, &sge, remote(&word, 8), 0x10).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(
+        (wc.status, wc.wr_id),
+        (WcStatus::SUCCESS, 1),
+        "{}",
+        wc.status
+    );
+    check_eq!((wc.opcode, wc.byte_len), (WcOpcode::FETCH_ADD, 8));
+    check_eq!(
+        read_u64(&word, 8)?,
+        0x0102_0304_0506_0718,
+        "remote after FAA"
+    );
+    check_eq!(read_u64(&old, 0)?, 0x0102_0304_0506_0708, "old value");
+
+    // CAS that matches swaps; one that does not leaves the word alone. Both return the old value.
+    let sge = [Sge::new(&old, 8, 8)?];
+    s.a.post_send(&[
+        SendWr::atomic_cmp_swp(2, &sge, remote(&word, 8), 0x0102_0304_0506_0718, 42).signaled(),
+    ])?;
+    check_eq!(poll_one(&mut s.a)?.status, WcStatus::SUCCESS);
+    check_eq!(read_u64(&word, 8)?, 42, "CAS did not swap");
+    check_eq!(read_u64(&old, 8)?, 0x0102_0304_0506_0718, "CAS old value");
+    s.a.post_send(&[SendWr::atomic_cmp_swp(3, &sge, remote(&word, 8), 7, 99).signaled()])?;
+    check_eq!(poll_one(&mut s.a)?.status, WcStatus::SUCCESS);
+    check_eq!(read_u64(&word, 8)?, 42, "a failed CAS changed the word");
+    check_eq!(read_u64(&old, 8)?, 42, "failed CAS old value");
+    notes.push(format!(
+        "FAA and CAS update the remote word, return the old value"
+    ));
+
+    // Bad atomics are refused before anything is posted.
+    let bad = [
+        SendWr::atomic_fetch_add(4, &sge, remote(&word, 4), 1),
+        SendWr::atomic_fetch_add(5, &[], remote(&word, 8), 1),
+    ];
+    for w in bad {
+        check!(matches!(
+            s.a.post_send(&[w.signaled()]),
+            Err(Error::Invalid(_))
+        ));
+    }
+    let mut wc = [Completion::default(); 2];
+    std::thread::sleep(Duration::from_millis(50));
+    check_eq!(s.a.poll(&mut wc)?, 0, "a refused atomic was posted");
+    check_eq!(read_u64(&word, 8)?, 42);
+    drop(s.b);
+    passed(notes)
+}
+
+fn send_lands_in_the_posted_receive_with_its_immediate(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.reg_mr(8192, Access::LOCAL_WRITE)?;
+    let data = pattern(4096, 3);
+    src.write(0, &data)?;
+    // Two receives on B, filled in order by a SEND and a SEND_IMM.
+    let r0 = [Sge::new(&rbuf, 0, 1000)?];
+    let r1 = [Sge::new(&rbuf, 4096, 4096)?];
+    s.b.post_recv(&[RecvWr::new(500, &r0), RecvWr::new(501, &r1)])?;
+    let sge = [Sge::new(&src, 0, 1000)?];
+    s.a.post_send(&[SendWr::send(10, &sge).signaled()])?;
+    let big = [Sge::new(&src, 0, 4096)?];
+    s.a.post_send(&[SendWr::send_with_imm(11, &big, 0x89AB_CDEF).signaled()])?;
+    let sent = poll_until(&mut s.a, 2)?;
+    check!(
+        sent.iter()
+            .all(|c| c.status.is_ok() && c.opcode == WcOpcode::SEND),
+        "{sent:?}"
+    );
+    let got = poll_until(&mut s.b, 2)?;
+    check_eq!(
+        (
+            got[0].wr_id,
+            got[0].status,
+            got[0].opcode,
+            got[0].byte_len,
+            got[0].imm
+        ),
+        (500, WcStatus::SUCCESS, WcOpcode::RECV, 1000, None)
+    );
+    check_eq!(
+        (got[1].wr_id, got[1].status, got[1].byte_len, got[1].imm),
+        (501, WcStatus::SUCCESS, 4096, Some(0x89AB_CDEF))
+    );
+    let all = contents(&rbuf)?;
+    check_eq!(&all[..1000], &data[..1000], "first receive");
+    check_eq!(&all[4096..], &data[..], "second receive");
+    notes.push(format!(
+        "SEND and SEND_IMM land in posted receives, imm {:#x}",
+        got[1].imm.unwrap_or(0)
+    ));
+    drop(s.b);
+    passed(notes)
+}
+
+fn write_with_imm_lands_and_completes_a_receive(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let data = pattern(256, 77);
+    src.write(0, &data)?;
+    s.b.post_recv(&[RecvWr::new(900, &[])])?;
+    let sge = [Sge::new(&src, 0, 256)?];
+    s.a.post_send(&[
+        SendWr::rdma_write_with_imm(12, &sge, remote(&dst, 0), 0x0102_0304).signaled(),
+    ])?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!(
+        (c.status, c.wr_id, c.opcode),
+        (WcStatus::SUCCESS, 12, WcOpcode::RDMA_WRITE),
+        "{}",
+        c.status
+    );
+    let r = poll_one(&mut s.b)?;
+    check_eq!(
+        (r.wr_id, r.status, r.opcode, r.imm, r.byte_len),
+        (
+            900,
+            WcStatus::SUCCESS,
+            WcOpcode::RECV_RDMA_WITH_IMM,
+            Some(0x0102_0304),
+            256
+        )
+    );
+    check_eq!(contents(&dst)?, data);
+    drop(s.b);
+    passed(vec![])
+}
+
+fn send_into_a_too_small_receive_fails_on_both_sides(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let r = [Sge::new(&rbuf, 0, 64)?];
+    s.b.post_recv(&[RecvWr::new(7, &r)])?;
+    let sge = [Sge::new(&src, 0, 256)?];
+    s.a.post_send(&[SendWr::send(8, &sge).signaled()])?;
+    let c = poll_one(&mut s.a)?;
+    // mlx5 (and the sim) NAK it as an invalid request; rxe on Debian's 6.1
+    // kernel reports a remote operation error.
+    check_eq!(c.wr_id, 8);
+    check!(
+        [WcStatus::REM_INV_REQ_ERR, WcStatus::REM_OP_ERR].contains(&c.status),
+        "requester got {}",
+        c.status
+    );
+    let rc = poll_one(&mut s.b)?;
+    // mlx5 and the sim: local length error; rxe (6.1): local QP operation error.
+    check_eq!(rc.wr_id, 7);
+    check!(
+        [WcStatus::LOC_LEN_ERR, WcStatus::LOC_QP_OP_ERR].contains(&rc.status),
+        "responder got {}",
+        rc.status
+    );
+    notes.push(format!(
+        "SEND into a small receive -> {} / {}",
+        c.status, rc.status
+    ));
+    drop(s.b);
+    passed(notes)
+}
+
+/// Issue 4's case: W1 valid signaled, W2 wrong rkey signaled, W3 valid
+/// unsignaled, W4 valid signaled: SUCCESS, REM_ACCESS_ERR, then W3 and W4
+/// flushed with their own wr_ids, and remote memory untouched by W3/W4.
+fn an_error_flushes_every_later_wr_with_its_own_wr_id(dev: &str) -> CaseResult {
+    let mut notes: Vec<String> = Vec::new();
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[0x5a; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let bad = RemoteAddr {
+        addr: dst.addr(),
+        rkey: Rkey(dst.rkey().0 ^ 0x0012_3400),
+    };
+    s.a.post_send(&[
+        SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled(),
+        SendWr::rdma_write(2, &sge, bad).signaled(),
+        SendWr::rdma_write(3, &sge, remote(&dst, 64)),
+        SendWr::rdma_write(4, &sge, remote(&dst, 128)).signaled(),
+    ])?;
+    let got = poll_until(&mut s.a, 4)?;
+    let seen: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    check_eq!(
+        seen,
+        [
+            (1, WcStatus::SUCCESS),
+            (2, WcStatus::REM_ACCESS_ERR),
+            (3, WcStatus::WR_FLUSH_ERR),
+            (4, WcStatus::WR_FLUSH_ERR)
+        ]
+    );
+    let all = contents(&dst)?;
+    check!(all[..64].iter().all(|&b| b == 0x5a), "W1 missing");
+    check!(
+        all[64..].iter().all(|&b| b == 0),
+        "a flushed WR wrote memory"
+    );
+    notes.push(format!("error then flushes: {seen:?}"));
+    drop(s.b);
+    passed(notes)
+}
+
+/// More than 65,536 WQEs, so the 16-bit WQE index in ctrl segments and CQEs wraps.
+fn the_16_bit_wqe_index_wraps(dev: &str) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig {
+        max_send_wr: 64,
+        ..QpConfig::default()
+    };
+    let (mut a, _b) = pd.create_connected_pair(&cfg)?;
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let total = 70_000u64;
+    let mut next = 0u64;
+    let mut batch: Vec<SendWr> = Vec::with_capacity(32);
+    while next < total {
+        batch.clear();
+        // 31 unsignaled, then one signaled: one completion per 32 WRs.
+        for k in 0..32 {
+            let w = SendWr::rdma_write(next + k, &sge, remote(&dst, 0)).inline();
+            batch.push(if k == 31 { w.signaled() } else { w });
+        }
+        src.write(0, &(next + 31).to_ne_bytes())?;
+        a.post_send(&batch)?;
+        let c = poll_one(&mut a)?;
+        check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, next + 31));
+        next += 32;
+    }
+    let mut last = [0u8; 8];
+    dst.read(0, &mut last)?;
+    check_eq!(u64::from_ne_bytes(last), next - 1);
+    passed(vec![])
+}
+
+/// An endless stream of unsignaled WRs keeps flowing: auto-signal retires
+/// them through CQEs the caller never sees.
+fn unsignaled_streams_never_fill_the_send_queue(dev: &str) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let (mut a, _b) = pd.create_connected_pair(&QpConfig {
+        max_send_wr: 8,
+        ..QpConfig::default()
+    })?;
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut wc = [Completion::default(); 8];
+    for i in 0..200u64 {
+        loop {
+            match a.post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0))]) {
+                Ok(()) => break,
+                Err(Error::QueueFull) => {
+                    let n = a.poll(&mut wc)?;
+                    check_eq!(n, 0, "a hidden completion was reported: {:?}", &wc[..n]);
+                    check!(Instant::now() < deadline, "the SQ stayed full at WR {i}");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    passed(vec![])
+}
+
+fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
+    use crate::bench::{run_bw, BwConfig, BwTest, LatConfig};
+    for (test, bytes) in [
+        (BwTest::Write, 4096),
+        (BwTest::Read, 4096),
+        (BwTest::Atomic, 8),
+    ] {
+        let cfg = BwConfig {
+            lat: LatConfig {
+                device: dev.to_string(),
+                size: 4096,
+                iters: 300,
+                ..Default::default()
+            },
+            tx_depth: 16,
+            cq_mod: 8,
+        };
+        let (_, r) = run_bw(test, &cfg)?;
+        check_eq!((r.bytes, r.iterations), (bytes, 300), "{test:?}");
+        check!(
+            r.bw_average > 0.0 && r.bw_peak >= r.bw_average * 0.999 && r.msg_rate > 0.0,
+            "{test:?}: {r:?}"
+        );
+    }
+    passed(vec![])
+}
+
+macro_rules! case {
+    ($f:ident) => {
+        Case {
+            name: stringify!($f),
+            run: $f,
+        }
+    };
+}
+
+/// Every case, in the order the CLI runs them.
+pub fn cases() -> &'static [Case] {
+    const CASES: &[Case] = &[
+        case!(rdma_write_4096_lands_byte_for_byte),
+        case!(wrong_rkey_is_remote_access_error_and_target_unchanged),
+        case!(write_beyond_the_remote_mr_is_remote_access_error),
+        case!(inline_gather_and_unsignaled_writes_wrap_the_ring),
+        case!(bad_input_is_refused_and_posts_nothing),
+        case!(latency_benchmarks_run),
+        case!(qp_outlives_its_context_handle),
+        case!(memory_of_another_protection_domain_is_refused),
+        case!(zero_length_write_checks_no_rkey),
+        case!(send_queue_full_refuses_the_whole_batch_until_completions_are_polled),
+        case!(rdma_read_lands_byte_for_byte_and_needs_remote_read),
+        case!(atomics_update_the_remote_word_and_return_the_old_value),
+        case!(send_lands_in_the_posted_receive_with_its_immediate),
+        case!(write_with_imm_lands_and_completes_a_receive),
+        case!(send_into_a_too_small_receive_fails_on_both_sides),
+        case!(an_error_flushes_every_later_wr_with_its_own_wr_id),
+        case!(the_16_bit_wqe_index_wraps),
+        case!(unsignaled_streams_never_fill_the_send_queue),
+        case!(bandwidth_benchmarks_run),
+    ];
+    CASES
+}
