@@ -870,6 +870,406 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
     passed(vec![])
 }
 
+/// The operations the size matrix runs, with a name for messages.
+const SIZED_OPS: [&str; 5] = ["WRITE", "WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "READ"];
+
+/// WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM and READ at 0, 1, 63, 64, 4096
+/// bytes and 1 MiB: status, opcode, byte_len, immediate, every byte, and the
+/// 16 bytes after the message untouched. Atomics move exactly 8 bytes; their
+/// own case covers them.
+fn every_opcode_at_every_size(dev: &str) -> CaseResult {
+    const SIZES: [usize; 6] = [0, 1, 63, 64, 4096, 1 << 20];
+    const GUARD: usize = 16;
+    let mut s = setup(dev)?;
+    let len = (1 << 20) + GUARD;
+    let local = s.pd.reg_mr(len, Access::LOCAL_WRITE)?;
+    let far = s.pd.reg_mr(
+        len,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
+    let mut id = 0u64;
+    for &n in &SIZES {
+        for op in SIZED_OPS {
+            id += 1;
+            let data = pattern(n, id as u8);
+            // Data starts on the source side; the destination holds 0xEE,
+            // which must survive past byte n.
+            let (from, to) = if op == "READ" {
+                (&far, &local)
+            } else {
+                (&local, &far)
+            };
+            from.write(0, &data)?;
+            to.write(0, &vec![0xEE; n + GUARD])?;
+            let imm = 0x0100_0000 | id as u32;
+            let lsge = [Sge::new(&local, 0, n as u32)?];
+            let rsge = [Sge::new(&far, 0, (n + GUARD) as u32)?];
+            let at = remote(&far, 0);
+            let wr = match op {
+                "WRITE" => SendWr::rdma_write(id, &lsge, at),
+                "WRITE_WITH_IMM" => SendWr::rdma_write_with_imm(id, &lsge, at, imm),
+                "SEND" => SendWr::send(id, &lsge),
+                "SEND_WITH_IMM" => SendWr::send_with_imm(id, &lsge, imm),
+                _ => SendWr::rdma_read(id, &lsge, at),
+            };
+            let responder = match op {
+                "SEND" | "SEND_WITH_IMM" => {
+                    s.b.post_recv(&[RecvWr::new(id, &rsge)])?;
+                    true
+                }
+                "WRITE_WITH_IMM" => {
+                    s.b.post_recv(&[RecvWr::new(id, &[])])?;
+                    true
+                }
+                _ => false,
+            };
+            s.a.post_send(&[wr.signaled()])?;
+            let c = poll_one(&mut s.a)?;
+            let want_opcode = match op {
+                "WRITE" | "WRITE_WITH_IMM" => WcOpcode::RDMA_WRITE,
+                "READ" => WcOpcode::RDMA_READ,
+                _ => WcOpcode::SEND,
+            };
+            check_eq!(
+                (c.status, c.wr_id, c.opcode),
+                (WcStatus::SUCCESS, id, want_opcode),
+                "{op} of {n} bytes: requester completion"
+            );
+            if op == "READ" {
+                check_eq!(c.byte_len, n as u32, "READ of {n} bytes: byte_len");
+            }
+            if responder {
+                let r = poll_one(&mut s.b)?;
+                let (want_op, want_imm) = match op {
+                    "WRITE_WITH_IMM" => (WcOpcode::RECV_RDMA_WITH_IMM, Some(imm)),
+                    "SEND_WITH_IMM" => (WcOpcode::RECV, Some(imm)),
+                    _ => (WcOpcode::RECV, None),
+                };
+                check_eq!(
+                    (r.status, r.wr_id, r.opcode, r.byte_len, r.imm, r.qp_num),
+                    (
+                        WcStatus::SUCCESS,
+                        id,
+                        want_op,
+                        n as u32,
+                        want_imm,
+                        s.b.qp_num()
+                    ),
+                    "{op} of {n} bytes: responder completion"
+                );
+            }
+            let mut got = vec![0; n + GUARD];
+            to.read(0, &mut got)?;
+            check!(got[..n] == data[..], "{op} of {n} bytes: payload differs");
+            check!(
+                got[n..].iter().all(|&b| b == 0xEE),
+                "{op} of {n} bytes: wrote past the message: {:02x?}",
+                &got[n..]
+            );
+        }
+    }
+    passed(vec![format!(
+        "{} ops x sizes {SIZES:?} landed byte for byte",
+        SIZED_OPS.len()
+    )])
+}
+
+/// Gather and scatter with every SGE count from 1 to the QP's maximum:
+/// a WRITE gathers k pieces, a SEND gathers k and scatters into k, a READ
+/// scatters into k. One SGE over the maximum is refused and posts nothing.
+fn one_to_max_sges_gather_and_scatter(dev: &str) -> CaseResult {
+    const MAX: usize = 30;
+    let mut s = setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 16,
+            max_send_sge: MAX as u32,
+            max_recv_wr: 16,
+            max_recv_sge: MAX as u32,
+            max_inline: 64,
+            ..QpConfig::default()
+        },
+    )?;
+    let local = s.pd.reg_mr(64 << 10, Access::LOCAL_WRITE)?;
+    let far = s.pd.reg_mr(
+        64 << 10,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
+    // Piece i: (3 * i + 5) bytes at 1 KiB * i (pieces never touch).
+    let piece = |i: usize| (i << 10, 3 * i as u32 + 5);
+    for k in 1..=MAX {
+        let total: usize = (0..k).map(|i| piece(i).1 as usize).sum();
+        let data = pattern(total, k as u8);
+        let mut off = 0;
+        for i in 0..k {
+            let (at, l) = piece(i);
+            local.write(at, &data[off..off + l as usize])?;
+            off += l as usize;
+        }
+        let gather = (0..k)
+            .map(|i| Sge::new(&local, piece(i).0, piece(i).1))
+            .collect::<Result<Vec<_>, _>>()?;
+        // WRITE gathers k pieces into one contiguous run.
+        far.write(0, &vec![0; total + 1])?;
+        s.a.post_send(&[SendWr::rdma_write(k as u64, &gather, remote(&far, 0)).signaled()])?;
+        let c = poll_one(&mut s.a)?;
+        check_eq!(
+            (c.status, c.wr_id),
+            (WcStatus::SUCCESS, k as u64),
+            "WRITE with {k} SGEs"
+        );
+        let mut got = vec![0; total + 1];
+        far.read(0, &mut got)?;
+        check!(
+            got[..total] == data[..] && got[total] == 0,
+            "WRITE with {k} SGEs: payload"
+        );
+        // SEND gathers k and scatters into k pieces of the receive buffer.
+        for i in 0..k {
+            far.write(piece(i).0, &vec![0; piece(i).1 as usize])?;
+        }
+        let scatter = (0..k)
+            .map(|i| Sge::new(&far, piece(i).0, piece(i).1))
+            .collect::<Result<Vec<_>, _>>()?;
+        s.b.post_recv(&[RecvWr::new(k as u64, &scatter)])?;
+        s.a.post_send(&[SendWr::send(100 + k as u64, &gather).signaled()])?;
+        let c = poll_one(&mut s.a)?;
+        check_eq!(
+            (c.status, c.wr_id),
+            (WcStatus::SUCCESS, 100 + k as u64),
+            "SEND with {k} SGEs"
+        );
+        let r = poll_one(&mut s.b)?;
+        check_eq!(
+            (r.status, r.wr_id, r.byte_len),
+            (WcStatus::SUCCESS, k as u64, total as u32),
+            "receive with {k} SGEs"
+        );
+        let mut off = 0;
+        for i in 0..k {
+            let (at, l) = piece(i);
+            let mut got = vec![0; l as usize];
+            far.read(at, &mut got)?;
+            check!(
+                got[..] == data[off..off + l as usize],
+                "SEND with {k} SGEs: piece {i} differs"
+            );
+            off += l as usize;
+        }
+        // READ scatters a contiguous remote run into k local pieces.
+        let back = pattern(total, !(k as u8));
+        far.write(32 << 10, &back)?;
+        s.a.post_send(&[
+            SendWr::rdma_read(200 + k as u64, &gather, remote(&far, 32 << 10)).signaled(),
+        ])?;
+        let c = poll_one(&mut s.a)?;
+        check_eq!(
+            (c.status, c.wr_id, c.byte_len),
+            (WcStatus::SUCCESS, 200 + k as u64, total as u32),
+            "READ with {k} SGEs"
+        );
+        let mut off = 0;
+        for i in 0..k {
+            let (at, l) = piece(i);
+            let mut got = vec![0; l as usize];
+            local.read(at, &mut got)?;
+            check!(
+                got[..] == back[off..off + l as usize],
+                "READ with {k} SGEs: piece {i} differs"
+            );
+            off += l as usize;
+        }
+    }
+    let over = (0..=MAX)
+        .map(|i| Sge::new(&local, i * 8, 8))
+        .collect::<Result<Vec<_>, _>>()?;
+    let r =
+        s.a.post_send(&[SendWr::rdma_write(999, &over, remote(&far, 0)).signaled()]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "{} SGEs accepted: {r:?}",
+        MAX + 1
+    );
+    let r = s.b.post_recv(&[RecvWr::new(999, &over)]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "receive with {} SGEs accepted: {r:?}",
+        MAX + 1
+    );
+    nothing_completes(&mut s.a)?;
+    nothing_completes(&mut s.b)?;
+    passed(vec![format!(
+        "1..={MAX} SGEs gather and scatter; {} refused",
+        MAX + 1
+    )])
+}
+
+/// An inline WRITE of exactly the QP's inline limit lands; one byte more
+/// (in one SGE or spread over two) is refused and posts nothing.
+fn inline_at_the_limit_and_one_over(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let limit = s.a.max_inline() as usize;
+    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let data = pattern(limit + 1, 42);
+    src.write(0, &data)?;
+    let at_limit = [Sge::new(&src, 0, limit as u32)?];
+    s.a.post_send(&[SendWr::rdma_write(1, &at_limit, remote(&dst, 0))
+        .inline()
+        .signaled()])?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 1),
+        "inline of {limit} bytes"
+    );
+    let got = contents(&dst)?;
+    check!(
+        got[..limit] == data[..limit] && got[limit] == 0,
+        "inline of {limit} bytes: payload"
+    );
+    // The same WR built from a copy of the source: inline data is taken at post time.
+    let one_over = [Sge::new(&src, 0, limit as u32 + 1)?];
+    let split = [Sge::new(&src, 0, limit as u32)?, Sge::new(&src, limit, 1)?];
+    let before = ring_snapshot(&s.a);
+    for (what, sges) in [("one SGE", &one_over[..]), ("two SGEs", &split[..])] {
+        let r = s.a.post_send(&[SendWr::rdma_write(2, sges, remote(&dst, 0))
+            .inline()
+            .signaled()]);
+        check!(
+            matches!(r, Err(Error::Invalid(_))),
+            "inline of {} bytes in {what} accepted: {r:?}",
+            limit + 1
+        );
+    }
+    check!(
+        ring_snapshot(&s.a) == before,
+        "a refused post changed the send queue ring or its doorbell record"
+    );
+    nothing_completes(&mut s.a)?;
+    passed(vec![format!(
+        "inline limit {limit} bytes lands; {} refused{}",
+        limit + 1,
+        if before.is_some() {
+            ", ring and doorbell record unchanged"
+        } else {
+            ""
+        }
+    )])
+}
+
+/// A QP that is not connected takes no work request: posting on a QP in
+/// RESET is refused with `QpState` and leaves nothing behind; once
+/// connected, the first completion is the first WR posted after.
+fn post_before_rts_is_refused(dev: &str) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig::default();
+    let mut a = pd.create_qp(&cfg)?;
+    let mut b = pd.create_qp(&cfg)?;
+    check_eq!(a.state(), crate::QpState::Reset);
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[0x77; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let before = ring_snapshot(&a);
+    let r = a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled()]);
+    check!(
+        matches!(r, Err(Error::QpState { .. })),
+        "post_send in RESET: {r:?}"
+    );
+    let r = b.post_recv(&[RecvWr::new(2, &sge)]);
+    check!(
+        matches!(r, Err(Error::QpState { .. })),
+        "post_recv in RESET: {r:?}"
+    );
+    check!(
+        ring_snapshot(&a) == before,
+        "a refused post changed the ring"
+    );
+    Qp::connect_loopback(&mut a, &mut b)?;
+    check_eq!(
+        (a.state(), b.state()),
+        (crate::QpState::Rts, crate::QpState::Rts)
+    );
+    let r = Qp::connect_loopback(&mut a, &mut b);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "connecting twice: {r:?}"
+    );
+    nothing_completes(&mut a)?;
+    check!(
+        contents(&dst)?.iter().all(|&b| b == 0),
+        "the refused WRITE landed"
+    );
+    a.post_send(&[SendWr::rdma_write(3, &sge, remote(&dst, 0)).signaled()])?;
+    let c = poll_one(&mut a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 3),
+        "first WR after connecting"
+    );
+    check!(contents(&dst)? == vec![0x77; 64], "payload");
+    passed(vec![])
+}
+
+/// A SEND that finds no receive posted is retried `rnr_retry` times, then
+/// fails with RNR_RETRY_EXC_ERR (and flushes what follows); with
+/// `rnr_retry` 7 it waits until a receive is posted, then lands.
+fn rnr_retry_finite_and_forever(dev: &str) -> CaseResult {
+    let cfg = |rnr_retry| QpConfig {
+        rnr_retry,
+        ..QpConfig::default()
+    };
+    let mut s = setup_with(dev, cfg(1))?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    s.a.post_send(&[
+        SendWr::send(1, &sge).signaled(),
+        SendWr::send(2, &sge).signaled(),
+    ])?;
+    let got = poll_until(&mut s.a, 2)?;
+    let seen: Vec<_> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    check_eq!(
+        seen,
+        vec![
+            (1, WcStatus::RNR_RETRY_EXC_ERR),
+            (2, WcStatus::WR_FLUSH_ERR)
+        ],
+        "rnr_retry 1 with no receive posted"
+    );
+
+    let mut s = setup_with(dev, cfg(7))?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    src.write(0, &[0x3c; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    s.a.post_send(&[SendWr::send(3, &sge).signaled()])?;
+    // Longer than rnr_retry 6 at min_rnr_timer 12 (6 x 0.64 ms) would last.
+    std::thread::sleep(Duration::from_millis(200));
+    nothing_completes(&mut s.a)?;
+    let rsge = [Sge::new(&rbuf, 0, 64)?];
+    s.b.post_recv(&[RecvWr::new(4, &rsge)])?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 3),
+        "rnr_retry 7: SEND after the receive is posted"
+    );
+    let r = poll_one(&mut s.b)?;
+    check_eq!((r.status, r.wr_id, r.byte_len), (WcStatus::SUCCESS, 4, 64));
+    check!(contents(&rbuf)? == vec![0x3c; 64], "payload");
+    passed(vec![])
+}
+
+/// What the send queue holds, for showing that a refused post wrote
+/// nothing: ring bytes and doorbell record on the direct path; `None` on
+/// the verbs path (the provider owns the ring).
+fn ring_snapshot(qp: &Qp) -> Option<Vec<u8>> {
+    qp.sq_snapshot()
+}
+
 macro_rules! case {
     ($f:ident) => {
         Case {
@@ -901,6 +1301,11 @@ pub fn cases() -> &'static [Case] {
         case!(the_16_bit_wqe_index_wraps),
         case!(unsignaled_streams_never_fill_the_send_queue),
         case!(bandwidth_benchmarks_run),
+        case!(every_opcode_at_every_size),
+        case!(one_to_max_sges_gather_and_scatter),
+        case!(inline_at_the_limit_and_one_over),
+        case!(post_before_rts_is_refused),
+        case!(rnr_retry_finite_and_forever),
     ];
     CASES
 }

@@ -22,6 +22,7 @@ pub(crate) struct DirectQp {
     cq: CompletionQueue,
     qpn: u32,
     max_send_sge: u32,
+    max_recv_sge: u32,
     pub(crate) sim_qp: sim::Qp,
     _sim_cq: sim::Cq,
 }
@@ -58,9 +59,15 @@ impl DirectQp {
             cq,
             qpn: sim_qp.qpn(),
             max_send_sge,
+            max_recv_sge: max_recv_sge.max(1),
             sim_qp,
             _sim_cq: sim_cq,
         })
+    }
+
+    /// SQ ring bytes and doorbell record (see `SendQueue::snapshot`).
+    pub(crate) fn sq_snapshot(&self) -> Vec<u8> {
+        self.sq.snapshot()
     }
 
     pub(crate) fn qpn(&self) -> u32 {
@@ -123,7 +130,7 @@ impl DirectQp {
         if wrs.len() as u32 > self.rq.free() {
             return Err(Error::QueueFull);
         }
-        let max = self.rq.max_sge() as usize;
+        let max = self.max_recv_sge as usize;
         for w in wrs {
             if w.sges.len() > max {
                 return Err(Error::Invalid(format!(

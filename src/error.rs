@@ -31,6 +31,12 @@ pub enum Error {
     /// An argument is out of range; nothing was changed.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The QP is not in a state that takes this work request; nothing was posted.
+    #[error("QP is in {state:?}; posting needs {needs}")]
+    QpState {
+        state: crate::QpState,
+        needs: &'static str,
+    },
     /// The send queue has no room for the batch; nothing was posted.
     #[error("send queue full")]
     QueueFull,

@@ -207,6 +207,11 @@ pub struct QpConfig {
     pub port: u8,
     /// GID index to use on RoCE; `None` picks the IPv4-mapped RoCE v2 GID.
     pub gid_index: Option<u8>,
+    /// How often a SEND that finds no posted receive at the peer (RNR NAK)
+    /// is retried before it fails with `RNR_RETRY_EXC_ERR`: 0 to 6, or 7 for
+    /// forever (IB spec 9.7.5.2.8). The responder waits `min_rnr_timer` 12
+    /// (0.64 ms) between tries.
+    pub rnr_retry: u8,
 }
 
 impl Default for QpConfig {
@@ -219,6 +224,7 @@ impl Default for QpConfig {
             max_recv_sge: 1,
             port: 1,
             gid_index: None,
+            rnr_retry: 6,
         }
     }
 }
@@ -275,8 +281,22 @@ impl Pd {
     }
 
     /// Creates two RC QPs on this device, each with its own CQ, and takes both
-    /// RESET -> INIT -> RTR -> RTS connected to each other (loopback).
+    /// RESET -> INIT -> RTR -> RTS connected to each other (loopback):
+    /// [`Pd::create_qp`] twice, then [`Qp::connect_loopback`].
     pub fn create_connected_pair(&self, cfg: &QpConfig) -> Result<(Qp, Qp)> {
+        let mut a = self.create_qp(cfg)?;
+        let mut b = self.create_qp(cfg)?;
+        Qp::connect_loopback(&mut a, &mut b)?;
+        Ok((a, b))
+    }
+
+    /// Creates an RC QP with its own CQ, in RESET: it takes no work request
+    /// until it is connected ([`Qp::connect_loopback`]).
+    ///
+    /// The CQ has room for a completion of every outstanding send and every
+    /// posted receive (what a flush after an error produces), so it cannot
+    /// overrun.
+    pub fn create_qp(&self, cfg: &QpConfig) -> Result<Qp> {
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
             return Err(Error::Invalid(format!(
                 "max_send_wr {} must be 1..=16384",
@@ -289,9 +309,15 @@ impl Pd {
                 cfg.max_recv_wr
             )));
         }
+        if cfg.rnr_retry > 7 {
+            return Err(Error::Invalid(format!(
+                "rnr_retry {} must be 0..=7 (7: retry forever)",
+                cfg.rnr_retry
+            )));
+        }
         // Room for a completion of every outstanding send and posted receive.
         let cq_depth = cfg.max_send_wr + cfg.max_recv_wr.max(1);
-        let (a, b) = match &self.inner.kind {
+        let kind = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => {
                 if cfg.max_send_sge as usize > direct::MAX_SGE {
                     return Err(Error::Invalid(format!(
@@ -333,27 +359,17 @@ impl Pd {
                         sim::MAX_SQ_WQEBBS
                     )));
                 }
-                let make = || {
-                    direct::DirectQp::create_sim(
-                        dev,
-                        *pdn,
-                        wqebbs,
-                        cfg.max_send_wr,
-                        cq_depth,
-                        cfg.max_inline,
-                        cfg.max_send_sge,
-                        cfg.max_recv_wr,
-                        cfg.max_recv_sge,
-                    )
-                };
-                let (a, b) = (make()?, make()?);
-                let access = sim::Access::all();
-                for (x, y) in [(&a, &b), (&b, &a)] {
-                    x.sim_qp.to_init(access)?;
-                    x.sim_qp.to_rtr(y.qpn())?;
-                    x.sim_qp.to_rts()?;
-                }
-                (QpKind::Direct(a), QpKind::Direct(b))
+                QpKind::Direct(direct::DirectQp::create_sim(
+                    dev,
+                    *pdn,
+                    wqebbs,
+                    cfg.max_send_wr,
+                    cq_depth,
+                    cfg.max_inline,
+                    cfg.max_send_sge,
+                    cfg.max_recv_wr,
+                    cfg.max_recv_sge,
+                )?)
             }
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd) => {
@@ -365,55 +381,15 @@ impl Pd {
                     max_recv_sge: cfg.max_recv_sge.max(1),
                     cq_depth,
                 };
-                let mut a = verbs::create_qp(pd, caps)?;
-                let mut b = verbs::create_qp(pd, caps)?;
-                let port = pd.ctx.query_port(cfg.port)?;
-                let roce = port.link_layer == 2;
-                let (sgid_index, gid) = if roce {
-                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
-                    (Some(i), g)
-                } else {
-                    (None, [0; 16])
-                };
-                let psn_a = random_psn();
-                let psn_b = random_psn();
-                let peer = |qpn, psn| verbs::PeerInfo {
-                    qpn,
-                    psn,
-                    lid: port.lid,
-                    gid,
-                    mtu: port.active_mtu,
-                };
-                let la = verbs::LocalPath {
-                    port: cfg.port,
-                    sgid_index,
-                    sq_psn: psn_a,
-                    gid,
-                    lid: port.lid,
-                };
-                let lb = verbs::LocalPath {
-                    port: cfg.port,
-                    sgid_index,
-                    sq_psn: psn_b,
-                    gid,
-                    lid: port.lid,
-                };
-                let (qa, qb) = (a.qpn(), b.qpn());
-                a.connect(la, peer(qb, psn_b))?;
-                b.connect(lb, peer(qa, psn_a))?;
-                (QpKind::Verbs(a), QpKind::Verbs(b))
+                QpKind::Verbs(verbs::create_qp(pd, caps)?)
             }
         };
-        Ok((
-            Qp {
-                kind: a,
-                _pd: self.inner.clone(),
-            },
-            Qp {
-                kind: b,
-                _pd: self.inner.clone(),
-            },
-        ))
+        Ok(Qp {
+            kind,
+            state: QpState::Reset,
+            cfg: *cfg,
+            pd: self.inner.clone(),
+        })
     }
 }
 
@@ -454,14 +430,129 @@ pub struct PathInfo {
     pub dest_qpn: u32,
 }
 
+/// The state of a QP as this crate drove it (IB spec 10.3.1). The device may
+/// move a QP in RTS to ERR on an error; the completions say so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+}
+
 /// An RC queue pair with its own completion queue.
 pub struct Qp {
     // Field order: the QP goes before the PD (and its MRs) it belongs to.
     kind: QpKind,
-    _pd: Arc<PdInner>,
+    state: QpState,
+    cfg: QpConfig,
+    pd: Arc<PdInner>,
 }
 
 impl Qp {
+    /// Connects two QPs of the same PD to each other (loopback on one
+    /// device): each goes RESET -> INIT -> RTR -> RTS with the peer's QPN and
+    /// PSN, path MTU the port's active MTU, RoCE v2 GID as in [`QpConfig`],
+    /// and `rnr_retry` from `a`'s config for both.
+    ///
+    /// Errors: the QPs belong to different PDs, or either is not in RESET
+    /// ([`Error::Invalid`], nothing changed); a failed transition (the QP is
+    /// left where it got to).
+    pub fn connect_loopback(a: &mut Qp, b: &mut Qp) -> Result<()> {
+        if !Arc::ptr_eq(&a.pd, &b.pd) {
+            return Err(Error::Invalid(
+                "connect_loopback joins two QPs of one PD".into(),
+            ));
+        }
+        if a.state != QpState::Reset || b.state != QpState::Reset {
+            return Err(Error::Invalid(format!(
+                "connect_loopback needs both QPs in RESET (they are in {:?} and {:?})",
+                a.state, b.state
+            )));
+        }
+        #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
+        let rnr_retry = a.cfg.rnr_retry;
+        match (&mut a.kind, &mut b.kind) {
+            (QpKind::Direct(x), QpKind::Direct(y)) => {
+                let access = sim::Access::all();
+                for q in [&*x, &*y] {
+                    q.sim_qp.to_init(access)?;
+                }
+                for (x, y) in [(&*x, &*y), (&*y, &*x)] {
+                    x.sim_qp.to_rtr(y.qpn())?;
+                }
+                for q in [&*x, &*y] {
+                    q.sim_qp.to_rts()?;
+                }
+            }
+            #[cfg(feature = "verbs")]
+            (QpKind::Verbs(x), QpKind::Verbs(y)) => {
+                let PdKind::Verbs(pd) = &a.pd.kind else {
+                    unreachable!("verbs QPs come from a verbs PD")
+                };
+                let cfg = a.cfg;
+                let port = pd.ctx.query_port(cfg.port)?;
+                let roce = port.link_layer == 2;
+                let (sgid_index, gid) = if roce {
+                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
+                    (Some(i), g)
+                } else {
+                    (None, [0; 16])
+                };
+                let (psn_x, psn_y) = (random_psn(), random_psn());
+                let peer = |qpn, psn| verbs::PeerInfo {
+                    qpn,
+                    psn,
+                    lid: port.lid,
+                    gid,
+                    mtu: port.active_mtu,
+                };
+                let local = |sq_psn| verbs::LocalPath {
+                    port: cfg.port,
+                    sgid_index,
+                    sq_psn,
+                    gid,
+                    lid: port.lid,
+                    rnr_retry,
+                };
+                let (qx, qy) = (x.qpn(), y.qpn());
+                x.connect(local(psn_x), peer(qy, psn_y))?;
+                y.connect(local(psn_y), peer(qx, psn_x))?;
+            }
+            #[cfg(feature = "verbs")]
+            _ => unreachable!("one PD holds QPs of one kind"),
+        }
+        a.state = QpState::Rts;
+        b.state = QpState::Rts;
+        Ok(())
+    }
+
+    /// The send queue's ring bytes followed by its doorbell record, on the
+    /// direct path (`None` on verbs, whose provider owns the ring). For tests
+    /// and tools that show a refused post wrote nothing; allocates.
+    pub fn sq_snapshot(&self) -> Option<Vec<u8>> {
+        match &self.kind {
+            QpKind::Direct(q) => Some(q.sq_snapshot()),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// The state this crate took the QP to.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The largest inline payload this QP takes, in bytes (what the device
+    /// granted; at least [`QpConfig::max_inline`]).
+    pub fn max_inline(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(_) => self.cfg.max_inline,
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.max_inline(),
+        }
+    }
+
     /// QP number (24 bits).
     pub fn qp_num(&self) -> u32 {
         match &self.kind {
@@ -492,8 +583,18 @@ impl Qp {
     /// Posts a batch of send work requests with one doorbell. Every WR is
     /// checked first; on any error nothing is posted. [`Error::QueueFull`]
     /// when the send queue has no room for the whole batch.
+    ///
+    /// A QP that is not connected (RTS) refuses every WR with
+    /// [`Error::QpState`].
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        if self.state != QpState::Rts {
+            return Err(Error::QpState {
+                state: self.state,
+                needs: "RTS",
+            });
+        }
+        let max_inline = self.max_inline();
         for w in wrs {
             match w.op {
                 WrOp::AtomicCmpSwp { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
@@ -515,6 +616,12 @@ impl Qp {
                 }
                 _ => {}
             }
+            if w.inline && w.total_len() > max_inline as u64 {
+                return Err(Error::Invalid(format!(
+                    "inline payload of {} bytes exceeds the QP's max_inline of {max_inline}",
+                    w.total_len()
+                )));
+            }
             if w.total_len() > 1 << 31 {
                 return Err(Error::Invalid(format!(
                     "message of {} bytes exceeds 2^31",
@@ -531,7 +638,15 @@ impl Qp {
 
     /// Posts a batch of receive work requests with one doorbell. On error
     /// nothing is posted; [`Error::QueueFull`] when the RQ has no room for all.
+    ///
+    /// A QP in RESET refuses every WR with [`Error::QpState`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.state == QpState::Reset {
+            return Err(Error::QpState {
+                state: self.state,
+                needs: "INIT or later",
+            });
+        }
         match &mut self.kind {
             QpKind::Direct(q) => q.post_recv(wrs),
             #[cfg(feature = "verbs")]

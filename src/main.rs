@@ -25,6 +25,9 @@ enum Cmd {
     Devices,
     /// Run a perftest-compatible benchmark (both sides in this process).
     Bench(BenchArgs),
+    /// Run the conformance suite on a device: one line per case, then
+    /// `N passed, N failed, N skipped`. Exits 1 if any case failed.
+    Conformance(ConformanceArgs),
     /// Encode one send WQE into an SQ ring; print its segments as JSON.
     /// Numbers are decimal or 0x hex.
     EncodeWqe(tools::EncodeWqe),
@@ -88,6 +91,18 @@ struct BenchArgs {
     gid_index: Option<u8>,
 }
 
+#[derive(clap::Args)]
+struct ConformanceArgs {
+    /// Device: `sim` or an ibverbs device such as rxe0 or mlx5_0.
+    #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]
+    device: String,
+    /// Run only the cases whose name contains this text.
+    filter: Option<String>,
+    /// List the cases and exit.
+    #[arg(long)]
+    list: bool,
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -123,10 +138,15 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Cmd::Conformance(a) = &cli.cmd {
+        return conformance(a);
+    }
     let r = match cli.cmd {
         Cmd::Devices => devices(),
         Cmd::Bench(a) => run_bench(a),
-        Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) => unreachable!("handled above"),
+        Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) | Cmd::Conformance(_) => {
+            unreachable!("handled above")
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -140,6 +160,48 @@ fn main() -> ExitCode {
                 _ => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+fn conformance(a: &ConformanceArgs) -> ExitCode {
+    use rdma_direct::conformance::{cases, run, Outcome};
+    use std::io::Write;
+    let filter = a.filter.as_deref().unwrap_or("");
+    if a.list {
+        for c in cases().iter().filter(|c| c.name.contains(filter)) {
+            println!("{}", c.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    // The device must open before any case runs: a wrong name is a usage error.
+    if let Err(e) = rdma_direct::Context::open(&a.device) {
+        eprintln!("rdma-direct: error: {e}");
+        return ExitCode::from(2);
+    }
+    if !cases().iter().any(|c| c.name.contains(filter)) {
+        eprintln!("rdma-direct: error: no conformance case matches {filter:?} (see --list)");
+        return ExitCode::from(2);
+    }
+    let width = cases().iter().map(|c| c.name.len()).max().unwrap_or(0);
+    let s = run(&a.device, filter, |c, r| {
+        let line = match r {
+            Ok(Outcome::Passed(note)) if note.is_empty() => "ok".to_string(),
+            Ok(Outcome::Passed(note)) => format!("ok ({note})"),
+            Ok(Outcome::Skipped(why)) => format!("skipped: {why}"),
+            Err(f) => format!("FAILED: {f}"),
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{:<width$}  {line}", c.name);
+        let _ = out.flush();
+    });
+    println!(
+        "{} on {}: {} passed, {} failed, {} skipped",
+        "conformance", a.device, s.passed, s.failed, s.skipped
+    );
+    if s.failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

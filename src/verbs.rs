@@ -509,9 +509,16 @@ pub(crate) struct LocalPath {
     /// Own GID and LID (for reporting).
     pub(crate) gid: [u8; 16],
     pub(crate) lid: u16,
+    /// 0..=7, 7: forever.
+    pub(crate) rnr_retry: u8,
 }
 
 impl VerbsQp {
+    /// The inline size the device granted (`max_inline_data`), in bytes.
+    pub(crate) fn max_inline(&self) -> u32 {
+        self.caps.max_inline
+    }
+
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -607,7 +614,7 @@ impl VerbsQp {
         a.sq_psn = local.sq_psn;
         a.timeout = 14;
         a.retry_cnt = 7;
-        a.rnr_retry = 6;
+        a.rnr_retry = local.rnr_retry;
         a.max_rd_atomic = 1;
         self.modify(
             &mut a,

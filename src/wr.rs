@@ -217,9 +217,16 @@ impl<'a> RecvWr<'a> {
     }
 }
 
-/// Completion status with `enum ibv_wc_status` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Completion status with `enum ibv_wc_status` values. `Debug` prints the
+/// identifier (`REM_ACCESS_ERR`), `Display` the verbs description.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WcStatus(pub u32);
+
+impl std::fmt::Debug for WcStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.ident())
+    }
+}
 
 impl WcStatus {
     pub const SUCCESS: Self = Self(0);

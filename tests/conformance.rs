@@ -107,6 +107,11 @@ conformance_tests!(
     the_16_bit_wqe_index_wraps,
     unsignaled_streams_never_fill_the_send_queue,
     bandwidth_benchmarks_run,
+    every_opcode_at_every_size,
+    one_to_max_sges_gather_and_scatter,
+    inline_at_the_limit_and_one_over,
+    post_before_rts_is_refused,
+    rnr_retry_finite_and_forever,
 );
 
 /// What the docs promise about threads, checked at compile time.

@@ -471,3 +471,19 @@ impl ReceiveQueue {
         Some(self.wr_id[(idx & (self.wqe_cnt - 1)) as usize])
     }
 }
+
+impl SendQueue {
+    /// A copy of the whole SQ ring followed by the SQ doorbell record (4
+    /// bytes, big-endian as the device reads it), for tests and tools that
+    /// show a refused post wrote nothing. Allocates; not for the hot path.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.buf.len() + 4];
+        let n = self.buf.len();
+        self.buf.read_wrapping(0, &mut v[..n]);
+        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract);
+        // word QP_DBREC_SQ is the SQ's.
+        let db = unsafe { mmio::read_dbrec(self.dbrec.add(QP_DBREC_SQ)) };
+        v[n..].copy_from_slice(&db.to_be_bytes());
+        v
+    }
+}
