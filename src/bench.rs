@@ -61,6 +61,8 @@ pub struct LatReport {
     pub t_stdev: f64,
     pub p99: f64,
     pub p99_9: f64,
+    /// CPU cost of posting and polling during the run.
+    pub cpu: CpuCost,
 }
 
 /// perftest's latency header line.
@@ -106,6 +108,7 @@ impl LatReport {
             t_stdev: var.sqrt(),
             p99: d[idx(0.99)],
             p99_9: d[idx(0.999)],
+            cpu: CpuCost::default(),
         }
     }
 
@@ -124,6 +127,118 @@ impl LatReport {
             self.p99,
             self.p99_9
         )
+    }
+}
+
+/// A cycle counter: the TSC on x86_64 (about 8 ns a read here, no
+/// serialization), elsewhere nanoseconds from a monotonic clock.
+#[inline(always)]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC reads a counter; it touches no memory and has no
+        // precondition (it is `unsafe` only as an intrinsic).
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// CPU time spent inside `post_send`/`post_recv` and inside `poll` calls that
+/// returned completions (empty polls are waiting, not cost), in [`ticks`].
+/// The cost of reading the counter itself is measured once and subtracted.
+struct CpuMeter {
+    post_ticks: u64,
+    posted: u64,
+    poll_ticks: u64,
+    polled: u64,
+    overhead: u64,
+    start: (Instant, u64),
+}
+
+impl CpuMeter {
+    fn new() -> Self {
+        let overhead = (0..1000)
+            .map(|_| {
+                let t = ticks();
+                ticks().wrapping_sub(t)
+            })
+            .min()
+            .unwrap_or(0);
+        CpuMeter {
+            post_ticks: 0,
+            posted: 0,
+            poll_ticks: 0,
+            polled: 0,
+            overhead,
+            start: (Instant::now(), ticks()),
+        }
+    }
+
+    /// Times one post call of `wrs` work requests.
+    #[inline(always)]
+    fn post(&mut self, wrs: usize, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        let t = ticks();
+        let r = f();
+        let dt = ticks().wrapping_sub(t).saturating_sub(self.overhead);
+        if r.is_ok() {
+            self.post_ticks += dt;
+            self.posted += wrs as u64;
+        }
+        r
+    }
+
+    /// Polls `qp` once, timing the call if it returned completions.
+    #[inline(always)]
+    fn poll(&mut self, qp: &mut Qp, wc: &mut [Completion]) -> Result<usize> {
+        let t = ticks();
+        let n = qp.poll(wc)?;
+        if n > 0 {
+            self.poll_ticks += ticks().wrapping_sub(t).saturating_sub(self.overhead);
+            self.polled += n as u64;
+        }
+        Ok(n)
+    }
+
+    /// ns per posted WR and per polled CQE.
+    fn report(&self) -> CpuCost {
+        let (t0, c0) = self.start;
+        let ns = t0.elapsed().as_nanos() as f64;
+        let per_ns = (ticks().wrapping_sub(c0) as f64 / ns).max(f64::MIN_POSITIVE);
+        let per = |t: u64, n: u64| {
+            if n == 0 {
+                0.0
+            } else {
+                t as f64 / per_ns / n as f64
+            }
+        };
+        CpuCost {
+            post_ns: per(self.post_ticks, self.posted),
+            poll_ns: per(self.poll_ticks, self.polled),
+        }
+    }
+}
+
+/// CPU cost of the data path during a run: what perftest cannot show.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuCost {
+    /// Time inside post calls per work request posted (send and receive), ns.
+    pub post_ns: f64,
+    /// Time inside poll calls that returned completions, per completion, ns.
+    pub poll_ns: f64,
+}
+
+/// Header of the columns after perftest's: CPU cost per WR posted and per
+/// completion polled.
+pub const CPU_HEADER: &str = "   post[nsec/WR]   poll[nsec/CQE]";
+
+impl CpuCost {
+    /// The two columns under [`CPU_HEADER`].
+    pub fn columns(&self) -> String {
+        format!("   {:<13.1}   {:<13.1}", self.post_ns, self.poll_ns)
     }
 }
 
@@ -164,13 +279,13 @@ fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>)
 
 /// Polls until a receive completes (send completions on the way are taken
 /// and dropped); an error completion of either kind fails the run.
-fn wait_recv(qp: &mut Qp, side: &str) -> Result<()> {
+fn wait_recv(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
     let mut wc = [Completion::default(); 4];
     let mut got = false;
     spin_until(
         || format!("no receive completion on side {side} within {WAIT_LIMIT:?}"),
         || {
-            let n = qp.poll(&mut wc)?;
+            let n = m.poll(qp, &mut wc)?;
             for c in &wc[..n] {
                 if !c.status.is_ok() {
                     return Err(Error::from(*c));
@@ -182,11 +297,11 @@ fn wait_recv(qp: &mut Qp, side: &str) -> Result<()> {
     )
 }
 
-fn wait_completion(qp: &mut Qp, side: &str) -> Result<()> {
+fn wait_completion(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
     let mut wc = [Completion::default(); 1];
     spin_until(
         || format!("no send completion on side {side} within {WAIT_LIMIT:?}"),
-        || Ok(qp.poll(&mut wc)? == 1),
+        || Ok(m.poll(qp, &mut wc)? == 1),
     )?;
     if !wc[0].status.is_ok() {
         return Err(Error::from(wc[0]));
@@ -401,6 +516,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let (to_b, to_a) = (remote(&mr_b), remote(&mr_a));
     let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
     let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
+    let mut m = CpuMeter::new();
 
     match test {
         LatTest::Write => {
@@ -414,20 +530,20 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 stamps.push(Instant::now());
                 mr_a.store_u8(last, seq);
                 wr_a.wr_id = i as u64;
-                a.post_send(&[wr_a])?;
+                m.post(1, || a.post_send(&[wr_a]))?;
                 spin_until(
                     || format!("iteration {i}: A's write never reached B"),
                     || Ok(mr_b.load_u8(size + last) == seq),
                 )?;
                 mr_b.store_u8(last, seq);
                 wr_b.wr_id = i as u64;
-                b.post_send(&[wr_b])?;
+                m.post(1, || b.post_send(&[wr_b]))?;
                 spin_until(
                     || format!("iteration {i}: B's write never reached A"),
                     || Ok(mr_a.load_u8(size + last) == seq),
                 )?;
-                wait_completion(&mut b, "B")?;
-                wait_completion(&mut a, "A")?;
+                wait_completion(&mut b, "B", &mut m)?;
+                wait_completion(&mut a, "A", &mut m)?;
             }
         }
         LatTest::Send => {
@@ -436,20 +552,20 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             // reposts and sends back; A waits for its receive and reposts.
             let rbuf_a = [Sge::new(&mr_a, size, size_asked)?];
             let rbuf_b = [Sge::new(&mr_b, size, size_asked)?];
-            a.post_recv(&[RecvWr::new(0, &rbuf_a)])?;
-            b.post_recv(&[RecvWr::new(0, &rbuf_b)])?;
+            m.post(1, || a.post_recv(&[RecvWr::new(0, &rbuf_a)]))?;
+            m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
             let mut wr_a = SendWr::send(0, &sge_a).signaled();
             let mut wr_b = SendWr::send(0, &sge_b).signaled();
             wr_a.inline = inline;
             wr_b.inline = inline;
             for _ in 0..cfg.iters {
                 stamps.push(Instant::now());
-                a.post_send(&[wr_a])?;
-                wait_recv(&mut b, "B")?;
-                b.post_recv(&[RecvWr::new(0, &rbuf_b)])?;
-                b.post_send(&[wr_b])?;
-                wait_recv(&mut a, "A")?;
-                a.post_recv(&[RecvWr::new(0, &rbuf_a)])?;
+                m.post(1, || a.post_send(&[wr_a]))?;
+                wait_recv(&mut b, "B", &mut m)?;
+                m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
+                m.post(1, || b.post_send(&[wr_b]))?;
+                wait_recv(&mut a, "A", &mut m)?;
+                m.post(1, || a.post_recv(&[RecvWr::new(0, &rbuf_a)]))?;
             }
         }
         LatTest::Read | LatTest::Atomic => {
@@ -463,8 +579,8 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             for i in 0..cfg.iters {
                 stamps.push(Instant::now());
                 wr.wr_id = i as u64;
-                a.post_send(&[wr])?;
-                wait_completion(&mut a, "A")?;
+                m.post(1, || a.post_send(&[wr]))?;
+                wait_completion(&mut a, "A", &mut m)?;
             }
         }
     }
@@ -473,17 +589,21 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         .windows(2)
         .map(|w| (w[1] - w[0]).as_nanos() as f64)
         .collect();
-    Ok((
-        info,
-        LatReport::from_round_trips(size_asked, cfg.iters, &mut rtt, test.rtt_factor()),
-    ))
+    let mut report =
+        LatReport::from_round_trips(size_asked, cfg.iters, &mut rtt, test.rtt_factor());
+    report.cpu = m.report();
+    Ok((info, report))
 }
 
-/// The bandwidth tests (perftest's `ib_write_bw`, `ib_read_bw`, `ib_atomic_bw`).
+/// The bandwidth tests (perftest's `ib_write_bw`, `ib_read_bw`,
+/// `ib_send_bw`, `ib_atomic_bw`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwTest {
     Write,
     Read,
+    /// SENDs into receives the other side keeps posted (perftest's
+    /// `ib_send_bw`; its `rx_depth` is `tx_depth` here).
+    Send,
     Atomic,
 }
 
@@ -493,6 +613,7 @@ impl BwTest {
         match self {
             BwTest::Write => "RDMA_Write BW Test",
             BwTest::Read => "RDMA_Read BW Test",
+            BwTest::Send => "Send BW Test",
             BwTest::Atomic => "Atomic FETCH_AND_ADD BW Test",
         }
     }
@@ -534,6 +655,8 @@ pub struct BwReport {
     pub bw_average: f64,
     /// Millions of messages per second.
     pub msg_rate: f64,
+    /// CPU cost of posting and polling during the run.
+    pub cpu: CpuCost,
 }
 
 /// perftest computes the peak only up to this many iterations.
@@ -581,6 +704,7 @@ impl BwReport {
             bw_peak,
             bw_average,
             msg_rate: n as f64 / total_s / 1e6,
+            cpu: CpuCost::default(),
         }
     }
 }
@@ -630,15 +754,21 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr_a = pd.reg_mr(size as usize, access)?;
     let mr_b = pd.reg_mr(size as usize, access)?;
-    let inline = test == BwTest::Write && size <= cfg.lat.inline_size;
+    let inline = matches!(test, BwTest::Write | BwTest::Send) && size <= cfg.lat.inline_size;
+    let rx_depth = if test == BwTest::Send {
+        cfg.tx_depth
+    } else {
+        0
+    };
     let qcfg = QpConfig {
         max_send_wr: cfg.tx_depth,
+        max_recv_wr: rx_depth,
         max_inline: if inline { cfg.lat.inline_size } else { 0 },
         port: cfg.lat.port,
         gid_index: cfg.lat.gid_index,
         ..QpConfig::default()
     };
-    let (mut a, b) = pd.create_connected_pair(&qcfg)?;
+    let (mut a, mut b) = pd.create_connected_pair(&qcfg)?;
     let side = |qp: &Qp, mr: &Mr| SideInfo {
         qpn: qp.qp_num(),
         path: qp.path(),
@@ -660,10 +790,19 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     let mut wr = match test {
         BwTest::Write => SendWr::rdma_write(0, &sge, to_b),
         BwTest::Read => SendWr::rdma_read(0, &sge, to_b),
+        BwTest::Send => SendWr::send(0, &sge),
         BwTest::Atomic => SendWr::atomic_fetch_add(0, &sge, to_b, 1),
     };
     wr.inline = inline;
     let cq_mod = cfg.cq_mod.min(cfg.tx_depth) as usize;
+    let mut m = CpuMeter::new();
+    // Send: B keeps `rx_depth` receives posted and reposts each one consumed.
+    let rsge = [Sge::new(&mr_b, 0, size)?];
+    let recv = [RecvWr::new(0, &rsge)];
+    for _ in 0..rx_depth {
+        m.post(1, || b.post_recv(&recv))?;
+    }
+    let mut received = 0usize;
     let start = Instant::now();
     let mut wc = [Completion::default(); 16];
     let mut last_progress = Instant::now();
@@ -676,7 +815,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             wr.wr_id = i as u64;
             wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters;
             posted_at.push(start.elapsed().as_nanos() as f64);
-            if let Err(e) = a.post_send(&[wr]) {
+            if let Err(e) = m.post(1, || a.post_send(&[wr])) {
                 posted_at.pop();
                 if matches!(e, Error::QueueFull) {
                     break;
@@ -684,7 +823,19 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
                 return Err(e);
             }
         }
-        let n = a.poll(&mut wc)?;
+        if rx_depth > 0 {
+            let n = m.poll(&mut b, &mut wc)?;
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err(Error::from(*c));
+                }
+                received += 1;
+                if received + (rx_depth as usize) <= iters {
+                    m.post(1, || b.post_recv(&recv))?;
+                }
+            }
+        }
+        let n = m.poll(&mut a, &mut wc)?;
         let now = start.elapsed().as_nanos() as f64;
         for c in &wc[..n] {
             if !c.status.is_ok() {
@@ -705,7 +856,9 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         }
     }
     drop(b);
-    Ok((info, BwReport::from_times(size, &posted_at, &completed_at)))
+    let mut report = BwReport::from_times(size, &posted_at, &completed_at);
+    report.cpu = m.report();
+    Ok((info, report))
 }
 
 #[cfg(test)]

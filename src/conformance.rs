@@ -848,6 +848,7 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
     for (test, bytes) in [
         (BwTest::Write, 4096),
         (BwTest::Read, 4096),
+        (BwTest::Send, 4096),
         (BwTest::Atomic, 8),
     ] {
         let cfg = BwConfig {
@@ -865,6 +866,11 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
         check!(
             r.bw_average > 0.0 && r.bw_peak >= r.bw_average * 0.999 && r.msg_rate > 0.0,
             "{test:?}: {r:?}"
+        );
+        check!(
+            r.cpu.post_ns > 0.0 && r.cpu.poll_ns > 0.0,
+            "{test:?}: no CPU cost measured: {:?}",
+            r.cpu
         );
     }
     passed(vec![])

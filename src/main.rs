@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use rdma_direct::bench::{
-    self, BwConfig, BwTest, LatConfig, LatTest, BW_HEADER, LAT_HEADER, RESULT_LINE,
+    self, BwConfig, BwTest, LatConfig, LatTest, BW_HEADER, CPU_HEADER, LAT_HEADER, RESULT_LINE,
 };
 use std::process::ExitCode;
 
@@ -55,6 +55,9 @@ enum Test {
     /// RDMA READ bandwidth, as perftest's ib_read_bw.
     #[value(name = "read_bw")]
     ReadBw,
+    /// SEND bandwidth into receives kept posted, as perftest's ib_send_bw.
+    #[value(name = "send_bw")]
+    SendBw,
     /// Fetch-and-add message rate, as perftest's ib_atomic_bw (8 bytes).
     #[value(name = "atomic_bw")]
     AtomicBw,
@@ -259,14 +262,15 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     if let Some(test) = lat {
         let (info, r) = bench::run_lat(test, &base)?;
         print!("{}", info.banner(test.title()));
-        println!("{LAT_HEADER}");
-        println!("{}", r.row());
+        println!("{LAT_HEADER}{CPU_HEADER}");
+        println!("{}{}", r.row(), r.cpu.columns());
         println!("{RESULT_LINE}");
         return Ok(());
     }
     let test = match a.test {
         Test::WriteBw => BwTest::Write,
         Test::ReadBw => BwTest::Read,
+        Test::SendBw => BwTest::Send,
         _ => BwTest::Atomic,
     };
     let cfg = BwConfig {
@@ -276,8 +280,8 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     };
     let (info, r) = bench::run_bw(test, &cfg)?;
     print!("{}", info.banner(test.title()));
-    println!("{BW_HEADER}");
-    println!("{}", r.row());
+    println!("{BW_HEADER}{CPU_HEADER}");
+    println!("{}{}", r.row(), r.cpu.columns());
     println!("{RESULT_LINE}");
     Ok(())
 }
