@@ -541,7 +541,7 @@ fn rdma_read_lands_byte_for_byte_and_needs_remote_read(dev: &str) -> CaseResult 
     );
     check_eq!(wc.opcode, WcOpcode::RDMA_READ);
     check_eq!(contents(&local)?, data, "read data differs");
-    notes.push(format!("4096-byte RDMA READ landed byte for byte"));
+    notes.push("4096-byte RDMA READ landed byte for byte".to_string());
 
     // A region without REMOTE_READ: remote access error, local memory untouched.
     let mut s = setup(dev)?;
@@ -597,9 +597,7 @@ fn atomics_update_the_remote_word_and_return_the_old_value(dev: &str) -> CaseRes
     check_eq!(poll_one(&mut s.a)?.status, WcStatus::SUCCESS);
     check_eq!(read_u64(&word, 8)?, 42, "a failed CAS changed the word");
     check_eq!(read_u64(&old, 8)?, 42, "failed CAS old value");
-    notes.push(format!(
-        "FAA and CAS update the remote word, return the old value"
-    ));
+    notes.push("FAA and CAS update the remote word, return the old value".to_string());
 
     // Bad atomics are refused before anything is posted.
     let bad = [
@@ -1269,6 +1267,204 @@ fn rnr_retry_finite_and_forever(dev: &str) -> CaseResult {
     passed(vec![])
 }
 
+/// CQ credits: with a CQ of depth d, at most d WRs (sends outstanding plus
+/// receives posted) are held at once, since an error would flush each into
+/// the CQ. The post that would exceed it is refused and writes nothing;
+/// polling gives the room back.
+fn cq_credits_bound_what_is_outstanding(dev: &str) -> CaseResult {
+    let mut s = setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            cq_depth: Some(4),
+            ..QpConfig::default()
+        },
+    )?;
+    let d = s.a.cq_depth() as usize;
+    if d >= 64 {
+        return skipped(format!(
+            "asked for a CQ of 4, {dev} made it {d} deep, not less than the SQ"
+        ));
+    }
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let wr = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0));
+    // d - 1 unsignaled, then one signaled: d outstanding.
+    let mut batch: Vec<SendWr> = (0..d as u64 - 1).map(wr).collect();
+    batch.push(wr(d as u64 - 1).signaled());
+    s.a.post_send(&batch)?;
+    let before = ring_snapshot(&s.a);
+    let r = s.a.post_send(&[wr(100).signaled()]);
+    check!(
+        matches!(r, Err(Error::QueueFull)),
+        "WR {} of a CQ of {d} accepted: {r:?}",
+        d + 1
+    );
+    check!(
+        ring_snapshot(&s.a) == before,
+        "the refused post changed the ring"
+    );
+    let c = poll_one(&mut s.a)?;
+    check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, d as u64 - 1));
+    // The CQE retired all d: d fit again.
+    let batch: Vec<SendWr> = (200..200 + d as u64).map(|i| wr(i).signaled()).collect();
+    s.a.post_send(&batch)?;
+    let got = poll_until(&mut s.a, d)?;
+    check!(got.iter().all(|c| c.status.is_ok()), "{got:?}");
+    // Receives hold credits too.
+    let rsge = [Sge::new(&dst, 0, 8)?];
+    let recvs: Vec<RecvWr> = (0..d as u64).map(|i| RecvWr::new(i, &rsge)).collect();
+    s.b.post_recv(&recvs)?;
+    let r = s.b.post_recv(&[RecvWr::new(99, &rsge)]);
+    check!(
+        matches!(r, Err(Error::QueueFull)),
+        "receive {} of a CQ of {d} accepted: {r:?}",
+        d + 1
+    );
+    let r =
+        s.b.post_send(&[SendWr::rdma_write(98, &rsge, remote(&src, 0)).signaled()]);
+    check!(
+        matches!(r, Err(Error::QueueFull)),
+        "a send beside {d} receives accepted: {r:?}"
+    );
+    passed(vec![format!(
+        "CQ of {d}: WR {} refused until a completion was polled",
+        d + 1
+    )])
+}
+
+const NEEDS_HOOK: &str =
+    "needs the sim's test hook (raw WQE bytes or bypassed CQ credits); this device has none";
+
+/// WQEs the driver never writes, put on the ring through the sim's test
+/// hook: DS 0, another QP's number, the wrong WQE index, an unknown opcode.
+/// Each completes with LOC_QP_OP_ERR (syndrome 0x02) carrying its wr_id,
+/// moves the QP to ERR (the next WR is flushed) and touches no memory.
+fn malformed_wqes_are_local_qp_operation_errors(dev: &str) -> CaseResult {
+    type Patch = fn(&mut [u8]);
+    let patches: [(&str, Patch); 4] = [
+        ("DS 0", |w| w[7] &= !0x3f),
+        ("another QPN", |w| w[6] ^= 0x01),
+        ("wrong WQE index", |w| w[2] ^= 0x01),
+        ("unknown opcode 0x07", |w| w[3] = 0x07),
+    ];
+    for (what, patch) in patches {
+        let mut s = setup(dev)?;
+        let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+        let dst =
+            s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        src.write(0, &[0x99; 64])?;
+        let sge = [Sge::new(&src, 0, 64)?];
+        let Some(mut hook) = s.a.sim_hook() else {
+            return skipped(NEEDS_HOOK);
+        };
+        hook.post_patched(
+            &SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled(),
+            patch,
+        )?;
+        s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&dst, 0)).signaled()])?;
+        let got = poll_until(&mut s.a, 2)?;
+        let seen: Vec<_> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+        check_eq!(
+            seen,
+            vec![(1, WcStatus::LOC_QP_OP_ERR), (2, WcStatus::WR_FLUSH_ERR)],
+            "{what}"
+        );
+        check!(
+            contents(&dst)?.iter().all(|&b| b == 0),
+            "{what}: memory written"
+        );
+    }
+    passed(vec![
+        "DS 0, another QPN, wrong WQE index, unknown opcode".into()
+    ])
+}
+
+/// A fetch-and-add whose remote address is not 8-byte aligned (put on the
+/// ring through the hook; the API refuses it): REM_INV_REQ_ERR (0x12), the
+/// remote word unchanged.
+fn misaligned_atomic_is_a_remote_invalid_request(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let word =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let old = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    word.write(0, &[0x11; 64])?;
+    let sge = [Sge::new(&old, 0, 8)?];
+    let Some(mut hook) = s.a.sim_hook() else {
+        return skipped(NEEDS_HOOK);
+    };
+    // The remote address segment follows the 16-byte ctrl segment: addr (8, BE), rkey, reserved.
+    hook.post_patched(
+        &SendWr::atomic_fetch_add(1, &sge, remote(&word, 8), 1).signaled(),
+        |w| {
+            let a = u64::from_be_bytes(w[16..24].try_into().unwrap()) + 4;
+            w[16..24].copy_from_slice(&a.to_be_bytes());
+        },
+    )?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!((c.wr_id, c.status), (1, WcStatus::REM_INV_REQ_ERR));
+    check!(
+        contents(&word)? == vec![0x11; 64],
+        "the remote word changed"
+    );
+    check!(
+        contents(&old)?.iter().all(|&b| b == 0),
+        "an old value was returned"
+    );
+    passed(vec![])
+}
+
+/// With CQ credits bypassed (hook), six signaled WRs into a CQ of four that
+/// nobody polls: four CQEs are written, the fifth finds its slot not
+/// released, so the CQ stops, raises one CQ error event, and writes nothing
+/// more.
+fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResult {
+    let mut s = setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 16,
+            max_recv_wr: 0,
+            cq_depth: Some(4),
+            ..QpConfig::default()
+        },
+    )?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let Some(mut hook) = s.a.sim_hook() else {
+        return skipped(NEEDS_HOOK);
+    };
+    hook.ignore_cq_credits();
+    let batch: Vec<SendWr> = (0..6)
+        .map(|i| SendWr::rdma_write(i, &sge, remote(&dst, 0)).signaled())
+        .collect();
+    s.a.post_send(&batch)?;
+    let deadline = Instant::now() + COMPLETION_TIMEOUT;
+    loop {
+        let (overrun, events) = s.a.sim_hook().map_or((false, 0), |h| h.cq_overrun());
+        if overrun {
+            check_eq!(events, 1, "CQ error events");
+            break;
+        }
+        check!(
+            Instant::now() < deadline,
+            "no CQ overrun within {COMPLETION_TIMEOUT:?}"
+        );
+        std::thread::yield_now();
+    }
+    let got = poll_until(&mut s.a, 4)?;
+    let ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
+    check_eq!(ids, vec![0, 1, 2, 3], "the CQEs that fit");
+    nothing_completes(&mut s.a)?;
+    let (_, events) = s.a.sim_hook().map_or((false, 0), |h| h.cq_overrun());
+    check_eq!(events, 1, "CQ error events after polling");
+    passed(vec![])
+}
+
 /// What the send queue holds, for showing that a refused post wrote
 /// nothing: ring bytes and doorbell record on the direct path; `None` on
 /// the verbs path (the provider owns the ring).
@@ -1312,6 +1508,10 @@ pub fn cases() -> &'static [Case] {
         case!(inline_at_the_limit_and_one_over),
         case!(post_before_rts_is_refused),
         case!(rnr_retry_finite_and_forever),
+        case!(cq_credits_bound_what_is_outstanding),
+        case!(malformed_wqes_are_local_qp_operation_errors),
+        case!(misaligned_atomic_is_a_remote_invalid_request),
+        case!(cq_overrun_stops_the_cq_and_raises_an_event),
     ];
     CASES
 }

@@ -4,7 +4,7 @@
 
 use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
-use mlx5_dv::driver::{CompletionQueue, ReceiveQueue, Retired, SendQueue};
+use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, Retired, SendQueue};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
@@ -23,8 +23,12 @@ pub(crate) struct DirectQp {
     qpn: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
+    /// Room in the CQ: every posted WR holds one credit until retired.
+    credits: CqCredits,
+    /// Test hook: post without taking credits (to reach a CQ overrun).
+    ignore_credits: bool,
     pub(crate) sim_qp: sim::Qp,
-    _sim_cq: sim::Cq,
+    sim_cq: sim::Cq,
 }
 
 impl DirectQp {
@@ -41,7 +45,8 @@ impl DirectQp {
         max_recv_wr: u32,
         max_recv_sge: u32,
     ) -> Result<Self> {
-        let sim_cq = dev.create_cq(cq_depth.next_power_of_two().max(2), 64)?;
+        let cqe_cnt = cq_depth.next_power_of_two().max(2);
+        let sim_cq = dev.create_cq(cqe_cnt, 64)?;
         let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
         let sim_qp = dev.create_qp_rq(pd, &sim_cq, sq_wqebbs, rq_cnt, stride)?;
@@ -60,9 +65,64 @@ impl DirectQp {
             qpn: sim_qp.qpn(),
             max_send_sge,
             max_recv_sge: max_recv_sge.max(1),
+            credits: CqCredits::new(cqe_cnt),
+            ignore_credits: false,
             sim_qp,
-            _sim_cq: sim_cq,
+            sim_cq,
         })
+    }
+
+    #[inline]
+    fn take_credits(&self, n: u32) -> Result<()> {
+        if self.ignore_credits || self.credits.take(n) {
+            Ok(())
+        } else {
+            Err(Error::QueueFull)
+        }
+    }
+
+    #[inline]
+    fn give_credits(&self, n: u32) {
+        if !self.ignore_credits {
+            self.credits.give(n);
+        }
+    }
+
+    /// Test hook: see `SimHook::post_patched`.
+    pub(crate) fn post_patched(
+        &mut self,
+        w: &SendWr<'_>,
+        patch: impl FnOnce(&mut [u8]),
+    ) -> Result<()> {
+        self.take_credits(1)?;
+        let start = self.sq.pi();
+        if let Err(e) = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| Ok(r?)) {
+            self.give_credits(1);
+            return Err(e);
+        }
+        let wqebbs = self.sq.pi().wrapping_sub(start) as usize;
+        let off = (start & (self.sq.geometry().wqe_cnt - 1)) as usize * 64;
+        let mut bytes = vec![0u8; wqebbs * 64];
+        self.sim_qp.hook_read_sq(off, &mut bytes);
+        patch(&mut bytes);
+        self.sim_qp.hook_write_sq(off, &bytes);
+        self.sq.ring_doorbell();
+        Ok(())
+    }
+
+    /// Test hook: posts stop taking CQ credits.
+    pub(crate) fn ignore_credits(&mut self) {
+        self.ignore_credits = true;
+    }
+
+    /// Whether the CQ overran, and its CQ error events.
+    pub(crate) fn cq_overrun(&self) -> (bool, u64) {
+        (self.sim_cq.overrun(), self.sim_cq.error_events())
+    }
+
+    /// CQEs the QP's CQ holds.
+    pub(crate) fn cq_depth(&self) -> u32 {
+        self.credits.depth()
     }
 
     /// SQ ring bytes and doorbell record (see `SendQueue::snapshot`).
@@ -102,10 +162,17 @@ impl DirectQp {
         if let [w] = wrs {
             // One WR: the driver's own checks already write nothing on error,
             // so there is no batch to pre-check (no second encoding pass).
-            with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))?.map_err(|e| match e {
-                WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
-                e => Error::Wqe(e),
-            })?;
+            self.take_credits(1)?;
+            let r = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
+                r.map_err(|e| match e {
+                    WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+                    e => Error::Wqe(e),
+                })
+            });
+            if let Err(e) = r {
+                self.give_credits(1);
+                return Err(e);
+            }
             self.sq.ring_doorbell();
             return Ok(());
         }
@@ -117,6 +184,7 @@ impl DirectQp {
         if need > self.sq.free_wqebbs() || wrs.len() as u32 > self.sq.free_wrs() {
             return Err(Error::QueueFull);
         }
+        self.take_credits(wrs.len() as u32)?;
         for w in wrs {
             with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
         }
@@ -139,6 +207,7 @@ impl DirectQp {
                 )));
             }
         }
+        self.take_credits(wrs.len() as u32)?;
         for w in wrs {
             let mut segs = [DataSeg {
                 addr: 0,
@@ -161,6 +230,8 @@ impl DirectQp {
     /// Polls up to `out.len()` completions.
     #[inline]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let sq_free = self.sq.free_wrs();
+        let mut recvs = 0;
         let mut n = 0;
         let mut result = Ok(());
         while n < out.len() {
@@ -169,6 +240,7 @@ impl DirectQp {
             let retired = if requester {
                 self.sq.complete(cqe.wqe_counter)
             } else {
+                recvs += 1;
                 self.rq.complete(cqe.wqe_counter).map(|wr_id| Retired {
                     wr_id,
                     hidden: false,
@@ -211,8 +283,11 @@ impl DirectQp {
             };
             n += 1;
         }
-        if n > 0 {
+        if n > 0 || recvs > 0 || self.sq.free_wrs() != sq_free {
             self.cq.update_ci();
+        }
+        if !self.ignore_credits {
+            self.give_credits(self.sq.free_wrs() - sq_free + recvs);
         }
         result.map(|()| n)
     }

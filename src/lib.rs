@@ -212,6 +212,13 @@ pub struct QpConfig {
     /// forever (IB spec 9.7.5.2.8). The responder waits `min_rnr_timer` 12
     /// (0.64 ms) between tries.
     pub rnr_retry: u8,
+    /// Depth of the QP's CQ in CQEs; `None`: room for every outstanding send
+    /// and posted receive (`max_send_wr + max_recv_wr`), so the CQ never
+    /// limits posting. The device may round it up ([`Qp::cq_depth`]). Posts
+    /// that would leave the CQ without room for every WR's completion
+    /// (including the flush after an error) are refused with
+    /// [`Error::QueueFull`], so the CQ never overruns.
+    pub cq_depth: Option<u32>,
 }
 
 impl Default for QpConfig {
@@ -225,6 +232,7 @@ impl Default for QpConfig {
             port: 1,
             gid_index: None,
             rnr_retry: 6,
+            cq_depth: None,
         }
     }
 }
@@ -315,8 +323,14 @@ impl Pd {
                 cfg.rnr_retry
             )));
         }
-        // Room for a completion of every outstanding send and posted receive.
-        let cq_depth = cfg.max_send_wr + cfg.max_recv_wr.max(1);
+        // Default: room for a completion of every outstanding send and posted receive.
+        let cq_depth = match cfg.cq_depth {
+            Some(d) if d == 0 || d > 1 << 22 => {
+                return Err(Error::Invalid(format!("cq_depth {d} must be 1..=4194304")))
+            }
+            Some(d) => d,
+            None => cfg.max_send_wr + cfg.max_recv_wr.max(1),
+        };
         let kind = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => {
                 if cfg.max_send_sge as usize > direct::MAX_SGE {
@@ -390,6 +404,31 @@ impl Pd {
             cfg: *cfg,
             pd: self.inner.clone(),
         })
+    }
+}
+
+/// See [`Qp::sim_hook`].
+#[doc(hidden)]
+pub struct SimHook<'q> {
+    q: &'q mut direct::DirectQp,
+}
+
+impl SimHook<'_> {
+    /// Posts `wr` (checked and encoded as usual), lets `patch` rewrite its
+    /// WQE bytes in the ring (all of its WQEBBs, starting at the ctrl
+    /// segment), then rings the doorbell.
+    pub fn post_patched(&mut self, wr: &SendWr<'_>, patch: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.q.post_patched(wr, patch)
+    }
+
+    /// Stops taking CQ credits, so posts can exceed the CQ's room.
+    pub fn ignore_cq_credits(&mut self) {
+        self.q.ignore_credits();
+    }
+
+    /// Whether the QP's CQ overran, and the CQ error events it raised.
+    pub fn cq_overrun(&self) -> (bool, u64) {
+        self.q.cq_overrun()
     }
 }
 
@@ -470,7 +509,6 @@ impl Qp {
                 a.state, b.state
             )));
         }
-        #[cfg_attr(not(feature = "verbs"), allow(unused_variables))]
         let rnr_retry = a.cfg.rnr_retry;
         match (&mut a.kind, &mut b.kind) {
             (QpKind::Direct(x), QpKind::Direct(y)) => {
@@ -482,7 +520,7 @@ impl Qp {
                     x.sim_qp.to_rtr(y.qpn())?;
                 }
                 for q in [&*x, &*y] {
-                    q.sim_qp.to_rts()?;
+                    q.sim_qp.to_rts_with(rnr_retry)?;
                 }
             }
             #[cfg(feature = "verbs")]
@@ -533,6 +571,28 @@ impl Qp {
     pub fn sq_snapshot(&self) -> Option<Vec<u8>> {
         match &self.kind {
             QpKind::Direct(q) => Some(q.sq_snapshot()),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// Depth of the QP's CQ in CQEs, as the device made it.
+    pub fn cq_depth(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.cq_depth(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.cq_depth(),
+        }
+    }
+
+    /// Test hooks of the sim: `None` on other devices. They bypass the
+    /// checks that keep a correct program away from some device errors
+    /// (malformed WQEs, CQ overrun), so the conformance suite can show that
+    /// the device reports them as the hardware does.
+    #[doc(hidden)]
+    pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
+        match &mut self.kind {
+            QpKind::Direct(q) => Some(SimHook { q }),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(_) => None,
         }

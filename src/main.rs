@@ -198,8 +198,8 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         let _ = out.flush();
     });
     println!(
-        "{} on {}: {} passed, {} failed, {} skipped",
-        "conformance", a.device, s.passed, s.failed, s.skipped
+        "conformance on {}: {} passed, {} failed, {} skipped",
+        a.device, s.passed, s.failed, s.skipped
     );
     if s.failed > 0 {
         ExitCode::FAILURE

@@ -388,6 +388,9 @@ pub(crate) struct VerbsQp {
     wr_ids: Box<[u64]>,
     posted: u64,
     retired: u64,
+    /// CQEs the CQ holds: outstanding sends plus posted receives never
+    /// exceed it (CQ credits; a flush after an error fills it at most).
+    cq_depth: u32,
     _pd: Arc<Pd>,
 }
 
@@ -472,6 +475,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
             .into_boxed_slice(),
         recv_posted: 0,
         recv_done: 0,
+        cq_depth,
         path: crate::PathInfo {
             link_layer: "",
             mtu: None,
@@ -514,6 +518,18 @@ pub(crate) struct LocalPath {
 }
 
 impl VerbsQp {
+    /// Whether the CQ has room for the completions of `n` more WRs besides
+    /// every outstanding send and posted receive.
+    fn cq_has_room(&self, n: usize) -> bool {
+        let held = (self.posted - self.retired) + (self.recv_posted - self.recv_done);
+        held + n as u64 <= self.cq_depth as u64
+    }
+
+    /// Depth of the CQ the device gave, in CQEs.
+    pub(crate) fn cq_depth(&self) -> u32 {
+        self.cq_depth
+    }
+
     /// The inline size the device granted (`max_inline_data`), in bytes.
     pub(crate) fn max_inline(&self) -> u32 {
         self.caps.max_inline
@@ -649,7 +665,7 @@ impl VerbsQp {
             }
         }
         let outstanding = self.posted - self.retired;
-        if outstanding + wrs.len() as u64 > self.max_post as u64 {
+        if outstanding + wrs.len() as u64 > self.max_post as u64 || !self.cq_has_room(wrs.len()) {
             return Err(Error::QueueFull);
         }
         for chunk in wrs.chunks(CHUNK) {
@@ -803,7 +819,9 @@ impl VerbsQp {
                 )));
             }
         }
-        if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64 {
+        if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64
+            || !self.cq_has_room(wrs.len())
+        {
             return Err(Error::QueueFull);
         }
         for chunk in wrs.chunks(CHUNK) {

@@ -112,6 +112,10 @@ conformance_tests!(
     inline_at_the_limit_and_one_over,
     post_before_rts_is_refused,
     rnr_retry_finite_and_forever,
+    cq_credits_bound_what_is_outstanding,
+    malformed_wqes_are_local_qp_operation_errors,
+    misaligned_atomic_is_a_remote_invalid_request,
+    cq_overrun_stops_the_cq_and_raises_an_event,
 );
 
 /// What the docs promise about threads, checked at compile time.

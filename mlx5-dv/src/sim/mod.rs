@@ -51,6 +51,11 @@ const MAX_RECV_SGE: usize = 64;
 /// Largest SQ the sim hands out, in WQEBBs.
 pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
 
+/// How long a requester waits after an RNR NAK before it retries: the
+/// responder's `min_rnr_timer` 12, 0.64 ms (IB spec table 45), what
+/// rdma-core's `ibv_rc_pingpong` and perftest ask for.
+pub const RNR_DELAY: std::time::Duration = std::time::Duration::from_micros(640);
+
 /// RC QP states the sim models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -107,6 +112,11 @@ struct CqEntry {
     cqe_size: u32,
     /// Next CQE index the device produces.
     pi: u32,
+    /// A CQE found no free slot: the CQ stopped (writes no more CQEs) and
+    /// raised a CQ error event (`IBV_EVENT_CQ_ERR`).
+    overrun: bool,
+    /// CQ error events raised.
+    error_events: u64,
 }
 
 struct QpEntry {
@@ -126,6 +136,12 @@ struct QpEntry {
     rq_ci: u32,
     peer: Option<u32>,
     access: Access,
+    /// RNR retries the QP allows (7: forever), set at RTR -> RTS.
+    rnr_retry: u8,
+    /// Retries left for the WQE at the head of the SQ, and when it may be
+    /// tried again after an RNR NAK.
+    rnr_left: u8,
+    rnr_wait_until: Option<std::time::Instant>,
 }
 
 #[derive(Default)]
@@ -277,6 +293,8 @@ impl Device {
                 cqe_cnt,
                 cqe_size,
                 pi: 0,
+                overrun: false,
+                error_events: 0,
             },
         );
         Ok(Cq {
@@ -351,6 +369,9 @@ impl Device {
                 rq_ci: 0,
                 peer: None,
                 access: Access::empty(),
+                rnr_retry: 7,
+                rnr_left: 7,
+                rnr_wait_until: None,
             },
         );
         Ok(Qp {
@@ -473,6 +494,18 @@ impl Cq {
         self.cqn
     }
 
+    /// Whether a CQE found no free slot (the consumer index in the doorbell
+    /// record had not released it): the CQ then stopped, writing no more
+    /// CQEs, and raised a CQ error event. QPs completing to it stop too.
+    pub fn overrun(&self) -> bool {
+        self.dev.lock().cqs[&self.cqn].overrun
+    }
+
+    /// CQ error events raised (`IBV_EVENT_CQ_ERR` in verbs).
+    pub fn error_events(&self) -> u64 {
+        self.dev.lock().cqs[&self.cqn].error_events
+    }
+
     /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
     pub fn dv(&self) -> mlx5dv_cq {
         let st = self.dev.lock();
@@ -545,6 +578,19 @@ impl Qp {
         self.dev.lock().qps[&self.qpn].state
     }
 
+    /// Test hook: copies SQ bytes from ring offset `off` (wrapping at the
+    /// ring end) into `dst`, as the device would DMA-read them.
+    pub fn hook_read_sq(&self, off: usize, dst: &mut [u8]) {
+        self.dev.lock().qps[&self.qpn].sq.read_wrapping(off, dst);
+    }
+
+    /// Test hook: overwrites SQ bytes at ring offset `off` (wrapping), for
+    /// WQEs the driver would never write (bad DS, wrong QPN or index,
+    /// unknown opcode, misaligned atomic). Use before ringing the doorbell.
+    pub fn hook_write_sq(&self, off: usize, src: &[u8]) {
+        self.dev.lock().qps[&self.qpn].sq.write(off, src);
+    }
+
     fn modify(&self, to: QpState, f: impl FnOnce(&mut QpEntry)) -> Result<(), SimError> {
         let mut st = self.dev.lock();
         let q = st
@@ -580,9 +626,29 @@ impl Qp {
         self.modify(QpState::Rtr, |q| q.peer = Some(dest_qpn))
     }
 
-    /// RTR -> RTS.
+    /// RTR -> RTS, retrying RNR NAKs forever (`rnr_retry` 7).
     pub fn to_rts(&self) -> Result<(), SimError> {
-        self.modify(QpState::Rts, |_| {})
+        self.to_rts_with(7)
+    }
+
+    /// RTR -> RTS with `rnr_retry`: how often a SEND (or WRITE_IMM) that
+    /// finds no receive posted is retried, [`RNR_DELAY`] apart, before it
+    /// completes with RNR_RETRY_EXC_ERR (syndrome 0x16); 7 means forever
+    /// (IB spec 9.7.5.2.8). Values above 7 are refused.
+    pub fn to_rts_with(&self, rnr_retry: u8) -> Result<(), SimError> {
+        if rnr_retry > 7 {
+            return Err(SimError::BadSize {
+                what: "rnr_retry",
+                value: rnr_retry as u32,
+                min: 0,
+                max: 7,
+            });
+        }
+        self.modify(QpState::Rts, |q| {
+            q.rnr_retry = rnr_retry;
+            q.rnr_left = rnr_retry;
+            q.rnr_wait_until = None;
+        })
     }
 
     /// Any state -> ERR.
@@ -645,9 +711,14 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         {
             return done;
         }
-        if cq_full(&st.cqs[&q.send_cqn]) {
-            // Back-pressure: a real CQ would overrun and raise an async error.
+        if st.cqs[&q.send_cqn].overrun {
+            // The CQ is in error: the device stops this QP.
             return done;
+        }
+        if let Some(t) = q.rnr_wait_until {
+            if std::time::Instant::now() < t {
+                return done;
+            }
         }
         let slot = (q.sq_ci & (q.sq_wqe_cnt - 1)) as usize * WQEBB;
         let ctrl: [u8; 16] = q.sq.read_array(slot);
@@ -656,26 +727,39 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         let ds = (ctrl[7] & 0x3f) as usize;
         let flags = CtrlFlags::from_bits_retain(ctrl[11]);
         let wqebbs = (ds.max(1) * DS).div_ceil(WQEBB) as u32;
+        let ctrl_qpn = u32::from_be_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]) >> 8;
+        // The device names a WQE by its own counter, whatever the ctrl segment says.
+        let own_idx = q.sq_ci as u16;
         let state = q.state;
         let send_cqn = q.send_cqn;
-        let result = if state == QpState::Err {
+        let mut result = if state == QpState::Err {
             Exec::Err(Syndrome::WR_FLUSH_ERR)
-        } else if ds == 0 || wqe_idx != (q.sq_ci & 0xffff) as u16 {
+        } else if ds == 0 || wqe_idx != (q.sq_ci & 0xffff) as u16 || ctrl_qpn != qpn {
             Exec::Err(Syndrome::LOCAL_QP_OP_ERR)
         } else {
             execute(st, qpn, slot, ds)
         };
-        if matches!(result, Exec::Rnr) {
-            return done;
-        }
         let q = st.qps.get_mut(&qpn).expect("qp");
+        if matches!(result, Exec::Rnr) {
+            if q.rnr_retry == 7 || q.rnr_left > 0 {
+                // RNR NAK: try this WQE again after the responder's timer.
+                if q.rnr_retry != 7 {
+                    q.rnr_left -= 1;
+                }
+                q.rnr_wait_until = Some(std::time::Instant::now() + RNR_DELAY);
+                return done;
+            }
+            result = Exec::Err(Syndrome::RNR_RETRY_EXC_ERR);
+        }
+        q.rnr_left = q.rnr_retry;
+        q.rnr_wait_until = None;
         q.sq_ci = q.sq_ci.wrapping_add(wqebbs);
         let cqe = match result {
             Exec::Ok { byte_cnt } if flags.contains(CtrlFlags::CQ_UPDATE) => Some(Cqe {
                 opcode: CqeOpcode::REQ,
                 wqe_opcode: opcode,
                 qpn,
-                wqe_counter: wqe_idx,
+                wqe_counter: own_idx,
                 byte_cnt,
                 imm: 0,
                 solicited: false,
@@ -691,7 +775,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                     opcode: CqeOpcode::REQ_ERR,
                     wqe_opcode: opcode,
                     qpn,
-                    wqe_counter: wqe_idx,
+                    wqe_counter: own_idx,
                     byte_cnt: 0,
                     imm: 0,
                     solicited: false,
@@ -716,7 +800,19 @@ fn cq_full(cq: &CqEntry) -> bool {
     (cq.pi.wrapping_sub(ci) & 0xff_ffff) >= cq.cqe_cnt
 }
 
+/// Writes CQE `c` into the next slot, unless that slot has not been released
+/// through the consumer index: then the CQ overruns (PRM: the CQ moves to
+/// error and raises a CQ error event) and neither this nor any later CQE is
+/// written.
 fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
+    if cq.overrun {
+        return;
+    }
+    if cq_full(cq) {
+        cq.overrun = true;
+        cq.error_events += 1;
+        return;
+    }
     let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
     let off =
         (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
@@ -791,7 +887,7 @@ fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syndrome) -> C
 /// Flushes every posted receive WQE of a QP in ERR (RESP_ERR, WR_FLUSH_ERR).
 fn flush_recv(st: &mut State, qpn: u32) -> usize {
     let mut n = 0;
-    while !cq_full(&st.cqs[&st.qps[&qpn].send_cqn]) {
+    while !st.cqs[&st.qps[&qpn].send_cqn].overrun {
         let Some((idx, _, _)) = next_recv(st, qpn) else {
             break;
         };
@@ -809,8 +905,7 @@ fn flush_recv(st: &mut State, qpn: u32) -> usize {
 /// The responder side of SEND / SEND_IMM / RDMA_WRITE_IMM: consumes the peer's
 /// next receive WQE. `data` is scattered into it (SENDs); for RDMA_WRITE_IMM
 /// `data` is empty and `byte_cnt` is the written length. `Rnr` when the peer has
-/// no receive WQE posted or no room in its CQ (the requester retries, as with
-/// `rnr_retry` 7).
+/// no receive WQE posted (the requester retries per its `rnr_retry`).
 fn deliver(st: &mut State, qpn: u32, data: Option<&[u8]>, byte_cnt: u32, imm: Option<u32>) -> Exec {
     let Some(peer) = st.qps[&qpn].peer.filter(|p| {
         st.qps
@@ -819,9 +914,6 @@ fn deliver(st: &mut State, qpn: u32, data: Option<&[u8]>, byte_cnt: u32, imm: Op
     }) else {
         return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
     };
-    if cq_full(&st.cqs[&st.qps[&peer].send_cqn]) {
-        return Exec::Rnr;
-    }
     let Some((idx, segs, n)) = next_recv(st, peer) else {
         return Exec::Rnr;
     };

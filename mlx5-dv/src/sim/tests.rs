@@ -436,3 +436,146 @@ fn auto_signal_keeps_an_unsignaled_stream_flowing() {
     }
     assert!(hidden >= 100 / 4 - 1, "{hidden} auto-signaled CQEs");
 }
+
+/// A signaled SEND gathering `sge`.
+fn send_wqe(sge: &[DataSeg]) -> SendWqe<'_> {
+    SendWqe {
+        atomic: None,
+        opcode: WqeOpcode::SEND,
+        flags: CtrlFlags::CQ_UPDATE,
+        imm: 0,
+        remote: None,
+        payload: Payload::Sges(sge),
+    }
+}
+
+/// Steps the sim until `done` holds or `limit` passes.
+fn process_until(dev: &Device, limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let t = std::time::Instant::now();
+    while t.elapsed() < limit {
+        dev.process();
+        if done() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+/// A SEND with no receive posted: `rnr_retry` 2 means three tries,
+/// RNR_DELAY apart, then RNR_RETRY_EXC_ERR (0x16); `rnr_retry` 7 keeps
+/// trying until a receive is posted.
+#[test]
+fn rnr_retry_is_counted_and_7_is_forever() {
+    for (rnr_retry, want_err) in [(0u8, true), (2, true), (7, false)] {
+        let dev = Device::new();
+        let mk = || {
+            let cq = dev.create_cq(16, 64).unwrap();
+            let qp = dev.create_qp_rq(PD, &cq, 8, 4, 16).unwrap();
+            (qp, cq)
+        };
+        let ((qa, ca), (qb, _cb)) = (mk(), mk());
+        for (x, y) in [(&qa, &qb), (&qb, &qa)] {
+            x.to_init(Access::all()).unwrap();
+            x.to_rtr(y.qpn()).unwrap();
+            x.to_rts_with(rnr_retry).unwrap();
+        }
+        assert!(qa.to_rts_with(8).is_err());
+        // SAFETY: as in `pair`.
+        let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 4) }.unwrap();
+        let mut cq = unsafe { CompletionQueue::new(&ca.dv()) }.unwrap();
+        let mut src = vec![9u8; 64];
+        let k = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+        let sge = [DataSeg {
+            addr: src.as_ptr() as u64,
+            len: 64,
+            lkey: k.lkey,
+        }];
+        sq.post(&send_wqe(&sge), 1).unwrap();
+        sq.ring_doorbell();
+        let t0 = std::time::Instant::now();
+        let mut got = None;
+        let limit = RNR_DELAY * (rnr_retry as u32 + 1) * 20 + std::time::Duration::from_millis(50);
+        process_until(&dev, limit, || {
+            got = cq.poll_one();
+            got.is_some()
+        });
+        if want_err {
+            let c = got.unwrap_or_else(|| panic!("rnr_retry {rnr_retry}: no completion"));
+            assert_eq!(
+                c.syndrome,
+                Syndrome::RNR_RETRY_EXC_ERR,
+                "rnr_retry {rnr_retry}"
+            );
+            // Retries wait RNR_DELAY each (elapsed time is at least that; no upper bound asserted).
+            assert!(
+                t0.elapsed() >= RNR_DELAY * rnr_retry as u32,
+                "rnr_retry {rnr_retry}"
+            );
+            assert_eq!(qa.state(), QpState::Err);
+        } else {
+            assert!(got.is_none(), "rnr_retry 7 gave up: {got:?}");
+            assert_eq!(qa.state(), QpState::Rts);
+        }
+    }
+}
+
+/// A CQE that finds no free slot is never written: the CQ overruns, raises
+/// one CQ error event, and the QP completing to it stops.
+#[test]
+fn cq_overrun_writes_nothing_and_raises_an_event() {
+    let dev = Device::new();
+    let cq = dev.create_cq(4, 64).unwrap();
+    let peer_cq = dev.create_cq(4, 64).unwrap();
+    let qa = dev.create_qp(PD, &cq, 16).unwrap();
+    let qb = dev.create_qp(PD, &peer_cq, 16).unwrap();
+    for (x, y) in [(&qa, &qb), (&qb, &qa)] {
+        x.to_init(Access::all()).unwrap();
+        x.to_rtr(y.qpn()).unwrap();
+        x.to_rts().unwrap();
+    }
+    // SAFETY: as in `pair`.
+    let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 16) }.unwrap();
+    let mut cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
+    // Six signaled WQEs into a CQ of 4 that nobody polls.
+    for i in 0..6 {
+        sq.post(&w, i).unwrap();
+    }
+    sq.ring_doorbell();
+    dev.process();
+    assert!(cq.overrun());
+    assert_eq!(cq.error_events(), 1);
+    // Exactly the four CQEs that fit, then nothing: slot 0 was not overwritten.
+    let counters: Vec<u16> = std::iter::from_fn(|| cqp.poll_one().map(|c| c.wqe_counter)).collect();
+    assert_eq!(counters, [0, 1, 2, 3]);
+    cqp.update_ci();
+    // The CQ stays stopped: nothing more is executed or written.
+    sq.complete(3);
+    sq.post(&w, 9).unwrap();
+    sq.ring_doorbell();
+    dev.process();
+    assert!(cqp.poll_one().is_none());
+    assert_eq!(cq.error_events(), 1);
+}
+
+/// A WQE whose ctrl segment names another QP is a local QP operation error.
+#[test]
+fn wqe_naming_another_qpn_is_a_local_qp_operation_error() {
+    let dev = Device::new();
+    let (mut a, _b) = pair(&dev);
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    // A send queue that believes its QPN is one more than the real one.
+    // SAFETY: as in `pair`; this driver replaces a.sq, used no more.
+    let mut wrong = unsafe { SendQueue::new(&a.qp.dv(), a.qp.qpn() + 1, 128, 4) }.unwrap();
+    let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
+    wrong.post(&w, 1).unwrap();
+    wrong.ring_doorbell();
+    dev.process();
+    let c = a.cqp.poll_one().expect("error CQE");
+    assert_eq!(c.syndrome, Syndrome::LOCAL_QP_OP_ERR);
+    assert_eq!(dst, vec![0u8; 64], "the WQE ran");
+}
