@@ -1465,6 +1465,48 @@ fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResult {
     passed(vec![])
 }
 
+/// A fenced WRITE after a READ of the same bytes sees the READ done first;
+/// a solicited SEND lands like any other.
+fn fence_and_solicited(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let local = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let far = s.pd.reg_mr(
+        4096,
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    )?;
+    let data = pattern(4096, 5);
+    far.write(0, &data)?;
+    // READ far[0..4096] into local, then (fenced) WRITE local back to far[..]
+    // at an offset: the WRITE must carry what the READ brought.
+    let rd = [Sge::new(&local, 0, 2048)?];
+    let wr = [Sge::new(&local, 0, 2048)?];
+    s.a.post_send(&[
+        SendWr::rdma_read(1, &rd, remote(&far, 0)),
+        SendWr::rdma_write(2, &wr, remote(&far, 2048))
+            .fence()
+            .signaled(),
+    ])?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 2));
+    let got = contents(&far)?;
+    check!(
+        got[2048..] == data[..2048],
+        "the fenced WRITE did not carry the READ's data"
+    );
+    let rbuf = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    s.b.post_recv(&[RecvWr::new(3, &[Sge::new(&rbuf, 0, 64)?])])?;
+    let sge = [Sge::new(&local, 0, 64)?];
+    s.a.post_send(&[SendWr::send(4, &sge).solicited().signaled()])?;
+    check_eq!(
+        poll_one(&mut s.a)?.status,
+        WcStatus::SUCCESS,
+        "solicited SEND"
+    );
+    let r = poll_one(&mut s.b)?;
+    check_eq!((r.status, r.wr_id, r.byte_len), (WcStatus::SUCCESS, 3, 64));
+    passed(vec![])
+}
+
 /// What the send queue holds, for showing that a refused post wrote
 /// nothing: ring bytes and doorbell record on the direct path; `None` on
 /// the verbs path (the provider owns the ring).
@@ -1508,6 +1550,7 @@ pub fn cases() -> &'static [Case] {
         case!(inline_at_the_limit_and_one_over),
         case!(post_before_rts_is_refused),
         case!(rnr_retry_finite_and_forever),
+        case!(fence_and_solicited),
         case!(cq_credits_bound_what_is_outstanding),
         case!(malformed_wqes_are_local_qp_operation_errors),
         case!(misaligned_atomic_is_a_remote_invalid_request),

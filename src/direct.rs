@@ -335,11 +335,10 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
             }),
         ),
     };
-    let flags = if w.signaled {
-        CtrlFlags::CQ_UPDATE
-    } else {
-        CtrlFlags::empty()
-    };
+    let mut flags = CtrlFlags::empty();
+    flags.set(CtrlFlags::CQ_UPDATE, w.signaled);
+    flags.set(CtrlFlags::SOLICITED, w.solicited);
+    flags.set(CtrlFlags::FENCE, w.fence);
     let mut inline = [0u8; MAX_INLINE];
     let mut segs = [DataSeg {
         addr: 0,

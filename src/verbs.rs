@@ -732,6 +732,12 @@ impl VerbsQp {
             if w.inline {
                 flags |= ibv_send_flags::IBV_SEND_INLINE.0;
             }
+            if w.solicited {
+                flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+            }
+            if w.fence {
+                flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+            }
             v.send_flags = flags;
             match w.op {
                 WrOp::RdmaWrite { remote } => {

@@ -96,6 +96,13 @@ pub struct SendWr<'a> {
     pub signaled: bool,
     /// Copy the payload into the WQE at post time (`IBV_SEND_INLINE`).
     pub inline: bool,
+    /// Ask for a solicited event at the responder (`IBV_SEND_SOLICITED`,
+    /// mlx5 ctrl `SOLICITED`): its CQE carries the `se` bit, which wakes a CQ
+    /// armed for solicited completions only. SEND and WRITE_WITH_IMM.
+    pub solicited: bool,
+    /// Start only after every earlier RDMA READ and atomic of this QP has
+    /// completed (`IBV_SEND_FENCE`, mlx5 ctrl `FENCE`).
+    pub fence: bool,
 }
 
 impl<'a> SendWr<'a> {
@@ -107,6 +114,8 @@ impl<'a> SendWr<'a> {
             sges,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
     /// A SEND of `sges`, unsignaled, not inline.
@@ -117,6 +126,8 @@ impl<'a> SendWr<'a> {
             sges,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
 
@@ -128,6 +139,8 @@ impl<'a> SendWr<'a> {
             sges,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
 
@@ -144,6 +157,8 @@ impl<'a> SendWr<'a> {
             sges,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
 
@@ -155,6 +170,8 @@ impl<'a> SendWr<'a> {
             sges,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
 
@@ -176,6 +193,8 @@ impl<'a> SendWr<'a> {
             sges: old,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
 
@@ -187,6 +206,8 @@ impl<'a> SendWr<'a> {
             sges: old,
             signaled: false,
             inline: false,
+            solicited: false,
+            fence: false,
         }
     }
 
@@ -196,6 +217,16 @@ impl<'a> SendWr<'a> {
     }
     pub fn inline(mut self) -> Self {
         self.inline = true;
+        self
+    }
+    /// See [`SendWr::solicited`](#structfield.solicited).
+    pub fn solicited(mut self) -> Self {
+        self.solicited = true;
+        self
+    }
+    /// See [`SendWr::fence`](#structfield.fence).
+    pub fn fence(mut self) -> Self {
+        self.fence = true;
         self
     }
     pub(crate) fn total_len(&self) -> u64 {

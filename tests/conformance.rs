@@ -112,6 +112,7 @@ conformance_tests!(
     inline_at_the_limit_and_one_over,
     post_before_rts_is_refused,
     rnr_retry_finite_and_forever,
+    fence_and_solicited,
     cq_credits_bound_what_is_outstanding,
     malformed_wqes_are_local_qp_operation_errors,
     misaligned_atomic_is_a_remote_invalid_request,

@@ -906,7 +906,16 @@ fn flush_recv(st: &mut State, qpn: u32) -> usize {
 /// next receive WQE. `data` is scattered into it (SENDs); for RDMA_WRITE_IMM
 /// `data` is empty and `byte_cnt` is the written length. `Rnr` when the peer has
 /// no receive WQE posted (the requester retries per its `rnr_retry`).
-fn deliver(st: &mut State, qpn: u32, data: Option<&[u8]>, byte_cnt: u32, imm: Option<u32>) -> Exec {
+/// `solicited`: the request's ctrl segment asked for a solicited event; the
+/// responder's CQE carries it (CQE `se` bit).
+fn deliver(
+    st: &mut State,
+    qpn: u32,
+    data: Option<&[u8]>,
+    byte_cnt: u32,
+    imm: Option<u32>,
+    solicited: bool,
+) -> Exec {
     let Some(peer) = st.qps[&qpn].peer.filter(|p| {
         st.qps
             .get(p)
@@ -966,7 +975,15 @@ fn deliver(st: &mut State, qpn: u32, data: Option<&[u8]>, byte_cnt: u32, imm: Op
             left = rest;
         }
     }
-    complete_recv(st, peer, idx, resp_cqe(opcode, byte_cnt, imm, Syndrome(0)));
+    complete_recv(
+        st,
+        peer,
+        idx,
+        Cqe {
+            solicited,
+            ..resp_cqe(opcode, byte_cnt, imm, Syndrome(0))
+        },
+    );
     Exec::Ok { byte_cnt }
 }
 
@@ -1011,7 +1028,8 @@ fn send(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
         Err(s) => Exec::Err(s),
         Ok(()) => {
             let imm = (w.opcode == WqeOpcode::SEND_IMM).then_some(w.imm);
-            deliver(st, qpn, Some(&data), data.len() as u32, imm)
+            let se = w.flags.contains(CtrlFlags::SOLICITED);
+            deliver(st, qpn, Some(&data), data.len() as u32, imm, se)
         }
     };
     st.scratch = data;
@@ -1027,12 +1045,19 @@ fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) 
         .qps
         .get(&peer)
         .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
-        && (next_recv(st, peer).is_none() || cq_full(&st.cqs[&st.qps[&peer].send_cqn]))
+        && next_recv(st, peer).is_none()
     {
         return Exec::Rnr;
     }
     match rdma_write(st, qpn, w, ring) {
-        Exec::Ok { byte_cnt } => deliver(st, qpn, None, byte_cnt, Some(w.imm)),
+        Exec::Ok { byte_cnt } => deliver(
+            st,
+            qpn,
+            None,
+            byte_cnt,
+            Some(w.imm),
+            w.flags.contains(CtrlFlags::SOLICITED),
+        ),
         other => other,
     }
 }

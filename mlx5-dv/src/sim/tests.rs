@@ -579,3 +579,55 @@ fn wqe_naming_another_qpn_is_a_local_qp_operation_error() {
     assert_eq!(c.syndrome, Syndrome::LOCAL_QP_OP_ERR);
     assert_eq!(dst, vec![0u8; 64], "the WQE ran");
 }
+
+/// A SEND whose ctrl segment has SOLICITED gives the responder a CQE with the
+/// `se` bit; one without gives a CQE without it.
+#[test]
+fn solicited_sends_set_the_se_bit_of_the_receive_cqe() {
+    use crate::driver::ReceiveQueue;
+    let dev = Device::new();
+    let mk = || {
+        let cq = dev.create_cq(16, 64).unwrap();
+        let qp = dev.create_qp_rq(PD, &cq, 8, 4, 16).unwrap();
+        (qp, cq)
+    };
+    let ((qa, _ca), (qb, cb)) = (mk(), mk());
+    for (x, y) in [(&qa, &qb), (&qb, &qa)] {
+        x.to_init(Access::all()).unwrap();
+        x.to_rtr(y.qpn()).unwrap();
+        x.to_rts().unwrap();
+    }
+    // SAFETY: as in `pair`.
+    let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 4) }.unwrap();
+    let mut rq = unsafe { ReceiveQueue::new(&qb.dv()) }.unwrap();
+    let mut cq = unsafe { CompletionQueue::new(&cb.dv()) }.unwrap();
+    let mut buf = vec![0u8; 128];
+    let k = unsafe { dev.reg_mr(PD, buf.as_mut_ptr(), 128, Access::LOCAL_WRITE) }.unwrap();
+    let seg = |off: u64| DataSeg {
+        addr: buf.as_ptr() as u64 + off,
+        len: 64,
+        lkey: k.lkey,
+    };
+    for flags in [
+        CtrlFlags::CQ_UPDATE | CtrlFlags::SOLICITED,
+        CtrlFlags::CQ_UPDATE,
+    ] {
+        rq.post(&[seg(64)], 1).unwrap();
+        rq.ring_doorbell();
+        let sge = [seg(0)];
+        let mut w = send_wqe(&sge);
+        w.flags = flags;
+        sq.post(&w, 2).unwrap();
+        sq.ring_doorbell();
+        dev.process();
+        let c = cq.poll_one().expect("receive CQE");
+        assert_eq!(c.syndrome, Syndrome(0));
+        assert_eq!(
+            c.solicited,
+            flags.contains(CtrlFlags::SOLICITED),
+            "{flags:?}"
+        );
+        rq.complete(c.wqe_counter);
+        cq.update_ci();
+    }
+}
