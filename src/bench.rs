@@ -817,7 +817,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             posted_at.push(start.elapsed().as_nanos() as f64);
             if let Err(e) = m.post(1, || a.post_send(&[wr])) {
                 posted_at.pop();
-                if matches!(e, Error::QueueFull) {
+                if matches!(e, Error::QueueFull | Error::CqFull) {
                     break;
                 }
                 return Err(e);

@@ -242,7 +242,7 @@ fn rdma_write_4096_lands_byte_for_byte(dev: &str) -> CaseResult {
     check_eq!(wc.qp_num, s.a.qp_num());
     check_eq!(contents(&dst)?, data, "payload differs");
     notes.push(format!(
-        "({}): 4096-byte RDMA WRITE landed byte for byte",
+        "4096-byte RDMA WRITE landed byte for byte ({} path)",
         s.a.data_path()
     ));
     drop(s.b);
@@ -829,7 +829,7 @@ fn unsignaled_streams_never_fill_the_send_queue(dev: &str) -> CaseResult {
         loop {
             match a.post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0))]) {
                 Ok(()) => break,
-                Err(Error::QueueFull) => {
+                Err(Error::QueueFull | Error::CqFull) => {
                     let n = a.poll(&mut wc)?;
                     check_eq!(n, 0, "a hidden completion was reported: {:?}", &wc[..n]);
                     check!(Instant::now() < deadline, "the SQ stayed full at WR {i}");
@@ -1299,7 +1299,7 @@ fn cq_credits_bound_what_is_outstanding(dev: &str) -> CaseResult {
     let before = ring_snapshot(&s.a);
     let r = s.a.post_send(&[wr(100).signaled()]);
     check!(
-        matches!(r, Err(Error::QueueFull)),
+        matches!(r, Err(Error::CqFull)),
         "WR {} of a CQ of {d} accepted: {r:?}",
         d + 1
     );
@@ -1320,20 +1320,102 @@ fn cq_credits_bound_what_is_outstanding(dev: &str) -> CaseResult {
     s.b.post_recv(&recvs)?;
     let r = s.b.post_recv(&[RecvWr::new(99, &rsge)]);
     check!(
-        matches!(r, Err(Error::QueueFull)),
+        matches!(r, Err(Error::CqFull)),
         "receive {} of a CQ of {d} accepted: {r:?}",
         d + 1
     );
     let r =
         s.b.post_send(&[SendWr::rdma_write(98, &rsge, remote(&src, 0)).signaled()]);
     check!(
-        matches!(r, Err(Error::QueueFull)),
+        matches!(r, Err(Error::CqFull)),
         "a send beside {d} receives accepted: {r:?}"
     );
     passed(vec![format!(
         "CQ of {d}: WR {} refused until a completion was polled",
         d + 1
     )])
+}
+
+/// A stream of unsignaled WRs through a CQ much smaller than the SQ keeps
+/// flowing: the WR that takes the CQ's last credit is signaled (a CQE the
+/// caller never sees), so credits always come back.
+fn unsignaled_streams_never_exhaust_cq_credits(dev: &str) -> CaseResult {
+    let mut s = setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 256,
+            max_recv_wr: 2,
+            cq_depth: Some(8),
+            ..QpConfig::default()
+        },
+    )?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    // Two receives hold two of the credits the whole time.
+    s.a.post_recv(&[RecvWr::new(1, &sge), RecvWr::new(2, &sge)])?;
+    let deadline = Instant::now() + COMPLETION_TIMEOUT;
+    let mut wc = [Completion::default(); 8];
+    for i in 0..1000u64 {
+        loop {
+            match s
+                .a
+                .post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0))])
+            {
+                Ok(()) => break,
+                Err(Error::QueueFull | Error::CqFull) => {
+                    let n = s.a.poll(&mut wc)?;
+                    check_eq!(n, 0, "a hidden completion was reported: {:?}", &wc[..n]);
+                    check!(
+                        Instant::now() < deadline,
+                        "stuck at WR {i}: no credits came back"
+                    );
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    // Receives: max_recv_wr is a hard limit.
+    let r = s.a.post_recv(&[RecvWr::new(3, &sge)]);
+    check!(
+        matches!(r, Err(Error::RecvQueueFull)),
+        "receive 3 of max_recv_wr 2: {r:?}"
+    );
+    passed(vec![format!(
+        "1000 unsignaled WRs through a CQ of {}",
+        s.a.cq_depth()
+    )])
+}
+
+/// A receive batch with one bad WR posts none of it.
+fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let buf = s.pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let one = [Sge::new(&buf, 0, 64)?];
+    let many = (0..8)
+        .map(|i| Sge::new(&buf, i * 8, 8))
+        .collect::<Result<Vec<_>, _>>()?;
+    let r =
+        s.b.post_recv(&[RecvWr::new(111, &one), RecvWr::new(222, &many)]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "8 SGEs with max_recv_sge 1: {r:?}"
+    );
+    s.b.post_recv(&[RecvWr::new(333, &one)])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    s.a.post_send(&[SendWr::send(1, &sge).signaled()])?;
+    check_eq!(poll_one(&mut s.a)?.status, WcStatus::SUCCESS);
+    let r = poll_one(&mut s.b)?;
+    check_eq!(
+        (r.status, r.wr_id),
+        (WcStatus::SUCCESS, 333),
+        "the receive that took the SEND"
+    );
+    nothing_completes(&mut s.b)?;
+    passed(vec![])
 }
 
 const NEEDS_HOOK: &str =
@@ -1551,6 +1633,8 @@ pub fn cases() -> &'static [Case] {
         case!(post_before_rts_is_refused),
         case!(rnr_retry_finite_and_forever),
         case!(fence_and_solicited),
+        case!(unsignaled_streams_never_exhaust_cq_credits),
+        case!(refused_receive_batches_post_nothing),
         case!(cq_credits_bound_what_is_outstanding),
         case!(malformed_wqes_are_local_qp_operation_errors),
         case!(misaligned_atomic_is_a_remote_invalid_request),

@@ -23,6 +23,10 @@ pub(crate) struct DirectQp {
     qpn: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
+    /// Receives the QP may hold, and the counts posted and completed.
+    max_recv_wr: u32,
+    recv_posted: u32,
+    recv_done: u32,
     /// Room in the CQ: every posted WR holds one credit until retired.
     credits: CqCredits,
     /// Test hook: post without taking credits (to reach a CQ overrun).
@@ -65,6 +69,9 @@ impl DirectQp {
             qpn: sim_qp.qpn(),
             max_send_sge,
             max_recv_sge: max_recv_sge.max(1),
+            max_recv_wr,
+            recv_posted: 0,
+            recv_done: 0,
             credits: CqCredits::new(cqe_cnt),
             ignore_credits: false,
             sim_qp,
@@ -77,7 +84,7 @@ impl DirectQp {
         if self.ignore_credits || self.credits.take(n) {
             Ok(())
         } else {
-            Err(Error::QueueFull)
+            Err(Error::CqFull)
         }
     }
 
@@ -195,9 +202,6 @@ impl DirectQp {
     /// Posts receive WQEs and rings the RQ doorbell once. Checked first: on
     /// error nothing is written.
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        if wrs.len() as u32 > self.rq.free() {
-            return Err(Error::QueueFull);
-        }
         let max = self.max_recv_sge as usize;
         for w in wrs {
             if w.sges.len() > max {
@@ -206,6 +210,18 @@ impl DirectQp {
                     w.sges.len()
                 )));
             }
+            let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
+            if total > 1 << 31 {
+                return Err(Error::Invalid(format!(
+                    "receive of {total} bytes exceeds 2^31"
+                )));
+            }
+        }
+        let held = self.recv_posted.wrapping_sub(self.recv_done);
+        if held as usize + wrs.len() > self.max_recv_wr as usize
+            || wrs.len() as u32 > self.rq.free()
+        {
+            return Err(Error::RecvQueueFull);
         }
         self.take_credits(wrs.len() as u32)?;
         for w in wrs {
@@ -221,7 +237,9 @@ impl DirectQp {
                     lkey: s.lkey.0,
                 };
             }
-            self.rq.post(&segs[..w.sges.len().min(MAX_SGE)], w.wr_id)?;
+            // Checked above (SGE count, length, room): cannot fail.
+            self.rq.post(&segs[..w.sges.len()], w.wr_id)?;
+            self.recv_posted = self.recv_posted.wrapping_add(1);
         }
         self.rq.ring_doorbell();
         Ok(())
@@ -286,9 +304,8 @@ impl DirectQp {
         if n > 0 || recvs > 0 || self.sq.free_wrs() != sq_free {
             self.cq.update_ci();
         }
-        if !self.ignore_credits {
-            self.give_credits(self.sq.free_wrs() - sq_free + recvs);
-        }
+        self.recv_done = self.recv_done.wrapping_add(recvs);
+        self.give_credits(self.sq.free_wrs() - sq_free + recvs);
         result.map(|()| n)
     }
 }

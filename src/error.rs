@@ -37,9 +37,18 @@ pub enum Error {
         state: crate::QpState,
         needs: &'static str,
     },
-    /// The send queue has no room for the batch; nothing was posted.
+    /// The send queue has no room for the batch (WQEBBs or `max_send_wr`
+    /// outstanding); nothing was posted. Poll completions and post again.
     #[error("send queue full")]
     QueueFull,
+    /// The receive queue already holds `max_recv_wr` receives; nothing was posted.
+    #[error("receive queue full")]
+    RecvQueueFull,
+    /// The QP's CQ has no room for the completions of the batch besides
+    /// those of every outstanding WR (CQ credits); nothing was posted. Poll
+    /// completions and post again.
+    #[error("completion queue full: no CQ credits for the batch")]
+    CqFull,
     /// No GID suitable for RoCE v2 on this port.
     #[error("{0}")]
     NoGid(String),

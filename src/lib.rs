@@ -217,7 +217,7 @@ pub struct QpConfig {
     /// limits posting. The device may round it up ([`Qp::cq_depth`]). Posts
     /// that would leave the CQ without room for every WR's completion
     /// (including the flush after an error) are refused with
-    /// [`Error::QueueFull`], so the CQ never overruns.
+    /// [`Error::CqFull`], so the CQ never overruns.
     pub cq_depth: Option<u32>,
 }
 
@@ -337,6 +337,13 @@ impl Pd {
                     return Err(Error::Invalid(format!(
                         "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
                         cfg.max_send_sge,
+                        direct::MAX_SGE
+                    )));
+                }
+                if cfg.max_recv_sge as usize > direct::MAX_SGE {
+                    return Err(Error::Invalid(format!(
+                        "max_recv_sge {} exceeds the direct path's {} SGEs per receive WQE",
+                        cfg.max_recv_sge,
                         direct::MAX_SGE
                     )));
                 }
@@ -642,7 +649,8 @@ impl Qp {
 
     /// Posts a batch of send work requests with one doorbell. Every WR is
     /// checked first; on any error nothing is posted. [`Error::QueueFull`]
-    /// when the send queue has no room for the whole batch.
+    /// when the send queue has no room for the whole batch, [`Error::CqFull`]
+    /// when its CQ has no room for their completions (CQ credits).
     ///
     /// A QP that is not connected (RTS) refuses every WR with
     /// [`Error::QpState`].
@@ -696,8 +704,10 @@ impl Qp {
         }
     }
 
-    /// Posts a batch of receive work requests with one doorbell. On error
-    /// nothing is posted; [`Error::QueueFull`] when the RQ has no room for all.
+    /// Posts a batch of receive work requests with one doorbell. Every WR is
+    /// checked first; on any error nothing is posted. [`Error::RecvQueueFull`]
+    /// when the QP would hold more than `max_recv_wr` receives,
+    /// [`Error::CqFull`] when its CQ has no room for their completions.
     ///
     /// A QP in RESET refuses every WR with [`Error::QpState`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {

@@ -8,6 +8,27 @@ use std::process::ExitCode;
 
 mod tools;
 
+/// `println!` that ends the process quietly, with the status a C tool killed
+/// by SIGPIPE has (141), when stdout is closed (`rdma-direct ... | head -1`).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($t)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
+/// `print!` with the same handling of a closed stdout.
+macro_rules! out_part {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if write!(std::io::stdout(), $($t)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "rdma-direct",
@@ -78,10 +99,12 @@ struct BenchArgs {
     #[arg(short = 'n', long = "iters")]
     iters: Option<u32>,
     /// Work requests kept in flight (bandwidth tests; latency tests keep one).
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=16384))]
     tx_depth: u32,
     /// Ask for a completion every this many work requests (bandwidth tests).
-    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..))]
     cq_mod: u32,
     /// Messages up to this many bytes are sent inline.
     #[arg(short = 'I', long = "inline_size", default_value_t = 220)]
@@ -101,7 +124,7 @@ struct ConformanceArgs {
     device: String,
     /// Run only the cases whose name contains this text.
     filter: Option<String>,
-    /// List the cases and exit.
+    /// List the cases (those matching FILTER) and exit; `-d` is not opened.
     #[arg(long)]
     list: bool,
 }
@@ -110,6 +133,10 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        // No subcommand: the help, on stderr, exit 2.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
         Err(e) => {
             // One line: clap's first line (the error), without usage and tips.
             let msg = e.render().to_string();
@@ -168,21 +195,20 @@ fn main() -> ExitCode {
 
 fn conformance(a: &ConformanceArgs) -> ExitCode {
     use rdma_direct::conformance::{cases, run, Outcome};
-    use std::io::Write;
     let filter = a.filter.as_deref().unwrap_or("");
+    if !cases().iter().any(|c| c.name.contains(filter)) {
+        eprintln!("rdma-direct: error: no conformance case matches {filter:?} (see --list)");
+        return ExitCode::from(2);
+    }
     if a.list {
         for c in cases().iter().filter(|c| c.name.contains(filter)) {
-            println!("{}", c.name);
+            out!("{}", c.name);
         }
         return ExitCode::SUCCESS;
     }
     // The device must open before any case runs: a wrong name is a usage error.
     if let Err(e) = rdma_direct::Context::open(&a.device) {
         eprintln!("rdma-direct: error: {e}");
-        return ExitCode::from(2);
-    }
-    if !cases().iter().any(|c| c.name.contains(filter)) {
-        eprintln!("rdma-direct: error: no conformance case matches {filter:?} (see --list)");
         return ExitCode::from(2);
     }
     let width = cases().iter().map(|c| c.name.len()).max().unwrap_or(0);
@@ -193,13 +219,14 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
             Ok(Outcome::Skipped(why)) => format!("skipped: {why}"),
             Err(f) => format!("FAILED: {f}"),
         };
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{:<width$}  {line}", c.name);
-        let _ = out.flush();
+        out!("{:<width$}  {line}", c.name);
     });
-    println!(
+    out!(
         "conformance on {}: {} passed, {} failed, {} skipped",
-        a.device, s.passed, s.failed, s.skipped
+        a.device,
+        s.passed,
+        s.failed,
+        s.skipped
     );
     if s.failed > 0 {
         ExitCode::FAILURE
@@ -209,13 +236,17 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
 }
 
 fn devices() -> rdma_direct::Result<()> {
-    println!(
+    out!(
         "    {:<16}\t{:<8}\t{:<18}\tdata path",
-        "device", "kind", "node GUID"
+        "device",
+        "kind",
+        "node GUID"
     );
-    println!(
+    out!(
         "    {:<16}\t{:<8}\t{:<18}\t---------",
-        "------", "----", "---------"
+        "------",
+        "----",
+        "---------"
     );
     for d in rdma_direct::list_devices()? {
         let g = d.node_guid;
@@ -226,15 +257,23 @@ fn devices() -> rdma_direct::Result<()> {
             (g >> 16) & 0xffff,
             g & 0xffff
         );
-        println!(
+        out!(
             "    {:<16}\t{:<8}\t{:<18}\t{}",
-            d.name, d.kind, guid, d.data_path
+            d.name,
+            d.kind,
+            guid,
+            d.data_path
         );
     }
     Ok(())
 }
 
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
+    if matches!(a.test, Test::Atomic | Test::AtomicBw) && a.size.is_some_and(|s| s != 8) {
+        return Err(rdma_direct::Error::Invalid(
+            "atomics always move 8 bytes; -s does not apply".into(),
+        ));
+    }
     let lat = match a.test {
         Test::Write => Some(LatTest::Write),
         Test::Send => Some(LatTest::Send),
@@ -261,10 +300,10 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     };
     if let Some(test) = lat {
         let (info, r) = bench::run_lat(test, &base)?;
-        print!("{}", info.banner(test.title()));
-        println!("{LAT_HEADER}{CPU_HEADER}");
-        println!("{}{}", r.row(), r.cpu.columns());
-        println!("{RESULT_LINE}");
+        out_part!("{}", info.banner(test.title()));
+        out!("{LAT_HEADER}{CPU_HEADER}");
+        out!("{}{}", r.row(), r.cpu.columns());
+        out!("{RESULT_LINE}");
         return Ok(());
     }
     let test = match a.test {
@@ -279,9 +318,9 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         cq_mod: a.cq_mod,
     };
     let (info, r) = bench::run_bw(test, &cfg)?;
-    print!("{}", info.banner(test.title()));
-    println!("{BW_HEADER}{CPU_HEADER}");
-    println!("{}{}", r.row(), r.cpu.columns());
-    println!("{RESULT_LINE}");
+    out_part!("{}", info.banner(test.title()));
+    out!("{BW_HEADER}{CPU_HEADER}");
+    out!("{}{}", r.row(), r.cpu.columns());
+    out!("{RESULT_LINE}");
     Ok(())
 }

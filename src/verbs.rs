@@ -665,8 +665,11 @@ impl VerbsQp {
             }
         }
         let outstanding = self.posted - self.retired;
-        if outstanding + wrs.len() as u64 > self.max_post as u64 || !self.cq_has_room(wrs.len()) {
+        if outstanding + wrs.len() as u64 > self.max_post as u64 {
             return Err(Error::QueueFull);
+        }
+        if !self.cq_has_room(wrs.len()) {
+            return Err(Error::CqFull);
         }
         for chunk in wrs.chunks(CHUNK) {
             self.post_chunk(chunk)?;
@@ -712,7 +715,11 @@ impl VerbsQp {
             let seq = self.posted + i as u64;
             // Auto-signal, as the direct path does: a hidden CQE every
             // `auto_signal` unsignaled WRs keeps the accounting moving.
-            let forced = !w.signaled && self.unsignaled_run + 1 >= self.auto_signal;
+            // Also when this WR takes the CQ's last credit: else no CQE
+            // would ever come to give the credits back.
+            let held = (seq + 1 - self.retired) + (self.recv_posted - self.recv_done);
+            let forced = !w.signaled
+                && (self.unsignaled_run + 1 >= self.auto_signal || held >= self.cq_depth as u64);
             self.unsignaled_run = if w.signaled || forced {
                 0
             } else {
@@ -825,10 +832,11 @@ impl VerbsQp {
                 )));
             }
         }
-        if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64
-            || !self.cq_has_room(wrs.len())
-        {
-            return Err(Error::QueueFull);
+        if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64 {
+            return Err(Error::RecvQueueFull);
+        }
+        if !self.cq_has_room(wrs.len()) {
+            return Err(Error::CqFull);
         }
         for chunk in wrs.chunks(CHUNK) {
             let nsge: usize = chunk.iter().map(|w| w.sges.len()).sum();

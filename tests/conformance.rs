@@ -113,6 +113,8 @@ conformance_tests!(
     post_before_rts_is_refused,
     rnr_retry_finite_and_forever,
     fence_and_solicited,
+    unsignaled_streams_never_exhaust_cq_credits,
+    refused_receive_batches_post_nothing,
     cq_credits_bound_what_is_outstanding,
     malformed_wqes_are_local_qp_operation_errors,
     misaligned_atomic_is_a_remote_invalid_request,
