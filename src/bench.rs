@@ -328,7 +328,7 @@ pub struct SideInfo {
     pub qpn: u32,
     pub path: crate::PathInfo,
     pub rkey: u32,
-    /// Address of its receive buffer.
+    /// Start of its registered buffer (perftest's `VAddr`).
     pub vaddr: u64,
 }
 
@@ -500,13 +500,14 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         qpn: qp.qp_num(),
         path: qp.path(),
         rkey: mr.rkey().0,
-        vaddr: mr.addr() + size as u64,
+        vaddr: mr.addr(),
     };
     let info = RunInfo {
         device: ctx.name().into(),
         data_path: a.data_path(),
         inline: qcfg.max_inline,
-        tx_depth: qcfg.max_send_wr,
+        // One WR in flight at a time, as perftest's latency tests print.
+        tx_depth: 1,
         sides: [side(&a, &mr_a), side(&b, &mr_b)],
     };
     let remote = |mr: &Mr| RemoteAddr {

@@ -25,6 +25,11 @@
 //!   so one thread drives a QP (its send queue, receive queue and CQ) at a time.
 //!   Move it to another thread, or put it behind your own lock; the crate adds
 //!   none on the data path.
+//!
+//! ```compile_fail
+//! fn shared<T: Sync>() {}
+//! shared::<rdma_direct::Qp>(); // a Qp is not Sync
+//! ```
 //! - The sim's device thread is the device: it touches only ring memory,
 //!   doorbell records and registered memory.
 //!

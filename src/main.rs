@@ -184,9 +184,9 @@ fn main() -> ExitCode {
             eprintln!("rdma-direct: error: {e}");
             // Bad arguments exit 2 (as clap's do); failures of the run exit 1.
             match e {
-                rdma_direct::Error::Invalid(_) | rdma_direct::Error::NoSuchDevice { .. } => {
-                    ExitCode::from(2)
-                }
+                rdma_direct::Error::Invalid(_)
+                | rdma_direct::Error::NoSuchDevice { .. }
+                | rdma_direct::Error::NoVerbs { .. } => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             }
         }

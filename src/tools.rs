@@ -189,6 +189,9 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
         (_, None, None) => None,
         _ => return Err("--swap-add and --compare are for cas and faa".into()),
     };
+    if atomic.is_some() && (a.sges.len() != 1 || a.sges[0].len != 8) {
+        return Err("cas and faa take exactly one 8-byte --sge (where the old value lands)".into());
+    }
     if a.imm.is_some() && !opcode.has_imm() {
         return Err("--imm is for send-imm and write-imm".into());
     }
