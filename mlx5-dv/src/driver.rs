@@ -10,7 +10,7 @@ use crate::dv::{mlx5dv_cq, mlx5dv_qp};
 use crate::mmio;
 use crate::prm::{CtrlFlags, CQE64, WQEBB};
 use crate::ring::RingBuf;
-use crate::wqe::{write_send_wqe, SendWqe, SqGeometry, WqeError};
+use crate::wqe::{write_send_wqe_checked_geo, SendWqe, SqGeometry, WqeError};
 use core::ptr::NonNull;
 
 /// Why a ring description was refused.
@@ -43,6 +43,19 @@ pub struct Retired {
     pub hidden: bool,
 }
 
+/// What the send queue remembers of the WQE that starts at one WQEBB slot.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    /// wr_id the caller gave.
+    wr_id: u64,
+    /// WR sequence number (`posted` when it was posted).
+    wr_seq: u32,
+    /// WQEBBs it occupies.
+    wqebbs: u8,
+    /// Whether its CQE was asked for by auto-signal, not the caller.
+    hidden: bool,
+}
+
 /// Send queue of one QP.
 pub struct SendQueue {
     buf: RingBuf<'static>,
@@ -55,16 +68,14 @@ pub struct SendQueue {
     pi: u32,
     /// Oldest outstanding WQE index.
     tail: u32,
-    /// Index of the first WQE posted since the last doorbell, and how many.
+    /// Index of the first WQE posted since the last doorbell, of the last
+    /// one, and how many.
     batch_start: u32,
+    batch_last: u32,
     batch_len: u32,
-    /// Per WQEBB slot: wr_id, WQEBB count, and WR sequence number of the WQE
-    /// that starts there.
-    wr_id: Box<[u64]>,
-    wqebbs: Box<[u8]>,
-    wr_seq: Box<[u32]>,
-    /// Per WQEBB slot: whether the CQE was asked for by auto-signal, not the caller.
-    hidden: Box<[bool]>,
+    /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
+    /// so posting and retiring touch one cache line).
+    slots: Box<[Slot]>,
     /// Auto-signal period in WRs (0: off) and unsignaled WRs posted in a row.
     auto_signal: u32,
     unsignaled_run: u32,
@@ -129,11 +140,9 @@ impl SendQueue {
             pi: 0,
             tail: 0,
             batch_start: 0,
+            batch_last: 0,
             batch_len: 0,
-            wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
-            wqebbs: vec![0; wqe_cnt as usize].into_boxed_slice(),
-            wr_seq: vec![0; wqe_cnt as usize].into_boxed_slice(),
-            hidden: vec![false; wqe_cnt as usize].into_boxed_slice(),
+            slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             auto_signal: (max_post / 2).max(1),
             unsignaled_run: 0,
             max_post,
@@ -162,12 +171,13 @@ impl SendQueue {
     }
 
     /// Writes one WQE without ringing the doorbell. On error nothing is written.
-    #[inline]
+    ///
+    /// Always inlined: a caller that builds its WQEs with a fixed opcode and
+    /// payload kind gets the checks for the other kinds folded away.
+    #[inline(always)]
     pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
         if self.free_wrs() == 0 {
-            return Err(WqeError::WrLimit {
-                max_post: self.max_post,
-            });
+            return Err(self.wr_limit());
         }
         let free = self.free_wqebbs();
         // Auto-signal: after `auto_signal - 1` unsignaled WRs in a row, ask for
@@ -176,23 +186,26 @@ impl SendQueue {
         let user_signaled = wqe.flags.contains(CtrlFlags::CQ_UPDATE);
         let forced =
             !user_signaled && self.auto_signal != 0 && self.unsignaled_run + 1 >= self.auto_signal;
-        let w = if forced {
-            let mut signaled = *wqe;
-            signaled.flags |= CtrlFlags::CQ_UPDATE;
-            write_send_wqe(&mut self.buf, &self.geo, self.pi, &signaled, free)?
+        // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
+        // `wqe_cnt * 64` bytes).
+        let flags = if forced {
+            wqe.flags | CtrlFlags::CQ_UPDATE
         } else {
-            write_send_wqe(&mut self.buf, &self.geo, self.pi, wqe, free)?
+            wqe.flags
         };
+        let w = write_send_wqe_checked_geo(&mut self.buf, &self.geo, self.pi, wqe, flags, free)?;
         self.unsignaled_run = if user_signaled || forced {
             0
         } else {
             self.unsignaled_run + 1
         };
         let slot = (self.pi & (self.geo.wqe_cnt - 1)) as usize;
-        self.hidden[slot] = forced;
-        self.wr_id[slot] = wr_id;
-        self.wqebbs[slot] = w.wqebbs as u8;
-        self.wr_seq[slot] = self.posted;
+        self.slots[slot] = Slot {
+            wr_id,
+            wr_seq: self.posted,
+            wqebbs: w.wqebbs as u8,
+            hidden: forced,
+        };
         if crate::trace::enabled() {
             crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, self.pi, wr_id);
         }
@@ -200,9 +213,17 @@ impl SendQueue {
         if self.batch_len == 0 {
             self.batch_start = self.pi;
         }
+        self.batch_last = self.pi;
         self.batch_len += 1;
         self.pi = w.next_pi;
         Ok(())
+    }
+
+    #[cold]
+    fn wr_limit(&self) -> WqeError {
+        WqeError::WrLimit {
+            max_post: self.max_post,
+        }
     }
 
     /// Rings the doorbell for everything posted since the last ring, in the
@@ -218,44 +239,37 @@ impl SendQueue {
         unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(self.pi)) };
         mmio::wc_start_barrier();
         let first = self.batch_start;
-        let bytes = self.pi.wrapping_sub(first) as usize * WQEBB;
+        let wqebbs = self.pi.wrapping_sub(first) as usize;
+        let mask = (self.geo.wqe_cnt - 1) as usize;
+        let ring = self.buf.as_ptr() as *const u64;
         // SAFETY (for both arms): `bf_reg + bf_offset` is within the QP's
         // BlueFlame register pair, `bf_size` bytes each (constructor contract),
         // and 8-byte aligned as every UAR register is.
         let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) } as *mut u64;
-        if self.batch_len == 1 && self.bf_size as usize >= bytes {
-            let mut chunk = [0u64; WQEBB / 8];
-            for i in 0..bytes / WQEBB {
-                let mut b = [0u8; WQEBB];
-                self.buf.read_wrapping((first as usize + i) * WQEBB, &mut b);
-                for (w, c) in chunk.iter_mut().zip(b.chunks_exact(8)) {
-                    *w = u64::from_ne_bytes(c.try_into().unwrap());
-                }
-                // SAFETY: see above; `i * 8 + 8 <= bytes / 8 <= bf_size / 8`.
+        if self.batch_len == 1 && self.bf_size as usize >= wqebbs * WQEBB {
+            // BlueFlame: the single WQE, 64 bytes at a time; its WQEBBs may
+            // continue at the start of the ring.
+            for i in 0..wqebbs {
+                let at = ((first as usize + i) & mask) * (WQEBB / 8);
+                // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64`
+                // bytes, masked index); the ring is ours (constructor
+                // contract); unaligned reads need no alignment.
+                let chunk: [u64; WQEBB / 8] =
+                    unsafe { (ring.add(at) as *const [u64; WQEBB / 8]).read_unaligned() };
+                // SAFETY: see above; `i * 8 + 8 <= wqebbs * 8 <= bf_size / 8`.
                 unsafe { mmio::write_uar(reg.add(i * 8), &chunk) };
             }
         } else {
             // rdma-core rings with the first 8 bytes of the last WQE's ctrl segment.
-            let mut last = [0u8; 8];
-            self.buf.read_wrapping(self.last_ctrl_off(), &mut last);
+            let at = (self.batch_last as usize & mask) * (WQEBB / 8);
+            // SAFETY: the first 8 bytes of a WQEBB inside the ring (masked index).
+            let last = unsafe { ring.add(at).read_unaligned() };
             // SAFETY: see above.
-            unsafe { mmio::write_uar(reg, &[u64::from_ne_bytes(last)]) };
+            unsafe { mmio::write_uar(reg, &[last]) };
         }
         mmio::wc_flush_barrier();
         self.bf_offset ^= self.bf_size;
         self.batch_len = 0;
-    }
-
-    fn last_ctrl_off(&self) -> usize {
-        // The last WQE posted starts `wqebbs` of it before `pi`; walk from the batch start.
-        let mut idx = self.batch_start;
-        loop {
-            let n = self.wqebbs[(idx & (self.geo.wqe_cnt - 1)) as usize] as u32;
-            if idx.wrapping_add(n) == self.pi {
-                return (idx & (self.geo.wqe_cnt - 1)) as usize * WQEBB;
-            }
-            idx = idx.wrapping_add(n);
-        }
     }
 
     /// Retires every WQE up to and including the one a requester CQE names by
@@ -263,12 +277,12 @@ impl SendQueue {
     #[inline]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
         let idx = full_wqe_index(wqe_counter, self.tail, self.pi)?;
-        let slot = (idx & (self.geo.wqe_cnt - 1)) as usize;
-        self.tail = idx.wrapping_add(self.wqebbs[slot] as u32);
-        self.retired = self.wr_seq[slot].wrapping_add(1);
+        let s = self.slots[(idx & (self.geo.wqe_cnt - 1)) as usize];
+        self.tail = idx.wrapping_add(s.wqebbs as u32);
+        self.retired = s.wr_seq.wrapping_add(1);
         Some(Retired {
-            wr_id: self.wr_id[slot],
-            hidden: self.hidden[slot],
+            wr_id: s.wr_id,
+            hidden: s.hidden,
         })
     }
 

@@ -144,6 +144,7 @@ pub enum WqeError {
 }
 
 /// Encodes a ctrl segment (bytes 0..16 of every send WQE).
+#[inline]
 pub fn ctrl_seg(
     opcode: WqeOpcode,
     wqe_idx: u16,
@@ -160,7 +161,59 @@ pub fn ctrl_seg(
     s
 }
 
+/// The ctrl segment as four big-endian words (what [`ctrl_seg`] lays out),
+/// for writers that store them straight into the ring.
+#[inline(always)]
+fn ctrl_words(
+    opcode: WqeOpcode,
+    wqe_idx: u16,
+    qpn: u32,
+    ds: u32,
+    flags: CtrlFlags,
+    imm: u32,
+) -> [u32; 4] {
+    [
+        ((wqe_idx as u32) << 8) | opcode.0 as u32,
+        ((qpn & 0xff_ffff) << 8) | (ds & 0x3f),
+        flags.bits() as u32,
+        imm,
+    ]
+}
+
+/// Stores a 16-byte segment given as two big-endian 64-bit halves.
+///
+/// # Safety
+/// `dst` must be valid for 16 bytes of writes.
+#[inline(always)]
+unsafe fn put_be64x2(dst: *mut u8, a: u64, b: u64) {
+    // SAFETY: caller guarantees `dst` is writable for 16 bytes; unaligned
+    // stores need no alignment. Building the segment in registers and storing
+    // it once avoids assembling it in a stack array first, which makes the
+    // 16-byte reload of the array miss store forwarding.
+    unsafe {
+        (dst as *mut u64).write_unaligned(a.to_be());
+        (dst.add(8) as *mut u64).write_unaligned(b.to_be());
+    }
+}
+
+/// Stores a segment given as four big-endian 32-bit words.
+///
+/// # Safety
+/// As [`put_be64x2`].
+#[inline(always)]
+unsafe fn put_be32x4(dst: *mut u8, w: [u32; 4]) {
+    // SAFETY: as in `put_be64x2`.
+    unsafe {
+        put_be64x2(
+            dst,
+            ((w[0] as u64) << 32) | w[1] as u64,
+            ((w[2] as u64) << 32) | w[3] as u64,
+        )
+    };
+}
+
 /// Encodes a remote-address segment.
+#[inline]
 pub fn raddr_seg(r: RemoteSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..8].copy_from_slice(&r.addr.to_be_bytes());
@@ -169,6 +222,7 @@ pub fn raddr_seg(r: RemoteSeg) -> [u8; 16] {
 }
 
 /// Encodes an atomic segment.
+#[inline]
 pub fn atomic_seg(a: AtomicSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..8].copy_from_slice(&a.swap_add.to_be_bytes());
@@ -180,6 +234,7 @@ pub fn atomic_seg(a: AtomicSeg) -> [u8; 16] {
 pub const ATOMIC_SIZE: u32 = 8;
 
 /// Encodes a data segment.
+#[inline]
 pub fn data_seg(d: DataSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..4].copy_from_slice(&d.len.to_be_bytes());
@@ -189,11 +244,13 @@ pub fn data_seg(d: DataSeg) -> [u8; 16] {
 }
 
 /// DS count of an inline segment carrying `len` bytes: `ceil((len + 4) / 16)`.
+#[inline]
 pub fn inline_ds(len: usize) -> u32 {
     (len + 4).div_ceil(DS) as u32
 }
 
 /// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
+#[inline(always)]
 pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeError> {
     let op = wqe.opcode;
     let atomic = matches!(op, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
@@ -264,6 +321,7 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
     finish(geo, ds)
 }
 
+#[inline(always)]
 fn finish(geo: &SqGeometry, ds: u32) -> Result<(u32, u32), WqeError> {
     if ds > MAX_DS {
         return Err(WqeError::TooManyDs { ds });
@@ -282,6 +340,7 @@ fn finish(geo: &SqGeometry, ds: u32) -> Result<(u32, u32), WqeError> {
 /// `(pi & (wqe_cnt - 1)) * 64`, and segments or inline bytes that reach the end
 /// of the buffer continue at its start. `free` is the number of WQEBBs the caller
 /// knows to be free. On error nothing is written.
+#[inline]
 pub fn write_send_wqe(
     sq: &mut RingBuf<'_>,
     geo: &SqGeometry,
@@ -295,16 +354,165 @@ pub fn write_send_wqe(
             ring_len: sq.len(),
         });
     }
+    write_send_wqe_checked_geo(sq, geo, pi, wqe, wqe.flags, free)
+}
+
+/// [`write_send_wqe`] for a caller that has already checked that `geo.wqe_cnt`
+/// is a power of two and `sq.len() == geo.wqe_cnt * 64` (the driver checks
+/// once, at construction), with the ctrl segment's `fm_ce_se` flags given
+/// apart from `wqe` (the driver adds CQ_UPDATE for auto-signal).
+#[inline(always)]
+pub(crate) fn write_send_wqe_checked_geo(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    free: u32,
+) -> Result<Written, WqeError> {
+    debug_assert!(
+        geo.wqe_cnt.is_power_of_two() && sq.len() == geo.wqe_cnt as usize * WQEBB,
+        "geometry not checked"
+    );
     let (ds, wqebbs) = wqe_size(geo, wqe)?;
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });
     }
     let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
+    let ctrl = ctrl_words(wqe.opcode, pi as u16, geo.qpn, ds, flags, imm);
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
-    sq.write_seg(
-        base,
-        &ctrl_seg(wqe.opcode, pi as u16, geo.qpn, ds, wqe.flags, imm),
-    );
+    if base + ds as usize * DS <= sq.len() {
+        // Fast path: the WQE does not reach the end of the ring, so every
+        // segment is written straight to its place with fixed-size stores.
+        // SAFETY: `base + ds * 16 <= sq.len()`, and `write_linear` writes
+        // only the WQE's `ds * 16` bytes (what `wqe_size` counted) from `base`;
+        // the ring owns its bytes (RingBuf contract).
+        unsafe { write_linear(sq.as_ptr().add(base), ctrl, wqe) };
+    } else {
+        let mut c = [0u8; 16];
+        for (b, w) in c.chunks_exact_mut(4).zip(ctrl) {
+            b.copy_from_slice(&w.to_be_bytes());
+        }
+        write_wrapped(sq, base, &c, wqe);
+    }
+    Ok(Written {
+        ds,
+        wqebbs,
+        next_pi: pi.wrapping_add(wqebbs),
+    })
+}
+
+/// Copies `len` bytes from `src` to `dst` (not overlapping), with fixed-size
+/// moves for payloads up to 64 bytes (an inlined `memcpy` call costs more than
+/// the copy at these sizes).
+///
+/// # Safety
+/// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of
+/// writes, and the two must not overlap.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies the first and last `N` bytes of `len` (`N <= len <= 2 * N`):
+    /// together they cover all `len` bytes.
+    ///
+    /// # Safety
+    /// As `copy_small`, with `N <= len`.
+    #[inline(always)]
+    unsafe fn two<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        // SAFETY: `N <= len`, so both `[0, N)` and `[len - N, len)` are inside
+        // the caller's ranges; the unaligned reads and writes move `[u8; N]`.
+        unsafe {
+            let a = (src as *const [u8; N]).read_unaligned();
+            let b = (src.add(len - N) as *const [u8; N]).read_unaligned();
+            (dst as *mut [u8; N]).write_unaligned(a);
+            (dst.add(len - N) as *mut [u8; N]).write_unaligned(b);
+        }
+    }
+    // SAFETY (every arm): the size checks give each helper `N <= len <= 2N`;
+    // the caller guarantees the ranges.
+    unsafe {
+        match len {
+            0 => {}
+            1..=3 => {
+                for i in 0..len {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            4..=7 => two::<4>(src, dst, len),
+            8..=15 => two::<8>(src, dst, len),
+            16..=31 => two::<16>(src, dst, len),
+            32..=64 => two::<32>(src, dst, len),
+            _ => core::ptr::copy_nonoverlapping(src, dst, len),
+        }
+    }
+}
+
+/// Writes a send WQE that `wqe_size` accepted to contiguous memory.
+///
+/// # Safety
+/// `dst` must be valid for writes of the WQE's `ds * 16` bytes (as
+/// [`wqe_size`] counts them) and not overlap any payload.
+#[inline(always)]
+unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) {
+    // SAFETY (whole body): each segment is written at the offset, and with
+    // the length, that `wqe_size` counted into `ds`: ctrl, then raddr when
+    // the opcode has one, then atomic + data, or the inline segment (4-byte
+    // header and the bytes), or one data segment per non-empty SGE. So every
+    // write is inside `dst[..ds * 16]`. Layouts as `ctrl_seg`, `raddr_seg`,
+    // `atomic_seg` and `data_seg` make them.
+    unsafe {
+        put_be32x4(dst, ctrl);
+        let mut p = dst.add(DS);
+        if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
+            put_be64x2(p, r.addr, (r.rkey as u64) << 32);
+            p = p.add(DS);
+        }
+        if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
+            (wqe.opcode, wqe.atomic, wqe.payload)
+        {
+            let a = atomic_operands(wqe.opcode, a);
+            put_be64x2(p, a.swap_add, a.compare);
+            put_be64x2(
+                p.add(DS),
+                ((ATOMIC_SIZE as u64) << 32) | d.lkey as u64,
+                d.addr,
+            );
+            return;
+        }
+        match wqe.payload {
+            Payload::Inline(bytes) if !bytes.is_empty() => {
+                (p as *mut u32).write_unaligned((bytes.len() as u32 | INLINE_SEG).to_be());
+                copy_small(bytes.as_ptr(), p.add(4), bytes.len());
+            }
+            Payload::Inline(_) => {}
+            Payload::Sges(sges) => {
+                for s in sges.iter().filter(|s| s.len != 0) {
+                    put_be64x2(p, ((s.len as u64) << 32) | s.lkey as u64, s.addr);
+                    p = p.add(DS);
+                }
+            }
+        }
+    }
+}
+
+/// The atomic segment's operands: ATOMIC_FA writes no compare value.
+#[inline(always)]
+fn atomic_operands(opcode: WqeOpcode, a: AtomicSeg) -> AtomicSeg {
+    let compare = if opcode == WqeOpcode::ATOMIC_CS {
+        a.compare
+    } else {
+        0
+    };
+    AtomicSeg {
+        swap_add: a.swap_add,
+        compare,
+    }
+}
+
+/// Writes a send WQE that `wqe_size` accepted at ring offset `base`, where it
+/// reaches the end of the ring and continues at its start.
+#[cold]
+fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, ctrl: &[u8; 16], wqe: &SendWqe<'_>) {
+    sq.write_seg(base, ctrl);
     let mut off = base + DS;
     if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
         sq.write_seg(off, &raddr_seg(r));
@@ -313,18 +521,7 @@ pub fn write_send_wqe(
     if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
         (wqe.opcode, wqe.atomic, wqe.payload)
     {
-        let compare = if wqe.opcode == WqeOpcode::ATOMIC_CS {
-            a.compare
-        } else {
-            0
-        };
-        sq.write_seg(
-            off,
-            &atomic_seg(AtomicSeg {
-                swap_add: a.swap_add,
-                compare,
-            }),
-        );
+        sq.write_seg(off, &atomic_seg(atomic_operands(wqe.opcode, a)));
         sq.write_seg(
             off + DS,
             &data_seg(DataSeg {
@@ -332,11 +529,7 @@ pub fn write_send_wqe(
                 ..*d
             }),
         );
-        return Ok(Written {
-            ds,
-            wqebbs,
-            next_pi: pi.wrapping_add(wqebbs),
-        });
+        return;
     }
     match wqe.payload {
         Payload::Inline(bytes) if !bytes.is_empty() => {
@@ -351,11 +544,6 @@ pub fn write_send_wqe(
             }
         }
     }
-    Ok(Written {
-        ds,
-        wqebbs,
-        next_pi: pi.wrapping_add(wqebbs),
-    })
 }
 
 /// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
