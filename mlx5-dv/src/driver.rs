@@ -68,11 +68,10 @@ pub struct SendQueue {
     pi: u32,
     /// Oldest outstanding WQE index.
     tail: u32,
-    /// Index of the first WQE posted since the last doorbell, of the last
-    /// one, and how many.
+    /// Producer index at the last doorbell (the first WQE posted since, if
+    /// `pi` has moved), and the index of the last WQE posted.
     batch_start: u32,
     batch_last: u32,
-    batch_len: u32,
     /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
     /// so posting and retiring touch one cache line).
     slots: Box<[Slot]>,
@@ -141,7 +140,6 @@ impl SendQueue {
             tail: 0,
             batch_start: 0,
             batch_last: 0,
-            batch_len: 0,
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             auto_signal: (max_post / 2).max(1),
             unsignaled_run: 0,
@@ -176,45 +174,45 @@ impl SendQueue {
     /// payload kind gets the checks for the other kinds folded away.
     #[inline(always)]
     pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
-        if self.free_wrs() == 0 {
+        // Everything read from `self` is read before the ring is written, so
+        // the compiler need not reload it after the stores into the ring.
+        let pi = self.pi;
+        let posted = self.posted;
+        let wqe_cnt = self.geo.wqe_cnt;
+        if self.max_post == posted.wrapping_sub(self.retired) {
             return Err(self.wr_limit());
         }
-        let free = self.free_wqebbs();
+        let free = wqe_cnt - pi.wrapping_sub(self.tail);
         // Auto-signal: after `auto_signal - 1` unsignaled WRs in a row, ask for
         // a CQE anyway so completions keep retiring SQ space. The caller never
         // sees that CQE unless the WR fails ([`Retired::hidden`]).
         let user_signaled = wqe.flags.contains(CtrlFlags::CQ_UPDATE);
-        let forced =
-            !user_signaled && self.auto_signal != 0 && self.unsignaled_run + 1 >= self.auto_signal;
-        // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
-        // `wqe_cnt * 64` bytes).
+        let run = self.unsignaled_run;
+        let forced = !user_signaled && self.auto_signal != 0 && run + 1 >= self.auto_signal;
         let flags = if forced {
             wqe.flags | CtrlFlags::CQ_UPDATE
         } else {
             wqe.flags
         };
-        let w = write_send_wqe_checked_geo(&mut self.buf, &self.geo, self.pi, wqe, flags, free)?;
-        self.unsignaled_run = if user_signaled || forced {
-            0
-        } else {
-            self.unsignaled_run + 1
-        };
-        let slot = (self.pi & (self.geo.wqe_cnt - 1)) as usize;
-        self.slots[slot] = Slot {
+        // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
+        // `wqe_cnt * 64` bytes).
+        let w = write_send_wqe_checked_geo(&mut self.buf, &self.geo, pi, wqe, flags, free)?;
+        self.unsignaled_run = if user_signaled || forced { 0 } else { run + 1 };
+        let slot = (pi & (wqe_cnt - 1)) as usize;
+        debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
+        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and `slot`
+        // is masked below `wqe_cnt`.
+        *unsafe { self.slots.get_unchecked_mut(slot) } = Slot {
             wr_id,
-            wr_seq: self.posted,
+            wr_seq: posted,
             wqebbs: w.wqebbs as u8,
             hidden: forced,
         };
         if crate::trace::enabled() {
-            crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, self.pi, wr_id);
+            crate::trace::posted(self.geo.qpn, &self.buf, wqe_cnt, pi, wr_id);
         }
-        self.posted = self.posted.wrapping_add(1);
-        if self.batch_len == 0 {
-            self.batch_start = self.pi;
-        }
-        self.batch_last = self.pi;
-        self.batch_len += 1;
+        self.posted = posted.wrapping_add(1);
+        self.batch_last = pi;
         self.pi = w.next_pi;
         Ok(())
     }
@@ -231,7 +229,8 @@ impl SendQueue {
     /// copy (single WQE that fits) or 8-byte doorbell, flush, offset toggle.
     #[inline]
     pub fn ring_doorbell(&mut self) {
-        if self.batch_len == 0 {
+        if self.pi == self.batch_start {
+            // Nothing posted since the last doorbell (every WQE takes a WQEBB).
             return;
         }
         mmio::to_device_barrier();
@@ -246,7 +245,9 @@ impl SendQueue {
         // BlueFlame register pair, `bf_size` bytes each (constructor contract),
         // and 8-byte aligned as every UAR register is.
         let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) } as *mut u64;
-        if self.batch_len == 1 && self.bf_size as usize >= wqebbs * WQEBB {
+        // A single WQE since the last doorbell: it starts where the batch does.
+        let single = self.batch_last == first;
+        if single && self.bf_size as usize >= wqebbs * WQEBB {
             // BlueFlame: the single WQE, 64 bytes at a time; its WQEBBs may
             // continue at the start of the ring.
             for i in 0..wqebbs {
@@ -269,7 +270,7 @@ impl SendQueue {
         }
         mmio::wc_flush_barrier();
         self.bf_offset ^= self.bf_size;
-        self.batch_len = 0;
+        self.batch_start = self.pi;
     }
 
     /// Retires every WQE up to and including the one a requester CQE names by

@@ -419,12 +419,11 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
     #[inline(always)]
     unsafe fn two<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
         // SAFETY: `N <= len`, so both `[0, N)` and `[len - N, len)` are inside
-        // the caller's ranges; the unaligned reads and writes move `[u8; N]`.
+        // the caller's ranges, which do not overlap. Fixed-size copies become
+        // plain moves.
         unsafe {
-            let a = (src as *const [u8; N]).read_unaligned();
-            let b = (src.add(len - N) as *const [u8; N]).read_unaligned();
-            (dst as *mut [u8; N]).write_unaligned(a);
-            (dst.add(len - N) as *mut [u8; N]).write_unaligned(b);
+            core::ptr::copy_nonoverlapping(src, dst, N);
+            core::ptr::copy_nonoverlapping(src.add(len - N), dst.add(len - N), N);
         }
     }
     // SAFETY (every arm): the size checks give each helper `N <= len <= 2N`;
