@@ -277,8 +277,27 @@ impl SendQueue {
     /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
     #[inline]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
-        let idx = full_wqe_index(wqe_counter, self.tail, self.pi)?;
-        let s = self.slots[(idx & (self.geo.wqe_cnt - 1)) as usize];
+        // The index is counted back from the last WQE posted, not forward from
+        // `tail`: the same index (the window `[tail, pi)` holds at most
+        // `wqe_cnt <= 2^16` WQEs, so a counter names at most one of them), but
+        // the new `tail` then does not depend on the old one, and retiring a
+        // run of CQEs is not one long chain of dependent loads.
+        let last = self.pi.wrapping_sub(1);
+        let back = (last as u16).wrapping_sub(wqe_counter) as u32;
+        if back >= self.pi.wrapping_sub(self.tail) {
+            return None;
+        }
+        let idx = last.wrapping_sub(back);
+        debug_assert!(
+            self.pi.wrapping_sub(self.tail) > 1 << 16
+                || Some(idx) == full_wqe_index(wqe_counter, self.tail, self.pi)
+        );
+        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and the
+        // index is masked below `wqe_cnt`.
+        let s = *unsafe {
+            self.slots
+                .get_unchecked((idx & (self.geo.wqe_cnt - 1)) as usize)
+        };
         self.tail = idx.wrapping_add(s.wqebbs as u32);
         self.retired = s.wr_seq.wrapping_add(1);
         Some(Retired {
@@ -300,13 +319,23 @@ impl SendQueue {
 
 /// Completion queue poller.
 pub struct CompletionQueue {
-    buf: *const u8,
+    /// Address of the first CQE proper (the last 64 bytes of slot 0).
+    first: *const u8,
     cqe_cnt: u32,
-    cqe_size: u32,
+    /// Slot size in bytes (64 or 128).
+    stride: usize,
     dbrec: *mut u32,
     ci: u32,
+    /// The CQEs from `ci` up to (not including) `ready_end` had their
+    /// `op_own` seen software-owned before a completed
+    /// [`mmio::from_device_barrier`].
+    ready_end: u32,
     cqn: u32,
 }
+
+/// Most CQEs [`CompletionQueue::poll_one`] checks ahead of the consumer index
+/// before its one acquire barrier.
+const POLL_AHEAD: u32 = 16;
 
 // SAFETY: as for SendQueue.
 unsafe impl Send for CompletionQueue {}
@@ -329,11 +358,13 @@ impl CompletionQueue {
             return Err(DescError::Null { what: "cq.dbrec" });
         }
         Ok(Self {
-            buf: cq.buf as *const u8,
+            // SAFETY: `cqe_size - 64` (0 or 64) is inside slot 0 of the CQ buffer.
+            first: unsafe { (cq.buf as *const u8).add(cq.cqe_size as usize - CQE64) },
             cqe_cnt,
-            cqe_size: cq.cqe_size,
+            stride: cq.cqe_size as usize,
             dbrec: cq.dbrec,
             ci: 0,
+            ready_end: 0,
             cqn: cq.cqn,
         })
     }
@@ -349,28 +380,53 @@ impl CompletionQueue {
 
     /// Takes the next software-owned CQE, if any, and advances the consumer
     /// index (the doorbell record is updated by [`Self::update_ci`]).
+    ///
+    /// Ordering as rdma-core's: `op_own` is read first, then the acquire
+    /// barrier (`lfence` on x86_64), then the rest of the CQE. When it finds
+    /// the CQE at `ci` software-owned it also reads the `op_own` bytes of up to
+    /// [`POLL_AHEAD`] - 1 following CQEs and stops at the first that is not,
+    /// so one barrier orders the reads of all of them: the later calls that
+    /// take those CQEs need no barrier of their own. The device does not write
+    /// a slot again until the consumer index has passed it, so what was seen
+    /// stays valid.
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
-        let slot = (self.ci & (self.cqe_cnt - 1)) as usize * self.cqe_size as usize;
-        // SAFETY: `slot + cqe_size <= cqe_cnt * cqe_size`, inside the CQ buffer
-        // (constructor contract); the CQE proper is its last 64 bytes.
-        let cqe = unsafe { self.buf.add(slot + self.cqe_size as usize - CQE64) };
-        // SAFETY: as above; byte 63 is op_own.
-        let op_own = unsafe { mmio::read_op_own(cqe.add(63)) };
-        if !sw_owned(op_own, self.ci, self.cqe_cnt) {
-            return None;
+        let mask = self.cqe_cnt - 1;
+        let ci = self.ci;
+        if ci == self.ready_end {
+            let ahead = POLL_AHEAD.min(self.cqe_cnt);
+            let mut n = 0;
+            while n < ahead {
+                let at = ci.wrapping_add(n);
+                let slot = (at & mask) as usize * self.stride;
+                // SAFETY: a masked slot index: `slot + cqe_size <= cqe_cnt *
+                // cqe_size`, inside the CQ buffer (constructor contract);
+                // `first` points at the CQE proper of slot 0; byte 63 is op_own.
+                let op_own = unsafe { mmio::read_op_own(self.first.add(slot + 63)) };
+                if !sw_owned(op_own, at, self.cqe_cnt) {
+                    break;
+                }
+                n += 1;
+            }
+            if n == 0 {
+                return None;
+            }
+            mmio::from_device_barrier();
+            self.ready_end = ci.wrapping_add(n);
         }
-        mmio::from_device_barrier();
-        // SAFETY: as above. The device wrote these bytes before publishing
-        // op_own, and the barrier orders our reads after that load; the slot is
-        // ours until the consumer index moves past it. (A volatile read of an
-        // array is done byte by byte: a plain read is one 64-byte copy.)
-        let bytes = unsafe { core::ptr::read(cqe as *const [u8; CQE64]) };
-        let c = Cqe::decode(&bytes);
+        let slot = (ci & mask) as usize * self.stride;
+        // SAFETY: as above. The device wrote this CQE before publishing its
+        // op_own, which we loaded before the barrier; the slot is ours until
+        // the consumer index moves past it. Only the fields the CQE carries
+        // are read, not a copy of all 64 bytes.
+        let c = unsafe { Cqe::decode_raw(self.first.add(slot)) };
+        self.ci = ci.wrapping_add(1);
         if crate::trace::enabled() {
-            crate::trace::polled(self.cqn, self.ci, slot, &c);
+            // Decoded again inside, so that the fast path computes only the
+            // fields its caller uses.
+            // SAFETY: as above: the 64 bytes of the CQE just polled.
+            unsafe { crate::trace::polled(self.cqn, ci, slot, self.first.add(slot)) };
         }
-        self.ci = self.ci.wrapping_add(1);
         Some(c)
     }
 
