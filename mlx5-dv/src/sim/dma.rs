@@ -64,6 +64,16 @@ impl DmaBuf {
 
     /// Writes `src` at `off` (wrapping).
     pub(super) fn write(&self, off: usize, src: &[u8]) {
+        let off = off & self.mask();
+        if off + src.len() <= self.layout.size() {
+            // SAFETY: `off..off + src.len()` is inside the allocation; `src` is
+            // host memory of ours, not this buffer. Readers on the host side
+            // are ordered by the release store that publishes the entry.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+            };
+            return;
+        }
         for (k, &b) in src.iter().enumerate() {
             // SAFETY: masked offset is inside the allocation.
             unsafe {
