@@ -45,11 +45,23 @@ impl DmaBuf {
 
     /// Copies `dst.len()` bytes from `off` (wrapping) into `dst`: at most two
     /// copies. `dst` must not be longer than the buffer.
+    #[inline]
     pub(super) fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
         let len = self.layout.size();
         assert!(dst.len() <= len);
         let off = off & self.mask();
-        let first = dst.len().min(len - off);
+        if dst.len() <= len - off {
+            // SAFETY: `off + dst.len() <= len`; as below.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(off),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
+            };
+            return;
+        }
+        let first = len - off;
         // SAFETY: `off + first <= len` and `dst.len() - first <= len`; the host
         // side published these bytes before the doorbell record we acquired.
         unsafe {

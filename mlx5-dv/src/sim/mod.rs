@@ -1061,15 +1061,12 @@ fn responder_check(
     len: u64,
     need: Access,
 ) -> Result<(), Syndrome> {
-    let peer = st.qps[&qpn]
-        .peer
-        .filter(|p| {
-            st.qps
-                .get(p)
-                .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
-        })
+    let peer = st.qps[&qpn].peer.ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
+    let responder = st
+        .qps
+        .get(&peer)
+        .filter(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
         .ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
-    let responder = &st.qps[&peer];
     let ok = responder.access.contains(need)
         && st.mrs.get(&rkey).is_some_and(|mr| {
             mr.pd == responder.pd
