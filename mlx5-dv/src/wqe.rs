@@ -389,11 +389,15 @@ pub(crate) fn write_send_wqe_checked_geo(
         // the ring owns its bytes (RingBuf contract).
         unsafe { write_linear(sq.as_ptr().add(base), ctrl, wqe) };
     } else {
-        let mut c = [0u8; 16];
-        for (b, w) in c.chunks_exact_mut(4).zip(ctrl) {
-            b.copy_from_slice(&w.to_be_bytes());
-        }
-        write_wrapped(sq, base, &c, wqe);
+        // The WQE reaches the end of the ring: lay it out with the same writer
+        // in a scratch buffer, then copy the bytes it wrote, continuing at the
+        // start of the ring. (Taking `wqe` by reference into an out-of-line
+        // writer instead would make every caller build it in memory.)
+        let mut tmp = [0u8; MAX_DS as usize * DS];
+        // SAFETY: `wqe_size` refused more than MAX_DS DS, so the WQE's
+        // `ds * 16` bytes fit `tmp`, which is not the payload's memory.
+        let n = unsafe { write_linear(tmp.as_mut_ptr(), ctrl, wqe) };
+        write_wrapped(sq, base, &tmp[..n]);
     }
     Ok(Written {
         ds,
@@ -445,13 +449,15 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-/// Writes a send WQE that `wqe_size` accepted to contiguous memory.
+/// Writes a send WQE that `wqe_size` accepted to contiguous memory, and
+/// returns how many bytes from `dst` on it wrote (all of them: the segments
+/// follow one another; an inline segment's padding is not written).
 ///
 /// # Safety
 /// `dst` must be valid for writes of the WQE's `ds * 16` bytes (as
 /// [`wqe_size`] counts them) and not overlap any payload.
 #[inline(always)]
-unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) {
+unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize {
     // SAFETY (whole body): each segment is written at the offset, and with
     // the length, that `wqe_size` counted into `ds`: ctrl, then raddr when
     // the opcode has one, then atomic + data, or the inline segment (4-byte
@@ -475,12 +481,13 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) {
                 ((ATOMIC_SIZE as u64) << 32) | d.lkey as u64,
                 d.addr,
             );
-            return;
+            return p.add(2 * DS).offset_from(dst) as usize;
         }
         match wqe.payload {
             Payload::Inline(bytes) if !bytes.is_empty() => {
                 (p as *mut u32).write_unaligned((bytes.len() as u32 | INLINE_SEG).to_be());
                 copy_small(bytes.as_ptr(), p.add(4), bytes.len());
+                p = p.add(4 + bytes.len());
             }
             Payload::Inline(_) => {}
             Payload::Sges(sges) => {
@@ -490,6 +497,7 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) {
                 }
             }
         }
+        p.offset_from(dst) as usize
     }
 }
 
@@ -507,42 +515,12 @@ fn atomic_operands(opcode: WqeOpcode, a: AtomicSeg) -> AtomicSeg {
     }
 }
 
-/// Writes a send WQE that `wqe_size` accepted at ring offset `base`, where it
-/// reaches the end of the ring and continues at its start.
+/// Copies the bytes of a WQE laid out linearly to ring offset `base`, where
+/// they reach the end of the ring and continue at its start.
 #[cold]
-fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, ctrl: &[u8; 16], wqe: &SendWqe<'_>) {
-    sq.write_seg(base, ctrl);
-    let mut off = base + DS;
-    if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
-        sq.write_seg(off, &raddr_seg(r));
-        off += DS;
-    }
-    if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
-        (wqe.opcode, wqe.atomic, wqe.payload)
-    {
-        sq.write_seg(off, &atomic_seg(atomic_operands(wqe.opcode, a)));
-        sq.write_seg(
-            off + DS,
-            &data_seg(DataSeg {
-                len: ATOMIC_SIZE,
-                ..*d
-            }),
-        );
-        return;
-    }
-    match wqe.payload {
-        Payload::Inline(bytes) if !bytes.is_empty() => {
-            sq.write_wrapping(off, &(bytes.len() as u32 | INLINE_SEG).to_be_bytes());
-            sq.write_wrapping(off + 4, bytes);
-        }
-        Payload::Inline(_) => {}
-        Payload::Sges(sges) => {
-            for s in sges.iter().filter(|s| s.len != 0) {
-                sq.write_seg(off, &data_seg(*s));
-                off += DS;
-            }
-        }
-    }
+#[inline(never)]
+fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, bytes: &[u8]) {
+    sq.write_wrapping(base, bytes);
 }
 
 /// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
