@@ -1178,6 +1178,93 @@ mod tests {
         assert_eq!(d.sge(&sq, 1), None);
     }
 
+    /// Every WQE shape, at every producer index of a small ring: where the
+    /// WQE reaches the end of the ring (scratch buffer, then a wrapping copy)
+    /// the ring holds the same bytes, rotated, as where it does not (direct
+    /// stores), and nothing outside the bytes the WQE writes changes.
+    #[test]
+    fn wrapped_and_direct_writes_lay_out_the_same_bytes() {
+        let sges = [
+            DataSeg {
+                addr: 0x1111_2222_3333_4444,
+                len: 17,
+                lkey: 0x55,
+            },
+            DataSeg {
+                addr: 9,
+                len: 0,
+                lkey: 1,
+            },
+            DataSeg {
+                addr: 0xabcdef,
+                len: 4096,
+                lkey: 0x66,
+            },
+        ];
+        let old = [DataSeg {
+            addr: 0x8000,
+            len: 8,
+            lkey: 3,
+        }];
+        let bytes: Vec<u8> = (1..=200u8).collect();
+        let mut shapes = vec![
+            wqe(WqeOpcode::RDMA_WRITE, Payload::Sges(&sges)),
+            wqe(WqeOpcode::RDMA_READ, Payload::Sges(&sges[..1])),
+            wqe(WqeOpcode::NOP, Payload::Inline(&[])),
+        ];
+        for len in [
+            1, 3, 4, 7, 8, 12, 13, 15, 16, 28, 31, 32, 60, 64, 65, 100, 200,
+        ] {
+            shapes.push(wqe(
+                WqeOpcode::RDMA_WRITE_IMM,
+                Payload::Inline(&bytes[..len]),
+            ));
+            let mut send = wqe(WqeOpcode::SEND, Payload::Inline(&bytes[..len]));
+            send.remote = None;
+            shapes.push(send);
+        }
+        for op in [WqeOpcode::ATOMIC_CS, WqeOpcode::ATOMIC_FA] {
+            let mut a = wqe(op, Payload::Sges(&old));
+            a.atomic = Some(AtomicSeg {
+                swap_add: 0x0102_0304_0506_0708,
+                compare: 0x1112_1314_1516_1718,
+            });
+            shapes.push(a);
+        }
+        for w in &shapes {
+            // The reference: written at index 0 of a ring large enough that
+            // nothing wraps.
+            let mut big = vec![0xeeu8; 16 * WQEBB];
+            let mut ring = RingBuf::from_slice(&mut big).unwrap();
+            let mut g = geo8();
+            g.wqe_cnt = 16;
+            let r = write_send_wqe(&mut ring, &g, 0, w, 16).unwrap();
+            for pi in 0..8u32 {
+                let mut mem = vec![0xeeu8; 8 * WQEBB];
+                let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+                let got = write_send_wqe(&mut sq, &geo8(), pi, w, 8).unwrap();
+                assert_eq!((got.ds, got.wqebbs), (r.ds, r.wqebbs));
+                let base = pi as usize * WQEBB;
+                for k in 0..mem.len() {
+                    let want = if k < 16 * WQEBB - base {
+                        // Bytes from the WQE's start on (mod the ring).
+                        big.get(k).copied()
+                    } else {
+                        None
+                    };
+                    let at = (base + k) % mem.len();
+                    // The ctrl segment's wqe_idx is the producer index.
+                    let want = match (k, want) {
+                        (1, Some(_)) => Some((pi >> 8) as u8),
+                        (2, Some(_)) => Some(pi as u8),
+                        (_, w) => w,
+                    };
+                    assert_eq!(Some(mem[at]), want, "{:?} at pi {pi}, byte {k}", w.opcode);
+                }
+            }
+        }
+    }
+
     /// Found by the `wqe_encode` fuzzer: a 2^31-byte data segment's byte count
     /// has bit 31 set, which the device reads as an inline segment.
     #[test]
