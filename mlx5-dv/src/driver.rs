@@ -426,7 +426,7 @@ impl CompletionQueue {
     /// Ordering as rdma-core's: `op_own` is read first, then the acquire
     /// barrier (`lfence` on x86_64), then the rest of the CQE. When it finds
     /// the CQE at `ci` software-owned it also reads the `op_own` bytes of up to
-    /// [`POLL_AHEAD`] - 1 following CQEs and stops at the first that is not,
+    /// 15 following CQEs (`POLL_AHEAD`) and stops at the first that is not,
     /// so one barrier orders the reads of all of them: the later calls that
     /// take those CQEs need no barrier of their own. The device does not write
     /// a slot again until the consumer index has passed it, so what was seen
