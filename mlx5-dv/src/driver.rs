@@ -10,7 +10,7 @@ use crate::dv::{mlx5dv_cq, mlx5dv_qp};
 use crate::mmio;
 use crate::prm::{CtrlFlags, CQE64, WQEBB};
 use crate::ring::RingBuf;
-use crate::wqe::{write_send_wqe_checked_geo, SendWqe, SqGeometry, WqeError};
+use crate::wqe::{wqe_size, write_sized, SendWqe, SqGeometry, WqeError};
 use core::ptr::NonNull;
 
 /// Why a ring description was refused.
@@ -198,8 +198,8 @@ impl SendQueue {
     /// payload kind gets the checks for the other kinds folded away.
     #[inline(always)]
     pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
-        // Everything read from `self` is read before the ring is written, so
-        // the compiler need not reload it after the stores into the ring.
+        // Checks first; then the bookkeeping; the ring is written last, so
+        // little stays live across its stores and nothing is reloaded after.
         let pi = self.pi;
         let posted = self.posted;
         let wqe_cnt = self.geo.wqe_cnt;
@@ -218,9 +218,10 @@ impl SendQueue {
         } else {
             wqe.flags
         };
-        // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
-        // `wqe_cnt * 64` bytes).
-        let w = write_send_wqe_checked_geo(&mut self.buf, &self.geo, pi, wqe, flags, free)?;
+        let (ds, wqebbs) = wqe_size(&self.geo, wqe)?;
+        if wqebbs > free {
+            return Err(WqeError::QueueFull { need: wqebbs, free });
+        }
         self.unsignaled_run = if user_signaled || forced { 0 } else { run + 1 };
         let slot = (pi & (wqe_cnt - 1)) as usize;
         debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
@@ -231,16 +232,19 @@ impl SendQueue {
                 self.slots.get_unchecked_mut(slot),
                 wr_id,
                 posted,
-                w.wqebbs,
+                wqebbs,
                 forced,
             )
         };
+        self.posted = posted.wrapping_add(1);
+        self.batch_last = pi;
+        self.pi = pi.wrapping_add(wqebbs);
+        // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
+        // `wqe_cnt * 64` bytes).
+        write_sized(&mut self.buf, &self.geo, pi, wqe, flags, ds);
         if crate::trace::enabled() {
             crate::trace::posted(self.geo.qpn, &self.buf, wqe_cnt, pi, wr_id);
         }
-        self.posted = posted.wrapping_add(1);
-        self.batch_last = pi;
-        self.pi = w.next_pi;
         // Bring the WQEBB a few WQEs ahead into the cache (for writing where
         // the target has `prefetchw`), so that the stores of a later post, and
         // the drain at the doorbell's barrier, do not wait for the line. A

@@ -378,6 +378,26 @@ pub(crate) fn write_send_wqe_checked_geo(
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });
     }
+    write_sized(sq, geo, pi, wqe, flags, ds);
+    Ok(Written {
+        ds,
+        wqebbs,
+        next_pi: pi.wrapping_add(wqebbs),
+    })
+}
+
+/// Writes a WQE that [`wqe_size`] accepted with `ds` DS (and for which the
+/// caller has room) into a ring whose geometry the caller has checked.
+#[inline(always)]
+pub(crate) fn write_sized(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    ds: u32,
+) {
+    debug_assert!(ds <= MAX_DS && geo.wqe_cnt.is_power_of_two());
     let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
     let ctrl = ctrl_words(wqe.opcode, pi as u16, geo.qpn, ds, flags, imm);
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
@@ -399,11 +419,6 @@ pub(crate) fn write_send_wqe_checked_geo(
         let n = unsafe { write_linear(tmp.as_mut_ptr(), ctrl, wqe) };
         write_wrapped(sq, base, &tmp[..n]);
     }
-    Ok(Written {
-        ds,
-        wqebbs,
-        next_pi: pi.wrapping_add(wqebbs),
-    })
 }
 
 /// Copies `len` bytes from `src` to `dst` (not overlapping), with fixed-size
