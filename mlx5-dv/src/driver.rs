@@ -383,6 +383,15 @@ pub struct CompletionQueue {
 /// before its one acquire barrier.
 const POLL_AHEAD: u32 = 16;
 
+/// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
+/// opcode (bits 7:4) is not INVALID (0xF) and bit 0 equals `owner`. In one
+/// compare: with bit 0 rotated to bit 7 and bits 2:1 dropped, the byte is
+/// below 0x78 exactly when bit 7 is clear and bits 6:3 are not all set.
+#[inline(always)]
+fn owned(op_own: u8, owner: u8) -> bool {
+    ((op_own ^ owner).rotate_right(1) & 0xf8) < 0x78
+}
+
 // SAFETY: as for SendQueue.
 unsafe impl Send for CompletionQueue {}
 
@@ -440,19 +449,29 @@ impl CompletionQueue {
         let mask = self.cqe_cnt - 1;
         let ci = self.ci;
         if ci == self.ready_end {
-            let ahead = POLL_AHEAD.min(self.cqe_cnt);
+            // Up to the end of the ring at most, so that every CQE looked at
+            // has the same software-owned value of the owner bit.
+            let ahead = POLL_AHEAD.min(self.cqe_cnt - (ci & mask));
+            let owner = ((ci & self.cqe_cnt) != 0) as u8;
+            // SAFETY: a masked slot index: `slot + cqe_size <= cqe_cnt *
+            // cqe_size`, inside the CQ buffer (constructor contract); `first`
+            // points at the CQE proper of slot 0; byte 63 is op_own.
+            let mut p = unsafe { self.first.add((ci & mask) as usize * self.stride + 63) };
             let mut n = 0;
             while n < ahead {
-                let at = ci.wrapping_add(n);
-                let slot = (at & mask) as usize * self.stride;
-                // SAFETY: a masked slot index: `slot + cqe_size <= cqe_cnt *
-                // cqe_size`, inside the CQ buffer (constructor contract);
-                // `first` points at the CQE proper of slot 0; byte 63 is op_own.
-                let op_own = unsafe { mmio::read_op_own(self.first.add(slot + 63)) };
-                if !sw_owned(op_own, at, self.cqe_cnt) {
+                // SAFETY: `p` is the op_own byte of slot `(ci & mask) + n`,
+                // and `(ci & mask) + n < cqe_cnt` (`ahead` stops at the end).
+                let op_own = unsafe { mmio::read_op_own(p) };
+                debug_assert_eq!(
+                    owned(op_own, owner),
+                    sw_owned(op_own, ci.wrapping_add(n), self.cqe_cnt)
+                );
+                if !owned(op_own, owner) {
                     break;
                 }
                 n += 1;
+                // Past the last slot only when the loop ends here (`n == ahead`).
+                p = p.wrapping_add(self.stride);
             }
             if n == 0 {
                 return None;
@@ -650,6 +669,19 @@ mod tests {
             let end = ((self.pi & (self.cqe_cnt - 1)) + 1) as usize * self.cqe_size as usize;
             self.buf[end - CQE64..end].copy_from_slice(&b);
             self.pi += 1;
+        }
+    }
+
+    #[test]
+    fn one_compare_ownership_equals_sw_owned() {
+        for op_own in 0..=255u8 {
+            for (ci, owner) in [(3u32, 0u8), (8 + 3, 1)] {
+                assert_eq!(
+                    owned(op_own, owner),
+                    sw_owned(op_own, ci, 8),
+                    "{op_own:#04x}"
+                );
+            }
         }
     }
 
