@@ -99,6 +99,8 @@ pub struct SendQueue {
     /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
     /// so posting and retiring touch one cache line).
     slots: Box<[Slot]>,
+    /// `wqe_cnt - 1`.
+    slot_mask: u32,
     /// Auto-signal period in WRs (0: off) and unsignaled WRs posted in a row.
     auto_signal: u32,
     unsignaled_run: u32,
@@ -165,6 +167,7 @@ impl SendQueue {
             batch_start: 0,
             batch_last: 0,
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
+            slot_mask: wqe_cnt - 1,
             auto_signal: (max_post / 2).max(1),
             unsignaled_run: 0,
             max_post,
@@ -340,10 +343,7 @@ impl SendQueue {
         );
         // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and the
         // index is masked below `wqe_cnt`.
-        let s = unsafe {
-            self.slots
-                .get_unchecked((idx & (self.geo.wqe_cnt - 1)) as usize)
-        };
+        let s = unsafe { self.slots.get_unchecked((idx & self.slot_mask) as usize) };
         self.tail = idx.wrapping_add(s.wqebbs as u32);
         self.retired = s.wr_seq.wrapping_add(1);
         Some(Retired {
@@ -368,6 +368,8 @@ pub struct CompletionQueue {
     /// Address of the first CQE proper (the last 64 bytes of slot 0).
     first: *const u8,
     cqe_cnt: u32,
+    /// `cqe_cnt - 1`.
+    mask: u32,
     /// Slot size in bytes (64 or 128).
     stride: usize,
     dbrec: *mut u32,
@@ -416,6 +418,7 @@ impl CompletionQueue {
             // SAFETY: `cqe_size - 64` (0 or 64) is inside slot 0 of the CQ buffer.
             first: unsafe { (cq.buf as *const u8).add(cq.cqe_size as usize - CQE64) },
             cqe_cnt,
+            mask: cqe_cnt - 1,
             stride: cq.cqe_size as usize,
             dbrec: cq.dbrec,
             ci: 0,
@@ -446,7 +449,7 @@ impl CompletionQueue {
     /// stays valid.
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
-        let mask = self.cqe_cnt - 1;
+        let mask = self.mask;
         let ci = self.ci;
         if ci == self.ready_end {
             // Up to the end of the ring at most, so that every CQE looked at
