@@ -80,6 +80,15 @@ impl Slot {
     }
 }
 
+/// `SendQueue::force_after` for an auto-signal period of `n` WRs (0: off).
+fn force_after(n: u32) -> u64 {
+    if n == 0 {
+        u64::MAX
+    } else {
+        n as u64 - 1
+    }
+}
+
 /// Send queue of one QP.
 pub struct SendQueue {
     buf: RingBuf<'static>,
@@ -101,9 +110,12 @@ pub struct SendQueue {
     slots: Box<[Slot]>,
     /// `wqe_cnt - 1`.
     slot_mask: u32,
-    /// Auto-signal period in WRs (0: off) and unsignaled WRs posted in a row.
-    auto_signal: u32,
-    unsignaled_run: u32,
+    /// Unsignaled WRs posted in a row.
+    unsignaled_run: u64,
+    /// The auto-signal period in WRs less one, or never (`u64::MAX`) when
+    /// auto-signal is off: a WR is signaled by force once this many unsignaled
+    /// ones precede it.
+    force_after: u64,
     /// Most work requests outstanding at once (`max_send_wr`), and the WR
     /// counts posted and retired so far.
     max_post: u32,
@@ -168,8 +180,8 @@ impl SendQueue {
             batch_last: 0,
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             slot_mask: wqe_cnt - 1,
-            auto_signal: (max_post / 2).max(1),
             unsignaled_run: 0,
+            force_after: force_after((max_post / 2).max(1)),
             max_post,
             posted: 0,
             retired: 0,
@@ -215,7 +227,9 @@ impl SendQueue {
         // sees that CQE unless the WR fails ([`Retired::hidden`]).
         let user_signaled = wqe.flags.contains(CtrlFlags::CQ_UPDATE);
         let run = self.unsignaled_run;
-        let forced = !user_signaled && self.auto_signal != 0 && run + 1 >= self.auto_signal;
+        // `run + 1 >= period` for a period other than 0 (the run is a u64 and
+        // never reaches `force_after`'s "never").
+        let forced = !user_signaled && run >= self.force_after;
         let flags = if forced {
             wqe.flags | CtrlFlags::CQ_UPDATE
         } else {
@@ -225,7 +239,11 @@ impl SendQueue {
         if wqebbs > free {
             return Err(WqeError::QueueFull { need: wqebbs, free });
         }
-        self.unsignaled_run = if user_signaled || forced { 0 } else { run + 1 };
+        self.unsignaled_run = if flags.contains(CtrlFlags::CQ_UPDATE) {
+            0
+        } else {
+            run + 1
+        };
         let slot = (pi & (wqe_cnt - 1)) as usize;
         debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
         // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and `slot`
@@ -354,7 +372,7 @@ impl SendQueue {
 
     /// Auto-signal every `n` work requests (0: off). Default: half of `max_post`.
     pub fn set_auto_signal(&mut self, n: u32) {
-        self.auto_signal = n;
+        self.force_after = force_after(n);
     }
 
     /// Whether a WQE with these flags is signaled.
