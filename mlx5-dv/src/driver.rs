@@ -10,7 +10,7 @@ use crate::dv::{mlx5dv_cq, mlx5dv_qp};
 use crate::mmio;
 use crate::prm::{CtrlFlags, CQE64, WQEBB};
 use crate::ring::RingBuf;
-use crate::wqe::{wqe_size, write_sized, SendWqe, SqGeometry, WqeError};
+use crate::wqe::{wqe_size_within, write_sized, SendWqe, SqGeometry, WqeError};
 use core::ptr::NonNull;
 
 /// Why a ring description was refused.
@@ -235,7 +235,8 @@ impl SendQueue {
         } else {
             wqe.flags
         };
-        let (ds, wqebbs) = wqe_size(&self.geo, wqe)?;
+        // `new` made `geo.max_wqebbs` at most `wqe_cnt`.
+        let (ds, wqebbs) = wqe_size_within(&self.geo, wqe, self.geo.max_wqebbs)?;
         if wqebbs > free {
             return Err(WqeError::QueueFull { need: wqebbs, free });
         }

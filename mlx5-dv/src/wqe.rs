@@ -252,6 +252,17 @@ pub fn inline_ds(len: usize) -> u32 {
 /// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
 #[inline(always)]
 pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeError> {
+    wqe_size_within(geo, wqe, geo.max_wqebbs.min(geo.wqe_cnt))
+}
+
+/// [`wqe_size`] with the largest WQE, `geo.max_wqebbs.min(geo.wqe_cnt)`,
+/// given (the driver keeps it).
+#[inline(always)]
+pub(crate) fn wqe_size_within(
+    geo: &SqGeometry,
+    wqe: &SendWqe<'_>,
+    max_wqebbs: u32,
+) -> Result<(u32, u32), WqeError> {
     let op = wqe.opcode;
     let atomic = matches!(op, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
     if !matches!(
@@ -285,7 +296,7 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
             Payload::Sges([s]) if s.len >= ATOMIC_SIZE => {}
             _ => return Err(WqeError::AtomicSge),
         }
-        return finish(geo, ds + 2);
+        return finish(ds + 2, max_wqebbs);
     }
     match wqe.payload {
         Payload::Inline(bytes) => {
@@ -318,16 +329,15 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
             ds = ds.saturating_add(n);
         }
     }
-    finish(geo, ds)
+    finish(ds, max_wqebbs)
 }
 
 #[inline(always)]
-fn finish(geo: &SqGeometry, ds: u32) -> Result<(u32, u32), WqeError> {
+fn finish(ds: u32, max: u32) -> Result<(u32, u32), WqeError> {
     if ds > MAX_DS {
         return Err(WqeError::TooManyDs { ds });
     }
     let wqebbs = (ds * DS as u32).div_ceil(WQEBB as u32);
-    let max = geo.max_wqebbs.min(geo.wqe_cnt);
     if wqebbs > max {
         return Err(WqeError::TooBig { wqebbs, max });
     }
