@@ -465,11 +465,14 @@ impl CompletionQueue {
     /// so one barrier orders the reads of all of them: the later calls that
     /// take those CQEs need no barrier of their own. The device does not write
     /// a slot again until the consumer index has passed it, so what was seen
-    /// stays valid.
+    /// stays valid. With tracing on ([`crate::trace`]) it looks at one CQE at
+    /// a time, and the trace switch is read only when it looks: switched on
+    /// while CQEs are already seen, tracing starts at most 15 CQEs later.
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
         let mask = self.mask;
         let ci = self.ci;
+        let mut trace = false;
         if ci == self.ready_end {
             // Up to the end of the ring at most, so that every CQE looked at
             // has the same software-owned value of the owner bit.
@@ -498,6 +501,10 @@ impl CompletionQueue {
             if n == 0 {
                 return None;
             }
+            trace = crate::trace::enabled();
+            if trace {
+                n = 1;
+            }
             mmio::from_device_barrier();
             self.ready_end = ci.wrapping_add(n);
         }
@@ -508,7 +515,7 @@ impl CompletionQueue {
         // are read, not a copy of all 64 bytes.
         let c = unsafe { Cqe::decode_raw(self.first.add(slot)) };
         self.ci = ci.wrapping_add(1);
-        if crate::trace::enabled() {
+        if trace {
             // Decoded again inside, so that the fast path computes only the
             // fields its caller uses.
             // SAFETY: as above: the 64 bytes of the CQE just polled.
