@@ -208,6 +208,7 @@ impl SendQueue {
     }
 
     /// Writes one WQE without ringing the doorbell. On error nothing is written.
+    /// (With tracing on, [`Self::ring_doorbell`] prints the WQEs it publishes.)
     ///
     /// Always inlined: a caller that builds its WQEs with a fixed opcode and
     /// payload kind gets the checks for the other kinds folded away.
@@ -264,9 +265,6 @@ impl SendQueue {
         // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
         // `wqe_cnt * 64` bytes).
         write_sized(&mut self.buf, &self.geo, pi, wqe, flags, ds);
-        if crate::trace::enabled() {
-            crate::trace::posted(self.geo.qpn, &self.buf, wqe_cnt, pi, wr_id);
-        }
         // Bring the WQEBB a few WQEs ahead into the cache (for writing where
         // the target has `prefetchw`), so that the stores of a later post, and
         // the drain at the doorbell's barrier, do not wait for the line. A
@@ -285,6 +283,19 @@ impl SendQueue {
         Ok(())
     }
 
+    /// Prints every WQE posted since the last doorbell (tracing is checked
+    /// once per doorbell, not once per WQE, to keep `post` short).
+    #[cold]
+    #[inline(never)]
+    fn trace_batch(&self) {
+        let mut idx = self.batch_start;
+        while idx != self.pi {
+            let s = self.slots[(idx & self.slot_mask) as usize];
+            crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, idx, s.wr_id);
+            idx = idx.wrapping_add((s.wqebbs as u32).max(1));
+        }
+    }
+
     #[cold]
     fn wr_limit(&self) -> WqeError {
         WqeError::WrLimit {
@@ -300,6 +311,9 @@ impl SendQueue {
         if self.pi == self.batch_start {
             // Nothing posted since the last doorbell (every WQE takes a WQEBB).
             return;
+        }
+        if crate::trace::enabled() {
+            self.trace_batch();
         }
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
@@ -699,6 +713,57 @@ mod tests {
             self.buf[end - CQE64..end].copy_from_slice(&b);
             self.pi += 1;
         }
+    }
+
+    /// A send queue over plain memory: the doorbell record and BlueFlame
+    /// register get what `ring_doorbell` writes (8-byte doorbell for a batch,
+    /// the whole WQE for one), and the trace walk over a batch of WQEs of
+    /// different sizes ends at `pi`.
+    #[test]
+    fn doorbell_writes_dbrec_and_bf_and_traces_the_batch() {
+        use crate::dv::{mlx5dv_bf, mlx5dv_qp, mlx5dv_wq};
+        use crate::wqe::{Payload, RemoteSeg};
+        let mut sq = vec![0u64; 8 * WQEBB / 8];
+        let mut dbrec = [0u32; 2];
+        let mut bf = vec![0u64; 2 * 256 / 8];
+        let mut d = mlx5dv_qp::zeroed();
+        d.dbrec = dbrec.as_mut_ptr();
+        d.sq = mlx5dv_wq {
+            buf: sq.as_mut_ptr().cast(),
+            wqe_cnt: 8,
+            stride: WQEBB as u32,
+        };
+        d.bf = mlx5dv_bf {
+            reg: bf.as_mut_ptr().cast(),
+            size: 256,
+        };
+        // SAFETY: the buffers outlive `q`, and only this test touches them.
+        let mut q = unsafe { SendQueue::new(&d, 0x42, 256, 0) }.unwrap();
+        let bytes = [7u8; 100];
+        let w = |n: usize| SendWqe {
+            opcode: WqeOpcode::RDMA_WRITE,
+            flags: CtrlFlags::CQ_UPDATE,
+            imm: 0,
+            remote: Some(RemoteSeg { addr: 8, rkey: 9 }),
+            atomic: None,
+            payload: Payload::Inline(&bytes[..n]),
+        };
+        // One WQE of 2 WQEBBs: BlueFlame copies both.
+        q.post(&w(64), 1).unwrap();
+        q.ring_doorbell();
+        assert_eq!(u32::from_be(dbrec[1]), 2);
+        assert_eq!(&bf[..16], &sq[..16]);
+        // A batch (1, 3 and 2 WQEBBs), traced: 8-byte doorbell of the last
+        // WQE's ctrl segment, to the other half of the register.
+        q.post(&w(8), 2).unwrap();
+        q.post(&w(100), 3).unwrap();
+        q.post(&w(64), 4).unwrap();
+        crate::trace::set(true);
+        q.ring_doorbell();
+        crate::trace::set(false);
+        assert_eq!(u32::from_be(dbrec[1]), 8);
+        assert_eq!(bf[32], sq[6 * 8]);
+        assert_eq!(q.pi(), 8);
     }
 
     #[test]
