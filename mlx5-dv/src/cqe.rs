@@ -16,7 +16,7 @@ use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64};
 /// consumer index `ci` of a CQ with `cqe_cnt` entries (a power of two):
 /// its opcode is not INVALID and its owner bit equals `(ci / cqe_cnt) & 1`.
 /// rdma-core: `cq.c` `next_cqe_sw` / `get_sw_cqe`.
-#[inline]
+#[inline(always)]
 pub fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
     (op_own >> 4) != CqeOpcode::INVALID.0 && ((op_own & 1) != 0) == ((ci & cqe_cnt) != 0)
 }
@@ -55,9 +55,25 @@ pub struct Cqe {
 
 impl Cqe {
     /// Decodes a 64-byte CQE proper.
+    #[inline]
     pub fn decode(b: &[u8; CQE64]) -> Cqe {
-        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let op_own = b[63];
+        // SAFETY: `b` is 64 readable bytes.
+        unsafe { Self::decode_raw(b.as_ptr()) }
+    }
+
+    /// Decodes the 64-byte CQE proper at `p`, reading only the bytes it
+    /// needs (36..48, 54..62, 63), not copying all 64 first.
+    ///
+    /// # Safety
+    /// `p` must be valid for reads of 64 bytes (no alignment needed).
+    #[inline(always)]
+    pub(crate) unsafe fn decode_raw(p: *const u8) -> Cqe {
+        // SAFETY: every offset read is below 64 (caller's guarantee); unaligned
+        // reads need no alignment.
+        let be32 = |o: usize| u32::from_be(unsafe { (p.add(o) as *const u32).read_unaligned() });
+        // SAFETY: as above.
+        let byte = |o: usize| unsafe { *p.add(o) };
+        let op_own = byte(63);
         let opcode = CqeOpcode(op_own >> 4);
         let sop = be32(56);
         let err = opcode.is_error();
@@ -65,14 +81,15 @@ impl Cqe {
             opcode,
             wqe_opcode: WqeOpcode((sop >> 24) as u8),
             qpn: sop & 0xff_ffff,
-            wqe_counter: u16::from_be_bytes([b[60], b[61]]),
+            // SAFETY: as above.
+            wqe_counter: u16::from_be(unsafe { (p.add(60) as *const u16).read_unaligned() }),
             byte_cnt: be32(44),
             imm: be32(36),
             solicited: op_own & 0x2 != 0,
             format: (op_own >> 2) & 0x3,
             owner: op_own & 1 != 0,
-            syndrome: Syndrome(if err { b[55] } else { 0 }),
-            vendor_syndrome: if err { b[54] } else { 0 },
+            syndrome: Syndrome(if err { byte(55) } else { 0 }),
+            vendor_syndrome: if err { byte(54) } else { 0 },
         }
     }
 

@@ -13,6 +13,10 @@
 //!
 //! Each also carries the matching Rust atomic fence, so that the software device
 //! (`sim`) running on another thread sees the same order under Rust's memory model.
+//! The write barriers carry a release fence, not a sequentially consistent one:
+//! on x86_64 `fence(SeqCst)` is an `mfence` (tens of cycles, and it drains the
+//! store buffer), which rdma-core does not issue there, and the sim observes
+//! host writes only through the doorbell record it loads with acquire order.
 
 use core::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 
@@ -49,7 +53,7 @@ pub fn from_device_barrier() {
 /// memory writes (doorbell record) become visible first. rdma-core: `mmio_wc_start`.
 #[inline(always)]
 pub fn wc_start_barrier() {
-    fence(Ordering::SeqCst);
+    fence(Ordering::Release);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `sfence` is available on every x86_64 CPU; touches no memory.
     unsafe {
@@ -76,7 +80,7 @@ pub fn wc_flush_barrier() {
     unsafe {
         core::arch::asm!("dsb st", options(nostack, preserves_flags))
     };
-    fence(Ordering::SeqCst);
+    fence(Ordering::Release);
 }
 
 /// Stores `value` big-endian into a doorbell-record word.

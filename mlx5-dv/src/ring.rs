@@ -66,10 +66,18 @@ impl<'a> RingBuf<'a> {
     ///
     /// # Panics
     /// If `src` is longer than the ring.
+    #[inline]
     pub fn write_wrapping(&mut self, off: usize, src: &[u8]) {
         assert!(src.len() <= self.len);
         let off = off & (self.len - 1);
-        let first = src.len().min(self.len - off);
+        if src.len() <= self.len - off {
+            // SAFETY: `off + src.len() <= len`; as below.
+            unsafe {
+                core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+            };
+            return;
+        }
+        let first = self.len - off;
         // SAFETY: `off + first <= len` and `src.len() - first <= len`; the ring
         // owns these bytes for 'a (constructor contract); src cannot overlap a
         // uniquely owned ring.
@@ -87,10 +95,22 @@ impl<'a> RingBuf<'a> {
     ///
     /// # Panics
     /// If `dst` is longer than the ring.
+    #[inline]
     pub fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
         assert!(dst.len() <= self.len);
         let off = off & (self.len - 1);
-        let first = dst.len().min(self.len - off);
+        if dst.len() <= self.len - off {
+            // SAFETY: `off + dst.len() <= len`; as in `write_wrapping`.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(off),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
+            };
+            return;
+        }
+        let first = self.len - off;
         // SAFETY: as in `write_wrapping`.
         unsafe {
             core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), first);

@@ -144,6 +144,7 @@ pub enum WqeError {
 }
 
 /// Encodes a ctrl segment (bytes 0..16 of every send WQE).
+#[inline]
 pub fn ctrl_seg(
     opcode: WqeOpcode,
     wqe_idx: u16,
@@ -160,7 +161,59 @@ pub fn ctrl_seg(
     s
 }
 
+/// The ctrl segment as four big-endian words (what [`ctrl_seg`] lays out),
+/// for writers that store them straight into the ring.
+#[inline(always)]
+fn ctrl_words(
+    opcode: WqeOpcode,
+    wqe_idx: u16,
+    qpn: u32,
+    ds: u32,
+    flags: CtrlFlags,
+    imm: u32,
+) -> [u32; 4] {
+    [
+        ((wqe_idx as u32) << 8) | opcode.0 as u32,
+        ((qpn & 0xff_ffff) << 8) | (ds & 0x3f),
+        flags.bits() as u32,
+        imm,
+    ]
+}
+
+/// Stores a 16-byte segment given as two big-endian 64-bit halves.
+///
+/// # Safety
+/// `dst` must be valid for 16 bytes of writes.
+#[inline(always)]
+unsafe fn put_be64x2(dst: *mut u8, a: u64, b: u64) {
+    // SAFETY: caller guarantees `dst` is writable for 16 bytes; unaligned
+    // stores need no alignment. Building the segment in registers and storing
+    // it once avoids assembling it in a stack array first, which makes the
+    // 16-byte reload of the array miss store forwarding.
+    unsafe {
+        (dst as *mut u64).write_unaligned(a.to_be());
+        (dst.add(8) as *mut u64).write_unaligned(b.to_be());
+    }
+}
+
+/// Stores a segment given as four big-endian 32-bit words.
+///
+/// # Safety
+/// As [`put_be64x2`].
+#[inline(always)]
+unsafe fn put_be32x4(dst: *mut u8, w: [u32; 4]) {
+    // SAFETY: as in `put_be64x2`.
+    unsafe {
+        put_be64x2(
+            dst,
+            ((w[0] as u64) << 32) | w[1] as u64,
+            ((w[2] as u64) << 32) | w[3] as u64,
+        )
+    };
+}
+
 /// Encodes a remote-address segment.
+#[inline]
 pub fn raddr_seg(r: RemoteSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..8].copy_from_slice(&r.addr.to_be_bytes());
@@ -169,6 +222,7 @@ pub fn raddr_seg(r: RemoteSeg) -> [u8; 16] {
 }
 
 /// Encodes an atomic segment.
+#[inline]
 pub fn atomic_seg(a: AtomicSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..8].copy_from_slice(&a.swap_add.to_be_bytes());
@@ -180,6 +234,7 @@ pub fn atomic_seg(a: AtomicSeg) -> [u8; 16] {
 pub const ATOMIC_SIZE: u32 = 8;
 
 /// Encodes a data segment.
+#[inline]
 pub fn data_seg(d: DataSeg) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[0..4].copy_from_slice(&d.len.to_be_bytes());
@@ -189,12 +244,25 @@ pub fn data_seg(d: DataSeg) -> [u8; 16] {
 }
 
 /// DS count of an inline segment carrying `len` bytes: `ceil((len + 4) / 16)`.
+#[inline]
 pub fn inline_ds(len: usize) -> u32 {
     (len + 4).div_ceil(DS) as u32
 }
 
 /// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
+#[inline(always)]
 pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeError> {
+    wqe_size_within(geo, wqe, geo.max_wqebbs.min(geo.wqe_cnt))
+}
+
+/// [`wqe_size`] with the largest WQE, `geo.max_wqebbs.min(geo.wqe_cnt)`,
+/// given (the driver keeps it).
+#[inline(always)]
+pub(crate) fn wqe_size_within(
+    geo: &SqGeometry,
+    wqe: &SendWqe<'_>,
+    max_wqebbs: u32,
+) -> Result<(u32, u32), WqeError> {
     let op = wqe.opcode;
     let atomic = matches!(op, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
     if !matches!(
@@ -228,7 +296,7 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
             Payload::Sges([s]) if s.len >= ATOMIC_SIZE => {}
             _ => return Err(WqeError::AtomicSge),
         }
-        return finish(geo, ds + 2);
+        return finish(ds + 2, max_wqebbs);
     }
     match wqe.payload {
         Payload::Inline(bytes) => {
@@ -261,15 +329,15 @@ pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeEr
             ds = ds.saturating_add(n);
         }
     }
-    finish(geo, ds)
+    finish(ds, max_wqebbs)
 }
 
-fn finish(geo: &SqGeometry, ds: u32) -> Result<(u32, u32), WqeError> {
+#[inline(always)]
+fn finish(ds: u32, max: u32) -> Result<(u32, u32), WqeError> {
     if ds > MAX_DS {
         return Err(WqeError::TooManyDs { ds });
     }
     let wqebbs = (ds * DS as u32).div_ceil(WQEBB as u32);
-    let max = geo.max_wqebbs.min(geo.wqe_cnt);
     if wqebbs > max {
         return Err(WqeError::TooBig { wqebbs, max });
     }
@@ -282,6 +350,7 @@ fn finish(geo: &SqGeometry, ds: u32) -> Result<(u32, u32), WqeError> {
 /// `(pi & (wqe_cnt - 1)) * 64`, and segments or inline bytes that reach the end
 /// of the buffer continue at its start. `free` is the number of WQEBBs the caller
 /// knows to be free. On error nothing is written.
+#[inline]
 pub fn write_send_wqe(
     sq: &mut RingBuf<'_>,
     geo: &SqGeometry,
@@ -295,67 +364,188 @@ pub fn write_send_wqe(
             ring_len: sq.len(),
         });
     }
+    write_send_wqe_checked_geo(sq, geo, pi, wqe, wqe.flags, free)
+}
+
+/// [`write_send_wqe`] for a caller that has already checked that `geo.wqe_cnt`
+/// is a power of two and `sq.len() == geo.wqe_cnt * 64` (the driver checks
+/// once, at construction), with the ctrl segment's `fm_ce_se` flags given
+/// apart from `wqe` (the driver adds CQ_UPDATE for auto-signal).
+#[inline(always)]
+pub(crate) fn write_send_wqe_checked_geo(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    free: u32,
+) -> Result<Written, WqeError> {
+    debug_assert!(
+        geo.wqe_cnt.is_power_of_two() && sq.len() == geo.wqe_cnt as usize * WQEBB,
+        "geometry not checked"
+    );
     let (ds, wqebbs) = wqe_size(geo, wqe)?;
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });
     }
-    let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
-    let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
-    sq.write_seg(
-        base,
-        &ctrl_seg(wqe.opcode, pi as u16, geo.qpn, ds, wqe.flags, imm),
-    );
-    let mut off = base + DS;
-    if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
-        sq.write_seg(off, &raddr_seg(r));
-        off += DS;
-    }
-    if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
-        (wqe.opcode, wqe.atomic, wqe.payload)
-    {
-        let compare = if wqe.opcode == WqeOpcode::ATOMIC_CS {
-            a.compare
-        } else {
-            0
-        };
-        sq.write_seg(
-            off,
-            &atomic_seg(AtomicSeg {
-                swap_add: a.swap_add,
-                compare,
-            }),
-        );
-        sq.write_seg(
-            off + DS,
-            &data_seg(DataSeg {
-                len: ATOMIC_SIZE,
-                ..*d
-            }),
-        );
-        return Ok(Written {
-            ds,
-            wqebbs,
-            next_pi: pi.wrapping_add(wqebbs),
-        });
-    }
-    match wqe.payload {
-        Payload::Inline(bytes) if !bytes.is_empty() => {
-            sq.write_wrapping(off, &(bytes.len() as u32 | INLINE_SEG).to_be_bytes());
-            sq.write_wrapping(off + 4, bytes);
-        }
-        Payload::Inline(_) => {}
-        Payload::Sges(sges) => {
-            for s in sges.iter().filter(|s| s.len != 0) {
-                sq.write_seg(off, &data_seg(*s));
-                off += DS;
-            }
-        }
-    }
+    write_sized(sq, geo, pi, wqe, flags, ds);
     Ok(Written {
         ds,
         wqebbs,
         next_pi: pi.wrapping_add(wqebbs),
     })
+}
+
+/// Writes a WQE that [`wqe_size`] accepted with `ds` DS (and for which the
+/// caller has room) into a ring whose geometry the caller has checked.
+#[inline(always)]
+pub(crate) fn write_sized(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    ds: u32,
+) {
+    debug_assert!(ds <= MAX_DS && geo.wqe_cnt.is_power_of_two());
+    let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
+    let ctrl = ctrl_words(wqe.opcode, pi as u16, geo.qpn, ds, flags, imm);
+    let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
+    if base + ds as usize * DS <= sq.len() {
+        // Fast path: the WQE does not reach the end of the ring, so every
+        // segment is written straight to its place with fixed-size stores.
+        // SAFETY: `base + ds * 16 <= sq.len()`, and `write_linear` writes
+        // only the WQE's `ds * 16` bytes (what `wqe_size` counted) from `base`;
+        // the ring owns its bytes (RingBuf contract).
+        unsafe { write_linear(sq.as_ptr().add(base), ctrl, wqe) };
+    } else {
+        // The WQE reaches the end of the ring: lay it out with the same writer
+        // in a scratch buffer, then copy the bytes it wrote, continuing at the
+        // start of the ring. (Taking `wqe` by reference into an out-of-line
+        // writer instead would make every caller build it in memory.)
+        let mut tmp = [0u8; MAX_DS as usize * DS];
+        // SAFETY: `wqe_size` refused more than MAX_DS DS, so the WQE's
+        // `ds * 16` bytes fit `tmp`, which is not the payload's memory.
+        let n = unsafe { write_linear(tmp.as_mut_ptr(), ctrl, wqe) };
+        write_wrapped(sq, base, &tmp[..n]);
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` (not overlapping), with fixed-size
+/// moves for payloads up to 64 bytes (an inlined `memcpy` call costs more than
+/// the copy at these sizes).
+///
+/// # Safety
+/// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of
+/// writes, and the two must not overlap.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies the first and last `N` bytes of `len` (`N <= len <= 2 * N`):
+    /// together they cover all `len` bytes.
+    ///
+    /// # Safety
+    /// As `copy_small`, with `N <= len`.
+    #[inline(always)]
+    unsafe fn two<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        // SAFETY: `N <= len`, so both `[0, N)` and `[len - N, len)` are inside
+        // the caller's ranges, which do not overlap. Fixed-size copies become
+        // plain moves.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src, dst, N);
+            core::ptr::copy_nonoverlapping(src.add(len - N), dst.add(len - N), N);
+        }
+    }
+    // SAFETY (every arm): the size checks give each helper `N <= len <= 2N`;
+    // the caller guarantees the ranges.
+    unsafe {
+        match len {
+            0 => {}
+            1..=3 => {
+                for i in 0..len {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            4..=7 => two::<4>(src, dst, len),
+            8..=15 => two::<8>(src, dst, len),
+            16..=31 => two::<16>(src, dst, len),
+            32..=64 => two::<32>(src, dst, len),
+            _ => core::ptr::copy_nonoverlapping(src, dst, len),
+        }
+    }
+}
+
+/// Writes a send WQE that `wqe_size` accepted to contiguous memory, and
+/// returns how many bytes from `dst` on it wrote (all of them: the segments
+/// follow one another; an inline segment's padding is not written).
+///
+/// # Safety
+/// `dst` must be valid for writes of the WQE's `ds * 16` bytes (as
+/// [`wqe_size`] counts them) and not overlap any payload.
+#[inline(always)]
+unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize {
+    // SAFETY (whole body): each segment is written at the offset, and with
+    // the length, that `wqe_size` counted into `ds`: ctrl, then raddr when
+    // the opcode has one, then atomic + data, or the inline segment (4-byte
+    // header and the bytes), or one data segment per non-empty SGE. So every
+    // write is inside `dst[..ds * 16]`. Layouts as `ctrl_seg`, `raddr_seg`,
+    // `atomic_seg` and `data_seg` make them.
+    unsafe {
+        put_be32x4(dst, ctrl);
+        let mut p = dst.add(DS);
+        if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
+            put_be64x2(p, r.addr, (r.rkey as u64) << 32);
+            p = p.add(DS);
+        }
+        if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
+            (wqe.opcode, wqe.atomic, wqe.payload)
+        {
+            let a = atomic_operands(wqe.opcode, a);
+            put_be64x2(p, a.swap_add, a.compare);
+            put_be64x2(
+                p.add(DS),
+                ((ATOMIC_SIZE as u64) << 32) | d.lkey as u64,
+                d.addr,
+            );
+            return p.add(2 * DS).offset_from(dst) as usize;
+        }
+        match wqe.payload {
+            Payload::Inline(bytes) if !bytes.is_empty() => {
+                (p as *mut u32).write_unaligned((bytes.len() as u32 | INLINE_SEG).to_be());
+                copy_small(bytes.as_ptr(), p.add(4), bytes.len());
+                p = p.add(4 + bytes.len());
+            }
+            Payload::Inline(_) => {}
+            Payload::Sges(sges) => {
+                for s in sges.iter().filter(|s| s.len != 0) {
+                    put_be64x2(p, ((s.len as u64) << 32) | s.lkey as u64, s.addr);
+                    p = p.add(DS);
+                }
+            }
+        }
+        p.offset_from(dst) as usize
+    }
+}
+
+/// The atomic segment's operands: ATOMIC_FA writes no compare value.
+#[inline(always)]
+fn atomic_operands(opcode: WqeOpcode, a: AtomicSeg) -> AtomicSeg {
+    let compare = if opcode == WqeOpcode::ATOMIC_CS {
+        a.compare
+    } else {
+        0
+    };
+    AtomicSeg {
+        swap_add: a.swap_add,
+        compare,
+    }
+}
+
+/// Copies the bytes of a WQE laid out linearly to ring offset `base`, where
+/// they reach the end of the ring and continue at its start.
+#[cold]
+#[inline(never)]
+fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, bytes: &[u8]) {
+    sq.write_wrapping(base, bytes);
 }
 
 /// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
@@ -1011,6 +1201,93 @@ mod tests {
         assert_eq!(d.atomic, cs.atomic);
         assert_eq!(d.sge(&sq, 0), Some(DataSeg { len: 8, ..old[0] }));
         assert_eq!(d.sge(&sq, 1), None);
+    }
+
+    /// Every WQE shape, at every producer index of a small ring: where the
+    /// WQE reaches the end of the ring (scratch buffer, then a wrapping copy)
+    /// the ring holds the same bytes, rotated, as where it does not (direct
+    /// stores), and nothing outside the bytes the WQE writes changes.
+    #[test]
+    fn wrapped_and_direct_writes_lay_out_the_same_bytes() {
+        let sges = [
+            DataSeg {
+                addr: 0x1111_2222_3333_4444,
+                len: 17,
+                lkey: 0x55,
+            },
+            DataSeg {
+                addr: 9,
+                len: 0,
+                lkey: 1,
+            },
+            DataSeg {
+                addr: 0xabcdef,
+                len: 4096,
+                lkey: 0x66,
+            },
+        ];
+        let old = [DataSeg {
+            addr: 0x8000,
+            len: 8,
+            lkey: 3,
+        }];
+        let bytes: Vec<u8> = (1..=200u8).collect();
+        let mut shapes = vec![
+            wqe(WqeOpcode::RDMA_WRITE, Payload::Sges(&sges)),
+            wqe(WqeOpcode::RDMA_READ, Payload::Sges(&sges[..1])),
+            wqe(WqeOpcode::NOP, Payload::Inline(&[])),
+        ];
+        for len in [
+            1, 3, 4, 7, 8, 12, 13, 15, 16, 28, 31, 32, 60, 64, 65, 100, 200,
+        ] {
+            shapes.push(wqe(
+                WqeOpcode::RDMA_WRITE_IMM,
+                Payload::Inline(&bytes[..len]),
+            ));
+            let mut send = wqe(WqeOpcode::SEND, Payload::Inline(&bytes[..len]));
+            send.remote = None;
+            shapes.push(send);
+        }
+        for op in [WqeOpcode::ATOMIC_CS, WqeOpcode::ATOMIC_FA] {
+            let mut a = wqe(op, Payload::Sges(&old));
+            a.atomic = Some(AtomicSeg {
+                swap_add: 0x0102_0304_0506_0708,
+                compare: 0x1112_1314_1516_1718,
+            });
+            shapes.push(a);
+        }
+        for w in &shapes {
+            // The reference: written at index 0 of a ring large enough that
+            // nothing wraps.
+            let mut big = vec![0xeeu8; 16 * WQEBB];
+            let mut ring = RingBuf::from_slice(&mut big).unwrap();
+            let mut g = geo8();
+            g.wqe_cnt = 16;
+            let r = write_send_wqe(&mut ring, &g, 0, w, 16).unwrap();
+            for pi in 0..8u32 {
+                let mut mem = vec![0xeeu8; 8 * WQEBB];
+                let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+                let got = write_send_wqe(&mut sq, &geo8(), pi, w, 8).unwrap();
+                assert_eq!((got.ds, got.wqebbs), (r.ds, r.wqebbs));
+                let base = pi as usize * WQEBB;
+                for k in 0..mem.len() {
+                    let want = if k < 16 * WQEBB - base {
+                        // Bytes from the WQE's start on (mod the ring).
+                        big.get(k).copied()
+                    } else {
+                        None
+                    };
+                    let at = (base + k) % mem.len();
+                    // The ctrl segment's wqe_idx is the producer index.
+                    let want = match (k, want) {
+                        (1, Some(_)) => Some((pi >> 8) as u8),
+                        (2, Some(_)) => Some(pi as u8),
+                        (_, w) => w,
+                    };
+                    assert_eq!(Some(mem[at]), want, "{:?} at pi {pi}, byte {k}", w.opcode);
+                }
+            }
+        }
     }
 
     /// Found by the `wqe_encode` fuzzer: a 2^31-byte data segment's byte count

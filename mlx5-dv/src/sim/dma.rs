@@ -45,11 +45,23 @@ impl DmaBuf {
 
     /// Copies `dst.len()` bytes from `off` (wrapping) into `dst`: at most two
     /// copies. `dst` must not be longer than the buffer.
+    #[inline]
     pub(super) fn read_wrapping(&self, off: usize, dst: &mut [u8]) {
         let len = self.layout.size();
         assert!(dst.len() <= len);
         let off = off & self.mask();
-        let first = dst.len().min(len - off);
+        if dst.len() <= len - off {
+            // SAFETY: `off + dst.len() <= len`; as below.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(off),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
+            };
+            return;
+        }
+        let first = len - off;
         // SAFETY: `off + first <= len` and `dst.len() - first <= len`; the host
         // side published these bytes before the doorbell record we acquired.
         unsafe {
@@ -64,6 +76,16 @@ impl DmaBuf {
 
     /// Writes `src` at `off` (wrapping).
     pub(super) fn write(&self, off: usize, src: &[u8]) {
+        let off = off & self.mask();
+        if off + src.len() <= self.layout.size() {
+            // SAFETY: `off..off + src.len()` is inside the allocation; `src` is
+            // host memory of ours, not this buffer. Readers on the host side
+            // are ordered by the release store that publishes the entry.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+            };
+            return;
+        }
         for (k, &b) in src.iter().enumerate() {
             // SAFETY: masked offset is inside the allocation.
             unsafe {

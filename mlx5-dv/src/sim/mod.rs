@@ -29,6 +29,7 @@ use crate::wqe::{decode_send_wqe, DataSeg, DecodedPayload, DecodedWqe};
 use bitflags::bitflags;
 use dma::DmaBuf;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -144,11 +145,38 @@ struct QpEntry {
     rnr_wait_until: Option<std::time::Instant>,
 }
 
+/// Hasher for the device's tables, keyed by QPN, CQN and MR key: a multiply
+/// and a fold (the keys are the device's own numbers, not attacker-chosen, so
+/// SipHash's cost per lookup, several per WQE, buys nothing).
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(b as u32 ^ (self.0 as u32).rotate_left(8));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        let h = (self.0 ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // Fold the high half in: the table indexes by the low bits, and MR
+        // keys step by 0x100.
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+type Table<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
+
 #[derive(Default)]
 struct State {
-    mrs: HashMap<u32, MrEntry>,
-    cqs: HashMap<u32, CqEntry>,
-    qps: HashMap<u32, QpEntry>,
+    mrs: Table<MrEntry>,
+    cqs: Table<CqEntry>,
+    qps: Table<QpEntry>,
     /// QP numbers in creation order (the device walks them without allocating).
     qp_order: Vec<u32>,
     next_key: u32,
@@ -992,18 +1020,15 @@ fn gather(
     st: &State,
     pd: u32,
     w: &DecodedWqe,
-    ring: &RingBuf<'_>,
+    wqe: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), Syndrome> {
     out.clear();
     match w.payload {
-        DecodedPayload::Inline { len, .. } => {
-            out.resize(len as usize, 0);
-            w.inline_bytes(ring, out);
-        }
+        DecodedPayload::Inline { .. } => out.extend_from_slice(inline_of(w, wqe)),
         DecodedPayload::Sges { count, .. } => {
             for i in 0..count {
-                let s = w.sge(ring, i).expect("i < count");
+                let s = sge_at(w, wqe, i).expect("i < count");
                 if !local_ok(st, pd, s, false) {
                     return Err(Syndrome::LOCAL_PROT_ERR);
                 }
@@ -1021,10 +1046,10 @@ fn gather(
     Ok(())
 }
 
-fn send(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+fn send(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
     let pd = st.qps[&qpn].pd;
     let mut data = std::mem::take(&mut st.scratch);
-    let r = match gather(st, pd, w, ring, &mut data) {
+    let r = match gather(st, pd, w, wqe, &mut data) {
         Err(s) => Exec::Err(s),
         Ok(()) => {
             let imm = (w.opcode == WqeOpcode::SEND_IMM).then_some(w.imm);
@@ -1036,7 +1061,7 @@ fn send(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
     r
 }
 
-fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
     // The receive WQE must be there before any data moves (else RNR, retried).
     let Some(peer) = st.qps[&qpn].peer else {
         return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
@@ -1049,7 +1074,7 @@ fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) 
     {
         return Exec::Rnr;
     }
-    match rdma_write(st, qpn, w, ring) {
+    match rdma_write(st, qpn, w, wqe) {
         Exec::Ok { byte_cnt } => deliver(
             st,
             qpn,
@@ -1067,23 +1092,66 @@ const MAX_WQE: usize = 16 * WQEBB;
 
 /// Executes one WQE of `qpn` whose ctrl segment is at SQ offset `slot`.
 fn execute(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
+    // The linear copy is as small as the WQE allows: zeroing 1 KiB per WQE
+    // costs more than executing a small one.
+    match ds * DS {
+        0..=128 => execute_in::<128>(st, qpn, slot, ds),
+        129..=256 => execute_in::<256>(st, qpn, slot, ds),
+        _ => execute_in::<MAX_WQE>(st, qpn, slot, ds),
+    }
+}
+
+/// [`execute`] with a linear copy of `N` bytes (a power of two, at least 64
+/// and at least `ds * 16`).
+fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
     // DMA-read the WQE (it may wrap the SQ) into a linear copy, then decode it
-    // with the same decoder the tools use.
-    let mut wqe = [0u8; MAX_WQE];
+    // with the same decoder the tools use. Every offset the decoder returns is
+    // below `ds * 16 <= N`, so the payload is contiguous in the copy.
+    let mut wqe = [0u8; N];
     let q = &st.qps[&qpn];
-    let n = (ds * DS).min(MAX_WQE).min(q.sq_wqe_cnt as usize * WQEBB);
+    let n = (ds * DS).min(N).min(q.sq_wqe_cnt as usize * WQEBB);
     q.sq.read_wrapping(slot, &mut wqe[..n]);
-    let ring = RingBuf::from_slice(&mut wqe).expect("1 KiB is a valid ring");
-    let Ok(w) = decode_send_wqe(&ring, (MAX_WQE / WQEBB) as u32, 0) else {
+    let decoded = {
+        let ring = RingBuf::from_slice(&mut wqe).expect("a power of two of at least 64 bytes");
+        decode_send_wqe(&ring, (N / WQEBB) as u32, 0)
+    };
+    let Ok(w) = decoded else {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
+    let b = &wqe[..];
     match w.opcode {
-        WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, &ring),
-        WqeOpcode::RDMA_WRITE_IMM => rdma_write_imm(st, qpn, &w, &ring),
-        WqeOpcode::SEND | WqeOpcode::SEND_IMM => send(st, qpn, &w, &ring),
-        WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, &ring),
-        WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, &ring),
+        WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, b),
+        WqeOpcode::RDMA_WRITE_IMM => rdma_write_imm(st, qpn, &w, b),
+        WqeOpcode::SEND | WqeOpcode::SEND_IMM => send(st, qpn, &w, b),
+        WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, b),
+        WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, b),
         _ => Exec::Err(Syndrome::LOCAL_QP_OP_ERR),
+    }
+}
+
+/// Data segment `i` of a decoded WQE's SGE payload, read from its linear copy.
+fn sge_at(w: &DecodedWqe, wqe: &[u8], i: u32) -> Option<DataSeg> {
+    let DecodedPayload::Sges { first, count } = w.payload else {
+        return None;
+    };
+    if i >= count {
+        return None;
+    }
+    let at = first + i as usize * DS;
+    let b: &[u8; 16] = wqe.get(at..at + DS)?.try_into().ok()?;
+    let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    Some(DataSeg {
+        len: be32(0),
+        lkey: be32(4),
+        addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
+    })
+}
+
+/// The inline bytes of a decoded WQE, in its linear copy (empty for other payloads).
+fn inline_of<'a>(w: &DecodedWqe, wqe: &'a [u8]) -> &'a [u8] {
+    match w.payload {
+        DecodedPayload::Inline { off, len } => wqe.get(off..off + len as usize).unwrap_or(&[]),
+        _ => &[],
     }
 }
 
@@ -1110,15 +1178,12 @@ fn responder_check(
     len: u64,
     need: Access,
 ) -> Result<(), Syndrome> {
-    let peer = st.qps[&qpn]
-        .peer
-        .filter(|p| {
-            st.qps
-                .get(p)
-                .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
-        })
+    let peer = st.qps[&qpn].peer.ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
+    let responder = st
+        .qps
+        .get(&peer)
+        .filter(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
         .ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
-    let responder = &st.qps[&peer];
     let ok = responder.access.contains(need)
         && st.mrs.get(&rkey).is_some_and(|mr| {
             mr.pd == responder.pd
@@ -1135,32 +1200,24 @@ fn responder_check(
     Err(Syndrome::REMOTE_ACCESS_ERR)
 }
 
-fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
     let pd = st.qps[&qpn].pd;
     let remote = w.remote.expect("decoded RDMA WRITE has a remote segment");
-    // Gather: inline bytes from the WQE, or checked local SGEs.
-    let mut inline = [0u8; MAX_WQE];
-    let mut srcs = [DataSeg {
-        addr: 0,
-        len: 0,
-        lkey: 0,
-    }; MAX_WQE / DS];
-    let (n, total) = match w.payload {
-        DecodedPayload::Inline { len, .. } => {
-            w.inline_bytes(ring, &mut inline);
-            (0, len as u64)
-        }
+    // The payload: inline bytes in the WQE, or checked local SGEs (read from
+    // the WQE again when copying, rather than gathered into an array first).
+    let inline = inline_of(w, wqe);
+    let (count, total) = match w.payload {
+        DecodedPayload::Inline { .. } => (0, inline.len() as u64),
         DecodedPayload::Sges { count, .. } => {
             let mut total = 0u64;
             for i in 0..count {
-                let s = w.sge(ring, i).expect("i < count");
+                let s = sge_at(w, wqe, i).expect("i < count");
                 if !local_ok(st, pd, s, false) {
                     return Exec::Err(Syndrome::LOCAL_PROT_ERR);
                 }
-                srcs[i as usize] = s;
                 total += s.len as u64;
             }
-            (count as usize, total)
+            (count, total)
         }
         DecodedPayload::None => (0, 0),
     };
@@ -1187,20 +1244,22 @@ fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> E
     // SAFETY (every dma call below): both ranges were checked against
     // registered MRs above; registration promises the memory stays valid.
     let last = remote.addr + total - 1;
-    if let DecodedPayload::Inline { len, .. } = w.payload {
-        let len = len as usize;
+    if let DecodedPayload::Inline { .. } = w.payload {
+        let len = inline.len();
         unsafe {
             dma::write_from(remote.addr, &inline[..len - 1]);
             dma::store_last_byte(last, inline[len - 1]);
         }
     } else {
-        let last_sge = srcs[..n]
-            .iter()
-            .rposition(|s| s.len > 0)
+        let sge = |i: u32| sge_at(w, wqe, i).expect("i < count");
+        let last_sge = (0..count)
+            .rev()
+            .find(|&i| sge(i).len > 0)
             .expect("total > 0");
         let mut dst = remote.addr;
-        for (k, s) in srcs[..n].iter().enumerate() {
-            let body = if k == last_sge {
+        for i in 0..=last_sge {
+            let s = sge(i);
+            let body = if i == last_sge {
                 s.len as usize - 1
             } else {
                 s.len as usize
@@ -1208,7 +1267,7 @@ fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> E
             unsafe { dma::copy(s.addr, dst, body) };
             dst += s.len as u64;
         }
-        let s = srcs[last_sge];
+        let s = sge(last_sge);
         unsafe { dma::copy_last_byte(s.addr + s.len as u64 - 1, last) };
     }
     Exec::Ok {
@@ -1216,7 +1275,7 @@ fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> E
     }
 }
 
-fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
     let pd = st.qps[&qpn].pd;
     let remote = w.remote.expect("decoded RDMA READ has a remote segment");
     let mut dsts = [DataSeg {
@@ -1227,7 +1286,7 @@ fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Ex
     let (mut n, mut total) = (0usize, 0u64);
     if let DecodedPayload::Sges { count, .. } = w.payload {
         for i in 0..count {
-            let s = w.sge(ring, i).expect("i < count");
+            let s = sge_at(w, wqe, i).expect("i < count");
             if !local_ok(st, pd, s, true) {
                 return Exec::Err(Syndrome::LOCAL_PROT_ERR);
             }
@@ -1265,9 +1324,9 @@ fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Ex
     }
 }
 
-fn atomic(st: &mut State, qpn: u32, w: &DecodedWqe, ring: &RingBuf<'_>) -> Exec {
+fn atomic(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
     let pd = st.qps[&qpn].pd;
-    let (Some(remote), Some(a), Some(old_to)) = (w.remote, w.atomic, w.sge(ring, 0)) else {
+    let (Some(remote), Some(a), Some(old_to)) = (w.remote, w.atomic, sge_at(w, wqe, 0)) else {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
     if old_to.len < 8 || !local_ok(st, pd, DataSeg { len: 8, ..old_to }, true) {
