@@ -88,6 +88,15 @@ impl DirectQp {
         }
     }
 
+    /// When the WR about to be posted took the CQ's last credit, it must
+    /// make a CQE: else no completion would ever give the credits back.
+    #[inline]
+    fn signal_if_last_credit(&mut self) {
+        if !self.ignore_credits && self.credits.free() == 0 {
+            self.sq.signal_next();
+        }
+    }
+
     #[inline]
     fn give_credits(&self, n: u32) {
         if !self.ignore_credits {
@@ -170,6 +179,7 @@ impl DirectQp {
             // One WR: the driver's own checks already write nothing on error,
             // so there is no batch to pre-check (no second encoding pass).
             self.take_credits(1)?;
+            self.signal_if_last_credit();
             let r = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
                 r.map_err(|e| match e {
                     WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
@@ -183,6 +193,9 @@ impl DirectQp {
             self.sq.ring_doorbell();
             return Ok(());
         }
+        if wrs.is_empty() {
+            return Ok(());
+        }
         let mut need = 0u32;
         for w in wrs {
             let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
@@ -192,9 +205,12 @@ impl DirectQp {
             return Err(Error::QueueFull);
         }
         self.take_credits(wrs.len() as u32)?;
-        for w in wrs {
+        let (last, head) = wrs.split_last().expect("a batch of two or more");
+        for w in head {
             with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
         }
+        self.signal_if_last_credit();
+        with_wqe(last, |wqe| self.sq.post(wqe, last.wr_id))??;
         self.sq.ring_doorbell();
         Ok(())
     }

@@ -116,7 +116,7 @@ impl Context {
     pub fn open(name: &str) -> Result<Context> {
         if name == SIM_DEVICE {
             let dev = sim::Device::new();
-            dev.start();
+            dev.start()?;
             return Ok(Context {
                 kind: CtxKind::Sim(dev),
                 name: name.into(),

@@ -5,7 +5,10 @@
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 
 use crate::cqe::{sw_owned, Cqe};
-use crate::doorbell::{cq_ci, full_wqe_index, sq_dbrec, CQ_DBREC_CI, QP_DBREC_SQ};
+use crate::doorbell::{
+    cq_arm_uar, cq_arm_word, cq_ci, full_wqe_index, sq_dbrec, CQ_DBREC_ARM, CQ_DBREC_CI,
+    CQ_UAR_DOORBELL, QP_DBREC_SQ,
+};
 use crate::dv::{mlx5dv_cq, mlx5dv_qp};
 use crate::mmio;
 use crate::prm::{CtrlFlags, CQE64, WQEBB};
@@ -390,6 +393,15 @@ impl SendQueue {
         self.force_after = force_after(n);
     }
 
+    /// Makes the next WQE posted signaled even if its WR is not (a hidden
+    /// CQE, as auto-signal's), whatever the auto-signal setting. For a
+    /// caller that knows a CQE must come, e.g. when this WR takes the CQ's
+    /// last credit.
+    pub fn signal_next(&mut self) {
+        // `run >= force_after` holds for every `force_after`, "never" included.
+        self.unsignaled_run = u64::MAX;
+    }
+
     /// Whether a WQE with these flags is signaled.
     pub fn signaled(flags: CtrlFlags) -> bool {
         flags.contains(CtrlFlags::CQ_UPDATE)
@@ -412,6 +424,10 @@ pub struct CompletionQueue {
     /// [`mmio::from_device_barrier`].
     ready_end: u32,
     cqn: u32,
+    /// The CQ's UAR page (`mlx5dv_cq.cq_uar`; null: arming unavailable), and
+    /// the arm sequence number (2 bits used), advanced per completion event.
+    uar: *mut u8,
+    arm_sn: u32,
 }
 
 /// Most CQEs [`CompletionQueue::poll_one`] checks ahead of the consumer index
@@ -457,6 +473,8 @@ impl CompletionQueue {
             ci: 0,
             ready_end: 0,
             cqn: cq.cqn,
+            uar: cq.cq_uar as *mut u8,
+            arm_sn: 0,
         })
     }
 
@@ -545,6 +563,37 @@ impl CompletionQueue {
         // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_CI), cq_ci(self.ci)) };
     }
+
+    /// Arms the CQ: the device raises one completion event for the next CQE
+    /// written at or after the current consumer index (with `solicited_only`,
+    /// only for a CQE with the `se` bit or an error CQE). As rdma-core's
+    /// `mlx5_arm_cq`: the arm word `sn << 28 | cmd | ci` goes to doorbell
+    /// record word 1, then, after a barrier, `arm word << 32 | cqn` is written
+    /// big-endian to `cq_uar + 0x20`. Call [`Self::update_ci`] first if
+    /// completions were polled, then poll once more after arming: a CQE
+    /// written before the arm raises no event.
+    ///
+    /// Errors: [`DescError::Null`] when the description had no `cq_uar`.
+    pub fn arm(&mut self, solicited_only: bool) -> Result<(), DescError> {
+        if self.uar.is_null() {
+            return Err(DescError::Null { what: "cq.cq_uar" });
+        }
+        let word = cq_arm_word(self.arm_sn, solicited_only, self.ci);
+        // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_ARM), word) };
+        mmio::to_device_barrier();
+        let v = cq_arm_uar(word, self.cqn).to_be();
+        // SAFETY: `cq_uar` is the CQ's UAR page (constructor contract); the
+        // doorbell register at 0x20 is 8 bytes and 8-byte aligned.
+        unsafe { mmio::write_uar(self.uar.add(CQ_UAR_DOORBELL).cast(), &[v]) };
+        Ok(())
+    }
+
+    /// Records that a completion event was consumed (`ibv_get_cq_event` /
+    /// `mlx5_cq_event`): the next arm carries the next sequence number.
+    pub fn event_consumed(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
 }
 
 /// Receive queue of one QP (`mlx5dv_qp.rq`, doorbell record word 0).
@@ -564,6 +613,17 @@ pub struct ReceiveQueue {
 unsafe impl Send for ReceiveQueue {}
 
 impl ReceiveQueue {
+    /// The host side of moving the QP to RESET: the RQ doorbell record and
+    /// the producer and consumer indices go back to 0; posted receives are
+    /// forgotten (they produce no completion after this).
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.tail = 0;
+        self.pending = false;
+        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(crate::doorbell::QP_DBREC_RQ), 0) };
+    }
+
     /// A receive queue over `qp`'s RQ.
     ///
     /// # Safety
@@ -652,6 +712,22 @@ impl ReceiveQueue {
 }
 
 impl SendQueue {
+    /// The host side of moving the QP to RESET (after `ibv_modify_qp` to
+    /// RESET, as rdma-core's `mlx5_modify_qp` does): the SQ doorbell record,
+    /// producer and consumer indices, BlueFlame offset and every outstanding
+    /// WR are forgotten. Outstanding WRs produce no completion after this.
+    pub fn reset(&mut self) {
+        self.pi = 0;
+        self.tail = 0;
+        self.batch_start = 0;
+        self.batch_last = 0;
+        self.bf_offset = 0;
+        self.unsignaled_run = 0;
+        self.retired = self.posted;
+        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };
+    }
+
     /// A copy of the whole SQ ring followed by the SQ doorbell record (4
     /// bytes, big-endian as the device reads it), for tests and tools that
     /// show a refused post wrote nothing. Allocates; not for the hot path.

@@ -29,6 +29,22 @@ fn init() -> bool {
     on
 }
 
+/// Writes one trace line to stderr; a closed or failing stderr drops it
+/// (tracing must never fail or panic a post or a poll).
+macro_rules! line {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `Some(RemoteSeg { .. })` as `raddr 0x.. rkey 0x..`, or `-`.
+fn remote_str(r: Option<crate::wqe::RemoteSeg>) -> String {
+    r.map_or("-".into(), |r| {
+        format!("raddr {:#x} rkey {:#x}", r.addr, r.rkey)
+    })
+}
+
 /// Turns tracing on or off from code (tests, tools).
 pub fn set(on: bool) {
     STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
@@ -38,24 +54,24 @@ pub fn set(on: bool) {
 pub(crate) fn posted(qpn: u32, sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, wr_id: u64) {
     let off = (pi & (wqe_cnt - 1)) as usize * crate::prm::WQEBB;
     match decode_send_wqe(sq, wqe_cnt, pi) {
-        Ok(w) => eprintln!(
-            "rdma-direct trace: QP {qpn:#x} post wr_id {wr_id} pi {pi} SQ offset {off}: {} ds {} wqebbs {} flags {:#04x} imm {:#x} remote {:x?} atomic {:x?} payload {:?}",
+        Ok(w) => line!(
+            "rdma-direct trace: QP {qpn:#x} post wr_id {wr_id} pi {pi} SQ offset {off}: {} ds {} wqebbs {} flags {:#04x} imm {:#x} {} atomic {} payload {:?}",
             w.opcode.name().unwrap_or("?"),
             w.ds,
             w.wqebbs(),
             w.flags.bits(),
             w.imm,
-            w.remote,
-            w.atomic,
+            remote_str(w.remote),
+            w.atomic.map_or("-".into(), |a| format!("swap_add {:#x} compare {:#x}", a.swap_add, a.compare)),
             w.payload
         ),
-        Err(e) => eprintln!("rdma-direct trace: QP {qpn:#x} post wr_id {wr_id} pi {pi} SQ offset {off}: undecodable: {e}"),
+        Err(e) => line!("rdma-direct trace: QP {qpn:#x} post wr_id {wr_id} pi {pi} SQ offset {off}: undecodable: {e}"),
     }
 }
 
 #[cold]
 pub(crate) fn recv_posted(rq_idx: u32, off: usize, wr_id: u64, nsge: usize) {
-    eprintln!(
+    line!(
         "rdma-direct trace: post receive wr_id {wr_id} index {rq_idx} RQ offset {off}: {nsge} SGEs"
     );
 }
@@ -68,7 +84,7 @@ pub(crate) fn recv_posted(rq_idx: u32, off: usize, wr_id: u64, nsge: usize) {
 pub(crate) unsafe fn polled(cqn: u32, ci: u32, off: usize, cqe: *const u8) {
     // SAFETY: caller's guarantee.
     let c = unsafe { Cqe::decode_raw(cqe) };
-    eprintln!(
+    line!(
         "rdma-direct trace: CQ {cqn:#x} CQE ci {ci} offset {off}: {} wqe_opcode {} qpn {:#x} wqe_counter {} byte_cnt {} imm {:#x} syndrome {:#04x} vendor {:#04x}",
         c.opcode.name().unwrap_or("?"),
         c.wqe_opcode.name().unwrap_or("?"),

@@ -20,7 +20,7 @@
 mod dma;
 
 use crate::cqe::{owner_bit, Cqe};
-use crate::doorbell::{CQ_DBREC_CI, QP_DBREC_RQ, QP_DBREC_SQ};
+use crate::doorbell::{CQ_DBREC_CI, CQ_UAR_DOORBELL, QP_DBREC_RQ, QP_DBREC_SQ};
 use crate::dv::{mlx5dv_bf, mlx5dv_cq, mlx5dv_qp, mlx5dv_wq};
 use crate::mmio;
 use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, CQE64, DS, INVALID_LKEY, WQEBB};
@@ -89,6 +89,10 @@ pub enum SimError {
     NoSuchQp(u32),
     #[error("CQ {0:#x} belongs to another device")]
     ForeignCq(u32),
+    #[error("every {what} number is in use")]
+    Exhausted { what: &'static str },
+    #[error("cannot start the sim's device thread: {0}")]
+    Thread(String),
 }
 
 /// Keys of a registered memory region (equal, as on ConnectX).
@@ -106,6 +110,7 @@ struct MrEntry {
 }
 
 struct CqEntry {
+    cqn: u32,
     buf: DmaBuf,
     dbrec: DmaBuf,
     uar: DmaBuf,
@@ -118,6 +123,14 @@ struct CqEntry {
     overrun: bool,
     /// CQ error events raised.
     error_events: u64,
+    /// Completion events raised, and the arm sequence number the next event
+    /// answers: the CQ is armed while the arm word in its doorbell record
+    /// carries that number (the host re-arms with the next one after an event).
+    completion_events: u64,
+    event_sn: u32,
+    /// Handles keeping the CQ: its `Cq` and every QP completing to it. The
+    /// entry (and its ring memory) goes when the last one does.
+    refs: u32,
 }
 
 struct QpEntry {
@@ -249,11 +262,17 @@ impl Device {
             });
         }
         let mut st = self.lock();
-        let key = st.next_key;
-        st.next_key = st.next_key.wrapping_add(0x100);
-        if st.next_key == INVALID_LKEY {
-            st.next_key = st.next_key.wrapping_add(0x100);
+        // Keys step by 0x100 and wrap; never 0, never MLX5_INVALID_LKEY
+        // (0x100: it ends a receive WQE's segment list), never one in use.
+        let start = st.next_key;
+        let mut key = start;
+        while key == 0 || key == INVALID_LKEY || st.mrs.contains_key(&key) {
+            key = key.wrapping_add(0x100);
+            if key == start {
+                return Err(SimError::Exhausted { what: "memory key" });
+            }
         }
+        st.next_key = key.wrapping_add(0x100);
         st.mrs.insert(
             key,
             MrEntry {
@@ -310,11 +329,20 @@ impl Device {
             buf.write(i * cqe_size as usize + cqe_size as usize - 1, &[0xf0]);
         }
         let mut st = self.lock();
-        let cqn = st.next_cqn;
-        st.next_cqn += 1;
+        // CQNs are 24 bits; skip numbers in use after a wrap.
+        let start = st.next_cqn;
+        let mut cqn = start;
+        while st.cqs.contains_key(&cqn) || cqn == 0 {
+            cqn = (cqn + 1) & 0xff_ffff;
+            if cqn == start {
+                return Err(SimError::Exhausted { what: "CQ" });
+            }
+        }
+        st.next_cqn = (cqn + 1) & 0xff_ffff;
         st.cqs.insert(
             cqn,
             CqEntry {
+                cqn,
                 buf,
                 dbrec: DmaBuf::new(64),
                 uar: DmaBuf::new(4096),
@@ -323,6 +351,9 @@ impl Device {
                 pi: 0,
                 overrun: false,
                 error_events: 0,
+                completion_events: 0,
+                event_sn: 0,
+                refs: 1,
             },
         );
         Ok(Cq {
@@ -377,8 +408,17 @@ impl Device {
             return Err(SimError::ForeignCq(send_cq.cqn));
         }
         let mut st = self.lock();
-        let qpn = st.next_qpn;
-        st.next_qpn += 1;
+        // QPNs are 24 bits; skip numbers in use after a wrap.
+        let start = st.next_qpn;
+        let mut qpn = start;
+        while st.qps.contains_key(&qpn) || qpn == 0 {
+            qpn = (qpn + 1) & 0xff_ffff;
+            if qpn == start {
+                return Err(SimError::Exhausted { what: "QP" });
+            }
+        }
+        st.next_qpn = (qpn + 1) & 0xff_ffff;
+        st.cqs.get_mut(&send_cq.cqn).expect("live CQ").refs += 1;
         st.qp_order.push(qpn);
         st.qps.insert(
             qpn,
@@ -417,10 +457,10 @@ impl Device {
     /// calling thread may run on two or more CPUs, the device thread takes the
     /// last of them ([`device_cpu`]), as a NIC runs beside the host. It stops
     /// when [`Self::stop`] is called or every handle to the device is gone.
-    pub fn start(&self) {
+    pub fn start(&self) -> Result<(), SimError> {
         let mut t = self.inner.thread.lock().unwrap_or_else(|e| e.into_inner());
         if t.is_some() {
-            return;
+            return Ok(());
         }
         self.inner.stop.store(false, Ordering::SeqCst);
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
@@ -430,8 +470,9 @@ impl Device {
             std::thread::Builder::new()
                 .name("mlx5-sim".into())
                 .spawn(move || device_thread(weak, cpu))
-                .expect("spawn sim device thread"),
+                .map_err(|e| SimError::Thread(e.to_string()))?,
         );
+        Ok(())
     }
 
     /// Stops the device thread, if one runs, and waits for it.
@@ -529,6 +570,11 @@ impl Cq {
         self.dev.lock().cqs[&self.cqn].overrun
     }
 
+    /// Completion events raised (what `ibv_get_cq_event` would return).
+    pub fn completion_events(&self) -> u64 {
+        self.dev.lock().cqs[&self.cqn].completion_events
+    }
+
     /// CQ error events raised (`IBV_EVENT_CQ_ERR` in verbs).
     pub fn error_events(&self) -> u64 {
         self.dev.lock().cqs[&self.cqn].error_events
@@ -552,7 +598,17 @@ impl Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        self.dev.lock().cqs.remove(&self.cqn);
+        release_cq(&mut self.dev.lock(), self.cqn);
+    }
+}
+
+/// Drops one reference to CQ `cqn`; the last one destroys it.
+fn release_cq(st: &mut State, cqn: u32) {
+    if let Some(c) = st.cqs.get_mut(&cqn) {
+        c.refs -= 1;
+        if c.refs == 0 {
+            st.cqs.remove(&cqn);
+        }
     }
 }
 
@@ -698,7 +754,9 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let mut st = self.dev.lock();
-        st.qps.remove(&self.qpn);
+        if let Some(q) = st.qps.remove(&self.qpn) {
+            release_cq(&mut st, q.send_cqn);
+        }
         st.qp_order.retain(|&q| q != self.qpn);
     }
 }
@@ -840,6 +898,20 @@ fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
         cq.overrun = true;
         cq.error_events += 1;
         return;
+    }
+    // Armed? The last arm doorbell (8 bytes big-endian at UAR + 0x20: arm
+    // word << 32 | CQN, rdma-core `mlx5_arm_cq`) names this CQ and carries
+    // the sequence number the next event answers. Then this CQE raises the
+    // event, unless the arm asked for solicited completions only and it is
+    // neither solicited nor an error.
+    let db = u64::from_be_bytes(cq.uar.read_array::<8>(CQ_UAR_DOORBELL));
+    let arm = (db >> 32) as u32;
+    if db as u32 == cq.cqn && (arm >> 28) & 3 == cq.event_sn & 3 {
+        let solicited_only = arm & (1 << 24) != 0;
+        if !solicited_only || c.solicited || c.opcode.is_error() {
+            cq.completion_events += 1;
+            cq.event_sn = cq.event_sn.wrapping_add(1);
+        }
     }
     let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
     let off =

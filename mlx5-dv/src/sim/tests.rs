@@ -192,7 +192,7 @@ fn device_thread_executes_doorbells() {
         )
     }
     .unwrap();
-    dev.start();
+    dev.start().unwrap();
     a.sq.post(
         &write_wqe(Payload::Inline(&[9; 64]), dst.as_ptr() as u64, kd.rkey),
         5,
@@ -630,4 +630,124 @@ fn solicited_sends_set_the_se_bit_of_the_receive_cqe() {
         rq.complete(c.wqe_counter);
         cq.update_ci();
     }
+}
+
+/// A CQ handle dropped before the QP completing to it: the CQ lives on until
+/// the QP goes, and the device keeps working (the QP still completes to it).
+#[test]
+fn a_cq_dropped_before_its_qp_lives_until_the_qp_goes() {
+    let dev = Device::new();
+    let cq = dev.create_cq(4, 64).unwrap();
+    let qp = dev.create_qp(PD, &cq, 8).unwrap();
+    let cqn = cq.cqn();
+    drop(cq);
+    qp.to_err().unwrap();
+    dev.process();
+    assert!(dev.lock().cqs.contains_key(&cqn));
+    drop(qp);
+    assert!(!dev.lock().cqs.contains_key(&cqn));
+}
+
+/// QPNs are 24 bits: after a wrap the next one skips numbers in use.
+#[test]
+fn qp_numbers_wrap_at_24_bits_and_skip_live_ones() {
+    let dev = Device::new();
+    let cq = dev.create_cq(4, 64).unwrap();
+    let a = dev.create_qp(PD, &cq, 8).unwrap();
+    dev.lock().next_qpn = 0xff_ffff;
+    let b = dev.create_qp(PD, &cq, 8).unwrap();
+    assert_eq!(b.qpn(), 0xff_ffff);
+    dev.lock().next_qpn = a.qpn();
+    let c = dev.create_qp(PD, &cq, 8).unwrap();
+    assert_eq!(c.qpn(), a.qpn() + 1, "skips the live QPN");
+    let mut m = vec![0u8; 64];
+    let k1 = unsafe { dev.reg_mr(PD, m.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    dev.lock().next_key = k1.lkey;
+    let k2 = unsafe { dev.reg_mr(PD, m.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    assert_ne!(k1.lkey, k2.lkey, "a live key was handed out again");
+}
+
+/// Arming: a CQE written while the CQ is armed raises one completion event;
+/// none comes until the CQ is armed again with the next sequence number; a
+/// CQ armed for solicited completions only ignores unsolicited CQEs.
+#[test]
+fn an_armed_cq_raises_one_event_per_arm() {
+    let dev = Device::new();
+    let (mut a, _b) = pair(&dev);
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
+    let round = |a: &mut Side, id: u64| {
+        a.sq.post(&w, id).unwrap();
+        a.sq.ring_doorbell();
+        dev.process();
+        let c = a.cqp.poll_one().expect("CQE");
+        a.sq.complete(c.wqe_counter);
+        a.cqp.update_ci();
+    };
+    round(&mut a, 0);
+    assert_eq!(a._cq.completion_events(), 0, "not armed");
+    a.cqp.arm(false).unwrap();
+    round(&mut a, 1);
+    assert_eq!(a._cq.completion_events(), 1);
+    round(&mut a, 2);
+    assert_eq!(a._cq.completion_events(), 1, "one event per arm");
+    a.cqp.event_consumed();
+    a.cqp.arm(true).unwrap();
+    round(&mut a, 3);
+    assert_eq!(
+        a._cq.completion_events(),
+        1,
+        "solicited only: an unsolicited CQE"
+    );
+    a.cqp.arm(false).unwrap();
+    round(&mut a, 4);
+    assert_eq!(a._cq.completion_events(), 2);
+}
+
+/// ERR -> RESET -> INIT -> RTR -> RTS: after an error, resetting the QP on
+/// both sides (the sim's `to_reset`, the driver's `reset`) zeroes the
+/// doorbell record and the indices, and the QP works again from index 0.
+#[test]
+fn reset_zeroes_the_indices_and_the_qp_works_again() {
+    let dev = Device::new();
+    let (mut a, b) = pair(&dev);
+    let mut dst = vec![0u8; 64];
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let bad = write_wqe(
+        Payload::Inline(&[1; 8]),
+        dst.as_ptr() as u64,
+        kd.rkey ^ 0x1000,
+    );
+    a.sq.post(&bad, 1).unwrap();
+    a.sq.ring_doorbell();
+    dev.process();
+    let c = a.cqp.poll_one().expect("error CQE");
+    assert_eq!(c.syndrome, Syndrome::REMOTE_ACCESS_ERR);
+    a.sq.complete(c.wqe_counter);
+    a.cqp.update_ci();
+    assert_eq!(a.qp.state(), QpState::Err);
+    a.qp.to_reset().unwrap();
+    a.sq.reset();
+    assert_eq!(a.sq.pi(), 0);
+    assert_eq!(
+        unsafe { crate::mmio::read_dbrec(a.qp.dv().dbrec.add(1)) },
+        0
+    );
+    // The responder went to ERR too (a remote access error is class C).
+    assert_eq!(b.qp.state(), QpState::Err);
+    b.qp.to_reset().unwrap();
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        x.qp.to_init(Access::all()).unwrap();
+        x.qp.to_rtr(y.qp.qpn()).unwrap();
+        x.qp.to_rts().unwrap();
+    }
+    let good = write_wqe(Payload::Inline(&[7; 8]), dst.as_ptr() as u64, kd.rkey);
+    a.sq.post(&good, 2).unwrap();
+    a.sq.ring_doorbell();
+    dev.process();
+    let c = a.cqp.poll_one().expect("CQE");
+    assert_eq!((c.syndrome, c.wqe_counter), (Syndrome(0), 0));
+    assert_eq!(a.sq.complete(c.wqe_counter).map(|r| r.wr_id), Some(2));
+    assert_eq!(&dst[..8], &[7; 8]);
 }
