@@ -603,7 +603,7 @@ pub enum BwTest {
     Write,
     Read,
     /// SENDs into receives the other side keeps posted (perftest's
-    /// `ib_send_bw`; its `rx_depth` is `tx_depth` here).
+    /// `ib_send_bw`: 512 receives posted, at least `tx_depth`, at most `iters`).
     Send,
     Atomic,
 }
@@ -756,8 +756,10 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     let mr_a = pd.reg_mr(size as usize, access)?;
     let mr_b = pd.reg_mr(size as usize, access)?;
     let inline = matches!(test, BwTest::Write | BwTest::Send) && size <= cfg.lat.inline_size;
+    // perftest's send_bw: 512 receives posted (`-r`), at most `iters`, and
+    // never fewer than the sends in flight.
     let rx_depth = if test == BwTest::Send {
-        cfg.tx_depth
+        cfg.tx_depth.max(512).min(cfg.lat.iters.max(cfg.tx_depth))
     } else {
         0
     };
@@ -824,8 +826,13 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
                 return Err(e);
             }
         }
-        if rx_depth > 0 {
+        // Drain B's receive completions and repost as many receives, so
+        // the sends A posts next find receives (no RNR waits).
+        while rx_depth > 0 {
             let n = m.poll(&mut b, &mut wc)?;
+            if n == 0 {
+                break;
+            }
             for c in &wc[..n] {
                 if !c.status.is_ok() {
                     return Err(Error::from(*c));
