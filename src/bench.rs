@@ -828,7 +828,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         }
         // Drain B's receive completions and repost as many receives, so
         // the sends A posts next find receives (no RNR waits).
-        while rx_depth > 0 {
+        while rx_depth > 0 && received < iters {
             let n = m.poll(&mut b, &mut wc)?;
             if n == 0 {
                 break;
