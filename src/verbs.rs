@@ -372,8 +372,8 @@ pub(crate) struct VerbsQp {
     /// (`mlx5_wq_overflow`): the verbs `wr_id` we post is our WR sequence
     /// number; `wr_ids[seq % max_post]` holds the caller's wr_id. A completion
     /// for `seq` retires every WR up to it (unsignaled ones included). So a
-    /// batch that does not fit is refused whole, and the CQ (at least
-    /// `max_post` deep) cannot overflow whatever the provider does with SQ slots.
+    /// batch that does not fit is refused whole whatever the provider does
+    /// with SQ slots. The CQ is guarded by `cq_has_room` (CQ credits).
     max_post: u32,
     /// Per sequence slot: the CQE was asked for by auto-signal only.
     hidden: Box<[bool]>,
@@ -460,7 +460,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
     };
     // SAFETY: non-null CQ; `cqe` is the depth the provider gave it.
     let cq_depth = unsafe { (*cq).cqe }.max(1) as u32;
-    let max_post = caps.max_send_wr.min(init.cap.max_send_wr).min(cq_depth);
+    let max_post = caps.max_send_wr.min(init.cap.max_send_wr);
     Ok(VerbsQp {
         qp,
         cq,
