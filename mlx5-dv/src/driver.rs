@@ -786,15 +786,18 @@ impl CqCredits {
             .is_ok()
     }
 
-    /// Gives back `n` credits of retired work requests.
+    /// Gives back `n` credits of retired work requests. More than were
+    /// taken is a caller bug: the count stops at `depth` (never wraps).
     #[inline]
     pub fn give(&self, n: u32) {
+        use core::sync::atomic::Ordering::Relaxed;
         if n != 0 {
-            let before = self
+            let depth = self.depth;
+            let r = self
                 .free
-                .fetch_add(n, core::sync::atomic::Ordering::Relaxed);
+                .fetch_update(Relaxed, Relaxed, |f| Some(f.saturating_add(n).min(depth)));
             debug_assert!(
-                before + n <= self.depth,
+                r.is_ok_and(|before| before as u64 + n as u64 <= depth as u64),
                 "more credits given back than taken"
             );
         }
@@ -817,6 +820,10 @@ mod credit_tests {
         a.give(4);
         assert_eq!(b.free(), 4);
         assert_eq!(a.depth(), 4);
+        if !cfg!(debug_assertions) {
+            a.give(u32::MAX);
+            assert_eq!(a.free(), 4, "never above depth, never wraps");
+        }
     }
 }
 
