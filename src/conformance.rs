@@ -675,7 +675,7 @@ fn write_with_imm_lands_and_completes_a_receive(dev: &str) -> CaseResult {
     s.b.post_recv(&[RecvWr::new(900, &[])])?;
     let sge = [Sge::new(&src, 0, 256)?];
     s.a.post_send(&[
-        SendWr::rdma_write_with_imm(12, &sge, remote(&dst, 0), 0x0102_0304).signaled(),
+        SendWr::rdma_write_with_imm(12, &sge, remote(&dst, 0), 0x89AB_CDEF).signaled(),
     ])?;
     let c = poll_one(&mut s.a)?;
     check_eq!(
@@ -691,7 +691,7 @@ fn write_with_imm_lands_and_completes_a_receive(dev: &str) -> CaseResult {
             900,
             WcStatus::SUCCESS,
             WcOpcode::RECV_RDMA_WITH_IMM,
-            Some(0x0102_0304),
+            Some(0x89AB_CDEF),
             256
         )
     );
@@ -1418,6 +1418,193 @@ fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     passed(vec![])
 }
 
+/// The typed state machine: a transition missing a required attribute, or
+/// carrying one it does not allow, is refused before verbs sees it and the
+/// error names the attribute; RoCE needs a global address vector; `query`
+/// follows every step.
+fn modify_checks_attributes_by_name(dev: &str) -> CaseResult {
+    use crate::{QpAttr, QpState};
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig::default();
+    let mut a = pd.create_qp(&cfg)?;
+    let mut b = pd.create_qp(&cfg)?;
+    let refused = |r: crate::Result<()>, want: &str| -> Result<(), Failure> {
+        match r {
+            Err(Error::QpAttr { attr, .. }) if attr == want => Ok(()),
+            other => Err(Failure(format!(
+                "wanted a QpAttr error naming {want}, got {other:?}"
+            ))),
+        }
+    };
+    let mut init = QpAttr::init(1, Access::all());
+    init.port = None;
+    refused(a.modify(QpState::Init, &init), "PORT")?;
+    check_eq!(
+        a.query()?.state,
+        QpState::Reset,
+        "a refused modify changed the QP"
+    );
+    refused(a.modify(QpState::Rtr, &QpAttr::default()), "STATE")?;
+    for q in [&mut a, &mut b] {
+        q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+        check_eq!(q.query()?.state, QpState::Init);
+    }
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let mut rtr = a.rtr_attr(&eb, 0x123);
+    rtr.min_rnr_timer = None;
+    refused(a.modify(QpState::Rtr, &rtr), "MIN_RNR_TIMER")?;
+    let mut notes = vec![];
+    if ea.roce {
+        let mut local_av = a.rtr_attr(&eb, 0x123);
+        if let Some(av) = local_av.av.as_mut() {
+            av.grh = None;
+        }
+        refused(a.modify(QpState::Rtr, &local_av), "AV")?;
+        notes.push("RoCE: a non-global AV refused".to_string());
+    }
+    a.modify(QpState::Rtr, &a.rtr_attr(&eb, 0x123))?;
+    b.modify(QpState::Rtr, &b.rtr_attr(&ea, 0x456))?;
+    check_eq!(a.query()?.state, QpState::Rtr);
+    check_eq!(a.query()?.dest_qpn, Some(b.qp_num()));
+    for (extra, name) in [
+        ("PORT", "PORT"),
+        ("MAX_DEST_RD_ATOMIC", "MAX_DEST_RD_ATOMIC"),
+    ] {
+        let mut rts = QpAttr::rts(0x456, 6);
+        match extra {
+            "PORT" => rts.port = Some(1),
+            _ => rts.max_dest_rd_atomic = Some(1),
+        }
+        refused(a.modify(QpState::Rts, &rts), name)?;
+    }
+    let mut rts = QpAttr::rts(0x456, 6);
+    rts.rnr_retry = None;
+    refused(a.modify(QpState::Rts, &rts), "RNR_RETRY")?;
+    a.modify(QpState::Rts, &QpAttr::rts(0x456, 6))?;
+    b.modify(QpState::Rts, &QpAttr::rts(0x123, 6))?;
+    let info = a.query()?;
+    check_eq!((info.state, info.rnr_retry), (QpState::Rts, Some(6)));
+    // Connected by hand: traffic works.
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[0x42; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled()])?;
+    check_eq!(poll_one(&mut a)?.status, WcStatus::SUCCESS);
+    check!(contents(&dst)? == vec![0x42; 64], "payload");
+    notes.push(
+        "missing PORT, MIN_RNR_TIMER, RNR_RETRY and extra PORT, MAX_DEST_RD_ATOMIC refused by name"
+            .into(),
+    );
+    passed(notes)
+}
+
+/// Issue 5's recovery case: after W1 ok, W2 wrong rkey, W3/W4 flushed, both
+/// QPs are in ERR (`query`); ERR -> RESET -> INIT -> RTR -> RTS on both, and
+/// traffic works again.
+fn err_reset_and_reconnect_recovers(dev: &str) -> CaseResult {
+    use crate::{QpAttr, QpState};
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    src.write(0, &[0x5a; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let bad = RemoteAddr {
+        addr: dst.addr(),
+        rkey: Rkey(dst.rkey().0 ^ 0x0012_3400),
+    };
+    s.a.post_send(&[
+        SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled(),
+        SendWr::rdma_write(2, &sge, bad).signaled(),
+        SendWr::rdma_write(3, &sge, remote(&dst, 64)),
+        SendWr::rdma_write(4, &sge, remote(&dst, 128)).signaled(),
+    ])?;
+    let got = poll_until(&mut s.a, 4)?;
+    let seen: Vec<_> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    check_eq!(
+        seen,
+        vec![
+            (1, WcStatus::SUCCESS),
+            (2, WcStatus::REM_ACCESS_ERR),
+            (3, WcStatus::WR_FLUSH_ERR),
+            (4, WcStatus::WR_FLUSH_ERR)
+        ]
+    );
+    check_eq!(
+        s.a.query()?.state,
+        QpState::Err,
+        "requester after the error"
+    );
+    // The responder went to ERR too (a remote access error is fatal to both);
+    // rxe may take a moment to get there.
+    let deadline = Instant::now() + COMPLETION_TIMEOUT;
+    while s.b.query()?.state != QpState::Err {
+        check!(Instant::now() < deadline, "responder never reached ERR");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    check!(
+        contents(&dst)?[64..].iter().all(|&b| b == 0),
+        "a flushed WR wrote memory"
+    );
+    let (ea, eb) = (s.a.endpoint(), s.b.endpoint());
+    for q in [&mut s.a, &mut s.b] {
+        q.modify(QpState::Err, &QpAttr::default())?;
+        q.modify(QpState::Reset, &QpAttr::default())?;
+        check_eq!(q.query()?.state, QpState::Reset);
+        q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+    }
+    s.a.modify(QpState::Rtr, &s.a.rtr_attr(&eb, 0x777))?;
+    s.b.modify(QpState::Rtr, &s.b.rtr_attr(&ea, 0x999))?;
+    s.a.modify(QpState::Rts, &QpAttr::rts(0x999, 6))?;
+    s.b.modify(QpState::Rts, &QpAttr::rts(0x777, 6))?;
+    src.write(0, &[0x66; 64])?;
+    s.a.post_send(&[SendWr::rdma_write(5, &sge, remote(&dst, 192)).signaled()])?;
+    let c = poll_one(&mut s.a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 5),
+        "after recovery"
+    );
+    check!(
+        contents(&dst)?[192..] == [0x66; 64],
+        "payload after recovery"
+    );
+    passed(vec![])
+}
+
+/// A receiver asking for `min_rnr_timer` 1 (0.01 ms) and a sender with
+/// `rnr_retry` 1: a SEND with no receive posted ends RNR_RETRY_EXC_ERR
+/// within a second.
+fn short_rnr_timer_fails_fast(dev: &str) -> CaseResult {
+    use crate::{QpAttr, QpState};
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig::default();
+    let mut a = pd.create_qp(&cfg)?;
+    let mut b = pd.create_qp(&cfg)?;
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    for q in [&mut a, &mut b] {
+        q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+    }
+    let mut rtr_b = b.rtr_attr(&ea, 1);
+    rtr_b.min_rnr_timer = Some(1);
+    b.modify(QpState::Rtr, &rtr_b)?;
+    a.modify(QpState::Rtr, &a.rtr_attr(&eb, 2))?;
+    a.modify(QpState::Rts, &QpAttr::rts(1, 1))?;
+    b.modify(QpState::Rts, &QpAttr::rts(2, 1))?;
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let t = Instant::now();
+    a.post_send(&[SendWr::send(1, &sge).signaled()])?;
+    let c = poll_one(&mut a)?;
+    let took = t.elapsed();
+    check_eq!((c.wr_id, c.status), (1, WcStatus::RNR_RETRY_EXC_ERR));
+    check!(took < Duration::from_secs(1), "took {took:?}");
+    passed(vec![format!("RNR_RETRY_EXC_ERR after {took:?}")])
+}
+
 const NEEDS_HOOK: &str =
     "needs the sim's test hook (raw WQE bytes or bypassed CQ credits); this device has none";
 
@@ -1633,6 +1820,9 @@ pub fn cases() -> &'static [Case] {
         case!(post_before_rts_is_refused),
         case!(rnr_retry_finite_and_forever),
         case!(fence_and_solicited),
+        case!(modify_checks_attributes_by_name),
+        case!(err_reset_and_reconnect_recovers),
+        case!(short_rnr_timer_fails_fast),
         case!(unsignaled_streams_never_exhaust_cq_credits),
         case!(refused_receive_batches_post_nothing),
         case!(cq_credits_bound_what_is_outstanding),

@@ -104,6 +104,71 @@ impl DirectQp {
         }
     }
 
+    /// Moves the sim QP from `from` to `to` (attributes checked by the
+    /// caller); moving to RESET also resets the host side.
+    pub(crate) fn modify(
+        &mut self,
+        from: crate::QpState,
+        to: crate::QpState,
+        attr: &crate::QpAttr,
+    ) -> Result<()> {
+        use crate::QpState as S;
+        match (from, to) {
+            (S::Reset, S::Init) => self
+                .sim_qp
+                .to_init(attr.access.unwrap_or(sim::Access::empty()))?,
+            (S::Init, S::Rtr) => self.sim_qp.to_rtr_with(
+                attr.dest_qpn.unwrap_or(0),
+                crate::qp_attr::rnr_timer(attr.min_rnr_timer.unwrap_or(12)),
+            )?,
+            (S::Rtr, S::Rts) => self.sim_qp.to_rts_with(attr.rnr_retry.unwrap_or(7))?,
+            (_, S::Err) => self.sim_qp.to_err()?,
+            (_, S::Reset) => {
+                self.sim_qp.to_reset()?;
+                self.reset_host();
+            }
+            (from, to) => {
+                return Err(Error::Invalid(format!(
+                    "the sim does not do {from:?} -> {to:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The host side of RESET: completions not yet polled are discarded,
+    /// the SQ and RQ start again at index 0 with their doorbell records
+    /// zeroed, and every CQ credit is free.
+    fn reset_host(&mut self) {
+        while self.cq.poll_one().is_some() {}
+        self.cq.update_ci();
+        self.sq.reset();
+        self.rq.reset();
+        self.recv_posted = 0;
+        self.recv_done = 0;
+        self.credits = CqCredits::new(self.credits.depth());
+    }
+
+    /// The device's view of the QP.
+    pub(crate) fn query(&self) -> crate::QpInfo {
+        let state = match self.sim_qp.state() {
+            sim::QpState::Reset => crate::QpState::Reset,
+            sim::QpState::Init => crate::QpState::Init,
+            sim::QpState::Rtr => crate::QpState::Rtr,
+            sim::QpState::Rts => crate::QpState::Rts,
+            sim::QpState::Err => crate::QpState::Err,
+        };
+        crate::QpInfo {
+            state,
+            dest_qpn: self.sim_qp.dest_qpn(),
+            rnr_retry: Some(self.sim_qp.rnr_retry()),
+            min_rnr_timer: None,
+            path_mtu: None,
+            sq_psn: None,
+            rq_psn: None,
+        }
+    }
+
     /// Test hook: see `SimHook::post_patched`.
     pub(crate) fn post_patched(
         &mut self,

@@ -31,6 +31,15 @@ pub enum Error {
     /// An argument is out of range; nothing was changed.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A QP modify was refused before any verbs call: `attr` (an
+    /// `IBV_QP_*` name) is missing, not allowed in `transition`, or out of
+    /// range. Nothing changed.
+    #[error("QP {transition}: {attr} {problem}")]
+    QpAttr {
+        transition: String,
+        attr: &'static str,
+        problem: String,
+    },
     /// The QP is not in a state that takes this work request; nothing was posted.
     #[error("QP is in {state:?}; posting needs {needs}")]
     QpState {

@@ -49,12 +49,14 @@ pub mod conformance;
 mod direct;
 mod error;
 mod mem;
+pub mod qp_attr;
 #[cfg(feature = "verbs")]
 mod verbs;
 mod wr;
 
 pub use error::{Error, Result};
 pub use mem::{Access, Mr};
+pub use qp_attr::{AddressVector, Grh, QpAttr, QpAttrMask};
 pub use wr::{Completion, Lkey, RecvWr, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 
 use mem::{Buffer, MrInner, Registration};
@@ -410,12 +412,44 @@ impl Pd {
                 QpKind::Verbs(verbs::create_qp(pd, caps)?)
             }
         };
-        Ok(Qp {
+        let local = match &self.inner.kind {
+            PdKind::Sim(..) => Endpoint {
+                qpn: 0,
+                lid: 0,
+                gid: [0; 16],
+                gid_index: None,
+                active_mtu: 0,
+                roce: false,
+            },
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd) => {
+                let port = pd.ctx.query_port(cfg.port)?;
+                let roce = port.link_layer == 2;
+                let (gid_index, gid) = if roce {
+                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
+                    (Some(i), g)
+                } else {
+                    (None, [0; 16])
+                };
+                Endpoint {
+                    qpn: 0,
+                    lid: port.lid,
+                    gid,
+                    gid_index,
+                    active_mtu: port.active_mtu,
+                    roce,
+                }
+            }
+        };
+        let mut qp = Qp {
             kind,
             state: QpState::Reset,
             cfg: *cfg,
+            local,
             pd: self.inner.clone(),
-        })
+        };
+        qp.local.qpn = qp.qp_num();
+        Ok(qp)
     }
 }
 
@@ -444,7 +478,7 @@ impl SimHook<'_> {
     }
 }
 
-#[cfg(feature = "verbs")]
+/// A random 24-bit PSN (as perftest and `ibv_rc_pingpong` pick them).
 fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -481,14 +515,46 @@ pub struct PathInfo {
     pub dest_qpn: u32,
 }
 
-/// The state of a QP as this crate drove it (IB spec 10.3.1). The device may
-/// move a QP in RTS to ERR on an error; the completions say so.
+/// RC QP states (IB spec 10.3.1). [`Qp::state`] is where this crate moved
+/// the QP; the device may move a QP to ERR on its own after an error
+/// ([`Qp::query`] reports it; the completions say why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
     Reset,
     Init,
     Rtr,
     Rts,
+    Err,
+}
+
+/// What [`Qp::query`] reports: the device's view of the QP. Attributes the
+/// device does not keep (the sim has no PSNs or MTU) are `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    pub state: QpState,
+    pub dest_qpn: Option<u32>,
+    pub rnr_retry: Option<u8>,
+    pub min_rnr_timer: Option<u8>,
+    /// `enum ibv_mtu`.
+    pub path_mtu: Option<u32>,
+    pub sq_psn: Option<u32>,
+    pub rq_psn: Option<u32>,
+}
+
+/// This side's half of a connection: what the peer needs for its INIT ->
+/// RTR (perftest exchanges the same facts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub qpn: u32,
+    /// Our LID (InfiniBand; 0 on RoCE and the sim).
+    pub lid: u16,
+    /// Our GID and its table index (RoCE: the chosen RoCE v2 entry).
+    pub gid: [u8; 16],
+    pub gid_index: Option<u8>,
+    /// The port's active MTU (`enum ibv_mtu`; 0 on the sim).
+    pub active_mtu: u32,
+    /// RoCE: address vectors must be global.
+    pub roce: bool,
 }
 
 /// An RC queue pair with its own completion queue.
@@ -497,6 +563,7 @@ pub struct Qp {
     kind: QpKind,
     state: QpState,
     cfg: QpConfig,
+    local: Endpoint,
     pd: Arc<PdInner>,
 }
 
@@ -521,60 +588,101 @@ impl Qp {
                 a.state, b.state
             )));
         }
+        let (ea, eb) = (a.local, b.local);
+        let (psn_a, psn_b) = (random_psn(), random_psn());
         let rnr_retry = a.cfg.rnr_retry;
-        match (&mut a.kind, &mut b.kind) {
-            (QpKind::Direct(x), QpKind::Direct(y)) => {
-                let access = sim::Access::all();
-                for q in [&*x, &*y] {
-                    q.sim_qp.to_init(access)?;
-                }
-                for (x, y) in [(&*x, &*y), (&*y, &*x)] {
-                    x.sim_qp.to_rtr(y.qpn())?;
-                }
-                for q in [&*x, &*y] {
-                    q.sim_qp.to_rts_with(rnr_retry)?;
-                }
-            }
-            #[cfg(feature = "verbs")]
-            (QpKind::Verbs(x), QpKind::Verbs(y)) => {
-                let PdKind::Verbs(pd) = &a.pd.kind else {
-                    unreachable!("verbs QPs come from a verbs PD")
-                };
-                let cfg = a.cfg;
-                let port = pd.ctx.query_port(cfg.port)?;
-                let roce = port.link_layer == 2;
-                let (sgid_index, gid) = if roce {
-                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
-                    (Some(i), g)
-                } else {
-                    (None, [0; 16])
-                };
-                let (psn_x, psn_y) = (random_psn(), random_psn());
-                let peer = |qpn, psn| verbs::PeerInfo {
-                    qpn,
-                    psn,
-                    lid: port.lid,
-                    gid,
-                    mtu: port.active_mtu,
-                };
-                let local = |sq_psn| verbs::LocalPath {
-                    port: cfg.port,
-                    sgid_index,
-                    sq_psn,
-                    gid,
-                    lid: port.lid,
-                    rnr_retry,
-                };
-                let (qx, qy) = (x.qpn(), y.qpn());
-                x.connect(local(psn_x), peer(qy, psn_y))?;
-                y.connect(local(psn_y), peer(qx, psn_x))?;
-            }
-            #[cfg(feature = "verbs")]
-            _ => unreachable!("one PD holds QPs of one kind"),
+        for q in [&mut *a, &mut *b] {
+            let port = q.cfg.port;
+            q.modify(QpState::Init, &QpAttr::init(port, Access::all()))?;
         }
-        a.state = QpState::Rts;
-        b.state = QpState::Rts;
+        for (q, peer, peer_psn) in [(&mut *a, eb, psn_b), (&mut *b, ea, psn_a)] {
+            let rtr = q.rtr_attr(&peer, peer_psn);
+            q.modify(QpState::Rtr, &rtr)?;
+        }
+        for (q, psn) in [(&mut *a, psn_a), (&mut *b, psn_b)] {
+            q.modify(QpState::Rts, &QpAttr::rts(psn, rnr_retry))?;
+        }
         Ok(())
+    }
+
+    /// This side's half of a connection, to hand to the peer.
+    pub fn endpoint(&self) -> Endpoint {
+        self.local
+    }
+
+    /// The INIT -> RTR attributes toward `peer` whose first PSN is
+    /// `peer_psn`: a global address vector on RoCE (our chosen GID index,
+    /// hop limit 64), path MTU the smaller of the two active MTUs,
+    /// `min_rnr_timer` 12, one READ/atomic in flight.
+    pub fn rtr_attr(&self, peer: &Endpoint, peer_psn: u32) -> QpAttr {
+        let grh = self.local.roce.then(|| Grh {
+            dgid: peer.gid,
+            sgid_index: self.local.gid_index.unwrap_or(0),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        });
+        let av = AddressVector {
+            dlid: peer.lid,
+            port: self.cfg.port,
+            grh,
+            service_level: 0,
+        };
+        let mtu = match (self.local.active_mtu, peer.active_mtu) {
+            (0, 0) => 1,
+            (0, m) | (m, 0) => m,
+            (a, b) => a.min(b),
+        };
+        QpAttr::rtr(av, mtu, peer.qpn, peer_psn)
+    }
+
+    /// Moves the QP to `to` with `attr` (IB spec 11.2.4.2). The attributes
+    /// are checked first ([`qp_attr::check_rc_modify`]): every one the
+    /// transition requires must be there, no other, each in range, and on
+    /// RoCE the address vector must be global; otherwise
+    /// [`Error::QpAttr`] names the attribute and nothing changes.
+    ///
+    /// Moving to RESET forgets every outstanding WR and discards the QP's
+    /// completions not yet polled; the QP can then be connected again
+    /// (ERR -> RESET -> INIT -> RTR -> RTS).
+    pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
+        match &mut self.kind {
+            QpKind::Direct(q) => q.modify(self.state, to, attr)?,
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => {
+                q.modify_to(to, attr)?;
+                let mut p = q.path();
+                if let Some(av) = attr.av {
+                    p.link_layer = if av.grh.is_some() { "Ethernet" } else { "IB" };
+                    p.gid_index = av.grh.map(|g| g.sgid_index);
+                    p.gid = self.local.gid;
+                    p.lid = self.local.lid;
+                }
+                if let Some(m) = attr.path_mtu {
+                    p.mtu = Some(128 << m.clamp(1, 5));
+                }
+                if let Some(d) = attr.dest_qpn {
+                    p.dest_qpn = d;
+                }
+                if let Some(psn) = attr.sq_psn {
+                    p.sq_psn = psn;
+                }
+                q.set_path(p);
+            }
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// The device's view of the QP: its state (ERR after an error, even if
+    /// this crate left it in RTS) and connection attributes.
+    pub fn query(&self) -> Result<QpInfo> {
+        match &self.kind {
+            QpKind::Direct(q) => Ok(q.query()),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.query(),
+        }
     }
 
     /// The send queue's ring bytes followed by its doorbell record, on the
@@ -661,10 +769,10 @@ impl Qp {
     /// [`Error::QpState`].
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        if self.state != QpState::Rts {
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
             return Err(Error::QpState {
                 state: self.state,
-                needs: "RTS",
+                needs: "RTS (or ERR, where it is flushed)",
             });
         }
         let max_inline = self.max_inline();

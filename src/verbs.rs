@@ -9,6 +9,7 @@
 use crate::mem::{Access, Buffer, Registration};
 use crate::wr::{Completion, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
+use crate::{QpAttr, QpAttrMask, QpState};
 use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -492,31 +493,6 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
     })
 }
 
-/// The peer facts RTR needs.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PeerInfo {
-    pub(crate) qpn: u32,
-    pub(crate) psn: u32,
-    pub(crate) lid: u16,
-    pub(crate) gid: [u8; 16],
-    /// `enum ibv_mtu`.
-    pub(crate) mtu: u32,
-}
-
-/// Local facts for RTR / RTS.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LocalPath {
-    pub(crate) port: u8,
-    /// Some(index) on RoCE (global routing with that source GID).
-    pub(crate) sgid_index: Option<u8>,
-    pub(crate) sq_psn: u32,
-    /// Own GID and LID (for reporting).
-    pub(crate) gid: [u8; 16],
-    pub(crate) lid: u16,
-    /// 0..=7, 7: forever.
-    pub(crate) rnr_retry: u8,
-}
-
 impl VerbsQp {
     /// Whether the CQ has room for the completions of `n` more WRs besides
     /// every outstanding send and posted receive.
@@ -539,109 +515,137 @@ impl VerbsQp {
         self.qpn
     }
 
-    fn modify(
-        &mut self,
-        attr: &mut ibv_qp_attr,
-        mask: ibv_qp_attr_mask,
-        what: &'static str,
-    ) -> Result<()> {
-        let qpn = self.qpn;
-        // SAFETY: live QP; attr valid for the call.
-        check_detail(
-            what,
-            unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) },
-            || format!(" (QP {qpn:#x})"),
-        )
-    }
-
-    /// RESET -> INIT -> RTR -> RTS, connected to `peer`.
     pub(crate) fn path(&self) -> crate::PathInfo {
         self.path
     }
 
-    /// RESET -> INIT -> RTR -> RTS, connected to `peer`; remembers the path.
-    pub(crate) fn connect(&mut self, local: LocalPath, peer: PeerInfo) -> Result<()> {
-        self.connect_steps(local, peer)?;
-        self.path = crate::PathInfo {
-            link_layer: if local.sgid_index.is_some() {
-                "Ethernet"
-            } else {
-                "IB"
-            },
-            mtu: Some(128 << peer.mtu.clamp(1, 5)),
-            gid_index: local.sgid_index,
-            gid: local.gid,
-            lid: local.lid,
-            sq_psn: local.sq_psn,
-            dest_qpn: peer.qpn,
+    pub(crate) fn set_path(&mut self, p: crate::PathInfo) {
+        self.path = p;
+    }
+
+    /// `ibv_modify_qp` to `to` with the attributes `attr` carries (the
+    /// caller checked them with `check_rc_modify`). Moving to RESET also
+    /// forgets every outstanding WR and discards completions not yet polled
+    /// (as rdma-core's providers clean the CQ of a QP they reset).
+    pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        // SAFETY: plain data; zero is valid.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = match to {
+            QpState::Reset => ibv_qp_state::IBV_QPS_RESET,
+            QpState::Init => ibv_qp_state::IBV_QPS_INIT,
+            QpState::Rtr => ibv_qp_state::IBV_QPS_RTR,
+            QpState::Rts => ibv_qp_state::IBV_QPS_RTS,
+            QpState::Err => ibv_qp_state::IBV_QPS_ERR,
         };
+        if let Some(v) = attr.pkey_index {
+            a.pkey_index = v;
+        }
+        if let Some(v) = attr.port {
+            a.port_num = v;
+        }
+        if let Some(v) = attr.access {
+            a.qp_access_flags = v.bits();
+        }
+        if let Some(av) = attr.av {
+            a.ah_attr.dlid = av.dlid;
+            a.ah_attr.port_num = av.port;
+            a.ah_attr.sl = av.service_level;
+            if let Some(g) = av.grh {
+                a.ah_attr.is_global = 1;
+                a.ah_attr.grh.dgid = ibv_gid { raw: g.dgid };
+                a.ah_attr.grh.sgid_index = g.sgid_index;
+                a.ah_attr.grh.hop_limit = g.hop_limit;
+                a.ah_attr.grh.traffic_class = g.traffic_class;
+                a.ah_attr.grh.flow_label = g.flow_label;
+            }
+        }
+        if let Some(v) = attr.path_mtu {
+            a.path_mtu = v;
+        }
+        if let Some(v) = attr.dest_qpn {
+            a.dest_qp_num = v;
+        }
+        if let Some(v) = attr.rq_psn {
+            a.rq_psn = v;
+        }
+        if let Some(v) = attr.max_dest_rd_atomic {
+            a.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = attr.min_rnr_timer {
+            a.min_rnr_timer = v;
+        }
+        if let Some(v) = attr.sq_psn {
+            a.sq_psn = v;
+        }
+        if let Some(v) = attr.timeout {
+            a.timeout = v;
+        }
+        if let Some(v) = attr.retry_cnt {
+            a.retry_cnt = v;
+        }
+        if let Some(v) = attr.rnr_retry {
+            a.rnr_retry = v;
+        }
+        if let Some(v) = attr.max_rd_atomic {
+            a.max_rd_atomic = v;
+        }
+        let mask = (attr.mask() | QpAttrMask::STATE).bits();
+        let qpn = self.qpn;
+        // SAFETY: live QP; `a` is valid for the call.
+        check_detail(
+            "ibv_modify_qp",
+            unsafe { ibv_modify_qp(self.qp, &mut a, mask as i32) },
+            || format!(" (QP {qpn:#x} to {to:?}, attributes {:?})", attr.mask()),
+        )?;
+        if to == QpState::Reset {
+            // SAFETY: plain data; zero is valid.
+            let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
+            // SAFETY: live CQ; `wc` holds 16 entries.
+            while unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) } > 0 {}
+            self.retired = self.posted;
+            self.recv_done = self.recv_posted;
+            self.unsignaled_run = 0;
+        }
         Ok(())
     }
 
-    fn connect_steps(&mut self, local: LocalPath, peer: PeerInfo) -> Result<()> {
-        use ibv_qp_attr_mask as M;
+    /// The QP's state as the device has it (`ibv_query_qp`), with the
+    /// attributes that tell a connection apart.
+    pub(crate) fn query(&self) -> Result<crate::QpInfo> {
         // SAFETY: plain data; zero is valid.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-        a.pkey_index = 0;
-        a.port_num = local.port;
-        a.qp_access_flags = (Access::LOCAL_WRITE
-            | Access::REMOTE_WRITE
-            | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC)
-            .bits();
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
-            "ibv_modify_qp(RESET->INIT)",
+        // SAFETY: plain data; zero is valid.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MIN_RNR_TIMER;
+        let qpn = self.qpn;
+        // SAFETY: live QP; both outputs valid for the call.
+        check_detail(
+            "ibv_query_qp",
+            unsafe { ibv_query_qp(self.qp, &mut a, mask.bits() as i32, &mut init) },
+            || format!(" (QP {qpn:#x})"),
         )?;
-
-        // SAFETY: plain data; zero is valid.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = peer.mtu;
-        a.dest_qp_num = peer.qpn;
-        a.rq_psn = peer.psn;
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        a.ah_attr.dlid = peer.lid;
-        a.ah_attr.port_num = local.port;
-        if let Some(sgid) = local.sgid_index {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid = ibv_gid { raw: peer.gid };
-            a.ah_attr.grh.sgid_index = sgid;
-            a.ah_attr.grh.hop_limit = 64;
-        }
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_AV
-                | M::IBV_QP_PATH_MTU
-                | M::IBV_QP_DEST_QPN
-                | M::IBV_QP_RQ_PSN
-                | M::IBV_QP_MAX_DEST_RD_ATOMIC
-                | M::IBV_QP_MIN_RNR_TIMER,
-            "ibv_modify_qp(INIT->RTR)",
-        )?;
-
-        // SAFETY: plain data; zero is valid.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.sq_psn = local.sq_psn;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = local.rnr_retry;
-        a.max_rd_atomic = 1;
-        self.modify(
-            &mut a,
-            M::IBV_QP_STATE
-                | M::IBV_QP_SQ_PSN
-                | M::IBV_QP_TIMEOUT
-                | M::IBV_QP_RETRY_CNT
-                | M::IBV_QP_RNR_RETRY
-                | M::IBV_QP_MAX_QP_RD_ATOMIC,
-            "ibv_modify_qp(RTR->RTS)",
-        )
+        let state = match a.qp_state {
+            ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
+            ibv_qp_state::IBV_QPS_INIT => QpState::Init,
+            ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
+            ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
+            _ => QpState::Err,
+        };
+        Ok(crate::QpInfo {
+            state,
+            dest_qpn: (state != QpState::Reset && state != QpState::Init).then_some(a.dest_qp_num),
+            rnr_retry: Some(a.rnr_retry),
+            min_rnr_timer: Some(a.min_rnr_timer),
+            path_mtu: Some(a.path_mtu),
+            sq_psn: Some(a.sq_psn),
+            rq_psn: Some(a.rq_psn),
+        })
     }
 
     /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. Checked first (SGE

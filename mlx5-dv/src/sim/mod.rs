@@ -156,6 +156,9 @@ struct QpEntry {
     /// tried again after an RNR NAK.
     rnr_left: u8,
     rnr_wait_until: Option<std::time::Instant>,
+    /// The RNR NAK timer this QP asks its requesters to wait (responder
+    /// side, set at INIT -> RTR from `min_rnr_timer`).
+    min_rnr_delay: std::time::Duration,
 }
 
 /// Hasher for the device's tables, keyed by QPN, CQN and MR key: a multiply
@@ -440,6 +443,7 @@ impl Device {
                 rnr_retry: 7,
                 rnr_left: 7,
                 rnr_wait_until: None,
+                min_rnr_delay: RNR_DELAY,
             },
         );
         Ok(Qp {
@@ -702,12 +706,32 @@ impl Qp {
         self.modify(QpState::Init, |q| q.access = access)
     }
 
-    /// INIT -> RTR, connected to `dest_qpn` on the same device.
+    /// INIT -> RTR, connected to `dest_qpn` on the same device, asking
+    /// requesters to wait [`RNR_DELAY`] after an RNR NAK.
     pub fn to_rtr(&self, dest_qpn: u32) -> Result<(), SimError> {
+        self.to_rtr_with(dest_qpn, RNR_DELAY)
+    }
+
+    /// INIT -> RTR, connected to `dest_qpn`; after an RNR NAK from this QP
+    /// its requester waits `min_rnr_delay` (the responder's `min_rnr_timer`,
+    /// IB spec table 45) before it retries.
+    pub fn to_rtr_with(
+        &self,
+        dest_qpn: u32,
+        min_rnr_delay: std::time::Duration,
+    ) -> Result<(), SimError> {
         if !self.dev.lock().qps.contains_key(&dest_qpn) {
             return Err(SimError::NoSuchQp(dest_qpn));
         }
-        self.modify(QpState::Rtr, |q| q.peer = Some(dest_qpn))
+        self.modify(QpState::Rtr, |q| {
+            q.peer = Some(dest_qpn);
+            q.min_rnr_delay = min_rnr_delay;
+        })
+    }
+
+    /// `rnr_retry` as set at RTR -> RTS (7 before).
+    pub fn rnr_retry(&self) -> u8 {
+        self.dev.lock().qps[&self.qpn].rnr_retry
     }
 
     /// RTR -> RTS, retrying RNR NAKs forever (`rnr_retry` 7).
@@ -832,7 +856,12 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                 if q.rnr_retry != 7 {
                     q.rnr_left -= 1;
                 }
-                q.rnr_wait_until = Some(std::time::Instant::now() + RNR_DELAY);
+                let wait = q
+                    .peer
+                    .and_then(|p| st.qps.get(&p))
+                    .map_or(RNR_DELAY, |p| p.min_rnr_delay);
+                let q = st.qps.get_mut(&qpn).expect("qp");
+                q.rnr_wait_until = Some(std::time::Instant::now() + wait);
                 return done;
             }
             result = Exec::Err(Syndrome::RNR_RETRY_EXC_ERR);
