@@ -72,10 +72,42 @@ pub struct DeviceInfo {
     pub name: String,
     /// `sim`, or `verbs` for an ibverbs device.
     pub kind: &'static str,
+    /// Kernel driver (`mlx5_core`, `rdma_rxe (on eth0)`, ...; `sim`).
+    pub driver: String,
     /// Node GUID (0 for the sim).
     pub node_guid: u64,
     /// The data path its QPs use: `direct` (our ring driver) or `verbs`.
     pub data_path: &'static str,
+    /// Its ports. Empty when the device could not be opened (`error` says why).
+    pub ports: Vec<PortDetail>,
+    /// Why the device's ports could not be read.
+    pub error: Option<String>,
+}
+
+/// One port of a device.
+#[derive(Clone, Debug)]
+pub struct PortDetail {
+    pub port: u8,
+    /// `ACTIVE`, `DOWN`, ... (`enum ibv_port_state`).
+    pub state: &'static str,
+    /// `InfiniBand`, `Ethernet` (RoCE) or `sim`.
+    pub link_layer: &'static str,
+    /// Active MTU in bytes (`None` on the sim, which has no wire).
+    pub active_mtu: Option<u32>,
+    /// Active rate in Gb/s (lanes x lane speed).
+    pub rate_gbps: Option<f64>,
+    pub lid: u16,
+    /// Non-empty GID table entries.
+    pub gids: Vec<GidEntry>,
+}
+
+/// One GID table entry.
+#[derive(Clone, Debug)]
+pub struct GidEntry {
+    pub index: u32,
+    pub gid: [u8; 16],
+    /// `RoCE v2`, `IB/RoCE v1`, or `IB` (from sysfs `gid_attrs/types`).
+    pub kind: String,
 }
 
 /// The sim and every ibverbs device on this host.
@@ -84,16 +116,36 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
     let mut v = vec![DeviceInfo {
         name: SIM_DEVICE.into(),
         kind: "sim",
+        driver: "sim".into(),
         node_guid: 0,
         data_path: "direct",
+        ports: vec![PortDetail {
+            port: 1,
+            state: "ACTIVE",
+            link_layer: "sim",
+            active_mtu: None,
+            rate_gbps: None,
+            lid: 0,
+            gids: Vec::new(),
+        }],
+        error: None,
     }];
     #[cfg(feature = "verbs")]
     for d in verbs::list_devices()? {
+        let (driver, ports, error) = match verbs::describe(&d.name) {
+            Ok((driver, ports)) => (driver, ports, None),
+            Err(e) => ("unknown".into(), Vec::new(), Some(e.to_string())),
+        };
         v.push(DeviceInfo {
             name: d.name,
             kind: "verbs",
+            driver,
             node_guid: d.node_guid,
+            // The direct path on ConnectX (mlx5dv) is not wired up yet: every
+            // ibverbs device runs the verbs path today.
             data_path: "verbs",
+            ports,
+            error,
         });
     }
     Ok(v)

@@ -958,3 +958,99 @@ impl VerbsQp {
         Ok(k)
     }
 }
+
+/// What `rdma-direct devices` shows of one ibverbs device: its driver and
+/// every port with state, link layer, MTU, rate and GID table.
+pub(crate) fn describe(name: &str) -> Result<(String, Vec<crate::PortDetail>)> {
+    let ctx = open(name)?.ok_or_else(|| Error::NoSuchDevice { name: name.into() })?;
+    // SAFETY: plain data; zero is valid.
+    let mut dev: ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: live context; valid out-pointer.
+    check_detail(
+        "ibv_query_device",
+        unsafe { ibv_query_device(ctx.raw, &mut dev) },
+        || format!(" ({name})"),
+    )?;
+    let sys = format!("/sys/class/infiniband/{name}");
+    let driver = std::fs::read_link(format!("{sys}/device/driver"))
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .or_else(|| {
+            // Soft-RoCE has no bus device; its sysfs names the netdev it runs on.
+            std::fs::read_to_string(format!("{sys}/parent"))
+                .ok()
+                .map(|p| format!("rdma_rxe (on {})", p.trim()))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let mut ports = Vec::new();
+    for port in 1..=dev.phys_port_cnt {
+        // SAFETY: plain data; zero is valid.
+        let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; valid out-pointer.
+        check_detail(
+            "ibv_query_port",
+            unsafe { ___ibv_query_port(ctx.raw, port, &mut a) },
+            || format!(" ({name} port {port})"),
+        )?;
+        let state = match a.state {
+            ibv_port_state::IBV_PORT_DOWN => "DOWN",
+            ibv_port_state::IBV_PORT_INIT => "INIT",
+            ibv_port_state::IBV_PORT_ARMED => "ARMED",
+            ibv_port_state::IBV_PORT_ACTIVE => "ACTIVE",
+            ibv_port_state::IBV_PORT_ACTIVE_DEFER => "ACTIVE_DEFER",
+            _ => "NOP",
+        };
+        let link_layer = match a.link_layer {
+            2 => "Ethernet",
+            _ => "InfiniBand",
+        };
+        // Per-lane Gb/s for `active_speed`, lanes for `active_width` (IB spec 14.2.5.6).
+        let lane = match a.active_speed {
+            1 => 2.5,
+            2 => 5.0,
+            4 | 8 => 10.0,
+            16 => 14.0625,
+            32 => 25.78125,
+            64 => 53.125,
+            128 => 106.25,
+            _ => 0.0,
+        };
+        let lanes = match a.active_width {
+            1 => 1.0,
+            2 => 4.0,
+            4 => 8.0,
+            8 => 12.0,
+            16 => 2.0,
+            _ => 0.0,
+        };
+        let mut gids = Vec::new();
+        for i in 0..a.gid_tbl_len.clamp(0, 256) {
+            let Ok(gid) = ctx.query_gid(port, i) else {
+                continue;
+            };
+            if gid == [0; 16] {
+                continue;
+            }
+            let kind = std::fs::read_to_string(format!("{sys}/ports/{port}/gid_attrs/types/{i}"))
+                .map(|t| t.trim().to_string())
+                .unwrap_or_else(|_| "IB".into());
+            gids.push(crate::GidEntry {
+                index: i as u32,
+                gid,
+                kind,
+            });
+        }
+        ports.push(crate::PortDetail {
+            port,
+            state,
+            link_layer,
+            active_mtu: (1..=5)
+                .contains(&a.active_mtu)
+                .then(|| 128u32 << a.active_mtu),
+            rate_gbps: (lane * lanes > 0.0).then_some(lane * lanes),
+            lid: a.lid,
+            gids,
+        });
+    }
+    Ok((driver, ports))
+}
