@@ -314,6 +314,9 @@ fn wait_completion(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
 pub struct RunInfo {
     pub device: String,
     pub data_path: &'static str,
+    /// `None`: both sides in this process; else this side's role
+    /// (`server`, `client`) in a two-host run over the TCP exchange.
+    pub role: Option<&'static str>,
     /// Max inline data of the QPs, bytes.
     pub inline: u32,
     /// Send queue depth, work requests.
@@ -354,8 +357,12 @@ impl RunInfo {
         ));
         line(" Connection type : RC\t\tUsing SRQ      : OFF".to_string());
         line(format!(
-            " Data path       : {}\t\tSides          : both in this process",
-            self.data_path
+            " Data path       : {}\t\tSides          : {}",
+            self.data_path,
+            self.role
+                .map_or("both in this process".to_string(), |r| format!(
+                    "this host is the {r}"
+                ))
         ));
         line(format!(" TX depth        : {}", self.tx_depth));
         line(format!(
@@ -368,7 +375,10 @@ impl RunInfo {
         }
         line(format!(" Max inline data : {}[B]", self.inline));
         line(" rdma_cm QPs\t : OFF".to_string());
-        line(" Data ex. method : none (both QPs in this process)".to_string());
+        line(match self.role {
+            None => " Data ex. method : none (both QPs in this process)".to_string(),
+            Some(_) => " Data ex. method : Ethernet (TCP, rdma-direct exchange v1)".to_string(),
+        });
         line(RESULT_LINE.to_string());
         for (name, side) in [("local", &self.sides[0]), ("remote", &self.sides[1])] {
             line(format!(
@@ -503,6 +513,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         vaddr: mr.addr(),
     };
     let info = RunInfo {
+        role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
         inline: qcfg.max_inline,
@@ -779,6 +790,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         vaddr: mr.addr(),
     };
     let info = RunInfo {
+        role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
         inline: qcfg.max_inline,
@@ -904,4 +916,157 @@ mod tests {
         assert!((r.bw_peak - 800.0).abs() < 1e-9, "{r:?}");
         assert!(r.row().starts_with(" 1048576    4          "));
     }
+}
+
+/// Which side of a two-host run this process is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Waits for a client on this TCP port (perftest with no host argument).
+    Server { port: u16 },
+    /// Connects to a server (perftest with a host argument).
+    Client { host: String, port: u16 },
+}
+
+/// `write_lat` between two hosts, as perftest's `ib_write_lat` runs it: the
+/// sides swap their QP and buffer facts over TCP ([`crate::exchange`]),
+/// connect, then take turns RDMA-writing `size` bytes into each other's
+/// buffer, each waiting for the last byte of its own buffer to change before
+/// writing back; the client writes first. Both sides time their own
+/// iterations and report.
+pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, LatReport)> {
+    use crate::exchange::{self, ConnInfo};
+    if cfg.size == 0 || cfg.size > MAX_SIZE {
+        return Err(Error::Invalid(format!(
+            "size {} must be 1..={MAX_SIZE} bytes",
+            cfg.size
+        )));
+    }
+    if cfg.iters < MIN_ITERS {
+        return Err(Error::Invalid(format!(
+            "iterations {} must be at least {MIN_ITERS}",
+            cfg.iters
+        )));
+    }
+    let mut stamps: Vec<Instant> = Vec::new();
+    stamps.try_reserve_exact(cfg.iters as usize).map_err(|_| {
+        Error::Invalid(format!(
+            "cannot hold {} timestamps in memory; use fewer iterations",
+            cfg.iters
+        ))
+    })?;
+    let ctx = Context::open(&cfg.device)?;
+    if ctx.data_path() == "direct" && cfg.device == crate::SIM_DEVICE {
+        return Err(Error::Invalid(
+            "the sim is one process's device: run both sides in one process (no --server, no host)"
+                .into(),
+        ));
+    }
+    let pd = ctx.alloc_pd()?;
+    let size = cfg.size as usize;
+    let mr = pd.reg_mr(
+        2 * size,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
+    let inline = cfg.size <= cfg.inline_size;
+    let qcfg = QpConfig {
+        max_send_wr: 16,
+        max_inline: if inline { cfg.inline_size } else { 0 },
+        port: cfg.port,
+        gid_index: cfg.gid_index,
+        ..QpConfig::default()
+    };
+    let mut qp = pd.create_qp(&qcfg)?;
+    let psn = Qp::random_psn();
+    let mine = ConnInfo {
+        endpoint: qp.endpoint(),
+        psn,
+        rkey: mr.rkey(),
+        addr: mr.addr() + size as u64,
+        len: size as u64,
+    };
+    let (peer, mut tcp, role_name, client) = match role {
+        Role::Server { port } => {
+            let (p, s) = exchange::serve(*port, &mine)?;
+            (p, s, "server", false)
+        }
+        Role::Client { host, port } => {
+            let (p, s) = exchange::connect(host, *port, Duration::from_secs(60), &mine)?;
+            (p, s, "client", true)
+        }
+    };
+    if peer.len < size as u64 {
+        return Err(Error::Exchange(format!(
+            "the peer offers {} bytes; this run writes {size} (give both sides the same -s)",
+            peer.len
+        )));
+    }
+    qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+    // Both sides in RTS before the first write.
+    exchange::barrier(&mut tcp)?;
+    let path = qp.path();
+    let info = RunInfo {
+        role: Some(role_name),
+        device: ctx.name().into(),
+        data_path: qp.data_path(),
+        inline: qcfg.max_inline,
+        tx_depth: 1,
+        sides: [
+            SideInfo {
+                qpn: qp.qp_num(),
+                path,
+                rkey: mr.rkey().0,
+                vaddr: mr.addr(),
+            },
+            SideInfo {
+                qpn: peer.endpoint.qpn,
+                path: crate::PathInfo {
+                    gid: peer.endpoint.gid,
+                    lid: peer.endpoint.lid,
+                    sq_psn: peer.psn,
+                    dest_qpn: qp.qp_num(),
+                    ..path
+                },
+                rkey: peer.rkey.0,
+                vaddr: peer.addr - size as u64,
+            },
+        ],
+    };
+    let to_peer = RemoteAddr {
+        addr: peer.addr,
+        rkey: peer.rkey,
+    };
+    let sge = [Sge::new(&mr, 0, cfg.size)?];
+    let mut wr = SendWr::rdma_write(0, &sge, to_peer).signaled();
+    wr.inline = inline;
+    let last = size - 1;
+    let mut m = CpuMeter::new();
+    for i in 0..cfg.iters {
+        let seq = (i as u8).wrapping_add(1);
+        if !client {
+            spin_until(
+                || format!("iteration {i}: the client's write never arrived"),
+                || Ok(mr.load_u8(size + last) == seq),
+            )?;
+        }
+        stamps.push(Instant::now());
+        mr.store_u8(last, seq);
+        wr.wr_id = i as u64;
+        m.post(1, || qp.post_send(&[wr]))?;
+        if client {
+            spin_until(
+                || format!("iteration {i}: the server's write never arrived"),
+                || Ok(mr.load_u8(size + last) == seq),
+            )?;
+        }
+        wait_completion(&mut qp, "this", &mut m)?;
+    }
+    exchange::barrier(&mut tcp)?;
+    let mut rtt: Vec<f64> = stamps
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_nanos() as f64)
+        .collect();
+    let mut report =
+        LatReport::from_round_trips(cfg.size, cfg.iters, &mut rtt, LatTest::Write.rtt_factor());
+    report.cpu = m.report();
+    Ok((info, report))
 }

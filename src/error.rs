@@ -64,6 +64,10 @@ pub enum Error {
     /// Something the device should have done did not happen in time.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The out-of-band connection exchange failed (TCP, or a message this
+    /// build does not understand).
+    #[error("connection exchange: {0}")]
+    Exchange(String),
     /// A work request completed with an error status.
     #[error("work request {wr_id} on QP {qp_num:#x} completed with {status}, vendor error {vendor_err:#x}")]
     Completion {

@@ -48,6 +48,7 @@ pub mod bench;
 pub mod conformance;
 mod direct;
 mod error;
+pub mod exchange;
 mod mem;
 pub mod qp_attr;
 #[cfg(feature = "verbs")]
@@ -655,6 +656,24 @@ impl Qp {
             q.modify(QpState::Rts, &QpAttr::rts(psn, rnr_retry))?;
         }
         Ok(())
+    }
+
+    /// Connects this QP (in RESET) to a peer on another host, whose facts
+    /// came over an out-of-band exchange ([`exchange`]): RESET -> INIT ->
+    /// RTR (toward `peer`, expecting `peer_psn` first) -> RTS (sending from
+    /// `my_psn`, `rnr_retry` from the QP's config).
+    pub fn connect_remote(&mut self, my_psn: u32, peer: &Endpoint, peer_psn: u32) -> Result<()> {
+        let port = self.cfg.port;
+        self.modify(QpState::Init, &QpAttr::init(port, Access::all()))?;
+        let rtr = self.rtr_attr(peer, peer_psn);
+        self.modify(QpState::Rtr, &rtr)?;
+        let rnr_retry = self.cfg.rnr_retry;
+        self.modify(QpState::Rts, &QpAttr::rts(my_psn, rnr_retry))
+    }
+
+    /// A random first PSN (24 bits) for [`Self::connect_remote`].
+    pub fn random_psn() -> u32 {
+        random_psn()
     }
 
     /// This side's half of a connection, to hand to the peer.

@@ -93,6 +93,17 @@ enum Test {
 struct BenchArgs {
     /// The test to run.
     test: Test,
+    /// Server's host name or address: run as the client of a two-host test
+    /// (write_lat so far). Without it and without --server, both sides run
+    /// in this process.
+    host: Option<String>,
+    /// Wait for a client on -p: the server of a two-host test (perftest
+    /// with no host argument).
+    #[arg(long)]
+    server: bool,
+    /// TCP port of the connection exchange (two-host tests).
+    #[arg(short = 'p', long = "port", default_value_t = rdma_direct::exchange::DEFAULT_PORT)]
+    tcp_port: u16,
     /// Device: `sim` (embedded software mlx5, direct path) or an ibverbs device such as rxe0 or mlx5_0.
     #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]
     device: String,
@@ -361,6 +372,32 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         port: a.port,
         gid_index: a.gid_index,
     };
+    let role = match (&a.host, a.server) {
+        (Some(_), true) => {
+            return Err(rdma_direct::Error::Invalid(
+                "give a host (client) or --server, not both".into(),
+            ))
+        }
+        (Some(h), false) => Some(bench::Role::Client {
+            host: h.clone(),
+            port: a.tcp_port,
+        }),
+        (None, true) => Some(bench::Role::Server { port: a.tcp_port }),
+        (None, false) => None,
+    };
+    if let Some(role) = role {
+        if !matches!(a.test, Test::Write) {
+            return Err(rdma_direct::Error::Invalid(
+                "two-host mode (--server / a host) runs write_lat so far".into(),
+            ));
+        }
+        let (info, r) = bench::run_write_lat_remote(&base, &role)?;
+        out_part!("{}", info.banner(LatTest::Write.title()));
+        out!("{LAT_HEADER}{CPU_HEADER}");
+        out!("{}{}", r.row(), r.cpu.columns());
+        out!("{RESULT_LINE}");
+        return Ok(());
+    }
     if let Some(test) = lat {
         let (info, r) = bench::run_lat(test, &base)?;
         out_part!("{}", info.banner(test.title()));

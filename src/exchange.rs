@@ -1,0 +1,234 @@
+//! Out-of-band connection exchange over TCP: each side sends what the other
+//! needs to reach its QP and memory (perftest exchanges the same facts in
+//! its `pingpong_dest`), then reads the peer's.
+//!
+//! The message is 64 bytes, every field big-endian:
+//!
+//! | offset | bytes | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `b"rdmadir\0"` |
+//! | 8 | 2 | version, [`VERSION`] |
+//! | 10 | 2 | reserved, 0 |
+//! | 12 | 4 | QPN (24 bits) |
+//! | 16 | 4 | first PSN the sender sends (24 bits) |
+//! | 20 | 2 | LID (InfiniBand; 0 on RoCE) |
+//! | 22 | 1 | active MTU (`enum ibv_mtu`; 0: none, the sim) |
+//! | 23 | 1 | flags: bit 0 RoCE (the address vector must be global) |
+//! | 24 | 16 | GID |
+//! | 40 | 4 | rkey of the buffer offered |
+//! | 44 | 4 | reserved, 0 |
+//! | 48 | 8 | address of the buffer offered |
+//! | 56 | 8 | length of the buffer offered, bytes |
+//!
+//! A message with another magic or version is refused with a clear error.
+
+use crate::{Endpoint, Error, Result, Rkey};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Version of the message layout above.
+pub const VERSION: u16 = 1;
+/// Size of the message in bytes.
+pub const MSG_LEN: usize = 64;
+/// perftest's default TCP port (`-p`).
+pub const DEFAULT_PORT: u16 = 18515;
+const MAGIC: [u8; 8] = *b"rdmadir\0";
+
+/// What one side tells the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub endpoint: Endpoint,
+    /// First PSN this side sends (the peer's `rq_psn`).
+    pub psn: u32,
+    /// The buffer this side offers for RDMA.
+    pub rkey: Rkey,
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl ConnInfo {
+    /// The 64-byte message.
+    pub fn encode(&self) -> [u8; MSG_LEN] {
+        let e = &self.endpoint;
+        let mut m = [0u8; MSG_LEN];
+        m[0..8].copy_from_slice(&MAGIC);
+        m[8..10].copy_from_slice(&VERSION.to_be_bytes());
+        m[12..16].copy_from_slice(&e.qpn.to_be_bytes());
+        m[16..20].copy_from_slice(&self.psn.to_be_bytes());
+        m[20..22].copy_from_slice(&e.lid.to_be_bytes());
+        m[22] = e.active_mtu as u8;
+        m[23] = e.roce as u8;
+        m[24..40].copy_from_slice(&e.gid);
+        m[40..44].copy_from_slice(&self.rkey.0.to_be_bytes());
+        m[48..56].copy_from_slice(&self.addr.to_be_bytes());
+        m[56..64].copy_from_slice(&self.len.to_be_bytes());
+        m
+    }
+
+    /// Parses a message. Errors: wrong magic or version, a QPN or PSN over
+    /// 24 bits, an MTU code over 5.
+    pub fn decode(m: &[u8; MSG_LEN]) -> Result<ConnInfo> {
+        if m[0..8] != MAGIC {
+            return Err(Error::Exchange(format!(
+                "the peer's message does not start with {MAGIC:?} (is it another program, or perftest?)"
+            )));
+        }
+        let version = u16::from_be_bytes([m[8], m[9]]);
+        if version != VERSION {
+            return Err(Error::Exchange(format!(
+                "the peer speaks exchange version {version}; this build speaks {VERSION}"
+            )));
+        }
+        let u32_at = |o: usize| u32::from_be_bytes(m[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_be_bytes(m[o..o + 8].try_into().unwrap());
+        let (qpn, psn) = (u32_at(12), u32_at(16));
+        if qpn > 0xff_ffff || psn > 0xff_ffff {
+            return Err(Error::Exchange(format!(
+                "QPN {qpn:#x} or PSN {psn:#x} is over 24 bits"
+            )));
+        }
+        if m[22] > 5 {
+            return Err(Error::Exchange(format!("MTU code {} is over 5", m[22])));
+        }
+        Ok(ConnInfo {
+            endpoint: Endpoint {
+                qpn,
+                lid: u16::from_be_bytes([m[20], m[21]]),
+                gid: m[24..40].try_into().unwrap(),
+                gid_index: None,
+                active_mtu: m[22] as u32,
+                roce: m[23] & 1 != 0,
+            },
+            psn,
+            rkey: Rkey(u32_at(40)),
+            addr: u64_at(48),
+            len: u64_at(56),
+        })
+    }
+}
+
+fn io(what: &str, e: std::io::Error) -> Error {
+    Error::Exchange(format!("{what}: {e}"))
+}
+
+/// Sends `mine`, then reads the peer's message.
+fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| io("socket", e))?;
+    s.write_all(&mine.encode())
+        .map_err(|e| io("sending our connection facts", e))?;
+    let mut m = [0u8; MSG_LEN];
+    s.read_exact(&mut m)
+        .map_err(|e| io("reading the peer's connection facts", e))?;
+    ConnInfo::decode(&m)
+}
+
+/// Server side: waits on `port` (all addresses) for one client, then swaps
+/// messages. Returns the peer's facts and the connection (kept open by the
+/// caller for a closing handshake).
+pub fn serve(port: u16, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
+    let l = TcpListener::bind(("0.0.0.0", port))
+        .map_err(|e| io(&format!("listen on port {port}"), e))?;
+    let (mut s, _) = l.accept().map_err(|e| io("accept", e))?;
+    let peer = swap(&mut s, mine)?;
+    Ok((peer, s))
+}
+
+/// Client side: connects to `host:port`, retrying until `wait` has passed
+/// (the server may not be listening yet), then swaps messages.
+pub fn connect(
+    host: &str,
+    port: u16,
+    wait: Duration,
+    mine: &ConnInfo,
+) -> Result<(ConnInfo, TcpStream)> {
+    let deadline = Instant::now() + wait;
+    let mut s = loop {
+        match TcpStream::connect((host, port)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(io(
+                    &format!("connect to {host}:{port} (waited {wait:?})"),
+                    e,
+                ))
+            }
+        }
+    };
+    let peer = swap(&mut s, mine)?;
+    Ok((peer, s))
+}
+
+/// A closing handshake: each side sends one byte and waits for the peer's,
+/// so neither tears its QP down while the other still uses it.
+pub fn barrier(s: &mut TcpStream) -> Result<()> {
+    s.write_all(&[1]).map_err(|e| io("barrier send", e))?;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).map_err(|e| io("barrier receive", e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(qpn: u32) -> ConnInfo {
+        ConnInfo {
+            endpoint: Endpoint {
+                qpn,
+                lid: 7,
+                gid: [0xab; 16],
+                gid_index: None,
+                active_mtu: 3,
+                roce: true,
+            },
+            psn: 0x12_3456,
+            rkey: Rkey(0xdead_beef),
+            addr: 0x1122_3344_5566_7788,
+            len: 4096,
+        }
+    }
+
+    #[test]
+    fn the_message_has_the_documented_layout_and_round_trips() {
+        let i = info(0x00ab_cdef);
+        let m = i.encode();
+        assert_eq!(&m[0..8], b"rdmadir\0");
+        assert_eq!(&m[8..10], &[0, 1]);
+        assert_eq!(&m[12..16], &[0x00, 0xab, 0xcd, 0xef]);
+        assert_eq!(&m[40..44], &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(m[23], 1);
+        assert_eq!(ConnInfo::decode(&m).unwrap(), i);
+    }
+
+    #[test]
+    fn a_foreign_or_newer_message_is_refused() {
+        let mut m = info(1).encode();
+        m[0] = b'X';
+        assert!(matches!(ConnInfo::decode(&m), Err(Error::Exchange(_))));
+        let mut m = info(1).encode();
+        m[9] = 2;
+        assert!(matches!(ConnInfo::decode(&m), Err(Error::Exchange(_))));
+        let mut m = info(1).encode();
+        m[12] = 1; // QPN over 24 bits
+        assert!(matches!(ConnInfo::decode(&m), Err(Error::Exchange(_))));
+    }
+
+    #[test]
+    fn server_and_client_swap_over_tcp() {
+        let port = 20000 + (std::process::id() % 20000) as u16;
+        let server = std::thread::spawn(move || {
+            let (peer, mut s) = serve(port, &info(1)).unwrap();
+            barrier(&mut s).unwrap();
+            peer
+        });
+        let (peer, mut s) = connect("127.0.0.1", port, Duration::from_secs(10), &info(2)).unwrap();
+        barrier(&mut s).unwrap();
+        assert_eq!(peer.endpoint.qpn, 1);
+        assert_eq!(server.join().unwrap().endpoint.qpn, 2);
+    }
+}
