@@ -1605,6 +1605,64 @@ fn short_rnr_timer_fails_fast(dev: &str) -> CaseResult {
     passed(vec![format!("RNR_RETRY_EXC_ERR after {took:?}")])
 }
 
+/// Event mode: arm, post, wait for the event (1 s at most), poll; 300
+/// rounds, every completion found and no wait timing out. A CQ armed for
+/// solicited completions only sleeps through an unsolicited SEND and wakes
+/// for a solicited one.
+fn completion_events_wake_the_waiter(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let mut wc = [Completion::default(); 4];
+    let mut waits = 0;
+    s.a.arm_cq(false)?;
+    for i in 0..300u64 {
+        s.a.post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0)).signaled()])?;
+        let mut got = 0;
+        while got == 0 {
+            got = s.a.poll(&mut wc)?;
+            if got == 0 {
+                check!(
+                    s.a.wait_cq_event(Duration::from_secs(1))?,
+                    "round {i}: no completion event within 1 s"
+                );
+                waits += 1;
+                // Arm again, then poll again: a completion that came before
+                // the arm raised no event but is in the CQ.
+                s.a.arm_cq(false)?;
+            }
+        }
+        check_eq!(
+            (wc[0].status, wc[0].wr_id),
+            (WcStatus::SUCCESS, i),
+            "round {i}"
+        );
+    }
+    // Solicited only, at the responder.
+    let rbuf = s.pd.reg_mr(128, Access::LOCAL_WRITE)?;
+    let r = [Sge::new(&rbuf, 0, 64)?];
+    let r2 = [Sge::new(&rbuf, 64, 64)?];
+    s.b.post_recv(&[RecvWr::new(1, &r), RecvWr::new(2, &r2)])?;
+    s.b.arm_cq(true)?;
+    s.a.post_send(&[SendWr::send(10, &sge).signaled()])?;
+    check_eq!(poll_one(&mut s.a)?.status, WcStatus::SUCCESS);
+    check!(
+        !s.b.wait_cq_event(Duration::from_millis(200))?,
+        "an unsolicited SEND woke a CQ armed for solicited completions"
+    );
+    s.a.post_send(&[SendWr::send(11, &sge).solicited().signaled()])?;
+    check_eq!(poll_one(&mut s.a)?.status, WcStatus::SUCCESS);
+    check!(
+        s.b.wait_cq_event(Duration::from_secs(1))?,
+        "a solicited SEND did not wake the CQ"
+    );
+    let got = poll_until(&mut s.b, 2)?;
+    check_eq!((got[0].wr_id, got[1].wr_id), (1, 2));
+    passed(vec![format!("300 rounds, {waits} waits on the event")])
+}
+
 const NEEDS_HOOK: &str =
     "needs the sim's test hook (raw WQE bytes or bypassed CQ credits); this device has none";
 
@@ -1820,6 +1878,7 @@ pub fn cases() -> &'static [Case] {
         case!(post_before_rts_is_refused),
         case!(rnr_retry_finite_and_forever),
         case!(fence_and_solicited),
+        case!(completion_events_wake_the_waiter),
         case!(modify_checks_attributes_by_name),
         case!(err_reset_and_reconnect_recovers),
         case!(short_rnr_timer_fails_fast),

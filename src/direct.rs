@@ -169,6 +169,37 @@ impl DirectQp {
         }
     }
 
+    /// Arms the CQ for one completion event (driver `arm`: arm word, then
+    /// the CQ doorbell on the UAR).
+    pub(crate) fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
+        self.cq.update_ci();
+        Ok(self.cq.arm(solicited_only)?)
+    }
+
+    /// Waits up to `timeout` for a completion event on the CQ's event fd;
+    /// consumes it (the next arm carries the next sequence number).
+    pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(self.sim_cq.event_fd(), PollFlags::POLLIN)];
+        let n = poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        )
+        .map_err(|e| Error::Verbs {
+            call: "poll",
+            errno: e as i32,
+            detail: " (the CQ's event fd)".into(),
+        })?;
+        if n == 0 {
+            return Ok(false);
+        }
+        for _ in 0..self.sim_cq.take_events() {
+            self.cq.event_consumed();
+        }
+        Ok(true)
+    }
+
     /// Test hook: see `SimHook::post_patched`.
     pub(crate) fn post_patched(
         &mut self,

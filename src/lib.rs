@@ -676,6 +676,30 @@ impl Qp {
         random_psn()
     }
 
+    /// Requests one completion event for the QP's CQ: the next completion
+    /// (with `solicited_only`, the next solicited or error one) makes
+    /// [`Self::wait_cq_event`] return. A completion already in the CQ raises
+    /// none, so poll once more after arming (verbs `ibv_req_notify_cq`; the
+    /// direct path writes the arm doorbell itself).
+    pub fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.arm_cq(solicited_only),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.arm_cq(solicited_only),
+        }
+    }
+
+    /// Sleeps (`poll` on the completion channel's fd) until the armed CQ
+    /// raises its event or `timeout` passes; `true` if an event came. The
+    /// event is consumed and acknowledged; arm again for the next.
+    pub fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.wait_cq_event(timeout),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.wait_cq_event(timeout),
+        }
+    }
+
     /// This side's half of a connection, to hand to the peer.
     pub fn endpoint(&self) -> Endpoint {
         self.local

@@ -367,6 +367,7 @@ const CHUNK: usize = 32;
 pub(crate) struct VerbsQp {
     qp: *mut ibv_qp,
     cq: *mut ibv_cq,
+    channel: *mut ibv_comp_channel,
     qpn: u32,
     caps: QpCaps,
     /// Outstanding-WR accounting, as rdma-core's mlx5 provider keeps it
@@ -400,26 +401,49 @@ unsafe impl Send for VerbsQp {}
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
-        // SAFETY: created in `create_qp`; the QP goes before its CQ.
+        // SAFETY: created in `create_qp`; the QP goes before its CQ, the CQ
+        // before its completion channel (events were acked as they came).
         unsafe {
             ibv_destroy_qp(self.qp);
             ibv_destroy_cq(self.cq);
+            ibv_destroy_comp_channel(self.channel);
         }
     }
 }
 
 pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
-    // SAFETY: live context; no completion channel.
+    // A completion channel per CQ, for event mode; its fd is non-blocking.
+    // SAFETY: live context.
+    let channel = unsafe { ibv_create_comp_channel(pd.ctx.raw) };
+    if channel.is_null() {
+        return Err(Error::Verbs {
+            call: "ibv_create_comp_channel",
+            errno: errno(),
+            detail: String::new(),
+        });
+    }
+    // SAFETY: `channel` is live; fcntl on its fd changes only its flags.
+    unsafe {
+        let fd = (*channel).fd;
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
+    // SAFETY: live context and channel.
     let cq = unsafe {
         ibv_create_cq(
             pd.ctx.raw,
             caps.cq_depth as i32,
             std::ptr::null_mut(),
-            std::ptr::null_mut(),
+            channel,
             0,
         )
     };
     if cq.is_null() {
+        // SAFETY: created above, unused.
+        unsafe { ibv_destroy_comp_channel(channel) };
         return Err(Error::Verbs {
             call: "ibv_create_cq",
             errno: errno(),
@@ -443,7 +467,10 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
     if qp.is_null() {
         let e = errno();
         // SAFETY: the CQ was created above and is unused.
-        unsafe { ibv_destroy_cq(cq) };
+        unsafe {
+            ibv_destroy_cq(cq);
+            ibv_destroy_comp_channel(channel);
+        }
         return Err(Error::Verbs {
             call: "ibv_create_qp",
             errno: e,
@@ -465,6 +492,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
     Ok(VerbsQp {
         qp,
         cq,
+        channel,
         qpn,
         caps,
         max_post,
@@ -499,6 +527,56 @@ impl VerbsQp {
     fn cq_has_room(&self, n: usize) -> bool {
         let held = (self.posted - self.retired) + (self.recv_posted - self.recv_done);
         held + n as u64 <= self.cq_depth as u64
+    }
+
+    /// `ibv_req_notify_cq`: one completion event for the next completion
+    /// (with `solicited_only`, the next solicited or error one).
+    pub(crate) fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
+        // SAFETY: live CQ.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, solicited_only as i32) };
+        check_detail("ibv_req_notify_cq", rc, String::new)
+    }
+
+    /// Waits (poll on the completion channel's fd) up to `timeout` for a
+    /// completion event, then `ibv_get_cq_event` and `ibv_ack_cq_events`.
+    pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::BorrowedFd;
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: the channel (and its fd) lives as long as `self`.
+        let fd = unsafe { BorrowedFd::borrow_raw((*self.channel).fd) };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        let n = poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        )
+        .map_err(|e| Error::Verbs {
+            call: "poll",
+            errno: e as i32,
+            detail: " (completion channel)".into(),
+        })?;
+        if n == 0 {
+            return Ok(false);
+        }
+        let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
+        // when another reader took the event.
+        let rc = unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
+        if rc != 0 {
+            let e = errno();
+            if e == libc::EAGAIN {
+                return Ok(false);
+            }
+            return Err(Error::Verbs {
+                call: "ibv_get_cq_event",
+                errno: e,
+                detail: String::new(),
+            });
+        }
+        // SAFETY: `cq` is the CQ the event was for (ours); one event to ack.
+        unsafe { ibv_ack_cq_events(cq, 1) };
+        Ok(true)
     }
 
     /// Depth of the CQ the device gave, in CQEs.

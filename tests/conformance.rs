@@ -113,6 +113,7 @@ conformance_tests!(
     post_before_rts_is_refused,
     rnr_retry_finite_and_forever,
     fence_and_solicited,
+    completion_events_wake_the_waiter,
     modify_checks_attributes_by_name,
     err_reset_and_reconnect_recovers,
     short_rnr_timer_fails_fast,

@@ -586,6 +586,8 @@ impl CompletionQueue {
         // SAFETY: `cq_uar` is the CQ's UAR page (constructor contract); the
         // doorbell register at 0x20 is 8 bytes and 8-byte aligned.
         unsafe { mmio::write_uar(self.uar.add(CQ_UAR_DOORBELL).cast(), &[v]) };
+        // The caller polls next: the arm must be seen before that poll reads.
+        mmio::store_load_barrier();
         Ok(())
     }
 

@@ -83,6 +83,18 @@ pub fn wc_flush_barrier() {
     fence(Ordering::Release);
 }
 
+/// Orders this CPU's earlier writes (an arm doorbell) before its later
+/// reads (the next poll of the CQ): a full fence, `mfence` on x86_64. Without
+/// it an arm could still sit in the store buffer while the poll misses a CQE
+/// the device writes next, and the device, not seeing the arm yet, raises no
+/// event: the waiter would sleep with a completion in the CQ. (rdma-core's
+/// `mlx5_arm_cq` writes the doorbell to uncached MMIO, which x86 does not
+/// reorder with later loads; the sim's UAR is ordinary memory.)
+#[inline]
+pub fn store_load_barrier() {
+    fence(Ordering::SeqCst);
+}
+
 /// Stores `value` big-endian into a doorbell-record word.
 ///
 /// # Safety

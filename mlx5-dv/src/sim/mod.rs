@@ -91,8 +91,8 @@ pub enum SimError {
     ForeignCq(u32),
     #[error("every {what} number is in use")]
     Exhausted { what: &'static str },
-    #[error("cannot start the sim's device thread: {0}")]
-    Thread(String),
+    #[error("the operating system refused the sim a resource: {0}")]
+    Os(String),
 }
 
 /// Keys of a registered memory region (equal, as on ConnectX).
@@ -128,6 +128,9 @@ struct CqEntry {
     /// carries that number (the host re-arms with the next one after an event).
     completion_events: u64,
     event_sn: u32,
+    /// Becomes readable on each completion event (the completion channel's
+    /// file descriptor of verbs).
+    event_fd: Arc<nix::sys::eventfd::EventFd>,
     /// Handles keeping the CQ: its `Cq` and every QP completing to it. The
     /// entry (and its ring memory) goes when the last one does.
     refs: u32,
@@ -331,6 +334,14 @@ impl Device {
             // Every slot starts INVALID with owner 0 (op_own = 0xF0).
             buf.write(i * cqe_size as usize + cqe_size as usize - 1, &[0xf0]);
         }
+        let events = Arc::new(
+            nix::sys::eventfd::EventFd::from_value_and_flags(
+                0,
+                nix::sys::eventfd::EfdFlags::EFD_NONBLOCK
+                    | nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+            )
+            .map_err(|e| SimError::Os(format!("eventfd: {e}")))?,
+        );
         let mut st = self.lock();
         // CQNs are 24 bits; skip numbers in use after a wrap.
         let start = st.next_cqn;
@@ -356,12 +367,14 @@ impl Device {
                 error_events: 0,
                 completion_events: 0,
                 event_sn: 0,
+                event_fd: events.clone(),
                 refs: 1,
             },
         );
         Ok(Cq {
             dev: self.clone(),
             cqn,
+            events,
         })
     }
 
@@ -474,7 +487,7 @@ impl Device {
             std::thread::Builder::new()
                 .name("mlx5-sim".into())
                 .spawn(move || device_thread(weak, cpu))
-                .map_err(|e| SimError::Thread(e.to_string()))?,
+                .map_err(|e| SimError::Os(format!("spawn the device thread: {e}")))?,
         );
         Ok(())
     }
@@ -560,6 +573,7 @@ fn device_thread(weak: Weak<Inner>, cpu: Option<usize>) {
 pub struct Cq {
     dev: Device,
     cqn: u32,
+    events: Arc<nix::sys::eventfd::EventFd>,
 }
 
 impl Cq {
@@ -572,6 +586,20 @@ impl Cq {
     /// CQEs, and raised a CQ error event. QPs completing to it stop too.
     pub fn overrun(&self) -> bool {
         self.dev.lock().cqs[&self.cqn].overrun
+    }
+
+    /// A file descriptor that becomes readable when the CQ raises a
+    /// completion event (as a verbs completion channel's fd): wait on it with
+    /// `poll`, then [`Self::take_events`].
+    pub fn event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.events.as_fd()
+    }
+
+    /// Consumes the completion events raised since the last call; returns
+    /// how many (0 if none).
+    pub fn take_events(&self) -> u64 {
+        self.events.read().unwrap_or(0)
     }
 
     /// Completion events raised (what `ibv_get_cq_event` would return).
@@ -928,6 +956,17 @@ fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
         cq.error_events += 1;
         return;
     }
+    let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    let off =
+        (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
+    cq.buf.write(off, &bytes[..63]);
+    cq.buf.publish_op_own(off + 63, bytes[63]);
+    cq.pi = cq.pi.wrapping_add(1);
+    // The CQE is written before the arm is read (a full fence: the host
+    // arms, fences, then polls; with both fences one of the two sides sees
+    // the other's write, so a completion never goes without either a poll
+    // that finds it or an event).
+    mmio::store_load_barrier();
     // Armed? The last arm doorbell (8 bytes big-endian at UAR + 0x20: arm
     // word << 32 | CQN, rdma-core `mlx5_arm_cq`) names this CQ and carries
     // the sequence number the next event answers. Then this CQE raises the
@@ -939,15 +978,11 @@ fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
         let solicited_only = arm & (1 << 24) != 0;
         if !solicited_only || c.solicited || c.opcode.is_error() {
             cq.completion_events += 1;
+            // A full counter (2^64 - 2 unread events) cannot happen here.
+            let _ = cq.event_fd.write(1);
             cq.event_sn = cq.event_sn.wrapping_add(1);
         }
     }
-    let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
-    let off =
-        (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
-    cq.buf.write(off, &bytes[..63]);
-    cq.buf.publish_op_own(off + 63, bytes[63]);
-    cq.pi = cq.pi.wrapping_add(1);
 }
 
 /// Receive WQE `rq_ci` of `qpn`, if the RQ doorbell record shows one posted:
