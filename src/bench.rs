@@ -34,6 +34,8 @@ pub struct LatConfig {
     pub inline_size: u32,
     pub port: u8,
     pub gid_index: Option<u8>,
+    /// The data path (`--backend`): auto, direct or verbs.
+    pub backend: crate::Backend,
 }
 
 impl Default for LatConfig {
@@ -45,6 +47,7 @@ impl Default for LatConfig {
             inline_size: 220,
             port: 1,
             gid_index: None,
+            backend: crate::Backend::Auto,
         }
     }
 }
@@ -487,7 +490,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             cfg.iters
         ))
     })?;
-    let ctx = Context::open(&cfg.device)?;
+    let ctx = Context::open_with(&cfg.device, cfg.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
     let size = size_asked as usize;
@@ -759,7 +762,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             ))
         })?;
     }
-    let ctx = Context::open(&cfg.lat.device)?;
+    let ctx = Context::open_with(&cfg.lat.device, cfg.lat.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.lat.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
     let access =
@@ -954,7 +957,7 @@ pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, La
             cfg.iters
         ))
     })?;
-    let ctx = Context::open(&cfg.device)?;
+    let ctx = Context::open_with(&cfg.device, cfg.backend)?;
     if ctx.data_path() == "direct" && cfg.device == crate::SIM_DEVICE {
         return Err(Error::Invalid(
             "the sim is one process's device: run both sides in one process (no --server, no host)"

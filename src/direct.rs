@@ -31,8 +31,19 @@ pub(crate) struct DirectQp {
     credits: CqCredits,
     /// Test hook: post without taking credits (to reach a CQ overrun).
     ignore_credits: bool,
-    pub(crate) sim_qp: sim::Qp,
-    sim_cq: sim::Cq,
+    /// The device objects that own the rings (dropped after the drivers).
+    dev: DirectDev,
+    /// The path facts the last modify set (for `path`).
+    path: crate::PathInfo,
+}
+
+/// Who owns the rings the driver runs on.
+pub(crate) enum DirectDev {
+    /// The software mlx5 device.
+    Sim { qp: sim::Qp, cq: sim::Cq },
+    /// A ConnectX, through `mlx5dv_create_qp` / `mlx5dv_init_obj`.
+    #[cfg(feature = "verbs")]
+    Mlx5(crate::verbs::Mlx5Objs),
 }
 
 impl DirectQp {
@@ -74,9 +85,75 @@ impl DirectQp {
             recv_done: 0,
             credits: CqCredits::new(cqe_cnt),
             ignore_credits: false,
-            sim_qp,
-            sim_cq,
+            dev: DirectDev::Sim {
+                qp: sim_qp,
+                cq: sim_cq,
+            },
+            path: crate::PathInfo {
+                link_layer: "sim",
+                mtu: None,
+                gid_index: None,
+                gid: [0; 16],
+                lid: 0,
+                sq_psn: 0,
+                dest_qpn: 0,
+            },
         })
+    }
+
+    /// Creates a QP on a ConnectX with `mlx5dv_create_qp` and binds the ring
+    /// driver to the rings `mlx5dv_init_obj` describes.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn create_mlx5(
+        pd: &std::sync::Arc<crate::verbs::Pd>,
+        caps: crate::verbs::QpCaps,
+    ) -> Result<Self> {
+        let (objs, dv_qp, dv_cq) = crate::verbs::create_mlx5_qp(pd, caps)?;
+        // SAFETY: the descriptions come from `mlx5dv_init_obj` on the QP and
+        // CQ that `objs` owns; this struct drops the drivers before `objs`
+        // (field order), and no one else posts to or polls them (the QP is
+        // never handed to `ibv_post_*` / `ibv_poll_cq`).
+        let sq = unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
+        // SAFETY: as above.
+        let rq = unsafe { ReceiveQueue::new(&dv_qp) }?;
+        // SAFETY: as above.
+        let cq = unsafe { CompletionQueue::new(&dv_cq) }?;
+        Ok(Self {
+            sq,
+            rq,
+            cq,
+            qpn: objs.qpn,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge.max(1),
+            max_recv_wr: caps.max_recv_wr,
+            recv_posted: 0,
+            recv_done: 0,
+            credits: CqCredits::new(objs.cq_depth),
+            ignore_credits: false,
+            path: crate::PathInfo {
+                link_layer: "",
+                mtu: None,
+                gid_index: None,
+                gid: [0; 16],
+                lid: 0,
+                sq_psn: 0,
+                dest_qpn: 0,
+            },
+            dev: DirectDev::Mlx5(objs),
+        })
+    }
+
+    /// The inline size the device granted, in bytes (`None`: as configured).
+    pub(crate) fn granted_inline(&self) -> Option<u32> {
+        match &self.dev {
+            DirectDev::Sim { .. } => None,
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(o) => Some(o.max_inline),
+        }
+    }
+
+    pub(crate) fn set_path(&mut self, p: crate::PathInfo) {
+        self.path = p;
     }
 
     #[inline]
@@ -113,18 +190,27 @@ impl DirectQp {
         attr: &crate::QpAttr,
     ) -> Result<()> {
         use crate::QpState as S;
+        let sim_qp = match &mut self.dev {
+            DirectDev::Sim { qp, .. } => qp,
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(o) => {
+                o.modify_to(to, attr)?;
+                if to == S::Reset {
+                    self.reset_host();
+                }
+                return Ok(());
+            }
+        };
         match (from, to) {
-            (S::Reset, S::Init) => self
-                .sim_qp
-                .to_init(attr.access.unwrap_or(sim::Access::empty()))?,
-            (S::Init, S::Rtr) => self.sim_qp.to_rtr_with(
+            (S::Reset, S::Init) => sim_qp.to_init(attr.access.unwrap_or(sim::Access::empty()))?,
+            (S::Init, S::Rtr) => sim_qp.to_rtr_with(
                 attr.dest_qpn.unwrap_or(0),
                 crate::qp_attr::rnr_timer(attr.min_rnr_timer.unwrap_or(12)),
             )?,
-            (S::Rtr, S::Rts) => self.sim_qp.to_rts_with(attr.rnr_retry.unwrap_or(7))?,
-            (_, S::Err) => self.sim_qp.to_err()?,
+            (S::Rtr, S::Rts) => sim_qp.to_rts_with(attr.rnr_retry.unwrap_or(7))?,
+            (_, S::Err) => sim_qp.to_err()?,
             (_, S::Reset) => {
-                self.sim_qp.to_reset()?;
+                sim_qp.to_reset()?;
                 self.reset_host();
             }
             (from, to) => {
@@ -150,23 +236,28 @@ impl DirectQp {
     }
 
     /// The device's view of the QP.
-    pub(crate) fn query(&self) -> crate::QpInfo {
-        let state = match self.sim_qp.state() {
+    pub(crate) fn query(&self) -> Result<crate::QpInfo> {
+        let sim_qp = match &self.dev {
+            DirectDev::Sim { qp, .. } => qp,
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(o) => return o.query(),
+        };
+        let state = match sim_qp.state() {
             sim::QpState::Reset => crate::QpState::Reset,
             sim::QpState::Init => crate::QpState::Init,
             sim::QpState::Rtr => crate::QpState::Rtr,
             sim::QpState::Rts => crate::QpState::Rts,
             sim::QpState::Err => crate::QpState::Err,
         };
-        crate::QpInfo {
+        Ok(crate::QpInfo {
             state,
-            dest_qpn: self.sim_qp.dest_qpn(),
-            rnr_retry: Some(self.sim_qp.rnr_retry()),
+            dest_qpn: sim_qp.dest_qpn(),
+            rnr_retry: Some(sim_qp.rnr_retry()),
             min_rnr_timer: None,
             path_mtu: None,
             sq_psn: None,
             rq_psn: None,
-        }
+        })
     }
 
     /// Arms the CQ for one completion event (driver `arm`: arm word, then
@@ -180,8 +271,19 @@ impl DirectQp {
     /// consumes it (the next arm carries the next sequence number).
     pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let sim_cq = match &mut self.dev {
+            DirectDev::Sim { cq, .. } => cq,
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(o) => {
+                let got = o.wait_cq_event(timeout)?;
+                if got {
+                    self.cq.event_consumed();
+                }
+                return Ok(got);
+            }
+        };
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(self.sim_cq.event_fd(), PollFlags::POLLIN)];
+        let mut fds = [PollFd::new(sim_cq.event_fd(), PollFlags::POLLIN)];
         let n = poll(
             &mut fds,
             PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
@@ -194,7 +296,7 @@ impl DirectQp {
         if n == 0 {
             return Ok(false);
         }
-        for _ in 0..self.sim_cq.take_events() {
+        for _ in 0..sim_cq.take_events() {
             self.cq.event_consumed();
         }
         Ok(true)
@@ -215,9 +317,14 @@ impl DirectQp {
         let wqebbs = self.sq.pi().wrapping_sub(start) as usize;
         let off = (start & (self.sq.geometry().wqe_cnt - 1)) as usize * 64;
         let mut bytes = vec![0u8; wqebbs * 64];
-        self.sim_qp.hook_read_sq(off, &mut bytes);
+        let sim_qp = match &self.dev {
+            DirectDev::Sim { qp, .. } => qp,
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(_) => unreachable!("SimHook exists only on the sim"),
+        };
+        sim_qp.hook_read_sq(off, &mut bytes);
         patch(&mut bytes);
-        self.sim_qp.hook_write_sq(off, &bytes);
+        sim_qp.hook_write_sq(off, &bytes);
         self.sq.ring_doorbell();
         Ok(())
     }
@@ -229,7 +336,16 @@ impl DirectQp {
 
     /// Whether the CQ overran, and its CQ error events.
     pub(crate) fn cq_overrun(&self) -> (bool, u64) {
-        (self.sim_cq.overrun(), self.sim_cq.error_events())
+        match &self.dev {
+            DirectDev::Sim { cq, .. } => (cq.overrun(), cq.error_events()),
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(_) => (false, 0),
+        }
+    }
+
+    /// Whether the QP runs on the sim (its test hooks apply).
+    pub(crate) fn is_sim(&self) -> bool {
+        matches!(self.dev, DirectDev::Sim { .. })
     }
 
     /// CQEs the QP's CQ holds.
@@ -247,14 +363,13 @@ impl DirectQp {
     }
 
     pub(crate) fn path(&self) -> crate::PathInfo {
-        crate::PathInfo {
-            link_layer: "sim",
-            mtu: None,
-            gid_index: None,
-            gid: [0; 16],
-            lid: 0,
-            sq_psn: 0,
-            dest_qpn: self.sim_qp.dest_qpn().unwrap_or(0),
+        match &self.dev {
+            DirectDev::Sim { qp, .. } => crate::PathInfo {
+                dest_qpn: qp.dest_qpn().unwrap_or(0),
+                ..self.path
+            },
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(_) => self.path,
         }
     }
 

@@ -56,6 +56,7 @@ mod verbs;
 mod wr;
 
 pub use error::{Error, Result};
+
 pub use mem::{Access, Mr};
 pub use qp_attr::{AddressVector, Grh, QpAttr, QpAttrMask};
 pub use wr::{Completion, Lkey, RecvWr, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
@@ -133,18 +134,17 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
     }];
     #[cfg(feature = "verbs")]
     for d in verbs::list_devices()? {
-        let (driver, ports, error) = match verbs::describe(&d.name) {
-            Ok((driver, ports)) => (driver, ports, None),
-            Err(e) => ("unknown".into(), Vec::new(), Some(e.to_string())),
+        let (driver, ports, mlx5, error) = match verbs::describe(&d.name) {
+            Ok((driver, ports, mlx5)) => (driver, ports, mlx5, None),
+            Err(e) => ("unknown".into(), Vec::new(), false, Some(e.to_string())),
         };
         v.push(DeviceInfo {
             name: d.name,
             kind: "verbs",
             driver,
             node_guid: d.node_guid,
-            // The direct path on ConnectX (mlx5dv) is not wired up yet: every
-            // ibverbs device runs the verbs path today.
-            data_path: "verbs",
+            // What `Backend::Auto` picks: direct on ConnectX (mlx5dv).
+            data_path: if mlx5 { "direct" } else { "verbs" },
             ports,
             error,
         });
@@ -154,8 +154,23 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
 
 enum CtxKind {
     Sim(sim::Device),
+    /// An ibverbs device, and whether its QPs run the direct path (mlx5).
     #[cfg(feature = "verbs")]
-    Verbs(Arc<verbs::Ctx>),
+    Verbs(Arc<verbs::Ctx>, bool),
+}
+
+/// Which data path a device's QPs use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// The direct path (our ring driver) on the sim and on ConnectX
+    /// (`mlx5dv_is_supported`), verbs everywhere else.
+    #[default]
+    Auto,
+    /// The direct path; a device that is not mlx5 (or the sim) is refused.
+    Direct,
+    /// `ibv_post_send` / `ibv_poll_cq`, even on mlx5 (for comparison). The
+    /// sim has no verbs path.
+    Verbs,
 }
 
 /// An open device.
@@ -169,7 +184,21 @@ impl Context {
     /// thread, which ends when the context and everything made from it are
     /// dropped) or an ibverbs device name such as `rxe0` or `mlx5_0`.
     pub fn open(name: &str) -> Result<Context> {
+        Self::open_with(name, Backend::Auto)
+    }
+
+    /// Opens `name` with the data path `backend` asks for.
+    ///
+    /// Errors: [`Backend::Direct`] on a device that is neither the sim nor
+    /// an mlx5, or [`Backend::Verbs`] on the sim ([`Error::Invalid`]).
+    pub fn open_with(name: &str, backend: Backend) -> Result<Context> {
         if name == SIM_DEVICE {
+            if backend == Backend::Verbs {
+                return Err(Error::Invalid(
+                    "the sim has only the direct path (--backend verbs needs an ibverbs device)"
+                        .into(),
+                ));
+            }
             let dev = sim::Device::new();
             dev.start()?;
             return Ok(Context {
@@ -180,10 +209,23 @@ impl Context {
         #[cfg(feature = "verbs")]
         {
             match verbs::open(name)? {
-                Some(c) => Ok(Context {
-                    kind: CtxKind::Verbs(c),
-                    name: name.into(),
-                }),
+                Some(c) => {
+                    let mlx5 = verbs::mlx5_supported(&c);
+                    let direct = match backend {
+                        Backend::Auto => mlx5,
+                        Backend::Verbs => false,
+                        Backend::Direct if mlx5 => true,
+                        Backend::Direct => {
+                            return Err(Error::Invalid(format!(
+                                "{name} is not an mlx5 device: the direct path drives ConnectX (and the sim) only"
+                            )))
+                        }
+                    };
+                    Ok(Context {
+                        kind: CtxKind::Verbs(c, direct),
+                        name: name.into(),
+                    })
+                }
                 None => Err(Error::NoSuchDevice { name: name.into() }),
             }
         }
@@ -200,7 +242,9 @@ impl Context {
         match self.kind {
             CtxKind::Sim(_) => "direct",
             #[cfg(feature = "verbs")]
-            CtxKind::Verbs(_) => "verbs",
+            CtxKind::Verbs(_, true) => "direct",
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(_, false) => "verbs",
         }
     }
 
@@ -209,7 +253,7 @@ impl Context {
         let kind = match &self.kind {
             CtxKind::Sim(d) => PdKind::Sim(d.clone(), d.alloc_pd()),
             #[cfg(feature = "verbs")]
-            CtxKind::Verbs(c) => PdKind::Verbs(verbs::alloc_pd(c)?),
+            CtxKind::Verbs(c, direct) => PdKind::Verbs(verbs::alloc_pd(c)?, *direct),
         };
         Ok(Pd {
             inner: Arc::new(PdInner {
@@ -223,8 +267,9 @@ impl Context {
 enum PdKind {
     /// The device and the PD number.
     Sim(sim::Device, u32),
+    /// An ibverbs PD, and whether its QPs run the direct path (mlx5).
     #[cfg(feature = "verbs")]
-    Verbs(Arc<verbs::Pd>),
+    Verbs(Arc<verbs::Pd>, bool),
 }
 
 struct PdInner {
@@ -332,7 +377,7 @@ impl Pd {
                 )
             }
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd) => verbs::reg_mr(pd, &buf, access)?,
+            PdKind::Verbs(pd, _) => verbs::reg_mr(pd, &buf, access)?,
         };
         let inner = Arc::new(MrInner {
             _reg: reg,
@@ -453,7 +498,7 @@ impl Pd {
                 )?)
             }
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd) => {
+            PdKind::Verbs(pd, direct) => {
                 let caps = verbs::QpCaps {
                     max_send_wr: cfg.max_send_wr,
                     max_send_sge: cfg.max_send_sge,
@@ -462,7 +507,21 @@ impl Pd {
                     max_recv_sge: cfg.max_recv_sge.max(1),
                     cq_depth,
                 };
-                QpKind::Verbs(verbs::create_qp(pd, caps)?)
+                if *direct {
+                    if cfg.max_send_sge as usize > direct::MAX_SGE
+                        || cfg.max_recv_sge as usize > direct::MAX_SGE
+                        || cfg.max_inline as usize > direct::MAX_INLINE
+                    {
+                        return Err(Error::Invalid(format!(
+                            "the direct path takes at most {} SGEs and {} inline bytes per WQE",
+                            direct::MAX_SGE,
+                            direct::MAX_INLINE
+                        )));
+                    }
+                    QpKind::Direct(direct::DirectQp::create_mlx5(pd, caps)?)
+                } else {
+                    QpKind::Verbs(verbs::create_qp(pd, caps)?)
+                }
             }
         };
         let local = match &self.inner.kind {
@@ -475,7 +534,7 @@ impl Pd {
                 roce: false,
             },
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd) => {
+            PdKind::Verbs(pd, _) => {
                 let port = pd.ctx.query_port(cfg.port)?;
                 let roce = port.link_layer == 2;
                 let (gid_index, gid) = if roce {
@@ -742,27 +801,39 @@ impl Qp {
     /// (ERR -> RESET -> INIT -> RTR -> RTS).
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
+        let sim = matches!(self.pd.kind, PdKind::Sim(..));
+        let local = self.local;
+        // The path facts an RTR or RTS sets (the sim has no wire: none).
+        let update = |mut p: PathInfo| {
+            if let Some(av) = attr.av {
+                p.link_layer = if av.grh.is_some() { "Ethernet" } else { "IB" };
+                p.gid_index = av.grh.map(|g| g.sgid_index);
+                p.gid = local.gid;
+                p.lid = local.lid;
+            }
+            if let Some(m) = attr.path_mtu {
+                p.mtu = Some(128 << m.clamp(1, 5));
+            }
+            if let Some(d) = attr.dest_qpn {
+                p.dest_qpn = d;
+            }
+            if let Some(psn) = attr.sq_psn {
+                p.sq_psn = psn;
+            }
+            p
+        };
         match &mut self.kind {
-            QpKind::Direct(q) => q.modify(self.state, to, attr)?,
+            QpKind::Direct(q) => {
+                q.modify(self.state, to, attr)?;
+                if !sim {
+                    let p = update(q.path());
+                    q.set_path(p);
+                }
+            }
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => {
                 q.modify_to(to, attr)?;
-                let mut p = q.path();
-                if let Some(av) = attr.av {
-                    p.link_layer = if av.grh.is_some() { "Ethernet" } else { "IB" };
-                    p.gid_index = av.grh.map(|g| g.sgid_index);
-                    p.gid = self.local.gid;
-                    p.lid = self.local.lid;
-                }
-                if let Some(m) = attr.path_mtu {
-                    p.mtu = Some(128 << m.clamp(1, 5));
-                }
-                if let Some(d) = attr.dest_qpn {
-                    p.dest_qpn = d;
-                }
-                if let Some(psn) = attr.sq_psn {
-                    p.sq_psn = psn;
-                }
+                let p = update(q.path());
                 q.set_path(p);
             }
         }
@@ -774,7 +845,7 @@ impl Qp {
     /// this crate left it in RTS) and connection attributes.
     pub fn query(&self) -> Result<QpInfo> {
         match &self.kind {
-            QpKind::Direct(q) => Ok(q.query()),
+            QpKind::Direct(q) => q.query(),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.query(),
         }
@@ -807,7 +878,8 @@ impl Qp {
     #[doc(hidden)]
     pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
         match &mut self.kind {
-            QpKind::Direct(q) => Some(SimHook { q }),
+            QpKind::Direct(q) if q.is_sim() => Some(SimHook { q }),
+            QpKind::Direct(_) => None,
             #[cfg(feature = "verbs")]
             QpKind::Verbs(_) => None,
         }
@@ -822,7 +894,7 @@ impl Qp {
     /// granted; at least [`QpConfig::max_inline`]).
     pub fn max_inline(&self) -> u32 {
         match &self.kind {
-            QpKind::Direct(_) => self.cfg.max_inline,
+            QpKind::Direct(q) => q.granted_inline().unwrap_or(self.cfg.max_inline),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.max_inline(),
         }

@@ -131,6 +131,17 @@ struct BenchArgs {
     /// GID index (default: the IPv4-mapped RoCE v2 GID).
     #[arg(short = 'x', long = "gid-index")]
     gid_index: Option<u8>,
+    /// Data path: auto (direct on the sim and mlx5, verbs elsewhere),
+    /// direct, or verbs (the fallback even on mlx5, for comparison).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Direct,
+    Verbs,
 }
 
 #[derive(clap::Args)]
@@ -371,6 +382,11 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         inline_size: a.inline_size,
         port: a.port,
         gid_index: a.gid_index,
+        backend: match a.backend {
+            BackendArg::Auto => rdma_direct::Backend::Auto,
+            BackendArg::Direct => rdma_direct::Backend::Direct,
+            BackendArg::Verbs => rdma_direct::Backend::Verbs,
+        },
     };
     let role = match (&a.host, a.server) {
         (Some(_), true) => {

@@ -540,43 +540,7 @@ impl VerbsQp {
     /// Waits (poll on the completion channel's fd) up to `timeout` for a
     /// completion event, then `ibv_get_cq_event` and `ibv_ack_cq_events`.
     pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use std::os::fd::BorrowedFd;
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: the channel (and its fd) lives as long as `self`.
-        let fd = unsafe { BorrowedFd::borrow_raw((*self.channel).fd) };
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        let n = poll(
-            &mut fds,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        )
-        .map_err(|e| Error::Verbs {
-            call: "poll",
-            errno: e as i32,
-            detail: " (completion channel)".into(),
-        })?;
-        if n == 0 {
-            return Ok(false);
-        }
-        let mut cq: *mut ibv_cq = std::ptr::null_mut();
-        let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
-        // when another reader took the event.
-        let rc = unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
-        if rc != 0 {
-            let e = errno();
-            if e == libc::EAGAIN {
-                return Ok(false);
-            }
-            return Err(Error::Verbs {
-                call: "ibv_get_cq_event",
-                errno: e,
-                detail: String::new(),
-            });
-        }
-        // SAFETY: `cq` is the CQ the event was for (ours); one event to ack.
-        unsafe { ibv_ack_cq_events(cq, 1) };
-        Ok(true)
+        wait_channel(self.channel, timeout)
     }
 
     /// Depth of the CQ the device gave, in CQEs.
@@ -606,75 +570,7 @@ impl VerbsQp {
     /// forgets every outstanding WR and discards completions not yet polled
     /// (as rdma-core's providers clean the CQ of a QP they reset).
     pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
-        // SAFETY: plain data; zero is valid.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = match to {
-            QpState::Reset => ibv_qp_state::IBV_QPS_RESET,
-            QpState::Init => ibv_qp_state::IBV_QPS_INIT,
-            QpState::Rtr => ibv_qp_state::IBV_QPS_RTR,
-            QpState::Rts => ibv_qp_state::IBV_QPS_RTS,
-            QpState::Err => ibv_qp_state::IBV_QPS_ERR,
-        };
-        if let Some(v) = attr.pkey_index {
-            a.pkey_index = v;
-        }
-        if let Some(v) = attr.port {
-            a.port_num = v;
-        }
-        if let Some(v) = attr.access {
-            a.qp_access_flags = v.bits();
-        }
-        if let Some(av) = attr.av {
-            a.ah_attr.dlid = av.dlid;
-            a.ah_attr.port_num = av.port;
-            a.ah_attr.sl = av.service_level;
-            if let Some(g) = av.grh {
-                a.ah_attr.is_global = 1;
-                a.ah_attr.grh.dgid = ibv_gid { raw: g.dgid };
-                a.ah_attr.grh.sgid_index = g.sgid_index;
-                a.ah_attr.grh.hop_limit = g.hop_limit;
-                a.ah_attr.grh.traffic_class = g.traffic_class;
-                a.ah_attr.grh.flow_label = g.flow_label;
-            }
-        }
-        if let Some(v) = attr.path_mtu {
-            a.path_mtu = v;
-        }
-        if let Some(v) = attr.dest_qpn {
-            a.dest_qp_num = v;
-        }
-        if let Some(v) = attr.rq_psn {
-            a.rq_psn = v;
-        }
-        if let Some(v) = attr.max_dest_rd_atomic {
-            a.max_dest_rd_atomic = v;
-        }
-        if let Some(v) = attr.min_rnr_timer {
-            a.min_rnr_timer = v;
-        }
-        if let Some(v) = attr.sq_psn {
-            a.sq_psn = v;
-        }
-        if let Some(v) = attr.timeout {
-            a.timeout = v;
-        }
-        if let Some(v) = attr.retry_cnt {
-            a.retry_cnt = v;
-        }
-        if let Some(v) = attr.rnr_retry {
-            a.rnr_retry = v;
-        }
-        if let Some(v) = attr.max_rd_atomic {
-            a.max_rd_atomic = v;
-        }
-        let mask = (attr.mask() | QpAttrMask::STATE).bits();
-        let qpn = self.qpn;
-        // SAFETY: live QP; `a` is valid for the call.
-        check_detail(
-            "ibv_modify_qp",
-            unsafe { ibv_modify_qp(self.qp, &mut a, mask as i32) },
-            || format!(" (QP {qpn:#x} to {to:?}, attributes {:?})", attr.mask()),
-        )?;
+        modify_raw(self.qp, self.qpn, to, attr)?;
         if to == QpState::Reset {
             // SAFETY: plain data; zero is valid.
             let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
@@ -690,40 +586,7 @@ impl VerbsQp {
     /// The QP's state as the device has it (`ibv_query_qp`), with the
     /// attributes that tell a connection apart.
     pub(crate) fn query(&self) -> Result<crate::QpInfo> {
-        // SAFETY: plain data; zero is valid.
-        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: plain data; zero is valid.
-        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        let mask = QpAttrMask::STATE
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MIN_RNR_TIMER;
-        let qpn = self.qpn;
-        // SAFETY: live QP; both outputs valid for the call.
-        check_detail(
-            "ibv_query_qp",
-            unsafe { ibv_query_qp(self.qp, &mut a, mask.bits() as i32, &mut init) },
-            || format!(" (QP {qpn:#x})"),
-        )?;
-        let state = match a.qp_state {
-            ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
-            ibv_qp_state::IBV_QPS_INIT => QpState::Init,
-            ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
-            ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
-            _ => QpState::Err,
-        };
-        Ok(crate::QpInfo {
-            state,
-            dest_qpn: (state != QpState::Reset && state != QpState::Init).then_some(a.dest_qp_num),
-            rnr_retry: Some(a.rnr_retry),
-            min_rnr_timer: Some(a.min_rnr_timer),
-            path_mtu: Some(a.path_mtu),
-            sq_psn: Some(a.sq_psn),
-            rq_psn: Some(a.rq_psn),
-        })
+        query_raw(self.qp, self.qpn)
     }
 
     /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. Checked first (SGE
@@ -1039,7 +902,7 @@ impl VerbsQp {
 
 /// What `rdma-direct devices` shows of one ibverbs device: its driver and
 /// every port with state, link layer, MTU, rate and GID table.
-pub(crate) fn describe(name: &str) -> Result<(String, Vec<crate::PortDetail>)> {
+pub(crate) fn describe(name: &str) -> Result<(String, Vec<crate::PortDetail>, bool)> {
     let ctx = open(name)?.ok_or_else(|| Error::NoSuchDevice { name: name.into() })?;
     // SAFETY: plain data; zero is valid.
     let mut dev: ibv_device_attr = unsafe { std::mem::zeroed() };
@@ -1130,5 +993,344 @@ pub(crate) fn describe(name: &str) -> Result<(String, Vec<crate::PortDetail>)> {
             gids,
         });
     }
-    Ok((driver, ports))
+    Ok((driver, ports, mlx5_supported(&ctx)))
+}
+
+/// Waits (poll on the completion channel's fd) up to `timeout` for a
+/// completion event, then `ibv_get_cq_event` and `ibv_ack_cq_events`.
+pub(crate) fn wait_channel(
+    channel: *mut ibv_comp_channel,
+    timeout: std::time::Duration,
+) -> Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::BorrowedFd;
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: the caller keeps the channel (and its fd) alive.
+    let fd = unsafe { BorrowedFd::borrow_raw((*channel).fd) };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let n = poll(
+        &mut fds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    )
+    .map_err(|e| Error::Verbs {
+        call: "poll",
+        errno: e as i32,
+        detail: " (completion channel)".into(),
+    })?;
+    if n == 0 {
+        return Ok(false);
+    }
+    let mut cq: *mut ibv_cq = std::ptr::null_mut();
+    let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
+    // when another reader took the event.
+    let rc = unsafe { ibv_get_cq_event(channel, &mut cq, &mut ctx) };
+    if rc != 0 {
+        let e = errno();
+        if e == libc::EAGAIN {
+            return Ok(false);
+        }
+        return Err(Error::Verbs {
+            call: "ibv_get_cq_event",
+            errno: e,
+            detail: String::new(),
+        });
+    }
+    // SAFETY: `cq` is the CQ the event was for (ours); one event to ack.
+    unsafe { ibv_ack_cq_events(cq, 1) };
+    Ok(true)
+}
+
+/// `ibv_modify_qp` of `qp` to `to` with the attributes `attr` carries.
+pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) -> Result<()> {
+    // SAFETY: plain data; zero is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = match to {
+        QpState::Reset => ibv_qp_state::IBV_QPS_RESET,
+        QpState::Init => ibv_qp_state::IBV_QPS_INIT,
+        QpState::Rtr => ibv_qp_state::IBV_QPS_RTR,
+        QpState::Rts => ibv_qp_state::IBV_QPS_RTS,
+        QpState::Err => ibv_qp_state::IBV_QPS_ERR,
+    };
+    if let Some(v) = attr.pkey_index {
+        a.pkey_index = v;
+    }
+    if let Some(v) = attr.port {
+        a.port_num = v;
+    }
+    if let Some(v) = attr.access {
+        a.qp_access_flags = v.bits();
+    }
+    if let Some(av) = attr.av {
+        a.ah_attr.dlid = av.dlid;
+        a.ah_attr.port_num = av.port;
+        a.ah_attr.sl = av.service_level;
+        if let Some(g) = av.grh {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid = ibv_gid { raw: g.dgid };
+            a.ah_attr.grh.sgid_index = g.sgid_index;
+            a.ah_attr.grh.hop_limit = g.hop_limit;
+            a.ah_attr.grh.traffic_class = g.traffic_class;
+            a.ah_attr.grh.flow_label = g.flow_label;
+        }
+    }
+    if let Some(v) = attr.path_mtu {
+        a.path_mtu = v;
+    }
+    if let Some(v) = attr.dest_qpn {
+        a.dest_qp_num = v;
+    }
+    if let Some(v) = attr.rq_psn {
+        a.rq_psn = v;
+    }
+    if let Some(v) = attr.max_dest_rd_atomic {
+        a.max_dest_rd_atomic = v;
+    }
+    if let Some(v) = attr.min_rnr_timer {
+        a.min_rnr_timer = v;
+    }
+    if let Some(v) = attr.sq_psn {
+        a.sq_psn = v;
+    }
+    if let Some(v) = attr.timeout {
+        a.timeout = v;
+    }
+    if let Some(v) = attr.retry_cnt {
+        a.retry_cnt = v;
+    }
+    if let Some(v) = attr.rnr_retry {
+        a.rnr_retry = v;
+    }
+    if let Some(v) = attr.max_rd_atomic {
+        a.max_rd_atomic = v;
+    }
+    let mask = (attr.mask() | QpAttrMask::STATE).bits();
+    // SAFETY: the caller's QP is live; `a` is valid for the call.
+    check_detail(
+        "ibv_modify_qp",
+        unsafe { ibv_modify_qp(qp, &mut a, mask as i32) },
+        || format!(" (QP {qpn:#x} to {to:?}, attributes {:?})", attr.mask()),
+    )?;
+    Ok(())
+}
+
+/// `ibv_query_qp` of `qp`: its state and connection attributes.
+pub(crate) fn query_raw(qp: *mut ibv_qp, qpn: u32) -> Result<crate::QpInfo> {
+    // SAFETY: plain data; zero is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: plain data; zero is valid.
+    let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    let mask = QpAttrMask::STATE
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MIN_RNR_TIMER;
+    // SAFETY: live QP; both outputs valid for the call.
+    check_detail(
+        "ibv_query_qp",
+        unsafe { ibv_query_qp(qp, &mut a, mask.bits() as i32, &mut init) },
+        || format!(" (QP {qpn:#x})"),
+    )?;
+    let state = match a.qp_state {
+        ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
+        ibv_qp_state::IBV_QPS_INIT => QpState::Init,
+        ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
+        ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
+        _ => QpState::Err,
+    };
+    Ok(crate::QpInfo {
+        state,
+        dest_qpn: (state != QpState::Reset && state != QpState::Init).then_some(a.dest_qp_num),
+        rnr_retry: Some(a.rnr_retry),
+        min_rnr_timer: Some(a.min_rnr_timer),
+        path_mtu: Some(a.path_mtu),
+        sq_psn: Some(a.sq_psn),
+        rq_psn: Some(a.rq_psn),
+    })
+}
+
+/// Whether `ctx`'s device is a ConnectX that libmlx5's direct verbs
+/// describe (`mlx5dv_is_supported`): then the direct path can drive it.
+pub(crate) fn mlx5_supported(ctx: &Ctx) -> bool {
+    // SAFETY: live context; its device pointer is valid while it is open.
+    unsafe { mlx5_dv::dv::mlx5dv_is_supported((*ctx.raw).device.cast()) }
+}
+
+/// The verbs objects behind a direct-path QP on ConnectX: the QP made by
+/// `mlx5dv_create_qp` (scatter-to-CQE disabled, so every payload lands in
+/// the buffers the WRs name), its CQ and completion channel. Our ring driver
+/// posts and polls them; verbs does only the control path (modify, query,
+/// events).
+pub(crate) struct Mlx5Objs {
+    qp: *mut ibv_qp,
+    cq: *mut ibv_cq,
+    channel: *mut ibv_comp_channel,
+    pub(crate) qpn: u32,
+    pub(crate) cq_depth: u32,
+    pub(crate) max_inline: u32,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: as for VerbsQp; the owning DirectQp is driven by one thread at a time.
+unsafe impl Send for Mlx5Objs {}
+
+impl Drop for Mlx5Objs {
+    fn drop(&mut self) {
+        // SAFETY: created in `create_mlx5_qp`; QP, then CQ, then channel.
+        unsafe {
+            ibv_destroy_qp(self.qp);
+            ibv_destroy_cq(self.cq);
+            ibv_destroy_comp_channel(self.channel);
+        }
+    }
+}
+
+impl Mlx5Objs {
+    pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        modify_raw(self.qp, self.qpn, to, attr)
+    }
+
+    pub(crate) fn query(&self) -> Result<crate::QpInfo> {
+        query_raw(self.qp, self.qpn)
+    }
+
+    pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        wait_channel(self.channel, timeout)
+    }
+}
+
+/// Creates an RC QP for the direct path on a ConnectX (`mlx5dv_create_qp`
+/// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`) with a CQ and completion
+/// channel, and describes both with `mlx5dv_init_obj`.
+pub(crate) fn create_mlx5_qp(
+    pd: &Arc<Pd>,
+    caps: QpCaps,
+) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp, mlx5_dv::dv::mlx5dv_cq)> {
+    use mlx5_dv::dv::*;
+    // SAFETY: live context.
+    let channel = unsafe { ibv_create_comp_channel(pd.ctx.raw) };
+    if channel.is_null() {
+        return Err(Error::Verbs {
+            call: "ibv_create_comp_channel",
+            errno: errno(),
+            detail: String::new(),
+        });
+    }
+    // SAFETY: live context and channel.
+    let cq = unsafe {
+        ibv_create_cq(
+            pd.ctx.raw,
+            caps.cq_depth as i32,
+            std::ptr::null_mut(),
+            channel,
+            0,
+        )
+    };
+    if cq.is_null() {
+        let e = errno();
+        // SAFETY: created above, unused.
+        unsafe { ibv_destroy_comp_channel(channel) };
+        return Err(Error::Verbs {
+            call: "ibv_create_cq",
+            errno: e,
+            detail: format!(" ({} CQEs)", caps.cq_depth),
+        });
+    }
+    // SAFETY: plain data; zero is valid.
+    let mut attr: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    attr.send_cq = cq;
+    attr.recv_cq = cq;
+    attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+    attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    attr.pd = pd.raw;
+    attr.cap = ibv_qp_cap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline,
+    };
+    // SAFETY: plain data; zero is valid.
+    let mut dv_attr: mlx5dv_qp_init_attr = unsafe { std::mem::zeroed() };
+    dv_attr.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+    dv_attr.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+    // SAFETY: live context; both attribute structs valid for the call.
+    let qp = unsafe {
+        mlx5dv_create_qp(
+            pd.ctx.raw.cast(),
+            (&mut attr as *mut ibv_qp_init_attr_ex).cast(),
+            &mut dv_attr,
+        )
+    } as *mut ibv_qp;
+    if qp.is_null() {
+        let e = errno();
+        // SAFETY: created above, unused.
+        unsafe {
+            ibv_destroy_cq(cq);
+            ibv_destroy_comp_channel(channel);
+        }
+        return Err(Error::Verbs {
+            call: "mlx5dv_create_qp",
+            errno: e,
+            detail: format!(
+                " (RC, max_send_wr {}, max_send_sge {}, max_inline_data {})",
+                caps.max_send_wr, caps.max_send_sge, caps.max_inline
+            ),
+        });
+    }
+    // SAFETY: non-null QP and CQ.
+    let (qpn, cq_depth) = unsafe { ((*qp).qp_num, (*cq).cqe.max(1) as u32) };
+    let objs = Mlx5Objs {
+        qp,
+        cq,
+        channel,
+        qpn,
+        cq_depth,
+        max_inline: attr.cap.max_inline_data,
+        _pd: pd.clone(),
+    };
+    let mut dv_qp = mlx5dv_qp::zeroed();
+    let mut dv_cq = mlx5dv_cq::zeroed();
+    let mut obj = mlx5dv_obj {
+        qp: mlx5dv_obj_pair {
+            in_: qp.cast(),
+            out: &mut dv_qp,
+        },
+        cq: mlx5dv_obj_pair {
+            in_: cq.cast(),
+            out: &mut dv_cq,
+        },
+        srq: mlx5dv_obj_pair {
+            in_: std::ptr::null_mut(),
+            out: std::ptr::null_mut(),
+        },
+        rwq: mlx5dv_obj_pair {
+            in_: std::ptr::null_mut(),
+            out: std::ptr::null_mut(),
+        },
+        dm: mlx5dv_obj_pair {
+            in_: std::ptr::null_mut(),
+            out: std::ptr::null_mut(),
+        },
+        ah: mlx5dv_obj_pair {
+            in_: std::ptr::null_mut(),
+            out: std::ptr::null_mut(),
+        },
+        pd: mlx5dv_obj_pair {
+            in_: std::ptr::null_mut(),
+            out: std::ptr::null_mut(),
+        },
+    };
+    // SAFETY: `obj` names our live QP and CQ and points at writable outputs.
+    let rc = unsafe { mlx5dv_init_obj(&mut obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ) };
+    if rc != 0 {
+        return Err(Error::Verbs {
+            call: "mlx5dv_init_obj",
+            errno: if rc > 0 { rc } else { errno() },
+            detail: format!(" (QP {qpn:#x})"),
+        });
+    }
+    Ok((objs, dv_qp, dv_cq))
 }

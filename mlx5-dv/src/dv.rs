@@ -60,6 +60,21 @@ pub struct mlx5dv_cq {
     pub comp_mask: u64,
 }
 
+impl mlx5dv_cq {
+    /// An all-null description, for `mlx5dv_init_obj` to fill.
+    pub fn zeroed() -> Self {
+        Self {
+            buf: core::ptr::null_mut(),
+            dbrec: core::ptr::null_mut(),
+            cqe_cnt: 0,
+            cqe_size: 0,
+            cq_uar: core::ptr::null_mut(),
+            cqn: 0,
+            comp_mask: 0,
+        }
+    }
+}
+
 impl mlx5dv_qp {
     /// An all-null description, for `mlx5dv_init_obj` to fill.
     pub fn zeroed() -> Self {
