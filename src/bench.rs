@@ -997,10 +997,13 @@ pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, La
             (p, s, "client", true)
         }
     };
-    if peer.len < size as u64 {
+    if peer.len < size as u64
+        || peer.addr.checked_add(peer.len).is_none()
+        || peer.addr < size as u64
+    {
         return Err(Error::Exchange(format!(
-            "the peer offers {} bytes; this run writes {size} (give both sides the same -s)",
-            peer.len
+            "the peer offers {} bytes at {:#x}; this run writes {size} (give both sides the same -s)",
+            peer.len, peer.addr
         )));
     }
     qp.connect_remote(psn, &peer.endpoint, peer.psn)?;

@@ -1576,8 +1576,28 @@ fn err_reset_and_reconnect_recovers(dev: &str) -> CaseResult {
 
 /// A receiver asking for `min_rnr_timer` 1 (0.01 ms) and a sender with
 /// `rnr_retry` 1: a SEND with no receive posted ends RNR_RETRY_EXC_ERR
-/// within a second.
+/// within a second. With `min_rnr_timer` 18 (5.12 ms) the one retry waits
+/// at least that long first: the responder's timer is the one used.
 fn short_rnr_timer_fails_fast(dev: &str) -> CaseResult {
+    let fast = rnr_exhaustion_time(dev, 1)?;
+    check!(
+        fast < Duration::from_secs(1),
+        "min_rnr_timer 1: took {fast:?}"
+    );
+    let slow = rnr_exhaustion_time(dev, 18)?;
+    check!(
+        slow >= crate::qp_attr::rnr_timer(18),
+        "min_rnr_timer 18 (5.12 ms): gave up after {slow:?}, before one timer ran out"
+    );
+    passed(vec![format!(
+        "RNR_RETRY_EXC_ERR after {fast:?} with min_rnr_timer 1, {slow:?} with 18"
+    )])
+}
+
+/// Connects a pair by hand with the receiver's `min_rnr_timer` = `timer`
+/// and `rnr_retry` 1, sends with no receive posted, and returns how long the
+/// RNR_RETRY_EXC_ERR took.
+fn rnr_exhaustion_time(dev: &str, timer: u8) -> Result<Duration, Failure> {
     use crate::{QpAttr, QpState};
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
@@ -1589,7 +1609,7 @@ fn short_rnr_timer_fails_fast(dev: &str) -> CaseResult {
         q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
     }
     let mut rtr_b = b.rtr_attr(&ea, 1);
-    rtr_b.min_rnr_timer = Some(1);
+    rtr_b.min_rnr_timer = Some(timer);
     b.modify(QpState::Rtr, &rtr_b)?;
     a.modify(QpState::Rtr, &a.rtr_attr(&eb, 2))?;
     a.modify(QpState::Rts, &QpAttr::rts(1, 1))?;
@@ -1600,9 +1620,12 @@ fn short_rnr_timer_fails_fast(dev: &str) -> CaseResult {
     a.post_send(&[SendWr::send(1, &sge).signaled()])?;
     let c = poll_one(&mut a)?;
     let took = t.elapsed();
-    check_eq!((c.wr_id, c.status), (1, WcStatus::RNR_RETRY_EXC_ERR));
-    check!(took < Duration::from_secs(1), "took {took:?}");
-    passed(vec![format!("RNR_RETRY_EXC_ERR after {took:?}")])
+    check_eq!(
+        (c.wr_id, c.status),
+        (1, WcStatus::RNR_RETRY_EXC_ERR),
+        "min_rnr_timer {timer}"
+    );
+    Ok(took)
 }
 
 /// Event mode: arm, post, wait for the event (1 s at most), poll; 300
@@ -1661,6 +1684,70 @@ fn completion_events_wake_the_waiter(dev: &str) -> CaseResult {
     let got = poll_until(&mut s.b, 2)?;
     check_eq!((got[0].wr_id, got[1].wr_id), (1, 2));
     passed(vec![format!("300 rounds, {waits} waits on the event")])
+}
+
+/// `connect_remote` with facts out of range changes nothing (the QP stays
+/// in RESET and connects afterwards); the optional attributes a transition
+/// may carry take effect: a responder whose INIT -> RTR drops REMOTE_WRITE
+/// refuses an RDMA WRITE, and RTS -> RTS is a transition like any other.
+fn connect_checks_first_and_optional_attributes_apply(dev: &str) -> CaseResult {
+    use crate::{QpAttr, QpState};
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig::default();
+    let mut a = pd.create_qp(&cfg)?;
+    let mut b = pd.create_qp(&cfg)?;
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let r = a.connect_remote(1 << 24, &eb, 5);
+    check!(
+        matches!(r, Err(Error::QpAttr { attr: "SQ_PSN", .. })),
+        "my_psn 2^24: {r:?}"
+    );
+    check_eq!(
+        a.query()?.state,
+        QpState::Reset,
+        "a refused connect changed the QP"
+    );
+    let r = a.connect_remote(5, &eb, 1 << 24);
+    check!(
+        matches!(r, Err(Error::QpAttr { attr: "RQ_PSN", .. })),
+        "peer_psn 2^24: {r:?}"
+    );
+    check_eq!(a.query()?.state, QpState::Reset);
+    // Now for real, with B's INIT -> RTR taking REMOTE_WRITE away.
+    a.connect_remote(5, &eb, 7)?;
+    b.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+    let mut rtr = b.rtr_attr(&ea, 5);
+    rtr.access = Some(Access::LOCAL_WRITE | Access::REMOTE_READ);
+    b.modify(QpState::Rtr, &rtr)?;
+    b.modify(QpState::Rts, &QpAttr::rts(7, 6))?;
+    let r = a.connect_remote(5, &eb, 7);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "connecting an RTS QP again: {r:?}"
+    );
+    let rts_rts = QpAttr {
+        min_rnr_timer: Some(12),
+        ..Default::default()
+    };
+    b.modify(QpState::Rts, &rts_rts)?;
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled()])?;
+    let c = poll_one(&mut a)?;
+    check!(
+        !c.status.is_ok(),
+        "a WRITE into a QP without REMOTE_WRITE succeeded"
+    );
+    check!(
+        contents(&dst)?.iter().all(|&b| b == 0),
+        "the refused WRITE landed"
+    );
+    passed(vec![format!(
+        "WRITE without REMOTE_WRITE -> {:?}",
+        c.status
+    )])
 }
 
 const NEEDS_HOOK: &str =
@@ -1882,6 +1969,7 @@ pub fn cases() -> &'static [Case] {
         case!(modify_checks_attributes_by_name),
         case!(err_reset_and_reconnect_recovers),
         case!(short_rnr_timer_fails_fast),
+        case!(connect_checks_first_and_optional_attributes_apply),
         case!(unsignaled_streams_never_exhaust_cq_credits),
         case!(refused_receive_batches_post_nothing),
         case!(cq_credits_bound_what_is_outstanding),

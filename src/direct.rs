@@ -201,13 +201,18 @@ impl DirectQp {
                 return Ok(());
             }
         };
+        let timer = attr.min_rnr_timer.map(crate::qp_attr::rnr_timer);
         match (from, to) {
             (S::Reset, S::Init) => sim_qp.to_init(attr.access.unwrap_or(sim::Access::empty()))?,
-            (S::Init, S::Rtr) => sim_qp.to_rtr_with(
-                attr.dest_qpn.unwrap_or(0),
-                crate::qp_attr::rnr_timer(attr.min_rnr_timer.unwrap_or(12)),
-            )?,
-            (S::Rtr, S::Rts) => sim_qp.to_rts_with(attr.rnr_retry.unwrap_or(7))?,
+            (S::Init, S::Init) | (S::Rts, S::Rts) => sim_qp.set_optional(attr.access, timer)?,
+            (S::Init, S::Rtr) => {
+                sim_qp.to_rtr_with(attr.dest_qpn.unwrap_or(0), timer.unwrap_or(sim::RNR_DELAY))?;
+                sim_qp.set_optional(attr.access, None)?;
+            }
+            (S::Rtr, S::Rts) => {
+                sim_qp.to_rts_with(attr.rnr_retry.unwrap_or(7))?;
+                sim_qp.set_optional(attr.access, timer)?;
+            }
             (_, S::Err) => sim_qp.to_err()?,
             (_, S::Reset) => {
                 sim_qp.to_reset()?;
@@ -226,6 +231,11 @@ impl DirectQp {
     /// the SQ and RQ start again at index 0 with their doorbell records
     /// zeroed, and every CQ credit is free.
     fn reset_host(&mut self) {
+        // Completion events raised before RESET are stale now.
+        while self
+            .wait_cq_event(std::time::Duration::ZERO)
+            .unwrap_or(false)
+        {}
         while self.cq.poll_one().is_some() {}
         self.cq.update_ci();
         self.sq.reset();
@@ -282,7 +292,8 @@ impl DirectQp {
                 return Ok(got);
             }
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Rounded up: a 100 us wait must not become a 0 ms busy poll.
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
         let mut fds = [PollFd::new(sim_cq.event_fd(), PollFlags::POLLIN)];
         let n = poll(
             &mut fds,

@@ -70,9 +70,10 @@ impl ConnInfo {
     /// 24 bits, an MTU code over 5.
     pub fn decode(m: &[u8; MSG_LEN]) -> Result<ConnInfo> {
         if m[0..8] != MAGIC {
-            return Err(Error::Exchange(format!(
-                "the peer's message does not start with {MAGIC:?} (is it another program, or perftest?)"
-            )));
+            return Err(Error::Exchange(
+                "the peer's message does not start with \"rdmadir\\0\" (is it another program, or perftest?)"
+                    .into(),
+            ));
         }
         let version = u16::from_be_bytes([m[8], m[9]]);
         if version != VERSION {
@@ -119,8 +120,24 @@ fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
     s.write_all(&mine.encode())
         .map_err(|e| io("sending our connection facts", e))?;
     let mut m = [0u8; MSG_LEN];
-    s.read_exact(&mut m)
-        .map_err(|e| io("reading the peer's connection facts", e))?;
+    let mut got = 0;
+    while got < MSG_LEN {
+        match s.read(&mut m[got..]) {
+            Ok(0) => {
+                return Err(Error::Exchange(format!(
+                    "the peer closed the connection after {got} of {MSG_LEN} bytes of its connection facts"
+                )))
+            }
+            Ok(n) => got += n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(Error::Exchange(format!(
+                    "no connection facts from the peer within 60 s ({got} of {MSG_LEN} bytes came)"
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io("reading the peer's connection facts", e)),
+        }
+    }
     ConnInfo::decode(&m)
 }
 
@@ -128,6 +145,11 @@ fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
 /// messages. Returns the peer's facts and the connection (kept open by the
 /// caller for a closing handshake).
 pub fn serve(port: u16, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
+    if port == 0 {
+        return Err(Error::Invalid(
+            "TCP port 0 is not a port a client can be told".into(),
+        ));
+    }
     let l = TcpListener::bind(("0.0.0.0", port))
         .map_err(|e| io(&format!("listen on port {port}"), e))?;
     let (mut s, _) = l.accept().map_err(|e| io("accept", e))?;
@@ -143,11 +165,12 @@ pub fn connect(
     wait: Duration,
     mine: &ConnInfo,
 ) -> Result<(ConnInfo, TcpStream)> {
-    let deadline = Instant::now() + wait;
+    // A wait too long to add to now means: no deadline.
+    let deadline = Instant::now().checked_add(wait);
     let mut s = loop {
         match TcpStream::connect((host, port)) {
             Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
+            Err(e) if deadline.map_or(true, |d| Instant::now() < d) => {
                 let _ = e;
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -166,9 +189,15 @@ pub fn connect(
 /// A closing handshake: each side sends one byte and waits for the peer's,
 /// so neither tears its QP down while the other still uses it.
 pub fn barrier(s: &mut TcpStream) -> Result<()> {
-    s.write_all(&[1]).map_err(|e| io("barrier send", e))?;
+    let closed = |e: std::io::Error| {
+        Error::Exchange(format!(
+            "the peer left before the run ended ({e}): see its own output for why \
+             (different -s or -n on the two sides?)"
+        ))
+    };
+    s.write_all(&[1]).map_err(closed)?;
     let mut b = [0u8; 1];
-    s.read_exact(&mut b).map_err(|e| io("barrier receive", e))?;
+    s.read_exact(&mut b).map_err(closed)?;
     Ok(())
 }
 

@@ -721,13 +721,42 @@ impl Qp {
     /// came over an out-of-band exchange ([`exchange`]): RESET -> INIT ->
     /// RTR (toward `peer`, expecting `peer_psn` first) -> RTS (sending from
     /// `my_psn`, `rnr_retry` from the QP's config).
+    ///
+    /// Errors: the QP is not in RESET, or an attribute built from `peer`,
+    /// `peer_psn` or `my_psn` is out of range: refused before any change.
+    /// A transition the device refuses: the QP is put back in RESET.
     pub fn connect_remote(&mut self, my_psn: u32, peer: &Endpoint, peer_psn: u32) -> Result<()> {
-        let port = self.cfg.port;
-        self.modify(QpState::Init, &QpAttr::init(port, Access::all()))?;
-        let rtr = self.rtr_attr(peer, peer_psn);
-        self.modify(QpState::Rtr, &rtr)?;
-        let rnr_retry = self.cfg.rnr_retry;
-        self.modify(QpState::Rts, &QpAttr::rts(my_psn, rnr_retry))
+        if self.state != QpState::Reset {
+            return Err(Error::Invalid(format!(
+                "connect_remote needs the QP in RESET (it is in {:?})",
+                self.state
+            )));
+        }
+        let steps = [
+            (
+                QpState::Reset,
+                QpState::Init,
+                QpAttr::init(self.cfg.port, Access::all()),
+            ),
+            (QpState::Init, QpState::Rtr, self.rtr_attr(peer, peer_psn)),
+            (
+                QpState::Rtr,
+                QpState::Rts,
+                QpAttr::rts(my_psn, self.cfg.rnr_retry),
+            ),
+        ];
+        for (from, to, attr) in &steps {
+            qp_attr::check_rc_modify(*from, *to, attr, self.local.roce)?;
+        }
+        for (_, to, attr) in &steps {
+            if let Err(e) = self.modify(*to, attr) {
+                if self.state != QpState::Reset {
+                    let _ = self.modify(QpState::Reset, &QpAttr::default());
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// A random first PSN (24 bits) for [`Self::connect_remote`].

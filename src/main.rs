@@ -102,7 +102,8 @@ struct BenchArgs {
     #[arg(long)]
     server: bool,
     /// TCP port of the connection exchange (two-host tests).
-    #[arg(short = 'p', long = "port", default_value_t = rdma_direct::exchange::DEFAULT_PORT)]
+    #[arg(short = 'p', long = "port", default_value_t = rdma_direct::exchange::DEFAULT_PORT,
+          value_parser = clap::value_parser!(u16).range(1..))]
     tcp_port: u16,
     /// Device: `sim` (embedded software mlx5, direct path) or an ibverbs device such as rxe0 or mlx5_0.
     #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]

@@ -266,6 +266,26 @@ pub fn check_rc_modify(from: QpState, to: QpState, attr: &QpAttr, roce: bool) ->
     range("TIMEOUT", attr.timeout.map(u32::from), 31)?;
     range("RETRY_CNT", attr.retry_cnt.map(u32::from), 7)?;
     range("RNR_RETRY", attr.rnr_retry.map(u32::from), 7)?;
+    if attr.port == Some(0) {
+        return Err(Error::QpAttr {
+            transition: transition(),
+            attr: "PORT",
+            problem: "0 does not exist (ports count from 1)".into(),
+        });
+    }
+    if let Some(av) = attr.av {
+        range("AV", Some(av.service_level as u32), 15)?;
+        if let Some(g) = av.grh {
+            range("AV", Some(g.flow_label), 0xf_ffff)?;
+        }
+        if av.port == 0 {
+            return Err(Error::QpAttr {
+                transition: transition(),
+                attr: "AV",
+                problem: "port 0 does not exist (ports count from 1)".into(),
+            });
+        }
+    }
     if let Some(m) = attr.path_mtu {
         if !(1..=5).contains(&m) {
             return Err(Error::QpAttr {

@@ -572,6 +572,8 @@ impl VerbsQp {
     pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         modify_raw(self.qp, self.qpn, to, attr)?;
         if to == QpState::Reset {
+            // Completion events raised before RESET are stale now.
+            while wait_channel(self.channel, std::time::Duration::ZERO).unwrap_or(false) {}
             // SAFETY: plain data; zero is valid.
             let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
             // SAFETY: live CQ; `wc` holds 16 entries.
@@ -1004,7 +1006,8 @@ pub(crate) fn wait_channel(
 ) -> Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::BorrowedFd;
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // Rounded up: a 100 us wait must not become a 0 ms busy poll.
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
     // SAFETY: the caller keeps the channel (and its fd) alive.
     let fd = unsafe { BorrowedFd::borrow_raw((*channel).fd) };
     let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];

@@ -117,6 +117,7 @@ conformance_tests!(
     modify_checks_attributes_by_name,
     err_reset_and_reconnect_recovers,
     short_rnr_timer_fails_fast,
+    connect_checks_first_and_optional_attributes_apply,
     unsignaled_streams_never_exhaust_cq_credits,
     refused_receive_batches_post_nothing,
     cq_credits_bound_what_is_outstanding,

@@ -757,6 +757,35 @@ impl Qp {
         })
     }
 
+    /// Changes the attributes a transition may carry besides the required
+    /// ones, in any state but RESET: the responder access and the RNR NAK
+    /// timer this QP asks its requesters to wait (INIT -> INIT, INIT -> RTR,
+    /// RTR -> RTS and RTS -> RTS may carry them).
+    pub fn set_optional(
+        &self,
+        access: Option<Access>,
+        min_rnr_delay: Option<std::time::Duration>,
+    ) -> Result<(), SimError> {
+        let mut st = self.dev.lock();
+        let q = st
+            .qps
+            .get_mut(&self.qpn)
+            .ok_or(SimError::NoSuchQp(self.qpn))?;
+        if q.state == QpState::Reset {
+            return Err(SimError::BadTransition {
+                from: q.state,
+                to: q.state,
+            });
+        }
+        if let Some(a) = access {
+            q.access = a;
+        }
+        if let Some(d) = min_rnr_delay {
+            q.min_rnr_delay = d;
+        }
+        Ok(())
+    }
+
     /// `rnr_retry` as set at RTR -> RTS (7 before).
     pub fn rnr_retry(&self) -> u8 {
         self.dev.lock().qps[&self.qpn].rnr_retry
