@@ -124,6 +124,8 @@ macro_rules! check_eq {
     };
 }
 
+pub mod two_host;
+
 fn passed(notes: Vec<String>) -> CaseResult {
     Ok(Outcome::Passed(notes.join("; ")))
 }
@@ -1750,6 +1752,21 @@ fn connect_checks_first_and_optional_attributes_apply(dev: &str) -> CaseResult {
     )])
 }
 
+/// The two-sided cases (`two_host`), with side B a second QP in this
+/// process: the same code `rdma-direct conformance --peer HOST` runs against
+/// a server on another host.
+fn two_sided_cases_with_a_local_peer(dev: &str) -> CaseResult {
+    let mut notes = Vec::new();
+    for (name, case) in two_host::two_host_cases() {
+        match two_host::run_local(dev, *case) {
+            Ok(Outcome::Passed(_)) => notes.push(*name),
+            Ok(Outcome::Skipped(why)) => return skipped(format!("{name}: {why}")),
+            Err(f) => return Err(Failure(format!("{name}: {f}"))),
+        }
+    }
+    passed(vec![format!("{} two-sided cases", notes.len())])
+}
+
 const NEEDS_HOOK: &str =
     "needs the sim's test hook (raw WQE bytes or bypassed CQ credits); this device has none";
 
@@ -1965,6 +1982,7 @@ pub fn cases() -> &'static [Case] {
         case!(post_before_rts_is_refused),
         case!(rnr_retry_finite_and_forever),
         case!(fence_and_solicited),
+        case!(two_sided_cases_with_a_local_peer),
         case!(completion_events_wake_the_waiter),
         case!(modify_checks_attributes_by_name),
         case!(err_reset_and_reconnect_recovers),

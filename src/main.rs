@@ -155,6 +155,18 @@ struct ConformanceArgs {
     /// List the cases (those matching FILTER) and exit; `-d` is not opened.
     #[arg(long)]
     list: bool,
+    /// Two hosts: serve side B of the two-sided cases to one `--peer` client
+    /// on -p, then exit.
+    #[arg(long, conflicts_with_all = ["peer", "list", "filter"])]
+    server: bool,
+    /// Two hosts: run the two-sided cases as side A against a `--server` on
+    /// this host name or address.
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["list", "filter"])]
+    peer: Option<String>,
+    /// TCP port of the exchange (two hosts).
+    #[arg(short = 'p', long = "port", default_value_t = rdma_direct::exchange::DEFAULT_PORT,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    tcp_port: u16,
 }
 
 fn main() -> ExitCode {
@@ -222,7 +234,72 @@ fn main() -> ExitCode {
 }
 
 fn conformance(a: &ConformanceArgs) -> ExitCode {
-    use rdma_direct::conformance::{cases, run, Outcome};
+    use rdma_direct::conformance::{cases, run, two_host, Outcome};
+    if a.server || a.peer.is_some() {
+        if a.device == rdma_direct::SIM_DEVICE {
+            eprintln!(
+                "rdma-direct: error: the sim is one process's device: two-host conformance needs a real device (-d rxe0, -d mlx5_0)"
+            );
+            return ExitCode::from(2);
+        }
+        if let Err(e) = rdma_direct::Context::open(&a.device) {
+            eprintln!("rdma-direct: error: {e}");
+            return ExitCode::from(2);
+        }
+        if a.server {
+            return match two_host::serve(&a.device, a.tcp_port) {
+                Ok(()) => {
+                    out!(
+                        "conformance server on {}: served {} two-sided cases",
+                        a.device,
+                        two_host::two_host_cases().len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("rdma-direct: error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        let host = a.peer.as_deref().unwrap_or_default();
+        let width = two_host::two_host_cases()
+            .iter()
+            .map(|(n, _)| n.len())
+            .max()
+            .unwrap_or(0);
+        let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+        for (name, case) in two_host::two_host_cases() {
+            let line = match two_host::run_remote(&a.device, host, a.tcp_port, *case) {
+                Ok(Outcome::Passed(n)) => {
+                    passed += 1;
+                    if n.is_empty() {
+                        "ok".to_string()
+                    } else {
+                        format!("ok ({n})")
+                    }
+                }
+                Ok(Outcome::Skipped(w)) => {
+                    skipped += 1;
+                    format!("skipped: {w}")
+                }
+                Err(f) => {
+                    failed += 1;
+                    format!("FAILED: {f}")
+                }
+            };
+            out!("{name:<width$}  {line}");
+        }
+        out!(
+            "conformance on {} with side B on {host}: {passed} passed, {failed} failed, {skipped} skipped",
+            a.device
+        );
+        return if failed > 0 {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
     let filter = a.filter.as_deref().unwrap_or("");
     if !cases().iter().any(|c| c.name.contains(filter)) {
         eprintln!("rdma-direct: error: no conformance case matches {filter:?} (see --list)");

@@ -113,6 +113,7 @@ conformance_tests!(
     post_before_rts_is_refused,
     rnr_retry_finite_and_forever,
     fence_and_solicited,
+    two_sided_cases_with_a_local_peer,
     completion_events_wake_the_waiter,
     modify_checks_attributes_by_name,
     err_reset_and_reconnect_recovers,

@@ -1,0 +1,589 @@
+//! The two-sided cases of the suite, written against [`Peer`]: side B is
+//! either a QP in this process ([`LocalPeer`], on any device) or a QP on
+//! another host driven over TCP ([`RemotePeer`], served by
+//! `rdma-direct conformance --server`).
+//!
+//! The peer protocol runs on the TCP connection of the exchange
+//! ([`crate::exchange`]), after it: one command line, one answer line.
+//!
+//! | command | answer |
+//! |---|---|
+//! | `REG <len> <access bits>` | `OK <id> <addr> <rkey>` |
+//! | `WRITE <id> <offset> <hex bytes>` | `OK` |
+//! | `READ <id> <offset> <len>` | `OK <hex bytes>` |
+//! | `RECV <wr_id> <id>:<offset>:<len>,...` (`-` for none) | `OK` |
+//! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->...` |
+//! | `QUERY` | `OK <state>` |
+//! | `BYE` | `OK` (the server ends this case) |
+//!
+//! Errors are `ERR <message>`.
+
+use super::{pattern, poll_one, poll_until, CaseResult, Failure, Outcome};
+use crate::exchange::{self, ConnInfo};
+use crate::{
+    Access, Completion, Context, Error, Mr, Pd, Qp, QpConfig, QpState, RecvWr, RemoteAddr, Rkey,
+    SendWr, Sge, WcOpcode, WcStatus,
+};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A memory region on side B.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerMr {
+    pub id: u32,
+    pub addr: u64,
+    pub rkey: Rkey,
+    pub len: u64,
+}
+
+impl PeerMr {
+    fn at(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.addr + offset,
+            rkey: self.rkey,
+        }
+    }
+}
+
+/// Side B of a two-sided case.
+pub trait Peer {
+    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure>;
+    fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure>;
+    fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure>;
+    /// Posts one receive over `(mr, offset, len)` pieces.
+    fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure>;
+    /// Polls until `count` completions came or 20 s passed.
+    fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure>;
+    fn state(&mut self) -> Result<QpState, Failure>;
+}
+
+/// Side B in this process: QP `b` of a loopback pair.
+pub struct LocalPeer<'a> {
+    pub qp: &'a mut Qp,
+    pub pd: &'a Pd,
+    pub mrs: Vec<Mr>,
+}
+
+impl Peer for LocalPeer<'_> {
+    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
+        let mr = self.pd.reg_mr(len, access)?;
+        let p = PeerMr {
+            id: self.mrs.len() as u32,
+            addr: mr.addr(),
+            rkey: mr.rkey(),
+            len: len as u64,
+        };
+        self.mrs.push(mr);
+        Ok(p)
+    }
+    fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
+        Ok(self.mrs[mr.id as usize].write(offset, data)?)
+    }
+    fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
+        let mut v = vec![0; len];
+        self.mrs[mr.id as usize].read(offset, &mut v)?;
+        Ok(v)
+    }
+    fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
+        let sges = sges
+            .iter()
+            .map(|(m, o, l)| Sge::new(&self.mrs[m.id as usize], *o, *l))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.qp.post_recv(&[RecvWr::new(wr_id, &sges)])?)
+    }
+    fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
+        poll_until(self.qp, count)
+    }
+    fn state(&mut self) -> Result<QpState, Failure> {
+        Ok(self.qp.query()?.state)
+    }
+}
+
+/// Side B on another host, over the peer protocol.
+pub struct RemotePeer {
+    out: TcpStream,
+    inp: BufReader<TcpStream>,
+}
+
+impl RemotePeer {
+    fn call(&mut self, line: &str) -> Result<String, Failure> {
+        writeln!(self.out, "{line}").map_err(|e| Failure(format!("peer: send: {e}")))?;
+        let mut answer = String::new();
+        self.inp
+            .read_line(&mut answer)
+            .map_err(|e| Failure(format!("peer: receive: {e}")))?;
+        let answer = answer.trim_end();
+        match answer.strip_prefix("OK") {
+            Some(rest) => Ok(rest.trim_start().to_string()),
+            None => Err(Failure(format!(
+                "peer refused `{}`: {answer}",
+                line.split(' ').next().unwrap_or("")
+            ))),
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+fn bad(what: &str) -> Failure {
+    Failure(format!("peer: malformed answer to {what}"))
+}
+
+impl Peer for RemotePeer {
+    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
+        let a = self.call(&format!("REG {len} {}", access.bits()))?;
+        let f: Vec<u64> = a.split(' ').filter_map(|x| x.parse().ok()).collect();
+        match f[..] {
+            [id, addr, rkey] => Ok(PeerMr {
+                id: id as u32,
+                addr,
+                rkey: Rkey(rkey as u32),
+                len: len as u64,
+            }),
+            _ => Err(bad("REG")),
+        }
+    }
+    fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
+        self.call(&format!("WRITE {} {offset} {}", mr.id, hex(data)))
+            .map(|_| ())
+    }
+    fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
+        let a = self.call(&format!("READ {} {offset} {len}", mr.id))?;
+        unhex(&a).ok_or_else(|| bad("READ"))
+    }
+    fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
+        let list: Vec<String> = sges
+            .iter()
+            .map(|(m, o, l)| format!("{}:{o}:{l}", m.id))
+            .collect();
+        let list = if list.is_empty() {
+            "-".into()
+        } else {
+            list.join(",")
+        };
+        self.call(&format!("RECV {wr_id} {list}")).map(|_| ())
+    }
+    fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
+        let a = self.call(&format!("POLL {count} 20000"))?;
+        let mut v = Vec::new();
+        for c in a.split(' ').filter(|x| !x.is_empty()) {
+            let f: Vec<&str> = c.split(':').collect();
+            let [wr_id, status, opcode, byte_len, imm] = f[..] else {
+                return Err(bad("POLL"));
+            };
+            let num = |x: &str| x.parse::<u64>().map_err(|_| bad("POLL"));
+            v.push(Completion {
+                wr_id: num(wr_id)?,
+                status: WcStatus(num(status)? as u32),
+                opcode: WcOpcode(num(opcode)? as u32),
+                byte_len: num(byte_len)? as u32,
+                imm: if imm == "-" {
+                    None
+                } else {
+                    Some(num(imm)? as u32)
+                },
+                qp_num: 0,
+                vendor_err: 0,
+            });
+        }
+        if v.len() < count {
+            return Err(Failure(format!(
+                "peer: {} of {count} completions within 20 s",
+                v.len()
+            )));
+        }
+        Ok(v)
+    }
+    fn state(&mut self) -> Result<QpState, Failure> {
+        match self.call("QUERY")?.as_str() {
+            "Reset" => Ok(QpState::Reset),
+            "Init" => Ok(QpState::Init),
+            "Rtr" => Ok(QpState::Rtr),
+            "Rts" => Ok(QpState::Rts),
+            "Err" => Ok(QpState::Err),
+            _ => Err(bad("QUERY")),
+        }
+    }
+}
+
+/// The QP configuration both sides of a two-host case use.
+fn two_host_config() -> QpConfig {
+    QpConfig {
+        max_send_wr: 64,
+        max_send_sge: 4,
+        max_inline: 128,
+        ..QpConfig::default()
+    }
+}
+
+/// One QP connected to a peer's over the exchange on `tcp`; a 64-byte MR is
+/// offered (the exchange carries one buffer; the cases register their own).
+fn connect_over(
+    ctx: &Context,
+    pd: &Pd,
+    server: Option<u16>,
+    client: Option<(&str, u16)>,
+) -> crate::Result<(Qp, TcpStream, Mr)> {
+    let _ = ctx;
+    let mut qp = pd.create_qp(&two_host_config())?;
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let psn = Qp::random_psn();
+    let mine = ConnInfo {
+        endpoint: qp.endpoint(),
+        psn,
+        rkey: mr.rkey(),
+        addr: mr.addr(),
+        len: 64,
+    };
+    let (peer, mut tcp) = match (server, client) {
+        (Some(port), _) => exchange::serve(port, &mine)?,
+        (None, Some((host, port))) => {
+            exchange::connect(host, port, Duration::from_secs(60), &mine)?
+        }
+        (None, None) => return Err(Error::Invalid("neither server nor client".into())),
+    };
+    qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+    exchange::barrier(&mut tcp)?;
+    Ok((qp, tcp, mr))
+}
+
+/// Serves the two-sided cases to one client on `port`, one connection per
+/// case, each with a fresh QP; returns after the last case.
+pub fn serve(dev: &str, port: u16) -> crate::Result<()> {
+    let ctx = Context::open(dev)?;
+    for _ in two_host_cases() {
+        let pd = ctx.alloc_pd()?;
+        let (mut qp, tcp, _mr) = connect_over(&ctx, &pd, Some(port), None)?;
+        let mut out = tcp
+            .try_clone()
+            .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
+        let mut inp = BufReader::new(tcp);
+        let mut mrs: Vec<Mr> = Vec::new();
+        loop {
+            let mut line = String::new();
+            if inp.read_line(&mut line).unwrap_or(0) == 0 {
+                break; // the client went away: next case
+            }
+            let answer = serve_one(line.trim_end(), &pd, &mut qp, &mut mrs);
+            let bye = line.starts_with("BYE");
+            let text = match answer {
+                Ok(a) if a.is_empty() => "OK".to_string(),
+                Ok(a) => format!("OK {a}"),
+                Err(e) => format!("ERR {}", e.0),
+            };
+            if writeln!(out, "{text}").is_err() || bye {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn serve_one(line: &str, pd: &Pd, qp: &mut Qp, mrs: &mut Vec<Mr>) -> Result<String, Failure> {
+    let f: Vec<&str> = line.split(' ').collect();
+    let num = |i: usize| -> Result<u64, Failure> {
+        f.get(i)
+            .and_then(|x| x.parse().ok())
+            .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
+    };
+    let mr = |id: u64, mrs: &Vec<Mr>| -> Result<usize, Failure> {
+        (id < mrs.len() as u64)
+            .then_some(id as usize)
+            .ok_or_else(|| Failure(format!("no MR {id}")))
+    };
+    match f.first().copied().unwrap_or("") {
+        "REG" => {
+            let access =
+                Access::from_bits(num(2)? as u32).ok_or_else(|| Failure("access bits".into()))?;
+            let m = pd.reg_mr(num(1)? as usize, access)?;
+            let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
+            mrs.push(m);
+            Ok(a)
+        }
+        "WRITE" => {
+            let i = mr(num(1)?, mrs)?;
+            let data =
+                unhex(f.get(3).copied().unwrap_or("")).ok_or_else(|| Failure("hex".into()))?;
+            mrs[i].write(num(2)? as usize, &data)?;
+            Ok(String::new())
+        }
+        "READ" => {
+            let i = mr(num(1)?, mrs)?;
+            let len = num(3)? as usize;
+            if len > 16 << 20 {
+                return Err(Failure("READ of more than 16 MiB".into()));
+            }
+            let mut v = vec![0; len];
+            mrs[i].read(num(2)? as usize, &mut v)?;
+            Ok(hex(&v))
+        }
+        "RECV" => {
+            let wr_id = num(1)?;
+            let list = f.get(2).copied().unwrap_or("-");
+            let mut pieces = Vec::new();
+            if list != "-" {
+                for p in list.split(',') {
+                    let x: Vec<u64> = p.split(':').filter_map(|v| v.parse().ok()).collect();
+                    let [id, off, len] = x[..] else {
+                        return Err(Failure(format!("SGE `{p}`")));
+                    };
+                    pieces.push((mr(id, mrs)?, off as usize, len as u32));
+                }
+            }
+            let sges = pieces
+                .iter()
+                .map(|&(i, o, l)| Sge::new(&mrs[i], o, l))
+                .collect::<Result<Vec<_>, _>>()?;
+            qp.post_recv(&[RecvWr::new(wr_id, &sges)])?;
+            Ok(String::new())
+        }
+        "POLL" => {
+            let count = num(1)? as usize;
+            let deadline = std::time::Instant::now() + Duration::from_millis(num(2)?.min(60_000));
+            let mut got = Vec::new();
+            let mut wc = [Completion::default(); 8];
+            while got.len() < count && std::time::Instant::now() < deadline {
+                let n = qp.poll(&mut wc)?;
+                got.extend_from_slice(&wc[..n]);
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            Ok(got
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}:{}:{}:{}:{}",
+                        c.wr_id,
+                        c.status.0,
+                        c.opcode.0,
+                        c.byte_len,
+                        c.imm.map_or("-".to_string(), |i| i.to_string())
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" "))
+        }
+        "QUERY" => Ok(format!("{:?}", qp.query()?.state)),
+        "BYE" => Ok(String::new()),
+        other => Err(Failure(format!("unknown command `{other}`"))),
+    }
+}
+
+/// A two-sided case: side A's QP and PD, side B behind [`Peer`].
+pub type TwoHostFn = fn(&mut Qp, &Pd, &mut dyn Peer) -> CaseResult;
+
+/// The two-sided cases.
+pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
+    &[
+        ("th_write_4096_lands", th_write_4096_lands),
+        ("th_read_lands", th_read_lands),
+        (
+            "th_wrong_rkey_leaves_memory_alone",
+            th_wrong_rkey_leaves_memory_alone,
+        ),
+        (
+            "th_send_and_imm_land_in_receives",
+            th_send_and_imm_land_in_receives,
+        ),
+        ("th_fetch_and_add", th_fetch_and_add),
+        (
+            "th_error_flushes_and_both_go_to_err",
+            th_error_flushes_and_both_go_to_err,
+        ),
+    ]
+}
+
+/// Runs one two-sided case against a server on `host:port`.
+pub fn run_remote(dev: &str, host: &str, port: u16, case: TwoHostFn) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let (mut qp, tcp, _mr) = connect_over(&ctx, &pd, None, Some((host, port)))?;
+    let out = tcp
+        .try_clone()
+        .map_err(|e| Failure(format!("socket: {e}")))?;
+    let mut peer = RemotePeer {
+        out,
+        inp: BufReader::new(tcp),
+    };
+    let r = case(&mut qp, &pd, &mut peer);
+    let _ = peer.call("BYE");
+    r
+}
+
+/// Runs one two-sided case with side B a second QP in this process.
+pub fn run_local(dev: &str, case: TwoHostFn) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let (mut a, mut b) = pd.create_connected_pair(&two_host_config())?;
+    let mut peer = LocalPeer {
+        qp: &mut b,
+        pd: &pd,
+        mrs: Vec::new(),
+    };
+    case(&mut a, &pd, &mut peer)
+}
+
+fn th_write_4096_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let dst = b.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let data = pattern(4096, 9);
+    src.write(0, &data)?;
+    let sge = [Sge::new(&src, 0, 4096)?];
+    a.post_send(&[SendWr::rdma_write(1, &sge, dst.at(0)).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!(
+        (c.status, c.wr_id, c.opcode),
+        (WcStatus::SUCCESS, 1, WcOpcode::RDMA_WRITE)
+    );
+    check!(b.read(&dst, 0, 4096)? == data, "payload differs at side B");
+    Ok(Outcome::Passed(String::new()))
+}
+
+fn th_read_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let far = b.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+    let data = pattern(4096, 33);
+    b.write(&far, 0, &data)?;
+    let local = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&local, 0, 4096)?];
+    a.post_send(&[SendWr::rdma_read(2, &sge, far.at(0)).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!(
+        (c.status, c.wr_id, c.byte_len),
+        (WcStatus::SUCCESS, 2, 4096)
+    );
+    let mut got = vec![0; 4096];
+    local.read(0, &mut got)?;
+    check!(got == data, "READ data differs");
+    Ok(Outcome::Passed(String::new()))
+}
+
+fn th_wrong_rkey_leaves_memory_alone(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let dst = b.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let before = pattern(256, 200);
+    b.write(&dst, 0, &before)?;
+    let sge = [Sge::new(&src, 0, 256)?];
+    let bad = RemoteAddr {
+        addr: dst.addr,
+        rkey: Rkey(dst.rkey.0 ^ 0x00ab_cd00),
+    };
+    a.post_send(&[SendWr::rdma_write(3, &sge, bad).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!((c.status, c.wr_id), (WcStatus::REM_ACCESS_ERR, 3));
+    check!(b.read(&dst, 0, 256)? == before, "side B's memory changed");
+    Ok(Outcome::Passed(format!("wrong rkey -> {:?}", c.status)))
+}
+
+fn th_send_and_imm_land_in_receives(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(1024, Access::LOCAL_WRITE)?;
+    let rbuf = b.reg_mr(2048, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let data = pattern(1024, 71);
+    src.write(0, &data)?;
+    b.post_recv(10, &[(rbuf, 0, 1024)])?;
+    b.post_recv(11, &[(rbuf, 1024, 1024)])?;
+    b.post_recv(12, &[])?;
+    let sge = [Sge::new(&src, 0, 1024)?];
+    let small = [Sge::new(&src, 0, 16)?];
+    a.post_send(&[
+        SendWr::send(1, &sge).signaled(),
+        SendWr::send_with_imm(2, &sge, 0x89AB_CDEF).signaled(),
+        SendWr::rdma_write_with_imm(3, &small, rbuf.at(0), 0x89AB_CDEF).signaled(),
+    ])?;
+    let sent = poll_until(a, 3)?;
+    check!(sent.iter().all(|c| c.status.is_ok()), "sender: {sent:?}");
+    let got = b.poll(3)?;
+    let seen: Vec<_> = got
+        .iter()
+        .map(|c| (c.wr_id, c.status, c.byte_len, c.imm))
+        .collect();
+    check_eq!(
+        seen,
+        vec![
+            (10, WcStatus::SUCCESS, 1024, None),
+            (11, WcStatus::SUCCESS, 1024, Some(0x89AB_CDEF)),
+            (12, WcStatus::SUCCESS, 16, Some(0x89AB_CDEF)),
+        ]
+    );
+    check_eq!(got[2].opcode, WcOpcode::RECV_RDMA_WITH_IMM);
+    check!(
+        b.read(&rbuf, 1024, 1024)? == data,
+        "SEND_WITH_IMM payload differs"
+    );
+    Ok(Outcome::Passed(String::new()))
+}
+
+fn th_fetch_and_add(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let word = b.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    b.write(&word, 8, &0x0102_0304_0506_0708u64.to_ne_bytes())?;
+    let old = pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&old, 0, 8)?];
+    a.post_send(&[SendWr::atomic_fetch_add(4, &sge, word.at(8), 0x10).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 4));
+    let mut o = [0u8; 8];
+    old.read(0, &mut o)?;
+    check_eq!(u64::from_ne_bytes(o), 0x0102_0304_0506_0708, "old value");
+    let w = b.read(&word, 8, 8)?;
+    check_eq!(
+        u64::from_ne_bytes(w.try_into().unwrap_or_default()),
+        0x0102_0304_0506_0718,
+        "remote word"
+    );
+    Ok(Outcome::Passed(String::new()))
+}
+
+fn th_error_flushes_and_both_go_to_err(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    src.write(0, &[0x5a; 64])?;
+    let dst = b.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let bad = RemoteAddr {
+        addr: dst.addr,
+        rkey: Rkey(dst.rkey.0 ^ 0x0012_3400),
+    };
+    a.post_send(&[
+        SendWr::rdma_write(1, &sge, dst.at(0)).signaled(),
+        SendWr::rdma_write(2, &sge, bad).signaled(),
+        SendWr::rdma_write(3, &sge, dst.at(64)),
+        SendWr::rdma_write(4, &sge, dst.at(128)).signaled(),
+    ])?;
+    let got = poll_until(a, 4)?;
+    let seen: Vec<_> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+    check_eq!(
+        seen,
+        vec![
+            (1, WcStatus::SUCCESS),
+            (2, WcStatus::REM_ACCESS_ERR),
+            (3, WcStatus::WR_FLUSH_ERR),
+            (4, WcStatus::WR_FLUSH_ERR)
+        ]
+    );
+    check!(
+        b.read(&dst, 64, 192)?.iter().all(|&x| x == 0),
+        "a flushed WR wrote side B"
+    );
+    check_eq!(a.query()?.state, QpState::Err, "requester");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while b.state()? != QpState::Err {
+        check!(
+            std::time::Instant::now() < deadline,
+            "responder never reached ERR"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(Outcome::Passed(String::new()))
+}
