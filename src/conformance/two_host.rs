@@ -404,6 +404,18 @@ pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
             "th_error_flushes_and_both_go_to_err",
             th_error_flushes_and_both_go_to_err,
         ),
+        (
+            "th_every_opcode_at_every_size",
+            th_every_opcode_at_every_size,
+        ),
+        (
+            "th_too_small_receive_fails_both_sides",
+            th_too_small_receive_fails_both_sides,
+        ),
+        (
+            "th_rnr_waits_for_a_late_receive",
+            th_rnr_waits_for_a_late_receive,
+        ),
     ]
 }
 
@@ -585,5 +597,131 @@ fn th_error_flushes_and_both_go_to_err(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) ->
         );
         std::thread::sleep(Duration::from_millis(1));
     }
+    Ok(Outcome::Passed(String::new()))
+}
+
+/// WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM and READ at 0, 1, 63, 64,
+/// 4096 bytes and 1 MiB between the two sides, 16 guard bytes checked.
+fn th_every_opcode_at_every_size(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    const SIZES: [usize; 6] = [0, 1, 63, 64, 4096, 1 << 20];
+    const GUARD: usize = 16;
+    let len = (1 << 20) + GUARD;
+    let local = pd.reg_mr(len, Access::LOCAL_WRITE)?;
+    let far = b.reg_mr(
+        len,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+    )?;
+    let mut id = 0u64;
+    for &n in &SIZES {
+        for op in super::SIZED_OPS {
+            id += 1;
+            let data = pattern(n, id as u8);
+            let imm = 0x0200_0000 | id as u32;
+            if op == "READ" {
+                b.write(&far, 0, &data)?;
+                local.write(0, &vec![0xEE; n + GUARD])?;
+            } else {
+                local.write(0, &data)?;
+                b.write(&far, 0, &vec![0xEE; n + GUARD])?;
+            }
+            let lsge = [Sge::new(&local, 0, n as u32)?];
+            let wr = match op {
+                "WRITE" => SendWr::rdma_write(id, &lsge, far.at(0)),
+                "WRITE_WITH_IMM" => SendWr::rdma_write_with_imm(id, &lsge, far.at(0), imm),
+                "SEND" => SendWr::send(id, &lsge),
+                "SEND_WITH_IMM" => SendWr::send_with_imm(id, &lsge, imm),
+                _ => SendWr::rdma_read(id, &lsge, far.at(0)),
+            };
+            let responder = match op {
+                "SEND" | "SEND_WITH_IMM" => {
+                    b.post_recv(id, &[(far, 0, (n + GUARD) as u32)])?;
+                    true
+                }
+                "WRITE_WITH_IMM" => {
+                    b.post_recv(id, &[])?;
+                    true
+                }
+                _ => false,
+            };
+            a.post_send(&[wr.signaled()])?;
+            let c = poll_one(a)?;
+            check_eq!(
+                (c.status, c.wr_id),
+                (WcStatus::SUCCESS, id),
+                "{op} of {n} bytes"
+            );
+            if responder {
+                let r = b.poll(1)?;
+                let want_imm = (op != "SEND").then_some(imm);
+                check_eq!(
+                    (r[0].status, r[0].wr_id, r[0].byte_len, r[0].imm),
+                    (WcStatus::SUCCESS, id, n as u32, want_imm),
+                    "{op} of {n} bytes at side B"
+                );
+            }
+            let got = if op == "READ" {
+                let mut v = vec![0; n + GUARD];
+                local.read(0, &mut v)?;
+                v
+            } else {
+                b.read(&far, 0, n + GUARD)?
+            };
+            check!(got[..n] == data[..], "{op} of {n} bytes: payload differs");
+            check!(
+                got[n..].iter().all(|&x| x == 0xEE),
+                "{op} of {n} bytes: wrote past the message"
+            );
+        }
+    }
+    Ok(Outcome::Passed(String::new()))
+}
+
+/// A SEND of 256 bytes into a 64-byte receive: both sides fail it (mlx5 and
+/// the sim: REM_INV_REQ_ERR / LOC_LEN_ERR; rxe: REM_OP_ERR / LOC_QP_OP_ERR).
+fn th_too_small_receive_fails_both_sides(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let rbuf = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    b.post_recv(7, &[(rbuf, 0, 64)])?;
+    let sge = [Sge::new(&src, 0, 256)?];
+    a.post_send(&[SendWr::send(8, &sge).signaled()])?;
+    let c = poll_one(a)?;
+    check!(
+        c.wr_id == 8 && [WcStatus::REM_INV_REQ_ERR, WcStatus::REM_OP_ERR].contains(&c.status),
+        "requester: {c:?}"
+    );
+    let r = b.poll(1)?;
+    check!(
+        r[0].wr_id == 7 && [WcStatus::LOC_LEN_ERR, WcStatus::LOC_QP_OP_ERR].contains(&r[0].status),
+        "responder: {:?}",
+        r[0]
+    );
+    Ok(Outcome::Passed(format!(
+        "{:?} / {:?}",
+        c.status, r[0].status
+    )))
+}
+
+/// A receive posted after the SEND (side B posts it only when told, after
+/// A's post returned): the SEND is NAKed until it is there (`rnr_retry` 6
+/// at `min_rnr_timer` 12, about 4.5 ms of retries), then lands.
+fn th_rnr_waits_for_a_late_receive(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    src.write(0, &[0x3c; 64])?;
+    let rbuf = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    a.post_send(&[SendWr::send(1, &sge).signaled()])?;
+    b.post_recv(2, &[(rbuf, 0, 64)])?;
+    let c = poll_one(a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 1),
+        "the SEND after RNR NAKs"
+    );
+    let r = b.poll(1)?;
+    check_eq!(
+        (r[0].status, r[0].wr_id, r[0].byte_len),
+        (WcStatus::SUCCESS, 2, 64)
+    );
+    check!(b.read(&rbuf, 0, 64)? == vec![0x3c; 64], "payload");
     Ok(Outcome::Passed(String::new()))
 }
