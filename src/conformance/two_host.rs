@@ -14,6 +14,8 @@
 //! | `RECV <wr_id> <id>:<offset>:<len>,...` (`-` for none) | `OK` |
 //! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->...` |
 //! | `QUERY` | `OK <state>` |
+//! | `ENDPOINT` | `OK <hex of an exchange message>` (B's QP facts) |
+//! | `RECONNECT <hex of A's exchange message> <B's first PSN>` | `OK` (B: ERR -> RESET -> INIT -> RTR -> RTS toward A) |
 //! | `BYE` | `OK` (the server ends this case) |
 //!
 //! Errors are `ERR <message>`.
@@ -56,6 +58,11 @@ pub trait Peer {
     /// Polls until `count` completions came or 20 s passed.
     fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure>;
     fn state(&mut self) -> Result<QpState, Failure>;
+    /// Side B's QP facts (QPN, GID, ...).
+    fn endpoint(&mut self) -> Result<crate::Endpoint, Failure>;
+    /// Side B: ERR -> RESET, then connect again toward `a` (whose first PSN
+    /// is `a_psn`), sending from `b_psn`.
+    fn reconnect(&mut self, a: &crate::Endpoint, a_psn: u32, b_psn: u32) -> Result<(), Failure>;
 }
 
 /// Side B in this process: QP `b` of a loopback pair.
@@ -98,6 +105,36 @@ impl Peer for LocalPeer<'_> {
     fn state(&mut self) -> Result<QpState, Failure> {
         Ok(self.qp.query()?.state)
     }
+    fn endpoint(&mut self) -> Result<crate::Endpoint, Failure> {
+        Ok(self.qp.endpoint())
+    }
+    fn reconnect(&mut self, a: &crate::Endpoint, a_psn: u32, b_psn: u32) -> Result<(), Failure> {
+        reconnect(self.qp, a, a_psn, b_psn)
+    }
+}
+
+/// ERR -> RESET, then `connect_remote` toward `a`.
+fn reconnect(qp: &mut Qp, a: &crate::Endpoint, a_psn: u32, b_psn: u32) -> Result<(), Failure> {
+    qp.modify(QpState::Err, &crate::QpAttr::default())?;
+    qp.modify(QpState::Reset, &crate::QpAttr::default())?;
+    Ok(qp.connect_remote(b_psn, a, a_psn)?)
+}
+
+fn endpoint_msg(e: &crate::Endpoint, psn: u32) -> String {
+    hex(&ConnInfo {
+        endpoint: *e,
+        psn,
+        rkey: Rkey(0),
+        addr: 0,
+        len: 0,
+    }
+    .encode())
+}
+
+fn parse_endpoint_msg(h: &str) -> Result<ConnInfo, Failure> {
+    let b = unhex(h).ok_or_else(|| bad("an exchange message"))?;
+    let m: [u8; exchange::MSG_LEN] = b.try_into().map_err(|_| bad("an exchange message"))?;
+    Ok(ConnInfo::decode(&m)?)
 }
 
 /// Side B on another host, over the peer protocol.
@@ -206,6 +243,14 @@ impl Peer for RemotePeer {
             )));
         }
         Ok(v)
+    }
+    fn endpoint(&mut self) -> Result<crate::Endpoint, Failure> {
+        let a = self.call("ENDPOINT")?;
+        Ok(parse_endpoint_msg(&a)?.endpoint)
+    }
+    fn reconnect(&mut self, a: &crate::Endpoint, a_psn: u32, b_psn: u32) -> Result<(), Failure> {
+        self.call(&format!("RECONNECT {} {b_psn}", endpoint_msg(a, a_psn)))
+            .map(|_| ())
     }
     fn state(&mut self) -> Result<QpState, Failure> {
         match self.call("QUERY")?.as_str() {
@@ -378,6 +423,12 @@ fn serve_one(line: &str, pd: &Pd, qp: &mut Qp, mrs: &mut Vec<Mr>) -> Result<Stri
                 .join(" "))
         }
         "QUERY" => Ok(format!("{:?}", qp.query()?.state)),
+        "ENDPOINT" => Ok(endpoint_msg(&qp.endpoint(), 0)),
+        "RECONNECT" => {
+            let a = parse_endpoint_msg(f.get(1).copied().unwrap_or(""))?;
+            reconnect(qp, &a.endpoint, a.psn, num(2)? as u32)?;
+            Ok(String::new())
+        }
         "BYE" => Ok(String::new()),
         other => Err(Failure(format!("unknown command `{other}`"))),
     }
@@ -416,6 +467,7 @@ pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
             "th_rnr_waits_for_a_late_receive",
             th_rnr_waits_for_a_late_receive,
         ),
+        ("th_err_reset_reconnect", th_err_reset_reconnect),
     ]
 }
 
@@ -723,5 +775,48 @@ fn th_rnr_waits_for_a_late_receive(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> Cas
         (WcStatus::SUCCESS, 2, 64)
     );
     check!(b.read(&rbuf, 0, 64)? == vec![0x3c; 64], "payload");
+    Ok(Outcome::Passed(String::new()))
+}
+
+/// After an error both QPs are in ERR; both go ERR -> RESET -> INIT -> RTR
+/// -> RTS toward each other again, and traffic works.
+fn th_err_reset_reconnect(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    src.write(0, &[0x66; 64])?;
+    let dst = b.reg_mr(128, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let bad = RemoteAddr {
+        addr: dst.addr,
+        rkey: Rkey(dst.rkey.0 ^ 0x0012_3400),
+    };
+    a.post_send(&[SendWr::rdma_write(1, &sge, bad).signaled()])?;
+    check_eq!(poll_one(a)?.status, WcStatus::REM_ACCESS_ERR);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while b.state()? != QpState::Err {
+        check!(
+            std::time::Instant::now() < deadline,
+            "responder never reached ERR"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (ea, eb) = (a.endpoint(), b.endpoint()?);
+    let (psn_a, psn_b) = (Qp::random_psn(), Qp::random_psn());
+    // B first (it is told A's facts), then A.
+    b.reconnect(&ea, psn_a, psn_b)?;
+    a.modify(QpState::Err, &crate::QpAttr::default())?;
+    a.modify(QpState::Reset, &crate::QpAttr::default())?;
+    a.connect_remote(psn_a, &eb, psn_b)?;
+    check_eq!((a.query()?.state, b.state()?), (QpState::Rts, QpState::Rts));
+    a.post_send(&[SendWr::rdma_write(2, &sge, dst.at(64)).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 2),
+        "after recovery"
+    );
+    check!(
+        b.read(&dst, 64, 64)? == vec![0x66; 64],
+        "payload after recovery"
+    );
     Ok(Outcome::Passed(String::new()))
 }
