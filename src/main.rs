@@ -49,7 +49,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Run a perftest-compatible benchmark (both sides in this process).
+    /// Run a perftest-compatible benchmark: both sides in this process, or
+    /// (write_lat) two hosts with --server on one and the server's address on
+    /// the other.
     Bench(BenchArgs),
     /// Run the conformance suite on a device: one line per case, then
     /// `N passed, N failed, N skipped`. Exits 1 if any case failed.
@@ -247,6 +249,10 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
         if a.server {
+            eprintln!(
+                "rdma-direct: serving the two-sided cases on {}; waiting for `conformance --peer` on TCP port {}",
+                a.device, a.tcp_port
+            );
             return match two_host::serve(&a.device, a.tcp_port) {
                 Ok(()) => {
                     out!(
@@ -263,6 +269,10 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
             };
         }
         let host = a.peer.as_deref().unwrap_or_default();
+        eprintln!(
+            "rdma-direct: connecting to {host}:{} for each two-sided case (retrying for up to 60 s)",
+            a.tcp_port
+        );
         let width = two_host::two_host_cases()
             .iter()
             .map(|(n, _)| n.len())
@@ -301,13 +311,23 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         };
     }
     let filter = a.filter.as_deref().unwrap_or("");
-    if !cases().iter().any(|c| c.name.contains(filter)) {
+    if !cases().iter().any(|c| c.name.contains(filter))
+        && !two_host::two_host_cases()
+            .iter()
+            .any(|(n, _)| n.contains(filter))
+    {
         eprintln!("rdma-direct: error: no conformance case matches {filter:?} (see --list)");
         return ExitCode::from(2);
     }
     if a.list {
         for c in cases().iter().filter(|c| c.name.contains(filter)) {
             out!("{}", c.name);
+        }
+        for (name, _) in two_host::two_host_cases()
+            .iter()
+            .filter(|(n, _)| n.contains(filter))
+        {
+            out!("{name}  (two-sided: --server / --peer; in one process: two_sided_cases_with_a_local_peer)");
         }
         return ExitCode::SUCCESS;
     }
@@ -484,6 +504,14 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             return Err(rdma_direct::Error::Invalid(
                 "two-host mode (--server / a host) runs write_lat so far".into(),
             ));
+        }
+        match &role {
+            bench::Role::Server { port } => {
+                eprintln!("rdma-direct: waiting for a client on TCP port {port}")
+            }
+            bench::Role::Client { host, port } => {
+                eprintln!("rdma-direct: connecting to {host}:{port} (retrying for up to 60 s)")
+            }
         }
         let (info, r) = bench::run_write_lat_remote(&base, &role)?;
         out_part!("{}", info.banner(LatTest::Write.title()));
