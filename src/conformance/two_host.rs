@@ -468,6 +468,8 @@ pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
             th_rnr_waits_for_a_late_receive,
         ),
         ("th_err_reset_reconnect", th_err_reset_reconnect),
+        ("th_gather_and_scatter_sges", th_gather_and_scatter_sges),
+        ("th_compare_and_swap", th_compare_and_swap),
     ]
 }
 
@@ -818,5 +820,83 @@ fn th_err_reset_reconnect(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
         b.read(&dst, 64, 64)? == vec![0x66; 64],
         "payload after recovery"
     );
+    Ok(Outcome::Passed(String::new()))
+}
+
+/// A WRITE and a SEND each gathering k local pieces (k = 1..=4, the QPs'
+/// `max_send_sge`) land contiguous at side B, every byte in its place and
+/// nothing past the end.
+fn th_gather_and_scatter_sges(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let local = pd.reg_mr(8192, Access::LOCAL_WRITE)?;
+    let far = b.reg_mr(8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    for k in 1..=4usize {
+        // k pieces of (7 i + 3) bytes at 1 KiB * i, gathered into one WRITE.
+        let piece = |i: usize| (i << 10, 7 * i as u32 + 3);
+        let total: usize = (0..k).map(|i| piece(i).1 as usize).sum();
+        let data = pattern(total, k as u8);
+        let mut off = 0;
+        for i in 0..k {
+            let (at, l) = piece(i);
+            local.write(at, &data[off..off + l as usize])?;
+            off += l as usize;
+        }
+        let gather = (0..k)
+            .map(|i| Sge::new(&local, piece(i).0, piece(i).1))
+            .collect::<Result<Vec<_>, _>>()?;
+        b.write(&far, 4096, &vec![0; total + 1])?;
+        a.post_send(&[SendWr::rdma_write(k as u64, &gather, far.at(4096)).signaled()])?;
+        check_eq!(
+            poll_one(a)?.status,
+            WcStatus::SUCCESS,
+            "WRITE gathering {k} SGEs"
+        );
+        let got = b.read(&far, 4096, total + 1)?;
+        check!(
+            got[..total] == data[..] && got[total] == 0,
+            "WRITE gathering {k} SGEs: payload"
+        );
+        // The same pieces as one SEND into one receive at side B.
+        b.post_recv(100 + k as u64, &[(far, 0, total as u32)])?;
+        a.post_send(&[SendWr::send(200 + k as u64, &gather).signaled()])?;
+        check_eq!(
+            poll_one(a)?.status,
+            WcStatus::SUCCESS,
+            "SEND gathering {k} SGEs"
+        );
+        let r = b.poll(1)?;
+        check_eq!((r[0].wr_id, r[0].byte_len), (100 + k as u64, total as u32));
+        check!(
+            b.read(&far, 0, total)? == data,
+            "SEND gathering {k} SGEs: payload"
+        );
+    }
+    Ok(Outcome::Passed(String::new()))
+}
+
+/// Compare-and-swap on side B's word: a match swaps and returns the old
+/// value; a mismatch leaves the word and returns it too.
+fn th_compare_and_swap(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let word = b.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    b.write(&word, 16, &0x0102_0304_0506_0718u64.to_ne_bytes())?;
+    let old = pd.reg_mr(16, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&old, 0, 8)?];
+    let read_word = |b: &mut dyn Peer| -> Result<u64, Failure> {
+        Ok(u64::from_ne_bytes(
+            b.read(&word, 16, 8)?.try_into().unwrap_or_default(),
+        ))
+    };
+    a.post_send(&[
+        SendWr::atomic_cmp_swp(5, &sge, word.at(16), 0x0102_0304_0506_0718, 42).signaled(),
+    ])?;
+    check_eq!(poll_one(a)?.status, WcStatus::SUCCESS);
+    check_eq!(read_word(b)?, 42, "CAS did not swap");
+    let mut o = [0u8; 8];
+    old.read(0, &mut o)?;
+    check_eq!(u64::from_ne_bytes(o), 0x0102_0304_0506_0718, "old value");
+    a.post_send(&[SendWr::atomic_cmp_swp(6, &sge, word.at(16), 7, 99).signaled()])?;
+    check_eq!(poll_one(a)?.status, WcStatus::SUCCESS);
+    check_eq!(read_word(b)?, 42, "a failed CAS changed the word");
+    old.read(0, &mut o)?;
+    check_eq!(u64::from_ne_bytes(o), 42, "old value of a failed CAS");
     Ok(Outcome::Passed(String::new()))
 }
