@@ -468,28 +468,34 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     run_lat(LatTest::Write, cfg)
 }
 
+/// Checks a run's message size (1..=[`MAX_SIZE`] bytes) and iteration count
+/// (at least [`MIN_ITERS`]), and returns room for one timestamp per
+/// iteration, reserved up front so the timed loop never allocates.
+fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
+    if size == 0 || size > MAX_SIZE {
+        return Err(Error::Invalid(format!(
+            "size {size} must be 1..={MAX_SIZE} bytes"
+        )));
+    }
+    if iters < MIN_ITERS {
+        return Err(Error::Invalid(format!(
+            "iterations {iters} must be at least {MIN_ITERS}"
+        )));
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(iters as usize).map_err(|_| {
+        Error::Invalid(format!(
+            "cannot hold {iters} timestamps in memory; use fewer iterations"
+        ))
+    })?;
+    Ok(v)
+}
+
 /// Runs a latency test with both sides in this process (two connected QPs on
 /// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
 pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let size_asked = if test == LatTest::Atomic { 8 } else { cfg.size };
-    if size_asked == 0 || size_asked > MAX_SIZE {
-        return Err(Error::Invalid(format!(
-            "size {size_asked} must be 1..={MAX_SIZE} bytes"
-        )));
-    }
-    if cfg.iters < MIN_ITERS {
-        return Err(Error::Invalid(format!(
-            "iterations {} must be at least {MIN_ITERS}",
-            cfg.iters
-        )));
-    }
-    let mut stamps: Vec<Instant> = Vec::new();
-    stamps.try_reserve_exact(cfg.iters as usize).map_err(|_| {
-        Error::Invalid(format!(
-            "cannot hold {} timestamps in memory; use fewer iterations",
-            cfg.iters
-        ))
-    })?;
+    let mut stamps: Vec<Instant> = checked_run(size_asked, cfg.iters)?;
     let ctx = Context::open_with(&cfg.device, cfg.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
@@ -732,17 +738,8 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     } else {
         cfg.lat.size
     };
-    if size == 0 || size > MAX_SIZE {
-        return Err(Error::Invalid(format!(
-            "size {size} must be 1..={MAX_SIZE} bytes"
-        )));
-    }
-    if cfg.lat.iters < MIN_ITERS {
-        return Err(Error::Invalid(format!(
-            "iterations {} must be at least {MIN_ITERS}",
-            cfg.lat.iters
-        )));
-    }
+    let mut posted_at: Vec<f64> = checked_run(size, cfg.lat.iters)?;
+    let mut completed_at: Vec<f64> = checked_run(size, cfg.lat.iters)?;
     if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
         return Err(Error::Invalid(format!(
             "tx depth {} must be 1..=16384",
@@ -753,15 +750,6 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         return Err(Error::Invalid("CQ moderation must be at least 1".into()));
     }
     let iters = cfg.lat.iters as usize;
-    let mut posted_at: Vec<f64> = Vec::new();
-    let mut completed_at: Vec<f64> = Vec::new();
-    for v in [&mut posted_at, &mut completed_at] {
-        v.try_reserve_exact(iters).map_err(|_| {
-            Error::Invalid(format!(
-                "cannot hold {iters} timestamps in memory; use fewer iterations"
-            ))
-        })?;
-    }
     let ctx = Context::open_with(&cfg.lat.device, cfg.lat.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.lat.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
@@ -938,25 +926,7 @@ pub enum Role {
 /// iterations and report.
 pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, LatReport)> {
     use crate::exchange::{self, ConnInfo};
-    if cfg.size == 0 || cfg.size > MAX_SIZE {
-        return Err(Error::Invalid(format!(
-            "size {} must be 1..={MAX_SIZE} bytes",
-            cfg.size
-        )));
-    }
-    if cfg.iters < MIN_ITERS {
-        return Err(Error::Invalid(format!(
-            "iterations {} must be at least {MIN_ITERS}",
-            cfg.iters
-        )));
-    }
-    let mut stamps: Vec<Instant> = Vec::new();
-    stamps.try_reserve_exact(cfg.iters as usize).map_err(|_| {
-        Error::Invalid(format!(
-            "cannot hold {} timestamps in memory; use fewer iterations",
-            cfg.iters
-        ))
-    })?;
+    let mut stamps: Vec<Instant> = checked_run(cfg.size, cfg.iters)?;
     let ctx = Context::open_with(&cfg.device, cfg.backend)?;
     if ctx.data_path() == "direct" && cfg.device == crate::SIM_DEVICE {
         return Err(Error::Invalid(

@@ -46,13 +46,26 @@ pub type CaseResult = Result<Outcome, Failure>;
 pub struct Case {
     /// Its name (a Rust identifier; the test of the same name runs it).
     pub name: &'static str,
-    run: fn(&str) -> CaseResult,
+    run: CaseFn,
+}
+
+#[derive(Clone, Copy)]
+enum CaseFn {
+    /// Builds what it needs on the device itself.
+    OneSided(fn(&str) -> CaseResult),
+    /// A two-sided case (`two_host`): here with side B a second QP in this
+    /// process; `--peer` runs the same code against another host.
+    TwoSided(two_host::TwoHostFn),
 }
 
 impl Case {
     /// Runs the case on device `dev`. A panic inside the case is a failure.
     pub fn run(&self, dev: &str) -> CaseResult {
-        match std::panic::catch_unwind(|| (self.run)(dev)) {
+        let run = || match self.run {
+            CaseFn::OneSided(f) => f(dev),
+            CaseFn::TwoSided(f) => two_host::run_local(dev, f),
+        };
+        match std::panic::catch_unwind(run) {
             Ok(r) => r,
             Err(p) => {
                 let msg = p
@@ -225,54 +238,6 @@ fn read_u64(mr: &Mr, off: usize) -> Result<u64, Failure> {
     let mut b = [0u8; 8];
     mr.read(off, &mut b)?;
     Ok(u64::from_ne_bytes(b))
-}
-
-fn rdma_write_4096_lands_byte_for_byte(dev: &str) -> CaseResult {
-    let mut notes: Vec<String> = Vec::new();
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let dst =
-        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let data = pattern(4096, 7);
-    src.write(0, &data)?;
-    let sge = [Sge::new(&src, 0, 4096)?];
-    s.a.post_send(&[SendWr::rdma_write(77, &sge, remote(&dst, 0)).signaled()])?;
-    let wc = poll_one(&mut s.a)?;
-    check_eq!(wc.status, WcStatus::SUCCESS);
-    check_eq!(wc.wr_id, 77);
-    check_eq!(wc.opcode, WcOpcode::RDMA_WRITE);
-    check_eq!(wc.qp_num, s.a.qp_num());
-    check_eq!(contents(&dst)?, data, "payload differs");
-    notes.push(format!(
-        "4096-byte RDMA WRITE landed byte for byte ({} path)",
-        s.a.data_path()
-    ));
-    drop(s.b);
-    passed(notes)
-}
-
-fn wrong_rkey_is_remote_access_error_and_target_unchanged(dev: &str) -> CaseResult {
-    let mut notes: Vec<String> = Vec::new();
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let dst =
-        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    src.write(0, &pattern(4096, 1))?;
-    let before = pattern(4096, 200);
-    dst.write(0, &before)?;
-    let sge = [Sge::new(&src, 0, 4096)?];
-    let bad = RemoteAddr {
-        addr: dst.addr(),
-        rkey: Rkey(dst.rkey().0 ^ 0x00ab_cd00),
-    };
-    s.a.post_send(&[SendWr::rdma_write(5, &sge, bad).signaled()])?;
-    let wc = poll_one(&mut s.a)?;
-    check_eq!(wc.status, WcStatus::REM_ACCESS_ERR, "got {}", wc.status);
-    check_eq!(wc.wr_id, 5);
-    check_eq!(contents(&dst)?, before, "target changed");
-    notes.push(format!("wrong rkey -> {}, target unchanged", wc.status));
-    drop(s.b);
-    passed(notes)
 }
 
 fn write_beyond_the_remote_mr_is_remote_access_error(dev: &str) -> CaseResult {
@@ -620,165 +585,6 @@ fn atomics_update_the_remote_word_and_return_the_old_value(dev: &str) -> CaseRes
     passed(notes)
 }
 
-fn send_lands_in_the_posted_receive_with_its_immediate(dev: &str) -> CaseResult {
-    let mut notes: Vec<String> = Vec::new();
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let rbuf = s.pd.reg_mr(8192, Access::LOCAL_WRITE)?;
-    let data = pattern(4096, 3);
-    src.write(0, &data)?;
-    // Two receives on B, filled in order by a SEND and a SEND_IMM.
-    let r0 = [Sge::new(&rbuf, 0, 1000)?];
-    let r1 = [Sge::new(&rbuf, 4096, 4096)?];
-    s.b.post_recv(&[RecvWr::new(500, &r0), RecvWr::new(501, &r1)])?;
-    let sge = [Sge::new(&src, 0, 1000)?];
-    s.a.post_send(&[SendWr::send(10, &sge).signaled()])?;
-    let big = [Sge::new(&src, 0, 4096)?];
-    s.a.post_send(&[SendWr::send_with_imm(11, &big, 0x89AB_CDEF).signaled()])?;
-    let sent = poll_until(&mut s.a, 2)?;
-    check!(
-        sent.iter()
-            .all(|c| c.status.is_ok() && c.opcode == WcOpcode::SEND),
-        "{sent:?}"
-    );
-    let got = poll_until(&mut s.b, 2)?;
-    check_eq!(
-        (
-            got[0].wr_id,
-            got[0].status,
-            got[0].opcode,
-            got[0].byte_len,
-            got[0].imm
-        ),
-        (500, WcStatus::SUCCESS, WcOpcode::RECV, 1000, None)
-    );
-    check_eq!(
-        (got[1].wr_id, got[1].status, got[1].byte_len, got[1].imm),
-        (501, WcStatus::SUCCESS, 4096, Some(0x89AB_CDEF))
-    );
-    let all = contents(&rbuf)?;
-    check_eq!(&all[..1000], &data[..1000], "first receive");
-    check_eq!(&all[4096..], &data[..], "second receive");
-    notes.push(format!(
-        "SEND and SEND_IMM land in posted receives, imm {:#x}",
-        got[1].imm.unwrap_or(0)
-    ));
-    drop(s.b);
-    passed(notes)
-}
-
-fn write_with_imm_lands_and_completes_a_receive(dev: &str) -> CaseResult {
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(256, Access::LOCAL_WRITE)?;
-    let dst =
-        s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let data = pattern(256, 77);
-    src.write(0, &data)?;
-    s.b.post_recv(&[RecvWr::new(900, &[])])?;
-    let sge = [Sge::new(&src, 0, 256)?];
-    s.a.post_send(&[
-        SendWr::rdma_write_with_imm(12, &sge, remote(&dst, 0), 0x89AB_CDEF).signaled(),
-    ])?;
-    let c = poll_one(&mut s.a)?;
-    check_eq!(
-        (c.status, c.wr_id, c.opcode),
-        (WcStatus::SUCCESS, 12, WcOpcode::RDMA_WRITE),
-        "{}",
-        c.status
-    );
-    let r = poll_one(&mut s.b)?;
-    check_eq!(
-        (r.wr_id, r.status, r.opcode, r.imm, r.byte_len),
-        (
-            900,
-            WcStatus::SUCCESS,
-            WcOpcode::RECV_RDMA_WITH_IMM,
-            Some(0x89AB_CDEF),
-            256
-        )
-    );
-    check_eq!(contents(&dst)?, data);
-    drop(s.b);
-    passed(vec![])
-}
-
-fn send_into_a_too_small_receive_fails_on_both_sides(dev: &str) -> CaseResult {
-    let mut notes: Vec<String> = Vec::new();
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(256, Access::LOCAL_WRITE)?;
-    let rbuf = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let r = [Sge::new(&rbuf, 0, 64)?];
-    s.b.post_recv(&[RecvWr::new(7, &r)])?;
-    let sge = [Sge::new(&src, 0, 256)?];
-    s.a.post_send(&[SendWr::send(8, &sge).signaled()])?;
-    let c = poll_one(&mut s.a)?;
-    // mlx5 (and the sim) NAK it as an invalid request; rxe on Debian's 6.1
-    // kernel reports a remote operation error.
-    check_eq!(c.wr_id, 8);
-    check!(
-        [WcStatus::REM_INV_REQ_ERR, WcStatus::REM_OP_ERR].contains(&c.status),
-        "requester got {}",
-        c.status
-    );
-    let rc = poll_one(&mut s.b)?;
-    // mlx5 and the sim: local length error; rxe (6.1): local QP operation error.
-    check_eq!(rc.wr_id, 7);
-    check!(
-        [WcStatus::LOC_LEN_ERR, WcStatus::LOC_QP_OP_ERR].contains(&rc.status),
-        "responder got {}",
-        rc.status
-    );
-    notes.push(format!(
-        "SEND into a small receive -> {} / {}",
-        c.status, rc.status
-    ));
-    drop(s.b);
-    passed(notes)
-}
-
-/// Issue 4's case: W1 valid signaled, W2 wrong rkey signaled, W3 valid
-/// unsignaled, W4 valid signaled: SUCCESS, REM_ACCESS_ERR, then W3 and W4
-/// flushed with their own wr_ids, and remote memory untouched by W3/W4.
-fn an_error_flushes_every_later_wr_with_its_own_wr_id(dev: &str) -> CaseResult {
-    let mut notes: Vec<String> = Vec::new();
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst =
-        s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    src.write(0, &[0x5a; 64])?;
-    let sge = [Sge::new(&src, 0, 64)?];
-    let bad = RemoteAddr {
-        addr: dst.addr(),
-        rkey: Rkey(dst.rkey().0 ^ 0x0012_3400),
-    };
-    s.a.post_send(&[
-        SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled(),
-        SendWr::rdma_write(2, &sge, bad).signaled(),
-        SendWr::rdma_write(3, &sge, remote(&dst, 64)),
-        SendWr::rdma_write(4, &sge, remote(&dst, 128)).signaled(),
-    ])?;
-    let got = poll_until(&mut s.a, 4)?;
-    let seen: Vec<(u64, WcStatus)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
-    check_eq!(
-        seen,
-        [
-            (1, WcStatus::SUCCESS),
-            (2, WcStatus::REM_ACCESS_ERR),
-            (3, WcStatus::WR_FLUSH_ERR),
-            (4, WcStatus::WR_FLUSH_ERR)
-        ]
-    );
-    let all = contents(&dst)?;
-    check!(all[..64].iter().all(|&b| b == 0x5a), "W1 missing");
-    check!(
-        all[64..].iter().all(|&b| b == 0),
-        "a flushed WR wrote memory"
-    );
-    notes.push(format!("error then flushes: {seen:?}"));
-    drop(s.b);
-    passed(notes)
-}
-
 /// More than 65,536 WQEs, so the 16-bit WQE index in ctrl segments and CQEs wraps.
 fn the_16_bit_wqe_index_wraps(dev: &str) -> CaseResult {
     let ctx = Context::open(dev)?;
@@ -878,107 +684,6 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
 
 /// The operations the size matrix runs, with a name for messages.
 const SIZED_OPS: [&str; 5] = ["WRITE", "WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "READ"];
-
-/// WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM and READ at 0, 1, 63, 64, 4096
-/// bytes and 1 MiB: status, opcode, byte_len, immediate, every byte, and the
-/// 16 bytes after the message untouched. Atomics move exactly 8 bytes; their
-/// own case covers them.
-fn every_opcode_at_every_size(dev: &str) -> CaseResult {
-    const SIZES: [usize; 6] = [0, 1, 63, 64, 4096, 1 << 20];
-    const GUARD: usize = 16;
-    let mut s = setup(dev)?;
-    let len = (1 << 20) + GUARD;
-    let local = s.pd.reg_mr(len, Access::LOCAL_WRITE)?;
-    let far = s.pd.reg_mr(
-        len,
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-    )?;
-    let mut id = 0u64;
-    for &n in &SIZES {
-        for op in SIZED_OPS {
-            id += 1;
-            let data = pattern(n, id as u8);
-            // Data starts on the source side; the destination holds 0xEE,
-            // which must survive past byte n.
-            let (from, to) = if op == "READ" {
-                (&far, &local)
-            } else {
-                (&local, &far)
-            };
-            from.write(0, &data)?;
-            to.write(0, &vec![0xEE; n + GUARD])?;
-            let imm = 0x0100_0000 | id as u32;
-            let lsge = [Sge::new(&local, 0, n as u32)?];
-            let rsge = [Sge::new(&far, 0, (n + GUARD) as u32)?];
-            let at = remote(&far, 0);
-            let wr = match op {
-                "WRITE" => SendWr::rdma_write(id, &lsge, at),
-                "WRITE_WITH_IMM" => SendWr::rdma_write_with_imm(id, &lsge, at, imm),
-                "SEND" => SendWr::send(id, &lsge),
-                "SEND_WITH_IMM" => SendWr::send_with_imm(id, &lsge, imm),
-                _ => SendWr::rdma_read(id, &lsge, at),
-            };
-            let responder = match op {
-                "SEND" | "SEND_WITH_IMM" => {
-                    s.b.post_recv(&[RecvWr::new(id, &rsge)])?;
-                    true
-                }
-                "WRITE_WITH_IMM" => {
-                    s.b.post_recv(&[RecvWr::new(id, &[])])?;
-                    true
-                }
-                _ => false,
-            };
-            s.a.post_send(&[wr.signaled()])?;
-            let c = poll_one(&mut s.a)?;
-            let want_opcode = match op {
-                "WRITE" | "WRITE_WITH_IMM" => WcOpcode::RDMA_WRITE,
-                "READ" => WcOpcode::RDMA_READ,
-                _ => WcOpcode::SEND,
-            };
-            check_eq!(
-                (c.status, c.wr_id, c.opcode),
-                (WcStatus::SUCCESS, id, want_opcode),
-                "{op} of {n} bytes: requester completion"
-            );
-            if op == "READ" {
-                check_eq!(c.byte_len, n as u32, "READ of {n} bytes: byte_len");
-            }
-            if responder {
-                let r = poll_one(&mut s.b)?;
-                let (want_op, want_imm) = match op {
-                    "WRITE_WITH_IMM" => (WcOpcode::RECV_RDMA_WITH_IMM, Some(imm)),
-                    "SEND_WITH_IMM" => (WcOpcode::RECV, Some(imm)),
-                    _ => (WcOpcode::RECV, None),
-                };
-                check_eq!(
-                    (r.status, r.wr_id, r.opcode, r.byte_len, r.imm, r.qp_num),
-                    (
-                        WcStatus::SUCCESS,
-                        id,
-                        want_op,
-                        n as u32,
-                        want_imm,
-                        s.b.qp_num()
-                    ),
-                    "{op} of {n} bytes: responder completion"
-                );
-            }
-            let mut got = vec![0; n + GUARD];
-            to.read(0, &mut got)?;
-            check!(got[..n] == data[..], "{op} of {n} bytes: payload differs");
-            check!(
-                got[n..].iter().all(|&b| b == 0xEE),
-                "{op} of {n} bytes: wrote past the message: {:02x?}",
-                &got[n..]
-            );
-        }
-    }
-    passed(vec![format!(
-        "{} ops x sizes {SIZES:?} landed byte for byte",
-        SIZED_OPS.len()
-    )])
-}
 
 /// Gather and scatter with every SGE count from 1 to the QP's maximum:
 /// a WRITE gathers k pieces, a SEND gathers k and scatters into k, a READ
@@ -1502,80 +1207,6 @@ fn modify_checks_attributes_by_name(dev: &str) -> CaseResult {
     passed(notes)
 }
 
-/// Issue 5's recovery case: after W1 ok, W2 wrong rkey, W3/W4 flushed, both
-/// QPs are in ERR (`query`); ERR -> RESET -> INIT -> RTR -> RTS on both, and
-/// traffic works again.
-fn err_reset_and_reconnect_recovers(dev: &str) -> CaseResult {
-    use crate::{QpAttr, QpState};
-    let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst =
-        s.pd.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    src.write(0, &[0x5a; 64])?;
-    let sge = [Sge::new(&src, 0, 64)?];
-    let bad = RemoteAddr {
-        addr: dst.addr(),
-        rkey: Rkey(dst.rkey().0 ^ 0x0012_3400),
-    };
-    s.a.post_send(&[
-        SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled(),
-        SendWr::rdma_write(2, &sge, bad).signaled(),
-        SendWr::rdma_write(3, &sge, remote(&dst, 64)),
-        SendWr::rdma_write(4, &sge, remote(&dst, 128)).signaled(),
-    ])?;
-    let got = poll_until(&mut s.a, 4)?;
-    let seen: Vec<_> = got.iter().map(|c| (c.wr_id, c.status)).collect();
-    check_eq!(
-        seen,
-        vec![
-            (1, WcStatus::SUCCESS),
-            (2, WcStatus::REM_ACCESS_ERR),
-            (3, WcStatus::WR_FLUSH_ERR),
-            (4, WcStatus::WR_FLUSH_ERR)
-        ]
-    );
-    check_eq!(
-        s.a.query()?.state,
-        QpState::Err,
-        "requester after the error"
-    );
-    // The responder went to ERR too (a remote access error is fatal to both);
-    // rxe may take a moment to get there.
-    let deadline = Instant::now() + COMPLETION_TIMEOUT;
-    while s.b.query()?.state != QpState::Err {
-        check!(Instant::now() < deadline, "responder never reached ERR");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    check!(
-        contents(&dst)?[64..].iter().all(|&b| b == 0),
-        "a flushed WR wrote memory"
-    );
-    let (ea, eb) = (s.a.endpoint(), s.b.endpoint());
-    for q in [&mut s.a, &mut s.b] {
-        q.modify(QpState::Err, &QpAttr::default())?;
-        q.modify(QpState::Reset, &QpAttr::default())?;
-        check_eq!(q.query()?.state, QpState::Reset);
-        q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
-    }
-    s.a.modify(QpState::Rtr, &s.a.rtr_attr(&eb, 0x777))?;
-    s.b.modify(QpState::Rtr, &s.b.rtr_attr(&ea, 0x999))?;
-    s.a.modify(QpState::Rts, &QpAttr::rts(0x999, 6))?;
-    s.b.modify(QpState::Rts, &QpAttr::rts(0x777, 6))?;
-    src.write(0, &[0x66; 64])?;
-    s.a.post_send(&[SendWr::rdma_write(5, &sge, remote(&dst, 192)).signaled()])?;
-    let c = poll_one(&mut s.a)?;
-    check_eq!(
-        (c.status, c.wr_id),
-        (WcStatus::SUCCESS, 5),
-        "after recovery"
-    );
-    check!(
-        contents(&dst)?[192..] == [0x66; 64],
-        "payload after recovery"
-    );
-    passed(vec![])
-}
-
 /// A receiver asking for `min_rnr_timer` 1 (0.01 ms) and a sender with
 /// `rnr_retry` 1: a SEND with no receive posted ends RNR_RETRY_EXC_ERR
 /// within a second. With `min_rnr_timer` 18 (5.12 ms) the one retry waits
@@ -1750,21 +1381,6 @@ fn connect_checks_first_and_optional_attributes_apply(dev: &str) -> CaseResult {
         "WRITE without REMOTE_WRITE -> {:?}",
         c.status
     )])
-}
-
-/// The two-sided cases (`two_host`), with side B a second QP in this
-/// process: the same code `rdma-direct conformance --peer HOST` runs against
-/// a server on another host.
-fn two_sided_cases_with_a_local_peer(dev: &str) -> CaseResult {
-    let mut notes = Vec::new();
-    for (name, case) in two_host::two_host_cases() {
-        match two_host::run_local(dev, *case) {
-            Ok(Outcome::Passed(_)) => notes.push(*name),
-            Ok(Outcome::Skipped(why)) => return skipped(format!("{name}: {why}")),
-            Err(f) => return Err(Failure(format!("{name}: {f}"))),
-        }
-    }
-    passed(vec![format!("{} two-sided cases", notes.len())])
 }
 
 const NEEDS_HOOK: &str =
@@ -1949,51 +1565,51 @@ macro_rules! case {
     ($f:ident) => {
         Case {
             name: stringify!($f),
-            run: $f,
+            run: CaseFn::OneSided($f),
         }
     };
 }
 
 /// Every case, in the order the CLI runs them.
 pub fn cases() -> &'static [Case] {
-    const CASES: &[Case] = &[
-        case!(rdma_write_4096_lands_byte_for_byte),
-        case!(wrong_rkey_is_remote_access_error_and_target_unchanged),
-        case!(write_beyond_the_remote_mr_is_remote_access_error),
-        case!(inline_gather_and_unsignaled_writes_wrap_the_ring),
-        case!(bad_input_is_refused_and_posts_nothing),
-        case!(latency_benchmarks_run),
-        case!(qp_outlives_its_context_handle),
-        case!(memory_of_another_protection_domain_is_refused),
-        case!(zero_length_write_checks_no_rkey),
-        case!(send_queue_full_refuses_the_whole_batch_until_completions_are_polled),
-        case!(rdma_read_lands_byte_for_byte_and_needs_remote_read),
-        case!(atomics_update_the_remote_word_and_return_the_old_value),
-        case!(send_lands_in_the_posted_receive_with_its_immediate),
-        case!(write_with_imm_lands_and_completes_a_receive),
-        case!(send_into_a_too_small_receive_fails_on_both_sides),
-        case!(an_error_flushes_every_later_wr_with_its_own_wr_id),
-        case!(the_16_bit_wqe_index_wraps),
-        case!(unsignaled_streams_never_fill_the_send_queue),
-        case!(bandwidth_benchmarks_run),
-        case!(every_opcode_at_every_size),
-        case!(one_to_max_sges_gather_and_scatter),
-        case!(inline_at_the_limit_and_one_over),
-        case!(post_before_rts_is_refused),
-        case!(rnr_retry_finite_and_forever),
-        case!(fence_and_solicited),
-        case!(two_sided_cases_with_a_local_peer),
-        case!(completion_events_wake_the_waiter),
-        case!(modify_checks_attributes_by_name),
-        case!(err_reset_and_reconnect_recovers),
-        case!(short_rnr_timer_fails_fast),
-        case!(connect_checks_first_and_optional_attributes_apply),
-        case!(unsignaled_streams_never_exhaust_cq_credits),
-        case!(refused_receive_batches_post_nothing),
-        case!(cq_credits_bound_what_is_outstanding),
-        case!(malformed_wqes_are_local_qp_operation_errors),
-        case!(misaligned_atomic_is_a_remote_invalid_request),
-        case!(cq_overrun_stops_the_cq_and_raises_an_event),
-    ];
-    CASES
+    static ALL: std::sync::OnceLock<Vec<Case>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut v = ONE_SIDED.to_vec();
+        v.extend(two_host::two_host_cases().iter().map(|&(name, f)| Case {
+            name,
+            run: CaseFn::TwoSided(f),
+        }));
+        v
+    })
 }
+
+const ONE_SIDED: &[Case] = &[
+    case!(write_beyond_the_remote_mr_is_remote_access_error),
+    case!(inline_gather_and_unsignaled_writes_wrap_the_ring),
+    case!(bad_input_is_refused_and_posts_nothing),
+    case!(latency_benchmarks_run),
+    case!(qp_outlives_its_context_handle),
+    case!(memory_of_another_protection_domain_is_refused),
+    case!(zero_length_write_checks_no_rkey),
+    case!(send_queue_full_refuses_the_whole_batch_until_completions_are_polled),
+    case!(rdma_read_lands_byte_for_byte_and_needs_remote_read),
+    case!(atomics_update_the_remote_word_and_return_the_old_value),
+    case!(the_16_bit_wqe_index_wraps),
+    case!(unsignaled_streams_never_fill_the_send_queue),
+    case!(bandwidth_benchmarks_run),
+    case!(one_to_max_sges_gather_and_scatter),
+    case!(inline_at_the_limit_and_one_over),
+    case!(post_before_rts_is_refused),
+    case!(rnr_retry_finite_and_forever),
+    case!(fence_and_solicited),
+    case!(completion_events_wake_the_waiter),
+    case!(modify_checks_attributes_by_name),
+    case!(short_rnr_timer_fails_fast),
+    case!(connect_checks_first_and_optional_attributes_apply),
+    case!(unsignaled_streams_never_exhaust_cq_credits),
+    case!(refused_receive_batches_post_nothing),
+    case!(cq_credits_bound_what_is_outstanding),
+    case!(malformed_wqes_are_local_qp_operation_errors),
+    case!(misaligned_atomic_is_a_remote_invalid_request),
+    case!(cq_overrun_stops_the_cq_and_raises_an_event),
+];

@@ -23,10 +23,8 @@ pub(crate) struct DirectQp {
     qpn: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
-    /// Receives the QP may hold, and the counts posted and completed.
+    /// Receives the QP may hold (the RQ ring may be larger).
     max_recv_wr: u32,
-    recv_posted: u32,
-    recv_done: u32,
     /// Room in the CQ: every posted WR holds one credit until retired.
     credits: CqCredits,
     /// Test hook: post without taking credits (to reach a CQ overrun).
@@ -81,8 +79,6 @@ impl DirectQp {
             max_send_sge,
             max_recv_sge: max_recv_sge.max(1),
             max_recv_wr,
-            recv_posted: 0,
-            recv_done: 0,
             credits: CqCredits::new(cqe_cnt),
             ignore_credits: false,
             dev: DirectDev::Sim {
@@ -126,8 +122,6 @@ impl DirectQp {
             max_send_sge: caps.max_send_sge,
             max_recv_sge: caps.max_recv_sge.max(1),
             max_recv_wr: caps.max_recv_wr,
-            recv_posted: 0,
-            recv_done: 0,
             credits: CqCredits::new(objs.cq_depth),
             ignore_credits: false,
             path: crate::PathInfo {
@@ -240,8 +234,6 @@ impl DirectQp {
         self.cq.update_ci();
         self.sq.reset();
         self.rq.reset();
-        self.recv_posted = 0;
-        self.recv_done = 0;
         self.credits = CqCredits::new(self.credits.depth());
     }
 
@@ -280,7 +272,6 @@ impl DirectQp {
     /// Waits up to `timeout` for a completion event on the CQ's event fd;
     /// consumes it (the next arm carries the next sequence number).
     pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         let sim_cq = match &mut self.dev {
             DirectDev::Sim { cq, .. } => cq,
             #[cfg(feature = "verbs")]
@@ -292,19 +283,7 @@ impl DirectQp {
                 return Ok(got);
             }
         };
-        // Rounded up: a 100 us wait must not become a 0 ms busy poll.
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(sim_cq.event_fd(), PollFlags::POLLIN)];
-        let n = poll(
-            &mut fds,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        )
-        .map_err(|e| Error::Verbs {
-            call: "poll",
-            errno: e as i32,
-            detail: " (the CQ's event fd)".into(),
-        })?;
-        if n == 0 {
+        if !crate::wait_readable(sim_cq.event_fd(), timeout, "the CQ's event fd")? {
             return Ok(false);
         }
         for _ in 0..sim_cq.take_events() {
@@ -455,7 +434,7 @@ impl DirectQp {
                 )));
             }
         }
-        let held = self.recv_posted.wrapping_sub(self.recv_done);
+        let held = self.rq.outstanding();
         if held as usize + wrs.len() > self.max_recv_wr as usize
             || wrs.len() as u32 > self.rq.free()
         {
@@ -477,7 +456,6 @@ impl DirectQp {
             }
             // Checked above (SGE count, length, room): cannot fail.
             self.rq.post(&segs[..w.sges.len()], w.wr_id)?;
-            self.recv_posted = self.recv_posted.wrapping_add(1);
         }
         self.rq.ring_doorbell();
         Ok(())
@@ -542,7 +520,6 @@ impl DirectQp {
         if n > 0 || recvs > 0 || self.sq.free_wrs() != sq_free {
             self.cq.update_ci();
         }
-        self.recv_done = self.recv_done.wrapping_add(recvs);
         self.give_credits(self.sq.free_wrs() - sq_free + recvs);
         result.map(|()| n)
     }

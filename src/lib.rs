@@ -590,6 +590,29 @@ impl SimHook<'_> {
     }
 }
 
+/// Waits up to `timeout` (rounded up to whole ms: a 100 us wait must not
+/// become a 0 ms busy poll) for `fd` to become readable; `what` names it in
+/// errors. The one wait of event mode, on both data paths.
+pub(crate) fn wait_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+    what: &str,
+) -> Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let n = poll(
+        &mut fds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    )
+    .map_err(|e| Error::Verbs {
+        call: "poll",
+        errno: e as i32,
+        detail: format!(" ({what})"),
+    })?;
+    Ok(n > 0)
+}
+
 /// A random 24-bit PSN (as perftest and `ibv_rc_pingpong` pick them).
 fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
@@ -683,7 +706,7 @@ impl Qp {
     /// Connects two QPs of the same PD to each other (loopback on one
     /// device): each goes RESET -> INIT -> RTR -> RTS with the peer's QPN and
     /// PSN, path MTU the port's active MTU, RoCE v2 GID as in [`QpConfig`],
-    /// and `rnr_retry` from `a`'s config for both.
+    /// and each QP's own `rnr_retry` ([`Self::connect_remote`] on each side).
     ///
     /// Errors: the QPs belong to different PDs, or either is not in RESET
     /// ([`Error::Invalid`], nothing changed); a failed transition (the QP is
@@ -702,17 +725,10 @@ impl Qp {
         }
         let (ea, eb) = (a.local, b.local);
         let (psn_a, psn_b) = (random_psn(), random_psn());
-        let rnr_retry = a.cfg.rnr_retry;
-        for q in [&mut *a, &mut *b] {
-            let port = q.cfg.port;
-            q.modify(QpState::Init, &QpAttr::init(port, Access::all()))?;
-        }
-        for (q, peer, peer_psn) in [(&mut *a, eb, psn_b), (&mut *b, ea, psn_a)] {
-            let rtr = q.rtr_attr(&peer, peer_psn);
-            q.modify(QpState::Rtr, &rtr)?;
-        }
-        for (q, psn) in [(&mut *a, psn_a), (&mut *b, psn_b)] {
-            q.modify(QpState::Rts, &QpAttr::rts(psn, rnr_retry))?;
+        a.connect_remote(psn_a, &eb, psn_b)?;
+        if let Err(e) = b.connect_remote(psn_b, &ea, psn_a) {
+            let _ = a.modify(QpState::Reset, &QpAttr::default());
+            return Err(e);
         }
         Ok(())
     }

@@ -311,23 +311,13 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         };
     }
     let filter = a.filter.as_deref().unwrap_or("");
-    if !cases().iter().any(|c| c.name.contains(filter))
-        && !two_host::two_host_cases()
-            .iter()
-            .any(|(n, _)| n.contains(filter))
-    {
+    if !cases().iter().any(|c| c.name.contains(filter)) {
         eprintln!("rdma-direct: error: no conformance case matches {filter:?} (see --list)");
         return ExitCode::from(2);
     }
     if a.list {
         for c in cases().iter().filter(|c| c.name.contains(filter)) {
             out!("{}", c.name);
-        }
-        for (name, _) in two_host::two_host_cases()
-            .iter()
-            .filter(|(n, _)| n.contains(filter))
-        {
-            out!("{name}  (two-sided: --server / --peer; in one process: two_sided_cases_with_a_local_peer)");
         }
         return ExitCode::SUCCESS;
     }

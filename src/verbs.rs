@@ -1004,23 +1004,9 @@ pub(crate) fn wait_channel(
     channel: *mut ibv_comp_channel,
     timeout: std::time::Duration,
 ) -> Result<bool> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::BorrowedFd;
-    // Rounded up: a 100 us wait must not become a 0 ms busy poll.
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
     // SAFETY: the caller keeps the channel (and its fd) alive.
-    let fd = unsafe { BorrowedFd::borrow_raw((*channel).fd) };
-    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-    let n = poll(
-        &mut fds,
-        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-    )
-    .map_err(|e| Error::Verbs {
-        call: "poll",
-        errno: e as i32,
-        detail: " (completion channel)".into(),
-    })?;
-    if n == 0 {
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw((*channel).fd) };
+    if !crate::wait_readable(fd, timeout, "completion channel")? {
         return Ok(false);
     }
     let mut cq: *mut ibv_cq = std::ptr::null_mut();

@@ -661,7 +661,12 @@ impl ReceiveQueue {
 
     /// Receive WQEs that may still be posted.
     pub fn free(&self) -> u32 {
-        self.wqe_cnt - self.head.wrapping_sub(self.tail)
+        self.wqe_cnt - self.outstanding()
+    }
+
+    /// Receive WQEs posted and not yet completed.
+    pub fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.tail)
     }
 
     /// Most data segments per receive WQE (`stride / 16`).

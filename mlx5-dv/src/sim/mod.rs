@@ -1429,10 +1429,12 @@ fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
             } else {
                 s.len as usize
             };
+            // SAFETY: SGE `i` and its place in the remote range were checked above.
             unsafe { dma::copy(s.addr, dst, body) };
             dst += s.len as u64;
         }
         let s = sge(last_sge);
+        // SAFETY: the last byte of a checked SGE into the checked remote range.
         unsafe { dma::copy_last_byte(s.addr + s.len as u64 - 1, last) };
     }
     Exec::Ok {
