@@ -1096,6 +1096,62 @@ fn unsignaled_streams_never_exhaust_cq_credits(dev: &str) -> CaseResult {
     )])
 }
 
+/// QP configurations out of range are refused with `Error::Invalid` before
+/// the device is asked for anything, and a good one still works after them.
+fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let bad: [(&str, QpConfig); 5] = [
+        (
+            "rnr_retry 8",
+            QpConfig {
+                rnr_retry: 8,
+                ..QpConfig::default()
+            },
+        ),
+        (
+            "min_rnr_timer 32",
+            QpConfig {
+                min_rnr_timer: 32,
+                ..QpConfig::default()
+            },
+        ),
+        (
+            "cq_depth 0",
+            QpConfig {
+                cq_depth: Some(0),
+                ..QpConfig::default()
+            },
+        ),
+        (
+            "max_recv_wr 16385",
+            QpConfig {
+                max_recv_wr: 16385,
+                ..QpConfig::default()
+            },
+        ),
+        (
+            "max_send_wr 0",
+            QpConfig {
+                max_send_wr: 0,
+                ..QpConfig::default()
+            },
+        ),
+    ];
+    for (what, cfg) in bad {
+        let r = pd.create_qp(&cfg);
+        check!(matches!(r, Err(Error::Invalid(_))), "{what}: {:?}", r.err());
+    }
+    let qp = pd.create_qp(&QpConfig {
+        min_rnr_timer: 31,
+        ..QpConfig::default()
+    })?;
+    check_eq!(qp.state(), crate::QpState::Reset);
+    passed(vec![
+        "5 configs refused, min_rnr_timer 31 accepted".to_string()
+    ])
+}
+
 /// A receive batch with one bad WR posts none of it.
 fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
@@ -1608,6 +1664,7 @@ const ONE_SIDED: &[Case] = &[
     case!(connect_checks_first_and_optional_attributes_apply),
     case!(unsignaled_streams_never_exhaust_cq_credits),
     case!(refused_receive_batches_post_nothing),
+    case!(out_of_range_qp_configs_are_refused),
     case!(cq_credits_bound_what_is_outstanding),
     case!(malformed_wqes_are_local_qp_operation_errors),
     case!(misaligned_atomic_is_a_remote_invalid_request),

@@ -314,9 +314,14 @@ pub struct QpConfig {
     pub gid_index: Option<u8>,
     /// How often a SEND that finds no posted receive at the peer (RNR NAK)
     /// is retried before it fails with `RNR_RETRY_EXC_ERR`: 0 to 6, or 7 for
-    /// forever (IB spec 9.7.5.2.8). The responder waits `min_rnr_timer` 12
-    /// (0.64 ms) between tries.
+    /// forever (IB spec 9.7.5.2.8). The responder's `min_rnr_timer` sets
+    /// the wait between tries.
     pub rnr_retry: u8,
+    /// The RNR NAK timer this QP asks of a sender when it has no receive
+    /// posted, as the IB spec table 45 code 0..=31 (`ibv_qp_attr.min_rnr_timer`;
+    /// 12 = 0.64 ms, the default, as rdma-core's `ibv_rc_pingpong` uses;
+    /// 31 = 491.52 ms; 0 = 655.36 ms). Set at INIT -> RTR by [`Qp::rtr_attr`].
+    pub min_rnr_timer: u8,
     /// Depth of the QP's CQ in CQEs; `None`: room for every outstanding send
     /// and posted receive (`max_send_wr + max_recv_wr`), so the CQ never
     /// limits posting. The device may round it up ([`Qp::cq_depth`]). Posts
@@ -337,6 +342,7 @@ impl Default for QpConfig {
             port: 1,
             gid_index: None,
             rnr_retry: 6,
+            min_rnr_timer: 12,
             cq_depth: None,
         }
     }
@@ -409,6 +415,11 @@ impl Pd {
     /// The CQ has room for a completion of every outstanding send and every
     /// posted receive (what a flush after an error produces), so it cannot
     /// overrun.
+    ///
+    /// Errors: [`Error::Invalid`], before the device is asked, when
+    /// `max_send_wr` is not 1..=16384, `max_recv_wr` over 16384, `rnr_retry`
+    /// over 7, `min_rnr_timer` over 31 or `cq_depth` not 1..=4194304; the
+    /// device's own refusals as [`Error::Verbs`] naming the call.
     pub fn create_qp(&self, cfg: &QpConfig) -> Result<Qp> {
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
             return Err(Error::Invalid(format!(
@@ -426,6 +437,12 @@ impl Pd {
             return Err(Error::Invalid(format!(
                 "rnr_retry {} must be 0..=7 (7: retry forever)",
                 cfg.rnr_retry
+            )));
+        }
+        if cfg.min_rnr_timer > 31 {
+            return Err(Error::Invalid(format!(
+                "min_rnr_timer {} must be 0..=31 (IB spec table 45 code)",
+                cfg.min_rnr_timer
             )));
         }
         // Default: room for a completion of every outstanding send and posted receive.
@@ -812,7 +829,7 @@ impl Qp {
     /// The INIT -> RTR attributes toward `peer` whose first PSN is
     /// `peer_psn`: a global address vector on RoCE (our chosen GID index,
     /// hop limit 64), path MTU the smaller of the two active MTUs,
-    /// `min_rnr_timer` 12, one READ/atomic in flight.
+    /// `min_rnr_timer` from the QP's config, one READ/atomic in flight.
     pub fn rtr_attr(&self, peer: &Endpoint, peer_psn: u32) -> QpAttr {
         let grh = self.local.roce.then(|| Grh {
             dgid: peer.gid,
@@ -832,7 +849,10 @@ impl Qp {
             (0, m) | (m, 0) => m,
             (a, b) => a.min(b),
         };
-        QpAttr::rtr(av, mtu, peer.qpn, peer_psn)
+        QpAttr {
+            min_rnr_timer: Some(self.cfg.min_rnr_timer),
+            ..QpAttr::rtr(av, mtu, peer.qpn, peer_psn)
+        }
     }
 
     /// Moves the QP to `to` with `attr` (IB spec 11.2.4.2). The attributes

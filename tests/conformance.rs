@@ -124,6 +124,7 @@ conformance_tests!(
     connect_checks_first_and_optional_attributes_apply,
     unsignaled_streams_never_exhaust_cq_credits,
     refused_receive_batches_post_nothing,
+    out_of_range_qp_configs_are_refused,
     cq_credits_bound_what_is_outstanding,
     malformed_wqes_are_local_qp_operation_errors,
     misaligned_atomic_is_a_remote_invalid_request,

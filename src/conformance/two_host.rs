@@ -270,6 +270,10 @@ fn two_host_config() -> QpConfig {
         max_send_wr: 64,
         max_send_sge: 4,
         max_inline: 128,
+        // A receive posted late at B travels over TCP to another host, which
+        // under TCG can take longer than 6 tries at 0.64 ms each: 6 tries at
+        // 491.52 ms cover it.
+        min_rnr_timer: 31,
         ..QpConfig::default()
     }
 }
@@ -757,7 +761,7 @@ fn th_too_small_receive_fails_both_sides(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) 
 
 /// A receive posted after the SEND (side B posts it only when told, after
 /// A's post returned): the SEND is NAKed until it is there (`rnr_retry` 6
-/// at `min_rnr_timer` 12, about 4.5 ms of retries), then lands.
+/// at B's `min_rnr_timer` 31, about 2.9 s of retries), then lands.
 fn th_rnr_waits_for_a_late_receive(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
     let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[0x3c; 64])?;
