@@ -45,6 +45,8 @@
 pub struct ReadmeDoctests;
 
 pub mod bench;
+#[cfg(feature = "verbs")]
+pub mod cm;
 pub mod conformance;
 mod direct;
 mod error;
@@ -765,18 +767,25 @@ impl Qp {
                 self.state
             )));
         }
+        let init = QpAttr::init(self.cfg.port, Access::all());
+        let rtr = self.rtr_attr(peer, peer_psn);
+        let rts = QpAttr::rts(my_psn, self.cfg.rnr_retry);
+        self.connect_steps(init, rtr, rts)
+    }
+
+    /// RESET -> INIT -> RTR -> RTS with these attributes, every step checked
+    /// before the first modify; a failed modify takes the QP back to RESET.
+    pub(crate) fn connect_steps(&mut self, init: QpAttr, rtr: QpAttr, rts: QpAttr) -> Result<()> {
+        if self.state != QpState::Reset {
+            return Err(Error::Invalid(format!(
+                "connecting needs the QP in RESET (it is in {:?})",
+                self.state
+            )));
+        }
         let steps = [
-            (
-                QpState::Reset,
-                QpState::Init,
-                QpAttr::init(self.cfg.port, Access::all()),
-            ),
-            (QpState::Init, QpState::Rtr, self.rtr_attr(peer, peer_psn)),
-            (
-                QpState::Rtr,
-                QpState::Rts,
-                QpAttr::rts(my_psn, self.cfg.rnr_retry),
-            ),
+            (QpState::Reset, QpState::Init, init),
+            (QpState::Init, QpState::Rtr, rtr),
+            (QpState::Rtr, QpState::Rts, rts),
         ];
         for (from, to, attr) in &steps {
             qp_attr::check_rc_modify(*from, *to, attr, self.local.roce)?;
@@ -790,6 +799,20 @@ impl Qp {
             }
         }
         Ok(())
+    }
+
+    /// The configuration the QP was created with.
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    /// The ibverbs device the QP lives on; `None` on the sim.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn verbs_device(&self) -> Option<&str> {
+        match &self.pd.kind {
+            PdKind::Verbs(pd, _) => Some(&pd.ctx.name),
+            PdKind::Sim(..) => None,
+        }
     }
 
     /// A random first PSN (24 bits) for [`Self::connect_remote`].

@@ -169,6 +169,11 @@ struct ConformanceArgs {
     #[arg(short = 'p', long = "port", default_value_t = rdma_direct::exchange::DEFAULT_PORT,
           value_parser = clap::value_parser!(u16).range(1..))]
     tcp_port: u16,
+    /// Two hosts: connect the QPs through the RDMA connection manager
+    /// (librdmacm, the same port number in its port space) instead of the
+    /// TCP exchange, like perftest's -R. Both sides must say it.
+    #[arg(short = 'R', long = "rdma_cm")]
+    rdma_cm: bool,
 }
 
 fn main() -> ExitCode {
@@ -237,6 +242,17 @@ fn main() -> ExitCode {
 
 fn conformance(a: &ConformanceArgs) -> ExitCode {
     use rdma_direct::conformance::{cases, run, two_host, Outcome};
+    let how = if a.rdma_cm {
+        two_host::Connect::RdmaCm
+    } else {
+        two_host::Connect::Tcp
+    };
+    if a.rdma_cm && !a.server && a.peer.is_none() {
+        eprintln!(
+            "rdma-direct: error: -R (rdma_cm) is for two hosts: give --server or --peer HOST"
+        );
+        return ExitCode::from(2);
+    }
     if a.server || a.peer.is_some() {
         if a.device == rdma_direct::SIM_DEVICE {
             eprintln!(
@@ -250,10 +266,12 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         }
         if a.server {
             eprintln!(
-                "rdma-direct: serving the two-sided cases on {}; waiting for `conformance --peer` on TCP port {}",
-                a.device, a.tcp_port
+                "rdma-direct: serving the two-sided cases on {}; waiting for `conformance --peer` on TCP port {}{}",
+                a.device,
+                a.tcp_port,
+                if a.rdma_cm { " (QPs connected through rdma_cm)" } else { "" }
             );
-            return match two_host::serve(&a.device, a.tcp_port) {
+            return match two_host::serve(&a.device, a.tcp_port, how) {
                 Ok(()) => {
                     out!(
                         "conformance server on {}: served {} two-sided cases",
@@ -280,7 +298,7 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
             .unwrap_or(0);
         let (mut passed, mut failed, mut skipped) = (0, 0, 0);
         for (name, case) in two_host::two_host_cases() {
-            let line = match two_host::run_remote(&a.device, host, a.tcp_port, *case) {
+            let line = match two_host::run_remote(&a.device, host, a.tcp_port, how, *case) {
                 Ok(Outcome::Passed(n)) => {
                     passed += 1;
                     if n.is_empty() {
@@ -299,10 +317,15 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
                 }
             };
             out!("{name:<width$}  {line}");
+            if line.starts_with(&format!("FAILED: {}", two_host::NOT_CONNECTED)) {
+                eprintln!("rdma-direct: stopping: no connection to the server, the remaining cases are not run");
+                break;
+            }
         }
         out!(
-            "conformance on {} with side B on {host}: {passed} passed, {failed} failed, {skipped} skipped",
-            a.device
+            "conformance on {} with side B on {host}{}: {passed} passed, {failed} failed, {skipped} skipped",
+            a.device,
+            if a.rdma_cm { " (QPs connected through rdma_cm)" } else { "" }
         );
         return if failed > 0 {
             ExitCode::FAILURE

@@ -278,15 +278,38 @@ fn two_host_config() -> QpConfig {
     }
 }
 
-/// One QP connected to a peer's over the exchange on `tcp`; a 64-byte MR is
-/// offered (the exchange carries one buffer; the cases register their own).
-fn connect_over(
-    ctx: &Context,
-    pd: &Pd,
-    server: Option<u16>,
-    client: Option<(&str, u16)>,
-) -> crate::Result<(Qp, TcpStream, Mr)> {
-    let _ = ctx;
+/// How side A's and side B's QPs are connected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Connect {
+    /// Our TCP exchange ([`crate::exchange`]) and [`Qp::connect_remote`].
+    #[default]
+    Tcp,
+    /// The RDMA connection manager ([`crate::cm`], perftest's `-R`), on the
+    /// same port number in the CM's port space; the peer protocol still runs
+    /// on a TCP connection made first.
+    RdmaCm,
+}
+
+#[cfg(feature = "verbs")]
+type CmConn = crate::cm::CmConnection;
+#[cfg(not(feature = "verbs"))]
+type CmConn = ();
+
+/// Where this side connects from: the server's CM listener lives across
+/// its cases.
+enum Side<'a> {
+    #[cfg(feature = "verbs")]
+    Server(u16, Option<&'a crate::cm::CmListener>),
+    #[cfg(not(feature = "verbs"))]
+    Server(u16, Option<&'a ()>),
+    Client(&'a str, u16, Connect),
+}
+
+/// One QP connected to a peer's, and the TCP connection the peer protocol
+/// runs on (made by the exchange). With [`Connect::RdmaCm`] the QP is
+/// connected by the CM instead of the exchanged facts. A 64-byte MR is
+/// offered (the cases register their own).
+fn connect_over(pd: &Pd, side: Side<'_>) -> crate::Result<(Qp, TcpStream, Mr, Option<CmConn>)> {
     let mut qp = pd.create_qp(&two_host_config())?;
     let mr = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let psn = Qp::random_psn();
@@ -297,25 +320,97 @@ fn connect_over(
         addr: mr.addr(),
         len: 64,
     };
-    let (peer, mut tcp) = match (server, client) {
-        (Some(port), _) => exchange::serve(port, &mine)?,
-        (None, Some((host, port))) => {
+    let (peer, mut tcp) = match side {
+        Side::Server(port, _) => exchange::serve(port, &mine)?,
+        Side::Client(host, port, _) => {
             exchange::connect(host, port, Duration::from_secs(60), &mine)?
         }
-        (None, None) => return Err(Error::Invalid("neither server nor client".into())),
     };
-    qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+    let how = match side {
+        Side::Server(_, l) => {
+            if l.is_some() {
+                Connect::RdmaCm
+            } else {
+                Connect::Tcp
+            }
+        }
+        Side::Client(_, _, how) => how,
+    };
+    agree_on(&mut tcp, how)?;
+    let cm = match side {
+        Side::Server(_, None) | Side::Client(_, _, Connect::Tcp) => {
+            qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+            None
+        }
+        #[cfg(feature = "verbs")]
+        Side::Server(_, Some(listener)) => {
+            let offer = crate::cm::CmOffer {
+                rkey: mr.rkey(),
+                addr: mr.addr(),
+                len: 64,
+            };
+            Some(listener.accept(&mut qp, &offer, Duration::from_secs(60))?.0)
+        }
+        #[cfg(feature = "verbs")]
+        Side::Client(host, port, Connect::RdmaCm) => {
+            let offer = crate::cm::CmOffer {
+                rkey: mr.rkey(),
+                addr: mr.addr(),
+                len: 64,
+            };
+            Some(crate::cm::connect(&mut qp, host, port, &offer, Duration::from_secs(60))?.0)
+        }
+        #[cfg(not(feature = "verbs"))]
+        _ => return Err(Error::Invalid("rdma_cm needs the `verbs` feature".into())),
+    };
     exchange::barrier(&mut tcp)?;
-    Ok((qp, tcp, mr))
+    Ok((qp, tcp, mr, cm))
+}
+
+/// Each side says how it connects the QPs (one line, `tcp` or `rdma_cm`);
+/// a mismatch is an error on both sides at once, not a CM timeout.
+fn agree_on(tcp: &mut TcpStream, how: Connect) -> crate::Result<()> {
+    use std::io::Read;
+    let name = |h| match h {
+        Connect::Tcp => "tcp",
+        Connect::RdmaCm => "rdma_cm",
+    };
+    let io = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
+    writeln!(tcp, "{}", name(how)).map_err(io)?;
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while b[0] != b'\n' && line.len() < 16 {
+        tcp.read_exact(&mut b).map_err(io)?;
+        line.push(b[0]);
+    }
+    let theirs = String::from_utf8_lossy(&line).trim().to_string();
+    if theirs != name(how) {
+        return Err(Error::Exchange(format!(
+            "this side connects the QPs through {}, the peer through {theirs:?}: give -R on both sides or on neither",
+            name(how)
+        )));
+    }
+    Ok(())
 }
 
 /// Serves the two-sided cases to one client on `port`, one connection per
-/// case, each with a fresh QP; returns after the last case.
-pub fn serve(dev: &str, port: u16) -> crate::Result<()> {
+/// case, each with a fresh QP connected as `how` says; returns after the
+/// last case.
+pub fn serve(dev: &str, port: u16, how: Connect) -> crate::Result<()> {
     let ctx = Context::open(dev)?;
+    #[cfg(feature = "verbs")]
+    let listener = match how {
+        Connect::Tcp => None,
+        Connect::RdmaCm => Some(crate::cm::CmListener::bind(port)?),
+    };
+    #[cfg(not(feature = "verbs"))]
+    let listener: Option<()> = match how {
+        Connect::Tcp => None,
+        Connect::RdmaCm => return Err(Error::Invalid("rdma_cm needs the `verbs` feature".into())),
+    };
     for _ in two_host_cases() {
         let pd = ctx.alloc_pd()?;
-        let (mut qp, tcp, _mr) = connect_over(&ctx, &pd, Some(port), None)?;
+        let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Server(port, listener.as_ref()))?;
         let mut out = tcp
             .try_clone()
             .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
@@ -477,11 +572,17 @@ pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
     ]
 }
 
-/// Runs one two-sided case against a server on `host:port`.
-pub fn run_remote(dev: &str, host: &str, port: u16, case: TwoHostFn) -> CaseResult {
+/// How the failure of a case whose QPs never got connected begins (the
+/// server is gone or disagrees: running more cases is pointless).
+pub const NOT_CONNECTED: &str = "not connected: ";
+
+/// Runs one two-sided case against a server on `host:port`, the QPs
+/// connected as `how` says (the server must use the same).
+pub fn run_remote(dev: &str, host: &str, port: u16, how: Connect, case: TwoHostFn) -> CaseResult {
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
-    let (mut qp, tcp, _mr) = connect_over(&ctx, &pd, None, Some((host, port)))?;
+    let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Client(host, port, how))
+        .map_err(|e| Failure(format!("{NOT_CONNECTED}{e}")))?;
     let out = tcp
         .try_clone()
         .map_err(|e| Failure(format!("socket: {e}")))?;
