@@ -14,6 +14,8 @@
 //! | `RECV <wr_id> <id>:<offset>:<len>,...` (`-` for none) | `OK` |
 //! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->...` |
 //! | `QUERY` | `OK <state>` |
+//! | `ARM <0 or 1: solicited only>` | `OK` (B's CQ raises its next event) |
+//! | `WAIT <timeout ms>` | `OK 1` if B's CQ event came, `OK 0` if not |
 //! | `ENDPOINT` | `OK <hex of an exchange message>` (B's QP facts) |
 //! | `RECONNECT <hex of A's exchange message> <B's first PSN>` | `OK` (B: ERR -> RESET -> INIT -> RTR -> RTS toward A) |
 //! | `BYE` | `OK` (the server ends this case) |
@@ -63,6 +65,10 @@ pub trait Peer {
     /// Side B: ERR -> RESET, then connect again toward `a` (whose first PSN
     /// is `a_psn`), sending from `b_psn`.
     fn reconnect(&mut self, a: &crate::Endpoint, a_psn: u32, b_psn: u32) -> Result<(), Failure>;
+    /// Arms side B's CQ ([`Qp::arm_cq`]).
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure>;
+    /// Waits up to `timeout` for side B's CQ event ([`Qp::wait_cq_event`]).
+    fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure>;
 }
 
 /// Side B in this process: QP `b` of a loopback pair.
@@ -110,6 +116,12 @@ impl Peer for LocalPeer<'_> {
     }
     fn reconnect(&mut self, a: &crate::Endpoint, a_psn: u32, b_psn: u32) -> Result<(), Failure> {
         reconnect(self.qp, a, a_psn, b_psn)
+    }
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure> {
+        Ok(self.qp.arm_cq(solicited_only)?)
+    }
+    fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure> {
+        Ok(self.qp.wait_cq_event(timeout)?)
     }
 }
 
@@ -252,6 +264,20 @@ impl Peer for RemotePeer {
         self.call(&format!("RECONNECT {} {b_psn}", endpoint_msg(a, a_psn)))
             .map(|_| ())
     }
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure> {
+        self.call(&format!("ARM {}", solicited_only as u8))
+            .map(|_| ())
+    }
+    fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure> {
+        match self
+            .call(&format!("WAIT {}", timeout.as_millis()))?
+            .as_str()
+        {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            _ => Err(bad("WAIT")),
+        }
+    }
     fn state(&mut self) -> Result<QpState, Failure> {
         match self.call("QUERY")?.as_str() {
             "Reset" => Ok(QpState::Reset),
@@ -270,6 +296,7 @@ fn two_host_config() -> QpConfig {
         max_send_wr: 64,
         max_send_sge: 4,
         max_inline: 128,
+        max_recv_sge: 4,
         // A receive posted late at B travels over TCP to another host, which
         // under TCG can take longer than 6 tries at 0.64 ms each: 6 tries at
         // 491.52 ms cover it.
@@ -522,6 +549,14 @@ fn serve_one(line: &str, pd: &Pd, qp: &mut Qp, mrs: &mut Vec<Mr>) -> Result<Stri
                 .join(" "))
         }
         "QUERY" => Ok(format!("{:?}", qp.query()?.state)),
+        "ARM" => {
+            qp.arm_cq(num(1)? != 0)?;
+            Ok(String::new())
+        }
+        "WAIT" => {
+            let ms = num(1)?.min(60_000);
+            Ok((qp.wait_cq_event(Duration::from_millis(ms))? as u8).to_string())
+        }
         "ENDPOINT" => Ok(endpoint_msg(&qp.endpoint(), 0)),
         "RECONNECT" => {
             let a = parse_endpoint_msg(f.get(1).copied().unwrap_or(""))?;
@@ -569,6 +604,16 @@ pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
         ("th_err_reset_reconnect", th_err_reset_reconnect),
         ("th_gather_and_scatter_sges", th_gather_and_scatter_sges),
         ("th_compare_and_swap", th_compare_and_swap),
+        (
+            "th_rnr_without_a_receive_exhausts_retries",
+            th_rnr_without_a_receive_exhausts_retries,
+        ),
+        ("th_solicited_event_wakes_b", th_solicited_event_wakes_b),
+        ("th_inline_at_the_limit_lands", th_inline_at_the_limit_lands),
+        (
+            "th_unsignaled_stream_lands_in_order",
+            th_unsignaled_stream_lands_in_order,
+        ),
     ]
 }
 
@@ -974,8 +1019,38 @@ fn th_gather_and_scatter_sges(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResu
             b.read(&far, 0, total)? == data,
             "SEND gathering {k} SGEs: payload"
         );
+        // One SGE at A, scattered into k pieces of one receive at side B.
+        let one = [Sge::new(&local, 0, total as u32)?];
+        local.write(0, &data)?;
+        b.write(&far, 0, &vec![0; 8192])?;
+        let scatter: Vec<(PeerMr, usize, u32)> =
+            (0..k).map(|i| (far, piece(i).0, piece(i).1)).collect();
+        b.post_recv(300 + k as u64, &scatter)?;
+        a.post_send(&[SendWr::send(400 + k as u64, &one).signaled()])?;
+        check_eq!(
+            poll_one(a)?.status,
+            WcStatus::SUCCESS,
+            "SEND scattered into {k} SGEs"
+        );
+        let r = b.poll(1)?;
+        check_eq!(
+            (r[0].status, r[0].wr_id, r[0].byte_len),
+            (WcStatus::SUCCESS, 300 + k as u64, total as u32)
+        );
+        let mut off = 0;
+        for i in 0..k {
+            let (at, l) = piece(i);
+            let got = b.read(&far, at, l as usize + 1)?;
+            check!(
+                got[..l as usize] == data[off..off + l as usize] && got[l as usize] == 0,
+                "SEND scattered into {k} SGEs: piece {i}"
+            );
+            off += l as usize;
+        }
     }
-    Ok(Outcome::Passed(String::new()))
+    Ok(Outcome::Passed(
+        "1..4 SGEs gathered at A, scattered at B".into(),
+    ))
 }
 
 /// Compare-and-swap on side B's word: a match swaps and returns the old
@@ -1004,4 +1079,190 @@ fn th_compare_and_swap(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
     old.read(0, &mut o)?;
     check_eq!(u64::from_ne_bytes(o), 42, "old value of a failed CAS");
     Ok(Outcome::Passed(String::new()))
+}
+
+/// No receive is ever posted at B: A's SEND is NAKed `rnr_retry` 6 times,
+/// each after B's `min_rnr_timer` 31 (491.52 ms), then fails with
+/// RNR_RETRY_EXC_ERR; A goes to ERR, B stays in RTS (an RNR NAK is not an
+/// error at the responder).
+fn th_rnr_without_a_receive_exhausts_retries(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    let t0 = std::time::Instant::now();
+    a.post_send(&[SendWr::send(1, &sge).signaled()])?;
+    let c = poll_one(a)?;
+    let took = t0.elapsed();
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::RNR_RETRY_EXC_ERR, 1),
+        "a SEND no receive ever meets"
+    );
+    // Six waits of 491.52 ms: fewer than five means the timer was not honoured.
+    let floor = crate::qp_attr::rnr_timer(31) * 5;
+    check!(
+        took >= floor,
+        "RNR_RETRY_EXC_ERR after {took:?}, before 5 of B's 491.52 ms RNR timers ran out"
+    );
+    check_eq!(a.query()?.state, QpState::Err);
+    check_eq!(b.state()?, QpState::Rts, "B after only RNR NAKs");
+    Ok(Outcome::Passed(format!(
+        "RNR_RETRY_EXC_ERR after {:.2} s",
+        took.as_secs_f64()
+    )))
+}
+
+/// B arms its CQ for solicited completions only: a SEND without the
+/// solicited bit completes at B without an event; one with it raises the
+/// event (IB spec 11.4.2.2, `ibv_req_notify_cq(cq, 1)`).
+fn th_solicited_event_wakes_b(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    src.write(0, &[0x5a; 64])?;
+    let rbuf = b.reg_mr(256, Access::LOCAL_WRITE)?;
+    b.post_recv(10, &[(rbuf, 0, 64)])?;
+    b.post_recv(11, &[(rbuf, 64, 64)])?;
+    b.arm_cq(true)?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    a.post_send(&[SendWr::send(1, &sge).signaled()])?;
+    check_eq!(poll_one(a)?.status, WcStatus::SUCCESS);
+    check!(
+        !b.wait_cq_event(Duration::from_millis(300))?,
+        "an unsolicited SEND woke a CQ armed for solicited completions"
+    );
+    a.post_send(&[SendWr::send(2, &sge).solicited().signaled()])?;
+    check_eq!(poll_one(a)?.status, WcStatus::SUCCESS);
+    check!(
+        b.wait_cq_event(Duration::from_secs(10))?,
+        "a solicited SEND raised no event at B within 10 s"
+    );
+    let r = b.poll(2)?;
+    check_eq!(
+        (r[0].wr_id, r[0].status, r[1].wr_id, r[1].status),
+        (10, WcStatus::SUCCESS, 11, WcStatus::SUCCESS)
+    );
+    Ok(Outcome::Passed(String::new()))
+}
+
+/// Inline WRITE and SEND of exactly the `max_inline` the device granted
+/// land at B; one byte more (one SGE, or two summing to it) is refused
+/// before anything is posted, and B's memory stays as it was.
+fn th_inline_at_the_limit_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    let limit = a.max_inline() as usize;
+    let src = pd.reg_mr(limit + 1, Access::LOCAL_WRITE)?;
+    let data = pattern(limit + 1, 77);
+    src.write(0, &data)?;
+    let far = b.reg_mr(2 * limit + 2, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let at_limit = [Sge::new(&src, 0, limit as u32)?];
+    a.post_send(&[SendWr::rdma_write(1, &at_limit, far.at(0))
+        .inline()
+        .signaled()])?;
+    check_eq!(
+        poll_one(a)?.status,
+        WcStatus::SUCCESS,
+        "inline WRITE of {limit} B"
+    );
+    let got = b.read(&far, 0, limit + 1)?;
+    check!(
+        got[..limit] == data[..limit] && got[limit] == 0,
+        "inline WRITE of {limit} B: payload at B"
+    );
+    b.post_recv(5, &[(far, limit + 1, limit as u32 + 1)])?;
+    a.post_send(&[SendWr::send(2, &at_limit).inline().signaled()])?;
+    check_eq!(
+        poll_one(a)?.status,
+        WcStatus::SUCCESS,
+        "inline SEND of {limit} B"
+    );
+    let r = b.poll(1)?;
+    check_eq!(
+        (r[0].status, r[0].byte_len),
+        (WcStatus::SUCCESS, limit as u32)
+    );
+    check!(
+        b.read(&far, limit + 1, limit)? == data[..limit],
+        "inline SEND of {limit} B: payload at B"
+    );
+    let before = b.read(&far, 0, 2 * limit + 2)?;
+    let one_over = [Sge::new(&src, 0, limit as u32 + 1)?];
+    let split = [Sge::new(&src, 0, limit as u32)?, Sge::new(&src, limit, 1)?];
+    for (what, sges) in [("one SGE", &one_over[..]), ("two SGEs", &split[..])] {
+        let r = a.post_send(&[SendWr::rdma_write(3, sges, far.at(0)).inline().signaled()]);
+        check!(
+            matches!(r, Err(Error::Invalid(_))),
+            "inline of {} B in {what} accepted: {r:?}",
+            limit + 1
+        );
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut wc = [Completion::default(); 2];
+    check_eq!(a.poll(&mut wc)?, 0, "a refused inline WR completed");
+    check!(
+        b.read(&far, 0, 2 * limit + 2)? == before,
+        "a refused inline WR changed B's memory"
+    );
+    Ok(Outcome::Passed(format!("inline limit {limit} B")))
+}
+
+/// 1,000 unsignaled 8-byte WRITEs, each to its own slot at B, with every
+/// 100th and the last signaled; full send queue or CQ is waited out by
+/// polling. Every slot holds its value, and the completions (the signaled
+/// WRs, and any the driver signals itself to keep the queue moving) come in
+/// posting order, all SUCCESS.
+fn th_unsignaled_stream_lands_in_order(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
+    const N: u64 = 1000;
+    let src = pd.reg_mr(8 * N as usize, Access::LOCAL_WRITE)?;
+    for i in 0..N {
+        src.write(8 * i as usize, &(i + 1).to_le_bytes())?;
+    }
+    let far = b.reg_mr(8 * N as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let mut done = Vec::new();
+    let mut wc = [Completion::default(); 16];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    while i < N {
+        let sge = [Sge::new(&src, 8 * i as usize, 8)?];
+        let mut wr = SendWr::rdma_write(i, &sge, far.at(8 * i));
+        if i % 100 == 99 || i == N - 1 {
+            wr = wr.signaled();
+        }
+        match a.post_send(&[wr]) {
+            Ok(()) => i += 1,
+            Err(Error::QueueFull | Error::CqFull) => {
+                check!(
+                    std::time::Instant::now() < deadline,
+                    "the stream stalled at WR {i}"
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let n = a.poll(&mut wc)?;
+        done.extend_from_slice(&wc[..n]);
+    }
+    while done.last().map(|c| c.wr_id) != Some(N - 1) {
+        check!(
+            std::time::Instant::now() < deadline,
+            "{} completions, none for the last WR",
+            done.len()
+        );
+        let n = a.poll(&mut wc)?;
+        done.extend_from_slice(&wc[..n]);
+    }
+    for c in &done {
+        check_eq!(c.status, WcStatus::SUCCESS, "WR {}", c.wr_id);
+    }
+    // Completions besides the signaled ones may be the driver's own
+    // auto-signals (every half send queue), never out of order.
+    check!(
+        done.windows(2).all(|w| w[0].wr_id < w[1].wr_id),
+        "completions out of order: {:?}",
+        done.iter().map(|c| c.wr_id).collect::<Vec<_>>()
+    );
+    let got = b.read(&far, 0, 8 * N as usize)?;
+    for i in 0..N as usize {
+        let v = u64::from_le_bytes(got[8 * i..8 * i + 8].try_into().unwrap_or_default());
+        check_eq!(v, i as u64 + 1, "slot {i} at B");
+    }
+    Ok(Outcome::Passed(format!(
+        "{N} WRITEs, {} completions",
+        done.len()
+    )))
 }
