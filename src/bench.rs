@@ -150,6 +150,34 @@ fn ticks() -> u64 {
     }
 }
 
+/// [`ticks`] per nanosecond, measured once per process against the
+/// monotonic clock over 2 ms. Timing with the counter keeps clock reads out
+/// of the timed loops: in a guest whose clocksource has no vDSO (QEMU TCG)
+/// every `Instant::now` is a system call, which perftest (it stamps with
+/// `get_cycles`, the TSC) does not pay.
+fn ticks_per_ns() -> f64 {
+    static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *RATE.get_or_init(|| {
+        let (t0, c0) = (Instant::now(), ticks());
+        while t0.elapsed() < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let c1 = ticks();
+        let ns = t0.elapsed().as_nanos() as f64;
+        (c1.wrapping_sub(c0) as f64 / ns).max(1e-3)
+    })
+}
+
+/// Nanoseconds between two [`ticks`] readings.
+fn ns_between(t0: u64, t1: u64) -> f64 {
+    t1.wrapping_sub(t0) as f64 / ticks_per_ns()
+}
+
+/// Round trips (ns) between consecutive stamps.
+fn round_trips(stamps: &[u64]) -> Vec<f64> {
+    stamps.windows(2).map(|w| ns_between(w[0], w[1])).collect()
+}
+
 /// CPU time spent inside `post_send`/`post_recv` and inside `poll` calls that
 /// returned completions (empty polls are waiting, not cost), in [`ticks`].
 /// The cost of reading the counter itself is measured once and subtracted.
@@ -245,35 +273,45 @@ impl CpuCost {
     }
 }
 
-/// How long a waiter spins before it starts yielding its core to the device
-/// (the sim's thread, rxe's kernel work) in case they share one: short when
-/// this process has a single CPU, long otherwise (a yield invites the
-/// scheduler to put both spinning threads on one core).
-fn spin_for() -> Duration {
-    static SPIN_FOR: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN_FOR.get_or_init(|| match mlx5_dv::sim::device_cpu() {
-        Some(_) => Duration::from_millis(1),
-        None => Duration::from_micros(20),
-    })
+/// How long a waiter spins before it starts yielding its core, in
+/// [`ticks`]: only while a sim device thread runs in this process, since
+/// the device must run for the wait to end and the two may share a core
+/// (1 ms when the process has two or more CPUs and the device thread one
+/// of its own, else 20 us); on a kernel device a waiter never yields, as
+/// perftest's never do.
+fn yield_after() -> Option<u64> {
+    if mlx5_dv::sim::device_threads() == 0 {
+        return None;
+    }
+    static AFTER: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    Some(*AFTER.get_or_init(|| {
+        let ns = match mlx5_dv::sim::device_cpu() {
+            Some(_) => 1e6,
+            None => 2e4,
+        };
+        (ns * ticks_per_ns()) as u64
+    }))
 }
 
-/// Spins until `done()` holds (yielding after [`spin_for`]), failing after [`WAIT_LIMIT`].
+/// Spins until `done()` holds (yielding as [`yield_after`] says), failing
+/// after [`WAIT_LIMIT`]. The clock is the cycle counter: no system call.
 #[inline]
 fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>) -> Result<()> {
     let mut spins = 0u32;
-    let mut start: Option<Instant> = None;
-    let spin_for = spin_for();
+    let start = ticks();
+    let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
+    let yield_after = yield_after();
     while !done()? {
         spins = spins.wrapping_add(1);
         if spins % 256 != 0 {
             std::hint::spin_loop();
             continue;
         }
-        let waited = start.get_or_insert_with(Instant::now).elapsed();
-        if waited > WAIT_LIMIT {
+        let waited = ticks().wrapping_sub(start);
+        if waited > limit {
             return Err(Error::Timeout(what()));
         }
-        if waited > spin_for {
+        if yield_after.is_some_and(|y| waited > y) {
             std::thread::yield_now();
         }
     }
@@ -495,7 +533,7 @@ fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
 /// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
 pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let size_asked = if test == LatTest::Atomic { 8 } else { cfg.size };
-    let mut stamps: Vec<Instant> = checked_run(size_asked, cfg.iters)?;
+    let mut stamps: Vec<u64> = checked_run(size_asked, cfg.iters)?;
     let ctx = Context::open_with(&cfg.device, cfg.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
@@ -548,7 +586,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             wr_b.inline = inline;
             for i in 0..cfg.iters {
                 let seq = (i as u8).wrapping_add(1);
-                stamps.push(Instant::now());
+                stamps.push(ticks());
                 mr_a.store_u8(last, seq);
                 wr_a.wr_id = i as u64;
                 m.post(1, || a.post_send(&[wr_a]))?;
@@ -580,7 +618,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             wr_a.inline = inline;
             wr_b.inline = inline;
             for _ in 0..cfg.iters {
-                stamps.push(Instant::now());
+                stamps.push(ticks());
                 m.post(1, || a.post_send(&[wr_a]))?;
                 wait_recv(&mut b, "B", &mut m)?;
                 m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
@@ -598,7 +636,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 SendWr::atomic_fetch_add(0, &sge_a, to_b, 1).signaled()
             };
             for i in 0..cfg.iters {
-                stamps.push(Instant::now());
+                stamps.push(ticks());
                 wr.wr_id = i as u64;
                 m.post(1, || a.post_send(&[wr]))?;
                 wait_completion(&mut a, "A", &mut m)?;
@@ -606,10 +644,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         }
     }
     drop(b);
-    let mut rtt: Vec<f64> = stamps
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_nanos() as f64)
-        .collect();
+    let mut rtt = round_trips(&stamps);
     let mut report =
         LatReport::from_round_trips(size_asked, cfg.iters, &mut rtt, test.rtt_factor());
     report.cpu = m.report();
@@ -749,7 +784,6 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     if cfg.cq_mod == 0 {
         return Err(Error::Invalid("CQ moderation must be at least 1".into()));
     }
-    let iters = cfg.lat.iters as usize;
     let ctx = Context::open_with(&cfg.lat.device, cfg.lat.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.lat.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
@@ -800,7 +834,6 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         BwTest::Atomic => SendWr::atomic_fetch_add(0, &sge, to_b, 1),
     };
     wr.inline = inline;
-    let cq_mod = cfg.cq_mod.min(cfg.tx_depth) as usize;
     let mut m = CpuMeter::new();
     // Send: B keeps `rx_depth` receives posted and reposts each one consumed.
     let rsge = [Sge::new(&mr_b, 0, size)?];
@@ -808,10 +841,56 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     for _ in 0..rx_depth {
         m.post(1, || b.post_recv(&recv))?;
     }
+    let receiver = (rx_depth > 0).then_some(Receiver {
+        qp: &mut b,
+        recv: &recv,
+        rx_depth,
+    });
+    bw_loop(
+        &mut a,
+        wr,
+        cfg,
+        receiver,
+        &mut m,
+        &mut posted_at,
+        &mut completed_at,
+    )?;
+    drop(b);
+    let mut report = BwReport::from_times(size, &posted_at, &completed_at);
+    report.cpu = m.report();
+    Ok((info, report))
+}
+
+/// The receiving side of a SEND bandwidth test in this process: its QP,
+/// the receive it reposts, and how many it keeps posted.
+struct Receiver<'a, 'b> {
+    qp: &'a mut Qp,
+    recv: &'a [RecvWr<'b>],
+    rx_depth: u32,
+}
+
+/// Side A of a bandwidth test: keeps `tx_depth` copies of `wr` in flight,
+/// every `cq_mod`-th (and the last) signaled, until `iters` completed,
+/// recording when each WR was posted and completed (ns since the start).
+/// With a `receiver` (SEND in one process), its completions are drained and
+/// its receives reposted in the same loop.
+fn bw_loop(
+    a: &mut Qp,
+    mut wr: SendWr<'_>,
+    cfg: &BwConfig,
+    mut receiver: Option<Receiver<'_, '_>>,
+    m: &mut CpuMeter,
+    posted_at: &mut Vec<f64>,
+    completed_at: &mut Vec<f64>,
+) -> Result<()> {
+    let iters = cfg.lat.iters as usize;
+    let cq_mod = cfg.cq_mod.min(cfg.tx_depth) as usize;
     let mut received = 0usize;
-    let start = Instant::now();
+    let rate = ticks_per_ns();
+    let limit = (WAIT_LIMIT.as_nanos() as f64 * rate) as u64;
+    let start = ticks();
     let mut wc = [Completion::default(); 16];
-    let mut last_progress = Instant::now();
+    let mut last_progress = start;
     while completed_at.len() < iters {
         // Keep the send queue full.
         while posted_at.len() < iters
@@ -820,7 +899,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             let i = posted_at.len();
             wr.wr_id = i as u64;
             wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters;
-            posted_at.push(start.elapsed().as_nanos() as f64);
+            posted_at.push(ticks().wrapping_sub(start) as f64 / rate);
             if let Err(e) = m.post(1, || a.post_send(&[wr])) {
                 posted_at.pop();
                 if matches!(e, Error::QueueFull | Error::CqFull) {
@@ -831,23 +910,26 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         }
         // Drain B's receive completions and repost as many receives, so
         // the sends A posts next find receives (no RNR waits).
-        while rx_depth > 0 && received < iters {
-            let n = m.poll(&mut b, &mut wc)?;
-            if n == 0 {
-                break;
-            }
-            for c in &wc[..n] {
-                if !c.status.is_ok() {
-                    return Err(Error::from(*c));
+        if let Some(r) = receiver.as_mut() {
+            while received < iters {
+                let n = m.poll(r.qp, &mut wc)?;
+                if n == 0 {
+                    break;
                 }
-                received += 1;
-                if received + (rx_depth as usize) <= iters {
-                    m.post(1, || b.post_recv(&recv))?;
+                for c in &wc[..n] {
+                    if !c.status.is_ok() {
+                        return Err(Error::from(*c));
+                    }
+                    received += 1;
+                    if received + (r.rx_depth as usize) <= iters {
+                        m.post(1, || r.qp.post_recv(r.recv))?;
+                    }
                 }
             }
         }
-        let n = m.poll(&mut a, &mut wc)?;
-        let now = start.elapsed().as_nanos() as f64;
+        let n = m.poll(a, &mut wc)?;
+        let t = ticks();
+        let now = t.wrapping_sub(start) as f64 / rate;
         for c in &wc[..n] {
             if !c.status.is_ok() {
                 return Err(Error::from(*c));
@@ -858,18 +940,15 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             }
         }
         if n > 0 {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > WAIT_LIMIT {
+            last_progress = t;
+        } else if t.wrapping_sub(last_progress) > limit {
             return Err(Error::Timeout(format!(
                 "{} of {iters} WRs completed; none in {WAIT_LIMIT:?}",
                 completed_at.len()
             )));
         }
     }
-    drop(b);
-    let mut report = BwReport::from_times(size, &posted_at, &completed_at);
-    report.cpu = m.report();
-    Ok((info, report))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -918,37 +997,90 @@ pub enum Role {
     Client { host: String, port: u16 },
 }
 
-/// `write_lat` between two hosts, as perftest's `ib_write_lat` runs it: the
-/// sides swap their QP and buffer facts over TCP ([`crate::exchange`]),
-/// connect, then take turns RDMA-writing `size` bytes into each other's
-/// buffer, each waiting for the last byte of its own buffer to change before
-/// writing back; the client writes first. Both sides time their own
-/// iterations and report.
-pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, LatReport)> {
+/// Any of the eight tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnyTest {
+    Lat(LatTest),
+    Bw(BwTest),
+}
+
+impl AnyTest {
+    /// perftest's program name for the test (`ib_write_lat`, ...).
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            AnyTest::Lat(LatTest::Write) => "ib_write_lat",
+            AnyTest::Lat(LatTest::Send) => "ib_send_lat",
+            AnyTest::Lat(LatTest::Read) => "ib_read_lat",
+            AnyTest::Lat(LatTest::Atomic) => "ib_atomic_lat",
+            AnyTest::Bw(BwTest::Write) => "ib_write_bw",
+            AnyTest::Bw(BwTest::Send) => "ib_send_bw",
+            AnyTest::Bw(BwTest::Read) => "ib_read_bw",
+            AnyTest::Bw(BwTest::Atomic) => "ib_atomic_bw",
+        }
+    }
+
+    /// perftest's banner title.
+    pub fn title(self) -> &'static str {
+        match self {
+            AnyTest::Lat(t) => t.title(),
+            AnyTest::Bw(t) => t.title(),
+        }
+    }
+
+    fn moves_8_bytes(self) -> bool {
+        matches!(
+            self,
+            AnyTest::Lat(LatTest::Atomic) | AnyTest::Bw(BwTest::Atomic)
+        )
+    }
+}
+
+/// What a side of a two-host run measured: the side that times (the
+/// client, and both sides of write_lat and send_lat, as perftest) reports;
+/// the passive server of the other tests reports nothing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AnyReport {
+    Lat(LatReport),
+    Bw(BwReport),
+    /// This side served the peer's run and timed nothing.
+    Served {
+        iterations: u32,
+    },
+}
+
+/// A two-host connection for one run: this side's QP and buffer
+/// (`[0, size)` what it sends or where reads land, `[size, 2 size)` what
+/// the peer writes, reads or adds to), the peer's offered half, the TCP
+/// connection for the closing handshake.
+struct Link {
+    qp: Qp,
+    mr: Mr,
+    peer: crate::exchange::ConnInfo,
+    tcp: std::net::TcpStream,
+    client: bool,
+    info: RunInfo,
+}
+
+/// Swaps the facts of both sides over the exchange, checks that both run
+/// the same test with the same settings (one line each way), connects the
+/// QP and waits until both sides are in RTS.
+fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> Result<Link> {
     use crate::exchange::{self, ConnInfo};
-    let mut stamps: Vec<Instant> = checked_run(cfg.size, cfg.iters)?;
-    let ctx = Context::open_with(&cfg.device, cfg.backend)?;
-    if ctx.data_path() == "direct" && cfg.device == crate::SIM_DEVICE {
+    let lat = &cfg.lat;
+    let ctx = Context::open_with(&lat.device, lat.backend)?;
+    if ctx.data_path() == "direct" && lat.device == crate::SIM_DEVICE {
         return Err(Error::Invalid(
             "the sim is one process's device: run both sides in one process (no --server, no host)"
                 .into(),
         ));
     }
+    let size = if test.moves_8_bytes() { 8 } else { lat.size } as usize;
     let pd = ctx.alloc_pd()?;
-    let size = cfg.size as usize;
     let mr = pd.reg_mr(
         2 * size,
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     )?;
-    let inline = cfg.size <= cfg.inline_size;
-    let qcfg = QpConfig {
-        max_send_wr: 16,
-        max_inline: if inline { cfg.inline_size } else { 0 },
-        port: cfg.port,
-        gid_index: cfg.gid_index,
-        ..QpConfig::default()
-    };
-    let mut qp = pd.create_qp(&qcfg)?;
+    let mut qp = pd.create_qp(qcfg)?;
     let psn = Qp::random_psn();
     let mine = ConnInfo {
         endpoint: qp.endpoint(),
@@ -967,17 +1099,31 @@ pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, La
             (p, s, "client", true)
         }
     };
+    // Both sides must run the same thing: one line each way.
+    let params = format!(
+        "{} size {size} iters {} tx_depth {} cq_mod {}",
+        test.perftest_name(),
+        lat.iters,
+        cfg.tx_depth,
+        cfg.cq_mod
+    );
+    let theirs = exchange::swap_line(&mut tcp, &params)?;
+    if theirs.trim_end() != params {
+        return Err(Error::Exchange(format!(
+            "this side runs `{params}`, the peer `{}`: give both sides the same test and flags",
+            theirs.trim_end()
+        )));
+    }
     if peer.len < size as u64
         || peer.addr.checked_add(peer.len).is_none()
         || peer.addr < size as u64
     {
         return Err(Error::Exchange(format!(
-            "the peer offers {} bytes at {:#x}; this run writes {size} (give both sides the same -s)",
+            "the peer offers {} bytes at {:#x}; this run needs {size}",
             peer.len, peer.addr
         )));
     }
     qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
-    // Both sides in RTS before the first write.
     exchange::barrier(&mut tcp)?;
     let path = qp.path();
     let info = RunInfo {
@@ -985,7 +1131,10 @@ pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, La
         device: ctx.name().into(),
         data_path: qp.data_path(),
         inline: qcfg.max_inline,
-        tx_depth: 1,
+        tx_depth: match test {
+            AnyTest::Lat(_) => 1,
+            AnyTest::Bw(_) => cfg.tx_depth,
+        },
         sides: [
             SideInfo {
                 qpn: qp.qp_num(),
@@ -1007,42 +1156,256 @@ pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, La
             },
         ],
     };
+    Ok(Link {
+        qp,
+        mr,
+        peer,
+        tcp,
+        client,
+        info,
+    })
+}
+
+/// `write_lat` between two hosts (kept for callers of the first two-host
+/// test): [`run_remote`] with [`LatTest::Write`].
+pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, LatReport)> {
+    let bw = BwConfig {
+        lat: cfg.clone(),
+        ..BwConfig::default()
+    };
+    match run_remote(AnyTest::Lat(LatTest::Write), &bw, role)? {
+        (info, AnyReport::Lat(r)) => Ok((info, r)),
+        _ => Err(Error::Invalid("write_lat reported no latency".into())),
+    }
+}
+
+/// Runs `test` between two hosts as perftest runs it: the sides swap their
+/// QP and buffer facts over TCP ([`crate::exchange`]) and check that both
+/// run the same test and flags, connect, run, and meet again before either
+/// tears its QP down.
+///
+/// - write_lat: the sides take turns RDMA-writing `size` bytes into each
+///   other's buffer, each waiting for the last byte to change before
+///   writing back; the client writes first; both report.
+/// - send_lat: the same with SENDs into a receive each side keeps posted.
+/// - read_lat, atomic_lat (fetch-and-add), and the four bandwidth tests:
+///   the client posts against the server's buffer and reports; the server
+///   is passive (for send_bw it keeps receives posted: `max(tx_depth, 512)`
+///   at most `iters`, as perftest's `-r`), and reports
+///   [`AnyReport::Served`]. SENDs retry RNR forever (`rnr_retry` 7, as
+///   perftest), since the server reposts at its own pace.
+///
+/// Errors: as the one-process runs; [`Error::Exchange`] when the two sides
+/// disagree on the test, size, iterations, TX depth or CQ moderation.
+pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo, AnyReport)> {
+    let lat = &cfg.lat;
+    let size_asked = if test.moves_8_bytes() { 8 } else { lat.size };
+    let mut stamps: Vec<u64> = checked_run(size_asked, lat.iters)?;
+    if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
+        return Err(Error::Invalid(format!(
+            "tx depth {} must be 1..=16384",
+            cfg.tx_depth
+        )));
+    }
+    if cfg.cq_mod == 0 {
+        return Err(Error::Invalid("CQ moderation must be at least 1".into()));
+    }
+    let size = size_asked as usize;
+    let sends = matches!(
+        test,
+        AnyTest::Lat(LatTest::Write | LatTest::Send) | AnyTest::Bw(BwTest::Write | BwTest::Send)
+    );
+    let inline = sends && size_asked <= lat.inline_size;
+    let rx_depth = match test {
+        AnyTest::Lat(LatTest::Send) => 1,
+        AnyTest::Bw(BwTest::Send) => cfg.tx_depth.max(512).min(lat.iters.max(cfg.tx_depth)),
+        _ => 0,
+    };
+    let qcfg = QpConfig {
+        max_send_wr: match test {
+            AnyTest::Lat(_) => 16,
+            AnyTest::Bw(_) => cfg.tx_depth,
+        },
+        max_recv_wr: rx_depth,
+        max_inline: if inline { lat.inline_size } else { 0 },
+        port: lat.port,
+        gid_index: lat.gid_index,
+        rnr_retry: if rx_depth > 0 { 7 } else { 6 },
+        ..QpConfig::default()
+    };
+    let Link {
+        mut qp,
+        mr,
+        peer,
+        mut tcp,
+        client,
+        info,
+    } = connect_link(test, cfg, &qcfg, role)?;
     let to_peer = RemoteAddr {
         addr: peer.addr,
         rkey: peer.rkey,
     };
-    let sge = [Sge::new(&mr, 0, cfg.size)?];
-    let mut wr = SendWr::rdma_write(0, &sge, to_peer).signaled();
-    wr.inline = inline;
-    let last = size - 1;
+    let sge = [Sge::new(&mr, 0, size_asked)?];
+    let rsge = [Sge::new(&mr, size, size_asked)?];
+    let recv = [RecvWr::new(0, &rsge)];
     let mut m = CpuMeter::new();
-    for i in 0..cfg.iters {
-        let seq = (i as u8).wrapping_add(1);
-        if !client {
-            spin_until(
-                || format!("iteration {i}: the client's write never arrived"),
-                || Ok(mr.load_u8(size + last) == seq),
-            )?;
+    let report = match test {
+        AnyTest::Lat(LatTest::Write) => {
+            let mut wr = SendWr::rdma_write(0, &sge, to_peer).signaled();
+            wr.inline = inline;
+            let last = size - 1;
+            for i in 0..lat.iters {
+                let seq = (i as u8).wrapping_add(1);
+                if !client {
+                    spin_until(
+                        || format!("iteration {i}: the client's write never arrived"),
+                        || Ok(mr.load_u8(size + last) == seq),
+                    )?;
+                }
+                stamps.push(ticks());
+                mr.store_u8(last, seq);
+                wr.wr_id = i as u64;
+                m.post(1, || qp.post_send(&[wr]))?;
+                if client {
+                    spin_until(
+                        || format!("iteration {i}: the server's write never arrived"),
+                        || Ok(mr.load_u8(size + last) == seq),
+                    )?;
+                }
+                wait_completion(&mut qp, "this", &mut m)?;
+            }
+            None
         }
-        stamps.push(Instant::now());
-        mr.store_u8(last, seq);
-        wr.wr_id = i as u64;
-        m.post(1, || qp.post_send(&[wr]))?;
-        if client {
-            spin_until(
-                || format!("iteration {i}: the server's write never arrived"),
-                || Ok(mr.load_u8(size + last) == seq),
-            )?;
+        AnyTest::Lat(LatTest::Send) => {
+            m.post(1, || qp.post_recv(&recv))?;
+            exchange_barrier(&mut tcp)?; // both receives posted before the first SEND
+            let mut wr = SendWr::send(0, &sge).signaled();
+            wr.inline = inline;
+            for i in 0..lat.iters {
+                if !client {
+                    wait_recv(&mut qp, "this", &mut m)?;
+                    m.post(1, || qp.post_recv(&recv))?;
+                }
+                stamps.push(ticks());
+                wr.wr_id = i as u64;
+                m.post(1, || qp.post_send(&[wr]))?;
+                if client {
+                    wait_recv(&mut qp, "this", &mut m)?;
+                    m.post(1, || qp.post_recv(&recv))?;
+                }
+            }
+            // Send completions not yet seen are drained with the QP.
+            None
         }
-        wait_completion(&mut qp, "this", &mut m)?;
-    }
-    exchange::barrier(&mut tcp)?;
-    let mut rtt: Vec<f64> = stamps
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_nanos() as f64)
-        .collect();
-    let mut report =
-        LatReport::from_round_trips(cfg.size, cfg.iters, &mut rtt, LatTest::Write.rtt_factor());
-    report.cpu = m.report();
+        AnyTest::Lat(t @ (LatTest::Read | LatTest::Atomic)) => {
+            if client {
+                let mut wr = if t == LatTest::Read {
+                    SendWr::rdma_read(0, &sge, to_peer).signaled()
+                } else {
+                    SendWr::atomic_fetch_add(0, &sge, to_peer, 1).signaled()
+                };
+                for i in 0..lat.iters {
+                    stamps.push(ticks());
+                    wr.wr_id = i as u64;
+                    m.post(1, || qp.post_send(&[wr]))?;
+                    wait_completion(&mut qp, "this", &mut m)?;
+                }
+            }
+            None
+        }
+        AnyTest::Bw(t) => {
+            let mut posted_at: Vec<f64> = checked_run(size_asked, lat.iters)?;
+            let mut completed_at: Vec<f64> = checked_run(size_asked, lat.iters)?;
+            if client {
+                if t == BwTest::Send {
+                    exchange_barrier(&mut tcp)?; // the server's receives are posted
+                }
+                let mut wr = match t {
+                    BwTest::Write => SendWr::rdma_write(0, &sge, to_peer),
+                    BwTest::Read => SendWr::rdma_read(0, &sge, to_peer),
+                    BwTest::Send => SendWr::send(0, &sge),
+                    BwTest::Atomic => SendWr::atomic_fetch_add(0, &sge, to_peer, 1),
+                };
+                wr.inline = inline;
+                bw_loop(
+                    &mut qp,
+                    wr,
+                    cfg,
+                    None,
+                    &mut m,
+                    &mut posted_at,
+                    &mut completed_at,
+                )?;
+                let mut r = BwReport::from_times(size_asked, &posted_at, &completed_at);
+                r.cpu = m.report();
+                Some(AnyReport::Bw(r))
+            } else if t == BwTest::Send {
+                serve_send_bw(&mut qp, &recv, rx_depth, lat.iters, &mut m, &mut tcp)?;
+                None
+            } else {
+                None
+            }
+        }
+    };
+    exchange_barrier(&mut tcp)?;
+    drop(qp);
+    let report = match (report, test) {
+        (Some(r), _) => r,
+        (None, AnyTest::Lat(t)) if client || matches!(t, LatTest::Write | LatTest::Send) => {
+            let mut rtt = round_trips(&stamps);
+            let mut r =
+                LatReport::from_round_trips(size_asked, lat.iters, &mut rtt, t.rtt_factor());
+            r.cpu = m.report();
+            AnyReport::Lat(r)
+        }
+        (None, _) => AnyReport::Served {
+            iterations: lat.iters,
+        },
+    };
     Ok((info, report))
+}
+
+fn exchange_barrier(tcp: &mut std::net::TcpStream) -> Result<()> {
+    crate::exchange::barrier(tcp)
+}
+
+/// The server of send_bw: keeps `rx_depth` receives posted, reposting each
+/// one consumed, until `iters` SENDs arrived.
+fn serve_send_bw(
+    qp: &mut Qp,
+    recv: &[RecvWr<'_>],
+    rx_depth: u32,
+    iters: u32,
+    m: &mut CpuMeter,
+    tcp: &mut std::net::TcpStream,
+) -> Result<()> {
+    for _ in 0..rx_depth {
+        m.post(1, || qp.post_recv(recv))?;
+    }
+    exchange_barrier(tcp)?;
+    let mut received = 0u32;
+    let mut wc = [Completion::default(); 16];
+    let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
+    let mut last_progress = ticks();
+    while received < iters {
+        let n = m.poll(qp, &mut wc)?;
+        let t = ticks();
+        for c in &wc[..n] {
+            if !c.status.is_ok() {
+                return Err(Error::from(*c));
+            }
+            received += 1;
+            if received + rx_depth <= iters {
+                m.post(1, || qp.post_recv(recv))?;
+            }
+        }
+        if n > 0 {
+            last_progress = t;
+        } else if t.wrapping_sub(last_progress) > limit {
+            return Err(Error::Timeout(format!(
+                "{received} of {iters} SENDs arrived; none in {WAIT_LIMIT:?}"
+            )));
+        }
+    }
+    Ok(())
 }

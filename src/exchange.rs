@@ -186,6 +186,28 @@ pub fn connect(
     Ok((peer, s))
 }
 
+/// Sends `line` (no newline in it) and reads the peer's line, byte by byte
+/// so nothing after it is taken from the stream; at most 256 bytes.
+/// Both sides call it: used to check that they agree on what they run.
+pub fn swap_line(s: &mut TcpStream, line: &str) -> Result<String> {
+    let closed = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
+    s.write_all(format!("{line}\n").as_bytes())
+        .map_err(closed)?;
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        s.read_exact(&mut b).map_err(closed)?;
+        if b[0] == b'\n' {
+            break;
+        }
+        if got.len() == 256 {
+            return Err(Error::Exchange("the peer's line is over 256 bytes".into()));
+        }
+        got.push(b[0]);
+    }
+    Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
 /// A closing handshake: each side sends one byte and waits for the peer's,
 /// so neither tears its QP down while the other still uses it.
 pub fn barrier(s: &mut TcpStream) -> Result<()> {

@@ -95,9 +95,8 @@ enum Test {
 struct BenchArgs {
     /// The test to run.
     test: Test,
-    /// Server's host name or address: run as the client of a two-host test
-    /// (write_lat so far). Without it and without --server, both sides run
-    /// in this process.
+    /// Server's host name or address: run as the client of a two-host test.
+    /// Without it and without --server, both sides run in this process.
     host: Option<String>,
     /// Wait for a client on -p: the server of a two-host test (perftest
     /// with no host argument).
@@ -512,12 +511,17 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         (None, true) => Some(bench::Role::Server { port: a.tcp_port }),
         (None, false) => None,
     };
+    let bw_test = match a.test {
+        Test::WriteBw => BwTest::Write,
+        Test::ReadBw => BwTest::Read,
+        Test::SendBw => BwTest::Send,
+        _ => BwTest::Atomic,
+    };
+    let any = match lat {
+        Some(t) => bench::AnyTest::Lat(t),
+        None => bench::AnyTest::Bw(bw_test),
+    };
     if let Some(role) = role {
-        if !matches!(a.test, Test::Write) {
-            return Err(rdma_direct::Error::Invalid(
-                "two-host mode (--server / a host) runs write_lat so far".into(),
-            ));
-        }
         match &role {
             bench::Role::Server { port } => {
                 eprintln!("rdma-direct: waiting for a client on TCP port {port}")
@@ -526,10 +530,26 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
                 eprintln!("rdma-direct: connecting to {host}:{port} (retrying for up to 60 s)")
             }
         }
-        let (info, r) = bench::run_write_lat_remote(&base, &role)?;
-        out_part!("{}", info.banner(LatTest::Write.title()));
-        out!("{LAT_HEADER}{CPU_HEADER}");
-        out!("{}{}", r.row(), r.cpu.columns());
+        let cfg = BwConfig {
+            lat: base,
+            tx_depth: a.tx_depth,
+            cq_mod: a.cq_mod,
+        };
+        let (info, r) = bench::run_remote(any, &cfg, &role)?;
+        out_part!("{}", info.banner(any.title()));
+        match r {
+            bench::AnyReport::Lat(r) => {
+                out!("{LAT_HEADER}{CPU_HEADER}");
+                out!("{}{}", r.row(), r.cpu.columns());
+            }
+            bench::AnyReport::Bw(r) => {
+                out!("{BW_HEADER}{CPU_HEADER}");
+                out!("{}{}", r.row(), r.cpu.columns());
+            }
+            bench::AnyReport::Served { iterations } => {
+                out!(" this side served {iterations} iterations; the client reports");
+            }
+        }
         out!("{RESULT_LINE}");
         return Ok(());
     }
@@ -541,12 +561,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         out!("{RESULT_LINE}");
         return Ok(());
     }
-    let test = match a.test {
-        Test::WriteBw => BwTest::Write,
-        Test::ReadBw => BwTest::Read,
-        Test::SendBw => BwTest::Send,
-        _ => BwTest::Atomic,
-    };
+    let test = bw_test;
     let cfg = BwConfig {
         lat: base,
         tx_depth: a.tx_depth,

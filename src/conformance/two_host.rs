@@ -397,20 +397,11 @@ fn connect_over(pd: &Pd, side: Side<'_>) -> crate::Result<(Qp, TcpStream, Mr, Op
 /// Each side says how it connects the QPs (one line, `tcp` or `rdma_cm`);
 /// a mismatch is an error on both sides at once, not a CM timeout.
 fn agree_on(tcp: &mut TcpStream, how: Connect) -> crate::Result<()> {
-    use std::io::Read;
     let name = |h| match h {
         Connect::Tcp => "tcp",
         Connect::RdmaCm => "rdma_cm",
     };
-    let io = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
-    writeln!(tcp, "{}", name(how)).map_err(io)?;
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    while b[0] != b'\n' && line.len() < 16 {
-        tcp.read_exact(&mut b).map_err(io)?;
-        line.push(b[0]);
-    }
-    let theirs = String::from_utf8_lossy(&line).trim().to_string();
+    let theirs = exchange::swap_line(tcp, name(how))?;
     if theirs != name(how) {
         return Err(Error::Exchange(format!(
             "this side connects the QPs through {}, the peer through {theirs:?}: give -R on both sides or on neither",

@@ -532,7 +532,33 @@ pub fn device_cpu() -> Option<usize> {
     (cpus.len() >= 2).then(|| cpus[cpus.len() - 1])
 }
 
+/// Device threads running in this process now.
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many sim device threads run in this process: a waiter spinning on
+/// a sim must let them have the CPU now and then; on a kernel device there
+/// is none to wait for.
+pub fn device_threads() -> usize {
+    RUNNING.load(Ordering::Relaxed)
+}
+
+struct Running;
+
+impl Running {
+    fn new() -> Self {
+        RUNNING.fetch_add(1, Ordering::Relaxed);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 fn device_thread(weak: Weak<Inner>, cpu: Option<usize>) {
+    let _running = Running::new();
     // Like a NIC, the device runs beside the host's threads, not on their core:
     // two spinning threads sharing one core wait out each other's time slices.
     if let Some(cpu) = cpu {
