@@ -625,37 +625,31 @@ impl VerbsQp {
     }
 
     fn post_chunk(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        use std::mem::MaybeUninit;
         let nsge: usize = wrs.iter().map(|w| w.sges.len()).sum();
-        let mut sge_buf = [ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; CHUNK * 4];
-        let mut sge_vec;
-        let sges: &mut [ibv_sge] = if nsge <= sge_buf.len() {
-            &mut sge_buf
+        // Only the entries used are written (no zeroing of whole arrays on
+        // every post: that showed in the latency under emulation).
+        let mut sge_store = [const { MaybeUninit::<ibv_sge>::uninit() }; CHUNK * 4];
+        let mut sge_vec: Vec<ibv_sge>;
+        let sge_base: *mut ibv_sge = if nsge <= sge_store.len() {
+            sge_store.as_mut_ptr().cast()
         } else {
             // Many-SGE batches are rare; they may allocate.
-            sge_vec = vec![
-                ibv_sge {
-                    addr: 0,
-                    length: 0,
-                    lkey: 0
-                };
-                nsge
-            ];
-            &mut sge_vec
+            sge_vec = Vec::with_capacity(nsge);
+            sge_vec.as_mut_ptr()
         };
-        // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
-        let mut vwrs: [ibv_send_wr; CHUNK] = unsafe { std::mem::zeroed() };
+        let mut wr_store = [const { MaybeUninit::<ibv_send_wr>::uninit() }; CHUNK];
         let mut s = 0;
         for (i, w) in wrs.iter().enumerate() {
             let first = s;
             for g in w.sges {
-                sges[s] = ibv_sge {
-                    addr: g.addr,
-                    length: g.len,
-                    lkey: g.lkey.0,
+                // SAFETY: `sge_base` has room for `nsge` entries and `s < nsge`.
+                unsafe {
+                    sge_base.add(s).write(ibv_sge {
+                        addr: g.addr,
+                        length: g.len,
+                        lkey: g.lkey.0,
+                    })
                 };
                 s += 1;
             }
@@ -675,9 +669,11 @@ impl VerbsQp {
             let slot = (seq % self.max_post as u64) as usize;
             self.wr_ids[slot] = w.wr_id;
             self.hidden[slot] = forced;
-            let v = &mut vwrs[i];
+            // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
+            let v = wr_store[i].write(unsafe { std::mem::zeroed() });
             v.wr_id = seq;
-            v.sg_list = sges[first..].as_mut_ptr();
+            // SAFETY: `first <= nsge`: inside (or one past) the SGE storage.
+            v.sg_list = unsafe { sge_base.add(first) };
             v.num_sge = w.sges.len() as i32;
             let mut flags = 0;
             if w.signaled || forced {
@@ -745,6 +741,9 @@ impl VerbsQp {
                 }
             }
         }
+        // SAFETY: the first `wrs.len()` entries were written above.
+        let vwrs: &mut [ibv_send_wr] =
+            unsafe { std::slice::from_raw_parts_mut(wr_store.as_mut_ptr().cast(), wrs.len()) };
         for i in 1..wrs.len() {
             let next: *mut ibv_send_wr = &mut vwrs[i];
             vwrs[i - 1].next = next;
@@ -754,7 +753,7 @@ impl VerbsQp {
         // SGEs name registered memory (Sge::new checked the ranges).
         let rc = unsafe { ibv_post_send(self.qp, vwrs.as_mut_ptr(), &mut bad) };
         // WRs before `bad` were posted: count them, so their completions match.
-        let posted = posted_count(rc, &vwrs[..wrs.len()], bad);
+        let posted = posted_count(rc, vwrs, bad);
         self.posted += posted as u64;
         match rc {
             0 => Ok(()),
@@ -786,46 +785,47 @@ impl VerbsQp {
             return Err(Error::CqFull);
         }
         for chunk in wrs.chunks(CHUNK) {
+            use std::mem::MaybeUninit;
             let nsge: usize = chunk.iter().map(|w| w.sges.len()).sum();
-            let mut sge_buf = [ibv_sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            }; CHUNK * 4];
-            let mut sge_vec;
-            let sges: &mut [ibv_sge] = if nsge <= sge_buf.len() {
-                &mut sge_buf
+            // Only the entries used are written, as in `post_chunk`.
+            let mut sge_store = [const { MaybeUninit::<ibv_sge>::uninit() }; CHUNK * 4];
+            let mut sge_vec: Vec<ibv_sge>;
+            let sge_base: *mut ibv_sge = if nsge <= sge_store.len() {
+                sge_store.as_mut_ptr().cast()
             } else {
                 // Many-SGE batches are rare; they may allocate.
-                sge_vec = vec![
-                    ibv_sge {
-                        addr: 0,
-                        length: 0,
-                        lkey: 0
-                    };
-                    nsge
-                ];
-                &mut sge_vec
+                sge_vec = Vec::with_capacity(nsge);
+                sge_vec.as_mut_ptr()
             };
-            // SAFETY: ibv_recv_wr is plain data; zero is valid.
-            let mut vwrs: [ibv_recv_wr; CHUNK] = unsafe { std::mem::zeroed() };
+            let mut wr_store = [const { MaybeUninit::<ibv_recv_wr>::uninit() }; CHUNK];
             let mut k = 0;
             for (i, w) in chunk.iter().enumerate() {
                 let first = k;
                 for g in w.sges {
-                    sges[k] = ibv_sge {
-                        addr: g.addr,
-                        length: g.len,
-                        lkey: g.lkey.0,
+                    // SAFETY: `sge_base` has room for `nsge` entries and `k < nsge`.
+                    unsafe {
+                        sge_base.add(k).write(ibv_sge {
+                            addr: g.addr,
+                            length: g.len,
+                            lkey: g.lkey.0,
+                        })
                     };
                     k += 1;
                 }
                 let seq = self.recv_posted + i as u64;
                 self.recv_ids[(seq % self.max_recv as u64) as usize] = w.wr_id;
-                vwrs[i].wr_id = RECV_TAG | seq;
-                vwrs[i].sg_list = sges[first..].as_mut_ptr();
-                vwrs[i].num_sge = w.sges.len() as i32;
+                wr_store[i].write(ibv_recv_wr {
+                    wr_id: RECV_TAG | seq,
+                    next: std::ptr::null_mut(),
+                    // SAFETY: `first <= nsge`: inside (or one past) the SGE storage.
+                    sg_list: unsafe { sge_base.add(first) },
+                    num_sge: w.sges.len() as i32,
+                });
             }
+            // SAFETY: the first `chunk.len()` entries were written above.
+            let vwrs: &mut [ibv_recv_wr] = unsafe {
+                std::slice::from_raw_parts_mut(wr_store.as_mut_ptr().cast(), chunk.len())
+            };
             for i in 1..chunk.len() {
                 let next: *mut ibv_recv_wr = &mut vwrs[i];
                 vwrs[i - 1].next = next;
@@ -834,7 +834,7 @@ impl VerbsQp {
             // SAFETY: live QP; the WR chain and SGE array outlive the call; the
             // SGEs name registered memory (Sge::new checked the ranges).
             let rc = unsafe { ibv_post_recv(self.qp, vwrs.as_mut_ptr(), &mut bad) };
-            let posted = posted_count(rc, &vwrs[..chunk.len()], bad);
+            let posted = posted_count(rc, vwrs, bad);
             self.recv_posted += posted as u64;
             match rc {
                 0 => {}
@@ -857,11 +857,10 @@ impl VerbsQp {
     /// Polls up to `out.len()` completions with `ibv_poll_cq`.
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         const CHUNK: usize = 16;
-        // SAFETY: plain data.
-        let mut wc: [ibv_wc; CHUNK] = unsafe { std::mem::zeroed() };
+        let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; CHUNK];
         let want = out.len().min(CHUNK);
-        // SAFETY: live CQ; `wc` holds `want` entries.
-        let n = unsafe { ibv_poll_cq(self.cq, want as i32, wc.as_mut_ptr()) };
+        // SAFETY: live CQ; `store` has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want as i32, store.as_mut_ptr().cast()) };
         if n < 0 {
             return Err(Error::Verbs {
                 call: "ibv_poll_cq",
@@ -869,8 +868,11 @@ impl VerbsQp {
                 detail: String::new(),
             });
         }
+        // SAFETY: ibv_poll_cq wrote the first `n` (<= `want`) entries.
+        let wc: &[ibv_wc] =
+            unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) };
         let mut k = 0;
-        for w in &wc[..n as usize] {
+        for w in wc {
             // Our wr_id is the WR's sequence number (see `VerbsQp`).
             let (wr_id, hidden) = if w.wr_id & RECV_TAG != 0 {
                 let seq = w.wr_id & !RECV_TAG;
