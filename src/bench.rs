@@ -301,10 +301,17 @@ fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>)
     let start = ticks();
     let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
     let yield_after = yield_after();
+    // PAUSE only toward a sim device thread (it may share the core); on a
+    // kernel device the poll itself is the back-off, as in perftest's loops
+    // (under QEMU TCG a PAUSE leaves the vCPU's execution loop: it costs
+    // more than a poll).
+    let pause = yield_after.is_some();
     while !done()? {
         spins = spins.wrapping_add(1);
         if spins % 256 != 0 {
-            std::hint::spin_loop();
+            if pause {
+                std::hint::spin_loop();
+            }
             continue;
         }
         let waited = ticks().wrapping_sub(start);
