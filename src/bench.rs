@@ -36,6 +36,40 @@ pub struct LatConfig {
     pub gid_index: Option<u8>,
     /// The data path (`--backend`): auto, direct or verbs.
     pub backend: crate::Backend,
+    /// Wait for completions with events instead of spinning (perftest `-e`).
+    pub events: bool,
+    /// The atomic the atomic tests run (perftest `-A`).
+    pub atomic: AtomicKind,
+    /// Two hosts: connect the QPs through rdma_cm (perftest `-R`).
+    pub rdma_cm: bool,
+}
+
+/// perftest's `-A`: which atomic the atomic tests post.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AtomicKind {
+    /// Fetch-and-add of 1.
+    #[default]
+    FetchAndAdd,
+    /// Compare-and-swap: compare 0, swap 1 (after the first it fails the
+    /// compare, which is still one atomic round trip).
+    CmpAndSwap,
+}
+
+impl AtomicKind {
+    /// perftest's name for it, as in its banner.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicKind::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicKind::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+
+    fn wr<'a>(self, wr_id: u64, old: &'a [Sge], remote: RemoteAddr) -> SendWr<'a> {
+        match self {
+            AtomicKind::FetchAndAdd => SendWr::atomic_fetch_add(wr_id, old, remote, 1),
+            AtomicKind::CmpAndSwap => SendWr::atomic_cmp_swp(wr_id, old, remote, 0, 1),
+        }
+    }
 }
 
 impl Default for LatConfig {
@@ -48,6 +82,9 @@ impl Default for LatConfig {
             port: 1,
             gid_index: None,
             backend: crate::Backend::Auto,
+            events: false,
+            atomic: AtomicKind::FetchAndAdd,
+            rdma_cm: false,
         }
     }
 }
@@ -188,10 +225,12 @@ struct CpuMeter {
     polled: u64,
     overhead: u64,
     start: (Instant, u64),
+    /// Completions are waited for with events (`-e`), not by spinning.
+    events: bool,
 }
 
 impl CpuMeter {
-    fn new() -> Self {
+    fn new(events: bool) -> Self {
         let overhead = (0..1000)
             .map(|_| {
                 let t = ticks();
@@ -206,6 +245,7 @@ impl CpuMeter {
             polled: 0,
             overhead,
             start: (Instant::now(), ticks()),
+            events,
         }
     }
 
@@ -325,16 +365,56 @@ fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>)
     Ok(())
 }
 
+/// Polls `qp` until `enough` says so: spinning, or with events (`-e`):
+/// poll, arm the CQ, poll once more (a completion that came before the arm
+/// raises no event), then sleep on the completion channel.
+fn poll_wait(
+    qp: &mut Qp,
+    m: &mut CpuMeter,
+    what: impl Fn() -> String,
+    mut enough: impl FnMut(&[Completion]) -> Result<bool>,
+) -> Result<()> {
+    let mut wc = [Completion::default(); 4];
+    if !m.events {
+        return spin_until(what, || {
+            let n = m.poll(qp, &mut wc)?;
+            enough(&wc[..n])
+        });
+    }
+    let deadline = Instant::now() + WAIT_LIMIT;
+    loop {
+        let n = m.poll(qp, &mut wc)?;
+        if enough(&wc[..n])? {
+            return Ok(());
+        }
+        if n > 0 {
+            continue;
+        }
+        qp.arm_cq(false)?;
+        let n = m.poll(qp, &mut wc)?;
+        if enough(&wc[..n])? {
+            return Ok(());
+        }
+        if n > 0 {
+            continue;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !qp.wait_cq_event(left)? {
+            return Err(Error::Timeout(what()));
+        }
+    }
+}
+
 /// Polls until a receive completes (send completions on the way are taken
 /// and dropped); an error completion of either kind fails the run.
 fn wait_recv(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
-    let mut wc = [Completion::default(); 4];
-    let mut got = false;
-    spin_until(
+    poll_wait(
+        qp,
+        m,
         || format!("no receive completion on side {side} within {WAIT_LIMIT:?}"),
-        || {
-            let n = m.poll(qp, &mut wc)?;
-            for c in &wc[..n] {
+        |wc| {
+            let mut got = false;
+            for c in wc {
                 if !c.status.is_ok() {
                     return Err(Error::from(*c));
                 }
@@ -345,16 +425,17 @@ fn wait_recv(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
     )
 }
 
+/// Polls until one completion comes; an error completion fails the run.
 fn wait_completion(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
-    let mut wc = [Completion::default(); 1];
-    spin_until(
+    poll_wait(
+        qp,
+        m,
         || format!("no send completion on side {side} within {WAIT_LIMIT:?}"),
-        || Ok(m.poll(qp, &mut wc)? == 1),
-    )?;
-    if !wc[0].status.is_ok() {
-        return Err(Error::from(wc[0]));
-    }
-    Ok(())
+        |wc| match wc.iter().find(|c| !c.status.is_ok()) {
+            Some(c) => Err(Error::from(*c)),
+            None => Ok(!wc.is_empty()),
+        },
+    )
 }
 
 /// What a benchmark ran on, for the banner.
@@ -365,6 +446,8 @@ pub struct RunInfo {
     /// `None`: both sides in this process; else this side's role
     /// (`server`, `client`) in a two-host run over the TCP exchange.
     pub role: Option<&'static str>,
+    /// The QPs were connected through rdma_cm (`-R`).
+    pub rdma_cm: bool,
     /// Max inline data of the QPs, bytes.
     pub inline: u32,
     /// Send queue depth, work requests.
@@ -422,10 +505,18 @@ impl RunInfo {
             line(format!(" GID index       : {g}"));
         }
         line(format!(" Max inline data : {}[B]", self.inline));
-        line(" rdma_cm QPs\t : OFF".to_string());
-        line(match self.role {
-            None => " Data ex. method : none (both QPs in this process)".to_string(),
-            Some(_) => " Data ex. method : Ethernet (TCP, rdma-direct exchange v1)".to_string(),
+        line(format!(
+            " rdma_cm QPs\t : {}",
+            if self.rdma_cm { "ON" } else { "OFF" }
+        ));
+        line(match (self.role, self.rdma_cm) {
+            (None, _) => " Data ex. method : none (both QPs in this process)".to_string(),
+            (Some(_), false) => {
+                " Data ex. method : Ethernet (TCP, rdma-direct exchange v1)".to_string()
+            }
+            (Some(_), true) => {
+                " Data ex. method : rdma_cm (buffers over TCP, rdma-direct exchange v1)".to_string()
+            }
         });
         line(RESULT_LINE.to_string());
         for (name, side) in [("local", &self.sides[0]), ("remote", &self.sides[1])] {
@@ -567,6 +658,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         vaddr: mr.addr(),
     };
     let info = RunInfo {
+        rdma_cm: false,
         role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
@@ -582,7 +674,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let (to_b, to_a) = (remote(&mr_b), remote(&mr_a));
     let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
     let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
-    let mut m = CpuMeter::new();
+    let mut m = CpuMeter::new(cfg.events);
 
     match test {
         LatTest::Write => {
@@ -640,7 +732,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             let mut wr = if test == LatTest::Read {
                 SendWr::rdma_read(0, &sge_a, to_b).signaled()
             } else {
-                SendWr::atomic_fetch_add(0, &sge_a, to_b, 1).signaled()
+                cfg.atomic.wr(0, &sge_a, to_b).signaled()
             };
             for i in 0..cfg.iters {
                 stamps.push(ticks());
@@ -682,6 +774,18 @@ impl BwTest {
     }
 }
 
+/// perftest's CQ moderation when `-Q` is not given: a completion every 100
+/// WRs, but every WR for messages over 8 KiB (its `MSG_SIZE_CQ_MOD_LIMIT`),
+/// where moderation skews the result and leaves long runs without any
+/// completion to show progress.
+pub fn default_cq_mod(size: u32) -> u32 {
+    if size > 8192 {
+        1
+    } else {
+        100
+    }
+}
+
 /// Settings of a bandwidth test (perftest's flags in brackets).
 #[derive(Clone, Debug)]
 pub struct BwConfig {
@@ -690,6 +794,8 @@ pub struct BwConfig {
     pub tx_depth: u32,
     /// A completion is requested every `cq_mod` work requests [`-Q`].
     pub cq_mod: u32,
+    /// Work requests per post call [`-l`] (one doorbell for the list).
+    pub post_list: u32,
 }
 
 impl Default for BwConfig {
@@ -702,6 +808,7 @@ impl Default for BwConfig {
             },
             tx_depth: 128,
             cq_mod: 100,
+            post_list: 1,
         }
     }
 }
@@ -822,6 +929,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         vaddr: mr.addr(),
     };
     let info = RunInfo {
+        rdma_cm: false,
         role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
@@ -838,10 +946,10 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         BwTest::Write => SendWr::rdma_write(0, &sge, to_b),
         BwTest::Read => SendWr::rdma_read(0, &sge, to_b),
         BwTest::Send => SendWr::send(0, &sge),
-        BwTest::Atomic => SendWr::atomic_fetch_add(0, &sge, to_b, 1),
+        BwTest::Atomic => cfg.lat.atomic.wr(0, &sge, to_b),
     };
     wr.inline = inline;
-    let mut m = CpuMeter::new();
+    let mut m = CpuMeter::new(cfg.lat.events);
     // Send: B keeps `rx_depth` receives posted and reposts each one consumed.
     let rsge = [Sge::new(&mr_b, 0, size)?];
     let recv = [RecvWr::new(0, &rsge)];
@@ -892,6 +1000,9 @@ fn bw_loop(
 ) -> Result<()> {
     let iters = cfg.lat.iters as usize;
     let cq_mod = cfg.cq_mod.min(cfg.tx_depth) as usize;
+    let post_list = (cfg.post_list.max(1) as usize).min(cfg.tx_depth as usize);
+    // Reserved here: the loop reuses it without allocating.
+    let mut batch: Vec<SendWr<'_>> = Vec::with_capacity(post_list);
     let mut received = 0usize;
     let rate = ticks_per_ns();
     let limit = (WAIT_LIMIT.as_nanos() as f64 * rate) as u64;
@@ -899,16 +1010,23 @@ fn bw_loop(
     let mut wc = [Completion::default(); 16];
     let mut last_progress = start;
     while completed_at.len() < iters {
-        // Keep the send queue full.
-        while posted_at.len() < iters
-            && posted_at.len() - completed_at.len() < cfg.tx_depth as usize
-        {
-            let i = posted_at.len();
-            wr.wr_id = i as u64;
-            wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters;
-            posted_at.push(ticks().wrapping_sub(start) as f64 / rate);
-            if let Err(e) = m.post(1, || a.post_send(&[wr])) {
-                posted_at.pop();
+        // Keep the send queue full, `post_list` WRs per post call.
+        while posted_at.len() < iters {
+            let i0 = posted_at.len();
+            let k = post_list.min(iters - i0);
+            if i0 - completed_at.len() + k > cfg.tx_depth as usize {
+                break;
+            }
+            batch.clear();
+            for i in i0..i0 + k {
+                wr.wr_id = i as u64;
+                wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters;
+                batch.push(wr);
+            }
+            let t = ticks().wrapping_sub(start) as f64 / rate;
+            posted_at.extend(std::iter::repeat(t).take(k));
+            if let Err(e) = m.post(k, || a.post_send(&batch)) {
+                posted_at.truncate(i0);
                 if matches!(e, Error::QueueFull | Error::CqFull) {
                     break;
                 }
@@ -948,6 +1066,32 @@ fn bw_loop(
         }
         if n > 0 {
             last_progress = t;
+        } else if m.events && completed_at.len() < posted_at.len() {
+            // -e: arm, poll once more, then sleep until the CQ's event (a
+            // short sleep when B's receives also need tending here).
+            a.arm_cq(false)?;
+            let n = m.poll(a, &mut wc)?;
+            let now = ticks().wrapping_sub(start) as f64 / rate;
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err(Error::from(*c));
+                }
+                while completed_at.len() <= c.wr_id as usize {
+                    completed_at.push(now);
+                }
+            }
+            if n == 0 {
+                let nap = if receiver.is_some() { 1 } else { 100 };
+                a.wait_cq_event(Duration::from_millis(nap))?;
+            } else {
+                last_progress = ticks();
+            }
+            if ticks().wrapping_sub(last_progress) > limit {
+                return Err(Error::Timeout(format!(
+                    "{} of {iters} WRs completed; none in {WAIT_LIMIT:?}",
+                    completed_at.len()
+                )));
+            }
         } else if t.wrapping_sub(last_progress) > limit {
             return Err(Error::Timeout(format!(
                 "{} of {iters} WRs completed; none in {WAIT_LIMIT:?}",
@@ -1066,6 +1210,7 @@ struct Link {
     tcp: std::net::TcpStream,
     client: bool,
     info: RunInfo,
+    _cm: Option<CmConn>,
 }
 
 /// Swaps the facts of both sides over the exchange, checks that both run
@@ -1130,10 +1275,12 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
             peer.len, peer.addr
         )));
     }
-    qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+    // The connection through the CM lives until the run's closing barrier.
+    let cm = connect_qp(&mut qp, lat.rdma_cm, role, psn, &peer, &mine)?;
     exchange::barrier(&mut tcp)?;
     let path = qp.path();
     let info = RunInfo {
+        rdma_cm: lat.rdma_cm,
         role: Some(role_name),
         device: ctx.name().into(),
         data_path: qp.data_path(),
@@ -1170,7 +1317,54 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         tcp,
         client,
         info,
+        _cm: cm,
     })
+}
+
+#[cfg(feature = "verbs")]
+type CmConn = crate::cm::CmConnection;
+#[cfg(not(feature = "verbs"))]
+type CmConn = ();
+
+/// Connects `qp` toward the peer: with the exchanged facts, or (`-R`)
+/// through the RDMA connection manager on the same port number.
+fn connect_qp(
+    qp: &mut Qp,
+    rdma_cm: bool,
+    role: &Role,
+    psn: u32,
+    peer: &crate::exchange::ConnInfo,
+    mine: &crate::exchange::ConnInfo,
+) -> Result<Option<CmConn>> {
+    if !rdma_cm {
+        qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+        return Ok(None);
+    }
+    #[cfg(feature = "verbs")]
+    {
+        let offer = crate::cm::CmOffer {
+            rkey: mine.rkey,
+            addr: mine.addr,
+            len: mine.len,
+        };
+        let wait = Duration::from_secs(60);
+        let conn = match role {
+            Role::Server { port } => {
+                crate::cm::CmListener::bind(*port)?
+                    .accept(qp, &offer, wait)?
+                    .0
+            }
+            Role::Client { host, port } => crate::cm::connect(qp, host, *port, &offer, wait)?.0,
+        };
+        Ok(Some(conn))
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (role, mine);
+        Err(Error::Invalid(
+            "rdma_cm (-R) needs the `verbs` feature".into(),
+        ))
+    }
 }
 
 /// `write_lat` between two hosts (kept for callers of the first two-host
@@ -1247,6 +1441,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         mut tcp,
         client,
         info,
+        _cm,
     } = connect_link(test, cfg, &qcfg, role)?;
     let to_peer = RemoteAddr {
         addr: peer.addr,
@@ -1255,7 +1450,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     let sge = [Sge::new(&mr, 0, size_asked)?];
     let rsge = [Sge::new(&mr, size, size_asked)?];
     let recv = [RecvWr::new(0, &rsge)];
-    let mut m = CpuMeter::new();
+    let mut m = CpuMeter::new(cfg.lat.events);
     let report = match test {
         AnyTest::Lat(LatTest::Write) => {
             let mut wr = SendWr::rdma_write(0, &sge, to_peer).signaled();
@@ -1309,7 +1504,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 let mut wr = if t == LatTest::Read {
                     SendWr::rdma_read(0, &sge, to_peer).signaled()
                 } else {
-                    SendWr::atomic_fetch_add(0, &sge, to_peer, 1).signaled()
+                    lat.atomic.wr(0, &sge, to_peer).signaled()
                 };
                 for i in 0..lat.iters {
                     stamps.push(ticks());
@@ -1331,7 +1526,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     BwTest::Write => SendWr::rdma_write(0, &sge, to_peer),
                     BwTest::Read => SendWr::rdma_read(0, &sge, to_peer),
                     BwTest::Send => SendWr::send(0, &sge),
-                    BwTest::Atomic => SendWr::atomic_fetch_add(0, &sge, to_peer, 1),
+                    BwTest::Atomic => lat.atomic.wr(0, &sge, to_peer),
                 };
                 wr.inline = inline;
                 bw_loop(

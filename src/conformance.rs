@@ -351,23 +351,33 @@ fn bad_input_is_refused_and_posts_nothing(dev: &str) -> CaseResult {
 }
 
 fn latency_benchmarks_run(dev: &str) -> CaseResult {
+    use crate::bench::AtomicKind;
     use crate::bench::{run_lat, LatConfig, LatTest};
-    for (test, bytes) in [
-        (LatTest::Write, 2),
-        (LatTest::Send, 2),
-        (LatTest::Read, 2),
-        (LatTest::Atomic, 8),
+    // Each test spinning, and with events (-e); atomics both ways (-A).
+    for (test, bytes, events, atomic) in [
+        (LatTest::Write, 2, false, AtomicKind::FetchAndAdd),
+        (LatTest::Send, 2, false, AtomicKind::FetchAndAdd),
+        (LatTest::Read, 2, false, AtomicKind::FetchAndAdd),
+        (LatTest::Atomic, 8, false, AtomicKind::FetchAndAdd),
+        (LatTest::Atomic, 8, false, AtomicKind::CmpAndSwap),
+        (LatTest::Write, 2, true, AtomicKind::FetchAndAdd),
+        (LatTest::Send, 2, true, AtomicKind::FetchAndAdd),
+        (LatTest::Read, 2, true, AtomicKind::FetchAndAdd),
+        (LatTest::Atomic, 8, true, AtomicKind::CmpAndSwap),
     ] {
         let cfg = LatConfig {
             device: dev.to_string(),
             iters: 50,
+            events,
+            atomic,
             ..Default::default()
         };
         let (_, r) = run_lat(test, &cfg)?;
-        check_eq!((r.bytes, r.iterations), (bytes, 50), "{test:?}");
+        let test = format!("{test:?} events {events} {atomic:?}");
+        check_eq!((r.bytes, r.iterations), (bytes, 50), "{test}");
         check!(
             r.t_min > 0.0 && r.t_min <= r.t_typical && r.t_typical <= r.t_max,
-            "{test:?}: {r:?}"
+            "{test}: {r:?}"
         );
     }
     passed(vec![])
@@ -651,31 +661,39 @@ fn unsignaled_streams_never_fill_the_send_queue(dev: &str) -> CaseResult {
 
 fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
     use crate::bench::{run_bw, BwConfig, BwTest, LatConfig};
-    for (test, bytes) in [
-        (BwTest::Write, 4096),
-        (BwTest::Read, 4096),
-        (BwTest::Send, 4096),
-        (BwTest::Atomic, 8),
+    // Each test one WR per post, then with post lists of 4 (-l) and events (-e).
+    for (test, bytes, post_list, events) in [
+        (BwTest::Write, 4096, 1, false),
+        (BwTest::Read, 4096, 1, false),
+        (BwTest::Send, 4096, 1, false),
+        (BwTest::Atomic, 8, 1, false),
+        (BwTest::Write, 4096, 4, true),
+        (BwTest::Read, 4096, 4, true),
+        (BwTest::Send, 4096, 4, true),
+        (BwTest::Atomic, 8, 4, true),
     ] {
         let cfg = BwConfig {
             lat: LatConfig {
                 device: dev.to_string(),
                 size: 4096,
                 iters: 300,
+                events,
                 ..Default::default()
             },
             tx_depth: 16,
             cq_mod: 8,
+            post_list,
         };
         let (_, r) = run_bw(test, &cfg)?;
-        check_eq!((r.bytes, r.iterations), (bytes, 300), "{test:?}");
+        let test = format!("{test:?} post list {post_list} events {events}");
+        check_eq!((r.bytes, r.iterations), (bytes, 300), "{test}");
         check!(
             r.bw_average > 0.0 && r.bw_peak >= r.bw_average * 0.999 && r.msg_rate > 0.0,
-            "{test:?}: {r:?}"
+            "{test}: {r:?}"
         );
         check!(
             r.cpu.post_ns > 0.0 && r.cpu.poll_ns > 0.0,
-            "{test:?}: no CPU cost measured: {:?}",
+            "{test}: no CPU cost measured: {:?}",
             r.cpu
         );
     }

@@ -6,6 +6,8 @@ use rdma_direct::bench::{
 };
 use std::process::ExitCode;
 
+mod compare;
+mod progress;
 mod tools;
 
 /// `println!` that ends the process quietly, with the status a C tool killed
@@ -50,9 +52,13 @@ enum Cmd {
         json: bool,
     },
     /// Run a perftest-compatible benchmark: both sides in this process, or
-    /// (write_lat) two hosts with --server on one and the server's address on
-    /// the other.
+    /// two hosts with --server on one and the server's address on the other.
     Bench(BenchArgs),
+    /// Run a matrix of tests x message sizes on every device and data path
+    /// present (sim direct; rxe verbs; mlx5 direct and verbs); print a
+    /// Markdown table, write JSON and an SVG plot of latency and message
+    /// rate against message size.
+    Compare(compare::CompareArgs),
     /// Run the conformance suite on a device: one line per case, then
     /// `N passed, N failed, N skipped`. Exits 1 if any case failed.
     Conformance(ConformanceArgs),
@@ -120,10 +126,10 @@ struct BenchArgs {
     #[arg(short = 't', long = "tx-depth", default_value_t = 128,
           value_parser = clap::value_parser!(u32).range(1..=16384))]
     tx_depth: u32,
-    /// Ask for a completion every this many work requests (bandwidth tests).
-    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    cq_mod: u32,
+    /// Ask for a completion every this many work requests (bandwidth tests)
+    /// [default: 100; 1 for messages over 8192 bytes, as perftest].
+    #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..))]
+    cq_mod: Option<u32>,
     /// Messages up to this many bytes are sent inline.
     #[arg(short = 'I', long = "inline_size", default_value_t = 220)]
     inline_size: u32,
@@ -133,10 +139,46 @@ struct BenchArgs {
     /// GID index (default: the IPv4-mapped RoCE v2 GID).
     #[arg(short = 'x', long = "gid-index")]
     gid_index: Option<u8>,
+    /// Run every size from 2 B to 8 MiB (powers of two), one row each.
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    all: bool,
+    /// Wait for completions with events (arm, sleep on the completion
+    /// channel, poll) instead of spinning. perftest has it on send, read and
+    /// atomic tests; ours takes it on every test (write_lat waits for the
+    /// peer's data by spinning on memory either way).
+    #[arg(short = 'e', long = "events")]
+    events: bool,
+    /// Work requests per post call, one doorbell for the list (bandwidth tests).
+    #[arg(short = 'l', long = "post_list", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16384))]
+    post_list: u32,
+    /// The atomic of the atomic tests.
+    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicArg::FetchAndAdd)]
+    atomic_type: AtomicArg,
+    /// Two hosts: connect the QPs through rdma_cm (both sides give -R).
+    #[arg(short = 'R', long = "rdma_cm")]
+    rdma_cm: bool,
+    /// Bandwidth in Gb/sec (10^9 bits) instead of MB/sec (2^20 bytes).
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
+    /// Also write the results as JSON (to --out_json_file).
+    #[arg(long = "out_json")]
+    out_json: bool,
+    /// Where --out_json writes.
+    #[arg(long = "out_json_file", default_value = "perftest_out.json")]
+    out_json_file: std::path::PathBuf,
     /// Data path: auto (direct on the sim and mlx5, verbs elsewhere),
     /// direct, or verbs (the fallback even on mlx5, for comparison).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AtomicArg {
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -220,6 +262,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Devices { json } => devices(json),
         Cmd::Bench(a) => run_bench(a),
+        Cmd::Compare(a) => compare::run(&a),
         Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) | Cmd::Conformance(_) => {
             unreachable!("handled above")
         }
@@ -464,9 +507,21 @@ fn devices(json: bool) -> rdma_direct::Result<()> {
 }
 
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
-    if matches!(a.test, Test::Atomic | Test::AtomicBw) && a.size.is_some_and(|s| s != 8) {
-        return Err(rdma_direct::Error::Invalid(
+    use rdma_direct::Error;
+    let atomic = matches!(a.test, Test::Atomic | Test::AtomicBw);
+    if atomic && a.size.is_some_and(|s| s != 8) {
+        return Err(Error::Invalid(
             "atomics always move 8 bytes; -s does not apply".into(),
+        ));
+    }
+    if atomic && a.all {
+        return Err(Error::Invalid(
+            "atomics always move 8 bytes; -a does not apply".into(),
+        ));
+    }
+    if !atomic && matches!(a.atomic_type, AtomicArg::CmpAndSwap) {
+        return Err(Error::Invalid(
+            "-A applies to atomic_lat and atomic_bw only".into(),
         ));
     }
     let lat = match a.test {
@@ -476,9 +531,19 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         Test::Atomic => Some(LatTest::Atomic),
         _ => None,
     };
+    let bw_test = match a.test {
+        Test::WriteBw => BwTest::Write,
+        Test::ReadBw => BwTest::Read,
+        Test::SendBw => BwTest::Send,
+        _ => BwTest::Atomic,
+    };
+    let any = match lat {
+        Some(t) => bench::AnyTest::Lat(t),
+        None => bench::AnyTest::Bw(bw_test),
+    };
     let bw_defaults = BwConfig::default();
     let base = LatConfig {
-        device: a.device,
+        device: a.device.clone(),
         size: a.size.unwrap_or(if lat.is_some() {
             2
         } else {
@@ -497,10 +562,16 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             BackendArg::Direct => rdma_direct::Backend::Direct,
             BackendArg::Verbs => rdma_direct::Backend::Verbs,
         },
+        events: a.events,
+        atomic: match a.atomic_type {
+            AtomicArg::FetchAndAdd => bench::AtomicKind::FetchAndAdd,
+            AtomicArg::CmpAndSwap => bench::AtomicKind::CmpAndSwap,
+        },
+        rdma_cm: a.rdma_cm,
     };
     let role = match (&a.host, a.server) {
         (Some(_), true) => {
-            return Err(rdma_direct::Error::Invalid(
+            return Err(Error::Invalid(
                 "give a host (client) or --server, not both".into(),
             ))
         }
@@ -511,18 +582,13 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         (None, true) => Some(bench::Role::Server { port: a.tcp_port }),
         (None, false) => None,
     };
-    let bw_test = match a.test {
-        Test::WriteBw => BwTest::Write,
-        Test::ReadBw => BwTest::Read,
-        Test::SendBw => BwTest::Send,
-        _ => BwTest::Atomic,
-    };
-    let any = match lat {
-        Some(t) => bench::AnyTest::Lat(t),
-        None => bench::AnyTest::Bw(bw_test),
-    };
-    if let Some(role) = role {
-        match &role {
+    if a.rdma_cm && role.is_none() {
+        return Err(Error::Invalid(
+            "-R (rdma_cm) connects two hosts: give --server or the server's address".into(),
+        ));
+    }
+    if let Some(role) = &role {
+        match role {
             bench::Role::Server { port } => {
                 eprintln!("rdma-direct: waiting for a client on TCP port {port}")
             }
@@ -530,47 +596,123 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
                 eprintln!("rdma-direct: connecting to {host}:{port} (retrying for up to 60 s)")
             }
         }
-        let cfg = BwConfig {
-            lat: base,
-            tx_depth: a.tx_depth,
-            cq_mod: a.cq_mod,
-        };
-        let (info, r) = bench::run_remote(any, &cfg, &role)?;
-        out_part!("{}", info.banner(any.title()));
-        match r {
-            bench::AnyReport::Lat(r) => {
-                out!("{LAT_HEADER}{CPU_HEADER}");
-                out!("{}{}", r.row(), r.cpu.columns());
-            }
-            bench::AnyReport::Bw(r) => {
-                out!("{BW_HEADER}{CPU_HEADER}");
-                out!("{}{}", r.row(), r.cpu.columns());
-            }
-            bench::AnyReport::Served { iterations } => {
-                out!(" this side served {iterations} iterations; the client reports");
-            }
-        }
-        out!("{RESULT_LINE}");
-        return Ok(());
     }
-    if let Some(test) = lat {
-        let (info, r) = bench::run_lat(test, &base)?;
-        out_part!("{}", info.banner(test.title()));
-        out!("{LAT_HEADER}{CPU_HEADER}");
-        out!("{}{}", r.row(), r.cpu.columns());
-        out!("{RESULT_LINE}");
-        return Ok(());
-    }
-    let test = bw_test;
-    let cfg = BwConfig {
-        lat: base,
-        tx_depth: a.tx_depth,
-        cq_mod: a.cq_mod,
+    let sizes: Vec<u32> = if a.all {
+        (1..=23).map(|k| 1u32 << k).collect()
+    } else {
+        vec![base.size]
     };
-    let (info, r) = bench::run_bw(test, &cfg)?;
-    out_part!("{}", info.banner(test.title()));
-    out!("{BW_HEADER}{CPU_HEADER}");
-    out!("{}{}", r.row(), r.cpu.columns());
+    let title = match (any, base.atomic) {
+        (bench::AnyTest::Lat(LatTest::Atomic), bench::AtomicKind::CmpAndSwap) => {
+            "Atomic CMP_AND_SWAP Latency Test"
+        }
+        (bench::AnyTest::Bw(BwTest::Atomic), bench::AtomicKind::CmpAndSwap) => {
+            "Atomic CMP_AND_SWAP BW Test"
+        }
+        _ => any.title(),
+    };
+    let gbits = |r: &bench::BwReport| {
+        // MB/sec (2^20 bytes) to Gb/sec (10^9 bits), as perftest's --report_gbits.
+        let f = (1u64 << 20) as f64 * 8.0 / 1e9;
+        bench::BwReport {
+            bw_peak: r.bw_peak * f,
+            bw_average: r.bw_average * f,
+            ..*r
+        }
+    };
+    let bar = progress::bar(sizes.len() as u64, "sizes");
+    let mut json_rows = Vec::new();
+    for (k, &size) in sizes.iter().enumerate() {
+        let cfg = BwConfig {
+            lat: LatConfig {
+                size,
+                ..base.clone()
+            },
+            tx_depth: a.tx_depth,
+            cq_mod: a.cq_mod.unwrap_or(bench::default_cq_mod(size)),
+            post_list: a.post_list,
+        };
+        let spin = (sizes.len() == 1)
+            .then(|| progress::Spinner::new(format!("{title} on {}", cfg.lat.device)));
+        let (info, report) = match (&role, any) {
+            (Some(role), _) => bench::run_remote(any, &cfg, role)?,
+            (None, bench::AnyTest::Lat(t)) => {
+                let (i, r) = bench::run_lat(t, &cfg.lat)?;
+                (i, bench::AnyReport::Lat(r))
+            }
+            (None, bench::AnyTest::Bw(t)) => {
+                let (i, r) = bench::run_bw(t, &cfg)?;
+                (i, bench::AnyReport::Bw(r))
+            }
+        };
+        drop(spin);
+        bar.suspend(|| {
+            if k == 0 {
+                out_part!("{}", info.banner(title));
+                match report {
+                    bench::AnyReport::Lat(_) => out!("{LAT_HEADER}{CPU_HEADER}"),
+                    bench::AnyReport::Bw(_) if a.report_gbits => {
+                        out!("{}{CPU_HEADER}", BW_HEADER.replace("MB/sec", "Gb/sec"))
+                    }
+                    bench::AnyReport::Bw(_) => out!("{BW_HEADER}{CPU_HEADER}"),
+                    bench::AnyReport::Served { .. } => {}
+                }
+            }
+            match report {
+                bench::AnyReport::Lat(r) => out!("{}{}", r.row(), r.cpu.columns()),
+                bench::AnyReport::Bw(r) if a.report_gbits => {
+                    out!("{}{}", gbits(&r).row(), r.cpu.columns())
+                }
+                bench::AnyReport::Bw(r) => out!("{}{}", r.row(), r.cpu.columns()),
+                bench::AnyReport::Served { iterations } => {
+                    out!(" {size} B: this side served {iterations} iterations; the client reports")
+                }
+            }
+        });
+        bar.inc(1);
+        json_rows.push(report_json(size, &report, a.report_gbits));
+    }
+    bar.finish_and_clear();
     out!("{RESULT_LINE}");
+    if a.out_json {
+        let doc = serde_json::json!({
+            "test": any.perftest_name().trim_start_matches("ib_"),
+            "title": title,
+            "device": base.device,
+            "bw_unit": if a.report_gbits { "Gb/sec" } else { "MB/sec" },
+            "results": json_rows,
+        });
+        std::fs::write(
+            &a.out_json_file,
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
+        )
+        .map_err(|e| Error::Invalid(format!("write {}: {e}", a.out_json_file.display())))?;
+    }
     Ok(())
+}
+
+/// One row of `--out_json`: perftest's columns and our CPU cost.
+fn report_json(bytes: u32, r: &bench::AnyReport, gbits: bool) -> serde_json::Value {
+    let f = if gbits {
+        (1u64 << 20) as f64 * 8.0 / 1e9
+    } else {
+        1.0
+    };
+    match r {
+        bench::AnyReport::Lat(r) => serde_json::json!({
+            "bytes": r.bytes, "iterations": r.iterations,
+            "t_min_usec": r.t_min, "t_max_usec": r.t_max, "t_typical_usec": r.t_typical,
+            "t_avg_usec": r.t_avg, "t_stdev_usec": r.t_stdev,
+            "p99_usec": r.p99, "p99_9_usec": r.p99_9,
+            "post_nsec_per_wr": r.cpu.post_ns, "poll_nsec_per_cqe": r.cpu.poll_ns,
+        }),
+        bench::AnyReport::Bw(r) => serde_json::json!({
+            "bytes": r.bytes, "iterations": r.iterations,
+            "bw_peak": r.bw_peak * f, "bw_average": r.bw_average * f, "msg_rate_mpps": r.msg_rate,
+            "post_nsec_per_wr": r.cpu.post_ns, "poll_nsec_per_cqe": r.cpu.poll_ns,
+        }),
+        bench::AnyReport::Served { iterations } => serde_json::json!({
+            "bytes": bytes, "iterations": iterations, "served": true,
+        }),
+    }
 }
