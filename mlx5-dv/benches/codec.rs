@@ -82,5 +82,64 @@ fn decode(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, encode, decode);
+/// The same three operations through the C baseline: rdma-core's
+/// `mlx5dv.h` helpers compiled from the system header (`mlx5-dv/oracle`,
+/// which checks in its tests that they write the same bytes).
+fn c_baseline(c: &mut Criterion) {
+    use mlx5_dv_oracle as oracle;
+    if !oracle::available() {
+        eprintln!("codec bench: SKIPPING the C baseline: built without infiniband/mlx5dv.h");
+        return;
+    }
+    let mut mem = vec![0u8; 256 * WQEBB];
+    let mut pi = 0u32;
+    c.bench_function("C baseline: encode 1-SGE RDMA WRITE", |b| {
+        b.iter(|| {
+            let n = oracle::baseline::write_sge(
+                &mut mem,
+                256,
+                pi,
+                0x1234,
+                black_box(0x7f00_0000_9000),
+                0x22,
+                black_box(0x7f00_0000_1000),
+                4096,
+                0x11,
+            );
+            pi = pi.wrapping_add(n);
+        })
+    });
+    let bytes = [0x5au8; 64];
+    c.bench_function("C baseline: encode 64-byte inline SEND", |b| {
+        b.iter(|| {
+            let n = oracle::baseline::inline_send(&mut mem, 256, pi, 0x1234, black_box(&bytes));
+            pi = pi.wrapping_add(n);
+        })
+    });
+    let cqe = Cqe {
+        opcode: CqeOpcode::REQ,
+        wqe_opcode: WqeOpcode::RDMA_WRITE,
+        qpn: 0x1234,
+        wqe_counter: 7,
+        byte_cnt: 4096,
+        imm: 0,
+        solicited: false,
+        format: 0,
+        syndrome: Syndrome(0),
+        vendor_syndrome: 0,
+        owner: false,
+    }
+    .encode(0);
+    c.bench_function("C baseline: CQE ownership check + decode", |b| {
+        b.iter(|| {
+            black_box(oracle::baseline::poll_cqe(
+                black_box(&cqe),
+                black_box(3),
+                256,
+            ))
+        })
+    });
+}
+
+criterion_group!(benches, encode, decode, c_baseline);
 criterion_main!(benches);

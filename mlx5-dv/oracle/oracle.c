@@ -44,6 +44,76 @@ void oracle_cqe_fields(const uint8_t in[64], uint8_t out[4])
 	out[2] = mlx5dv_get_cqe_format(&cqe);
 	out[3] = mlx5dv_get_cqe_opcode(&cqe);
 }
+
+/*
+ * The C baseline of the benchmarks: each operation as a C program writes it
+ * with mlx5dv.h's helpers (no argument checks beyond what the hot path of
+ * rdma-core's provider does), so our encoder and poller can be measured
+ * against it (criterion, and instruction counts under callgrind).
+ */
+#include <endian.h>
+
+/* A 1-SGE RDMA WRITE (ctrl, raddr, data: DS 3, one WQEBB) at `pi`. Returns WQEBBs. */
+uint32_t baseline_write_sge(uint8_t *sq, uint32_t wqe_cnt, uint32_t pi, uint32_t qpn,
+                            uint64_t raddr, uint32_t rkey, uint64_t addr, uint32_t len,
+                            uint32_t lkey)
+{
+	uint8_t *wqe = sq + ((size_t)(pi & (wqe_cnt - 1)) << 6);
+	struct mlx5_wqe_raddr_seg *r = (void *)(wqe + 16);
+
+	mlx5dv_set_ctrl_seg((void *)wqe, pi, MLX5_OPCODE_RDMA_WRITE, 0, qpn,
+			    MLX5_WQE_CTRL_CQ_UPDATE, 3, 0, 0);
+	r->raddr = htobe64(raddr);
+	r->rkey = htobe32(rkey);
+	r->reserved = 0;
+	mlx5dv_set_data_seg((void *)(wqe + 32), len, lkey, (uintptr_t)addr);
+	return 1;
+}
+
+/* An inline SEND of `len` bytes (ctrl, inline header, data; the copy wraps at
+ * the end of the ring). Returns WQEBBs. */
+uint32_t baseline_inline_send(uint8_t *sq, uint32_t wqe_cnt, uint32_t pi, uint32_t qpn,
+                              const uint8_t *data, uint32_t len)
+{
+	uint8_t *end = sq + ((size_t)wqe_cnt << 6);
+	uint8_t *wqe = sq + ((size_t)(pi & (wqe_cnt - 1)) << 6);
+	struct mlx5_wqe_inl_data_seg *inl = (void *)(wqe + 16);
+	uint8_t *dst = wqe + 20;
+	uint32_t ds = (16 + 4 + len + 15) / 16;
+
+	inl->byte_count = htobe32(len | MLX5_INLINE_SEG);
+	if (dst + len > end) {
+		size_t first = end - dst;
+		memcpy(dst, data, first);
+		memcpy(sq, data + first, len - first);
+	} else {
+		memcpy(dst, data, len);
+	}
+	mlx5dv_set_ctrl_seg((void *)wqe, pi, MLX5_OPCODE_SEND, 0, qpn,
+			    MLX5_WQE_CTRL_CQ_UPDATE, ds, 0, 0);
+	return (ds * 16 + 63) / 64;
+}
+
+/* Ownership check of the CQE for consumer index `ci` and the fields a poller
+ * reads: opcode, WQE counter, byte count, QPN, syndrome (error CQEs). Returns
+ * 1 if software owns the CQE. The load barrier a poller needs after the
+ * ownership check (one per poll batch) is left out, as in our codec bench. */
+int baseline_poll_cqe(const uint8_t *bytes, uint32_t ci, uint32_t cqe_cnt, uint32_t out[5])
+{
+	const struct mlx5_cqe64 *cqe = (const void *)bytes;
+	uint8_t opcode = mlx5dv_get_cqe_opcode(cqe);
+
+	if (opcode == MLX5_CQE_INVALID ||
+	    (mlx5dv_get_cqe_owner(cqe) ^ !!(ci & cqe_cnt)))
+		return 0;
+	out[0] = opcode;
+	out[1] = be16toh(cqe->wqe_counter);
+	out[2] = be32toh(cqe->byte_cnt);
+	out[3] = be32toh(cqe->sop_drop_qpn) & 0xffffff;
+	out[4] = (opcode == MLX5_CQE_REQ_ERR || opcode == MLX5_CQE_RESP_ERR) ?
+		((const struct mlx5_err_cqe *)cqe)->syndrome : 0;
+	return 1;
+}
 #else
 int oracle_available(void) { return 0; }
 void oracle_set_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode, uint8_t opmod,
@@ -51,4 +121,10 @@ void oracle_set_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode, uint8_t o
                          uint32_t imm) { memset(out, 0, 16); }
 void oracle_set_data_seg(uint8_t out[16], uint32_t length, uint32_t lkey, uint64_t address) { memset(out, 0, 16); }
 void oracle_cqe_fields(const uint8_t in[64], uint8_t out[4]) { memset(out, 0, 4); }
+uint32_t baseline_write_sge(uint8_t *sq, uint32_t wqe_cnt, uint32_t pi, uint32_t qpn,
+                            uint64_t raddr, uint32_t rkey, uint64_t addr, uint32_t len,
+                            uint32_t lkey) { return 0; }
+uint32_t baseline_inline_send(uint8_t *sq, uint32_t wqe_cnt, uint32_t pi, uint32_t qpn,
+                              const uint8_t *data, uint32_t len) { return 0; }
+int baseline_poll_cqe(const uint8_t *bytes, uint32_t ci, uint32_t cqe_cnt, uint32_t out[5]) { return 0; }
 #endif

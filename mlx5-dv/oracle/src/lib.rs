@@ -72,3 +72,99 @@ pub fn cqe_fields(cqe: &[u8; 64]) -> [u8; 4] {
     unsafe { oracle_cqe_fields(cqe.as_ptr(), out.as_mut_ptr()) };
     out
 }
+
+/// The C baseline of the benchmarks: the same operations as our encoder and
+/// poller, written in C with `mlx5dv.h`'s helpers (see `oracle.c`). Each
+/// returns 0 when the header was missing at build time.
+pub mod baseline {
+    extern "C" {
+        #[allow(clippy::too_many_arguments)]
+        fn baseline_write_sge(
+            sq: *mut u8,
+            wqe_cnt: u32,
+            pi: u32,
+            qpn: u32,
+            raddr: u64,
+            rkey: u32,
+            addr: u64,
+            len: u32,
+            lkey: u32,
+        ) -> u32;
+        fn baseline_inline_send(
+            sq: *mut u8,
+            wqe_cnt: u32,
+            pi: u32,
+            qpn: u32,
+            data: *const u8,
+            len: u32,
+        ) -> u32;
+        fn baseline_poll_cqe(cqe: *const u8, ci: u32, cqe_cnt: u32, out: *mut u32) -> i32;
+    }
+
+    /// A 1-SGE RDMA WRITE into `sq` (`wqe_cnt` WQEBBs of 64 bytes) at `pi`;
+    /// returns the WQEBBs used (1).
+    ///
+    /// # Panics
+    /// If `sq` is not `wqe_cnt` (a power of two) WQEBBs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_sge(
+        sq: &mut [u8],
+        wqe_cnt: u32,
+        pi: u32,
+        qpn: u32,
+        raddr: u64,
+        rkey: u32,
+        addr: u64,
+        len: u32,
+        lkey: u32,
+    ) -> u32 {
+        assert!(wqe_cnt.is_power_of_two() && sq.len() == wqe_cnt as usize * 64);
+        // SAFETY: the C function writes one WQEBB inside `sq` (checked above).
+        unsafe {
+            baseline_write_sge(
+                sq.as_mut_ptr(),
+                wqe_cnt,
+                pi,
+                qpn,
+                raddr,
+                rkey,
+                addr,
+                len,
+                lkey,
+            )
+        }
+    }
+
+    /// An inline SEND of `data` into `sq` at `pi` (wrapping at the end);
+    /// returns the WQEBBs used.
+    ///
+    /// # Panics
+    /// If `sq` is not `wqe_cnt` (a power of two) WQEBBs, or `data` needs
+    /// more than 4 WQEBBs.
+    pub fn inline_send(sq: &mut [u8], wqe_cnt: u32, pi: u32, qpn: u32, data: &[u8]) -> u32 {
+        assert!(wqe_cnt.is_power_of_two() && sq.len() == wqe_cnt as usize * 64);
+        assert!(data.len() <= 4 * 64 - 20 && wqe_cnt >= 4);
+        // SAFETY: the C function writes at most 4 WQEBBs of `sq`, wrapping
+        // inside it, and reads `data.len()` bytes of `data`.
+        unsafe {
+            baseline_inline_send(
+                sq.as_mut_ptr(),
+                wqe_cnt,
+                pi,
+                qpn,
+                data.as_ptr(),
+                data.len() as u32,
+            )
+        }
+    }
+
+    /// The ownership check of a 64-byte CQE for consumer index `ci` and, if
+    /// software owns it, its opcode, WQE counter, byte count, QPN and
+    /// syndrome.
+    pub fn poll_cqe(cqe: &[u8; 64], ci: u32, cqe_cnt: u32) -> Option<[u32; 5]> {
+        let mut out = [0u32; 5];
+        // SAFETY: `cqe` has the 64 bytes read, `out` the 5 words written.
+        (unsafe { baseline_poll_cqe(cqe.as_ptr(), ci, cqe_cnt, out.as_mut_ptr()) } != 0)
+            .then_some(out)
+    }
+}

@@ -1,0 +1,124 @@
+//! Runs one codec operation `N` times, for instruction counts under
+//! callgrind (`scripts/insn-count`): ours or the C baseline of `mlx5-dv/oracle`
+//! (rdma-core's `mlx5dv.h` helpers).
+//!
+//! `insn_count <op> <N>` with op one of `ours_write`, `c_write` (a 1-SGE
+//! RDMA WRITE), `ours_inline`, `c_inline` (a 64-byte inline SEND),
+//! `ours_cqe`, `c_cqe` (CQE ownership check and decode).
+
+use mlx5_dv::cqe::{sw_owned, Cqe};
+use mlx5_dv::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, WQEBB};
+use mlx5_dv::ring::RingBuf;
+use mlx5_dv::wqe::{write_send_wqe, DataSeg, Payload, RemoteSeg, SendWqe, SqGeometry};
+use mlx5_dv_oracle::baseline;
+use std::hint::black_box;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
+        eprintln!("usage: insn_count <ours_write|c_write|ours_inline|c_inline|ours_cqe|c_cqe> <N>");
+        std::process::exit(2);
+    };
+    let geo = SqGeometry {
+        wqe_cnt: 256,
+        qpn: 0x1234,
+        max_inline: 256,
+        max_wqebbs: 16,
+    };
+    let mut mem = vec![0u8; 256 * WQEBB];
+    let sge = [DataSeg {
+        addr: 0x7f00_0000_1000,
+        len: 4096,
+        lkey: 0x11,
+    }];
+    let write = SendWqe {
+        opcode: WqeOpcode::RDMA_WRITE,
+        flags: CtrlFlags::CQ_UPDATE,
+        imm: 0,
+        remote: Some(RemoteSeg {
+            addr: 0x7f00_0000_9000,
+            rkey: 0x22,
+        }),
+        atomic: None,
+        payload: Payload::Sges(&sge),
+    };
+    let bytes = [0x5au8; 64];
+    let send = SendWqe {
+        opcode: WqeOpcode::SEND,
+        flags: CtrlFlags::CQ_UPDATE,
+        imm: 0,
+        remote: None,
+        atomic: None,
+        payload: Payload::Inline(&bytes),
+    };
+    let cqe = Cqe {
+        opcode: CqeOpcode::REQ,
+        wqe_opcode: WqeOpcode::RDMA_WRITE,
+        qpn: 0x1234,
+        wqe_counter: 7,
+        byte_cnt: 4096,
+        imm: 0,
+        solicited: false,
+        format: 0,
+        syndrome: Syndrome(0),
+        vendor_syndrome: 0,
+        owner: false,
+    }
+    .encode(0);
+    let mut pi = 0u32;
+    match op.as_str() {
+        "ours_write" | "ours_inline" => {
+            let wqe = if op == "ours_write" { &write } else { &send };
+            let mut sq = RingBuf::from_slice(&mut mem).expect("ring");
+            for _ in 0..n {
+                let w = write_send_wqe(&mut sq, &geo, pi, black_box(wqe), 256).expect("encode");
+                pi = w.next_pi;
+            }
+        }
+        "c_write" => {
+            for _ in 0..n {
+                pi = pi.wrapping_add(baseline::write_sge(
+                    &mut mem,
+                    256,
+                    pi,
+                    0x1234,
+                    black_box(0x7f00_0000_9000),
+                    0x22,
+                    black_box(0x7f00_0000_1000),
+                    4096,
+                    0x11,
+                ));
+            }
+        }
+        "c_inline" => {
+            for _ in 0..n {
+                pi = pi.wrapping_add(baseline::inline_send(
+                    &mut mem,
+                    256,
+                    pi,
+                    0x1234,
+                    black_box(&bytes),
+                ));
+            }
+        }
+        "ours_cqe" => {
+            for i in 0..n {
+                let b = black_box(&cqe);
+                if sw_owned(b[63], black_box(i & 255), 256) {
+                    black_box(Cqe::decode(b));
+                }
+            }
+        }
+        "c_cqe" => {
+            for i in 0..n {
+                black_box(baseline::poll_cqe(black_box(&cqe), black_box(i & 255), 256));
+            }
+        }
+        other => {
+            eprintln!("insn_count: unknown op {other:?}");
+            std::process::exit(2);
+        }
+    }
+    black_box(&mem);
+    black_box(pi);
+}
