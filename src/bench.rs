@@ -796,6 +796,10 @@ pub struct BwConfig {
     pub cq_mod: u32,
     /// Work requests per post call [`-l`] (one doorbell for the list).
     pub post_list: u32,
+    /// Run for this long instead of `iters` WRs [`-D`]: the report counts
+    /// the WRs completed, and has no peak (perftest's `-D` leaves it out
+    /// too).
+    pub duration: Option<Duration>,
 }
 
 impl Default for BwConfig {
@@ -809,6 +813,7 @@ impl Default for BwConfig {
             tx_depth: 128,
             cq_mod: 100,
             post_list: 1,
+            duration: None,
         }
     }
 }
@@ -961,7 +966,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         recv: &recv,
         rx_depth,
     });
-    bw_loop(
+    let count = bw_loop(
         &mut a,
         wr,
         cfg,
@@ -971,7 +976,10 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         &mut completed_at,
     )?;
     drop(b);
-    let mut report = BwReport::from_times(size, &posted_at, &completed_at);
+    let mut report = match cfg.duration {
+        None => BwReport::from_times(size, &posted_at, &completed_at),
+        Some(_) => count.report(size),
+    };
     report.cpu = m.report();
     Ok((info, report))
 }
@@ -997,8 +1005,15 @@ fn bw_loop(
     m: &mut CpuMeter,
     posted_at: &mut Vec<f64>,
     completed_at: &mut Vec<f64>,
-) -> Result<()> {
-    let iters = cfg.lat.iters as usize;
+) -> Result<BwCount> {
+    // With -D: no per-WR times (the count is open), and the WR posted
+    // after the deadline is signaled and is the last.
+    let timed = cfg.duration.is_none();
+    let iters = if timed {
+        cfg.lat.iters as usize
+    } else {
+        usize::MAX
+    };
     let cq_mod = cfg.cq_mod.min(cfg.tx_depth) as usize;
     let post_list = (cfg.post_list.max(1) as usize).min(cfg.tx_depth as usize);
     // Reserved here: the loop reuses it without allocating.
@@ -1007,30 +1022,49 @@ fn bw_loop(
     let rate = ticks_per_ns();
     let limit = (WAIT_LIMIT.as_nanos() as f64 * rate) as u64;
     let start = ticks();
+    let deadline = cfg
+        .duration
+        .map(|d| start.wrapping_add((d.as_nanos() as f64 * rate) as u64));
+    let mut last: Option<usize> = None;
+    let (mut posted, mut completed) = (0usize, 0usize);
+    let mut last_completion = start;
     let mut wc = [Completion::default(); 16];
     let mut last_progress = start;
-    while completed_at.len() < iters {
+    let done = |completed: usize, last: Option<usize>| match deadline {
+        None => completed >= iters,
+        Some(_) => last.is_some_and(|l| completed > l),
+    };
+    while !done(completed, last) {
         // Keep the send queue full, `post_list` WRs per post call.
-        while posted_at.len() < iters {
-            let i0 = posted_at.len();
-            let k = post_list.min(iters - i0);
-            if i0 - completed_at.len() + k > cfg.tx_depth as usize {
+        while posted < iters && last.is_none() {
+            let i0 = posted;
+            let over = deadline.is_some_and(|d| ticks().wrapping_sub(d) < u64::MAX / 2);
+            let k = if over { 1 } else { post_list.min(iters - i0) };
+            if i0 - completed + k > cfg.tx_depth as usize {
                 break;
             }
             batch.clear();
             for i in i0..i0 + k {
                 wr.wr_id = i as u64;
-                wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters;
+                wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters || over;
                 batch.push(wr);
             }
             let t = ticks().wrapping_sub(start) as f64 / rate;
-            posted_at.extend(std::iter::repeat(t).take(k));
+            if timed {
+                posted_at.extend(std::iter::repeat(t).take(k));
+            }
             if let Err(e) = m.post(k, || a.post_send(&batch)) {
-                posted_at.truncate(i0);
+                if timed {
+                    posted_at.truncate(i0);
+                }
                 if matches!(e, Error::QueueFull | Error::CqFull) {
                     break;
                 }
                 return Err(e);
+            }
+            posted += k;
+            if over {
+                last = Some(i0);
             }
         }
         // Drain B's receive completions and repost as many receives, so
@@ -1046,13 +1080,23 @@ fn bw_loop(
                         return Err(Error::from(*c));
                     }
                     received += 1;
-                    if received + (r.rx_depth as usize) <= iters {
+                    if received.saturating_add(r.rx_depth as usize) <= iters {
                         m.post(1, || r.qp.post_recv(r.recv))?;
                     }
                 }
             }
         }
-        let n = m.poll(a, &mut wc)?;
+        let mut n = m.poll(a, &mut wc)?;
+        if n == 0 && m.events && completed < posted {
+            // -e: arm, poll once more, then sleep until the CQ's event (a
+            // short sleep when B's receives also need tending here).
+            a.arm_cq(false)?;
+            n = m.poll(a, &mut wc)?;
+            if n == 0 {
+                let nap = if receiver.is_some() { 1 } else { 100 };
+                a.wait_cq_event(Duration::from_millis(nap))?;
+            }
+        }
         let t = ticks();
         let now = t.wrapping_sub(start) as f64 / rate;
         for c in &wc[..n] {
@@ -1060,46 +1104,54 @@ fn bw_loop(
                 return Err(Error::from(*c));
             }
             // A completion retires every WR up to its own.
-            while completed_at.len() <= c.wr_id as usize {
-                completed_at.push(now);
+            completed = completed.max(c.wr_id as usize + 1);
+            last_completion = t;
+            if timed {
+                while completed_at.len() < completed {
+                    completed_at.push(now);
+                }
             }
         }
         if n > 0 {
             last_progress = t;
-        } else if m.events && completed_at.len() < posted_at.len() {
-            // -e: arm, poll once more, then sleep until the CQ's event (a
-            // short sleep when B's receives also need tending here).
-            a.arm_cq(false)?;
-            let n = m.poll(a, &mut wc)?;
-            let now = ticks().wrapping_sub(start) as f64 / rate;
-            for c in &wc[..n] {
-                if !c.status.is_ok() {
-                    return Err(Error::from(*c));
-                }
-                while completed_at.len() <= c.wr_id as usize {
-                    completed_at.push(now);
-                }
-            }
-            if n == 0 {
-                let nap = if receiver.is_some() { 1 } else { 100 };
-                a.wait_cq_event(Duration::from_millis(nap))?;
-            } else {
-                last_progress = ticks();
-            }
-            if ticks().wrapping_sub(last_progress) > limit {
-                return Err(Error::Timeout(format!(
-                    "{} of {iters} WRs completed; none in {WAIT_LIMIT:?}",
-                    completed_at.len()
-                )));
-            }
         } else if t.wrapping_sub(last_progress) > limit {
             return Err(Error::Timeout(format!(
-                "{} of {iters} WRs completed; none in {WAIT_LIMIT:?}",
-                completed_at.len()
+                "{completed} of {} WRs completed; none in {WAIT_LIMIT:?}",
+                if timed { iters } else { posted }
             )));
         }
     }
-    Ok(())
+    Ok(BwCount {
+        completed,
+        ns: ns_between(start, last_completion),
+    })
+}
+
+/// What a bandwidth loop did: WRs completed, and the time from the first
+/// post to the last completion.
+struct BwCount {
+    completed: usize,
+    ns: f64,
+}
+
+impl BwCount {
+    /// The report of a `-D` run: average over the run, no peak.
+    fn report(&self, bytes: u32) -> BwReport {
+        let s = self.ns / 1e9;
+        let n = self.completed as f64;
+        BwReport {
+            bytes,
+            iterations: self.completed as u32,
+            bw_peak: 0.0,
+            bw_average: if s > 0.0 {
+                bytes as f64 * n / s / (1u64 << 20) as f64
+            } else {
+                0.0
+            },
+            msg_rate: if s > 0.0 { n / s / 1e6 } else { 0.0 },
+            cpu: CpuCost::default(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1253,11 +1305,14 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     };
     // Both sides must run the same thing: one line each way.
     let params = format!(
-        "{} size {size} iters {} tx_depth {} cq_mod {}",
+        "{} size {size} iters {} tx_depth {} cq_mod {} post_list {} duration {:?} atomic {:?}",
         test.perftest_name(),
         lat.iters,
         cfg.tx_depth,
-        cfg.cq_mod
+        cfg.cq_mod,
+        cfg.post_list,
+        cfg.duration,
+        lat.atomic
     );
     let theirs = exchange::swap_line(&mut tcp, &params)?;
     if theirs.trim_end() != params {
@@ -1529,7 +1584,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     BwTest::Atomic => lat.atomic.wr(0, &sge, to_peer),
                 };
                 wr.inline = inline;
-                bw_loop(
+                let count = bw_loop(
                     &mut qp,
                     wr,
                     cfg,
@@ -1538,11 +1593,18 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     &mut posted_at,
                     &mut completed_at,
                 )?;
-                let mut r = BwReport::from_times(size_asked, &posted_at, &completed_at);
+                let mut r = match cfg.duration {
+                    None => BwReport::from_times(size_asked, &posted_at, &completed_at),
+                    Some(_) => count.report(size_asked),
+                };
                 r.cpu = m.report();
                 Some(AnyReport::Bw(r))
             } else if t == BwTest::Send {
-                serve_send_bw(&mut qp, &recv, rx_depth, lat.iters, &mut m, &mut tcp)?;
+                let until = match cfg.duration {
+                    None => ServeUntil::Received(lat.iters),
+                    Some(_) => ServeUntil::PeerDone,
+                };
+                serve_send_bw(&mut qp, &recv, rx_depth, until, &mut m, &mut tcp)?;
                 None
             } else {
                 None
@@ -1571,13 +1633,22 @@ fn exchange_barrier(tcp: &mut std::net::TcpStream) -> Result<()> {
     crate::exchange::barrier(tcp)
 }
 
+/// When the server of send_bw stops.
+enum ServeUntil {
+    /// After this many SENDs arrived.
+    Received(u32),
+    /// When the client's closing handshake byte arrives (`-D`: the client
+    /// decides the count).
+    PeerDone,
+}
+
 /// The server of send_bw: keeps `rx_depth` receives posted, reposting each
-/// one consumed, until `iters` SENDs arrived.
+/// one consumed, until `until` says it is over.
 fn serve_send_bw(
     qp: &mut Qp,
     recv: &[RecvWr<'_>],
     rx_depth: u32,
-    iters: u32,
+    until: ServeUntil,
     m: &mut CpuMeter,
     tcp: &mut std::net::TcpStream,
 ) -> Result<()> {
@@ -1585,10 +1656,29 @@ fn serve_send_bw(
         m.post(1, || qp.post_recv(recv))?;
     }
     exchange_barrier(tcp)?;
+    let iters = match until {
+        ServeUntil::Received(n) => n,
+        ServeUntil::PeerDone => u32::MAX,
+    };
     let mut received = 0u32;
     let mut wc = [Completion::default(); 16];
     let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
     let mut last_progress = ticks();
+    let mut polls = 0u32;
+    let peer_done = |tcp: &mut std::net::TcpStream| -> Result<bool> {
+        let io = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
+        tcp.set_nonblocking(true).map_err(io)?;
+        let r = tcp.peek(&mut [0u8; 1]);
+        tcp.set_nonblocking(false).map_err(io)?;
+        match r {
+            Ok(0) => Err(Error::Exchange(
+                "the client left before its closing handshake".into(),
+            )),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(io(e)),
+        }
+    };
     while received < iters {
         let n = m.poll(qp, &mut wc)?;
         let t = ticks();
@@ -1597,16 +1687,22 @@ fn serve_send_bw(
                 return Err(Error::from(*c));
             }
             received += 1;
-            if received + rx_depth <= iters {
+            if received.saturating_add(rx_depth) <= iters {
                 m.post(1, || qp.post_recv(recv))?;
             }
         }
         if n > 0 {
             last_progress = t;
-        } else if t.wrapping_sub(last_progress) > limit {
-            return Err(Error::Timeout(format!(
-                "{received} of {iters} SENDs arrived; none in {WAIT_LIMIT:?}"
-            )));
+        } else {
+            polls = polls.wrapping_add(1);
+            if matches!(until, ServeUntil::PeerDone) && polls % 4096 == 0 && peer_done(tcp)? {
+                return Ok(());
+            }
+            if t.wrapping_sub(last_progress) > limit && !matches!(until, ServeUntil::PeerDone) {
+                return Err(Error::Timeout(format!(
+                    "{received} of {iters} SENDs arrived; none in {WAIT_LIMIT:?}"
+                )));
+            }
         }
     }
     Ok(())

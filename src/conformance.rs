@@ -683,6 +683,7 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
             tx_depth: 16,
             cq_mod: 8,
             post_list,
+            duration: None,
         };
         let (_, r) = run_bw(test, &cfg)?;
         let test = format!("{test:?} post list {post_list} events {events}");
@@ -696,6 +697,28 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
             "{test}: no CPU cost measured: {:?}",
             r.cpu
         );
+    }
+    // -D: as long as asked, then the WRs completed are counted (no peak).
+    for test in [BwTest::Write, BwTest::Send] {
+        let cfg = BwConfig {
+            lat: LatConfig {
+                device: dev.to_string(),
+                size: 4096,
+                ..Default::default()
+            },
+            tx_depth: 16,
+            cq_mod: 8,
+            post_list: 1,
+            duration: Some(Duration::from_millis(200)),
+        };
+        let t0 = Instant::now();
+        let (_, r) = run_bw(test, &cfg)?;
+        let took = t0.elapsed();
+        check!(
+            took >= Duration::from_millis(200) && r.iterations > 0 && r.bw_peak == 0.0,
+            "-D 200 ms {test:?}: {r:?} after {took:?}"
+        );
+        check!(r.bw_average > 0.0 && r.msg_rate > 0.0, "-D {test:?}: {r:?}");
     }
     passed(vec![])
 }

@@ -148,6 +148,12 @@ struct BenchArgs {
     /// peer's data by spinning on memory either way).
     #[arg(short = 'e', long = "events")]
     events: bool,
+    /// Run each bandwidth test for this many seconds instead of -n WRs; the
+    /// report counts the WRs completed and has no peak (perftest -D; here on
+    /// bandwidth tests only).
+    #[arg(short = 'D', long = "duration", conflicts_with = "iters",
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    duration: Option<u32>,
     /// Work requests per post call, one doorbell for the list (bandwidth tests).
     #[arg(short = 'l', long = "post_list", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=16384))]
@@ -519,6 +525,13 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             "atomics always move 8 bytes; -a does not apply".into(),
         ));
     }
+    if a.duration.is_some()
+        && matches!(a.test, Test::Write | Test::Send | Test::Read | Test::Atomic)
+    {
+        return Err(Error::Invalid(
+            "-D applies to the bandwidth tests here (latency tests run -n iterations)".into(),
+        ));
+    }
     if !atomic && matches!(a.atomic_type, AtomicArg::CmpAndSwap) {
         return Err(Error::Invalid(
             "-A applies to atomic_lat and atomic_bw only".into(),
@@ -631,6 +644,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             tx_depth: a.tx_depth,
             cq_mod: a.cq_mod.unwrap_or(bench::default_cq_mod(size)),
             post_list: a.post_list,
+            duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         };
         let spin = (sizes.len() == 1)
             .then(|| progress::Spinner::new(format!("{title} on {}", cfg.lat.device)));
@@ -664,9 +678,14 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
                     out!("{}{}", gbits(&r).row(), r.cpu.columns())
                 }
                 bench::AnyReport::Bw(r) => out!("{}{}", r.row(), r.cpu.columns()),
-                bench::AnyReport::Served { iterations } => {
-                    out!(" {size} B: this side served {iterations} iterations; the client reports")
-                }
+                bench::AnyReport::Served { iterations } => match a.duration {
+                    Some(d) => out!(
+                        " {size} B: this side served the client's {d} s run; the client reports"
+                    ),
+                    None => out!(
+                        " {size} B: this side served {iterations} iterations; the client reports"
+                    ),
+                },
             }
         });
         bar.inc(1);
