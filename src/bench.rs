@@ -852,8 +852,22 @@ impl BwReport {
 
     /// Reduces per-WR post and completion times (ns since the start) the way
     /// perftest's `print_report_bw` does.
+    ///
+    /// Uses the first `min(posted.len(), completed.len())` WRs; with none,
+    /// or no time between the first post and the last completion, every
+    /// figure is 0.
     pub fn from_times(bytes: u32, posted: &[f64], completed: &[f64]) -> BwReport {
         let n = posted.len().min(completed.len());
+        if n == 0 || completed[n - 1] <= posted[0] {
+            return BwReport {
+                bytes,
+                iterations: n as u32,
+                bw_peak: 0.0,
+                bw_average: 0.0,
+                msg_rate: 0.0,
+                cpu: CpuCost::default(),
+            };
+        }
         let mb = (1u64 << 20) as f64;
         let total_s = (completed[n - 1] - posted[0]) / 1e9;
         let bw_average = bytes as f64 * n as f64 / total_s / mb;
@@ -1305,14 +1319,15 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     };
     // Both sides must run the same thing: one line each way.
     let params = format!(
-        "{} size {size} iters {} tx_depth {} cq_mod {} post_list {} duration {:?} atomic {:?}",
+        "{} size {size} iters {} tx_depth {} cq_mod {} post_list {} duration {:?} atomic {:?} rdma_cm {}",
         test.perftest_name(),
         lat.iters,
         cfg.tx_depth,
         cfg.cq_mod,
         cfg.post_list,
         cfg.duration,
-        lat.atomic
+        lat.atomic,
+        lat.rdma_cm
     );
     let theirs = exchange::swap_line(&mut tcp, &params)?;
     if theirs.trim_end() != params {

@@ -125,12 +125,23 @@ pub fn run(a: &CompareArgs) -> Result<()> {
         .iter()
         .map(|t| parse_test(t.trim()))
         .collect::<Result<Vec<_>>>()?;
-    if a.sizes.is_empty() || a.sizes.iter().any(|&s| s == 0 || s > bench::MAX_SIZE) {
+    if a.sizes.is_empty() {
+        return Err(Error::Invalid("--sizes is empty".into()));
+    }
+    if let Some(bad) = a.sizes.iter().find(|&&s| s == 0 || s > bench::MAX_SIZE) {
         return Err(Error::Invalid(format!(
-            "sizes must be 1..={} bytes",
+            "size {bad} is not 1..={} bytes",
             bench::MAX_SIZE
         )));
     }
+    if a.json == a.svg {
+        return Err(Error::Invalid(format!(
+            "--json and --svg are both {}",
+            a.json.display()
+        )));
+    }
+    crate::check_output_path(&a.json)?;
+    crate::check_output_path(&a.svg)?;
     if a.lat_iters < bench::MIN_ITERS || a.bw_iters < bench::MIN_ITERS {
         return Err(Error::Invalid(format!(
             "iterations must be at least {}",
@@ -200,8 +211,13 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     }
     bar.finish_and_clear();
     print_table(&rows);
-    write_json(&a.json, &rows)?;
-    plot(&a.svg, &rows)?;
+    // Both rendered before either is written.
+    let json = json_text(&rows);
+    let svg = plot(&a.svg, &rows)?;
+    for (path, text) in [(&a.json, json), (&a.svg, svg)] {
+        std::fs::write(path, text)
+            .map_err(|e| Error::Invalid(format!("write {}: {e}", path.display())))?;
+    }
     eprintln!(
         "rdma-direct compare: {} runs; wrote {} and {}",
         rows.len(),
@@ -230,7 +246,7 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-fn write_json(path: &PathBuf, rows: &[Row]) -> Result<()> {
+fn json_text(rows: &[Row]) -> String {
     let v: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -249,88 +265,89 @@ fn write_json(path: &PathBuf, rows: &[Row]) -> Result<()> {
             })
         })
         .collect();
-    let text = serde_json::to_string_pretty(&v).unwrap_or_default();
-    std::fs::write(path, text + "\n")
-        .map_err(|e| Error::Invalid(format!("write {}: {e}", path.display())))
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
 }
 
-/// Two panels side by side, both log-log against message size: latency
+/// The SVG text of two panels side by side, both log-log against message size: latency
 /// (t_typical, us) of the latency tests, message rate (Mpps) of the
 /// bandwidth tests; one line per test and device/path.
-fn plot(path: &PathBuf, rows: &[Row]) -> Result<()> {
+fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
     let err = |e: String| Error::Invalid(format!("plot {}: {e}", path.display()));
-    let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-    let (left, right) = root.split_horizontally(700);
-    type Panel<'a, 'b> = (
-        &'a DrawingArea<SVGBackend<'b>, Shift>,
-        &'static str,
-        fn(&Row) -> Option<f64>,
-    );
-    let panels: [Panel; 2] = [
-        (&left, "latency, t_typical [us]", |r| r.lat.map(|l| l.0)),
-        (&right, "message rate [Mpps]", |r| r.bw.map(|b| b.1)),
-    ];
-    for (area, title, value) in panels {
-        let pts: Vec<(&Row, f64)> = rows
-            .iter()
-            .filter_map(|r| value(r).filter(|v| *v > 0.0).map(|v| (r, v)))
-            .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        let xmax = pts.iter().map(|(r, _)| r.bytes).max().unwrap_or(2).max(2) as f64 * 2.0;
-        let ymin = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
-        let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max) * 2.0;
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d((1.0f64..xmax).log_scale(), (ymin..ymax).log_scale())
-            .map_err(|e| err(e.to_string()))?;
-        chart
-            .configure_mesh()
-            .x_desc("message size [bytes]")
-            .draw()
-            .map_err(|e| err(e.to_string()))?;
-        let mut keys: Vec<String> = Vec::new();
-        for (r, _) in &pts {
-            let k = format!("{} {}/{}", r.test, r.device, r.data_path);
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        for (i, k) in keys.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            let mut line: Vec<(f64, f64)> = pts
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1400, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let (left, right) = root.split_horizontally(700);
+        type Panel<'a, 'b> = (
+            &'a DrawingArea<SVGBackend<'b>, Shift>,
+            &'static str,
+            fn(&Row) -> Option<f64>,
+        );
+        let panels: [Panel; 2] = [
+            (&left, "latency, t_typical [us]", |r| r.lat.map(|l| l.0)),
+            (&right, "message rate [Mpps]", |r| r.bw.map(|b| b.1)),
+        ];
+        for (area, title, value) in panels {
+            let pts: Vec<(&Row, f64)> = rows
                 .iter()
-                .filter(|(r, _)| &format!("{} {}/{}", r.test, r.device, r.data_path) == k)
-                .map(|(r, v)| (r.bytes as f64, *v))
+                .filter_map(|r| value(r).filter(|v| *v > 0.0).map(|v| (r, v)))
                 .collect();
-            line.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if pts.is_empty() {
+                continue;
+            }
+            let xmax = pts.iter().map(|(r, _)| r.bytes).max().unwrap_or(2).max(2) as f64 * 2.0;
+            let ymin = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
+            let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max) * 2.0;
+            let mut chart = ChartBuilder::on(area)
+                .caption(title, ("sans-serif", 20))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(60)
+                .build_cartesian_2d((1.0f64..xmax).log_scale(), (ymin..ymax).log_scale())
+                .map_err(|e| err(e.to_string()))?;
             chart
-                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
-                .map_err(|e| err(e.to_string()))?
-                .label(k.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
+                .configure_mesh()
+                .x_desc("message size [bytes]")
+                .draw()
+                .map_err(|e| err(e.to_string()))?;
+            let mut keys: Vec<String> = Vec::new();
+            for (r, _) in &pts {
+                let k = format!("{} {}/{}", r.test, r.device, r.data_path);
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+            for (i, k) in keys.iter().enumerate() {
+                let color = Palette99::pick(i).to_rgba();
+                let mut line: Vec<(f64, f64)> = pts
+                    .iter()
+                    .filter(|(r, _)| &format!("{} {}/{}", r.test, r.device, r.data_path) == k)
+                    .map(|(r, v)| (r.bytes as f64, *v))
+                    .collect();
+                line.sort_by(|a, b| a.0.total_cmp(&b.0));
+                chart
+                    .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+                    .map_err(|e| err(e.to_string()))?
+                    .label(k.clone())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(
+                        line.iter()
+                            .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+                    )
+                    .map_err(|e| err(e.to_string()))?;
+            }
             chart
-                .draw_series(
-                    line.iter()
-                        .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
-                )
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
                 .map_err(|e| err(e.to_string()))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| err(e.to_string()))?;
+        root.present().map_err(|e| err(e.to_string()))?;
     }
-    root.present().map_err(|e| err(e.to_string()))?;
-    Ok(())
+    Ok(out)
 }

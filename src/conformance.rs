@@ -1183,14 +1183,36 @@ fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
         let r = pd.create_qp(&cfg);
         check!(matches!(r, Err(Error::Invalid(_))), "{what}: {:?}", r.err());
     }
-    let qp = pd.create_qp(&QpConfig {
+    let mut qp = pd.create_qp(&QpConfig {
         min_rnr_timer: 31,
         ..QpConfig::default()
     })?;
     check_eq!(qp.state(), crate::QpState::Reset);
-    passed(vec![
-        "5 configs refused, min_rnr_timer 31 accepted".to_string()
-    ])
+    let mut notes = vec!["5 configs refused, min_rnr_timer 31 accepted".to_string()];
+    if dev == crate::SIM_DEVICE {
+        // The sim has one port: a modify naming another is refused.
+        let r = qp.modify(crate::QpState::Init, &crate::QpAttr::init(9, Access::all()));
+        check!(
+            matches!(r, Err(Error::Invalid(_))),
+            "port 9 on the sim: {r:?}"
+        );
+        check_eq!(qp.state(), crate::QpState::Reset);
+        notes.push("port 9 refused by the sim".into());
+    }
+    // A QP asked for no receive SGEs takes no receive with one.
+    let (_a, mut b) = pd.create_connected_pair(&QpConfig {
+        max_recv_sge: 0,
+        ..QpConfig::default()
+    })?;
+    let buf = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let one = [Sge::new(&buf, 0, 64)?];
+    let r = b.post_recv(&[RecvWr::new(1, &one)]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "1 SGE with max_recv_sge 0: {r:?}"
+    );
+    notes.push("1-SGE receive refused with max_recv_sge 0".into());
+    passed(notes)
 }
 
 /// A receive batch with one bad WR posts none of it.

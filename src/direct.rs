@@ -77,7 +77,7 @@ impl DirectQp {
             cq,
             qpn: sim_qp.qpn(),
             max_send_sge,
-            max_recv_sge: max_recv_sge.max(1),
+            max_recv_sge,
             max_recv_wr,
             credits: CqCredits::new(cqe_cnt),
             ignore_credits: false,
@@ -120,7 +120,7 @@ impl DirectQp {
             cq,
             qpn: objs.qpn,
             max_send_sge: caps.max_send_sge,
-            max_recv_sge: caps.max_recv_sge.max(1),
+            max_recv_sge: caps.max_recv_sge,
             max_recv_wr: caps.max_recv_wr,
             credits: CqCredits::new(objs.cq_depth),
             ignore_credits: false,
@@ -418,6 +418,13 @@ impl DirectQp {
 
     /// Posts receive WQEs and rings the RQ doorbell once. Checked first: on
     /// error nothing is written.
+    /// Receives take at most `n` SGEs (the QP's config), whatever the
+    /// RQ's stride holds.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn limit_recv_sge(&mut self, n: u32) {
+        self.max_recv_sge = self.max_recv_sge.min(n);
+    }
+
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         let max = self.max_recv_sge as usize;
         for w in wrs {

@@ -158,17 +158,32 @@ pub fn serve(port: u16, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
 }
 
 /// Client side: connects to `host:port`, retrying until `wait` has passed
-/// (the server may not be listening yet), then swaps messages.
+/// (the server may not be listening yet), then swaps messages. A host name
+/// that does not resolve is [`Error::Invalid`] at once.
 pub fn connect(
     host: &str,
     port: u16,
     wait: Duration,
     mine: &ConnInfo,
 ) -> Result<(ConnInfo, TcpStream)> {
+    // A name that does not resolve is an argument error, not something to
+    // wait out (the server not listening yet is).
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<std::net::SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => {
+            return Err(Error::Invalid(format!(
+                "host {host:?} does not resolve: {e}"
+            )))
+        }
+    };
+    if addrs.is_empty() {
+        return Err(Error::Invalid(format!("host {host:?} has no address")));
+    }
     // A wait too long to add to now means: no deadline.
     let deadline = Instant::now().checked_add(wait);
     let mut s = loop {
-        match TcpStream::connect((host, port)) {
+        match TcpStream::connect(&addrs[..]) {
             Ok(s) => break s,
             Err(e) if deadline.map_or(true, |d| Instant::now() < d) => {
                 let _ = e;

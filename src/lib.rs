@@ -537,9 +537,15 @@ impl Pd {
                             direct::MAX_INLINE
                         )));
                     }
-                    QpKind::Direct(direct::DirectQp::create_mlx5(pd, caps)?)
+                    let mut q = direct::DirectQp::create_mlx5(pd, caps)?;
+                    q.limit_recv_sge(cfg.max_recv_sge);
+                    QpKind::Direct(q)
                 } else {
-                    QpKind::Verbs(verbs::create_qp(pd, caps)?)
+                    // The device is asked for at least one receive SGE;
+                    // receives are held to what the caller asked.
+                    let mut q = verbs::create_qp(pd, caps)?;
+                    q.limit_recv_sge(cfg.max_recv_sge);
+                    QpKind::Verbs(q)
                 }
             }
         };
@@ -890,6 +896,14 @@ impl Qp {
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
         let sim = matches!(self.pd.kind, PdKind::Sim(..));
+        // The sim has one port, as its `create_qp` says.
+        let ports = [attr.port, attr.av.map(|av| av.port)];
+        if sim && ports.iter().flatten().any(|&p| p != 1) {
+            return Err(Error::Invalid(format!(
+                "the sim has one port (1); the attributes name {:?}",
+                ports.iter().flatten().collect::<Vec<_>>()
+            )));
+        }
         let local = self.local;
         // The path facts an RTR or RTS sets (the sim has no wire: none).
         let update = |mut p: PathInfo| {

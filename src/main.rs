@@ -122,10 +122,10 @@ struct BenchArgs {
     /// Number of exchanges, at least 5 [default: 1000 for latency, 5000 for bandwidth tests].
     #[arg(short = 'n', long = "iters")]
     iters: Option<u32>,
-    /// Work requests kept in flight (bandwidth tests; latency tests keep one).
-    #[arg(short = 't', long = "tx-depth", default_value_t = 128,
-          value_parser = clap::value_parser!(u32).range(1..=16384))]
-    tx_depth: u32,
+    /// Work requests kept in flight (bandwidth tests; latency tests keep
+    /// one) [default: 128].
+    #[arg(short = 't', long = "tx-depth", value_parser = clap::value_parser!(u32).range(1..=16384))]
+    tx_depth: Option<u32>,
     /// Ask for a completion every this many work requests (bandwidth tests)
     /// [default: 100; 1 for messages over 8192 bytes, as perftest].
     #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..))]
@@ -154,13 +154,13 @@ struct BenchArgs {
     #[arg(short = 'D', long = "duration", conflicts_with = "iters",
           value_parser = clap::value_parser!(u32).range(1..=3600))]
     duration: Option<u32>,
-    /// Work requests per post call, one doorbell for the list (bandwidth tests).
-    #[arg(short = 'l', long = "post_list", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=16384))]
-    post_list: u32,
-    /// The atomic of the atomic tests.
-    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicArg::FetchAndAdd)]
-    atomic_type: AtomicArg,
+    /// Work requests per post call, one doorbell for the list, at most -t
+    /// (bandwidth tests) [default: 1].
+    #[arg(short = 'l', long = "post_list", value_parser = clap::value_parser!(u32).range(1..=16384))]
+    post_list: Option<u32>,
+    /// The atomic of the atomic tests [default: FETCH_AND_ADD].
+    #[arg(short = 'A', long = "atomic_type", value_enum)]
+    atomic_type: Option<AtomicArg>,
     /// Two hosts: connect the QPs through rdma_cm (both sides give -R).
     #[arg(short = 'R', long = "rdma_cm")]
     rdma_cm: bool,
@@ -171,7 +171,11 @@ struct BenchArgs {
     #[arg(long = "out_json")]
     out_json: bool,
     /// Where --out_json writes.
-    #[arg(long = "out_json_file", default_value = "perftest_out.json")]
+    #[arg(
+        long = "out_json_file",
+        default_value = "perftest_out.json",
+        requires = "out_json"
+    )]
     out_json_file: std::path::PathBuf,
     /// Data path: auto (direct on the sim and mlx5, verbs elsewhere),
     /// direct, or verbs (the fallback even on mlx5, for comparison).
@@ -532,10 +536,33 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             "-D applies to the bandwidth tests here (latency tests run -n iterations)".into(),
         ));
     }
-    if !atomic && matches!(a.atomic_type, AtomicArg::CmpAndSwap) {
+    if !atomic && a.atomic_type.is_some() {
         return Err(Error::Invalid(
             "-A applies to atomic_lat and atomic_bw only".into(),
         ));
+    }
+    let latency = matches!(a.test, Test::Write | Test::Send | Test::Read | Test::Atomic);
+    for (given, flag) in [
+        (a.tx_depth.is_some(), "-t"),
+        (a.cq_mod.is_some(), "-Q"),
+        (a.post_list.is_some(), "-l"),
+        (a.report_gbits, "--report_gbits"),
+    ] {
+        if latency && given {
+            return Err(Error::Invalid(format!(
+                "{flag} applies to the bandwidth tests (a latency test keeps one WR in flight)"
+            )));
+        }
+    }
+    let tx_depth = a.tx_depth.unwrap_or(128);
+    let post_list = a.post_list.unwrap_or(1);
+    if post_list > tx_depth {
+        return Err(Error::Invalid(format!(
+            "-l {post_list} is more than -t {tx_depth}: a post list must fit the send queue"
+        )));
+    }
+    if a.out_json {
+        check_output_path(&a.out_json_file)?;
     }
     let lat = match a.test {
         Test::Write => Some(LatTest::Write),
@@ -577,8 +604,8 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         },
         events: a.events,
         atomic: match a.atomic_type {
-            AtomicArg::FetchAndAdd => bench::AtomicKind::FetchAndAdd,
-            AtomicArg::CmpAndSwap => bench::AtomicKind::CmpAndSwap,
+            None | Some(AtomicArg::FetchAndAdd) => bench::AtomicKind::FetchAndAdd,
+            Some(AtomicArg::CmpAndSwap) => bench::AtomicKind::CmpAndSwap,
         },
         rdma_cm: a.rdma_cm,
     };
@@ -601,6 +628,14 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         ));
     }
     if let Some(role) = &role {
+        // The device is checked before anything is said about waiting.
+        if base.device == rdma_direct::SIM_DEVICE {
+            return Err(Error::Invalid(
+                "the sim is one process's device: run both sides in one process (no --server, no host)"
+                    .into(),
+            ));
+        }
+        drop(rdma_direct::Context::open_with(&base.device, base.backend)?);
         match role {
             bench::Role::Server { port } => {
                 eprintln!("rdma-direct: waiting for a client on TCP port {port}")
@@ -612,6 +647,8 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     }
     let sizes: Vec<u32> = if a.all {
         (1..=23).map(|k| 1u32 << k).collect()
+    } else if atomic {
+        vec![8]
     } else {
         vec![base.size]
     };
@@ -641,9 +678,9 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
                 size,
                 ..base.clone()
             },
-            tx_depth: a.tx_depth,
+            tx_depth,
             cq_mod: a.cq_mod.unwrap_or(bench::default_cq_mod(size)),
-            post_list: a.post_list,
+            post_list,
             duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         };
         let spin = (sizes.len() == 1)
@@ -706,6 +743,34 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
         )
         .map_err(|e| Error::Invalid(format!("write {}: {e}", a.out_json_file.display())))?;
+    }
+    Ok(())
+}
+
+/// Refuses, before a run, an output file that cannot be written: its
+/// directory does not exist, or the path is a directory.
+pub(crate) fn check_output_path(path: &std::path::Path) -> rdma_direct::Result<()> {
+    let bad = |why: &str| {
+        Err(rdma_direct::Error::Invalid(format!(
+            "cannot write {}: {why}",
+            path.display()
+        )))
+    };
+    if path.is_dir() {
+        return bad("it is a directory");
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return bad("its directory does not exist");
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        rdma_direct::Error::Invalid(format!("cannot write {}: {e}", path.display()))
+    })?;
+    if meta.permissions().readonly() {
+        return bad("its directory is read-only");
     }
     Ok(())
 }

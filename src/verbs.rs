@@ -179,11 +179,21 @@ impl Ctx {
         // SAFETY: ibv_port_attr is plain data; zero is a valid bit pattern.
         let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: live context, valid out-pointer.
-        check_detail(
+        let r = check_detail(
             "ibv_query_port",
             unsafe { ___ibv_query_port(self.raw, port, &mut a) },
             || format!(" ({} port {port})", self.name),
-        )?;
+        );
+        match r {
+            // A port number the device does not have is the caller's argument.
+            Err(Error::Verbs { errno, .. }) if errno == libc::EINVAL => {
+                return Err(Error::Invalid(format!(
+                    "{} has no port {port} (`rdma-direct devices` lists its ports)",
+                    self.name
+                )))
+            }
+            r => r?,
+        }
         Ok(PortInfo {
             lid: a.lid,
             active_mtu: a.active_mtu,
@@ -222,8 +232,8 @@ impl Ctx {
             };
             return match gid {
                 Some(g) if g != [0; 16] => Ok((i, g)),
-                _ => Err(Error::NoGid(format!(
-                    "GID index {i} of {} port {port} is empty (the table has {} entries; `ibv_devinfo -v` lists them)",
+                _ => Err(Error::Invalid(format!(
+                    "GID index {i} of {} port {port} is empty (the table has {} entries; `rdma-direct devices` lists them)",
                     self.name, info.gid_tbl_len
                 ))),
             };
@@ -768,6 +778,12 @@ impl VerbsQp {
 
     /// Posts receives with `ibv_post_recv`, 32 per call. Checked first (SGE
     /// count, room under `max_recv_wr`): on those errors nothing is posted.
+    /// Receives take at most `n` SGEs (the QP's config), whatever the
+    /// device granted.
+    pub(crate) fn limit_recv_sge(&mut self, n: u32) {
+        self.caps.max_recv_sge = self.caps.max_recv_sge.min(n);
+    }
+
     pub(crate) fn post_recv(&mut self, wrs: &[crate::wr::RecvWr<'_>]) -> Result<()> {
         for w in wrs {
             if w.sges.len() > self.caps.max_recv_sge as usize {
