@@ -1057,10 +1057,15 @@ fn bw_loop(
             if i0 - completed + k > cfg.tx_depth as usize {
                 break;
             }
+            // When no further list fits behind this one, its last WR is
+            // signaled whatever -Q says: else nothing would come back to
+            // make room (with -l near -t and -Q not dividing -t).
+            let full = i0 + k - completed + post_list > cfg.tx_depth as usize;
             batch.clear();
             for i in i0..i0 + k {
                 wr.wr_id = i as u64;
-                wr.signaled = (i + 1) % cq_mod == 0 || i + 1 == iters || over;
+                wr.signaled =
+                    (i + 1) % cq_mod == 0 || i + 1 == iters || over || (full && i + 1 == i0 + k);
                 batch.push(wr);
             }
             let t = ticks().wrapping_sub(start) as f64 / rate;

@@ -219,7 +219,7 @@ pub fn run(a: &CompareArgs) -> Result<()> {
             .map_err(|e| Error::Invalid(format!("write {}: {e}", path.display())))?;
     }
     eprintln!(
-        "rdma-direct compare: {} runs; wrote {} and {}",
+        "rdma-direct compare: {} run(s); wrote {} and {}",
         rows.len(),
         a.json.display(),
         a.svg.display()

@@ -698,6 +698,24 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
             r.cpu
         );
     }
+    // A post list as deep as the send queue with -Q not dividing it: the
+    // last WR of a list that fills the queue is signaled, so it drains.
+    for test in [BwTest::Write, BwTest::Send] {
+        let cfg = BwConfig {
+            lat: LatConfig {
+                device: dev.to_string(),
+                size: 64,
+                iters: 200,
+                ..Default::default()
+            },
+            tx_depth: 4,
+            cq_mod: 3,
+            post_list: 4,
+            duration: None,
+        };
+        let (_, r) = run_bw(test, &cfg)?;
+        check_eq!(r.iterations, 200, "-t 4 -l 4 -Q 3 {test:?}");
+    }
     // -D: as long as asked, then the WRs completed are counted (no peak).
     for test in [BwTest::Write, BwTest::Send] {
         let cfg = BwConfig {

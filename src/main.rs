@@ -743,6 +743,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
         )
         .map_err(|e| Error::Invalid(format!("write {}: {e}", a.out_json_file.display())))?;
+        eprintln!("rdma-direct: wrote {}", a.out_json_file.display());
     }
     Ok(())
 }
