@@ -269,7 +269,8 @@ fn json_text(rows: &[Row]) -> String {
 }
 
 /// The SVG text of two panels side by side, both log-log against message size: latency
-/// (t_typical, us) of the latency tests, message rate (Mpps) of the
+/// (t_typical, in ns so the log axis has labels) of the latency tests, message rate
+/// (thousand messages/s) of the
 /// bandwidth tests; one line per test and device/path.
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
     let err = |e: String| Error::Invalid(format!("plot {}: {e}", path.display()));
@@ -284,8 +285,12 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
             fn(&Row) -> Option<f64>,
         );
         let panels: [Panel; 2] = [
-            (&left, "latency, t_typical [us]", |r| r.lat.map(|l| l.0)),
-            (&right, "message rate [Mpps]", |r| r.bw.map(|b| b.1)),
+            (&left, "latency, t_typical [ns]", |r| {
+                r.lat.map(|l| l.0 * 1e3)
+            }),
+            (&right, "message rate [thousand messages/s]", |r| {
+                r.bw.map(|b| b.1 * 1e3)
+            }),
         ];
         for (area, title, value) in panels {
             let pts: Vec<(&Row, f64)> = rows
@@ -308,6 +313,17 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
             chart
                 .configure_mesh()
                 .x_desc("message size [bytes]")
+                .x_label_formatter(&|x| format!("{}", x.round() as u64))
+                .y_label_formatter(&|y| {
+                    if *y >= 10.0 {
+                        format!("{y:.0}")
+                    } else if *y >= 0.1 {
+                        format!("{y:.2}")
+                    } else {
+                        format!("{y:.1e}")
+                    }
+                })
+                .y_labels(12)
                 .draw()
                 .map_err(|e| err(e.to_string()))?;
             let mut keys: Vec<String> = Vec::new();
@@ -343,7 +359,7 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
                 .configure_series_labels()
                 .background_style(WHITE.mix(0.8))
                 .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(SeriesLabelPosition::LowerRight)
                 .draw()
                 .map_err(|e| err(e.to_string()))?;
         }

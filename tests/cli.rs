@@ -178,8 +178,8 @@ fn compare_writes_json_and_svg_with_only_the_sim() {
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
     for label in [
-        "latency, t_typical [us]",
-        "message rate [Mpps]",
+        "latency, t_typical [ns]",
+        "message rate [thousand messages/s]",
         "write_lat sim/direct",
         "write_bw sim/direct",
     ] {
