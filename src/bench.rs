@@ -448,6 +448,8 @@ pub struct RunInfo {
     pub role: Option<&'static str>,
     /// The QPs were connected through rdma_cm (`-R`).
     pub rdma_cm: bool,
+    /// Number of QPs running the test (`-q`).
+    pub qps: u32,
     /// Max inline data of the QPs, bytes.
     pub inline: u32,
     /// Send queue depth, work requests.
@@ -483,7 +485,8 @@ impl RunInfo {
             self.device
         ));
         line(format!(
-            " Number of qps   : 1\t\tTransport type : {}",
+            " Number of qps   : {}\t\tTransport type : {}",
+            self.qps,
             if p.link_layer == "sim" { "sim" } else { "IB" }
         ));
         line(" Connection type : RC\t\tUsing SRQ      : OFF".to_string());
@@ -658,6 +661,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         vaddr: mr.addr(),
     };
     let info = RunInfo {
+        qps: 1,
         rdma_cm: false,
         role: None,
         device: ctx.name().into(),
@@ -796,6 +800,9 @@ pub struct BwConfig {
     pub cq_mod: u32,
     /// Work requests per post call [`-l`] (one doorbell for the list).
     pub post_list: u32,
+    /// QPs, each running the test [`-q`]: every one keeps `tx_depth` WRs in
+    /// flight and runs `iters` of them; the report is over all of them.
+    pub qps: u32,
     /// Run for this long instead of `iters` WRs [`-D`]: the report counts
     /// the WRs completed, and has no peak (perftest's `-D` leaves it out
     /// too).
@@ -813,6 +820,7 @@ impl Default for BwConfig {
             tx_depth: 128,
             cq_mod: 100,
             post_list: 1,
+            qps: 1,
             duration: None,
         }
     }
@@ -906,8 +914,10 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     } else {
         cfg.lat.size
     };
-    let mut posted_at: Vec<f64> = checked_run(size, cfg.lat.iters)?;
-    let mut completed_at: Vec<f64> = checked_run(size, cfg.lat.iters)?;
+    checked_run::<u8>(size, cfg.lat.iters)?;
+    if cfg.qps == 0 || cfg.qps > 64 {
+        return Err(Error::Invalid(format!("-q {} must be 1..=64", cfg.qps)));
+    }
     if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
         return Err(Error::Invalid(format!(
             "tx depth {} must be 1..=16384",
@@ -940,7 +950,11 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         gid_index: cfg.lat.gid_index,
         ..QpConfig::default()
     };
-    let (mut a, mut b) = pd.create_connected_pair(&qcfg)?;
+    let mut pairs = Vec::with_capacity(cfg.qps as usize);
+    for _ in 0..cfg.qps {
+        pairs.push(pd.create_connected_pair(&qcfg)?);
+    }
+    let (a, b) = &pairs[0];
     let side = |qp: &Qp, mr: &Mr| SideInfo {
         qpn: qp.qp_num(),
         path: qp.path(),
@@ -948,13 +962,14 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         vaddr: mr.addr(),
     };
     let info = RunInfo {
+        qps: cfg.qps,
         rdma_cm: false,
         role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
         inline: qcfg.max_inline,
         tx_depth: cfg.tx_depth,
-        sides: [side(&a, &mr_a), side(&b, &mr_b)],
+        sides: [side(a, &mr_a), side(b, &mr_b)],
     };
     let to_b = RemoteAddr {
         addr: mr_b.addr(),
@@ -972,28 +987,25 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     // Send: B keeps `rx_depth` receives posted and reposts each one consumed.
     let rsge = [Sge::new(&mr_b, 0, size)?];
     let recv = [RecvWr::new(0, &rsge)];
-    for _ in 0..rx_depth {
-        m.post(1, || b.post_recv(&recv))?;
+    let mut lanes = Vec::with_capacity(pairs.len());
+    for (a, b) in pairs.iter_mut() {
+        for _ in 0..rx_depth {
+            m.post(1, || b.post_recv(&recv))?;
+        }
+        let receiver = (rx_depth > 0).then_some(Receiver {
+            qp: b,
+            recv: &recv,
+            rx_depth,
+        });
+        lanes.push(Lane::new(a, wr, receiver, size, cfg.lat.iters)?);
     }
-    let receiver = (rx_depth > 0).then_some(Receiver {
-        qp: &mut b,
-        recv: &recv,
-        rx_depth,
-    });
-    let count = bw_loop(
-        &mut a,
-        wr,
-        cfg,
-        receiver,
-        &mut m,
-        &mut posted_at,
-        &mut completed_at,
-    )?;
-    drop(b);
+    let count = bw_loop(&mut lanes, cfg, &mut m)?;
     let mut report = match cfg.duration {
-        None => BwReport::from_times(size, &posted_at, &completed_at),
+        None => lanes_report(size, &lanes),
         Some(_) => count.report(size),
     };
+    drop(lanes);
+    drop(pairs);
     report.cpu = m.report();
     Ok((info, report))
 }
@@ -1006,20 +1018,71 @@ struct Receiver<'a, 'b> {
     rx_depth: u32,
 }
 
-/// Side A of a bandwidth test: keeps `tx_depth` copies of `wr` in flight,
-/// every `cq_mod`-th (and the last) signaled, until `iters` completed,
-/// recording when each WR was posted and completed (ns since the start).
-/// With a `receiver` (SEND in one process), its completions are drained and
-/// its receives reposted in the same loop.
-fn bw_loop(
-    a: &mut Qp,
-    mut wr: SendWr<'_>,
-    cfg: &BwConfig,
-    mut receiver: Option<Receiver<'_, '_>>,
-    m: &mut CpuMeter,
-    posted_at: &mut Vec<f64>,
-    completed_at: &mut Vec<f64>,
-) -> Result<BwCount> {
+/// One sender of a bandwidth test (`-q` runs several): its QP, the WR it
+/// repeats, its receiver (SEND in one process), and what it has posted and
+/// completed, with per-WR times unless the run is `-D`.
+struct Lane<'a, 'b> {
+    a: &'a mut Qp,
+    wr: SendWr<'b>,
+    receiver: Option<Receiver<'a, 'b>>,
+    posted_at: Vec<f64>,
+    completed_at: Vec<f64>,
+    posted: usize,
+    completed: usize,
+    received: usize,
+    /// With `-D`: the index of the last WR (posted after the deadline).
+    last: Option<usize>,
+}
+
+impl<'a, 'b> Lane<'a, 'b> {
+    /// A lane with room reserved for `iters` post and completion times.
+    fn new(
+        a: &'a mut Qp,
+        wr: SendWr<'b>,
+        receiver: Option<Receiver<'a, 'b>>,
+        size: u32,
+        iters: u32,
+    ) -> Result<Self> {
+        Ok(Lane {
+            a,
+            wr,
+            receiver,
+            posted_at: checked_run(size, iters)?,
+            completed_at: checked_run(size, iters)?,
+            posted: 0,
+            completed: 0,
+            received: 0,
+            last: None,
+        })
+    }
+}
+
+/// The report of lanes that recorded per-WR times: perftest's reduction over
+/// all of their WRs together (post and completion times merged in order).
+fn lanes_report(bytes: u32, lanes: &[Lane<'_, '_>]) -> BwReport {
+    if let [one] = lanes {
+        return BwReport::from_times(bytes, &one.posted_at, &one.completed_at);
+    }
+    let mut posted: Vec<f64> = lanes
+        .iter()
+        .flat_map(|l| l.posted_at.iter().copied())
+        .collect();
+    let mut completed: Vec<f64> = lanes
+        .iter()
+        .flat_map(|l| l.completed_at.iter().copied())
+        .collect();
+    posted.sort_by(|a, b| a.total_cmp(b));
+    completed.sort_by(|a, b| a.total_cmp(b));
+    BwReport::from_times(bytes, &posted, &completed)
+}
+
+/// Side A of a bandwidth test, on every lane: keeps `tx_depth` copies of
+/// each lane's WR in flight, every `cq_mod`-th (and the last) signaled,
+/// until each lane has `iters` completed (or, with `-D`, until the deadline
+/// and the WR posted after it), recording when each WR was posted and
+/// completed (ns since the start). A lane's receiver (SEND in one process)
+/// has its completions drained and its receives reposted in the same loop.
+fn bw_loop(lanes: &mut [Lane<'_, '_>], cfg: &BwConfig, m: &mut CpuMeter) -> Result<BwCount> {
     // With -D: no per-WR times (the count is open), and the WR posted
     // after the deadline is signaled and is the last.
     let timed = cfg.duration.is_none();
@@ -1032,116 +1095,152 @@ fn bw_loop(
     let post_list = (cfg.post_list.max(1) as usize).min(cfg.tx_depth as usize);
     // Reserved here: the loop reuses it without allocating.
     let mut batch: Vec<SendWr<'_>> = Vec::with_capacity(post_list);
-    let mut received = 0usize;
     let rate = ticks_per_ns();
     let limit = (WAIT_LIMIT.as_nanos() as f64 * rate) as u64;
     let start = ticks();
     let deadline = cfg
         .duration
         .map(|d| start.wrapping_add((d.as_nanos() as f64 * rate) as u64));
-    let mut last: Option<usize> = None;
-    let (mut posted, mut completed) = (0usize, 0usize);
     let mut last_completion = start;
     let mut wc = [Completion::default(); 16];
     let mut last_progress = start;
-    let done = |completed: usize, last: Option<usize>| match deadline {
-        None => completed >= iters,
-        Some(_) => last.is_some_and(|l| completed > l),
+    let done = |l: &Lane<'_, '_>| match deadline {
+        None => l.completed >= iters,
+        Some(_) => l.last.is_some_and(|x| l.completed > x),
     };
-    while !done(completed, last) {
-        // Keep the send queue full, `post_list` WRs per post call.
-        while posted < iters && last.is_none() {
-            let i0 = posted;
-            let over = deadline.is_some_and(|d| ticks().wrapping_sub(d) < u64::MAX / 2);
-            let k = if over { 1 } else { post_list.min(iters - i0) };
-            if i0 - completed + k > cfg.tx_depth as usize {
-                break;
+    // A completion retires every WR of its lane up to its own.
+    let retire = |l: &mut Lane<'_, '_>, c: &Completion, t: u64| -> Result<()> {
+        if !c.status.is_ok() {
+            return Err(Error::from(*c));
+        }
+        l.completed = l.completed.max(c.wr_id as usize + 1);
+        if timed {
+            let now = t.wrapping_sub(start) as f64 / rate;
+            while l.completed_at.len() < l.completed {
+                l.completed_at.push(now);
             }
-            // When no further list fits behind this one, its last WR is
-            // signaled whatever -Q says: else nothing would come back to
-            // make room (with -l near -t and -Q not dividing -t).
-            let full = i0 + k - completed + post_list > cfg.tx_depth as usize;
-            batch.clear();
-            for i in i0..i0 + k {
-                wr.wr_id = i as u64;
-                wr.signaled =
-                    (i + 1) % cq_mod == 0 || i + 1 == iters || over || (full && i + 1 == i0 + k);
-                batch.push(wr);
-            }
-            let t = ticks().wrapping_sub(start) as f64 / rate;
-            if timed {
-                posted_at.extend(std::iter::repeat(t).take(k));
-            }
-            if let Err(e) = m.post(k, || a.post_send(&batch)) {
+        }
+        Ok(())
+    };
+    let several = lanes.len() > 1;
+    while !lanes.iter().all(done) {
+        let mut got = 0;
+        for l in lanes.iter_mut() {
+            // Keep the send queue full, `post_list` WRs per post call.
+            while l.posted < iters && l.last.is_none() {
+                let i0 = l.posted;
+                let over = deadline.is_some_and(|d| ticks().wrapping_sub(d) < u64::MAX / 2);
+                let k = if over { 1 } else { post_list.min(iters - i0) };
+                if i0 - l.completed + k > cfg.tx_depth as usize {
+                    break;
+                }
+                // When no further list fits behind this one, its last WR is
+                // signaled whatever -Q says: else nothing would come back to
+                // make room (with -l near -t and -Q not dividing -t).
+                let full = i0 + k - l.completed + post_list > cfg.tx_depth as usize;
+                batch.clear();
+                let mut wr = l.wr;
+                for i in i0..i0 + k {
+                    wr.wr_id = i as u64;
+                    wr.signaled = (i + 1) % cq_mod == 0
+                        || i + 1 == iters
+                        || over
+                        || (full && i + 1 == i0 + k);
+                    batch.push(wr);
+                }
+                let t = ticks().wrapping_sub(start) as f64 / rate;
                 if timed {
-                    posted_at.truncate(i0);
+                    l.posted_at.extend(std::iter::repeat(t).take(k));
                 }
-                if matches!(e, Error::QueueFull | Error::CqFull) {
-                    break;
-                }
-                return Err(e);
-            }
-            posted += k;
-            if over {
-                last = Some(i0);
-            }
-        }
-        // Drain B's receive completions and repost as many receives, so
-        // the sends A posts next find receives (no RNR waits).
-        if let Some(r) = receiver.as_mut() {
-            while received < iters {
-                let n = m.poll(r.qp, &mut wc)?;
-                if n == 0 {
-                    break;
-                }
-                for c in &wc[..n] {
-                    if !c.status.is_ok() {
-                        return Err(Error::from(*c));
+                if let Err(e) = m.post(k, || l.a.post_send(&batch)) {
+                    if timed {
+                        l.posted_at.truncate(i0);
                     }
-                    received += 1;
-                    if received.saturating_add(r.rx_depth as usize) <= iters {
-                        m.post(1, || r.qp.post_recv(r.recv))?;
+                    if matches!(e, Error::QueueFull | Error::CqFull) {
+                        break;
+                    }
+                    return Err(e);
+                }
+                l.posted += k;
+                if over {
+                    l.last = Some(i0);
+                }
+            }
+            // Drain B's receive completions and repost as many receives, so
+            // the sends A posts next find receives (no RNR waits).
+            if let Some(r) = l.receiver.as_mut() {
+                while l.received < iters {
+                    let n = m.poll(r.qp, &mut wc)?;
+                    if n == 0 {
+                        break;
+                    }
+                    for c in &wc[..n] {
+                        if !c.status.is_ok() {
+                            return Err(Error::from(*c));
+                        }
+                        l.received += 1;
+                        if l.received.saturating_add(r.rx_depth as usize) <= iters {
+                            m.post(1, || r.qp.post_recv(r.recv))?;
+                        }
                     }
                 }
             }
-        }
-        let mut n = m.poll(a, &mut wc)?;
-        if n == 0 && m.events && completed < posted {
-            // -e: arm, poll once more, then sleep until the CQ's event (a
-            // short sleep when B's receives also need tending here).
-            a.arm_cq(false)?;
-            n = m.poll(a, &mut wc)?;
-            if n == 0 {
-                let nap = if receiver.is_some() { 1 } else { 100 };
-                a.wait_cq_event(Duration::from_millis(nap))?;
+            let n = m.poll(l.a, &mut wc)?;
+            let t = ticks();
+            for c in &wc[..n] {
+                retire(l, c, t)?;
+                last_completion = t;
             }
+            got += n;
         }
         let t = ticks();
-        let now = t.wrapping_sub(start) as f64 / rate;
-        for c in &wc[..n] {
-            if !c.status.is_ok() {
-                return Err(Error::from(*c));
-            }
-            // A completion retires every WR up to its own.
-            completed = completed.max(c.wr_id as usize + 1);
-            last_completion = t;
-            if timed {
-                while completed_at.len() < completed {
-                    completed_at.push(now);
+        if got > 0 {
+            last_progress = t;
+            continue;
+        }
+        if m.events {
+            // -e: arm each lane with WRs out, poll once more, then sleep
+            // until a CQ's event (a short sleep when several CQs or B's
+            // receives also need tending here).
+            let mut waiter = None;
+            for (k, l) in lanes.iter_mut().enumerate() {
+                if l.completed < l.posted {
+                    l.a.arm_cq(false)?;
+                    let n = m.poll(l.a, &mut wc)?;
+                    let t = ticks();
+                    for c in &wc[..n] {
+                        retire(l, c, t)?;
+                        last_completion = t;
+                    }
+                    got += n;
+                    waiter.get_or_insert(k);
                 }
             }
+            if got > 0 {
+                last_progress = ticks();
+                continue;
+            }
+            if let Some(k) = waiter {
+                let nap = if several || lanes[k].receiver.is_some() {
+                    1
+                } else {
+                    100
+                };
+                lanes[k].a.wait_cq_event(Duration::from_millis(nap))?;
+            }
         }
-        if n > 0 {
-            last_progress = t;
-        } else if t.wrapping_sub(last_progress) > limit {
+        if ticks().wrapping_sub(last_progress) > limit {
+            let (c, p): (usize, usize) = lanes
+                .iter()
+                .fold((0, 0), |(c, p), l| (c + l.completed, p + l.posted));
             return Err(Error::Timeout(format!(
-                "{completed} of {} WRs completed; none in {WAIT_LIMIT:?}",
-                if timed { iters } else { posted }
+                "{c} of {} WRs completed; none in {WAIT_LIMIT:?}",
+                if timed { iters * lanes.len() } else { p }
             )));
         }
     }
     Ok(BwCount {
-        completed,
+        completed: lanes.iter().map(|l| l.completed).sum(),
         ns: ns_between(start, last_completion),
     })
 }
@@ -1276,6 +1375,8 @@ pub enum AnyReport {
 /// connection for the closing handshake.
 struct Link {
     qp: Qp,
+    /// The other QPs of a `-q` run, connected in the same order on both sides.
+    more: Vec<Qp>,
     mr: Mr,
     peer: crate::exchange::ConnInfo,
     tcp: std::net::TcpStream,
@@ -1324,12 +1425,13 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     };
     // Both sides must run the same thing: one line each way.
     let params = format!(
-        "{} size {size} iters {} tx_depth {} cq_mod {} post_list {} duration {:?} atomic {:?} rdma_cm {}",
+        "{} size {size} iters {} tx_depth {} cq_mod {} post_list {} qps {} duration {:?} atomic {:?} rdma_cm {}",
         test.perftest_name(),
         lat.iters,
         cfg.tx_depth,
         cfg.cq_mod,
         cfg.post_list,
+        cfg.qps,
         cfg.duration,
         lat.atomic,
         lat.rdma_cm
@@ -1352,9 +1454,24 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     }
     // The connection through the CM lives until the run's closing barrier.
     let cm = connect_qp(&mut qp, lat.rdma_cm, role, psn, &peer, &mine)?;
+    // -q: the other QPs swap their facts over the same connection.
+    let mut more = Vec::new();
+    for _ in 1..cfg.qps {
+        let mut q = pd.create_qp(qcfg)?;
+        let psn = Qp::random_psn();
+        let mine_q = ConnInfo {
+            endpoint: q.endpoint(),
+            psn,
+            ..mine
+        };
+        let peer_q = exchange::swap(&mut tcp, &mine_q)?;
+        q.connect_remote(psn, &peer_q.endpoint, peer_q.psn)?;
+        more.push(q);
+    }
     exchange::barrier(&mut tcp)?;
     let path = qp.path();
     let info = RunInfo {
+        qps: cfg.qps,
         rdma_cm: lat.rdma_cm,
         role: Some(role_name),
         device: ctx.name().into(),
@@ -1387,6 +1504,7 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     };
     Ok(Link {
         qp,
+        more,
         mr,
         peer,
         tcp,
@@ -1486,6 +1604,15 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     if cfg.cq_mod == 0 {
         return Err(Error::Invalid("CQ moderation must be at least 1".into()));
     }
+    if cfg.qps == 0 || cfg.qps > 64 {
+        return Err(Error::Invalid(format!("-q {} must be 1..=64", cfg.qps)));
+    }
+    if cfg.qps > 1 && (matches!(test, AnyTest::Lat(_)) || lat.rdma_cm) {
+        return Err(Error::Invalid(
+            "-q over 1 runs the bandwidth tests over the TCP exchange (not latency tests, not -R)"
+                .into(),
+        ));
+    }
     let size = size_asked as usize;
     let sends = matches!(
         test,
@@ -1511,6 +1638,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     };
     let Link {
         mut qp,
+        mut more,
         mr,
         peer,
         mut tcp,
@@ -1591,8 +1719,6 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             None
         }
         AnyTest::Bw(t) => {
-            let mut posted_at: Vec<f64> = checked_run(size_asked, lat.iters)?;
-            let mut completed_at: Vec<f64> = checked_run(size_asked, lat.iters)?;
             if client {
                 if t == BwTest::Send {
                     exchange_barrier(&mut tcp)?; // the server's receives are posted
@@ -1604,17 +1730,13 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     BwTest::Atomic => lat.atomic.wr(0, &sge, to_peer),
                 };
                 wr.inline = inline;
-                let count = bw_loop(
-                    &mut qp,
-                    wr,
-                    cfg,
-                    None,
-                    &mut m,
-                    &mut posted_at,
-                    &mut completed_at,
-                )?;
+                let mut lanes = Vec::with_capacity(cfg.qps as usize);
+                for q in std::iter::once(&mut qp).chain(more.iter_mut()) {
+                    lanes.push(Lane::new(q, wr, None, size_asked, lat.iters)?);
+                }
+                let count = bw_loop(&mut lanes, cfg, &mut m)?;
                 let mut r = match cfg.duration {
-                    None => BwReport::from_times(size_asked, &posted_at, &completed_at),
+                    None => lanes_report(size_asked, &lanes),
                     Some(_) => count.report(size_asked),
                 };
                 r.cpu = m.report();
@@ -1624,7 +1746,9 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     None => ServeUntil::Received(lat.iters),
                     Some(_) => ServeUntil::PeerDone,
                 };
-                serve_send_bw(&mut qp, &recv, rx_depth, until, &mut m, &mut tcp)?;
+                let mut qps: Vec<&mut Qp> =
+                    std::iter::once(&mut qp).chain(more.iter_mut()).collect();
+                serve_send_bw(&mut qps, &recv, rx_depth, until, &mut m, &mut tcp)?;
                 None
             } else {
                 None
@@ -1632,6 +1756,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         }
     };
     exchange_barrier(&mut tcp)?;
+    drop(more);
     drop(qp);
     let report = match (report, test) {
         (Some(r), _) => r,
@@ -1665,22 +1790,25 @@ enum ServeUntil {
 /// The server of send_bw: keeps `rx_depth` receives posted, reposting each
 /// one consumed, until `until` says it is over.
 fn serve_send_bw(
-    qp: &mut Qp,
+    qps: &mut [&mut Qp],
     recv: &[RecvWr<'_>],
     rx_depth: u32,
     until: ServeUntil,
     m: &mut CpuMeter,
     tcp: &mut std::net::TcpStream,
 ) -> Result<()> {
-    for _ in 0..rx_depth {
-        m.post(1, || qp.post_recv(recv))?;
+    for qp in qps.iter_mut() {
+        for _ in 0..rx_depth {
+            m.post(1, || qp.post_recv(recv))?;
+        }
     }
     exchange_barrier(tcp)?;
     let iters = match until {
         ServeUntil::Received(n) => n,
         ServeUntil::PeerDone => u32::MAX,
     };
-    let mut received = 0u32;
+    // SENDs arrived, per QP.
+    let mut received = vec![0u32; qps.len()];
     let mut wc = [Completion::default(); 16];
     let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
     let mut last_progress = ticks();
@@ -1699,19 +1827,23 @@ fn serve_send_bw(
             Err(e) => Err(io(e)),
         }
     };
-    while received < iters {
-        let n = m.poll(qp, &mut wc)?;
-        let t = ticks();
-        for c in &wc[..n] {
-            if !c.status.is_ok() {
-                return Err(Error::from(*c));
+    while received.iter().any(|&r| r < iters) {
+        let mut got = 0;
+        for (qp, rcv) in qps.iter_mut().zip(received.iter_mut()) {
+            let n = m.poll(qp, &mut wc)?;
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err(Error::from(*c));
+                }
+                *rcv += 1;
+                if rcv.saturating_add(rx_depth) <= iters {
+                    m.post(1, || qp.post_recv(recv))?;
+                }
             }
-            received += 1;
-            if received.saturating_add(rx_depth) <= iters {
-                m.post(1, || qp.post_recv(recv))?;
-            }
+            got += n;
         }
-        if n > 0 {
+        let t = ticks();
+        if got > 0 {
             last_progress = t;
         } else {
             polls = polls.wrapping_add(1);
@@ -1719,8 +1851,10 @@ fn serve_send_bw(
                 return Ok(());
             }
             if t.wrapping_sub(last_progress) > limit && !matches!(until, ServeUntil::PeerDone) {
+                let total: u32 = received.iter().sum();
                 return Err(Error::Timeout(format!(
-                    "{received} of {iters} SENDs arrived; none in {WAIT_LIMIT:?}"
+                    "{total} of {} SENDs arrived; none in {WAIT_LIMIT:?}",
+                    iters.saturating_mul(qps.len() as u32)
                 )));
             }
         }

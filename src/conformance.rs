@@ -683,6 +683,7 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
             tx_depth: 16,
             cq_mod: 8,
             post_list,
+            qps: 1,
             duration: None,
         };
         let (_, r) = run_bw(test, &cfg)?;
@@ -711,10 +712,33 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
             tx_depth: 4,
             cq_mod: 3,
             post_list: 4,
+            qps: 1,
             duration: None,
         };
         let (_, r) = run_bw(test, &cfg)?;
         check_eq!(r.iterations, 200, "-t 4 -l 4 -Q 3 {test:?}");
+    }
+    // -q: three QPs, each running the test; the report covers all WRs.
+    for test in [BwTest::Write, BwTest::Send] {
+        let cfg = BwConfig {
+            lat: LatConfig {
+                device: dev.to_string(),
+                size: 1024,
+                iters: 200,
+                ..Default::default()
+            },
+            tx_depth: 16,
+            cq_mod: 8,
+            post_list: 2,
+            qps: 3,
+            duration: None,
+        };
+        let (info, r) = run_bw(test, &cfg)?;
+        check_eq!((info.qps, r.iterations), (3, 600), "-q 3 {test:?}");
+        check!(
+            r.bw_average > 0.0 && r.msg_rate > 0.0,
+            "-q 3 {test:?}: {r:?}"
+        );
     }
     // -D: as long as asked, then the WRs completed are counted (no peak).
     for test in [BwTest::Write, BwTest::Send] {
@@ -727,6 +751,7 @@ fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
             tx_depth: 16,
             cq_mod: 8,
             post_list: 1,
+            qps: 1,
             duration: Some(Duration::from_millis(200)),
         };
         let t0 = Instant::now();

@@ -114,7 +114,7 @@ fn io(what: &str, e: std::io::Error) -> Error {
 }
 
 /// Sends `mine`, then reads the peer's message.
-fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+pub(crate) fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| io("socket", e))?;
     s.write_all(&mine.encode())

@@ -154,6 +154,11 @@ struct BenchArgs {
     #[arg(short = 'D', long = "duration", conflicts_with = "iters",
           value_parser = clap::value_parser!(u32).range(1..=3600))]
     duration: Option<u32>,
+    /// Number of QPs, each running the test with -t in flight and -n
+    /// iterations; the report covers all of them (bandwidth tests; over
+    /// the TCP exchange between hosts, not with -R) [default: 1].
+    #[arg(short = 'q', long = "qp", value_parser = clap::value_parser!(u32).range(1..=64))]
+    qps: Option<u32>,
     /// Work requests per post call, one doorbell for the list, at most -t
     /// (bandwidth tests) [default: 1].
     #[arg(short = 'l', long = "post_list", value_parser = clap::value_parser!(u32).range(1..=16384))]
@@ -546,6 +551,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         (a.tx_depth.is_some(), "-t"),
         (a.cq_mod.is_some(), "-Q"),
         (a.post_list.is_some(), "-l"),
+        (a.qps.is_some(), "-q"),
         (a.report_gbits, "--report_gbits"),
     ] {
         if latency && given {
@@ -681,6 +687,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             tx_depth,
             cq_mod: a.cq_mod.unwrap_or(bench::default_cq_mod(size)),
             post_list,
+            qps: a.qps.unwrap_or(1),
             duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         };
         let spin = (sizes.len() == 1)
