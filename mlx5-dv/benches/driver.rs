@@ -15,6 +15,9 @@ const SQ_WQEBBS: u32 = 1024;
 
 struct Rig {
     dev: Device,
+    /// The raw description of QP a's SQ, for the C baseline.
+    raw: mlx5_dv::dv::mlx5dv_qp,
+    qpn: u32,
     sq: SendQueue,
     cq: CompletionQueue,
     _keep: (Qp, Qp, Cq, Cq, Vec<u8>),
@@ -46,6 +49,8 @@ fn rig() -> Rig {
     let cq = unsafe { CompletionQueue::new(&ca.dv()) }.unwrap();
     let raddr = mem.as_ptr() as u64;
     Rig {
+        raw: a.dv(),
+        qpn: a.qpn(),
         dev,
         sq,
         cq,
@@ -191,5 +196,67 @@ fn sim_rate(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, post, poll, sim_rate);
+/// The same posts through the C baseline: rdma-core's `mlx5dv.h` helpers
+/// and its doorbell sequence, written in C (`mlx5-dv/oracle/oracle.c`), on
+/// the same sim rings.
+fn c_post(c: &mut Criterion) {
+    use mlx5_dv_oracle::{available, baseline};
+    if !available() {
+        eprintln!("driver bench: SKIPPING the C baseline: built without infiniband/mlx5dv.h");
+        return;
+    }
+    let payload = [0x5au8; 64];
+    for batch in [1u32, 32] {
+        let mut r = rig();
+        let mut sq = baseline::RawSq {
+            buf: r.raw.sq.buf.cast(),
+            wqe_cnt: r.raw.sq.wqe_cnt,
+            qpn: r.qpn,
+            dbrec: r.raw.dbrec,
+            bf_reg: r.raw.bf.reg.cast(),
+            bf_size: r.raw.bf.size,
+            pi: 0,
+            bf_offset: 0,
+        };
+        let mut drained = 0u32;
+        let mut g = c.benchmark_group("C baseline post, 64-byte inline RDMA WRITE + doorbell");
+        g.throughput(Throughput::Elements(batch as u64));
+        g.bench_function(format!("batch of {batch}"), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    // Each WQE takes 2 WQEBBs; the sim consumes everything
+                    // posted when drained (outside timing).
+                    if sq.pi.wrapping_sub(drained) + 2 * batch > sq.wqe_cnt {
+                        r.dev.process();
+                        while r.cq.poll_one().is_some() {}
+                        r.cq.update_ci();
+                        drained = sq.pi;
+                    }
+                    let t = Instant::now();
+                    // SAFETY: `sq` describes QP a of the rig, alive while `r`
+                    // is; the check above left room for the batch; nothing
+                    // else posts on it.
+                    unsafe {
+                        baseline::post_inline_writes(&mut sq, r.raddr, r.rkey, &payload, batch)
+                    };
+                    spent += t.elapsed();
+                }
+                spent
+            })
+        });
+        g.finish();
+        // The sim accepted every WQE the baseline wrote.
+        r.dev.process();
+        let mut n = 0;
+        while let Some(c) = r.cq.poll_one() {
+            assert_eq!(c.syndrome.0, 0, "the sim refused a C baseline WQE");
+            n += 1;
+        }
+        r.cq.update_ci();
+        assert!(n > 0 || sq.pi == drained);
+    }
+}
+
+criterion_group!(benches, post, poll, sim_rate, c_post);
 criterion_main!(benches);

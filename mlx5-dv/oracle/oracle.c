@@ -114,6 +114,69 @@ int baseline_poll_cqe(const uint8_t *bytes, uint32_t ci, uint32_t cqe_cnt, uint3
 		((const struct mlx5_err_cqe *)cqe)->syndrome : 0;
 	return 1;
 }
+
+/* Posts `batch` inline RDMA WRITEs of `len` bytes (the last with CQ_UPDATE)
+ * at *pi and rings the doorbell as rdma-core's mlx5 provider does on x86:
+ * a compiler barrier, the doorbell record, sfence, a BlueFlame copy of a
+ * single WQE that fits (else the first 8 bytes of the last WQE's ctrl
+ * segment), sfence; then the BlueFlame offset toggles. The ring must have
+ * room (the caller drains it). */
+void baseline_post_inline_writes(uint8_t *sq, uint32_t wqe_cnt, uint32_t *pi, uint32_t qpn,
+                                 uint32_t *dbrec, uint8_t *bf_reg, uint32_t bf_size,
+                                 uint32_t *bf_offset, uint64_t raddr, uint32_t rkey,
+                                 const uint8_t *data, uint32_t len, uint32_t batch)
+{
+	uint8_t *end = sq + ((size_t)wqe_cnt << 6);
+	uint32_t first = *pi, last = first, ds = (16 + 16 + 4 + len + 15) / 16;
+	uint32_t wqebbs = (ds * 16 + 63) / 64;
+
+	for (uint32_t k = 0; k < batch; k++) {
+		uint8_t *wqe = sq + ((size_t)(*pi & (wqe_cnt - 1)) << 6);
+		struct mlx5_wqe_raddr_seg *r = (void *)(wqe + 16);
+		struct mlx5_wqe_inl_data_seg *inl = (void *)(wqe + 32);
+		uint8_t *dst = wqe + 36;
+
+		r->raddr = htobe64(raddr);
+		r->rkey = htobe32(rkey);
+		r->reserved = 0;
+		inl->byte_count = htobe32(len | MLX5_INLINE_SEG);
+		if (dst + len > end) {
+			size_t part = end - dst;
+			memcpy(dst, data, part);
+			memcpy(sq, data + part, len - part);
+		} else {
+			memcpy(dst, data, len);
+		}
+		mlx5dv_set_ctrl_seg((void *)wqe, *pi, MLX5_OPCODE_RDMA_WRITE, 0, qpn,
+				    k + 1 == batch ? MLX5_WQE_CTRL_CQ_UPDATE : 0, ds, 0, 0);
+		last = *pi;
+		*pi += wqebbs;
+	}
+	__asm__ volatile("" ::: "memory");
+	dbrec[MLX5_SND_DBR] = htobe32(*pi & 0xffff);
+#if defined(__x86_64__)
+	__asm__ volatile("sfence" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+	volatile uint64_t *reg = (volatile uint64_t *)(bf_reg + *bf_offset);
+	uint32_t n = *pi - first;
+	if (batch == 1 && n * 64 <= bf_size) {
+		for (uint32_t i = 0; i < n; i++) {
+			const uint64_t *src = (const uint64_t *)(sq + ((size_t)((first + i) & (wqe_cnt - 1)) << 6));
+			for (int j = 0; j < 8; j++)
+				reg[i * 8 + j] = src[j];
+		}
+	} else {
+		reg[0] = *(const uint64_t *)(sq + ((size_t)(last & (wqe_cnt - 1)) << 6));
+	}
+#if defined(__x86_64__)
+	__asm__ volatile("sfence" ::: "memory");
+#else
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+	*bf_offset ^= bf_size;
+}
 #else
 int oracle_available(void) { return 0; }
 void oracle_set_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode, uint8_t opmod,
@@ -127,4 +190,8 @@ uint32_t baseline_write_sge(uint8_t *sq, uint32_t wqe_cnt, uint32_t pi, uint32_t
 uint32_t baseline_inline_send(uint8_t *sq, uint32_t wqe_cnt, uint32_t pi, uint32_t qpn,
                               const uint8_t *data, uint32_t len) { return 0; }
 int baseline_poll_cqe(const uint8_t *bytes, uint32_t ci, uint32_t cqe_cnt, uint32_t out[5]) { return 0; }
+void baseline_post_inline_writes(uint8_t *sq, uint32_t wqe_cnt, uint32_t *pi, uint32_t qpn,
+                                 uint32_t *dbrec, uint8_t *bf_reg, uint32_t bf_size,
+                                 uint32_t *bf_offset, uint64_t raddr, uint32_t rkey,
+                                 const uint8_t *data, uint32_t len, uint32_t batch) {}
 #endif

@@ -99,6 +99,71 @@ pub mod baseline {
             len: u32,
         ) -> u32;
         fn baseline_poll_cqe(cqe: *const u8, ci: u32, cqe_cnt: u32, out: *mut u32) -> i32;
+        #[allow(clippy::too_many_arguments)]
+        fn baseline_post_inline_writes(
+            sq: *mut u8,
+            wqe_cnt: u32,
+            pi: *mut u32,
+            qpn: u32,
+            dbrec: *mut u32,
+            bf_reg: *mut u8,
+            bf_size: u32,
+            bf_offset: *mut u32,
+            raddr: u64,
+            rkey: u32,
+            data: *const u8,
+            len: u32,
+            batch: u32,
+        );
+    }
+
+    /// A send queue as `mlx5dv_init_obj` describes it, for
+    /// [`post_inline_writes`].
+    pub struct RawSq {
+        pub buf: *mut u8,
+        /// WQEBBs, a power of two.
+        pub wqe_cnt: u32,
+        pub qpn: u32,
+        pub dbrec: *mut u32,
+        pub bf_reg: *mut u8,
+        pub bf_size: u32,
+        /// The producer index, WQEBBs.
+        pub pi: u32,
+        pub bf_offset: u32,
+    }
+
+    /// Posts `batch` inline RDMA WRITEs of `data` (the last signaled) and
+    /// rings the doorbell, as the C baseline does (see `oracle.c`).
+    ///
+    /// # Safety
+    /// `sq` must describe a live QP's rings (`buf` of `wqe_cnt` WQEBBs, its
+    /// doorbell record, its BlueFlame registers) with room for `batch` WQEs
+    /// of `data.len() <= 256` bytes, and nothing else may post on it.
+    pub unsafe fn post_inline_writes(
+        sq: &mut RawSq,
+        raddr: u64,
+        rkey: u32,
+        data: &[u8],
+        batch: u32,
+    ) {
+        // SAFETY: the caller's contract covers every pointer the C function uses.
+        unsafe {
+            baseline_post_inline_writes(
+                sq.buf,
+                sq.wqe_cnt,
+                &mut sq.pi,
+                sq.qpn,
+                sq.dbrec,
+                sq.bf_reg,
+                sq.bf_size,
+                &mut sq.bf_offset,
+                raddr,
+                rkey,
+                data.as_ptr(),
+                data.len() as u32,
+                batch,
+            )
+        }
     }
 
     /// A 1-SGE RDMA WRITE into `sq` (`wqe_cnt` WQEBBs of 64 bytes) at `pi`;
