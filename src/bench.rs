@@ -42,6 +42,25 @@ pub struct LatConfig {
     pub atomic: AtomicKind,
     /// Two hosts: connect the QPs through rdma_cm (perftest `-R`).
     pub rdma_cm: bool,
+    /// Latency tests: run this long instead of `iters` round trips
+    /// (perftest `-D`), keeping at most [`DURATION_SAMPLES`] samples.
+    /// Bandwidth tests use [`BwConfig::duration`].
+    pub duration: Option<Duration>,
+}
+
+/// Most round trips a latency test with a duration keeps (their stamps are
+/// reserved before the run: 32 MiB); the run ends when they are taken.
+pub const DURATION_SAMPLES: u32 = 4_000_000;
+
+/// The deadline `d` from now, in [`ticks`]; `None` without one.
+fn deadline_after(d: Option<Duration>) -> Option<u64> {
+    d.map(|d| ticks().wrapping_add((d.as_nanos() as f64 * ticks_per_ns()) as u64))
+}
+
+/// Whether `deadline` (from [`deadline_after`]) has passed.
+#[inline]
+fn past(deadline: Option<u64>) -> bool {
+    deadline.is_some_and(|d| ticks().wrapping_sub(d) < u64::MAX / 2)
 }
 
 /// perftest's `-A`: which atomic the atomic tests post.
@@ -85,6 +104,7 @@ impl Default for LatConfig {
             events: false,
             atomic: AtomicKind::FetchAndAdd,
             rdma_cm: false,
+            duration: None,
         }
     }
 }
@@ -634,7 +654,12 @@ fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
 /// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
 pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let size_asked = if test == LatTest::Atomic { 8 } else { cfg.size };
-    let mut stamps: Vec<u64> = checked_run(size_asked, cfg.iters)?;
+    let rounds = if cfg.duration.is_some() {
+        DURATION_SAMPLES
+    } else {
+        cfg.iters
+    };
+    let mut stamps: Vec<u64> = checked_run(size_asked, rounds)?;
     let ctx = Context::open_with(&cfg.device, cfg.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
@@ -679,6 +704,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
     let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
     let mut m = CpuMeter::new(cfg.events);
+    let deadline = deadline_after(cfg.duration);
 
     match test {
         LatTest::Write => {
@@ -687,7 +713,10 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             let mut wr_b = SendWr::rdma_write(0, &sge_b, to_a).signaled();
             wr_a.inline = inline;
             wr_b.inline = inline;
-            for i in 0..cfg.iters {
+            for i in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
                 let seq = (i as u8).wrapping_add(1);
                 stamps.push(ticks());
                 mr_a.store_u8(last, seq);
@@ -720,7 +749,10 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             let mut wr_b = SendWr::send(0, &sge_b).signaled();
             wr_a.inline = inline;
             wr_b.inline = inline;
-            for _ in 0..cfg.iters {
+            for _ in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
                 stamps.push(ticks());
                 m.post(1, || a.post_send(&[wr_a]))?;
                 wait_recv(&mut b, "B", &mut m)?;
@@ -738,7 +770,10 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             } else {
                 cfg.atomic.wr(0, &sge_a, to_b).signaled()
             };
-            for i in 0..cfg.iters {
+            for i in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
                 stamps.push(ticks());
                 wr.wr_id = i as u64;
                 m.post(1, || a.post_send(&[wr]))?;
@@ -748,8 +783,15 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     }
     drop(b);
     let mut rtt = round_trips(&stamps);
+    if rtt.len() <= LAT_MEASURE_TAIL {
+        return Err(Error::Invalid(format!(
+            "{} round trips in {:?}: too few to report",
+            rtt.len(),
+            cfg.duration.unwrap_or_default()
+        )));
+    }
     let mut report =
-        LatReport::from_round_trips(size_asked, cfg.iters, &mut rtt, test.rtt_factor());
+        LatReport::from_round_trips(size_asked, stamps.len() as u32, &mut rtt, test.rtt_factor());
     report.cpu = m.report();
     Ok((info, report))
 }
@@ -1432,7 +1474,7 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         cfg.cq_mod,
         cfg.post_list,
         cfg.qps,
-        cfg.duration,
+        cfg.duration.or(lat.duration),
         lat.atomic,
         lat.rdma_cm
     );
@@ -1594,7 +1636,12 @@ pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, La
 pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo, AnyReport)> {
     let lat = &cfg.lat;
     let size_asked = if test.moves_8_bytes() { 8 } else { lat.size };
-    let mut stamps: Vec<u64> = checked_run(size_asked, lat.iters)?;
+    let rounds = if lat.duration.is_some() && matches!(test, AnyTest::Lat(_)) {
+        DURATION_SAMPLES
+    } else {
+        lat.iters
+    };
+    let mut stamps: Vec<u64> = checked_run(size_asked, rounds)?;
     if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
         return Err(Error::Invalid(format!(
             "tx depth {} must be 1..=16384",
@@ -1654,18 +1701,43 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     let rsge = [Sge::new(&mr, size, size_asked)?];
     let recv = [RecvWr::new(0, &rsge)];
     let mut m = CpuMeter::new(cfg.lat.events);
+    // -D on a latency test: the client stops at its deadline, after a whole
+    // round trip; the server stops when the client's closing byte arrives.
+    let deadline = if client {
+        deadline_after(lat.duration)
+    } else {
+        None
+    };
+    let watch = lat.duration.is_some() && !client;
     let report = match test {
         AnyTest::Lat(LatTest::Write) => {
             let mut wr = SendWr::rdma_write(0, &sge, to_peer).signaled();
             wr.inline = inline;
             let last = size - 1;
-            for i in 0..lat.iters {
+            for i in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
                 let seq = (i as u8).wrapping_add(1);
                 if !client {
+                    let mut stopped = false;
+                    let mut check = PeerCheck::new();
                     spin_until(
                         || format!("iteration {i}: the client's write never arrived"),
-                        || Ok(mr.load_u8(size + last) == seq),
+                        || {
+                            if mr.load_u8(size + last) == seq {
+                                return Ok(true);
+                            }
+                            if watch && check.due() && peer_done(&mut tcp)? {
+                                stopped = true;
+                                return Ok(true);
+                            }
+                            Ok(false)
+                        },
                     )?;
+                    if stopped {
+                        break;
+                    }
                 }
                 stamps.push(ticks());
                 mr.store_u8(last, seq);
@@ -1686,9 +1758,18 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             exchange_barrier(&mut tcp)?; // both receives posted before the first SEND
             let mut wr = SendWr::send(0, &sge).signaled();
             wr.inline = inline;
-            for i in 0..lat.iters {
+            for i in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
                 if !client {
-                    wait_recv(&mut qp, "this", &mut m)?;
+                    if watch {
+                        if !wait_recv_unless_done(&mut qp, &mut m, &mut tcp)? {
+                            break;
+                        }
+                    } else {
+                        wait_recv(&mut qp, "this", &mut m)?;
+                    }
                     m.post(1, || qp.post_recv(&recv))?;
                 }
                 stamps.push(ticks());
@@ -1709,7 +1790,10 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 } else {
                     lat.atomic.wr(0, &sge, to_peer).signaled()
                 };
-                for i in 0..lat.iters {
+                for i in 0..rounds {
+                    if past(deadline) {
+                        break;
+                    }
                     stamps.push(ticks());
                     wr.wr_id = i as u64;
                     m.post(1, || qp.post_send(&[wr]))?;
@@ -1762,8 +1846,18 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         (Some(r), _) => r,
         (None, AnyTest::Lat(t)) if client || matches!(t, LatTest::Write | LatTest::Send) => {
             let mut rtt = round_trips(&stamps);
-            let mut r =
-                LatReport::from_round_trips(size_asked, lat.iters, &mut rtt, t.rtt_factor());
+            if rtt.len() <= LAT_MEASURE_TAIL {
+                return Err(Error::Invalid(format!(
+                    "{} round trips: too few to report",
+                    rtt.len()
+                )));
+            }
+            let mut r = LatReport::from_round_trips(
+                size_asked,
+                stamps.len() as u32,
+                &mut rtt,
+                t.rtt_factor(),
+            );
             r.cpu = m.report();
             AnyReport::Lat(r)
         }
@@ -1778,6 +1872,24 @@ fn exchange_barrier(tcp: &mut std::net::TcpStream) -> Result<()> {
     crate::exchange::barrier(tcp)
 }
 
+/// Whether the peer's closing handshake byte has arrived on `tcp` (it is
+/// left there for [`crate::exchange::barrier`]); a closed connection is an
+/// error.
+fn peer_done(tcp: &mut std::net::TcpStream) -> Result<bool> {
+    let io = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
+    tcp.set_nonblocking(true).map_err(io)?;
+    let r = tcp.peek(&mut [0u8; 1]);
+    tcp.set_nonblocking(false).map_err(io)?;
+    match r {
+        Ok(0) => Err(Error::Exchange(
+            "the client left before its closing handshake".into(),
+        )),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(io(e)),
+    }
+}
+
 /// When the server of send_bw stops.
 enum ServeUntil {
     /// After this many SENDs arrived.
@@ -1785,6 +1897,69 @@ enum ServeUntil {
     /// When the client's closing handshake byte arrives (`-D`: the client
     /// decides the count).
     PeerDone,
+}
+
+/// When a waiting server looks for the client's closing byte: once the wait
+/// has lasted 1 ms, then every 1 ms (a round trip never waits that long, so
+/// the check, three system calls, stays out of the timed waits).
+struct PeerCheck {
+    start: u64,
+    last: u64,
+    ms: u64,
+}
+
+impl PeerCheck {
+    fn new() -> Self {
+        let t = ticks();
+        PeerCheck {
+            start: t,
+            last: t,
+            ms: (1e6 * ticks_per_ns()) as u64,
+        }
+    }
+
+    #[inline]
+    fn due(&mut self) -> bool {
+        let t = ticks();
+        if t.wrapping_sub(self.start) > self.ms && t.wrapping_sub(self.last) > self.ms {
+            self.last = t;
+            return true;
+        }
+        false
+    }
+}
+
+/// Waits for a receive completion (send completions on the way are taken)
+/// unless the client's closing byte arrives first: `false` then.
+fn wait_recv_unless_done(
+    qp: &mut Qp,
+    m: &mut CpuMeter,
+    tcp: &mut std::net::TcpStream,
+) -> Result<bool> {
+    let mut wc = [Completion::default(); 4];
+    let (mut got, mut stopped) = (false, false);
+    let mut check = PeerCheck::new();
+    spin_until(
+        || format!("no receive completion within {WAIT_LIMIT:?}"),
+        || {
+            let n = m.poll(qp, &mut wc)?;
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err(Error::from(*c));
+                }
+                got |= c.opcode == crate::WcOpcode::RECV;
+            }
+            if got {
+                return Ok(true);
+            }
+            if check.due() && peer_done(tcp)? {
+                stopped = true;
+                return Ok(true);
+            }
+            Ok(false)
+        },
+    )?;
+    Ok(!stopped)
 }
 
 /// The server of send_bw: keeps `rx_depth` receives posted, reposting each
@@ -1813,20 +1988,6 @@ fn serve_send_bw(
     let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
     let mut last_progress = ticks();
     let mut polls = 0u32;
-    let peer_done = |tcp: &mut std::net::TcpStream| -> Result<bool> {
-        let io = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
-        tcp.set_nonblocking(true).map_err(io)?;
-        let r = tcp.peek(&mut [0u8; 1]);
-        tcp.set_nonblocking(false).map_err(io)?;
-        match r {
-            Ok(0) => Err(Error::Exchange(
-                "the client left before its closing handshake".into(),
-            )),
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(io(e)),
-        }
-    };
     while received.iter().any(|&r| r < iters) {
         let mut got = 0;
         for (qp, rcv) in qps.iter_mut().zip(received.iter_mut()) {

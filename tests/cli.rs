@@ -59,10 +59,6 @@ fn bad_bench_arguments_exit_2_and_say_why() {
         ),
         (&["bench", "atomic_bw", "-a"], "-a does not apply"),
         (
-            &["bench", "write_lat", "-D", "1"],
-            "-D applies to the bandwidth tests",
-        ),
-        (
             &["bench", "write_bw", "-D", "1", "-n", "100"],
             "cannot be used with",
         ),
@@ -230,5 +226,21 @@ fn bench_flags_run_on_the_sim() {
         o.status.success() && out.contains("Atomic CMP_AND_SWAP Latency Test"),
         "{out}"
     );
+    // -D on a latency test: as many round trips as fit in the second.
+    let Some(o) = run(&["bench", "write_lat", "-D", "1"]) else {
+        return;
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .skip_while(|l| !l.contains("#bytes"))
+        .nth(1)
+        .unwrap_or("");
+    let iters: u64 = row
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(o.status.success() && iters > 100, "write_lat -D 1: {out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
