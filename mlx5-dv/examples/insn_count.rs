@@ -4,7 +4,10 @@
 //!
 //! `insn_count <op> <N>` with op one of `ours_write`, `c_write` (a 1-SGE
 //! RDMA WRITE), `ours_inline`, `c_inline` (a 64-byte inline SEND),
-//! `ours_cqe`, `c_cqe` (CQE ownership check and decode).
+//! `ours_cqe`, `c_cqe` (CQE ownership check and decode), `ours_post`,
+//! `c_post` (a 64-byte inline RDMA WRITE posted and its doorbell rung, on
+//! rings in plain memory: the doorbell record and BlueFlame stores are
+//! ordinary stores here).
 
 use mlx5_dv::cqe::{sw_owned, Cqe};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, WQEBB};
@@ -16,7 +19,7 @@ use std::hint::black_box;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_count <ours_write|c_write|ours_inline|c_inline|ours_cqe|c_cqe> <N>");
+        eprintln!("usage: insn_count <ours_write|c_write|ours_inline|c_inline|ours_cqe|c_cqe|ours_post|c_post> <N>");
         std::process::exit(2);
     };
     let geo = SqGeometry {
@@ -113,6 +116,74 @@ fn main() {
             for i in 0..n {
                 black_box(baseline::poll_cqe(black_box(&cqe), black_box(i & 255), 256));
             }
+        }
+        "ours_post" | "c_post" => {
+            // An SQ of 256 WQEBBs, its doorbell record and a BlueFlame pair
+            // (2 x 256 bytes), all plain memory, as mlx5dv_init_obj would
+            // describe them.
+            let mut dbrec = [0u32; 2];
+            let mut bf = vec![0u64; 64];
+            let mut qp = mlx5_dv::dv::mlx5dv_qp::zeroed();
+            qp.sq.buf = mem.as_mut_ptr().cast();
+            qp.sq.wqe_cnt = 256;
+            qp.sq.stride = 64;
+            qp.dbrec = dbrec.as_mut_ptr();
+            qp.bf.reg = bf.as_mut_ptr().cast();
+            qp.bf.size = 256;
+            let data = [0x5au8; 64];
+            if op == "ours_post" {
+                // SAFETY: the description names memory this function owns
+                // and nothing else touches while `sq` lives.
+                let mut sq = unsafe { mlx5_dv::driver::SendQueue::new(&qp, 0x1234, 256, 0) }
+                    .expect("send queue");
+                sq.set_auto_signal(0);
+                let w = SendWqe {
+                    opcode: WqeOpcode::RDMA_WRITE,
+                    flags: CtrlFlags::CQ_UPDATE,
+                    imm: 0,
+                    remote: Some(RemoteSeg {
+                        addr: 0x7f00_0000_9000,
+                        rkey: 0x22,
+                    }),
+                    atomic: None,
+                    payload: Payload::Inline(&data),
+                };
+                for i in 0..n {
+                    // 2 WQEBBs each: forget them before the ring is full
+                    // (no device consumes them here).
+                    if i % 64 == 63 {
+                        sq.reset();
+                    }
+                    sq.post(black_box(&w), i as u64).expect("post");
+                    sq.ring_doorbell();
+                }
+            } else {
+                let mut raw = baseline::RawSq {
+                    buf: mem.as_mut_ptr(),
+                    wqe_cnt: 256,
+                    qpn: 0x1234,
+                    dbrec: dbrec.as_mut_ptr(),
+                    bf_reg: bf.as_mut_ptr().cast(),
+                    bf_size: 256,
+                    pi: 0,
+                    bf_offset: 0,
+                };
+                for _ in 0..n {
+                    // SAFETY: `raw` names memory this function owns; the ring
+                    // wraps, so there is always room.
+                    unsafe {
+                        baseline::post_inline_writes(
+                            &mut raw,
+                            0x7f00_0000_9000,
+                            0x22,
+                            black_box(&data),
+                            1,
+                        )
+                    };
+                }
+            }
+            black_box(&bf);
+            black_box(&dbrec);
         }
         other => {
             eprintln!("insn_count: unknown op {other:?}");
