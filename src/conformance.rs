@@ -1258,6 +1258,62 @@ fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
     passed(notes)
 }
 
+/// The memory pool: 1,000 allocate/free cycles register nothing after the
+/// pool is built; a pool buffer works as a local SGE and as a remote
+/// target; exhaustion is `PoolExhausted` and the pool serves again after a
+/// buffer comes back.
+fn memory_pool_serves_without_registering(dev: &str) -> CaseResult {
+    use crate::pool::{Pool, PoolConfig};
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let pool = Pool::new(
+        &pd,
+        &PoolConfig {
+            buf_size: 4096,
+            ..PoolConfig::default()
+        },
+    )?;
+    check_eq!(pool.capacity(), 512);
+    let regs = pd.registrations();
+    for i in 0..1000 {
+        let b = pool.alloc()?;
+        b.write(0, &(i as u64).to_le_bytes())?;
+    }
+    check_eq!(pd.registrations(), regs, "allocations registered memory");
+    // One buffer sends, another receives the WRITE.
+    let (mut a, _b) = pd.create_connected_pair(&QpConfig::default())?;
+    let (src, dst) = (pool.alloc()?, pool.alloc()?);
+    let data = pattern(4096, 5);
+    src.write(0, &data)?;
+    dst.write(0, &[0; 4096])?;
+    a.post_send(&[SendWr::rdma_write(1, &[src.sge(0, 4096)?], dst.remote(0)).signaled()])?;
+    check_eq!(poll_one(&mut a)?.status, WcStatus::SUCCESS);
+    let mut got = vec![0; 4096];
+    dst.read(0, &mut got)?;
+    check!(got == data, "WRITE between two pool buffers");
+    check!(
+        matches!(src.sge(4000, 97), Err(Error::Invalid(_))),
+        "an SGE leaving its pool buffer was accepted"
+    );
+    // Exhaustion, then a buffer back.
+    let mut held = vec![src, dst];
+    while let Ok(b) = pool.alloc() {
+        held.push(b);
+    }
+    check_eq!(held.len(), 512);
+    check!(
+        matches!(pool.alloc(), Err(Error::PoolExhausted { buffers: 512 })),
+        "a 513th buffer"
+    );
+    held.pop();
+    check!(pool.alloc().is_ok(), "no buffer after one came back");
+    check_eq!(pd.registrations(), regs);
+    passed(vec![format!(
+        "512 buffers of 4 KiB, {:?} pages",
+        pool.pages()
+    )])
+}
+
 /// A receive batch with one bad WR posts none of it.
 fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
@@ -1771,6 +1827,7 @@ const ONE_SIDED: &[Case] = &[
     case!(unsignaled_streams_never_exhaust_cq_credits),
     case!(refused_receive_batches_post_nothing),
     case!(out_of_range_qp_configs_are_refused),
+    case!(memory_pool_serves_without_registering),
     case!(cq_credits_bound_what_is_outstanding),
     case!(malformed_wqes_are_local_qp_operation_errors),
     case!(misaligned_atomic_is_a_remote_invalid_request),

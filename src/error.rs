@@ -58,6 +58,10 @@ pub enum Error {
     /// completions and post again.
     #[error("completion queue full: no CQ credits for the batch")]
     CqFull,
+    /// Every buffer of a memory pool is out; nothing was registered. Drop a
+    /// buffer (it goes back) or build the pool with more chunks.
+    #[error("memory pool exhausted: all {buffers} buffers are out")]
+    PoolExhausted { buffers: usize },
     /// No GID suitable for RoCE v2 on this port.
     #[error("{0}")]
     NoGid(String),

@@ -52,6 +52,7 @@ mod direct;
 mod error;
 pub mod exchange;
 mod mem;
+pub mod pool;
 pub mod qp_attr;
 #[cfg(feature = "verbs")]
 mod verbs;
@@ -59,7 +60,7 @@ mod wr;
 
 pub use error::{Error, Result};
 
-pub use mem::{Access, Mr};
+pub use mem::{Access, Mr, Pages};
 pub use qp_attr::{AddressVector, Grh, QpAttr, QpAttrMask};
 pub use wr::{Completion, Lkey, RecvWr, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 
@@ -260,6 +261,7 @@ impl Context {
         Ok(Pd {
             inner: Arc::new(PdInner {
                 mrs: Mutex::new(Vec::new()),
+                registrations: std::sync::atomic::AtomicU64::new(0),
                 kind,
             }),
         })
@@ -277,6 +279,8 @@ enum PdKind {
 struct PdInner {
     // Field order: MRs are released before the PD itself.
     mrs: Mutex<Vec<Arc<MrInner>>>,
+    /// Memory registrations made through this PD (the pool's tests count them).
+    registrations: std::sync::atomic::AtomicU64,
     kind: PdKind,
 }
 
@@ -369,7 +373,33 @@ impl Pd {
                 "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
             ));
         }
-        let buf = Buffer::new(len)?;
+        self.register(Buffer::new(len)?, access)
+    }
+
+    /// Registers an anonymous mapping of `len` bytes (huge pages when the
+    /// system has them: see [`Pages`]); the memory pool's chunks.
+    pub(crate) fn reg_mapped(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
+        let (buf, pages) = Buffer::mapped(len)?;
+        Ok((self.register(buf, access)?, pages))
+    }
+
+    /// How many memory registrations this PD has made (pool chunks
+    /// included): a pool that serves from its chunks adds none.
+    pub fn registrations(&self) -> u64 {
+        self.inner
+            .registrations
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Registers `buf` (checked access flags) and keeps it with the PD.
+    fn register(&self, buf: Buffer, access: Access) -> Result<Mr> {
+        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(Error::Invalid(
+                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
+            ));
+        }
         let (reg, lkey, rkey): (Box<dyn Registration>, u32, u32) = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => {
                 // SAFETY: `buf` is owned by the MrInner built below, whose
@@ -387,6 +417,9 @@ impl Pd {
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, _) => verbs::reg_mr(pd, &buf, access)?,
         };
+        self.inner
+            .registrations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let inner = Arc::new(MrInner {
             _reg: reg,
             buf,

@@ -15,13 +15,34 @@ use std::sync::Arc;
 /// Access flags (`enum ibv_access_flags` values): one type for every backend.
 pub use mlx5_dv::sim::Access;
 
-/// A page-aligned, zeroed heap buffer.
-pub(crate) struct Buffer {
-    ptr: *mut u8,
-    layout: Layout,
+/// Where a registered buffer's memory comes from.
+enum Backing {
+    /// The heap, page-aligned (`Pd::reg_mr`).
+    Heap(Layout),
+    /// An anonymous mapping (the memory pool's chunks): huge pages when the
+    /// system has them.
+    Mapped { _map: memmap2::MmapMut },
 }
 
-// SAFETY: plain heap memory; see the module docs for how it is accessed.
+/// Pages behind a mapped buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pages {
+    /// `MAP_HUGETLB` (2 MiB pages from the hugetlbfs pool).
+    Huge,
+    /// Regular pages with `madvise(MADV_HUGEPAGE)`: transparent huge pages
+    /// where the kernel allows them.
+    Transparent,
+}
+
+/// A page-aligned, zeroed buffer.
+pub(crate) struct Buffer {
+    ptr: *mut u8,
+    len: usize,
+    backing: Backing,
+}
+
+// SAFETY: plain memory owned by this value; see the module docs for how it
+// is accessed.
 unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
@@ -39,20 +60,66 @@ impl Buffer {
         if ptr.is_null() {
             return Err(too_big());
         }
-        Ok(Self { ptr, layout })
+        Ok(Self {
+            ptr,
+            len,
+            backing: Backing::Heap(layout),
+        })
     }
+
+    /// An anonymous mapping of `len` bytes: `MAP_HUGETLB` first (when `len`
+    /// is a multiple of 2 MiB), else regular pages advised as huge.
+    pub(crate) fn mapped(len: usize) -> Result<(Self, Pages)> {
+        if len == 0 {
+            return Err(Error::Invalid("a chunk of zero bytes".into()));
+        }
+        let huge = (len % (2 << 20) == 0)
+            .then(|| {
+                memmap2::MmapOptions::new()
+                    .len(len)
+                    .huge(Some(21))
+                    .map_anon()
+                    .ok()
+            })
+            .flatten();
+        let (mut map, pages) = match huge {
+            Some(m) => (m, Pages::Huge),
+            None => {
+                let m = memmap2::MmapOptions::new()
+                    .len(len)
+                    .map_anon()
+                    .map_err(|e| Error::Invalid(format!("cannot map {len} bytes: {e}")))?;
+                // Only advice: without THP the chunk still works.
+                let _ = m.advise(memmap2::Advice::HugePage);
+                (m, Pages::Transparent)
+            }
+        };
+        let ptr = map.as_mut_ptr();
+        Ok((
+            Self {
+                ptr,
+                len,
+                backing: Backing::Mapped { _map: map },
+            },
+            pages,
+        ))
+    }
+
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
     pub(crate) fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) };
+        if let Backing::Heap(layout) = self.backing {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { dealloc(self.ptr, layout) };
+        }
+        // A mapping unmaps itself.
     }
 }
 

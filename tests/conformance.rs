@@ -129,6 +129,7 @@ conformance_tests!(
     unsignaled_streams_never_exhaust_cq_credits,
     refused_receive_batches_post_nothing,
     out_of_range_qp_configs_are_refused,
+    memory_pool_serves_without_registering,
     cq_credits_bound_what_is_outstanding,
     malformed_wqes_are_local_qp_operation_errors,
     misaligned_atomic_is_a_remote_invalid_request,

@@ -1,0 +1,230 @@
+//! A pre-registered memory pool: chunks (2 MiB by default) of anonymous
+//! memory, huge pages when the system has them, each registered once when
+//! the pool is built; buffers of a fixed size handed out from them go back
+//! to the pool when dropped. Allocation never registers memory: when every
+//! buffer is out it fails with [`Error::PoolExhausted`].
+//!
+//! Registration pins pages and costs a system call and page-table work
+//! (`docs/benchmarks.md` has the figures), so it belongs at start-up, not
+//! on the data path.
+
+use crate::{Access, Error, Mr, Pages, Pd, RemoteAddr, Result, Rkey, Sge};
+use std::sync::{Arc, Mutex};
+
+/// How a pool is built.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolConfig {
+    /// Bytes per chunk (one registration each): a multiple of 4096; 2 MiB
+    /// (one huge page) by default.
+    pub chunk_size: usize,
+    /// Chunks registered when the pool is built.
+    pub chunks: usize,
+    /// Bytes per buffer handed out: 64 to `chunk_size`, a power of two (so
+    /// buffers never straddle chunks and stay aligned).
+    pub buf_size: usize,
+    /// Access of every chunk (LOCAL_WRITE with REMOTE_WRITE / REMOTE_ATOMIC).
+    pub access: Access,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            chunk_size: 2 << 20,
+            chunks: 1,
+            buf_size: 4096,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        }
+    }
+}
+
+struct PoolInner {
+    chunks: Vec<Mr>,
+    per_chunk: usize,
+    buf_size: usize,
+    /// Free buffer indices (chunk * per_chunk + slot).
+    free: Mutex<Vec<u32>>,
+}
+
+/// A pool of registered buffers of one size. Cheap to clone (a handle).
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+    pages: Pages,
+}
+
+impl Pool {
+    /// Maps and registers `cfg.chunks` chunks on `pd`.
+    ///
+    /// Errors: [`Error::Invalid`] for a chunk size not a positive multiple
+    /// of 4096, a buffer size not a power of two in 64..=chunk size, no
+    /// chunks, or more than 2^32 buffers; the registration's own errors.
+    pub fn new(pd: &Pd, cfg: &PoolConfig) -> Result<Pool> {
+        if cfg.chunk_size == 0 || cfg.chunk_size % 4096 != 0 {
+            return Err(Error::Invalid(format!(
+                "pool chunk size {} must be a positive multiple of 4096",
+                cfg.chunk_size
+            )));
+        }
+        if !cfg.buf_size.is_power_of_two() || cfg.buf_size < 64 || cfg.buf_size > cfg.chunk_size {
+            return Err(Error::Invalid(format!(
+                "pool buffer size {} must be a power of two in 64..={}",
+                cfg.buf_size, cfg.chunk_size
+            )));
+        }
+        let per_chunk = cfg.chunk_size / cfg.buf_size;
+        let total = per_chunk
+            .checked_mul(cfg.chunks)
+            .filter(|&t| t > 0 && t <= u32::MAX as usize);
+        let Some(total) = total else {
+            return Err(Error::Invalid(format!(
+                "a pool of {} chunks of {} buffers",
+                cfg.chunks, per_chunk
+            )));
+        };
+        let mut chunks = Vec::with_capacity(cfg.chunks);
+        let mut pages = Pages::Huge;
+        for _ in 0..cfg.chunks {
+            let (mr, p) = pd.reg_mapped(cfg.chunk_size, cfg.access)?;
+            if p == Pages::Transparent {
+                pages = p;
+            }
+            chunks.push(mr);
+        }
+        // Handed out from the low indices first (popped from the end).
+        let free = (0..total as u32).rev().collect();
+        Ok(Pool {
+            inner: Arc::new(PoolInner {
+                chunks,
+                per_chunk,
+                buf_size: cfg.buf_size,
+                free: Mutex::new(free),
+            }),
+            pages,
+        })
+    }
+
+    /// A buffer of `buf_size` bytes (its contents are whatever its last user
+    /// left). Errors: [`Error::PoolExhausted`] when every buffer is out.
+    pub fn alloc(&self) -> Result<PoolBuf> {
+        let i = self
+            .inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .ok_or(Error::PoolExhausted {
+                buffers: self.capacity(),
+            })?;
+        Ok(PoolBuf {
+            pool: self.inner.clone(),
+            index: i,
+        })
+    }
+
+    /// Buffers in the pool, out or not.
+    pub fn capacity(&self) -> usize {
+        self.inner.per_chunk * self.inner.chunks.len()
+    }
+
+    /// Buffers free now.
+    pub fn available(&self) -> usize {
+        self.inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Which pages back the chunks: [`Pages::Huge`] only if every chunk got
+    /// `MAP_HUGETLB`.
+    pub fn pages(&self) -> Pages {
+        self.pages
+    }
+}
+
+/// One buffer of a [`Pool`], back in the pool when dropped. It names
+/// registered memory: use it as a local SGE ([`Self::sge`]) or offer it as a
+/// remote target ([`Self::remote`]).
+pub struct PoolBuf {
+    pool: Arc<PoolInner>,
+    index: u32,
+}
+
+impl PoolBuf {
+    fn chunk(&self) -> &Mr {
+        &self.pool.chunks[self.index as usize / self.pool.per_chunk]
+    }
+
+    /// Offset of the buffer in its chunk.
+    fn base(&self) -> usize {
+        (self.index as usize % self.pool.per_chunk) * self.pool.buf_size
+    }
+
+    /// Bytes in the buffer.
+    pub fn len(&self) -> usize {
+        self.pool.buf_size
+    }
+
+    /// Never: a pool buffer has at least 64 bytes.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The buffer's address.
+    pub fn addr(&self) -> u64 {
+        self.chunk().addr() + self.base() as u64
+    }
+
+    /// The rkey a peer uses to reach it (its chunk's).
+    pub fn rkey(&self) -> Rkey {
+        self.chunk().rkey()
+    }
+
+    /// A local SGE over `[offset, offset + len)` of the buffer.
+    ///
+    /// Errors: [`Error::Invalid`] when the range leaves the buffer.
+    pub fn sge(&self, offset: usize, len: u32) -> Result<Sge<'_>> {
+        self.check(offset, len as usize)?;
+        Sge::new(self.chunk(), self.base() + offset, len)
+    }
+
+    /// The buffer at `offset`, as a peer names it.
+    pub fn remote(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.addr() + offset,
+            rkey: self.rkey(),
+        }
+    }
+
+    /// Copies `data` into the buffer at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        self.chunk().write(self.base() + offset, data)
+    }
+
+    /// Copies from the buffer at `offset` into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        self.chunk().read(self.base() + offset, out)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::Invalid(format!(
+                "{len} bytes at offset {offset} leave a pool buffer of {} bytes",
+                self.len()
+            ))),
+        }
+    }
+}
+
+impl Drop for PoolBuf {
+    fn drop(&mut self) {
+        self.pool
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.index);
+    }
+}
