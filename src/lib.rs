@@ -376,9 +376,11 @@ impl Pd {
         self.register(Buffer::new(len)?, access)
     }
 
-    /// Registers an anonymous mapping of `len` bytes (huge pages when the
-    /// system has them: see [`Pages`]); the memory pool's chunks.
-    pub(crate) fn reg_mapped(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
+    /// Registers a fresh anonymous mapping of `len` bytes (huge pages when
+    /// the system has them: see [`Pages`]), as the memory pool's chunks are.
+    ///
+    /// Errors: as [`Self::reg_mr`]; the mapping's.
+    pub fn reg_mapped(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
         let (buf, pages) = Buffer::mapped(len)?;
         Ok((self.register(buf, access)?, pages))
     }

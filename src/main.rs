@@ -95,6 +95,10 @@ enum Test {
     /// Fetch-and-add message rate, as perftest's ib_atomic_bw (8 bytes).
     #[value(name = "atomic_bw")]
     AtomicBw,
+    /// Memory registration and deregistration time, 4 KiB to 1 GiB (-a),
+    /// beside allocation from the pre-registered pool.
+    #[value(name = "reg_mr")]
+    RegMr,
 }
 
 #[derive(clap::Args)]
@@ -523,6 +527,9 @@ fn devices(json: bool) -> rdma_direct::Result<()> {
 
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     use rdma_direct::Error;
+    if matches!(a.test, Test::RegMr) {
+        return run_reg_mr(&a);
+    }
     let atomic = matches!(a.test, Test::Atomic | Test::AtomicBw);
     if atomic && a.size.is_some_and(|s| s != 8) {
         return Err(Error::Invalid(
@@ -747,6 +754,51 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         .map_err(|e| Error::Invalid(format!("write {}: {e}", a.out_json_file.display())))?;
         eprintln!("rdma-direct: wrote {}", a.out_json_file.display());
     }
+    Ok(())
+}
+
+/// `bench reg_mr`: registration and deregistration time per size, and the
+/// pool's allocation time.
+fn run_reg_mr(a: &BenchArgs) -> rdma_direct::Result<()> {
+    use rdma_direct::Error;
+    if a.host.is_some() || a.server {
+        return Err(Error::Invalid("reg_mr runs on one host".into()));
+    }
+    let backend = match a.backend {
+        BackendArg::Auto => rdma_direct::Backend::Auto,
+        BackendArg::Direct => rdma_direct::Backend::Direct,
+        BackendArg::Verbs => rdma_direct::Backend::Verbs,
+    };
+    let sizes: Vec<usize> = match (a.size, a.all) {
+        (Some(s), _) => vec![s as usize],
+        // 4 KiB to 1 GiB in steps of 4x.
+        (None, true) => (0..10).map(|k| 4096usize << (2 * k)).collect(),
+        (None, false) => vec![4096, 64 << 10, 1 << 20, 16 << 20, 256 << 20],
+    };
+    let reps = a.iters.unwrap_or(5);
+    let rows = bench::run_reg_mr(&a.device, backend, &sizes, reps)?;
+    out!("{RESULT_LINE}");
+    out!(
+        "                    Memory registration (reg_mr) on {}",
+        a.device
+    );
+    out!("{RESULT_LINE}");
+    out!(" #bytes        #reps   reg[usec]      reg[usec/MiB]   dereg[usec]    dereg[usec/MiB]");
+    for r in &rows {
+        out!(
+            " {:<13} {:<7} {:<14.2} {:<15.2} {:<14.2} {:<14.2}",
+            r.bytes,
+            r.reps,
+            r.reg_us,
+            r.reg_us_per_mib(),
+            r.dereg_us,
+            r.dereg_us_per_mib()
+        );
+    }
+    let ns = bench::pool_alloc_ns(&a.device, backend, 1_000_000)?;
+    out!("{RESULT_LINE}");
+    out!(" pool: allocate + free one 4 KiB buffer from registered 2 MiB chunks: {ns:.1} ns (no registration)");
+    out!("{RESULT_LINE}");
     Ok(())
 }
 
