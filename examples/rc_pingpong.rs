@@ -1,0 +1,197 @@
+//! An RC ping-pong like rdma-core's `ibv_rc_pingpong`: the two sides take
+//! turns SENDing `size` bytes into a receive the other keeps posted, `iters`
+//! times, and report bandwidth and time per round trip as it does.
+//!
+//! ```text
+//! cargo run --example rc_pingpong                          # the sim: two threads of this process
+//! cargo run --example rc_pingpong -- -d rxe0               # server: waits on TCP port 18515
+//! cargo run --example rc_pingpong -- -d rxe0 SERVER_HOST   # client
+//! ```
+//!
+//! Flags as `ibv_rc_pingpong`'s where they apply: `-d DEV`, `-p PORT`,
+//! `-s SIZE` (bytes, default 4096), `-n ITERS` (default 1000), `-g GID_INDEX`.
+
+use rdma_direct::exchange::{self, ConnInfo};
+use rdma_direct::{Access, Completion, Context, Mr, Qp, QpConfig, RecvWr, SendWr, Sge, WcOpcode};
+use std::time::{Duration, Instant};
+
+struct Args {
+    dev: String,
+    port: u16,
+    size: u32,
+    iters: u32,
+    gid: Option<u8>,
+    host: Option<String>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        dev: rdma_direct::SIM_DEVICE.into(),
+        port: exchange::DEFAULT_PORT,
+        size: 4096,
+        iters: 1000,
+        gid: None,
+        host: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(f) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match f.as_str() {
+            "-d" | "--ib-dev" => a.dev = val("-d")?,
+            "-p" | "--port" => a.port = val("-p")?.parse().map_err(|e| format!("-p: {e}"))?,
+            "-s" | "--size" => a.size = val("-s")?.parse().map_err(|e| format!("-s: {e}"))?,
+            "-n" | "--iters" => a.iters = val("-n")?.parse().map_err(|e| format!("-n: {e}"))?,
+            "-g" | "--gid-idx" => a.gid = Some(val("-g")?.parse().map_err(|e| format!("-g: {e}"))?),
+            h if !h.starts_with('-') && a.host.is_none() => a.host = Some(h.into()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.size == 0 || a.iters == 0 {
+        return Err("-s and -n must be at least 1".into());
+    }
+    Ok(a)
+}
+
+fn config(a: &Args) -> QpConfig {
+    QpConfig {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_inline: 0,
+        gid_index: a.gid,
+        ..QpConfig::default()
+    }
+}
+
+/// One side: `first` sends first. Each iteration: (send,) wait for the
+/// peer's SEND, repost the receive, (send back).
+fn pingpong(
+    qp: &mut Qp,
+    mr: &Mr,
+    size: u32,
+    iters: u32,
+    first: bool,
+) -> rdma_direct::Result<Duration> {
+    let (s, r) = (0usize, size as usize);
+    let send_sge = [Sge::new(mr, s, size)?];
+    let recv_sge = [Sge::new(mr, r, size)?];
+    qp.post_recv(&[RecvWr::new(0, &recv_sge)])?;
+    let mut wc = [Completion::default(); 4];
+    let wait_recv = |qp: &mut Qp, wc: &mut [Completion]| -> rdma_direct::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = qp.poll(wc)?;
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err((*c).into());
+                }
+                if c.opcode == WcOpcode::RECV {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(rdma_direct::Error::Timeout(
+                    "no SEND from the peer in 10 s".into(),
+                ));
+            }
+            if n == 0 {
+                // Let the other side (and the sim's device thread) run when
+                // they share a core with this one.
+                std::thread::yield_now();
+            }
+        }
+    };
+    let start = Instant::now();
+    for i in 0..iters {
+        if first {
+            qp.post_send(&[SendWr::send(i as u64, &send_sge).signaled()])?;
+        }
+        wait_recv(qp, &mut wc)?;
+        qp.post_recv(&[RecvWr::new(0, &recv_sge)])?;
+        if !first {
+            qp.post_send(&[SendWr::send(i as u64, &send_sge).signaled()])?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+fn report(size: u32, iters: u32, t: Duration) {
+    // As ibv_rc_pingpong: bytes counted both ways.
+    let bytes = size as u64 * iters as u64 * 2;
+    let s = t.as_secs_f64();
+    println!(
+        "{bytes} bytes in {s:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / s / 1e6
+    );
+    println!(
+        "{iters} iters in {s:.2} seconds = {:.2} usec/iter",
+        s * 1e6 / iters as f64
+    );
+}
+
+fn main() -> std::process::ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(&a) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(a: &Args) -> rdma_direct::Result<()> {
+    let ctx = Context::open(&a.dev)?;
+    let pd = ctx.alloc_pd()?;
+    if a.dev == rdma_direct::SIM_DEVICE {
+        // The sim lives in this process: the two sides are two threads.
+        let (mut qa, mut qb) = pd.create_connected_pair(&config(a))?;
+        let (ma, mb) = (
+            pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
+            pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
+        );
+        let (size, iters) = (a.size, a.iters);
+        let server = std::thread::spawn(move || pingpong(&mut qb, &mb, size, iters, false));
+        let t = pingpong(&mut qa, &ma, size, iters, true)?;
+        server
+            .join()
+            .map_err(|_| rdma_direct::Error::Invalid("the server thread panicked".into()))??;
+        println!(
+            "local address:  QPN {:#08x} (sim, two threads)",
+            qa.qp_num()
+        );
+        report(a.size, a.iters, t);
+        return Ok(());
+    }
+    let mut qp = pd.create_qp(&config(a))?;
+    let mr = pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?;
+    let psn = Qp::random_psn();
+    let mine = ConnInfo {
+        endpoint: qp.endpoint(),
+        psn,
+        rkey: mr.rkey(),
+        addr: mr.addr(),
+        len: 2 * a.size as u64,
+    };
+    let (peer, mut tcp) = match &a.host {
+        None => exchange::serve(a.port, &mine)?,
+        Some(h) => exchange::connect(h, a.port, Duration::from_secs(60), &mine)?,
+    };
+    println!(
+        "  local address:  QPN {:#08x}, PSN {psn:#08x}\n  remote address: QPN {:#08x}, PSN {:#08x}",
+        qp.qp_num(),
+        peer.endpoint.qpn,
+        peer.psn
+    );
+    qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+    exchange::barrier(&mut tcp)?;
+    let t = pingpong(&mut qp, &mr, a.size, a.iters, a.host.is_some())?;
+    exchange::barrier(&mut tcp)?;
+    report(a.size, a.iters, t);
+    Ok(())
+}
