@@ -1492,7 +1492,7 @@ fn completion_events_wake_the_waiter(dev: &str) -> CaseResult {
     let mut wc = [Completion::default(); 4];
     let mut waits = 0;
     s.a.arm_cq(false)?;
-    for i in 0..300u64 {
+    for i in 0..10_000u64 {
         s.a.post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0)).signaled()])?;
         let mut got = 0;
         while got == 0 {
@@ -1534,7 +1534,7 @@ fn completion_events_wake_the_waiter(dev: &str) -> CaseResult {
     );
     let got = poll_until(&mut s.b, 2)?;
     check_eq!((got[0].wr_id, got[1].wr_id), (1, 2));
-    passed(vec![format!("300 rounds, {waits} waits on the event")])
+    passed(vec![format!("10,000 rounds, {waits} waits on the event")])
 }
 
 /// `connect_remote` with facts out of range changes nothing (the QP stays
