@@ -432,17 +432,21 @@ fn wait_recv(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
         qp,
         m,
         || format!("no receive completion on side {side} within {WAIT_LIMIT:?}"),
-        |wc| {
-            let mut got = false;
-            for c in wc {
-                if !c.status.is_ok() {
-                    return Err(Error::from(*c));
-                }
-                got |= c.opcode == crate::WcOpcode::RECV;
-            }
-            Ok(got)
-        },
+        recv_among,
     )
+}
+
+/// Whether `wc` holds a receive completion; an error completion of any
+/// kind fails the run.
+fn recv_among(wc: &[Completion]) -> Result<bool> {
+    let mut got = false;
+    for c in wc {
+        if !c.status.is_ok() {
+            return Err(Error::from(*c));
+        }
+        got |= c.opcode == crate::WcOpcode::RECV;
+    }
+    Ok(got)
 }
 
 /// Polls until one completion comes; an error completion fails the run.
@@ -628,9 +632,8 @@ pub fn write_lat(cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
 }
 
 /// Checks a run's message size (1..=[`MAX_SIZE`] bytes) and iteration count
-/// (at least [`MIN_ITERS`]), and returns room for one timestamp per
-/// iteration, reserved up front so the timed loop never allocates.
-fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
+/// (at least [`MIN_ITERS`]).
+fn check_run(size: u32, iters: u32) -> Result<()> {
     if size == 0 || size > MAX_SIZE {
         return Err(Error::Invalid(format!(
             "size {size} must be 1..={MAX_SIZE} bytes"
@@ -641,6 +644,12 @@ fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
             "iterations {iters} must be at least {MIN_ITERS}"
         )));
     }
+    Ok(())
+}
+
+/// Room for one timestamp per iteration, reserved up front so the timed
+/// loop never allocates.
+fn reserve<T>(iters: u32) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(iters as usize).map_err(|_| {
         Error::Invalid(format!(
@@ -648,6 +657,44 @@ fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
         ))
     })?;
     Ok(v)
+}
+
+/// [`check_run`], then [`reserve`].
+fn checked_run<T>(size: u32, iters: u32) -> Result<Vec<T>> {
+    check_run(size, iters)?;
+    reserve(iters)
+}
+
+/// Checks a bandwidth run's `-q`, `-t` and `-Q`.
+fn check_bw(cfg: &BwConfig) -> Result<()> {
+    if cfg.qps == 0 || cfg.qps > 64 {
+        return Err(Error::Invalid(format!("-q {} must be 1..=64", cfg.qps)));
+    }
+    if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
+        return Err(Error::Invalid(format!(
+            "tx depth {} must be 1..=16384",
+            cfg.tx_depth
+        )));
+    }
+    if cfg.cq_mod == 0 {
+        return Err(Error::Invalid("CQ moderation must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// The latency report of a run's timestamps (one per round trip started),
+/// with the CPU cost `m` measured.
+fn lat_report(size: u32, stamps: &[u64], rtt_factor: f64, m: &CpuMeter) -> Result<LatReport> {
+    let mut rtt = round_trips(stamps);
+    if rtt.len() <= LAT_MEASURE_TAIL {
+        return Err(Error::Invalid(format!(
+            "{} round trips: too few to report",
+            rtt.len()
+        )));
+    }
+    let mut r = LatReport::from_round_trips(size, stamps.len() as u32, &mut rtt, rtt_factor);
+    r.cpu = m.report();
+    Ok(r)
 }
 
 /// Runs a latency test with both sides in this process (two connected QPs on
@@ -782,17 +829,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         }
     }
     drop(b);
-    let mut rtt = round_trips(&stamps);
-    if rtt.len() <= LAT_MEASURE_TAIL {
-        return Err(Error::Invalid(format!(
-            "{} round trips in {:?}: too few to report",
-            rtt.len(),
-            cfg.duration.unwrap_or_default()
-        )));
-    }
-    let mut report =
-        LatReport::from_round_trips(size_asked, stamps.len() as u32, &mut rtt, test.rtt_factor());
-    report.cpu = m.report();
+    let report = lat_report(size_asked, &stamps, test.rtt_factor(), &m)?;
     Ok((info, report))
 }
 
@@ -956,19 +993,8 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     } else {
         cfg.lat.size
     };
-    checked_run::<u8>(size, cfg.lat.iters)?;
-    if cfg.qps == 0 || cfg.qps > 64 {
-        return Err(Error::Invalid(format!("-q {} must be 1..=64", cfg.qps)));
-    }
-    if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
-        return Err(Error::Invalid(format!(
-            "tx depth {} must be 1..=16384",
-            cfg.tx_depth
-        )));
-    }
-    if cfg.cq_mod == 0 {
-        return Err(Error::Invalid("CQ moderation must be at least 1".into()));
-    }
+    check_run(size, cfg.lat.iters)?;
+    check_bw(cfg)?;
     let ctx = Context::open_with(&cfg.lat.device, cfg.lat.backend)?;
     let _off_device_cpu = OffDeviceCpu::new(cfg.lat.device == crate::SIM_DEVICE);
     let pd = ctx.alloc_pd()?;
@@ -1039,7 +1065,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             recv: &recv,
             rx_depth,
         });
-        lanes.push(Lane::new(a, wr, receiver, size, cfg.lat.iters)?);
+        lanes.push(Lane::new(a, wr, receiver, cfg.lat.iters)?);
     }
     let count = bw_loop(&mut lanes, cfg, &mut m)?;
     let mut report = match cfg.duration {
@@ -1082,15 +1108,14 @@ impl<'a, 'b> Lane<'a, 'b> {
         a: &'a mut Qp,
         wr: SendWr<'b>,
         receiver: Option<Receiver<'a, 'b>>,
-        size: u32,
         iters: u32,
     ) -> Result<Self> {
         Ok(Lane {
             a,
             wr,
             receiver,
-            posted_at: checked_run(size, iters)?,
-            completed_at: checked_run(size, iters)?,
+            posted_at: reserve(iters)?,
+            completed_at: reserve(iters)?,
             posted: 0,
             completed: 0,
             received: 0,
@@ -1368,6 +1393,23 @@ pub enum AnyTest {
 }
 
 impl AnyTest {
+    /// Every test, in perftest's order.
+    pub const ALL: [AnyTest; 8] = [
+        AnyTest::Lat(LatTest::Write),
+        AnyTest::Lat(LatTest::Read),
+        AnyTest::Lat(LatTest::Send),
+        AnyTest::Lat(LatTest::Atomic),
+        AnyTest::Bw(BwTest::Write),
+        AnyTest::Bw(BwTest::Read),
+        AnyTest::Bw(BwTest::Send),
+        AnyTest::Bw(BwTest::Atomic),
+    ];
+
+    /// Our name for the test (`write_lat`, ...: perftest's without `ib_`).
+    pub fn name(self) -> &'static str {
+        self.perftest_name().trim_start_matches("ib_")
+    }
+
     /// perftest's program name for the test (`ib_write_lat`, ...).
     pub fn perftest_name(self) -> &'static str {
         match self {
@@ -1602,19 +1644,6 @@ fn connect_qp(
     }
 }
 
-/// `write_lat` between two hosts (kept for callers of the first two-host
-/// test): [`run_remote`] with [`LatTest::Write`].
-pub fn run_write_lat_remote(cfg: &LatConfig, role: &Role) -> Result<(RunInfo, LatReport)> {
-    let bw = BwConfig {
-        lat: cfg.clone(),
-        ..BwConfig::default()
-    };
-    match run_remote(AnyTest::Lat(LatTest::Write), &bw, role)? {
-        (info, AnyReport::Lat(r)) => Ok((info, r)),
-        _ => Err(Error::Invalid("write_lat reported no latency".into())),
-    }
-}
-
 /// Runs `test` between two hosts as perftest runs it: the sides swap their
 /// QP and buffer facts over TCP ([`crate::exchange`]) and check that both
 /// run the same test and flags, connect, run, and meet again before either
@@ -1642,18 +1671,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         lat.iters
     };
     let mut stamps: Vec<u64> = checked_run(size_asked, rounds)?;
-    if cfg.tx_depth == 0 || cfg.tx_depth > 1 << 14 {
-        return Err(Error::Invalid(format!(
-            "tx depth {} must be 1..=16384",
-            cfg.tx_depth
-        )));
-    }
-    if cfg.cq_mod == 0 {
-        return Err(Error::Invalid("CQ moderation must be at least 1".into()));
-    }
-    if cfg.qps == 0 || cfg.qps > 64 {
-        return Err(Error::Invalid(format!("-q {} must be 1..=64", cfg.qps)));
-    }
+    check_bw(cfg)?;
     if cfg.qps > 1 && (matches!(test, AnyTest::Lat(_)) || lat.rdma_cm) {
         return Err(Error::Invalid(
             "-q over 1 runs the bandwidth tests over the TCP exchange (not latency tests, not -R)"
@@ -1755,7 +1773,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         }
         AnyTest::Lat(LatTest::Send) => {
             m.post(1, || qp.post_recv(&recv))?;
-            exchange_barrier(&mut tcp)?; // both receives posted before the first SEND
+            crate::exchange::barrier(&mut tcp)?; // both receives posted before the first SEND
             let mut wr = SendWr::send(0, &sge).signaled();
             wr.inline = inline;
             for i in 0..rounds {
@@ -1805,7 +1823,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         AnyTest::Bw(t) => {
             if client {
                 if t == BwTest::Send {
-                    exchange_barrier(&mut tcp)?; // the server's receives are posted
+                    crate::exchange::barrier(&mut tcp)?; // the server's receives are posted
                 }
                 let mut wr = match t {
                     BwTest::Write => SendWr::rdma_write(0, &sge, to_peer),
@@ -1816,7 +1834,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 wr.inline = inline;
                 let mut lanes = Vec::with_capacity(cfg.qps as usize);
                 for q in std::iter::once(&mut qp).chain(more.iter_mut()) {
-                    lanes.push(Lane::new(q, wr, None, size_asked, lat.iters)?);
+                    lanes.push(Lane::new(q, wr, None, lat.iters)?);
                 }
                 let count = bw_loop(&mut lanes, cfg, &mut m)?;
                 let mut r = match cfg.duration {
@@ -1839,37 +1857,19 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             }
         }
     };
-    exchange_barrier(&mut tcp)?;
+    crate::exchange::barrier(&mut tcp)?;
     drop(more);
     drop(qp);
     let report = match (report, test) {
         (Some(r), _) => r,
         (None, AnyTest::Lat(t)) if client || matches!(t, LatTest::Write | LatTest::Send) => {
-            let mut rtt = round_trips(&stamps);
-            if rtt.len() <= LAT_MEASURE_TAIL {
-                return Err(Error::Invalid(format!(
-                    "{} round trips: too few to report",
-                    rtt.len()
-                )));
-            }
-            let mut r = LatReport::from_round_trips(
-                size_asked,
-                stamps.len() as u32,
-                &mut rtt,
-                t.rtt_factor(),
-            );
-            r.cpu = m.report();
-            AnyReport::Lat(r)
+            AnyReport::Lat(lat_report(size_asked, &stamps, t.rtt_factor(), &m)?)
         }
         (None, _) => AnyReport::Served {
             iterations: lat.iters,
         },
     };
     Ok((info, report))
-}
-
-fn exchange_barrier(tcp: &mut std::net::TcpStream) -> Result<()> {
-    crate::exchange::barrier(tcp)
 }
 
 /// Whether the peer's closing handshake byte has arrived on `tcp` (it is
@@ -1937,19 +1937,13 @@ fn wait_recv_unless_done(
     tcp: &mut std::net::TcpStream,
 ) -> Result<bool> {
     let mut wc = [Completion::default(); 4];
-    let (mut got, mut stopped) = (false, false);
+    let mut stopped = false;
     let mut check = PeerCheck::new();
     spin_until(
         || format!("no receive completion within {WAIT_LIMIT:?}"),
         || {
             let n = m.poll(qp, &mut wc)?;
-            for c in &wc[..n] {
-                if !c.status.is_ok() {
-                    return Err(Error::from(*c));
-                }
-                got |= c.opcode == crate::WcOpcode::RECV;
-            }
-            if got {
+            if recv_among(&wc[..n])? {
                 return Ok(true);
             }
             if check.due() && peer_done(tcp)? {
@@ -1977,7 +1971,7 @@ fn serve_send_bw(
             m.post(1, || qp.post_recv(recv))?;
         }
     }
-    exchange_barrier(tcp)?;
+    crate::exchange::barrier(tcp)?;
     let iters = match until {
         ServeUntil::Received(n) => n,
         ServeUntil::PeerDone => u32::MAX,
@@ -1987,7 +1981,7 @@ fn serve_send_bw(
     let mut wc = [Completion::default(); 16];
     let limit = (WAIT_LIMIT.as_nanos() as f64 * ticks_per_ns()) as u64;
     let mut last_progress = ticks();
-    let mut polls = 0u32;
+    let mut check = PeerCheck::new();
     while received.iter().any(|&r| r < iters) {
         let mut got = 0;
         for (qp, rcv) in qps.iter_mut().zip(received.iter_mut()) {
@@ -2007,8 +2001,7 @@ fn serve_send_bw(
         if got > 0 {
             last_progress = t;
         } else {
-            polls = polls.wrapping_add(1);
-            if matches!(until, ServeUntil::PeerDone) && polls % 4096 == 0 && peer_done(tcp)? {
+            if matches!(until, ServeUntil::PeerDone) && check.due() && peer_done(tcp)? {
                 return Ok(());
             }
             if t.wrapping_sub(last_progress) > limit && !matches!(until, ServeUntil::PeerDone) {

@@ -87,22 +87,7 @@ impl CmOffer {
     }
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-fn check(call: &'static str, rc: i32, detail: impl FnOnce() -> String) -> Result<()> {
-    if rc == 0 {
-        return Ok(());
-    }
-    Err(Error::Verbs {
-        call,
-        errno: if rc > 0 { rc } else { errno() },
-        detail: detail(),
-    })
-}
+use crate::verbs::{check_detail as check, errno};
 
 /// An event channel and one id on it; both destroyed on drop.
 struct Id {

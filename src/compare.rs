@@ -59,25 +59,13 @@ pub struct Row {
 }
 
 fn parse_test(name: &str) -> Result<AnyTest> {
-    Ok(match name {
-        "write_lat" => AnyTest::Lat(LatTest::Write),
-        "send_lat" => AnyTest::Lat(LatTest::Send),
-        "read_lat" => AnyTest::Lat(LatTest::Read),
-        "atomic_lat" => AnyTest::Lat(LatTest::Atomic),
-        "write_bw" => AnyTest::Bw(BwTest::Write),
-        "send_bw" => AnyTest::Bw(BwTest::Send),
-        "read_bw" => AnyTest::Bw(BwTest::Read),
-        "atomic_bw" => AnyTest::Bw(BwTest::Atomic),
-        other => {
-            return Err(Error::Invalid(format!(
-                "unknown test {other:?} (write_lat, send_lat, read_lat, atomic_lat, write_bw, send_bw, read_bw, atomic_bw)"
-            )))
-        }
-    })
-}
-
-fn test_name(t: AnyTest) -> &'static str {
-    t.perftest_name().trim_start_matches("ib_")
+    AnyTest::ALL
+        .into_iter()
+        .find(|t| t.name() == name)
+        .ok_or_else(|| {
+            let all: Vec<&str> = AnyTest::ALL.iter().map(|t| t.name()).collect();
+            Error::Invalid(format!("unknown test {name:?} ({})", all.join(", ")))
+        })
 }
 
 /// The (device, backend) pairs to run: the sim's direct path; an ibverbs
@@ -168,7 +156,7 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     let bar = crate::progress::bar(plan.len() as u64, "compare");
     let mut rows = Vec::new();
     for (dev, backend, path, t, size) in plan {
-        bar.set_message(format!("{} {size} B on {dev}/{path}", test_name(t)));
+        bar.set_message(format!("{} {size} B on {dev}/{path}", t.name()));
         let lat = LatConfig {
             device: dev.clone(),
             size,
@@ -177,7 +165,7 @@ pub fn run(a: &CompareArgs) -> Result<()> {
             ..LatConfig::default()
         };
         let mut row = Row {
-            test: test_name(t),
+            test: t.name(),
             bytes: size,
             device: dev.clone(),
             data_path: path,

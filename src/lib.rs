@@ -802,12 +802,6 @@ impl Qp {
     /// `peer_psn` or `my_psn` is out of range: refused before any change.
     /// A transition the device refuses: the QP is put back in RESET.
     pub fn connect_remote(&mut self, my_psn: u32, peer: &Endpoint, peer_psn: u32) -> Result<()> {
-        if self.state != QpState::Reset {
-            return Err(Error::Invalid(format!(
-                "connect_remote needs the QP in RESET (it is in {:?})",
-                self.state
-            )));
-        }
         let init = QpAttr::init(self.cfg.port, Access::all());
         let rtr = self.rtr_attr(peer, peer_psn);
         let rts = QpAttr::rts(my_psn, self.cfg.rnr_retry);

@@ -207,6 +207,19 @@ enum BackendArg {
     Verbs,
 }
 
+impl From<BackendArg> for rdma_direct::Backend {
+    fn from(b: BackendArg) -> Self {
+        match b {
+            BackendArg::Auto => rdma_direct::Backend::Auto,
+            BackendArg::Direct => rdma_direct::Backend::Direct,
+            BackendArg::Verbs => rdma_direct::Backend::Verbs,
+        }
+    }
+}
+
+/// MB/sec (2^20 bytes) to Gb/sec (10^9 bits), as perftest's --report_gbits.
+const GBITS_PER_MB: f64 = (1u64 << 20) as f64 * 8.0 / 1e9;
+
 #[derive(clap::Args)]
 struct ConformanceArgs {
     /// Device: `sim` or an ibverbs device such as rxe0 or mlx5_0.
@@ -604,11 +617,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         inline_size: a.inline_size,
         port: a.port,
         gid_index: a.gid_index,
-        backend: match a.backend {
-            BackendArg::Auto => rdma_direct::Backend::Auto,
-            BackendArg::Direct => rdma_direct::Backend::Direct,
-            BackendArg::Verbs => rdma_direct::Backend::Verbs,
-        },
+        backend: a.backend.into(),
         events: a.events,
         atomic: match a.atomic_type {
             None | Some(AtomicArg::FetchAndAdd) => bench::AtomicKind::FetchAndAdd,
@@ -669,14 +678,10 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         }
         _ => any.title(),
     };
-    let gbits = |r: &bench::BwReport| {
-        // MB/sec (2^20 bytes) to Gb/sec (10^9 bits), as perftest's --report_gbits.
-        let f = (1u64 << 20) as f64 * 8.0 / 1e9;
-        bench::BwReport {
-            bw_peak: r.bw_peak * f,
-            bw_average: r.bw_average * f,
-            ..*r
-        }
+    let gbits = |r: &bench::BwReport| bench::BwReport {
+        bw_peak: r.bw_peak * GBITS_PER_MB,
+        bw_average: r.bw_average * GBITS_PER_MB,
+        ..*r
     };
     let bar = progress::bar(sizes.len() as u64, "sizes");
     let mut json_rows = Vec::new();
@@ -741,7 +746,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     out!("{RESULT_LINE}");
     if a.out_json {
         let doc = serde_json::json!({
-            "test": any.perftest_name().trim_start_matches("ib_"),
+            "test": any.name(),
             "title": title,
             "device": base.device,
             "bw_unit": if a.report_gbits { "Gb/sec" } else { "MB/sec" },
@@ -764,11 +769,7 @@ fn run_reg_mr(a: &BenchArgs) -> rdma_direct::Result<()> {
     if a.host.is_some() || a.server {
         return Err(Error::Invalid("reg_mr runs on one host".into()));
     }
-    let backend = match a.backend {
-        BackendArg::Auto => rdma_direct::Backend::Auto,
-        BackendArg::Direct => rdma_direct::Backend::Direct,
-        BackendArg::Verbs => rdma_direct::Backend::Verbs,
-    };
+    let backend: rdma_direct::Backend = a.backend.into();
     let sizes: Vec<usize> = match (a.size, a.all) {
         (Some(s), _) => vec![s as usize],
         // 4 KiB to 1 GiB in steps of 4x.
@@ -832,11 +833,7 @@ pub(crate) fn check_output_path(path: &std::path::Path) -> rdma_direct::Result<(
 
 /// One row of `--out_json`: perftest's columns and our CPU cost.
 fn report_json(bytes: u32, r: &bench::AnyReport, gbits: bool) -> serde_json::Value {
-    let f = if gbits {
-        (1u64 << 20) as f64 * 8.0 / 1e9
-    } else {
-        1.0
-    };
+    let f = if gbits { GBITS_PER_MB } else { 1.0 };
     match r {
         bench::AnyReport::Lat(r) => serde_json::json!({
             "bytes": r.bytes, "iterations": r.iterations,

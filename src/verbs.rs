@@ -14,7 +14,7 @@ use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
 
-fn errno() -> i32 {
+pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
@@ -22,7 +22,11 @@ fn errno() -> i32 {
 
 /// Turns a verbs return code into a typed error naming the call and, in
 /// `detail` (e.g. " (port 2)"), the arguments that matter.
-fn check_detail(call: &'static str, rc: i32, detail: impl FnOnce() -> String) -> Result<()> {
+pub(crate) fn check_detail(
+    call: &'static str,
+    rc: i32,
+    detail: impl FnOnce() -> String,
+) -> Result<()> {
     let errno = match rc {
         0 => return Ok(()),
         // rdma-core returns errno values directly (positive) or -1 with errno set.
