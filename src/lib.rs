@@ -47,6 +47,11 @@ pub struct ReadmeDoctests;
 pub mod bench;
 #[cfg(feature = "verbs")]
 pub mod cm;
+/// RDMA's concepts (memory registration, QPs and their states, CQs and
+/// CQEs, WRs and WQEs, SGEs) mapped to this crate's types; every example
+/// compiles and runs as a doc test. The text is `docs/concepts.md`.
+#[doc = include_str!("../docs/concepts.md")]
+pub mod concepts {}
 pub mod conformance;
 mod direct;
 mod error;
