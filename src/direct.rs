@@ -2,8 +2,16 @@
 //! ring driver (`mlx5_dv::driver`); completions are parsed from raw CQEs.
 //! Runs on the sim today; on ConnectX once `mlx5dv_init_obj` hands over the rings.
 
+// Without the verbs feature the device enums have one variant, and matches
+// written for both read as needless to clippy.
+#![cfg_attr(
+    not(feature = "verbs"),
+    allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
+)]
+
 use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
+use mlx5_dv::cqe::Cqe;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, Retired, SendQueue};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
@@ -14,12 +22,234 @@ pub(crate) const MAX_SGE: usize = 30;
 /// Largest inline payload the direct path copies (bytes).
 pub(crate) const MAX_INLINE: usize = 512;
 
-/// One RC QP on the direct path, with its own CQ.
+/// A CQ on the direct path: the ring driver's poller over it, and the
+/// device object that owns the ring.
+pub(crate) struct DirectCq {
+    // Field order: the poller drops before the object that owns its ring.
+    cq: CompletionQueue,
+    dev: DirectCqDev,
+}
+
+/// Who owns a direct-path CQ's ring.
+pub(crate) enum DirectCqDev {
+    Sim(sim::Cq),
+    /// A ConnectX CQ made by `ibv_create_cq`, described by `mlx5dv_init_obj`.
+    #[cfg(feature = "verbs")]
+    Mlx5(std::sync::Arc<crate::verbs::VerbsCq>),
+}
+
+/// Where a new direct-path QP's completions go: a CQ of its own of this
+/// many CQEs, or a shared CQ whose credits it takes from.
+pub(crate) enum CqFor<'a> {
+    Own(u32),
+    Shared(&'a DirectCq, &'a CqCredits),
+}
+
+impl DirectCq {
+    /// A sim CQ of at least `depth` CQEs (a power of two, at least 2).
+    pub(crate) fn create_sim(dev: &sim::Device, depth: u32) -> Result<Self> {
+        let sim_cq = dev.create_cq(depth.next_power_of_two().max(2), 64)?;
+        // SAFETY: the description comes from `sim_cq`, which this struct
+        // owns and drops after the poller (field order); nothing else on the
+        // host polls this ring.
+        let cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
+        Ok(Self {
+            cq,
+            dev: DirectCqDev::Sim(sim_cq),
+        })
+    }
+
+    /// A ConnectX CQ of at least `depth` CQEs (`ibv_create_cq`), described
+    /// by `mlx5dv_init_obj`.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn create_mlx5(ctx: &std::sync::Arc<crate::verbs::Ctx>, depth: u32) -> Result<Self> {
+        let vcq = crate::verbs::VerbsCq::create(ctx, depth)?;
+        let dv = crate::verbs::describe_mlx5_cq(&vcq)?;
+        // SAFETY: the description comes from `mlx5dv_init_obj` on `vcq`,
+        // which this struct keeps (dropped after the poller); the CQ is
+        // never handed to `ibv_poll_cq`.
+        let cq = unsafe { CompletionQueue::new(&dv) }?;
+        Ok(Self {
+            cq,
+            dev: DirectCqDev::Mlx5(vcq),
+        })
+    }
+
+    /// CQEs the CQ holds.
+    pub(crate) fn depth(&self) -> u32 {
+        match &self.dev {
+            DirectCqDev::Sim(c) => c.dv().cqe_cnt,
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(v) => v.depth,
+        }
+    }
+
+    /// Arms the CQ for one completion event (driver `arm`: consumer index,
+    /// arm word, then the CQ doorbell on the UAR).
+    pub(crate) fn arm(&mut self, solicited_only: bool) -> Result<()> {
+        self.cq.update_ci();
+        Ok(self.cq.arm(solicited_only)?)
+    }
+
+    /// Waits up to `timeout` for a completion event; consumes it (the next
+    /// arm carries the next sequence number).
+    pub(crate) fn wait_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        let sim_cq = match &self.dev {
+            DirectCqDev::Sim(c) => c,
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(v) => {
+                let got = v.wait(timeout)?;
+                if got {
+                    self.cq.event_consumed();
+                }
+                return Ok(got);
+            }
+        };
+        if !crate::wait_readable(sim_cq.event_fd(), timeout, "the CQ's event fd")? {
+            return Ok(false);
+        }
+        for _ in 0..sim_cq.take_events() {
+            self.cq.event_consumed();
+        }
+        Ok(true)
+    }
+
+    /// Discards the events raised and the CQEs written so far.
+    fn drain(&mut self) {
+        while self.wait_event(std::time::Duration::ZERO).unwrap_or(false) {}
+        while self.cq.poll_one().is_some() {}
+        self.cq.update_ci();
+    }
+
+    /// Whether the CQ overran, and the CQ error events it raised (sim only).
+    pub(crate) fn overrun(&self) -> (bool, u64) {
+        match &self.dev {
+            DirectCqDev::Sim(c) => (c.overrun(), c.error_events()),
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(_) => (false, 0),
+        }
+    }
+
+    /// Polls a CQ that several direct-path QPs share: each CQE goes to the
+    /// QP its QPN names, whose SQ or RQ retires the WR; the credits of every
+    /// retired WR go back once per call.
+    ///
+    /// Errors: a CQE of a QP not among `qps` ([`Error::ForeignCqe`]); a
+    /// stale `wqe_counter` ([`Error::StaleCqe`]). The completions before it
+    /// are in `out` (the count is lost with the error, as on a QP's own CQ).
+    pub(crate) fn poll_shared(
+        &mut self,
+        credits: &CqCredits,
+        qps: &mut [crate::Qp],
+        at: &mut usize,
+        out: &mut [Completion],
+    ) -> Result<usize> {
+        let mut n = 0;
+        let mut consumed = false;
+        let mut freed = 0;
+        let mut result = Ok(());
+        while n < out.len() {
+            let Some(cqe) = self.cq.poll_one() else { break };
+            consumed = true;
+            let q = crate::cq::find_qp(qps, cqe.qpn, at).and_then(|q| match &mut q.kind {
+                crate::QpKind::Direct(d) => Some(d),
+                #[cfg(feature = "verbs")]
+                crate::QpKind::Verbs(_) => None,
+            });
+            let Some(q) = q else {
+                result = Err(Error::ForeignCqe { qpn: cqe.qpn });
+                break;
+            };
+            let before = q.sq.free_wrs();
+            let mut recvs = 0;
+            let r = retire(&mut q.sq, &mut q.rq, &cqe, &mut recvs);
+            freed += q.sq.free_wrs() - before + recvs;
+            match r {
+                Ok(Some(c)) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if consumed {
+            self.cq.update_ci();
+        }
+        credits.give(freed);
+        result.map(|()| n)
+    }
+}
+
+/// Retires what one CQE of a QP completes: the receive it names, or the
+/// send WQE it names with every unsignaled one before it (counts the
+/// receives in `recvs`). Returns the completion to report (`None`: the CQE
+/// was asked for by auto-signal only).
+///
+/// Errors: [`Error::StaleCqe`] when its `wqe_counter` names no outstanding WQE.
+#[inline(always)]
+fn retire(
+    sq: &mut SendQueue,
+    rq: &mut ReceiveQueue,
+    cqe: &Cqe,
+    recvs: &mut u32,
+) -> Result<Option<Completion>> {
+    let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
+    let retired = if requester {
+        sq.complete(cqe.wqe_counter)
+    } else {
+        *recvs += 1;
+        rq.complete(cqe.wqe_counter).map(|wr_id| Retired {
+            wr_id,
+            hidden: false,
+        })
+    };
+    let Some(Retired { wr_id, hidden }) = retired else {
+        return Err(Error::StaleCqe {
+            qpn: cqe.qpn,
+            counter: cqe.wqe_counter,
+        });
+    };
+    if hidden && !cqe.opcode.is_error() {
+        // Asked for by auto-signal only: it retired SQ space; nobody waits for it.
+        return Ok(None);
+    }
+    let opcode = match (cqe.opcode, cqe.wqe_opcode) {
+        (CqeOpcode::RESP_WR_IMM, _) => WcOpcode::RECV_RDMA_WITH_IMM,
+        (CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR, _) => {
+            WcOpcode::RECV
+        }
+        (_, WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM) => WcOpcode::RDMA_WRITE,
+        (_, WqeOpcode::RDMA_READ) => WcOpcode::RDMA_READ,
+        (_, WqeOpcode::ATOMIC_CS) => WcOpcode::COMP_SWAP,
+        (_, WqeOpcode::ATOMIC_FA) => WcOpcode::FETCH_ADD,
+        _ => WcOpcode::SEND,
+    };
+    let with_imm = matches!(
+        cqe.opcode,
+        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
+    );
+    Ok(Some(Completion {
+        wr_id,
+        status: WcStatus(cqe.wc_status()),
+        opcode,
+        imm: with_imm.then_some(cqe.imm),
+        byte_len: cqe.byte_cnt,
+        qp_num: cqe.qpn,
+        vendor_err: cqe.vendor_syndrome as u32,
+    }))
+}
+
+/// One RC QP on the direct path, with its own CQ or on a shared one.
 pub(crate) struct DirectQp {
     // Field order matters: the drivers drop before the sim objects that own the rings.
     sq: SendQueue,
     rq: ReceiveQueue,
-    cq: CompletionQueue,
+    /// The QP's own CQ; `None` when it completes into a `SharedCq`.
+    cq: Option<DirectCq>,
     qpn: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
@@ -38,53 +268,67 @@ pub(crate) struct DirectQp {
 /// Who owns the rings the driver runs on.
 pub(crate) enum DirectDev {
     /// The software mlx5 device.
-    Sim { qp: sim::Qp, cq: sim::Cq },
+    Sim(sim::Qp),
     /// A ConnectX, through `mlx5dv_create_qp` / `mlx5dv_init_obj`.
     #[cfg(feature = "verbs")]
     Mlx5(crate::verbs::Mlx5Objs),
 }
 
 impl DirectQp {
-    /// Creates the sim QP and CQ and binds the ring driver to their descriptions.
+    /// Creates the sim QP (and its own CQ, unless it joins a shared one)
+    /// and binds the ring driver to their descriptions.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_sim(
         dev: &sim::Device,
         pd: u32,
         sq_wqebbs: u32,
         max_send_wr: u32,
-        cq_depth: u32,
+        cq: CqFor<'_>,
         max_inline: u32,
         max_send_sge: u32,
         max_recv_wr: u32,
         max_recv_sge: u32,
     ) -> Result<Self> {
-        let cqe_cnt = cq_depth.next_power_of_two().max(2);
-        let sim_cq = dev.create_cq(cqe_cnt, 64)?;
+        let (own, credits) = match cq {
+            CqFor::Own(depth) => {
+                let c = DirectCq::create_sim(dev, depth)?;
+                let credits = CqCredits::new(c.depth());
+                (Some(c), credits)
+            }
+            CqFor::Shared(_, credits) => (None, credits.clone()),
+        };
+        let sim_cq = match (&own, &cq) {
+            (Some(c), _) | (None, &CqFor::Shared(c, _)) => match &c.dev {
+                DirectCqDev::Sim(s) => s,
+                #[cfg(feature = "verbs")]
+                DirectCqDev::Mlx5(_) => {
+                    return Err(Error::Invalid(
+                        "a sim QP cannot complete into a ConnectX CQ".into(),
+                    ))
+                }
+            },
+            (None, CqFor::Own(_)) => unreachable!("an own CQ was created above"),
+        };
         let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
-        let sim_qp = dev.create_qp_rq(pd, &sim_cq, sq_wqebbs, rq_cnt, stride)?;
-        // SAFETY: the descriptions come from `sim_qp` / `sim_cq`, which this
-        // struct owns and drops after the drivers (field order); nothing else
-        // on the host uses these rings.
+        let sim_qp = dev.create_qp_rq(pd, sim_cq, sq_wqebbs, rq_cnt, stride)?;
+        // SAFETY: the descriptions come from `sim_qp`, which this struct owns
+        // and drops after the drivers (field order); nothing else on the host
+        // uses these rings.
         let sq = unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
         // SAFETY: as above.
         let rq = unsafe { ReceiveQueue::new(&sim_qp.dv()) }?;
-        // SAFETY: as above.
-        let cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
         Ok(Self {
             sq,
             rq,
-            cq,
+            cq: own,
             qpn: sim_qp.qpn(),
             max_send_sge,
             max_recv_sge,
             max_recv_wr,
-            credits: CqCredits::new(cqe_cnt),
+            credits,
             ignore_credits: false,
-            dev: DirectDev::Sim {
-                qp: sim_qp,
-                cq: sim_cq,
-            },
+            dev: DirectDev::Sim(sim_qp),
             path: crate::PathInfo {
                 link_layer: "sim",
                 mtu: None,
@@ -97,32 +341,51 @@ impl DirectQp {
         })
     }
 
-    /// Creates a QP on a ConnectX with `mlx5dv_create_qp` and binds the ring
-    /// driver to the rings `mlx5dv_init_obj` describes.
+    /// Creates a QP on a ConnectX with `mlx5dv_create_qp` (and its own CQ,
+    /// unless it joins a shared one) and binds the ring driver to the rings
+    /// `mlx5dv_init_obj` describes.
     #[cfg(feature = "verbs")]
     pub(crate) fn create_mlx5(
         pd: &std::sync::Arc<crate::verbs::Pd>,
         caps: crate::verbs::QpCaps,
+        cq: CqFor<'_>,
     ) -> Result<Self> {
-        let (objs, dv_qp, dv_cq) = crate::verbs::create_mlx5_qp(pd, caps)?;
-        // SAFETY: the descriptions come from `mlx5dv_init_obj` on the QP and
-        // CQ that `objs` owns; this struct drops the drivers before `objs`
-        // (field order), and no one else posts to or polls them (the QP is
-        // never handed to `ibv_post_*` / `ibv_poll_cq`).
+        let (own, credits) = match cq {
+            CqFor::Own(depth) => {
+                let c = DirectCq::create_mlx5(&pd.ctx, depth)?;
+                let credits = CqCredits::new(c.depth());
+                (Some(c), credits)
+            }
+            CqFor::Shared(_, credits) => (None, credits.clone()),
+        };
+        let vcq = match (&own, &cq) {
+            (Some(c), _) | (None, &CqFor::Shared(c, _)) => match &c.dev {
+                DirectCqDev::Mlx5(v) => v,
+                DirectCqDev::Sim(_) => {
+                    return Err(Error::Invalid(
+                        "a ConnectX QP cannot complete into a sim CQ".into(),
+                    ))
+                }
+            },
+            (None, CqFor::Own(_)) => unreachable!("an own CQ was created above"),
+        };
+        let (objs, dv_qp) = crate::verbs::create_mlx5_qp(pd, caps, vcq)?;
+        // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
+        // that `objs` owns; this struct drops the drivers before `objs`
+        // (field order), and no one else posts to it (the QP is never
+        // handed to `ibv_post_*`).
         let sq = unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
         // SAFETY: as above.
         let rq = unsafe { ReceiveQueue::new(&dv_qp) }?;
-        // SAFETY: as above.
-        let cq = unsafe { CompletionQueue::new(&dv_cq) }?;
         Ok(Self {
             sq,
             rq,
-            cq,
+            cq: own,
             qpn: objs.qpn,
             max_send_sge: caps.max_send_sge,
             max_recv_sge: caps.max_recv_sge,
             max_recv_wr: caps.max_recv_wr,
-            credits: CqCredits::new(objs.cq_depth),
+            credits,
             ignore_credits: false,
             path: crate::PathInfo {
                 link_layer: "",
@@ -140,7 +403,7 @@ impl DirectQp {
     /// The inline size the device granted, in bytes (`None`: as configured).
     pub(crate) fn granted_inline(&self) -> Option<u32> {
         match &self.dev {
-            DirectDev::Sim { .. } => None,
+            DirectDev::Sim(_) => None,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => Some(o.max_inline),
         }
@@ -185,7 +448,7 @@ impl DirectQp {
     ) -> Result<()> {
         use crate::QpState as S;
         let sim_qp = match &mut self.dev {
-            DirectDev::Sim { qp, .. } => qp,
+            DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => {
                 o.modify_to(to, attr)?;
@@ -225,22 +488,32 @@ impl DirectQp {
     /// the SQ and RQ start again at index 0 with their doorbell records
     /// zeroed, and every CQ credit is free.
     fn reset_host(&mut self) {
-        // Completion events raised before RESET are stale now.
-        while self
-            .wait_cq_event(std::time::Duration::ZERO)
-            .unwrap_or(false)
-        {}
-        while self.cq.poll_one().is_some() {}
-        self.cq.update_ci();
+        if let Some(cq) = &mut self.cq {
+            // Events and CQEs from before RESET are stale now. (A QP on a
+            // shared CQ reaches RESET with none outstanding: `Qp::modify`
+            // sees to it.)
+            cq.drain();
+            self.credits = CqCredits::new(self.credits.depth());
+        }
         self.sq.reset();
         self.rq.reset();
-        self.credits = CqCredits::new(self.credits.depth());
+    }
+
+    /// Sends and receives posted and not yet retired.
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.sq.outstanding() + self.rq.outstanding()
+    }
+
+    /// The QP's own CQ, or [`Error::SharedCq`] when it completes into a shared one.
+    fn own_cq(&mut self) -> Result<&mut DirectCq> {
+        let qpn = self.qpn;
+        self.cq.as_mut().ok_or(Error::SharedCq { qpn })
     }
 
     /// The device's view of the QP.
     pub(crate) fn query(&self) -> Result<crate::QpInfo> {
         let sim_qp = match &self.dev {
-            DirectDev::Sim { qp, .. } => qp,
+            DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => return o.query(),
         };
@@ -262,34 +535,14 @@ impl DirectQp {
         })
     }
 
-    /// Arms the CQ for one completion event (driver `arm`: arm word, then
-    /// the CQ doorbell on the UAR).
+    /// Arms the QP's own CQ for one completion event.
     pub(crate) fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
-        self.cq.update_ci();
-        Ok(self.cq.arm(solicited_only)?)
+        self.own_cq()?.arm(solicited_only)
     }
 
-    /// Waits up to `timeout` for a completion event on the CQ's event fd;
-    /// consumes it (the next arm carries the next sequence number).
+    /// Waits up to `timeout` for a completion event of the QP's own CQ.
     pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        let sim_cq = match &mut self.dev {
-            DirectDev::Sim { cq, .. } => cq,
-            #[cfg(feature = "verbs")]
-            DirectDev::Mlx5(o) => {
-                let got = o.wait_cq_event(timeout)?;
-                if got {
-                    self.cq.event_consumed();
-                }
-                return Ok(got);
-            }
-        };
-        if !crate::wait_readable(sim_cq.event_fd(), timeout, "the CQ's event fd")? {
-            return Ok(false);
-        }
-        for _ in 0..sim_cq.take_events() {
-            self.cq.event_consumed();
-        }
-        Ok(true)
+        self.own_cq()?.wait_event(timeout)
     }
 
     /// Test hook: see `SimHook::post_patched`.
@@ -308,7 +561,7 @@ impl DirectQp {
         let off = (start & (self.sq.geometry().wqe_cnt - 1)) as usize * 64;
         let mut bytes = vec![0u8; wqebbs * 64];
         let sim_qp = match &self.dev {
-            DirectDev::Sim { qp, .. } => qp,
+            DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(_) => unreachable!("SimHook exists only on the sim"),
         };
@@ -326,16 +579,12 @@ impl DirectQp {
 
     /// Whether the CQ overran, and its CQ error events.
     pub(crate) fn cq_overrun(&self) -> (bool, u64) {
-        match &self.dev {
-            DirectDev::Sim { cq, .. } => (cq.overrun(), cq.error_events()),
-            #[cfg(feature = "verbs")]
-            DirectDev::Mlx5(_) => (false, 0),
-        }
+        self.cq.as_ref().map_or((false, 0), DirectCq::overrun)
     }
 
     /// Whether the QP runs on the sim (its test hooks apply).
     pub(crate) fn is_sim(&self) -> bool {
-        matches!(self.dev, DirectDev::Sim { .. })
+        matches!(self.dev, DirectDev::Sim(_))
     }
 
     /// CQEs the QP's CQ holds.
@@ -354,7 +603,7 @@ impl DirectQp {
 
     pub(crate) fn path(&self) -> crate::PathInfo {
         match &self.dev {
-            DirectDev::Sim { qp, .. } => crate::PathInfo {
+            DirectDev::Sim(qp) => crate::PathInfo {
                 dest_qpn: qp.dest_qpn().unwrap_or(0),
                 ..self.path
             },
@@ -468,64 +717,37 @@ impl DirectQp {
         Ok(())
     }
 
-    /// Polls up to `out.len()` completions.
+    /// Polls up to `out.len()` completions of the QP's own CQ.
+    ///
+    /// Errors: [`Error::SharedCq`] when it completes into a shared CQ;
+    /// [`Error::StaleCqe`].
     #[inline]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let Some(cq) = &mut self.cq else {
+            return Err(Error::SharedCq { qpn: self.qpn });
+        };
         let sq_free = self.sq.free_wrs();
         let mut recvs = 0;
         let mut n = 0;
+        let mut consumed = false;
         let mut result = Ok(());
         while n < out.len() {
-            let Some(cqe) = self.cq.poll_one() else { break };
-            let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
-            let retired = if requester {
-                self.sq.complete(cqe.wqe_counter)
-            } else {
-                recvs += 1;
-                self.rq.complete(cqe.wqe_counter).map(|wr_id| Retired {
-                    wr_id,
-                    hidden: false,
-                })
-            };
-            let Some(Retired { wr_id, hidden }) = retired else {
-                result = Err(Error::StaleCqe {
-                    qpn: cqe.qpn,
-                    counter: cqe.wqe_counter,
-                });
-                break;
-            };
-            if hidden && !cqe.opcode.is_error() {
-                // Asked for by auto-signal only: it retired SQ space; nobody waits for it.
-                continue;
-            }
-            let opcode = match (cqe.opcode, cqe.wqe_opcode) {
-                (CqeOpcode::RESP_WR_IMM, _) => WcOpcode::RECV_RDMA_WITH_IMM,
-                (CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR, _) => {
-                    WcOpcode::RECV
+            let Some(cqe) = cq.cq.poll_one() else { break };
+            consumed = true;
+            match retire(&mut self.sq, &mut self.rq, &cqe, &mut recvs) {
+                Ok(Some(c)) => {
+                    out[n] = c;
+                    n += 1;
                 }
-                (_, WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM) => WcOpcode::RDMA_WRITE,
-                (_, WqeOpcode::RDMA_READ) => WcOpcode::RDMA_READ,
-                (_, WqeOpcode::ATOMIC_CS) => WcOpcode::COMP_SWAP,
-                (_, WqeOpcode::ATOMIC_FA) => WcOpcode::FETCH_ADD,
-                _ => WcOpcode::SEND,
-            };
-            let with_imm = matches!(
-                cqe.opcode,
-                CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
-            );
-            out[n] = Completion {
-                wr_id,
-                status: WcStatus(cqe.wc_status()),
-                opcode,
-                imm: with_imm.then_some(cqe.imm),
-                byte_len: cqe.byte_cnt,
-                qp_num: cqe.qpn,
-                vendor_err: cqe.vendor_syndrome as u32,
-            };
-            n += 1;
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        if n > 0 || recvs > 0 || self.sq.free_wrs() != sq_free {
-            self.cq.update_ci();
+        if consumed {
+            cq.cq.update_ci();
         }
         self.give_credits(self.sq.free_wrs() - sq_free + recvs);
         result.map(|()| n)

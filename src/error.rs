@@ -83,6 +83,13 @@ pub enum Error {
     /// A completion named no outstanding WQE.
     #[error("CQE for QP {qpn:#x} names WQE counter {counter}, which is not outstanding")]
     StaleCqe { qpn: u32, counter: u16 },
+    /// A shared CQ held a completion of a QP that is not one of its own.
+    #[error("CQE for QP {qpn:#x}, which is not a QP of this shared CQ")]
+    ForeignCqe { qpn: u32 },
+    /// The QP's completions go to a [`crate::SharedCq`]: poll, arm and wait
+    /// on that instead.
+    #[error("QP {qpn:#x} completes into a shared CQ: poll, arm and wait on the SharedCq")]
+    SharedCq { qpn: u32 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -53,6 +53,7 @@ pub mod cm;
 #[doc = include_str!("../docs/concepts.md")]
 pub mod concepts {}
 pub mod conformance;
+mod cq;
 mod direct;
 mod error;
 pub mod exchange;
@@ -63,13 +64,16 @@ pub mod qp_attr;
 mod verbs;
 mod wr;
 
+pub use cq::{CompletionMode, CqSizing, SharedCq};
 pub use error::{Error, Result};
 
 pub use mem::{Access, Mr, Pages};
 pub use qp_attr::{AddressVector, Grh, QpAttr, QpAttrMask};
 pub use wr::{Completion, Lkey, RecvWr, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus, WrOp};
 
+use cq::SharedKind;
 use mem::{Buffer, MrInner, Registration};
+use mlx5_dv::driver::CqCredits;
 use mlx5_dv::sim;
 use std::sync::{Arc, Mutex};
 
@@ -333,9 +337,9 @@ pub struct QpConfig {
     /// 12 = 0.64 ms, the default, as rdma-core's `ibv_rc_pingpong` uses;
     /// 31 = 491.52 ms; 0 = 655.36 ms). Set at INIT -> RTR by [`Qp::rtr_attr`].
     pub min_rnr_timer: u8,
-    /// Depth of the QP's CQ in CQEs; `None`: room for every outstanding send
-    /// and posted receive (`max_send_wr + max_recv_wr`), so the CQ never
-    /// limits posting. The device may round it up ([`Qp::cq_depth`]). Posts
+    /// Depth of the QP's CQ in CQEs; `None`: what [`CqSizing`] gives for
+    /// this QP (1.5 x `max_send_wr + max_recv_wr`), so the CQ never limits
+    /// posting. The device may round it up ([`Qp::cq_depth`]). Posts
     /// that would leave the CQ without room for every WR's completion
     /// (including the flush after an error) are refused with
     /// [`Error::CqFull`], so the CQ never overruns.
@@ -463,6 +467,49 @@ impl Pd {
     /// over 7, `min_rnr_timer` over 31 or `cq_depth` not 1..=4194304; the
     /// device's own refusals as [`Error::Verbs`] naming the call.
     pub fn create_qp(&self, cfg: &QpConfig) -> Result<Qp> {
+        self.create_qp_on(cfg, None)
+    }
+
+    /// Creates a CQ of at least `depth` CQEs for several QPs to share
+    /// ([`SharedCq::create_qp`]); [`CqSizing`] gives a depth that never
+    /// limits posting. On verbs this is `ibv_create_cq` with a completion
+    /// channel; on the direct path our poller runs over its ring.
+    ///
+    /// Errors: [`Error::Invalid`] when `depth` is not 1..=4194304; the
+    /// device's refusal as [`Error::Verbs`].
+    pub fn create_shared_cq(&self, depth: u32) -> Result<SharedCq> {
+        if depth == 0 || depth > 1 << 22 {
+            return Err(Error::Invalid(format!(
+                "shared CQ depth {depth} must be 1..=4194304"
+            )));
+        }
+        let kind = match &self.inner.kind {
+            PdKind::Sim(dev, _) => SharedKind::Direct(direct::DirectCq::create_sim(dev, depth)?),
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, true) => {
+                SharedKind::Direct(direct::DirectCq::create_mlx5(&pd.ctx, depth)?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, false) => SharedKind::Verbs(verbs::VerbsCq::create(&pd.ctx, depth)?),
+        };
+        let depth = match &kind {
+            SharedKind::Direct(c) => c.depth(),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => c.depth,
+        };
+        Ok(SharedCq::new(
+            kind,
+            CqCredits::new(depth),
+            self.inner.clone(),
+        ))
+    }
+
+    /// [`Self::create_qp`], completing into its own CQ or into `shared`'s.
+    fn create_qp_on(
+        &self,
+        cfg: &QpConfig,
+        shared: Option<(&SharedKind, &CqCredits)>,
+    ) -> Result<Qp> {
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
             return Err(Error::Invalid(format!(
                 "max_send_wr {} must be 1..=16384",
@@ -487,13 +534,27 @@ impl Pd {
                 cfg.min_rnr_timer
             )));
         }
-        // Default: room for a completion of every outstanding send and posted receive.
         let cq_depth = match cfg.cq_depth {
+            Some(_) if shared.is_some() => {
+                return Err(Error::Invalid(
+                    "cq_depth is the shared CQ's: leave QpConfig::cq_depth None".into(),
+                ))
+            }
             Some(d) if d == 0 || d > 1 << 22 => {
                 return Err(Error::Invalid(format!("cq_depth {d} must be 1..=4194304")))
             }
             Some(d) => d,
-            None => cfg.max_send_wr + cfg.max_recv_wr.max(1),
+            // Default: room for a completion of every outstanding send and
+            // posted receive, with the sizing helper's headroom.
+            None => CqSizing::new().qp(cfg).depth()?,
+        };
+        let direct_cq = || match shared {
+            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
+            Some((SharedKind::Direct(c), credits)) => Ok(direct::CqFor::Shared(c, credits)),
+            #[cfg(feature = "verbs")]
+            Some((SharedKind::Verbs(_), _)) => Err(Error::Invalid(
+                "a direct-path QP cannot complete into a verbs CQ".into(),
+            )),
         };
         let kind = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => {
@@ -549,7 +610,7 @@ impl Pd {
                     *pdn,
                     wqebbs,
                     cfg.max_send_wr,
-                    cq_depth,
+                    direct_cq()?,
                     cfg.max_inline,
                     cfg.max_send_sge,
                     cfg.max_recv_wr,
@@ -564,7 +625,6 @@ impl Pd {
                     max_inline: cfg.max_inline,
                     max_recv_wr: cfg.max_recv_wr.max(1),
                     max_recv_sge: cfg.max_recv_sge.max(1),
-                    cq_depth,
                 };
                 if *direct {
                     if cfg.max_send_sge as usize > direct::MAX_SGE
@@ -577,13 +637,24 @@ impl Pd {
                             direct::MAX_INLINE
                         )));
                     }
-                    let mut q = direct::DirectQp::create_mlx5(pd, caps)?;
+                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?)?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)
                 } else {
                     // The device is asked for at least one receive SGE;
                     // receives are held to what the caller asked.
-                    let mut q = verbs::create_qp(pd, caps)?;
+                    let choice = match shared {
+                        None => verbs::CqChoice::Own(cq_depth),
+                        Some((SharedKind::Verbs(c), credits)) => {
+                            verbs::CqChoice::Shared(c, credits)
+                        }
+                        Some((SharedKind::Direct(_), _)) => {
+                            return Err(Error::Invalid(
+                                "a verbs QP cannot complete into a direct-path CQ".into(),
+                            ))
+                        }
+                    };
+                    let mut q = verbs::create_qp(pd, caps, choice)?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Verbs(q)
                 }
@@ -620,6 +691,7 @@ impl Pd {
         };
         let mut qp = Qp {
             kind,
+            shared_cq: shared.is_some(),
             state: QpState::Reset,
             cfg: *cfg,
             local,
@@ -761,6 +833,8 @@ pub struct Endpoint {
 pub struct Qp {
     // Field order: the QP goes before the PD (and its MRs) it belongs to.
     kind: QpKind,
+    /// Its completions go to a [`SharedCq`], which polls them.
+    shared_cq: bool,
     state: QpState,
     cfg: QpConfig,
     local: Endpoint,
@@ -926,9 +1000,27 @@ impl Qp {
     ///
     /// Moving to RESET forgets every outstanding WR and discards the QP's
     /// completions not yet polled; the QP can then be connected again
-    /// (ERR -> RESET -> INIT -> RTR -> RTS).
+    /// (ERR -> RESET -> INIT -> RTR -> RTS). A QP on a [`SharedCq`] moves to
+    /// RESET only with no WR outstanding ([`Error::Invalid`] otherwise):
+    /// the CQ holds other QPs' completions too, so move it to ERR and poll
+    /// its flushed completions first.
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
+        if to == QpState::Reset && self.shared_cq {
+            let outstanding = match &self.kind {
+                QpKind::Direct(q) => q.outstanding() as u64,
+                #[cfg(feature = "verbs")]
+                QpKind::Verbs(q) => q.outstanding(),
+            };
+            if outstanding > 0 {
+                return Err(Error::Invalid(format!(
+                    "QP {:#x} completes into a shared CQ and has {outstanding} WRs outstanding: \
+                     RESET would leave their CQEs there; move it to ERR and poll its flushed \
+                     completions from the SharedCq first",
+                    self.local.qpn
+                )));
+            }
+        }
         let sim = matches!(self.pd.kind, PdKind::Sim(..));
         // The sim has one port, as its `create_qp` says.
         let ports = [attr.port, attr.av.map(|av| av.port)];
@@ -1013,6 +1105,9 @@ impl Qp {
     /// the device reports them as the hardware does.
     #[doc(hidden)]
     pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
+        if self.shared_cq {
+            return None;
+        }
         match &mut self.kind {
             QpKind::Direct(q) if q.is_sim() => Some(SimHook { q }),
             QpKind::Direct(_) => None,
@@ -1140,7 +1235,25 @@ impl Qp {
         }
     }
 
+    /// Waits for completions of the QP's own CQ in `mode` (busy polling,
+    /// events, or adaptive: see [`CompletionMode`]): returns as soon as at
+    /// least one is in `out`, or 0 when `timeout` passed first.
+    ///
+    /// Errors: `out` is empty ([`Error::Invalid`]); [`Error::SharedCq`] on a
+    /// QP of a [`SharedCq`] (wait there); the device's.
+    pub fn wait(
+        &mut self,
+        out: &mut [Completion],
+        mode: CompletionMode,
+        timeout: std::time::Duration,
+    ) -> Result<usize> {
+        cq::wait_on(self, out, mode, timeout)
+    }
+
     /// Polls up to `out.len()` completions into `out`; returns how many.
+    ///
+    /// Errors: [`Error::SharedCq`] when the QP completes into a [`SharedCq`]
+    /// (poll that); [`Error::StaleCqe`]; the device's.
     #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         match &mut self.kind {

@@ -10,6 +10,7 @@ use crate::mem::{Access, Buffer, Registration};
 use crate::wr::{Completion, SendWr, WcOpcode, WcStatus, WrOp};
 use crate::{Error, Result};
 use crate::{QpAttr, QpAttrMask, QpState};
+use mlx5_dv::driver::CqCredits;
 use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -351,7 +352,7 @@ pub(crate) fn reg_mr(
     ))
 }
 
-/// Sizes of one QP and its CQ.
+/// Sizes of one QP.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpCaps {
     pub(crate) max_send_wr: u32,
@@ -359,7 +360,6 @@ pub(crate) struct QpCaps {
     pub(crate) max_inline: u32,
     pub(crate) max_recv_wr: u32,
     pub(crate) max_recv_sge: u32,
-    pub(crate) cq_depth: u32,
 }
 
 /// How many WRs of a chain a post call took: all on success; on failure
@@ -377,11 +377,180 @@ const RECV_TAG: u64 = 1 << 63;
 /// Work requests per `ibv_post_send` call.
 const CHUNK: usize = 32;
 
-/// An RC QP with its own CQ, driven through `ibv_post_send` / `ibv_poll_cq`.
+/// A CQ with its completion channel (event mode; the channel's fd is
+/// non-blocking). Held by `Arc` by the QPs that complete into it and by
+/// whoever polls it (a QP's own CQ, or a [`crate::SharedCq`]); destroyed
+/// after the last of them: `ibv_destroy_cq`, then the channel.
+pub(crate) struct VerbsCq {
+    pub(crate) cq: *mut ibv_cq,
+    channel: *mut ibv_comp_channel,
+    /// CQEs the CQ holds, as the provider made it (`ibv_cq.cqe`).
+    pub(crate) depth: u32,
+    _ctx: Arc<Ctx>,
+}
+
+// SAFETY: one owner polls, arms and waits on the CQ (`&mut Qp` for a QP's
+// own CQ, `&mut SharedCq` for a shared one); the other holders of the `Arc`
+// only keep it alive for their QP; rdma-core's CQ calls lock internally.
+unsafe impl Send for VerbsCq {}
+unsafe impl Sync for VerbsCq {}
+
+impl Drop for VerbsCq {
+    fn drop(&mut self) {
+        // SAFETY: created in `VerbsCq::create`; every QP completing into it
+        // was destroyed first (they hold this `Arc`); the CQ goes before its
+        // channel (events were acked as they came).
+        unsafe {
+            ibv_destroy_cq(self.cq);
+            ibv_destroy_comp_channel(self.channel);
+        }
+    }
+}
+
+impl VerbsCq {
+    /// `ibv_create_comp_channel` (fd made non-blocking), then
+    /// `ibv_create_cq` of at least `depth` CQEs on it.
+    pub(crate) fn create(ctx: &Arc<Ctx>, depth: u32) -> Result<Arc<VerbsCq>> {
+        // SAFETY: live context.
+        let channel = unsafe { ibv_create_comp_channel(ctx.raw) };
+        if channel.is_null() {
+            return Err(Error::Verbs {
+                call: "ibv_create_comp_channel",
+                errno: errno(),
+                detail: String::new(),
+            });
+        }
+        // SAFETY: `channel` is live; fcntl on its fd changes only its flags.
+        unsafe {
+            let fd = (*channel).fd;
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            );
+        }
+        // SAFETY: live context and channel.
+        let cq = unsafe {
+            ibv_create_cq(
+                ctx.raw,
+                depth.min(i32::MAX as u32) as i32,
+                std::ptr::null_mut(),
+                channel,
+                0,
+            )
+        };
+        if cq.is_null() {
+            let e = errno();
+            // SAFETY: created above, unused.
+            unsafe { ibv_destroy_comp_channel(channel) };
+            return Err(Error::Verbs {
+                call: "ibv_create_cq",
+                errno: e,
+                detail: format!(" ({depth} CQEs)"),
+            });
+        }
+        // SAFETY: non-null CQ; `cqe` is the depth the provider gave it.
+        let depth = unsafe { (*cq).cqe }.max(1) as u32;
+        Ok(Arc::new(VerbsCq {
+            cq,
+            channel,
+            depth,
+            _ctx: ctx.clone(),
+        }))
+    }
+
+    /// `ibv_req_notify_cq`: one completion event for the next completion
+    /// (with `solicited_only`, the next solicited or error one).
+    pub(crate) fn arm(&self, solicited_only: bool) -> Result<()> {
+        // SAFETY: live CQ.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, solicited_only as i32) };
+        check_detail("ibv_req_notify_cq", rc, String::new)
+    }
+
+    /// Waits up to `timeout` for a completion event ([`wait_channel`]).
+    pub(crate) fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
+        wait_channel(self.channel, timeout)
+    }
+
+    /// `ibv_poll_cq` for up to `store.len()` (at most 16) completions.
+    #[inline]
+    fn poll_into<'s>(
+        &self,
+        store: &'s mut [std::mem::MaybeUninit<ibv_wc>; 16],
+        want: usize,
+    ) -> Result<&'s [ibv_wc]> {
+        let want = want.min(store.len());
+        // SAFETY: live CQ; `store` has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want as i32, store.as_mut_ptr().cast()) };
+        if n < 0 {
+            return Err(Error::Verbs {
+                call: "ibv_poll_cq",
+                errno: -n,
+                detail: String::new(),
+            });
+        }
+        // SAFETY: ibv_poll_cq wrote the first `n` (<= `want`) entries.
+        Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) })
+    }
+
+    /// Discards the events raised and the completions written so far (a QP
+    /// with its own CQ going to RESET).
+    fn drain(&self) {
+        while self.wait(std::time::Duration::ZERO).unwrap_or(false) {}
+        // SAFETY: plain data; zero is valid.
+        let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
+        // SAFETY: live CQ; `wc` holds 16 entries.
+        while unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) } > 0 {}
+    }
+}
+
+/// Polls a CQ that several verbs QPs share: each completion goes to the QP
+/// its `qp_num` names, which retires the WR (and the unsignaled ones before
+/// it); the CQ credits of every retired WR are given back once per call.
+///
+/// Errors: a completion of a QP that is not among `qps`
+/// ([`Error::StaleCqe`]); `ibv_poll_cq`'s.
+pub(crate) fn poll_shared(
+    cq: &VerbsCq,
+    credits: &CqCredits,
+    qps: &mut [crate::Qp],
+    at: &mut usize,
+    out: &mut [Completion],
+) -> Result<usize> {
+    let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
+    let wc = cq.poll_into(&mut store, out.len())?;
+    let mut freed = 0;
+    let mut k = 0;
+    let mut result = Ok(());
+    for w in wc {
+        let found = crate::cq::find_qp(qps, w.qp_num, at).and_then(|q| match &mut q.kind {
+            crate::QpKind::Verbs(v) => Some(v),
+            crate::QpKind::Direct(_) => None,
+        });
+        let Some(q) = found else {
+            result = Err(Error::ForeignCqe { qpn: w.qp_num });
+            continue;
+        };
+        if let Some(c) = q.retire(w, &mut freed) {
+            out[k] = c;
+            k += 1;
+        }
+    }
+    credits.give(freed);
+    result.map(|()| k)
+}
+
+/// An RC QP driven through `ibv_post_send` / `ibv_poll_cq`, with its own CQ
+/// or on a [`crate::SharedCq`].
 pub(crate) struct VerbsQp {
     qp: *mut ibv_qp,
-    cq: *mut ibv_cq,
-    channel: *mut ibv_comp_channel,
+    /// The CQ its sends and receives complete into.
+    cq: Arc<VerbsCq>,
+    /// The CQ is a [`crate::SharedCq`]'s: polled, armed and waited on there.
+    shared: bool,
+    /// Room in the CQ: every posted WR holds one credit until retired
+    /// (shared by the QPs of a shared CQ).
+    credits: CqCredits,
     qpn: u32,
     caps: QpCaps,
     /// Outstanding-WR accounting, as rdma-core's mlx5 provider keeps it
@@ -389,7 +558,7 @@ pub(crate) struct VerbsQp {
     /// number; `wr_ids[seq % max_post]` holds the caller's wr_id. A completion
     /// for `seq` retires every WR up to it (unsignaled ones included). So a
     /// batch that does not fit is refused whole whatever the provider does
-    /// with SQ slots. The CQ is guarded by `cq_has_room` (CQ credits).
+    /// with SQ slots. The CQ is guarded by `credits`.
     max_post: u32,
     /// Per sequence slot: the CQE was asked for by auto-signal only.
     hidden: Box<[bool]>,
@@ -404,70 +573,48 @@ pub(crate) struct VerbsQp {
     wr_ids: Box<[u64]>,
     posted: u64,
     retired: u64,
-    /// CQEs the CQ holds: outstanding sends plus posted receives never
-    /// exceed it (CQ credits; a flush after an error fills it at most).
-    cq_depth: u32,
     _pd: Arc<Pd>,
 }
 
-// SAFETY: the QP and CQ are used from one thread at a time (`&mut self`).
+// SAFETY: the QP is used from one thread at a time (`&mut self`); its CQ as
+// `VerbsCq` says.
 unsafe impl Send for VerbsQp {}
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
-        // SAFETY: created in `create_qp`; the QP goes before its CQ, the CQ
-        // before its completion channel (events were acked as they came).
-        unsafe {
-            ibv_destroy_qp(self.qp);
-            ibv_destroy_cq(self.cq);
-            ibv_destroy_comp_channel(self.channel);
-        }
+        // SAFETY: created in `create_qp`; the QP goes before its CQ (the
+        // `Arc<VerbsCq>` field is dropped after this).
+        unsafe { ibv_destroy_qp(self.qp) };
     }
 }
 
-pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
-    // A completion channel per CQ, for event mode; its fd is non-blocking.
-    // SAFETY: live context.
-    let channel = unsafe { ibv_create_comp_channel(pd.ctx.raw) };
-    if channel.is_null() {
-        return Err(Error::Verbs {
-            call: "ibv_create_comp_channel",
-            errno: errno(),
-            detail: String::new(),
-        });
+/// Where a new QP's completions go: a CQ of its own of `depth` CQEs, or a
+/// shared one whose credits it takes from.
+pub(crate) enum CqChoice<'a> {
+    Own(u32),
+    Shared(&'a Arc<VerbsCq>, &'a CqCredits),
+}
+
+impl CqChoice<'_> {
+    /// The CQ (created for `Own`), its credits, and whether it is shared.
+    fn resolve(&self, ctx: &Arc<Ctx>) -> Result<(Arc<VerbsCq>, CqCredits, bool)> {
+        Ok(match self {
+            CqChoice::Own(depth) => {
+                let cq = VerbsCq::create(ctx, *depth)?;
+                let credits = CqCredits::new(cq.depth);
+                (cq, credits, false)
+            }
+            CqChoice::Shared(cq, credits) => ((*cq).clone(), (*credits).clone(), true),
+        })
     }
-    // SAFETY: `channel` is live; fcntl on its fd changes only its flags.
-    unsafe {
-        let fd = (*channel).fd;
-        libc::fcntl(
-            fd,
-            libc::F_SETFL,
-            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-        );
-    }
-    // SAFETY: live context and channel.
-    let cq = unsafe {
-        ibv_create_cq(
-            pd.ctx.raw,
-            caps.cq_depth as i32,
-            std::ptr::null_mut(),
-            channel,
-            0,
-        )
-    };
-    if cq.is_null() {
-        // SAFETY: created above, unused.
-        unsafe { ibv_destroy_comp_channel(channel) };
-        return Err(Error::Verbs {
-            call: "ibv_create_cq",
-            errno: errno(),
-            detail: String::new(),
-        });
-    }
+}
+
+pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<VerbsQp> {
+    let (cq, credits, shared) = cq.resolve(&pd.ctx)?;
     // SAFETY: plain data; zero is valid.
     let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-    init.send_cq = cq;
-    init.recv_cq = cq;
+    init.send_cq = cq.cq;
+    init.recv_cq = cq.cq;
     init.qp_type = ibv_qp_type::IBV_QPT_RC;
     init.cap = ibv_qp_cap {
         max_send_wr: caps.max_send_wr,
@@ -479,15 +626,9 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
     // SAFETY: live PD, valid attributes.
     let qp = unsafe { ibv_create_qp(pd.raw, &mut init) };
     if qp.is_null() {
-        let e = errno();
-        // SAFETY: the CQ was created above and is unused.
-        unsafe {
-            ibv_destroy_cq(cq);
-            ibv_destroy_comp_channel(channel);
-        }
         return Err(Error::Verbs {
             call: "ibv_create_qp",
-            errno: e,
+            errno: errno(),
             detail: format!(
                 " (RC, max_send_wr {}, max_send_sge {}, max_inline_data {}: more than {} allows?)",
                 caps.max_send_wr, caps.max_send_sge, caps.max_inline, pd.ctx.name
@@ -500,13 +641,12 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
         max_inline: init.cap.max_inline_data,
         ..caps
     };
-    // SAFETY: non-null CQ; `cqe` is the depth the provider gave it.
-    let cq_depth = unsafe { (*cq).cqe }.max(1) as u32;
     let max_post = caps.max_send_wr.min(init.cap.max_send_wr);
     Ok(VerbsQp {
         qp,
         cq,
-        channel,
+        shared,
+        credits,
         qpn,
         caps,
         max_post,
@@ -518,7 +658,6 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
             .into_boxed_slice(),
         recv_posted: 0,
         recv_done: 0,
-        cq_depth,
         path: crate::PathInfo {
             link_layer: "",
             mtu: None,
@@ -536,30 +675,32 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps) -> Result<VerbsQp> {
 }
 
 impl VerbsQp {
-    /// Whether the CQ has room for the completions of `n` more WRs besides
-    /// every outstanding send and posted receive.
-    fn cq_has_room(&self, n: usize) -> bool {
-        let held = (self.posted - self.retired) + (self.recv_posted - self.recv_done);
-        held + n as u64 <= self.cq_depth as u64
+    /// The QP's own CQ, or [`Error::SharedCq`] when its CQ is shared.
+    fn own_cq(&self) -> Result<&VerbsCq> {
+        if self.shared {
+            return Err(Error::SharedCq { qpn: self.qpn });
+        }
+        Ok(&self.cq)
     }
 
-    /// `ibv_req_notify_cq`: one completion event for the next completion
-    /// (with `solicited_only`, the next solicited or error one).
+    /// `ibv_req_notify_cq` on the QP's own CQ.
     pub(crate) fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
-        // SAFETY: live CQ.
-        let rc = unsafe { ibv_req_notify_cq(self.cq, solicited_only as i32) };
-        check_detail("ibv_req_notify_cq", rc, String::new)
+        self.own_cq()?.arm(solicited_only)
     }
 
-    /// Waits (poll on the completion channel's fd) up to `timeout` for a
-    /// completion event, then `ibv_get_cq_event` and `ibv_ack_cq_events`.
+    /// Waits up to `timeout` for a completion event of the QP's own CQ.
     pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        wait_channel(self.channel, timeout)
+        self.own_cq()?.wait(timeout)
     }
 
     /// Depth of the CQ the device gave, in CQEs.
     pub(crate) fn cq_depth(&self) -> u32 {
-        self.cq_depth
+        self.cq.depth
+    }
+
+    /// Sends and receives posted and not yet retired.
+    pub(crate) fn outstanding(&self) -> u64 {
+        (self.posted - self.retired) + (self.recv_posted - self.recv_done)
     }
 
     /// The inline size the device granted (`max_inline_data`), in bytes.
@@ -586,12 +727,13 @@ impl VerbsQp {
     pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         modify_raw(self.qp, self.qpn, to, attr)?;
         if to == QpState::Reset {
-            // Completion events raised before RESET are stale now.
-            while wait_channel(self.channel, std::time::Duration::ZERO).unwrap_or(false) {}
-            // SAFETY: plain data; zero is valid.
-            let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-            // SAFETY: live CQ; `wc` holds 16 entries.
-            while unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) } > 0 {}
+            if !self.shared {
+                // Events and completions from before RESET are stale now.
+                // (A QP on a shared CQ reaches RESET with none outstanding:
+                // `Qp::modify` sees to it.)
+                self.cq.drain();
+                self.credits = CqCredits::new(self.credits.depth());
+            }
             self.retired = self.posted;
             self.recv_done = self.recv_posted;
             self.unsignaled_run = 0;
@@ -629,16 +771,31 @@ impl VerbsQp {
         if outstanding + wrs.len() as u64 > self.max_post as u64 {
             return Err(Error::QueueFull);
         }
-        if !self.cq_has_room(wrs.len()) {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if !self.credits.take(wrs.len() as u32) {
             return Err(Error::CqFull);
         }
-        for chunk in wrs.chunks(CHUNK) {
-            self.post_chunk(chunk)?;
+        // When this batch took the CQ's last credit, its last WR must make a
+        // CQE: else no completion would ever give the credits back.
+        let last_credit = self.credits.free() == 0;
+        let before = self.posted;
+        let n = wrs.len().div_ceil(CHUNK);
+        for (i, chunk) in wrs.chunks(CHUNK).enumerate() {
+            if let Err(e) = self.post_chunk(chunk, last_credit && i + 1 == n) {
+                // Credits of the WRs the provider did not take go back.
+                self.credits
+                    .give(wrs.len() as u32 - (self.posted - before) as u32);
+                return Err(e);
+            }
         }
         Ok(())
     }
 
-    fn post_chunk(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+    /// One `ibv_post_send` of up to `CHUNK` WRs; with `signal_last`, the
+    /// last one is signaled whatever its flags.
+    fn post_chunk(&mut self, wrs: &[SendWr<'_>], signal_last: bool) -> Result<()> {
         use std::mem::MaybeUninit;
         let nsge: usize = wrs.iter().map(|w| w.sges.len()).sum();
         // Only the entries used are written (no zeroing of whole arrays on
@@ -670,11 +827,9 @@ impl VerbsQp {
             let seq = self.posted + i as u64;
             // Auto-signal, as the direct path does: a hidden CQE every
             // `auto_signal` unsignaled WRs keeps the accounting moving.
-            // Also when this WR takes the CQ's last credit: else no CQE
-            // would ever come to give the credits back.
-            let held = (seq + 1 - self.retired) + (self.recv_posted - self.recv_done);
             let forced = !w.signaled
-                && (self.unsignaled_run + 1 >= self.auto_signal || held >= self.cq_depth as u64);
+                && (self.unsignaled_run + 1 >= self.auto_signal
+                    || (signal_last && i + 1 == wrs.len()));
             self.unsignaled_run = if w.signaled || forced {
                 0
             } else {
@@ -801,9 +956,21 @@ impl VerbsQp {
         if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64 {
             return Err(Error::RecvQueueFull);
         }
-        if !self.cq_has_room(wrs.len()) {
+        if !self.credits.take(wrs.len() as u32) {
             return Err(Error::CqFull);
         }
+        let before = self.recv_posted;
+        let r = self.post_recv_chunks(wrs);
+        if r.is_err() {
+            // Credits of the WRs the provider did not take go back.
+            self.credits
+                .give(wrs.len() as u32 - (self.recv_posted - before) as u32);
+        }
+        r
+    }
+
+    /// `ibv_post_recv` of `wrs`, 32 per call (checked by `post_recv`).
+    fn post_recv_chunks(&mut self, wrs: &[crate::wr::RecvWr<'_>]) -> Result<()> {
         for chunk in wrs.chunks(CHUNK) {
             use std::mem::MaybeUninit;
             let nsge: usize = chunk.iter().map(|w| w.sges.len()).sum();
@@ -874,53 +1041,62 @@ impl VerbsQp {
         Ok(())
     }
 
-    /// Polls up to `out.len()` completions with `ibv_poll_cq`.
+    /// Polls up to `out.len()` completions of the QP's own CQ with
+    /// `ibv_poll_cq`. Errors: [`Error::SharedCq`] when its CQ is shared.
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        const CHUNK: usize = 16;
-        let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; CHUNK];
-        let want = out.len().min(CHUNK);
-        // SAFETY: live CQ; `store` has room for `want` entries.
-        let n = unsafe { ibv_poll_cq(self.cq, want as i32, store.as_mut_ptr().cast()) };
-        if n < 0 {
-            return Err(Error::Verbs {
-                call: "ibv_poll_cq",
-                errno: -n,
-                detail: String::new(),
-            });
+        if self.shared {
+            return Err(Error::SharedCq { qpn: self.qpn });
         }
-        // SAFETY: ibv_poll_cq wrote the first `n` (<= `want`) entries.
-        let wc: &[ibv_wc] =
-            unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) };
+        let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
+        let cq = self.cq.clone();
+        let wc = cq.poll_into(&mut store, out.len())?;
+        let mut freed = 0;
         let mut k = 0;
         for w in wc {
-            // Our wr_id is the WR's sequence number (see `VerbsQp`).
-            let (wr_id, hidden) = if w.wr_id & RECV_TAG != 0 {
-                let seq = w.wr_id & !RECV_TAG;
-                self.recv_done = self.recv_done.max(seq + 1);
-                (self.recv_ids[(seq % self.max_recv as u64) as usize], false)
-            } else {
-                self.retired = self.retired.max(w.wr_id + 1);
-                let slot = (w.wr_id % self.max_post as u64) as usize;
-                (self.wr_ids[slot], self.hidden[slot])
-            };
-            if hidden && w.status == ibv_wc_status::IBV_WC_SUCCESS {
-                continue; // asked for by auto-signal only
+            if let Some(c) = self.retire(w, &mut freed) {
+                out[k] = c;
+                k += 1;
             }
-            out[k] = Completion {
-                wr_id,
-                status: WcStatus(w.status),
-                opcode: WcOpcode(w.opcode),
-                // SAFETY: reading the union as the immediate is meaningful only
-                // with IBV_WC_WITH_IMM set, which is checked first.
-                imm: (w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0)
-                    .then(|| u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })),
-                byte_len: w.byte_len,
-                qp_num: w.qp_num,
-                vendor_err: w.vendor_err,
-            };
-            k += 1;
         }
+        self.credits.give(freed);
         Ok(k)
+    }
+
+    /// Retires what the work completion `w` of this QP completes (a
+    /// completion for send sequence `seq` retires every send up to it,
+    /// unsignaled ones included); adds the CQ credits freed to `freed`.
+    /// Returns the completion to report (`None`: asked for by auto-signal only).
+    #[inline]
+    fn retire(&mut self, w: &ibv_wc, freed: &mut u32) -> Option<Completion> {
+        // Our wr_id is the WR's sequence number (see `VerbsQp`).
+        let (wr_id, hidden) = if w.wr_id & RECV_TAG != 0 {
+            let seq = w.wr_id & !RECV_TAG;
+            let done = self.recv_done.max(seq + 1);
+            *freed += (done - self.recv_done) as u32;
+            self.recv_done = done;
+            (self.recv_ids[(seq % self.max_recv as u64) as usize], false)
+        } else {
+            let retired = self.retired.max(w.wr_id + 1);
+            *freed += (retired - self.retired) as u32;
+            self.retired = retired;
+            let slot = (w.wr_id % self.max_post as u64) as usize;
+            (self.wr_ids[slot], self.hidden[slot])
+        };
+        if hidden && w.status == ibv_wc_status::IBV_WC_SUCCESS {
+            return None; // asked for by auto-signal only
+        }
+        Some(Completion {
+            wr_id,
+            status: WcStatus(w.status),
+            opcode: WcOpcode(w.opcode),
+            // SAFETY: reading the union as the immediate is meaningful only
+            // with IBV_WC_WITH_IMM set, which is checked first.
+            imm: (w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0)
+                .then(|| u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })),
+            byte_len: w.byte_len,
+            qp_num: w.qp_num,
+            vendor_err: w.vendor_err,
+        })
     }
 }
 
@@ -1176,11 +1352,10 @@ pub(crate) fn mlx5_supported(ctx: &Ctx) -> bool {
 /// events).
 pub(crate) struct Mlx5Objs {
     qp: *mut ibv_qp,
-    cq: *mut ibv_cq,
-    channel: *mut ibv_comp_channel,
     pub(crate) qpn: u32,
-    pub(crate) cq_depth: u32,
     pub(crate) max_inline: u32,
+    /// The CQ it completes into (dropped after the QP).
+    _cq: Arc<VerbsCq>,
     _pd: Arc<Pd>,
 }
 
@@ -1189,12 +1364,9 @@ unsafe impl Send for Mlx5Objs {}
 
 impl Drop for Mlx5Objs {
     fn drop(&mut self) {
-        // SAFETY: created in `create_mlx5_qp`; QP, then CQ, then channel.
-        unsafe {
-            ibv_destroy_qp(self.qp);
-            ibv_destroy_cq(self.cq);
-            ibv_destroy_comp_channel(self.channel);
-        }
+        // SAFETY: created in `create_mlx5_qp`; the QP goes before its CQ
+        // (the `Arc<VerbsCq>` field is dropped after this).
+        unsafe { ibv_destroy_qp(self.qp) };
     }
 }
 
@@ -1206,53 +1378,21 @@ impl Mlx5Objs {
     pub(crate) fn query(&self) -> Result<crate::QpInfo> {
         query_raw(self.qp, self.qpn)
     }
-
-    pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        wait_channel(self.channel, timeout)
-    }
 }
 
 /// Creates an RC QP for the direct path on a ConnectX (`mlx5dv_create_qp`
-/// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`) with a CQ and completion
-/// channel, and describes both with `mlx5dv_init_obj`.
+/// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`) completing into `cq`,
+/// and describes it with `mlx5dv_init_obj`.
 pub(crate) fn create_mlx5_qp(
     pd: &Arc<Pd>,
     caps: QpCaps,
-) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp, mlx5_dv::dv::mlx5dv_cq)> {
+    cq: &Arc<VerbsCq>,
+) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp)> {
     use mlx5_dv::dv::*;
-    // SAFETY: live context.
-    let channel = unsafe { ibv_create_comp_channel(pd.ctx.raw) };
-    if channel.is_null() {
-        return Err(Error::Verbs {
-            call: "ibv_create_comp_channel",
-            errno: errno(),
-            detail: String::new(),
-        });
-    }
-    // SAFETY: live context and channel.
-    let cq = unsafe {
-        ibv_create_cq(
-            pd.ctx.raw,
-            caps.cq_depth as i32,
-            std::ptr::null_mut(),
-            channel,
-            0,
-        )
-    };
-    if cq.is_null() {
-        let e = errno();
-        // SAFETY: created above, unused.
-        unsafe { ibv_destroy_comp_channel(channel) };
-        return Err(Error::Verbs {
-            call: "ibv_create_cq",
-            errno: e,
-            detail: format!(" ({} CQEs)", caps.cq_depth),
-        });
-    }
     // SAFETY: plain data; zero is valid.
     let mut attr: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-    attr.send_cq = cq;
-    attr.recv_cq = cq;
+    attr.send_cq = cq.cq;
+    attr.recv_cq = cq.cq;
     attr.qp_type = ibv_qp_type::IBV_QPT_RC;
     attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     attr.pd = pd.raw;
@@ -1276,72 +1416,90 @@ pub(crate) fn create_mlx5_qp(
         )
     } as *mut ibv_qp;
     if qp.is_null() {
-        let e = errno();
-        // SAFETY: created above, unused.
-        unsafe {
-            ibv_destroy_cq(cq);
-            ibv_destroy_comp_channel(channel);
-        }
         return Err(Error::Verbs {
             call: "mlx5dv_create_qp",
-            errno: e,
+            errno: errno(),
             detail: format!(
                 " (RC, max_send_wr {}, max_send_sge {}, max_inline_data {})",
                 caps.max_send_wr, caps.max_send_sge, caps.max_inline
             ),
         });
     }
-    // SAFETY: non-null QP and CQ.
-    let (qpn, cq_depth) = unsafe { ((*qp).qp_num, (*cq).cqe.max(1) as u32) };
+    // SAFETY: non-null QP.
+    let qpn = unsafe { (*qp).qp_num };
     let objs = Mlx5Objs {
         qp,
-        cq,
-        channel,
         qpn,
-        cq_depth,
         max_inline: attr.cap.max_inline_data,
+        _cq: cq.clone(),
         _pd: pd.clone(),
     };
     let mut dv_qp = mlx5dv_qp::zeroed();
-    let mut dv_cq = mlx5dv_cq::zeroed();
+    init_obj(
+        qp.cast(),
+        &mut dv_qp,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )?;
+    Ok((objs, dv_qp))
+}
+
+/// Describes a CQ for the direct path with `mlx5dv_init_obj`.
+pub(crate) fn describe_mlx5_cq(cq: &VerbsCq) -> Result<mlx5_dv::dv::mlx5dv_cq> {
+    let mut dv_cq = mlx5_dv::dv::mlx5dv_cq::zeroed();
+    init_obj(
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        cq.cq.cast(),
+        &mut dv_cq,
+    )?;
+    Ok(dv_cq)
+}
+
+/// `mlx5dv_init_obj` for a QP and/or a CQ (a null `in` pointer leaves that
+/// one out).
+fn init_obj(
+    qp: *mut std::ffi::c_void,
+    dv_qp: *mut mlx5_dv::dv::mlx5dv_qp,
+    cq: *mut std::ffi::c_void,
+    dv_cq: *mut mlx5_dv::dv::mlx5dv_cq,
+) -> Result<()> {
+    use mlx5_dv::dv::*;
+    let none = || mlx5dv_obj_pair {
+        in_: std::ptr::null_mut(),
+        out: std::ptr::null_mut(),
+    };
     let mut obj = mlx5dv_obj {
         qp: mlx5dv_obj_pair {
-            in_: qp.cast(),
-            out: &mut dv_qp,
+            in_: qp,
+            out: dv_qp,
         },
         cq: mlx5dv_obj_pair {
-            in_: cq.cast(),
-            out: &mut dv_cq,
+            in_: cq,
+            out: dv_cq,
         },
-        srq: mlx5dv_obj_pair {
-            in_: std::ptr::null_mut(),
-            out: std::ptr::null_mut(),
-        },
-        rwq: mlx5dv_obj_pair {
-            in_: std::ptr::null_mut(),
-            out: std::ptr::null_mut(),
-        },
-        dm: mlx5dv_obj_pair {
-            in_: std::ptr::null_mut(),
-            out: std::ptr::null_mut(),
-        },
-        ah: mlx5dv_obj_pair {
-            in_: std::ptr::null_mut(),
-            out: std::ptr::null_mut(),
-        },
-        pd: mlx5dv_obj_pair {
-            in_: std::ptr::null_mut(),
-            out: std::ptr::null_mut(),
-        },
+        srq: none(),
+        rwq: none(),
+        dm: none(),
+        ah: none(),
+        pd: none(),
     };
-    // SAFETY: `obj` names our live QP and CQ and points at writable outputs.
-    let rc = unsafe { mlx5dv_init_obj(&mut obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ) };
+    let mut types = 0;
+    if !qp.is_null() {
+        types |= MLX5DV_OBJ_QP;
+    }
+    if !cq.is_null() {
+        types |= MLX5DV_OBJ_CQ;
+    }
+    // SAFETY: `obj` names live objects of the caller's and points at
+    // writable outputs for the ones `types` selects.
+    let rc = unsafe { mlx5dv_init_obj(&mut obj, types) };
     if rc != 0 {
         return Err(Error::Verbs {
             call: "mlx5dv_init_obj",
             errno: if rc > 0 { rc } else { errno() },
-            detail: format!(" (QP {qpn:#x})"),
+            detail: String::new(),
         });
     }
-    Ok((objs, dv_qp, dv_cq))
+    Ok(())
 }

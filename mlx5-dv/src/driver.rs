@@ -200,6 +200,11 @@ impl SendQueue {
         self.geo.wqe_cnt - self.pi.wrapping_sub(self.tail)
     }
 
+    /// Work requests posted and not yet retired.
+    pub fn outstanding(&self) -> u32 {
+        self.posted.wrapping_sub(self.retired)
+    }
+
     /// Work requests that may still be posted before `max_post` is reached.
     pub fn free_wrs(&self) -> u32 {
         self.max_post - self.posted.wrapping_sub(self.retired)

@@ -1,0 +1,405 @@
+//! Completion queues beyond a QP's own: a CQ several QPs share, the sizing
+//! helper, and the ways to wait for completions (busy polling, events,
+//! adaptive).
+
+use crate::{direct, Completion, Error, Pd, Qp, QpConfig, Result};
+use mlx5_dv::driver::CqCredits;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How deep a CQ must be for the queues that complete into it.
+///
+/// The depth is the sum of the work requests every attached queue may have
+/// outstanding, times a headroom factor (1.5 by default), and never less
+/// than that sum: after an error every outstanding WR of a QP, signaled or
+/// not, is flushed into the CQ with a CQE of its own (IB spec 10.8.3.1), so
+/// a CQ smaller than the sum could overrun. A CQ of this depth never
+/// refuses a post with [`Error::CqFull`] while every queue keeps within its
+/// own depth.
+///
+/// ```
+/// use rdma_direct::{CqSizing, QpConfig};
+/// let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 32, ..QpConfig::default() };
+/// // Two QPs on one CQ: 2 x (64 + 32) = 192 WRs outstanding at most.
+/// assert_eq!(CqSizing::new().qp(&cfg).qp(&cfg).depth()?, 288);
+/// // No headroom: exactly what a flush after an error needs.
+/// assert_eq!(CqSizing::new().headroom(1.0).qp(&cfg).qp(&cfg).depth()?, 192);
+/// // Less than 1 is raised to 1: a CQ is never smaller than its flush.
+/// assert_eq!(CqSizing::new().headroom(0.5).qp(&cfg).depth()?, 96);
+/// # Ok::<(), rdma_direct::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CqSizing {
+    outstanding: u64,
+    headroom: f64,
+}
+
+impl Default for CqSizing {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CqSizing {
+    /// Largest CQ the crate creates, in CQEs (`2^22`, the sim's and the
+    /// ConnectX `log_cq_size` limit).
+    pub const MAX_DEPTH: u32 = 1 << 22;
+
+    /// No queue yet; headroom 1.5.
+    pub fn new() -> Self {
+        CqSizing {
+            outstanding: 0,
+            headroom: 1.5,
+        }
+    }
+
+    /// A QP whose send and receive queues both complete into the CQ: its
+    /// `max_send_wr + max_recv_wr`.
+    pub fn qp(self, cfg: &QpConfig) -> Self {
+        self.queue(cfg.max_send_wr).queue(cfg.max_recv_wr)
+    }
+
+    /// One queue (a send or a receive queue) that may have `outstanding`
+    /// work requests at once.
+    pub fn queue(mut self, outstanding: u32) -> Self {
+        self.outstanding += outstanding as u64;
+        self
+    }
+
+    /// The headroom factor over the outstanding WRs (default 1.5); below 1
+    /// (or NaN) counts as 1.
+    pub fn headroom(mut self, factor: f64) -> Self {
+        self.headroom = factor;
+        self
+    }
+
+    /// The depth in CQEs: `max(ceil(outstanding x headroom), outstanding)`,
+    /// at least 1. The device may round it up (to a power of two on mlx5).
+    ///
+    /// Errors: [`Error::Invalid`] when that exceeds [`Self::MAX_DEPTH`].
+    pub fn depth(&self) -> Result<u32> {
+        let factor = if self.headroom.is_nan() {
+            1.0
+        } else {
+            self.headroom.max(1.0)
+        };
+        let want = ((self.outstanding as f64 * factor).ceil() as u64)
+            .max(self.outstanding)
+            .max(1);
+        if want > Self::MAX_DEPTH as u64 {
+            return Err(Error::Invalid(format!(
+                "a CQ for {} outstanding WRs with headroom {factor} needs {want} CQEs; at most {}",
+                self.outstanding,
+                Self::MAX_DEPTH
+            )));
+        }
+        Ok(want as u32)
+    }
+}
+
+/// The CQ object behind a [`SharedCq`].
+pub(crate) enum SharedKind {
+    /// Polled by our ring driver (sim, ConnectX).
+    Direct(direct::DirectCq),
+    /// Polled with `ibv_poll_cq`.
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<crate::verbs::VerbsCq>),
+}
+
+/// A completion queue that several QPs share: the sends and receives of
+/// every QP created on it ([`Self::create_qp`]) complete into it, and one
+/// owner polls it. Each [`Completion`] carries the `qp_num` of its QP.
+///
+/// The QPs live inside the `SharedCq` (reach them with [`Self::qp_mut`]),
+/// so polling, which retires each completion's WR in its QP's send or
+/// receive queue, needs no lock. The QPs take CQ credits from the CQ, as a
+/// QP with its own CQ does: a post that would leave the CQ without room
+/// for every outstanding WR's completion is refused with
+/// [`Error::CqFull`], so the CQ never overruns; size it with [`CqSizing`]
+/// and that never happens. [`Qp::poll`], [`Qp::arm_cq`] and
+/// [`Qp::wait_cq_event`] on these QPs return [`Error::SharedCq`].
+///
+/// Like a [`Qp`], a `SharedCq` is `Send`, not `Sync`: one thread drives it.
+///
+/// ```
+/// use rdma_direct::*;
+/// let pd = Context::open("sim")?.alloc_pd()?;
+/// let cfg = QpConfig { max_send_wr: 16, max_recv_wr: 16, ..QpConfig::default() };
+/// let mut cq = pd.create_shared_cq(CqSizing::new().qp(&cfg).qp(&cfg).depth()?)?;
+/// let (a, b) = (cq.create_qp(&cfg)?, cq.create_qp(&cfg)?);
+/// let (mut pa, mut pb) = (pd.create_qp(&cfg)?, pd.create_qp(&cfg)?);
+/// Qp::connect_loopback(cq.qp_mut(a), &mut pa)?;
+/// Qp::connect_loopback(cq.qp_mut(b), &mut pb)?;
+/// let mr = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let sge = [Sge::new(&mr, 0, 8)?];
+/// let to = RemoteAddr { addr: mr.addr() + 8, rkey: mr.rkey() };
+/// cq.qp_mut(a).post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])?;
+/// cq.qp_mut(b).post_send(&[SendWr::rdma_write(2, &sge, to).signaled()])?;
+/// let mut wc = [Completion::default(); 2];
+/// let mut got = 0;
+/// while got < 2 {
+///     got += cq.poll(&mut wc[got..])?;
+/// }
+/// wc.sort_by_key(|c| c.wr_id);
+/// assert_eq!(wc[0].qp_num, cq.qp(a).qp_num());
+/// assert_eq!(wc[1].qp_num, cq.qp(b).qp_num());
+/// # Ok::<(), rdma_direct::Error>(())
+/// ```
+pub struct SharedCq {
+    // Field order: the QPs go before the CQ they complete into.
+    qps: Vec<Qp>,
+    kind: SharedKind,
+    credits: CqCredits,
+    /// Where the last completion's QP was found in `qps`.
+    at: usize,
+    pd: Arc<crate::PdInner>,
+}
+
+impl SharedCq {
+    pub(crate) fn new(kind: SharedKind, credits: CqCredits, pd: Arc<crate::PdInner>) -> Self {
+        SharedCq {
+            qps: Vec::new(),
+            kind,
+            credits,
+            at: 0,
+            pd,
+        }
+    }
+
+    /// Creates an RC QP, in RESET, whose sends and receives complete into
+    /// this CQ; returns its index for [`Self::qp`] / [`Self::qp_mut`].
+    ///
+    /// Errors: as [`Pd::create_qp`]; [`Error::Invalid`] when `cfg.cq_depth`
+    /// is set (the depth is the shared CQ's).
+    pub fn create_qp(&mut self, cfg: &QpConfig) -> Result<usize> {
+        let pd = Pd {
+            inner: self.pd.clone(),
+        };
+        let qp = pd.create_qp_on(cfg, Some((&self.kind, &self.credits)))?;
+        self.qps.push(qp);
+        Ok(self.qps.len() - 1)
+    }
+
+    /// The QP at `index` (as [`Self::create_qp`] returned it).
+    ///
+    /// # Panics
+    /// When no QP has that index.
+    pub fn qp(&self, index: usize) -> &Qp {
+        &self.qps[index]
+    }
+
+    /// The QP at `index`, to connect, modify and post on.
+    ///
+    /// # Panics
+    /// When no QP has that index.
+    pub fn qp_mut(&mut self, index: usize) -> &mut Qp {
+        &mut self.qps[index]
+    }
+
+    /// Every QP of the CQ, in creation order (e.g. to connect two of them to
+    /// each other with `split_at_mut`).
+    pub fn qps_mut(&mut self) -> &mut [Qp] {
+        &mut self.qps
+    }
+
+    /// How many QPs complete into this CQ.
+    pub fn len(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// Whether no QP completes into this CQ yet.
+    pub fn is_empty(&self) -> bool {
+        self.qps.is_empty()
+    }
+
+    /// Depth in CQEs, as the device made it.
+    pub fn depth(&self) -> u32 {
+        self.credits.depth()
+    }
+
+    /// CQ credits free now: how many more WRs the QPs may post (or hold as
+    /// receives) before a post is refused with [`Error::CqFull`].
+    pub fn credits_free(&self) -> u32 {
+        self.credits.free()
+    }
+
+    /// Polls up to `out.len()` completions of any of its QPs into `out`;
+    /// returns how many. Each completion's `qp_num` names its QP.
+    ///
+    /// Errors: [`Error::ForeignCqe`] for a completion of a QP not created on
+    /// this CQ; [`Error::StaleCqe`]; the device's.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        match &mut self.kind {
+            SharedKind::Direct(c) => c.poll_shared(&self.credits, &mut self.qps, &mut self.at, out),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => {
+                crate::verbs::poll_shared(c, &self.credits, &mut self.qps, &mut self.at, out)
+            }
+        }
+    }
+
+    /// Requests one completion event, as [`Qp::arm_cq`] does for a QP's own CQ.
+    pub fn arm(&mut self, solicited_only: bool) -> Result<()> {
+        match &mut self.kind {
+            SharedKind::Direct(c) => c.arm(solicited_only),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => c.arm(solicited_only),
+        }
+    }
+
+    /// Sleeps until the armed CQ raises its event or `timeout` passes, as
+    /// [`Qp::wait_cq_event`]; `true` if an event came (consumed and acked).
+    pub fn wait_event(&mut self, timeout: Duration) -> Result<bool> {
+        match &mut self.kind {
+            SharedKind::Direct(c) => c.wait_event(timeout),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => c.wait(timeout),
+        }
+    }
+
+    /// Waits for completions in `mode` ([`CompletionMode`]), up to `timeout`.
+    pub fn wait(
+        &mut self,
+        out: &mut [Completion],
+        mode: CompletionMode,
+        timeout: Duration,
+    ) -> Result<usize> {
+        wait_on(self, out, mode, timeout)
+    }
+
+    /// Whether the CQ overran (sim only; the CQ credits keep it from
+    /// happening). For the conformance suite.
+    #[doc(hidden)]
+    pub fn sim_overrun(&self) -> Option<bool> {
+        match &self.kind {
+            SharedKind::Direct(c) => Some(c.overrun().0),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(_) => None,
+        }
+    }
+}
+
+/// The QP numbered `qpn` among `qps`; `at` remembers where the last one was
+/// found (completions of one QP tend to come in runs).
+#[inline]
+pub(crate) fn find_qp<'q>(qps: &'q mut [Qp], qpn: u32, at: &mut usize) -> Option<&'q mut Qp> {
+    if !qps.get(*at).is_some_and(|q| q.local.qpn == qpn) {
+        *at = qps.iter().position(|q| q.local.qpn == qpn)?;
+    }
+    qps.get_mut(*at)
+}
+
+/// How a caller waits for completions ([`Qp::wait`], [`SharedCq::wait`]).
+///
+/// Busy polling gives the lowest latency and keeps a core busy; events
+/// sleep in the kernel until the CQ's completion event (a system call and a
+/// wake-up per wait, as perftest's `-e`); adaptive polls a while first, so
+/// completions that come quickly cost no system call, and idle waits sleep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionMode {
+    /// Poll until a completion comes or the timeout passes.
+    Busy,
+    /// Poll once; if empty, arm the CQ, poll again (a completion that came
+    /// before the arm raises no event), then sleep on the completion
+    /// channel until the event; acknowledge it and poll again.
+    Events,
+    /// Poll `spins` times, then as [`Self::Events`].
+    Adaptive {
+        /// Empty polls before arming.
+        spins: u32,
+    },
+}
+
+/// Polling, arming and waiting on one CQ (a QP's own, or shared).
+pub(crate) trait CqOps {
+    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize>;
+    fn arm_cq(&mut self) -> Result<()>;
+    fn wait_cq(&mut self, timeout: Duration) -> Result<bool>;
+}
+
+impl CqOps for Qp {
+    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize> {
+        self.poll(out)
+    }
+    fn arm_cq(&mut self) -> Result<()> {
+        Qp::arm_cq(self, false)
+    }
+    fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
+        self.wait_cq_event(timeout)
+    }
+}
+
+impl CqOps for SharedCq {
+    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize> {
+        self.poll(out)
+    }
+    fn arm_cq(&mut self) -> Result<()> {
+        self.arm(false)
+    }
+    fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
+        self.wait_event(timeout)
+    }
+}
+
+/// Polls between clock reads while busy polling (a clock read can be a
+/// system call under emulation).
+const POLLS_PER_CLOCK: u32 = 256;
+
+/// The wait of [`CompletionMode`] on `cq`: returns as soon as at least one
+/// completion is in `out`, or 0 when `timeout` passed first.
+pub(crate) fn wait_on<C: CqOps>(
+    cq: &mut C,
+    out: &mut [Completion],
+    mode: CompletionMode,
+    timeout: Duration,
+) -> Result<usize> {
+    if out.is_empty() {
+        return Err(Error::Invalid(
+            "waiting for completions needs room for at least one".into(),
+        ));
+    }
+    let start = Instant::now();
+    let spins = match mode {
+        CompletionMode::Busy => u32::MAX,
+        CompletionMode::Events => 1,
+        CompletionMode::Adaptive { spins } => spins.max(1),
+    };
+    let mut polls = 0u32;
+    loop {
+        let n = cq.poll_cq(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        polls = polls.saturating_add(1);
+        if polls < spins {
+            if polls % POLLS_PER_CLOCK == 0 && start.elapsed() >= timeout {
+                return Ok(0);
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        if mode == CompletionMode::Busy {
+            // u32::MAX empty polls: keep going until the timeout.
+            polls = 0;
+            continue;
+        }
+        cq.arm_cq()?;
+        let n = cq.poll_cq(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let Some(left) = timeout.checked_sub(start.elapsed()) else {
+            return Ok(0);
+        };
+        if !cq.wait_cq(left)? {
+            return Ok(0);
+        }
+        // Event consumed: poll again (and arm again if it raced ahead).
+        let n = cq.poll_cq(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        polls = spins;
+    }
+}
