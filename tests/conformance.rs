@@ -130,6 +130,8 @@ conformance_tests!(
     refused_receive_batches_post_nothing,
     out_of_range_qp_configs_are_refused,
     memory_pool_serves_without_registering,
+    two_qps_share_one_cq,
+    completion_modes_wait_for_each_completion,
     cq_credits_bound_what_is_outstanding,
     malformed_wqes_are_local_qp_operation_errors,
     misaligned_atomic_is_a_remote_invalid_request,
