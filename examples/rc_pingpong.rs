@@ -9,10 +9,13 @@
 //! ```
 //!
 //! Flags as `ibv_rc_pingpong`'s where they apply: `-d DEV`, `-p PORT`,
-//! `-s SIZE` (bytes, default 4096), `-n ITERS` (default 1000), `-g GID_INDEX`.
+//! `-s SIZE` (bytes, default 4096), `-n ITERS` (default 1000), `-g GID_INDEX`,
+//! `-e` (sleep on CQ events instead of polling: `CompletionMode::Events`).
 
 use rdma_direct::exchange::{self, ConnInfo};
-use rdma_direct::{Access, Completion, Context, Mr, Qp, QpConfig, RecvWr, SendWr, Sge, WcOpcode};
+use rdma_direct::{
+    Access, Completion, CompletionMode, Context, Mr, Qp, QpConfig, RecvWr, SendWr, Sge, WcOpcode,
+};
 use std::time::{Duration, Instant};
 
 struct Args {
@@ -21,6 +24,7 @@ struct Args {
     size: u32,
     iters: u32,
     gid: Option<u8>,
+    events: bool,
     host: Option<String>,
 }
 
@@ -31,6 +35,7 @@ fn args() -> Result<Args, String> {
         size: 4096,
         iters: 1000,
         gid: None,
+        events: false,
         host: None,
     };
     let mut it = std::env::args().skip(1);
@@ -42,6 +47,7 @@ fn args() -> Result<Args, String> {
             "-s" | "--size" => a.size = val("-s")?.parse().map_err(|e| format!("-s: {e}"))?,
             "-n" | "--iters" => a.iters = val("-n")?.parse().map_err(|e| format!("-n: {e}"))?,
             "-g" | "--gid-idx" => a.gid = Some(val("-g")?.parse().map_err(|e| format!("-g: {e}"))?),
+            "-e" | "--events" => a.events = true,
             h if !h.starts_with('-') && a.host.is_none() => a.host = Some(h.into()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -63,13 +69,15 @@ fn config(a: &Args) -> QpConfig {
 }
 
 /// One side: `first` sends first. Each iteration: (send,) wait for the
-/// peer's SEND, repost the receive, (send back).
+/// peer's SEND, repost the receive, (send back). With `events`, waits sleep
+/// on the CQ's completion event.
 fn pingpong(
     qp: &mut Qp,
     mr: &Mr,
     size: u32,
     iters: u32,
     first: bool,
+    events: bool,
 ) -> rdma_direct::Result<Duration> {
     let (s, r) = (0usize, size as usize);
     let send_sge = [Sge::new(mr, s, size)?];
@@ -79,7 +87,12 @@ fn pingpong(
     let wait_recv = |qp: &mut Qp, wc: &mut [Completion]| -> rdma_direct::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let n = qp.poll(wc)?;
+            let n = if events {
+                let left = deadline.saturating_duration_since(Instant::now());
+                qp.wait(wc, CompletionMode::Events, left)?
+            } else {
+                qp.poll(wc)?
+            };
             for c in &wc[..n] {
                 if !c.status.is_ok() {
                     return Err((*c).into());
@@ -155,9 +168,9 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
             pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
             pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
         );
-        let (size, iters) = (a.size, a.iters);
-        let server = std::thread::spawn(move || pingpong(&mut qb, &mb, size, iters, false));
-        let t = pingpong(&mut qa, &ma, size, iters, true)?;
+        let (size, iters, ev) = (a.size, a.iters, a.events);
+        let server = std::thread::spawn(move || pingpong(&mut qb, &mb, size, iters, false, ev));
+        let t = pingpong(&mut qa, &ma, size, iters, true, ev)?;
         server
             .join()
             .map_err(|_| rdma_direct::Error::Invalid("the server thread panicked".into()))??;
@@ -190,7 +203,7 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
     );
     qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
     exchange::barrier(&mut tcp)?;
-    let t = pingpong(&mut qp, &mr, a.size, a.iters, a.host.is_some())?;
+    let t = pingpong(&mut qp, &mr, a.size, a.iters, a.host.is_some(), a.events)?;
     exchange::barrier(&mut tcp)?;
     report(a.size, a.iters, t);
     Ok(())

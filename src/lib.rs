@@ -25,6 +25,8 @@
 //!   so one thread drives a QP (its send queue, receive queue and CQ) at a time.
 //!   Move it to another thread, or put it behind your own lock; the crate adds
 //!   none on the data path.
+//! - A [`SharedCq`] is `Send` but not `Sync` in the same way: it holds the
+//!   QPs that complete into it, and one thread polls it and drives them.
 //!
 //! ```compile_fail
 //! fn shared<T: Sync>() {}

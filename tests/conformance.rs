@@ -147,4 +147,5 @@ fn thread_safety_is_as_documented() {
     send_sync::<Pd>();
     send_sync::<Mr>();
     send::<Qp>();
+    send::<rdma_direct::SharedCq>();
 }
