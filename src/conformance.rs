@@ -1852,7 +1852,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         Ok(())
     };
     // Every queue of both QPs filled to its depth, nothing polled.
-    for q in 0..2 {
+    for (q, &index) in qa.iter().enumerate() {
         post_recvs(&mut cq, q)?;
         let wrs: Vec<SendWr<'_>> = (0..32)
             .map(|i| {
@@ -1865,7 +1865,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
             })
             .collect();
         for batch in wrs.chunks(8) {
-            cq.qp_mut(qa[q]).post_send(batch)?;
+            cq.qp_mut(index).post_send(batch)?;
         }
     }
     check_eq!(
