@@ -17,7 +17,8 @@ use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
 
-/// Most SGEs one direct WR may carry (a 1 KiB WQE: ctrl + raddr + 62 DS).
+/// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
+/// DS, a 512-byte WQE of 8 WQEBBs).
 pub(crate) const MAX_SGE: usize = 30;
 /// Largest inline payload the direct path copies (bytes).
 pub(crate) const MAX_INLINE: usize = 512;
@@ -552,6 +553,7 @@ impl DirectQp {
         patch: impl FnOnce(&mut [u8]),
     ) -> Result<()> {
         self.take_credits(1)?;
+        self.signal_if_last_credit();
         let start = self.sq.pi();
         if let Err(e) = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| Ok(r?)) {
             self.give_credits(1);

@@ -134,7 +134,8 @@ pub(super) unsafe fn copy_last_byte(src: u64, dst: u64) {
 /// Stores the last byte of a transfer with release order.
 ///
 /// # Safety
-/// As [`store_byte`].
+/// `dst` is one writable byte of registered memory that stays valid for
+/// the call (the device's view: other threads may access it concurrently).
 pub(super) unsafe fn store_last_byte(dst: u64, b: u8) {
     // SAFETY: caller guarantees validity; u8 needs no alignment.
     unsafe { AtomicU8::from_ptr(dst as *mut u8) }.store(b, Ordering::Release);

@@ -9,9 +9,12 @@
 //! Execution is either synchronous ([`Device::process`], for deterministic
 //! tests) or on a device thread ([`Device::start`]).
 //!
-//! What it executes today: RDMA WRITE (SGE and inline payloads), RDMA READ,
-//! ATOMIC_CS and ATOMIC_FA (on the remote u64 in host byte order). Any other
-//! opcode completes with LOCAL_QP_OP_ERR (syndrome 0x02). A write with a bad
+//! What it executes: SEND and SEND_IMM (into the responder's posted receive
+//! WQEs, RNR NAKs retried per `rnr_retry` when none is posted), RDMA WRITE
+//! and WRITE_IMM (SGE and inline payloads), RDMA READ, ATOMIC_CS and
+//! ATOMIC_FA (on the remote u64 in host byte order). A malformed WQE (DS 0,
+//! wrong QPN or index, unknown opcode) completes with LOCAL_QP_OP_ERR
+//! (syndrome 0x02). A write with a bad
 //! rkey, outside the MR, or without REMOTE_WRITE access on the MR or the
 //! responder QP completes with REM_ACCESS_ERR (0x13), moves both QPs to ERR,
 //! and leaves remote memory untouched. A QP in ERR flushes every WQE posted to
