@@ -38,6 +38,10 @@ pub struct LatConfig {
     pub backend: crate::Backend,
     /// Wait for completions with events instead of spinning (perftest `-e`).
     pub events: bool,
+    /// With `events`: empty polls before arming and sleeping (the adaptive
+    /// mode, [`crate::CompletionMode::Adaptive`], `--adaptive`); 0 arms at
+    /// the first empty poll, as perftest's `-e`.
+    pub spins: u32,
     /// The atomic the atomic tests run (perftest `-A`).
     pub atomic: AtomicKind,
     /// Two hosts: connect the QPs through rdma_cm (perftest `-R`).
@@ -102,6 +106,7 @@ impl Default for LatConfig {
             gid_index: None,
             backend: crate::Backend::Auto,
             events: false,
+            spins: 0,
             atomic: AtomicKind::FetchAndAdd,
             rdma_cm: false,
             duration: None,
@@ -247,10 +252,12 @@ struct CpuMeter {
     start: (Instant, u64),
     /// Completions are waited for with events (`-e`), not by spinning.
     events: bool,
+    /// With `events`: empty polls before arming (`--adaptive`).
+    spins: u32,
 }
 
 impl CpuMeter {
-    fn new(events: bool) -> Self {
+    fn new(cfg: &LatConfig) -> Self {
         let overhead = (0..1000)
             .map(|_| {
                 let t = ticks();
@@ -265,7 +272,8 @@ impl CpuMeter {
             polled: 0,
             overhead,
             start: (Instant::now(), ticks()),
-            events,
+            events: cfg.events,
+            spins: cfg.spins,
         }
     }
 
@@ -402,14 +410,22 @@ fn poll_wait(
         });
     }
     let deadline = Instant::now() + WAIT_LIMIT;
+    let mut empty = 0u32;
     loop {
         let n = m.poll(qp, &mut wc)?;
         if enough(&wc[..n])? {
             return Ok(());
         }
         if n > 0 {
+            empty = 0;
             continue;
         }
+        // Adaptive (--adaptive): spin a while before arming.
+        empty = empty.saturating_add(1);
+        if empty <= m.spins {
+            continue;
+        }
+        empty = 0;
         qp.arm_cq(false)?;
         let n = m.poll(qp, &mut wc)?;
         if enough(&wc[..n])? {
@@ -462,6 +478,15 @@ fn wait_completion(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
     )
 }
 
+/// The completion mode a run's settings ask for.
+fn cfg_completion(cfg: &LatConfig) -> crate::CompletionMode {
+    match (cfg.events, cfg.spins) {
+        (false, _) => crate::CompletionMode::Busy,
+        (true, 0) => crate::CompletionMode::Events,
+        (true, spins) => crate::CompletionMode::Adaptive { spins },
+    }
+}
+
 /// What a benchmark ran on, for the banner.
 #[derive(Clone, Debug)]
 pub struct RunInfo {
@@ -472,6 +497,8 @@ pub struct RunInfo {
     pub role: Option<&'static str>,
     /// The QPs were connected through rdma_cm (`-R`).
     pub rdma_cm: bool,
+    /// How completions are waited for (`-e`, `--adaptive`).
+    pub completion: crate::CompletionMode,
     /// Number of QPs running the test (`-q`).
     pub qps: u32,
     /// Max inline data of the QPs, bytes.
@@ -532,6 +559,15 @@ impl RunInfo {
             line(format!(" GID index       : {g}"));
         }
         line(format!(" Max inline data : {}[B]", self.inline));
+        line(format!(
+            " CQ waits        : {}",
+            match self.completion {
+                crate::CompletionMode::Busy => "busy polling".to_string(),
+                crate::CompletionMode::Events => "events (arm, sleep, poll)".to_string(),
+                crate::CompletionMode::Adaptive { spins } =>
+                    format!("adaptive ({spins} empty polls, then events)"),
+            }
+        ));
         line(format!(
             " rdma_cm QPs\t : {}",
             if self.rdma_cm { "ON" } else { "OFF" }
@@ -735,6 +771,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let info = RunInfo {
         qps: 1,
         rdma_cm: false,
+        completion: cfg_completion(cfg),
         role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
@@ -750,7 +787,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let (to_b, to_a) = (remote(&mr_b), remote(&mr_a));
     let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
     let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
-    let mut m = CpuMeter::new(cfg.events);
+    let mut m = CpuMeter::new(cfg);
     let deadline = deadline_after(cfg.duration);
 
     match test {
@@ -1032,6 +1069,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     let info = RunInfo {
         qps: cfg.qps,
         rdma_cm: false,
+        completion: cfg_completion(&cfg.lat),
         role: None,
         device: ctx.name().into(),
         data_path: a.data_path(),
@@ -1051,7 +1089,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         BwTest::Atomic => cfg.lat.atomic.wr(0, &sge, to_b),
     };
     wr.inline = inline;
-    let mut m = CpuMeter::new(cfg.lat.events);
+    let mut m = CpuMeter::new(&cfg.lat);
     // Send: B keeps `rx_depth` receives posted and reposts each one consumed.
     let rsge = [Sge::new(&mr_b, 0, size)?];
     let recv = [RecvWr::new(0, &rsge)];
@@ -1171,6 +1209,7 @@ fn bw_loop(lanes: &mut [Lane<'_, '_>], cfg: &BwConfig, m: &mut CpuMeter) -> Resu
     let mut last_completion = start;
     let mut wc = [Completion::default(); 16];
     let mut last_progress = start;
+    let mut idle = 0u32;
     let done = |l: &Lane<'_, '_>| match deadline {
         None => l.completed >= iters,
         Some(_) => l.last.is_some_and(|x| l.completed > x),
@@ -1263,9 +1302,13 @@ fn bw_loop(lanes: &mut [Lane<'_, '_>], cfg: &BwConfig, m: &mut CpuMeter) -> Resu
         let t = ticks();
         if got > 0 {
             last_progress = t;
+            idle = 0;
             continue;
         }
-        if m.events {
+        // Adaptive (--adaptive): rounds without a completion before arming.
+        idle = idle.saturating_add(1);
+        if m.events && idle > m.spins {
+            idle = 0;
             // -e: arm each lane with WRs out, poll once more, then sleep
             // until a CQ's event (a short sleep when several CQs or B's
             // receives also need tending here).
@@ -1557,6 +1600,7 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     let info = RunInfo {
         qps: cfg.qps,
         rdma_cm: lat.rdma_cm,
+        completion: cfg_completion(lat),
         role: Some(role_name),
         device: ctx.name().into(),
         data_path: qp.data_path(),
@@ -1718,7 +1762,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     let sge = [Sge::new(&mr, 0, size_asked)?];
     let rsge = [Sge::new(&mr, size, size_asked)?];
     let recv = [RecvWr::new(0, &rsge)];
-    let mut m = CpuMeter::new(cfg.lat.events);
+    let mut m = CpuMeter::new(&cfg.lat);
     // -D on a latency test: the client stops at its deadline, after a whole
     // round trip; the server stops when the client's closing byte arrives.
     let deadline = if client {

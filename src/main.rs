@@ -152,6 +152,10 @@ struct BenchArgs {
     /// peer's data by spinning on memory either way).
     #[arg(short = 'e', long = "events")]
     events: bool,
+    /// Adaptive completion mode: poll this many times without a completion
+    /// before arming and sleeping as -e does (implies -e; not in perftest).
+    #[arg(long = "adaptive", value_name = "SPINS")]
+    adaptive: Option<u32>,
     /// Run for this many seconds instead of -n: a bandwidth test counts the
     /// WRs completed and reports no peak; a latency test reports the round
     /// trips it made (at most 4,000,000) as usual (perftest -D).
@@ -618,7 +622,8 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         port: a.port,
         gid_index: a.gid_index,
         backend: a.backend.into(),
-        events: a.events,
+        events: a.events || a.adaptive.is_some(),
+        spins: a.adaptive.unwrap_or(0),
         atomic: match a.atomic_type {
             None | Some(AtomicArg::FetchAndAdd) => bench::AtomicKind::FetchAndAdd,
             Some(AtomicArg::CmpAndSwap) => bench::AtomicKind::CmpAndSwap,

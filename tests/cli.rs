@@ -242,5 +242,12 @@ fn bench_flags_run_on_the_sim() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     assert!(o.status.success() && iters > 100, "write_lat -D 1: {out}");
+    // The adaptive completion mode, on a latency and a bandwidth test.
+    for test in ["send_lat", "read_bw"] {
+        let Some(o) = run(&["bench", test, "--adaptive", "100", "-n", "300"]) else {
+            return;
+        };
+        assert!(o.status.success(), "{test} --adaptive 100: {}", stderr(&o));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
