@@ -1048,8 +1048,7 @@ impl VerbsQp {
             return Err(Error::SharedCq { qpn: self.qpn });
         }
         let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
-        let cq = self.cq.clone();
-        let wc = cq.poll_into(&mut store, out.len())?;
+        let wc = self.cq.poll_into(&mut store, out.len())?;
         let mut freed = 0;
         let mut k = 0;
         for w in wc {
