@@ -69,8 +69,10 @@ fn config(a: &Args) -> QpConfig {
 }
 
 /// One side: `first` sends first. Each iteration: (send,) wait for the
-/// peer's SEND, repost the receive, (send back). With `events`, waits sleep
-/// on the CQ's completion event.
+/// peer's SEND, repost the receive, (send back). Every completion is
+/// checked; the side returns only once its own SENDs have all completed
+/// (as `ibv_rc_pingpong` counts both kinds), so its QP outlives them. With
+/// `events`, waits sleep on the CQ's completion event.
 fn pingpong(
     qp: &mut Qp,
     mr: &Mr,
@@ -84,46 +86,54 @@ fn pingpong(
     let recv_sge = [Sge::new(mr, r, size)?];
     qp.post_recv(&[RecvWr::new(0, &recv_sge)])?;
     let mut wc = [Completion::default(); 4];
-    let wait_recv = |qp: &mut Qp, wc: &mut [Completion]| -> rdma_direct::Result<()> {
+    // Completions seen so far: (receives, sends).
+    let mut done = (0u32, 0u32);
+    let mut wait_for = |qp: &mut Qp, recvs: u32, sends: u32| -> rdma_direct::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        while done.0 < recvs || done.1 < sends {
             let n = if events {
                 let left = deadline.saturating_duration_since(Instant::now());
-                qp.wait(wc, CompletionMode::Events, left)?
+                qp.wait(&mut wc, CompletionMode::Events, left)?
             } else {
-                qp.poll(wc)?
+                qp.poll(&mut wc)?
             };
             for c in &wc[..n] {
                 if !c.status.is_ok() {
                     return Err((*c).into());
                 }
                 if c.opcode == WcOpcode::RECV {
-                    return Ok(());
+                    done.0 += 1;
+                } else {
+                    done.1 += 1;
                 }
             }
-            if Instant::now() > deadline {
-                return Err(rdma_direct::Error::Timeout(
-                    "no SEND from the peer in 10 s".into(),
-                ));
-            }
             if n == 0 {
+                if Instant::now() > deadline {
+                    return Err(rdma_direct::Error::Timeout(format!(
+                        "{} of {recvs} SENDs from the peer and {} of {sends} of ours completed in 10 s",
+                        done.0, done.1
+                    )));
+                }
                 // Let the other side (and the sim's device thread) run when
                 // they share a core with this one.
                 std::thread::yield_now();
             }
         }
+        Ok(())
     };
     let start = Instant::now();
     for i in 0..iters {
         if first {
             qp.post_send(&[SendWr::send(i as u64, &send_sge).signaled()])?;
         }
-        wait_recv(qp, &mut wc)?;
+        wait_for(qp, i + 1, 0)?;
         qp.post_recv(&[RecvWr::new(0, &recv_sge)])?;
         if !first {
             qp.post_send(&[SendWr::send(i as u64, &send_sge).signaled()])?;
         }
     }
+    // Every SEND of ours completed: the peer has it, and the QP may go.
+    wait_for(qp, iters, iters)?;
     Ok(start.elapsed())
 }
 
@@ -170,10 +180,14 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
         );
         let (size, iters, ev) = (a.size, a.iters, a.events);
         let server = std::thread::spawn(move || pingpong(&mut qb, &mb, size, iters, false, ev));
-        let t = pingpong(&mut qa, &ma, size, iters, true, ev)?;
-        server
+        let client = pingpong(&mut qa, &ma, size, iters, true, ev);
+        let server = server
             .join()
-            .map_err(|_| rdma_direct::Error::Invalid("the server thread panicked".into()))??;
+            .map_err(|_| rdma_direct::Error::Invalid("the server thread panicked".into()))?;
+        // Both sides' errors matter; the server's first (the client may
+        // only have timed out waiting for it).
+        server?;
+        let t = client?;
         println!(
             "local address:  QPN {:#08x} (sim, two threads)",
             qa.qp_num()
