@@ -136,7 +136,7 @@ fn run() -> rdma_direct::Result<()> {
     if dev == rdma_direct::SIM_DEVICE {
         let table = fill_table(&pool)?;
         let (mut client, _server) = pd.create_connected_pair(&QpConfig::default())?;
-        let t = lookups(&mut client, &pool, table.remote(0), n)?;
+        let t = lookups(&mut client, &pool, table.remote(0)?, n)?;
         report(n, t, pd.registrations() - regs);
         return Ok(());
     }

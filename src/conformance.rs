@@ -475,13 +475,14 @@ fn send_queue_full_refuses_the_whole_batch_until_completions_are_polled(dev: &st
         matches!(a.post_send(&[wr(4).signaled()]), Err(Error::QueueFull)),
         "5th WR accepted"
     );
-    // The signaled completion retires all four; a batch of 5 still does not fit, 4 do.
+    // The signaled completion retires all four; a batch of 5 can never
+    // fit (Invalid, not QueueFull: polling would not help), 4 do.
     let c = poll_one(&mut a)?;
     check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 3));
     let five: Vec<SendWr> = (10..15).map(|i| wr(i).signaled()).collect();
     check!(
-        matches!(a.post_send(&five), Err(Error::QueueFull)),
-        "oversized batch accepted"
+        matches!(a.post_send(&five), Err(Error::Invalid(_))),
+        "a batch larger than max_send_wr was not refused as invalid"
     );
     a.post_send(&five[..4])?;
     for want in 10..14 {
@@ -1286,7 +1287,7 @@ fn memory_pool_serves_without_registering(dev: &str) -> CaseResult {
     let data = pattern(4096, 5);
     src.write(0, &data)?;
     dst.write(0, &[0; 4096])?;
-    a.post_send(&[SendWr::rdma_write(1, &[src.sge(0, 4096)?], dst.remote(0)).signaled()])?;
+    a.post_send(&[SendWr::rdma_write(1, &[src.sge(0, 4096)?], dst.remote(0)?).signaled()])?;
     check_eq!(poll_one(&mut a)?.status, WcStatus::SUCCESS);
     let mut got = vec![0; 4096];
     dst.read(0, &mut got)?;
@@ -1954,11 +1955,72 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         full - 15,
         "CQ credits: QP 1 holds 15 receives"
     );
+    // Unsignaled WRITEs that completed make no CQE, so they stay
+    // outstanding: Qp::modify refuses RESET, SharedCq::reset_qp drains the
+    // CQ (keeping QP 1's completion for the next poll) and frees them.
+    peers[0].modify(QpState::Reset, &QpAttr::default())?;
+    Qp::connect_loopback(cq.qp_mut(qa[0]), &mut peers[0])?;
+    let marks: Vec<Vec<u8>> = (0..3).map(|i| pattern(64, 20 + i as u8)).collect();
+    let msrc = pd.reg_mr(3 * 64, Access::LOCAL_WRITE)?;
+    for (i, m) in marks.iter().enumerate() {
+        msrc.write(i * 64, m)?;
+    }
+    let msges: Vec<[Sge<'_>; 1]> = (0..3)
+        .map(|i| Ok([Sge::new(&msrc, i * 64, 64)?]))
+        .collect::<Result<_, Error>>()?;
+    for (i, g) in msges.iter().enumerate() {
+        cq.qp_mut(qa[0]).post_send(&[SendWr::rdma_write(
+            id(0, 200 + i),
+            g,
+            remote(&dst, (i * 64) as u64),
+        )])?;
+    }
+    let deadline = Instant::now() + COMPLETION_TIMEOUT;
+    let mut landed = vec![0u8; 64];
+    loop {
+        dst.read(2 * 64, &mut landed)?;
+        if landed == marks[2] {
+            break;
+        }
+        check!(
+            Instant::now() < deadline,
+            "the unsignaled WRITEs did not land"
+        );
+        std::thread::yield_now();
+    }
+    peers[1].post_send(&[SendWr::send_with_imm(98, &psge, 98).signaled()])?;
+    check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
+    check!(
+        matches!(
+            cq.qp_mut(qa[0]).modify(QpState::Reset, &QpAttr::default()),
+            Err(Error::Invalid(_))
+        ),
+        "RESET with 3 unsignaled WRITEs outstanding on a shared CQ was not refused"
+    );
+    // 16 receives too, flushed by ERR: reset_qp drops their CQEs.
+    post_recvs(&mut cq, 0)?;
+    cq.qp_mut(qa[0]).modify(QpState::Err, &QpAttr::default())?;
+    cq.reset_qp(qa[0])?;
+    check_eq!(cq.qp(qa[0]).state(), QpState::Reset);
+    let c = poll_shared_until(&mut cq, 1)?[0];
+    check_eq!(
+        (c.status, c.qp_num, c.wr_id, c.imm),
+        (WcStatus::SUCCESS, qpn[1], id(1, 1), Some(98)),
+        "QP 1's completion across QP 0's reset"
+    );
+    check_eq!(
+        cq.credits_free(),
+        full - 14,
+        "CQ credits after reset_qp: QP 1 holds 14 receives"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    let n = cq.poll(&mut wc)?;
+    check_eq!(n, 0, "completions after reset_qp: {:?}", &wc[..n]);
     if let Some(overrun) = cq.sim_overrun() {
         check!(!overrun, "the sim's shared CQ overran");
     }
     passed(vec![format!(
-        "CQ of {full} CQEs for 2 x (32 + 16) WRs; 96 completions with their QP's qp_num; QP 0's 16 flushes only"
+        "CQ of {full} CQEs for 2 x (32 + 16) WRs; 96 completions with their QP's qp_num; QP 0's 16 flushes only; reset_qp with 3 unsignaled WRITEs out"
     )])
 }
 

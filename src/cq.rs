@@ -4,6 +4,7 @@
 
 use crate::{direct, Completion, Error, Pd, Qp, QpConfig, Result};
 use mlx5_dv::driver::CqCredits;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,8 +151,15 @@ pub struct SharedCq {
     qps: Vec<Qp>,
     kind: SharedKind,
     credits: CqCredits,
+    /// Names this CQ in its QPs (`Qp::shared_cq`): the credits' id.
+    tag: usize,
     /// Where the last completion's QP was found in `qps`.
     at: usize,
+    /// Completions of other QPs taken while a QP was reset
+    /// ([`Self::reset_qp`]), and an error met after completions were
+    /// already in the caller's slice: [`Self::poll`] returns them first.
+    pending: VecDeque<Completion>,
+    pending_err: Option<Error>,
     pd: Arc<crate::PdInner>,
 }
 
@@ -160,8 +168,11 @@ impl SharedCq {
         SharedCq {
             qps: Vec::new(),
             kind,
+            tag: credits.id(),
             credits,
             at: 0,
+            pending: VecDeque::new(),
+            pending_err: None,
             pd,
         }
     }
@@ -175,7 +186,7 @@ impl SharedCq {
         let pd = Pd {
             inner: self.pd.clone(),
         };
-        let qp = pd.create_qp_on(cfg, Some((&self.kind, &self.credits)))?;
+        let qp = pd.create_qp_on(cfg, Some((&self.kind, &self.credits, self.tag)))?;
         self.qps.push(qp);
         Ok(self.qps.len() - 1)
     }
@@ -227,16 +238,107 @@ impl SharedCq {
     /// returns how many. Each completion's `qp_num` names its QP.
     ///
     /// Errors: [`Error::ForeignCqe`] for a completion of a QP not created on
-    /// this CQ; [`Error::StaleCqe`]; the device's.
+    /// this CQ (e.g. one swapped out of [`Self::qp_mut`]); [`Error::StaleCqe`];
+    /// the device's. An error met after some completions were taken is
+    /// returned by the next call, so those completions are not lost.
     #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        match &mut self.kind {
-            SharedKind::Direct(c) => c.poll_shared(&self.credits, &mut self.qps, &mut self.at, out),
-            #[cfg(feature = "verbs")]
-            SharedKind::Verbs(c) => {
-                crate::verbs::poll_shared(c, &self.credits, &mut self.qps, &mut self.at, out)
+        if !self.pending.is_empty() || self.pending_err.is_some() {
+            return self.poll_pending(out);
+        }
+        let (n, r) = self.take(out.len(), None, |k, c| out[k] = c);
+        match r {
+            Ok(()) => Ok(n),
+            Err(e) if n > 0 => {
+                self.pending_err = Some(e);
+                Ok(n)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Self::poll`] while completions or an error are pending.
+    #[cold]
+    fn poll_pending(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let n = out.len().min(self.pending.len());
+        for (o, c) in out.iter_mut().zip(self.pending.drain(..n)) {
+            *o = c;
+        }
+        match self.pending_err.take() {
+            Some(e) if n == 0 => Err(e),
+            e => {
+                self.pending_err = e;
+                Ok(n)
             }
         }
+    }
+
+    /// Takes up to `max` completions from the CQ into `put` (called with
+    /// each one's position), dropping those of QP `skip`.
+    #[inline]
+    fn take(
+        &mut self,
+        max: usize,
+        skip: Option<u32>,
+        mut put: impl FnMut(usize, Completion),
+    ) -> (usize, Result<()>) {
+        let mut k = 0;
+        let mut put = |c| {
+            put(k, c);
+            k += 1;
+        };
+        match &mut self.kind {
+            SharedKind::Direct(c) => c.take_shared(
+                &self.credits,
+                &mut self.qps,
+                self.tag,
+                &mut self.at,
+                max,
+                skip,
+                &mut put,
+            ),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => crate::verbs::take_shared(
+                c,
+                &self.credits,
+                &mut self.qps,
+                self.tag,
+                &mut self.at,
+                max,
+                skip,
+                &mut put,
+            ),
+        }
+    }
+
+    /// Moves the QP at `index` to RESET whatever it has outstanding, as
+    /// rdma-core's providers do when they clean a CQ of a QP they reset
+    /// (`mlx5_cq_clean`): once the device has it in RESET it writes no more
+    /// completions for it, so the CQ is drained then; the QP's completions
+    /// are dropped, the other QPs' are kept and returned by the next polls
+    /// first; the CQ credits of everything the QP had outstanding (including
+    /// unsignaled WRs that completed without a CQE) go back. The QP can then
+    /// be connected again. [`Qp::modify`] to RESET on a QP of a shared CQ
+    /// does this only when nothing is outstanding.
+    ///
+    /// Errors: the device's refusal of the transition (nothing changed);
+    /// an error met while draining is returned by the next poll.
+    ///
+    /// # Panics
+    /// When no QP has that index.
+    pub fn reset_qp(&mut self, index: usize) -> Result<()> {
+        let qp = &mut self.qps[index];
+        let qpn = qp.qp_num();
+        let outstanding = qp.outstanding();
+        qp.modify_with(crate::QpState::Reset, &crate::QpAttr::default(), true)?;
+        let mut pending = std::mem::take(&mut self.pending);
+        let (_, r) = self.take(usize::MAX, Some(qpn), |_, c| pending.push_back(c));
+        self.pending = pending;
+        if let Err(e) = r {
+            self.pending_err.get_or_insert(e);
+        }
+        self.credits.give(outstanding);
+        Ok(())
     }
 
     /// Requests one completion event, as [`Qp::arm_cq`] does for a QP's own CQ.
@@ -280,12 +382,19 @@ impl SharedCq {
     }
 }
 
-/// The QP numbered `qpn` among `qps`; `at` remembers where the last one was
-/// found (completions of one QP tend to come in runs).
+/// The QP numbered `qpn` among `qps` that completes into the shared CQ
+/// `tag` names; `at` remembers where the last one was found (completions
+/// of one QP tend to come in runs).
 #[inline]
-pub(crate) fn find_qp<'q>(qps: &'q mut [Qp], qpn: u32, at: &mut usize) -> Option<&'q mut Qp> {
-    if !qps.get(*at).is_some_and(|q| q.local.qpn == qpn) {
-        *at = qps.iter().position(|q| q.local.qpn == qpn)?;
+pub(crate) fn find_qp<'q>(
+    qps: &'q mut [Qp],
+    qpn: u32,
+    tag: usize,
+    at: &mut usize,
+) -> Option<&'q mut Qp> {
+    let ours = |q: &Qp| q.local.qpn == qpn && q.shared_cq == Some(tag);
+    if !qps.get(*at).is_some_and(ours) {
+        *at = qps.iter().position(ours)?;
     }
     qps.get_mut(*at)
 }

@@ -131,28 +131,38 @@ impl DirectCq {
         }
     }
 
-    /// Polls a CQ that several direct-path QPs share: each CQE goes to the
-    /// QP its QPN names, whose SQ or RQ retires the WR; the credits of every
-    /// retired WR go back once per call.
-    ///
-    /// Errors: a CQE of a QP not among `qps` ([`Error::ForeignCqe`]); a
-    /// stale `wqe_counter` ([`Error::StaleCqe`]). The completions before it
-    /// are in `out` (the count is lost with the error, as on a QP's own CQ).
-    pub(crate) fn poll_shared(
+    /// Takes CQEs from a CQ that several direct-path QPs share, until
+    /// `max` completions were handed to `put` or the CQ is empty: each CQE
+    /// goes to the QP of `qps` its QPN names (and whose CQ is the one
+    /// `tag` names), whose SQ or RQ retires the WR; the credits of every
+    /// retired WR go back once. CQEs of QP `skip` are dropped unretired (a
+    /// QP just moved to RESET). Returns the completions handed over, and
+    /// the first error: a CQE of a QP not among `qps`
+    /// ([`Error::ForeignCqe`]) or a stale `wqe_counter`
+    /// ([`Error::StaleCqe`]), after which it stops.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn take_shared(
         &mut self,
         credits: &CqCredits,
         qps: &mut [crate::Qp],
+        tag: usize,
         at: &mut usize,
-        out: &mut [Completion],
-    ) -> Result<usize> {
+        max: usize,
+        skip: Option<u32>,
+        mut put: impl FnMut(Completion),
+    ) -> (usize, Result<()>) {
         let mut n = 0;
         let mut consumed = false;
         let mut freed = 0;
         let mut result = Ok(());
-        while n < out.len() {
+        while n < max {
             let Some(cqe) = self.cq.poll_one() else { break };
             consumed = true;
-            let q = crate::cq::find_qp(qps, cqe.qpn, at).and_then(|q| match &mut q.kind {
+            if skip == Some(cqe.qpn) {
+                continue;
+            }
+            let q = crate::cq::find_qp(qps, cqe.qpn, tag, at).and_then(|q| match &mut q.kind {
                 crate::QpKind::Direct(d) => Some(d),
                 #[cfg(feature = "verbs")]
                 crate::QpKind::Verbs(_) => None,
@@ -167,7 +177,7 @@ impl DirectCq {
             freed += q.sq.free_wrs() - before + recvs;
             match r {
                 Ok(Some(c)) => {
-                    out[n] = c;
+                    put(c);
                     n += 1;
                 }
                 Ok(None) => {}
@@ -181,7 +191,7 @@ impl DirectCq {
             self.cq.update_ci();
         }
         credits.give(freed);
-        result.map(|()| n)
+        (n, result)
     }
 }
 
@@ -202,10 +212,12 @@ fn retire(
     let retired = if requester {
         sq.complete(cqe.wqe_counter)
     } else {
-        *recvs += 1;
-        rq.complete(cqe.wqe_counter).map(|wr_id| Retired {
-            wr_id,
-            hidden: false,
+        rq.complete(cqe.wqe_counter).map(|wr_id| {
+            *recvs += 1;
+            Retired {
+                wr_id,
+                hidden: false,
+            }
         })
     };
     let Some(Retired { wr_id, hidden }) = retired else {

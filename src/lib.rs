@@ -371,19 +371,7 @@ impl Pd {
     /// Errors: `len` of 0, or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE
     /// (the IB spec requires it) are refused before any registration.
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        if Access::from_bits(access.bits()).is_none() {
-            return Err(Error::Invalid(format!(
-                "access flags {:#x} hold bits this crate does not know",
-                access.bits()
-            )));
-        }
-        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(Error::Invalid(
-                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
-            ));
-        }
+        check_access(access)?;
         self.register(Buffer::new(len)?, access)
     }
 
@@ -392,6 +380,7 @@ impl Pd {
     ///
     /// Errors: as [`Self::reg_mr`]; the mapping's.
     pub fn reg_mapped(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
+        check_access(access)?;
         let (buf, pages) = Buffer::mapped(len)?;
         Ok((self.register(buf, access)?, pages))
     }
@@ -406,13 +395,7 @@ impl Pd {
 
     /// Registers `buf` (checked access flags) and keeps it with the PD.
     fn register(&self, buf: Buffer, access: Access) -> Result<Mr> {
-        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
-            && !access.contains(Access::LOCAL_WRITE)
-        {
-            return Err(Error::Invalid(
-                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
-            ));
-        }
+        check_access(access)?;
         let (reg, lkey, rkey): (Box<dyn Registration>, u32, u32) = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => {
                 // SAFETY: `buf` is owned by the MrInner built below, whose
@@ -510,7 +493,7 @@ impl Pd {
     fn create_qp_on(
         &self,
         cfg: &QpConfig,
-        shared: Option<(&SharedKind, &CqCredits)>,
+        shared: Option<(&SharedKind, &CqCredits, usize)>,
     ) -> Result<Qp> {
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
             return Err(Error::Invalid(format!(
@@ -552,9 +535,9 @@ impl Pd {
         };
         let direct_cq = || match shared {
             None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
-            Some((SharedKind::Direct(c), credits)) => Ok(direct::CqFor::Shared(c, credits)),
+            Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
             #[cfg(feature = "verbs")]
-            Some((SharedKind::Verbs(_), _)) => Err(Error::Invalid(
+            Some((SharedKind::Verbs(..), ..)) => Err(Error::Invalid(
                 "a direct-path QP cannot complete into a verbs CQ".into(),
             )),
         };
@@ -647,10 +630,10 @@ impl Pd {
                     // receives are held to what the caller asked.
                     let choice = match shared {
                         None => verbs::CqChoice::Own(cq_depth),
-                        Some((SharedKind::Verbs(c), credits)) => {
+                        Some((SharedKind::Verbs(c), credits, _)) => {
                             verbs::CqChoice::Shared(c, credits)
                         }
-                        Some((SharedKind::Direct(_), _)) => {
+                        Some((SharedKind::Direct(_), ..)) => {
                             return Err(Error::Invalid(
                                 "a verbs QP cannot complete into a direct-path CQ".into(),
                             ))
@@ -693,7 +676,7 @@ impl Pd {
         };
         let mut qp = Qp {
             kind,
-            shared_cq: shared.is_some(),
+            shared_cq: shared.map(|(_, _, tag)| tag),
             state: QpState::Reset,
             cfg: *cfg,
             local,
@@ -702,6 +685,25 @@ impl Pd {
         qp.local.qpn = qp.qp_num();
         Ok(qp)
     }
+}
+
+/// Access flags a registration takes: only bits this crate knows, and
+/// REMOTE_WRITE / REMOTE_ATOMIC only with LOCAL_WRITE (IB spec 10.6.3.1).
+fn check_access(access: Access) -> Result<()> {
+    if Access::from_bits(access.bits()).is_none() {
+        return Err(Error::Invalid(format!(
+            "access flags {:#x} hold bits this crate does not know",
+            access.bits()
+        )));
+    }
+    if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+        && !access.contains(Access::LOCAL_WRITE)
+    {
+        return Err(Error::Invalid(
+            "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// See [`Qp::sim_hook`].
@@ -835,8 +837,9 @@ pub struct Endpoint {
 pub struct Qp {
     // Field order: the QP goes before the PD (and its MRs) it belongs to.
     kind: QpKind,
-    /// Its completions go to a [`SharedCq`], which polls them.
-    shared_cq: bool,
+    /// Its completions go to a [`SharedCq`], which polls them (the tag that
+    /// names that CQ).
+    shared_cq: Option<usize>,
     state: QpState,
     cfg: QpConfig,
     local: Endpoint,
@@ -1003,22 +1006,37 @@ impl Qp {
     /// Moving to RESET forgets every outstanding WR and discards the QP's
     /// completions not yet polled; the QP can then be connected again
     /// (ERR -> RESET -> INIT -> RTR -> RTS). A QP on a [`SharedCq`] moves to
-    /// RESET only with no WR outstanding ([`Error::Invalid`] otherwise):
-    /// the CQ holds other QPs' completions too, so move it to ERR and poll
-    /// its flushed completions first.
+    /// RESET here only with no WR outstanding ([`Error::Invalid`]
+    /// otherwise): the CQ holds other QPs' completions too, so reset it with
+    /// [`SharedCq::reset_qp`], which drains the CQ of its completions.
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        self.modify_with(to, attr, false)
+    }
+
+    /// Sends and receives posted and not yet retired.
+    pub(crate) fn outstanding(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.outstanding(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.outstanding() as u32,
+        }
+    }
+
+    /// [`Self::modify`]; `cq_drained`: the caller ([`SharedCq::reset_qp`])
+    /// drains the shared CQ of this QP's completions after a RESET.
+    pub(crate) fn modify_with(
+        &mut self,
+        to: QpState,
+        attr: &QpAttr,
+        cq_drained: bool,
+    ) -> Result<()> {
         qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
-        if to == QpState::Reset && self.shared_cq {
-            let outstanding = match &self.kind {
-                QpKind::Direct(q) => q.outstanding() as u64,
-                #[cfg(feature = "verbs")]
-                QpKind::Verbs(q) => q.outstanding(),
-            };
+        if to == QpState::Reset && self.shared_cq.is_some() && !cq_drained {
+            let outstanding = self.outstanding();
             if outstanding > 0 {
                 return Err(Error::Invalid(format!(
                     "QP {:#x} completes into a shared CQ and has {outstanding} WRs outstanding: \
-                     RESET would leave their CQEs there; move it to ERR and poll its flushed \
-                     completions from the SharedCq first",
+                     reset it with SharedCq::reset_qp, which drains the CQ of its completions",
                     self.local.qpn
                 )));
             }
@@ -1107,7 +1125,7 @@ impl Qp {
     /// the device reports them as the hardware does.
     #[doc(hidden)]
     pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
-        if self.shared_cq {
+        if self.shared_cq.is_some() {
             return None;
         }
         match &mut self.kind {
@@ -1163,7 +1181,9 @@ impl Qp {
     /// Posts a batch of send work requests with one doorbell. Every WR is
     /// checked first; on any error nothing is posted. [`Error::QueueFull`]
     /// when the send queue has no room for the whole batch, [`Error::CqFull`]
-    /// when its CQ has no room for their completions (CQ credits).
+    /// when its CQ has no room for their completions (CQ credits): poll and
+    /// post again. A batch larger than `max_send_wr` or the CQ, which could
+    /// never fit, is [`Error::Invalid`].
     ///
     /// A QP that is not connected (RTS) refuses every WR with
     /// [`Error::QpState`].
@@ -1210,17 +1230,47 @@ impl Qp {
                 )));
             }
         }
-        match &mut self.kind {
+        let r = match &mut self.kind {
             QpKind::Direct(q) => q.post_send(wrs),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.post_send(wrs),
+        };
+        match r {
+            Err(Error::QueueFull | Error::CqFull) => {
+                Err(self.never_fits(wrs.len(), r.unwrap_err()))
+            }
+            r => r,
         }
+    }
+
+    /// A full queue or CQ (`e`) that polling cannot cure: a batch of `n`
+    /// WRs larger than the queue (`max_send_wr` / `max_recv_wr`) or the CQ
+    /// is [`Error::Invalid`], so the caller does not retry it for ever.
+    #[cold]
+    fn never_fits(&self, n: usize, e: Error) -> Error {
+        let queue = match e {
+            Error::RecvQueueFull => self.cfg.max_recv_wr,
+            _ => self.cfg.max_send_wr,
+        };
+        if n > queue as usize {
+            return Error::Invalid(format!(
+                "a batch of {n} WRs can never fit a queue of {queue} ({e})"
+            ));
+        }
+        let depth = self.cq_depth();
+        if n > depth as usize {
+            return Error::Invalid(format!(
+                "a batch of {n} WRs can never fit a CQ of {depth} CQEs ({e})"
+            ));
+        }
+        e
     }
 
     /// Posts a batch of receive work requests with one doorbell. Every WR is
     /// checked first; on any error nothing is posted. [`Error::RecvQueueFull`]
     /// when the QP would hold more than `max_recv_wr` receives,
-    /// [`Error::CqFull`] when its CQ has no room for their completions.
+    /// [`Error::CqFull`] when its CQ has no room for their completions; a
+    /// batch larger than either, which could never fit, is [`Error::Invalid`].
     ///
     /// A QP in RESET refuses every WR with [`Error::QpState`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
@@ -1230,10 +1280,22 @@ impl Qp {
                 needs: "INIT or later",
             });
         }
-        match &mut self.kind {
+        if self.cfg.max_recv_wr == 0 && !wrs.is_empty() {
+            // (The verbs device was asked for one receive, as it must be.)
+            return Err(Error::Invalid(
+                "the QP was created with max_recv_wr 0: it takes no receives".into(),
+            ));
+        }
+        let r = match &mut self.kind {
             QpKind::Direct(q) => q.post_recv(wrs),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.post_recv(wrs),
+        };
+        match r {
+            Err(Error::RecvQueueFull | Error::CqFull) => {
+                Err(self.never_fits(wrs.len(), r.unwrap_err()))
+            }
+            r => r,
         }
     }
 

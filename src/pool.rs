@@ -57,7 +57,8 @@ impl Pool {
     ///
     /// Errors: [`Error::Invalid`] for a chunk size not a positive multiple
     /// of 4096, a buffer size not a power of two in 64..=chunk size, no
-    /// chunks, or more than 2^32 buffers; the registration's own errors.
+    /// chunks, more than 2^32 buffers, or access flags `Pd::reg_mr` refuses;
+    /// the mapping's and the registration's own errors.
     pub fn new(pd: &Pd, cfg: &PoolConfig) -> Result<Pool> {
         if cfg.chunk_size == 0 || cfg.chunk_size % 4096 != 0 {
             return Err(Error::Invalid(format!(
@@ -81,7 +82,16 @@ impl Pool {
                 cfg.chunks, per_chunk
             )));
         };
-        let mut chunks = Vec::with_capacity(cfg.chunks);
+        if cfg.chunk_size.checked_mul(cfg.chunks).is_none() {
+            return Err(Error::Invalid(format!(
+                "{} chunks of {} bytes overflow the address space",
+                cfg.chunks, cfg.chunk_size
+            )));
+        }
+        let mut chunks = Vec::new();
+        chunks.try_reserve_exact(cfg.chunks).map_err(|_| {
+            Error::Invalid(format!("no memory to track {} pool chunks", cfg.chunks))
+        })?;
         let mut pages = Pages::Huge;
         for _ in 0..cfg.chunks {
             let (mr, p) = pd.reg_mapped(cfg.chunk_size, cfg.access)?;
@@ -188,12 +198,21 @@ impl PoolBuf {
         Sge::new(self.chunk(), self.base() + offset, len)
     }
 
-    /// The buffer at `offset`, as a peer names it.
-    pub fn remote(&self, offset: u64) -> RemoteAddr {
-        RemoteAddr {
+    /// The buffer at `offset`, as a peer names it (the peer may access
+    /// from there to the buffer's end).
+    ///
+    /// Errors: [`Error::Invalid`] when `offset` is not inside the buffer.
+    pub fn remote(&self, offset: u64) -> Result<RemoteAddr> {
+        if offset >= self.len() as u64 {
+            return Err(Error::Invalid(format!(
+                "offset {offset} is outside a pool buffer of {} bytes",
+                self.len()
+            )));
+        }
+        Ok(RemoteAddr {
             addr: self.addr() + offset,
             rkey: self.rkey(),
-        }
+        })
     }
 
     /// Copies `data` into the buffer at `offset`.

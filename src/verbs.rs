@@ -504,40 +504,64 @@ impl VerbsCq {
     }
 }
 
-/// Polls a CQ that several verbs QPs share: each completion goes to the QP
-/// its `qp_num` names, which retires the WR (and the unsignaled ones before
-/// it); the CQ credits of every retired WR are given back once per call.
-///
-/// Errors: a completion of a QP that is not among `qps`
-/// ([`Error::StaleCqe`]); `ibv_poll_cq`'s.
-pub(crate) fn poll_shared(
+/// Takes completions from a CQ that several verbs QPs share, until `max`
+/// were handed to `put` or the CQ is empty: each goes to the QP of `qps`
+/// its `qp_num` names (and whose CQ is the one `tag` names), which retires
+/// the WR (and the unsignaled ones before it); the CQ credits of every
+/// retired WR go back once. Completions of QP `skip` are dropped unretired
+/// (a QP just moved to RESET). Returns the completions handed over and the
+/// first error (a completion of a QP not among `qps`:
+/// [`Error::ForeignCqe`]); the batch already taken is still handed over.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn take_shared(
     cq: &VerbsCq,
     credits: &CqCredits,
     qps: &mut [crate::Qp],
+    tag: usize,
     at: &mut usize,
-    out: &mut [Completion],
-) -> Result<usize> {
+    max: usize,
+    skip: Option<u32>,
+    mut put: impl FnMut(Completion),
+) -> (usize, Result<()>) {
     let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
-    let wc = cq.poll_into(&mut store, out.len())?;
     let mut freed = 0;
     let mut k = 0;
     let mut result = Ok(());
-    for w in wc {
-        let found = crate::cq::find_qp(qps, w.qp_num, at).and_then(|q| match &mut q.kind {
-            crate::QpKind::Verbs(v) => Some(v),
-            crate::QpKind::Direct(_) => None,
-        });
-        let Some(q) = found else {
-            result = Err(Error::ForeignCqe { qpn: w.qp_num });
-            continue;
+    while k < max {
+        let want = (max - k).min(store.len());
+        let wc = match cq.poll_into(&mut store, want) {
+            Ok(wc) => wc,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
         };
-        if let Some(c) = q.retire(w, &mut freed) {
-            out[k] = c;
-            k += 1;
+        for w in wc {
+            if skip == Some(w.qp_num) {
+                continue;
+            }
+            let found =
+                crate::cq::find_qp(qps, w.qp_num, tag, at).and_then(|q| match &mut q.kind {
+                    crate::QpKind::Verbs(v) => Some(v),
+                    crate::QpKind::Direct(_) => None,
+                });
+            let Some(q) = found else {
+                if result.is_ok() {
+                    result = Err(Error::ForeignCqe { qpn: w.qp_num });
+                }
+                continue;
+            };
+            if let Some(c) = q.retire(w, &mut freed) {
+                put(c);
+                k += 1;
+            }
+        }
+        if wc.len() < want || result.is_err() {
+            break;
         }
     }
     credits.give(freed);
-    result.map(|()| k)
+    (k, result)
 }
 
 /// An RC QP driven through `ibv_post_send` / `ibv_poll_cq`, with its own CQ
@@ -1070,11 +1094,21 @@ impl VerbsQp {
         // Our wr_id is the WR's sequence number (see `VerbsQp`).
         let (wr_id, hidden) = if w.wr_id & RECV_TAG != 0 {
             let seq = w.wr_id & !RECV_TAG;
+            if seq >= self.recv_posted || seq < self.recv_done {
+                // Names no receive this QP posted, or one already retired
+                // (a completion from before a RESET).
+                return None;
+            }
             let done = self.recv_done.max(seq + 1);
             *freed += (done - self.recv_done) as u32;
             self.recv_done = done;
             (self.recv_ids[(seq % self.max_recv as u64) as usize], false)
         } else {
+            if w.wr_id >= self.posted || w.wr_id < self.retired {
+                // Names no send this QP posted, or one already retired (a
+                // completion from before a RESET).
+                return None;
+            }
             let retired = self.retired.max(w.wr_id + 1);
             *freed += (retired - self.retired) as u32;
             self.retired = retired;
