@@ -831,10 +831,9 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
         for s in w.sges {
             let dst = &mut inline[off..off + s.len as usize];
             // SAFETY: `s` borrows a live Mr (Sge<'mr>) and `Sge::new` checked
-            // that addr..addr+len lies inside it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(s.addr as *const u8, dst.as_mut_ptr(), dst.len())
-            };
+            // that addr..addr+len lies inside it; registered memory is read
+            // with atomic loads (`shared`), as the device may write it.
+            unsafe { mlx5_dv::shared::load_into(s.addr as *const u8, dst) };
             off += s.len as usize;
         }
         Payload::Inline(&inline[..off])

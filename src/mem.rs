@@ -172,26 +172,19 @@ impl Mr {
     /// Copies `src` into the region at `offset`.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_range(offset, src.len())?;
-        // SAFETY: range checked; the buffer lives as long as `self`. The device
-        // may write concurrently: like DMA, the result is then unspecified but
-        // memory-safe (u8 stores).
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.inner.buf.ptr().add(offset), src.len())
-        };
+        // SAFETY: range checked; the buffer lives as long as `self`. The
+        // device or another thread may access it concurrently: the copy is
+        // atomic stores (`shared`), so that is no data race; the bytes are
+        // then unspecified, as with DMA.
+        unsafe { mlx5_dv::shared::store_from(src, self.inner.buf.ptr().add(offset)) };
         Ok(())
     }
 
     /// Copies from the region at `offset` into `dst`.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
-        // SAFETY: as in `write`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.inner.buf.ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        // SAFETY: as in `write` (atomic loads).
+        unsafe { mlx5_dv::shared::load_into(self.inner.buf.ptr().add(offset), dst) };
         Ok(())
     }
 

@@ -19,6 +19,7 @@ pub mod dv;
 pub mod mmio;
 pub mod prm;
 pub mod ring;
+pub mod shared;
 pub mod trace;
 pub mod wqe;
 

@@ -116,8 +116,9 @@ impl Drop for DmaBuf {
 /// # Safety
 /// Both ranges must lie in live registered memory regions.
 pub(super) unsafe fn copy(src: u64, dst: u64, len: usize) {
-    // SAFETY: caller guarantees both ranges are valid; `copy` tolerates overlap.
-    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+    // SAFETY: caller guarantees both ranges are valid; `copy` tolerates
+    // overlap, and its atomic accesses make a concurrent host access no race.
+    unsafe { crate::shared::copy(src as *const u8, dst as *mut u8, len) };
 }
 
 /// Copies one byte and publishes it with release order after all earlier writes.
@@ -126,7 +127,7 @@ pub(super) unsafe fn copy(src: u64, dst: u64, len: usize) {
 /// As [`copy`] for one byte.
 pub(super) unsafe fn copy_last_byte(src: u64, dst: u64) {
     // SAFETY: caller guarantees validity.
-    let b = unsafe { (src as *const u8).read_volatile() };
+    let b = unsafe { AtomicU8::from_ptr(src as *mut u8) }.load(Ordering::Relaxed);
     // SAFETY: as above.
     unsafe { store_last_byte(dst, b) };
 }
@@ -147,7 +148,7 @@ pub(super) unsafe fn store_last_byte(dst: u64, b: u8) {
 /// `dst..dst+src.len()` must lie in a live registered memory region.
 pub(super) unsafe fn write_from(dst: u64, src: &[u8]) {
     // SAFETY: caller guarantees validity; `src` is host memory of ours.
-    unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) };
+    unsafe { crate::shared::store_from(src, dst as *mut u8) };
 }
 
 /// Atomic compare-and-swap on a registered 8-byte word; returns the old value.
@@ -178,5 +179,5 @@ pub(super) unsafe fn fetch_add(addr: u64, add: u64) -> u64 {
 /// `src..src+dst.len()` must lie in a live registered memory region.
 pub(super) unsafe fn read_into(src: u64, dst: &mut [u8]) {
     // SAFETY: caller guarantees validity; `dst` is host memory of ours.
-    unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+    unsafe { crate::shared::load_into(src as *const u8, dst) };
 }
