@@ -64,11 +64,20 @@ fn config(a: &Args) -> QpConfig {
         max_recv_wr: 16,
         max_inline: 0,
         gid_index: a.gid,
+        // As ibv_rc_pingpong: a SEND that finds no receive yet is retried
+        // until one is posted.
+        rnr_retry: 7,
         ..QpConfig::default()
     }
 }
 
-/// One side: `first` sends first. Each iteration: (send,) wait for the
+/// The receive each side keeps posted: the second half of its buffer.
+fn post_first_recv(qp: &mut Qp, mr: &Mr, size: u32) -> rdma_direct::Result<()> {
+    qp.post_recv(&[RecvWr::new(0, &[Sge::new(mr, size as usize, size)?])])
+}
+
+/// One side: `first` sends first (the caller posted each side's first
+/// receive before either could send). Each iteration: (send,) wait for the
 /// peer's SEND, repost the receive, (send back). Every completion is
 /// checked; the side returns only once its own SENDs have all completed
 /// (as `ibv_rc_pingpong` counts both kinds), so its QP outlives them. With
@@ -84,7 +93,6 @@ fn pingpong(
     let (s, r) = (0usize, size as usize);
     let send_sge = [Sge::new(mr, s, size)?];
     let recv_sge = [Sge::new(mr, r, size)?];
-    qp.post_recv(&[RecvWr::new(0, &recv_sge)])?;
     let mut wc = [Completion::default(); 4];
     // Completions seen so far: (receives, sends).
     let mut done = (0u32, 0u32);
@@ -178,6 +186,8 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
             pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
             pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
         );
+        post_first_recv(&mut qa, &ma, a.size)?;
+        post_first_recv(&mut qb, &mb, a.size)?;
         let (size, iters, ev) = (a.size, a.iters, a.events);
         let server = std::thread::spawn(move || pingpong(&mut qb, &mb, size, iters, false, ev));
         let client = pingpong(&mut qa, &ma, size, iters, true, ev);
@@ -216,6 +226,8 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
         peer.psn
     );
     qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+    // Our receive is posted before the barrier lets the peer send.
+    post_first_recv(&mut qp, &mr, a.size)?;
     exchange::barrier(&mut tcp)?;
     let t = pingpong(&mut qp, &mr, a.size, a.iters, a.host.is_some(), a.events)?;
     exchange::barrier(&mut tcp)?;

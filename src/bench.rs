@@ -910,16 +910,16 @@ pub fn default_cq_mod(size: u32) -> u32 {
 #[derive(Clone, Debug)]
 pub struct BwConfig {
     pub lat: LatConfig,
-    /// Send queue depth [`-t`], work requests kept in flight.
+    /// Send queue depth (perftest `-t`), work requests kept in flight.
     pub tx_depth: u32,
-    /// A completion is requested every `cq_mod` work requests [`-Q`].
+    /// A completion is requested every `cq_mod` work requests (perftest `-Q`).
     pub cq_mod: u32,
-    /// Work requests per post call [`-l`] (one doorbell for the list).
+    /// Work requests per post call (perftest `-l`) (one doorbell for the list).
     pub post_list: u32,
-    /// QPs, each running the test [`-q`]: every one keeps `tx_depth` WRs in
+    /// QPs, each running the test (perftest `-q`): every one keeps `tx_depth` WRs in
     /// flight and runs `iters` of them; the report is over all of them.
     pub qps: u32,
-    /// Run for this long instead of `iters` WRs [`-D`]: the report counts
+    /// Run for this long instead of `iters` WRs (perftest `-D`): the report counts
     /// the WRs completed, and has no peak (perftest's `-D` leaves it out
     /// too).
     pub duration: Option<Duration>,

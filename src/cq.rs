@@ -213,6 +213,12 @@ impl SharedCq {
         &mut self.qps
     }
 
+    /// The index of the QP numbered `qp_num` (a [`Completion::qp_num`]), if
+    /// it is one of this CQ's.
+    pub fn index_of(&self, qp_num: u32) -> Option<usize> {
+        self.qps.iter().position(|q| q.qp_num() == qp_num)
+    }
+
     /// How many QPs complete into this CQ.
     pub fn len(&self) -> usize {
         self.qps.len()
@@ -360,7 +366,11 @@ impl SharedCq {
         }
     }
 
-    /// Waits for completions in `mode` ([`CompletionMode`]), up to `timeout`.
+    /// Waits for completions of any of its QPs in `mode` (busy polling,
+    /// events, or adaptive: see [`CompletionMode`]): returns as soon as at
+    /// least one is in `out`, or 0 when `timeout` passed first.
+    ///
+    /// Errors: `out` is empty ([`Error::Invalid`]); as [`Self::poll`].
     pub fn wait(
         &mut self,
         out: &mut [Completion],

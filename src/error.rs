@@ -56,7 +56,9 @@ pub enum Error {
     /// The QP's CQ has no room for the completions of the batch besides
     /// those of every outstanding WR (CQ credits); nothing was posted. Poll
     /// completions and post again.
-    #[error("completion queue full: no CQ credits for the batch")]
+    #[error(
+        "completion queue full: no CQ credits for the batch (poll completions, or size the CQ with CqSizing)"
+    )]
     CqFull,
     /// Every buffer of a memory pool is out; nothing was registered. Drop a
     /// buffer (it goes back) or build the pool with more chunks.

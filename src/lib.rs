@@ -833,7 +833,8 @@ pub struct Endpoint {
     pub roce: bool,
 }
 
-/// An RC queue pair with its own completion queue.
+/// An RC queue pair, with its own completion queue ([`Pd::create_qp`]) or
+/// on a [`SharedCq`] ([`SharedCq::create_qp`]).
 pub struct Qp {
     // Field order: the QP goes before the PD (and its MRs) it belongs to.
     kind: QpKind,

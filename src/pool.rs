@@ -22,7 +22,8 @@ pub struct PoolConfig {
     /// Bytes per buffer handed out: 64 to `chunk_size`, a power of two (so
     /// buffers never straddle chunks and stay aligned).
     pub buf_size: usize,
-    /// Access of every chunk (LOCAL_WRITE with REMOTE_WRITE / REMOTE_ATOMIC).
+    /// Access of every chunk (default LOCAL_WRITE | REMOTE_WRITE |
+    /// REMOTE_READ; REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE).
     pub access: Access,
 }
 
@@ -78,7 +79,8 @@ impl Pool {
             .filter(|&t| t > 0 && t <= u32::MAX as usize);
         let Some(total) = total else {
             return Err(Error::Invalid(format!(
-                "a pool of {} chunks of {} buffers",
+                "a pool of {} chunks of {} buffers: chunks must be at least 1 and the \
+                 buffers at most 2^32",
                 cfg.chunks, per_chunk
             )));
         };
@@ -155,6 +157,11 @@ impl Pool {
 /// One buffer of a [`Pool`], back in the pool when dropped. It names
 /// registered memory: use it as a local SGE ([`Self::sge`]) or offer it as a
 /// remote target ([`Self::remote`]).
+///
+/// Keep it until every work request naming it has completed: an SGE
+/// borrows it only for the post call, and a buffer dropped earlier goes to
+/// its next owner while the device may still write it (the memory stays
+/// registered, so this is wrong data, never unsafety).
 pub struct PoolBuf {
     pool: Arc<PoolInner>,
     index: u32,

@@ -60,7 +60,10 @@ fn hex_vec(s: &str) -> Result<Vec<u8>, String> {
         return Err(format!("{c:?} is not a hex digit"));
     }
     if h.len() % 2 != 0 {
-        return Err(format!("hex of odd length {}", h.len()));
+        return Err(format!(
+            "{} hex digits: an odd count (a CQE is 128 digits, 256 with --cqe-size 128)",
+            h.len()
+        ));
     }
     (0..h.len())
         .step_by(2)

@@ -348,9 +348,26 @@ impl std::fmt::Display for WcStatus {
 }
 
 /// What a completed work request was (`enum ibv_wc_opcode` values). Only
-/// meaningful when the status is success (as in verbs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// meaningful when the status is success (as in verbs). `Debug` prints the
+/// verbs name.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct WcOpcode(pub u32);
+
+impl std::fmt::Debug for WcOpcode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match *self {
+            Self::SEND => "SEND",
+            Self::RDMA_WRITE => "RDMA_WRITE",
+            Self::RDMA_READ => "RDMA_READ",
+            Self::COMP_SWAP => "COMP_SWAP",
+            Self::FETCH_ADD => "FETCH_ADD",
+            Self::RECV => "RECV",
+            Self::RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
+            _ => return write!(f, "WcOpcode({})", self.0),
+        };
+        f.write_str(name)
+    }
+}
 
 impl WcOpcode {
     pub const SEND: Self = Self(0);
