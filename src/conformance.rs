@@ -2016,11 +2016,38 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     std::thread::sleep(Duration::from_millis(50));
     let n = cq.poll(&mut wc)?;
     check_eq!(n, 0, "completions after reset_qp: {:?}", &wc[..n]);
+    // Reconnected after reset_qp, then removed with 16 receives
+    // outstanding: its credits come back, the other QP keeps its index
+    // lookup and its completions.
+    peers[0].modify(QpState::Reset, &QpAttr::default())?;
+    Qp::connect_loopback(cq.qp_mut(qa[0]), &mut peers[0])?;
+    post_recvs(&mut cq, 0)?;
+    cq.remove_qp(qa[0])?;
+    check_eq!(cq.len(), 1);
+    check_eq!(
+        cq.index_of(qpn[1]),
+        Some(0),
+        "QP 1's index after the removal"
+    );
+    check_eq!(cq.index_of(qpn[0]), None, "the removed QP's index");
+    check_eq!(
+        cq.credits_free(),
+        full - 14,
+        "CQ credits after remove_qp: QP 1 holds 14 receives"
+    );
+    peers[1].post_send(&[SendWr::send_with_imm(97, &psge, 97).signaled()])?;
+    check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
+    let c = poll_shared_until(&mut cq, 1)?[0];
+    check_eq!(
+        (c.status, c.qp_num, c.wr_id, c.imm),
+        (WcStatus::SUCCESS, qpn[1], id(1, 2), Some(97)),
+        "QP 1 after QP 0 was removed"
+    );
     if let Some(overrun) = cq.sim_overrun() {
         check!(!overrun, "the sim's shared CQ overran");
     }
     passed(vec![format!(
-        "CQ of {full} CQEs for 2 x (32 + 16) WRs; 96 completions with their QP's qp_num; QP 0's 16 flushes only; reset_qp with 3 unsignaled WRITEs out"
+        "CQ of {full} CQEs for 2 x (32 + 16) WRs; 96 completions with their QP's qp_num; QP 0's 16 flushes only; reset_qp with 3 unsignaled WRITEs out; remove_qp"
     )])
 }
 

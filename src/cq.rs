@@ -213,6 +213,22 @@ impl SharedCq {
         &mut self.qps
     }
 
+    /// Destroys the QP at `index` (a server's QP whose client left): it is
+    /// reset as [`Self::reset_qp`] does (the CQ drained of its completions,
+    /// its credits back), then dropped. The QPs after it move down one
+    /// index, as in `Vec::remove` ([`Self::index_of`] finds them again).
+    ///
+    /// Errors: as [`Self::reset_qp`]; the QP stays on error.
+    ///
+    /// # Panics
+    /// When no QP has that index.
+    pub fn remove_qp(&mut self, index: usize) -> Result<()> {
+        self.reset_qp(index)?;
+        self.qps.remove(index);
+        self.at = 0;
+        Ok(())
+    }
+
     /// The index of the QP numbered `qp_num` (a [`Completion::qp_num`]), if
     /// it is one of this CQ's.
     pub fn index_of(&self, qp_num: u32) -> Option<usize> {
