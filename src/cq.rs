@@ -304,11 +304,6 @@ impl SharedCq {
         skip: Option<u32>,
         mut put: impl FnMut(usize, Completion),
     ) -> (usize, Result<()>) {
-        let mut k = 0;
-        let mut put = |c| {
-            put(k, c);
-            k += 1;
-        };
         match &mut self.kind {
             SharedKind::Direct(c) => c.take_shared(
                 &self.credits,

@@ -150,49 +150,65 @@ impl DirectCq {
         at: &mut usize,
         max: usize,
         skip: Option<u32>,
-        mut put: impl FnMut(Completion),
+        put: impl FnMut(usize, Completion),
     ) -> (usize, Result<()>) {
-        let mut n = 0;
-        let mut consumed = false;
         let mut freed = 0;
-        let mut result = Ok(());
-        while n < max {
-            let Some(cqe) = self.cq.poll_one() else { break };
-            consumed = true;
-            if skip == Some(cqe.qpn) {
-                continue;
-            }
-            let q = crate::cq::find_qp(qps, cqe.qpn, tag, at).and_then(|q| match &mut q.kind {
-                crate::QpKind::Direct(d) => Some(d),
-                #[cfg(feature = "verbs")]
-                crate::QpKind::Verbs(_) => None,
-            });
-            let Some(q) = q else {
-                result = Err(Error::ForeignCqe { qpn: cqe.qpn });
-                break;
-            };
-            let before = q.sq.free_wrs();
-            let mut recvs = 0;
-            let r = retire(&mut q.sq, &mut q.rq, &cqe, &mut recvs);
-            freed += q.sq.free_wrs() - before + recvs;
-            match r {
-                Ok(Some(c)) => {
-                    put(c);
-                    n += 1;
+        let r = take_cqes(
+            &mut self.cq,
+            max,
+            |cqe| {
+                if skip == Some(cqe.qpn) {
+                    return Ok(None);
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        if consumed {
-            self.cq.update_ci();
-        }
+                let q = crate::cq::find_qp(qps, cqe.qpn, tag, at)
+                    .and_then(crate::Qp::direct_mut)
+                    .ok_or(Error::ForeignCqe { qpn: cqe.qpn })?;
+                let before = q.sq.free_wrs();
+                let mut recvs = 0;
+                let r = retire(&mut q.sq, &mut q.rq, cqe, &mut recvs);
+                freed += q.sq.free_wrs() - before + recvs;
+                r
+            },
+            put,
+        );
         credits.give(freed);
-        (n, result)
+        r
     }
+}
+
+/// Takes CQEs from `cq` until `max` completions were handed to `put`, the
+/// CQ is empty, or `handle` fails (the error is returned with the count);
+/// `handle` turns a CQE into the completion to report, or none. The
+/// consumer index goes to the device once, if anything was taken.
+#[inline(always)]
+fn take_cqes(
+    cq: &mut CompletionQueue,
+    max: usize,
+    mut handle: impl FnMut(&Cqe) -> Result<Option<Completion>>,
+    mut put: impl FnMut(usize, Completion),
+) -> (usize, Result<()>) {
+    let mut n = 0;
+    let mut consumed = false;
+    let mut result = Ok(());
+    while n < max {
+        let Some(cqe) = cq.poll_one() else { break };
+        consumed = true;
+        match handle(&cqe) {
+            Ok(Some(c)) => {
+                put(n, c);
+                n += 1;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    if consumed {
+        cq.update_ci();
+    }
+    (n, result)
 }
 
 /// Retires what one CQE of a QP completes: the receive it names, or the
@@ -742,27 +758,13 @@ impl DirectQp {
         };
         let sq_free = self.sq.free_wrs();
         let mut recvs = 0;
-        let mut n = 0;
-        let mut consumed = false;
-        let mut result = Ok(());
-        while n < out.len() {
-            let Some(cqe) = cq.cq.poll_one() else { break };
-            consumed = true;
-            match retire(&mut self.sq, &mut self.rq, &cqe, &mut recvs) {
-                Ok(Some(c)) => {
-                    out[n] = c;
-                    n += 1;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        if consumed {
-            cq.cq.update_ci();
-        }
+        let (sq, rq) = (&mut self.sq, &mut self.rq);
+        let (n, result) = take_cqes(
+            &mut cq.cq,
+            out.len(),
+            |cqe| retire(sq, rq, cqe, &mut recvs),
+            |k, c| out[k] = c,
+        );
         self.give_credits(self.sq.free_wrs() - sq_free + recvs);
         result.map(|()| n)
     }

@@ -921,6 +921,24 @@ impl Qp {
         Ok(())
     }
 
+    /// The direct-path QP behind this one, if it is one.
+    pub(crate) fn direct_mut(&mut self) -> Option<&mut direct::DirectQp> {
+        match &mut self.kind {
+            QpKind::Direct(q) => Some(q),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// The verbs QP behind this one, if it is one.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn verbs_mut(&mut self) -> Option<&mut verbs::VerbsQp> {
+        match &mut self.kind {
+            QpKind::Verbs(q) => Some(q),
+            QpKind::Direct(_) => None,
+        }
+    }
+
     /// The configuration the QP was created with.
     pub fn config(&self) -> &QpConfig {
         &self.cfg

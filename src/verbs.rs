@@ -521,7 +521,7 @@ pub(crate) fn take_shared(
     at: &mut usize,
     max: usize,
     skip: Option<u32>,
-    mut put: impl FnMut(Completion),
+    mut put: impl FnMut(usize, Completion),
 ) -> (usize, Result<()>) {
     let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
     let mut freed = 0;
@@ -540,11 +540,7 @@ pub(crate) fn take_shared(
             if skip == Some(w.qp_num) {
                 continue;
             }
-            let found =
-                crate::cq::find_qp(qps, w.qp_num, tag, at).and_then(|q| match &mut q.kind {
-                    crate::QpKind::Verbs(v) => Some(v),
-                    crate::QpKind::Direct(_) => None,
-                });
+            let found = crate::cq::find_qp(qps, w.qp_num, tag, at).and_then(crate::Qp::verbs_mut);
             let Some(q) = found else {
                 if result.is_ok() {
                     result = Err(Error::ForeignCqe { qpn: w.qp_num });
@@ -552,7 +548,7 @@ pub(crate) fn take_shared(
                 continue;
             };
             if let Some(c) = q.retire(w, &mut freed) {
-                put(c);
+                put(k, c);
                 k += 1;
             }
         }
