@@ -1341,6 +1341,43 @@ fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
         "the receive that took the SEND"
     );
     nothing_completes(&mut s.b)?;
+    // A receive batch short of CQ credits is CqFull (polling cures it),
+    // whatever the send queue's depth; one larger than max_recv_wr or the
+    // CQ is Invalid (nothing would).
+    let cfg = QpConfig {
+        max_send_wr: 1,
+        max_recv_wr: 32,
+        cq_depth: Some(16),
+        ..QpConfig::default()
+    };
+    let mut q = s.pd.create_qp(&cfg)?;
+    let mut peer = s.pd.create_qp(&cfg)?;
+    Qp::connect_loopback(&mut q, &mut peer)?;
+    let depth = q.cq_depth() as usize;
+    let sges: Vec<[Sge<'_>; 1]> = (0..depth)
+        .map(|i| Ok([Sge::new(&buf, (i * 8) % 256, 8)?]))
+        .collect::<Result<_, Error>>()?;
+    let wrs: Vec<RecvWr<'_>> = sges.iter().map(|g| RecvWr::new(1, g)).collect();
+    q.post_recv(&wrs[..depth - 4])?;
+    let r = q.post_recv(&wrs[..8]);
+    check!(
+        matches!(r, Err(Error::CqFull)),
+        "8 receives, 4 credits left: {r:?}"
+    );
+    let r = peer.post_recv(&[]);
+    check!(r.is_ok(), "an empty batch: {r:?}");
+    let big: Vec<RecvWr<'_>> = (0..33).map(|_| RecvWr::new(2, &sges[0])).collect();
+    let mut fresh = s.pd.create_qp(&QpConfig {
+        cq_depth: None,
+        ..cfg
+    })?;
+    let mut fresh_peer = s.pd.create_qp(&cfg)?;
+    Qp::connect_loopback(&mut fresh, &mut fresh_peer)?;
+    let r = fresh.post_recv(&big);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "33 receives, max_recv_wr 32: {r:?}"
+    );
     passed(vec![])
 }
 
@@ -2042,6 +2079,14 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         (c.status, c.qp_num, c.wr_id, c.imm),
         (WcStatus::SUCCESS, qpn[1], id(1, 2), Some(97)),
         "QP 1 after QP 0 was removed"
+    );
+    // A QP swapped in from outside is not this CQ's to reset.
+    std::mem::swap(cq.qp_mut(0), &mut peers[1]);
+    let r = cq.reset_qp(0);
+    std::mem::swap(cq.qp_mut(0), &mut peers[1]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "reset_qp of a swapped-in QP: {r:?}"
     );
     if let Some(overrun) = cq.sim_overrun() {
         check!(!overrun, "the sim's shared CQ overran");

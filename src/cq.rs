@@ -262,7 +262,8 @@ impl SharedCq {
     /// Errors: [`Error::ForeignCqe`] for a completion of a QP not created on
     /// this CQ (e.g. one swapped out of [`Self::qp_mut`]); [`Error::StaleCqe`];
     /// the device's. An error met after some completions were taken is
-    /// returned by the next call, so those completions are not lost.
+    /// kept and returned by a later call, once the completions taken before
+    /// it have been returned, so none is lost.
     #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         if !self.pending.is_empty() || self.pending_err.is_some() {
@@ -338,22 +339,39 @@ impl SharedCq {
     /// be connected again. [`Qp::modify`] to RESET on a QP of a shared CQ
     /// does this only when nothing is outstanding.
     ///
-    /// Errors: the device's refusal of the transition (nothing changed);
-    /// an error met while draining is returned by the next poll.
+    /// Errors: [`Error::Invalid`] when the QP at `index` does not complete
+    /// into this CQ (one swapped in through [`Self::qp_mut`]); the device's
+    /// refusal of the transition (nothing changed in either case). An error
+    /// met while draining is kept for a later poll.
     ///
     /// # Panics
     /// When no QP has that index.
     pub fn reset_qp(&mut self, index: usize) -> Result<()> {
         let qp = &mut self.qps[index];
+        if qp.shared_cq != Some(self.tag) {
+            return Err(Error::Invalid(format!(
+                "QP {:#x} at index {index} does not complete into this CQ (swapped in?)",
+                qp.qp_num()
+            )));
+        }
         let qpn = qp.qp_num();
         let outstanding = qp.outstanding();
         qp.modify_with(crate::QpState::Reset, &crate::QpAttr::default(), true)?;
+        // Its completions taken earlier (by another QP's reset) go too.
+        self.pending.retain(|c| c.qp_num != qpn);
         let mut pending = std::mem::take(&mut self.pending);
-        let (_, r) = self.take(usize::MAX, Some(qpn), |_, c| pending.push_back(c));
-        self.pending = pending;
-        if let Err(e) = r {
-            self.pending_err.get_or_insert(e);
+        // Drain to the end: an error (a foreign CQE) is kept for a later
+        // poll, and the draining goes on past it.
+        loop {
+            let (_, r) = self.take(usize::MAX, Some(qpn), |_, c| pending.push_back(c));
+            match r {
+                Ok(()) => break,
+                Err(e) => {
+                    self.pending_err.get_or_insert(e);
+                }
+            }
         }
+        self.pending = pending;
         self.credits.give(outstanding);
         Ok(())
     }

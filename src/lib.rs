@@ -393,6 +393,16 @@ impl Pd {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Releases `mr` now, instead of when the PD goes: for a registration
+    /// no work request has ever named (a pool whose building failed).
+    pub(crate) fn release_unused(&self, mr: Mr) {
+        self.inner
+            .mrs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| !Arc::ptr_eq(m, &mr.inner));
+    }
+
     /// Registers `buf` (checked access flags) and keeps it with the PD.
     fn register(&self, buf: Buffer, access: Access) -> Result<Mr> {
         check_access(access)?;
@@ -1256,21 +1266,18 @@ impl Qp {
         };
         match r {
             Err(Error::QueueFull | Error::CqFull) => {
-                Err(self.never_fits(wrs.len(), r.unwrap_err()))
+                Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
             }
             r => r,
         }
     }
 
     /// A full queue or CQ (`e`) that polling cannot cure: a batch of `n`
-    /// WRs larger than the queue (`max_send_wr` / `max_recv_wr`) or the CQ
-    /// is [`Error::Invalid`], so the caller does not retry it for ever.
+    /// WRs larger than the queue (`queue`: `max_send_wr` or `max_recv_wr`)
+    /// or the CQ is [`Error::Invalid`], so the caller does not retry it for
+    /// ever.
     #[cold]
-    fn never_fits(&self, n: usize, e: Error) -> Error {
-        let queue = match e {
-            Error::RecvQueueFull => self.cfg.max_recv_wr,
-            _ => self.cfg.max_send_wr,
-        };
+    fn never_fits(&self, n: usize, queue: u32, e: Error) -> Error {
         if n > queue as usize {
             return Error::Invalid(format!(
                 "a batch of {n} WRs can never fit a queue of {queue} ({e})"
@@ -1312,7 +1319,7 @@ impl Qp {
         };
         match r {
             Err(Error::RecvQueueFull | Error::CqFull) => {
-                Err(self.never_fits(wrs.len(), r.unwrap_err()))
+                Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
             }
             r => r,
         }

@@ -58,8 +58,9 @@ impl Pool {
     ///
     /// Errors: [`Error::Invalid`] for a chunk size not a positive multiple
     /// of 4096, a buffer size not a power of two in 64..=chunk size, no
-    /// chunks, more than 2^32 buffers, or access flags `Pd::reg_mr` refuses;
-    /// the mapping's and the registration's own errors.
+    /// chunks, 2^32 buffers or more, or access flags `Pd::reg_mr` refuses;
+    /// the mapping's and the registration's own errors (the chunks
+    /// registered before the failure are released).
     pub fn new(pd: &Pd, cfg: &PoolConfig) -> Result<Pool> {
         if cfg.chunk_size == 0 || cfg.chunk_size % 4096 != 0 {
             return Err(Error::Invalid(format!(
@@ -80,7 +81,7 @@ impl Pool {
         let Some(total) = total else {
             return Err(Error::Invalid(format!(
                 "a pool of {} chunks of {} buffers: chunks must be at least 1 and the \
-                 buffers at most 2^32",
+                 buffers fewer than 2^32",
                 cfg.chunks, per_chunk
             )));
         };
@@ -96,7 +97,17 @@ impl Pool {
         })?;
         let mut pages = Pages::Huge;
         for _ in 0..cfg.chunks {
-            let (mr, p) = pd.reg_mapped(cfg.chunk_size, cfg.access)?;
+            let (mr, p) = match pd.reg_mapped(cfg.chunk_size, cfg.access) {
+                Ok(r) => r,
+                Err(e) => {
+                    // No WR has named these chunks: they go (deregistered
+                    // and unmapped) rather than stay with the PD.
+                    for mr in chunks {
+                        pd.release_unused(mr);
+                    }
+                    return Err(e);
+                }
+            };
             if p == Pages::Transparent {
                 pages = p;
             }

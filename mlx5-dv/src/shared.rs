@@ -2,43 +2,31 @@
 //! registered memory, which the device (or the sim's device thread, or
 //! another thread of the program) reads and writes while we do.
 //!
-//! Every access to the shared side is an atomic load or store of relaxed
-//! order (8 bytes at a time where the address allows, else one byte), so a
-//! concurrent access is not a data race in Rust's memory model: the bytes
-//! seen are then unspecified, as they are with real DMA, but the program's
-//! behaviour is defined. Ordering against the device is the caller's (a
-//! completion polled with acquire order, the last byte of a transfer
-//! stored with release order).
+//! Every access to the shared side is a one-byte atomic load or store of
+//! relaxed order, so a concurrent access is not a data race in Rust's
+//! memory model: the bytes seen are then unspecified, as they are with real
+//! DMA, but the program's behaviour is defined. Always one byte, never
+//! wider: the other accesses to that memory (the sim's last-byte store,
+//! `Mr::load_u8`, a copy over a different range) are byte-sized too, and
+//! atomics of different sizes that partially overlap without
+//! synchronization are not allowed (`std::sync::atomic`, "mixed-size
+//! accesses"). Ordering against the device is the caller's (a completion
+//! polled with acquire order, the last byte of a transfer stored with
+//! release order).
 
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-
-const WORD: usize = 8;
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// Copies `dst.len()` bytes of shared memory at `src` into `dst`.
 ///
 /// # Safety
 /// `src..src + dst.len()` is valid for reads and writes (atomics need
-/// both) for the duration of the call; others access it only atomically or
-/// through these functions (or a device's DMA).
+/// both) for the duration of the call; others access it only with
+/// one-byte atomics, these functions, or a device's DMA.
 #[inline]
 pub unsafe fn load_into(src: *const u8, dst: &mut [u8]) {
-    let len = dst.len();
-    let mut i = 0;
-    while i < len && (src as usize + i) % WORD != 0 {
-        // SAFETY: `i < len`: inside the range the caller vouches for.
-        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
-        i += 1;
-    }
-    while i + WORD <= len {
-        // SAFETY: 8-byte aligned (the loop above) and inside the range.
-        let v = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast()) }.load(Relaxed);
-        dst[i..i + WORD].copy_from_slice(&v.to_ne_bytes());
-        i += WORD;
-    }
-    while i < len {
-        // SAFETY: `i < len`: inside the range.
-        dst[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
-        i += 1;
+    for (i, d) in dst.iter_mut().enumerate() {
+        // SAFETY: `i < dst.len()`: inside the range the caller vouches for.
+        *d = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Relaxed);
     }
 }
 
@@ -46,27 +34,13 @@ pub unsafe fn load_into(src: *const u8, dst: &mut [u8]) {
 ///
 /// # Safety
 /// `dst..dst + src.len()` is valid for writes (and reads) for the duration
-/// of the call; others access it only atomically or through these
-/// functions (or a device's DMA).
+/// of the call; others access it only with one-byte atomics, these
+/// functions, or a device's DMA.
 #[inline]
 pub unsafe fn store_from(src: &[u8], dst: *mut u8) {
-    let len = src.len();
-    let mut i = 0;
-    while i < len && (dst as usize + i) % WORD != 0 {
-        // SAFETY: `i < len`: inside the range the caller vouches for.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
-        i += 1;
-    }
-    while i + WORD <= len {
-        let v = u64::from_ne_bytes(src[i..i + WORD].try_into().expect("8 bytes"));
-        // SAFETY: 8-byte aligned (the loop above) and inside the range.
-        unsafe { AtomicU64::from_ptr(dst.add(i).cast()) }.store(v, Relaxed);
-        i += WORD;
-    }
-    while i < len {
-        // SAFETY: `i < len`: inside the range.
-        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(src[i], Relaxed);
-        i += 1;
+    for (i, &b) in src.iter().enumerate() {
+        // SAFETY: `i < src.len()`: inside the range the caller vouches for.
+        unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(b, Relaxed);
     }
 }
 
@@ -75,37 +49,23 @@ pub unsafe fn store_from(src: &[u8], dst: *mut u8) {
 ///
 /// # Safety
 /// Both ranges are valid for reads and writes for the duration of the
-/// call; others access them only atomically or through these functions.
+/// call; others access them only with one-byte atomics, these functions,
+/// or a device's DMA.
 #[inline]
 pub unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
-    let (s, d) = (src as usize, dst as usize);
     let byte = |k: usize| {
         // SAFETY: `k < len`: inside both ranges (the caller's contract).
         let b = unsafe { AtomicU8::from_ptr(src.add(k).cast_mut()) }.load(Relaxed);
         // SAFETY: as above.
         unsafe { AtomicU8::from_ptr(dst.add(k)) }.store(b, Relaxed);
     };
+    let (s, d) = (src as usize, dst as usize);
     if d > s && d < s.wrapping_add(len) {
         // Overlapping with the destination above: back to front.
         (0..len).rev().for_each(byte);
-        return;
+    } else {
+        (0..len).for_each(byte);
     }
-    let mut i = 0;
-    if (s ^ d) % WORD == 0 {
-        while i < len && (s + i) % WORD != 0 {
-            byte(i);
-            i += 1;
-        }
-        while i + WORD <= len {
-            // SAFETY: both 8-byte aligned here (same offset mod 8) and
-            // inside both ranges.
-            let v = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast()) }.load(Relaxed);
-            // SAFETY: as above.
-            unsafe { AtomicU64::from_ptr(dst.add(i).cast()) }.store(v, Relaxed);
-            i += WORD;
-        }
-    }
-    (i..len).for_each(byte);
 }
 
 #[cfg(test)]
