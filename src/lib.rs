@@ -1266,7 +1266,7 @@ impl Qp {
         };
         match r {
             Err(Error::QueueFull | Error::CqFull) => {
-                Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
+                Err(self.never_fits(wrs.len(), self.cfg.max_send_wr, r.unwrap_err()))
             }
             r => r,
         }
