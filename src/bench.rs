@@ -1214,20 +1214,26 @@ fn bw_loop(lanes: &mut [Lane<'_, '_>], cfg: &BwConfig, m: &mut CpuMeter) -> Resu
         None => l.completed >= iters,
         Some(_) => l.last.is_some_and(|x| l.completed > x),
     };
-    // A completion retires every WR of its lane up to its own.
-    let retire = |l: &mut Lane<'_, '_>, c: &Completion, t: u64| -> Result<()> {
-        if !c.status.is_ok() {
-            return Err(Error::from(*c));
-        }
-        l.completed = l.completed.max(c.wr_id as usize + 1);
-        if timed {
-            let now = t.wrapping_sub(start) as f64 / rate;
-            while l.completed_at.len() < l.completed {
-                l.completed_at.push(now);
+    // Polls a lane's QP once; a completion retires every WR of its lane up
+    // to its own. Returns how many came, and when.
+    let poll_lane =
+        |l: &mut Lane<'_, '_>, m: &mut CpuMeter, wc: &mut [Completion]| -> Result<(usize, u64)> {
+            let n = m.poll(l.a, wc)?;
+            let t = ticks();
+            for c in &wc[..n] {
+                if !c.status.is_ok() {
+                    return Err(Error::from(*c));
+                }
+                l.completed = l.completed.max(c.wr_id as usize + 1);
             }
-        }
-        Ok(())
-    };
+            if timed && n > 0 {
+                let now = t.wrapping_sub(start) as f64 / rate;
+                while l.completed_at.len() < l.completed {
+                    l.completed_at.push(now);
+                }
+            }
+            Ok((n, t))
+        };
     let several = lanes.len() > 1;
     while !lanes.iter().all(done) {
         let mut got = 0;
@@ -1291,10 +1297,8 @@ fn bw_loop(lanes: &mut [Lane<'_, '_>], cfg: &BwConfig, m: &mut CpuMeter) -> Resu
                     }
                 }
             }
-            let n = m.poll(l.a, &mut wc)?;
-            let t = ticks();
-            for c in &wc[..n] {
-                retire(l, c, t)?;
+            let (n, t) = poll_lane(l, m, &mut wc)?;
+            if n > 0 {
                 last_completion = t;
             }
             got += n;
@@ -1316,10 +1320,8 @@ fn bw_loop(lanes: &mut [Lane<'_, '_>], cfg: &BwConfig, m: &mut CpuMeter) -> Resu
             for (k, l) in lanes.iter_mut().enumerate() {
                 if l.completed < l.posted {
                     l.a.arm_cq(false)?;
-                    let n = m.poll(l.a, &mut wc)?;
-                    let t = ticks();
-                    for c in &wc[..n] {
-                        retire(l, c, t)?;
+                    let (n, t) = poll_lane(l, m, &mut wc)?;
+                    if n > 0 {
                         last_completion = t;
                     }
                     got += n;

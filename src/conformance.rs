@@ -187,12 +187,15 @@ fn poll_one(qp: &mut Qp) -> Result<Completion, Failure> {
     Ok(poll_until(qp, 1)?[0])
 }
 
-fn poll_until(qp: &mut Qp, want: usize) -> Result<Vec<Completion>, Failure> {
+/// Polls a QP's own CQ or a shared one until `want` completions came
+/// (never taking more), or fails after `COMPLETION_TIMEOUT`.
+fn poll_until<C: crate::cq::CqOps>(cq: &mut C, want: usize) -> Result<Vec<Completion>, Failure> {
     let mut got = Vec::new();
     let deadline = Instant::now() + COMPLETION_TIMEOUT;
-    let mut wc = [Completion::default(); 1];
+    let mut wc = [Completion::default(); 16];
     while got.len() < want {
-        let n = qp.poll(&mut wc)?;
+        let room = (want - got.len()).min(wc.len());
+        let n = cq.poll_cq(&mut wc[..room])?;
         got.extend_from_slice(&wc[..n]);
         if n == 0 {
             check!(
@@ -1824,28 +1827,6 @@ fn ring_snapshot(qp: &Qp) -> Option<Vec<u8>> {
     qp.sq_snapshot()
 }
 
-/// Polls `cq` until `want` completions came (or fails after
-/// `COMPLETION_TIMEOUT`).
-fn poll_shared_until(cq: &mut SharedCq, want: usize) -> Result<Vec<Completion>, Failure> {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + COMPLETION_TIMEOUT;
-    let mut wc = [Completion::default(); 16];
-    while got.len() < want {
-        let room = (want - got.len()).min(wc.len());
-        let n = cq.poll(&mut wc[..room])?;
-        got.extend_from_slice(&wc[..n]);
-        if n == 0 {
-            check!(
-                Instant::now() < deadline,
-                "{} of {want} completions within {COMPLETION_TIMEOUT:?}",
-                got.len()
-            );
-            std::thread::yield_now();
-        }
-    }
-    Ok(got)
-}
-
 /// Two QPs complete into one CQ sized by `CqSizing`: with every receive
 /// queue and send queue filled before anything is polled, no post is
 /// refused and the CQ never overruns; each completion carries the `qp_num`
@@ -1924,7 +1905,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
             check_eq!(c.status, WcStatus::SUCCESS, "peer {q} SEND {}", c.wr_id);
         }
     }
-    let got = poll_shared_until(&mut cq, 96)?;
+    let got = poll_until(&mut cq, 96)?;
     let mut per = [(0, 0); 2];
     for c in &got {
         let q = (c.wr_id >> 32) as usize;
@@ -1959,7 +1940,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         "RESET with 16 receives outstanding on a shared CQ was not refused"
     );
     cq.qp_mut(qa[0]).modify(QpState::Err, &QpAttr::default())?;
-    let flushed = poll_shared_until(&mut cq, 16)?;
+    let flushed = poll_until(&mut cq, 16)?;
     for c in &flushed {
         check_eq!(
             (c.status, c.qp_num, c.wr_id >> 32),
@@ -1977,7 +1958,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     );
     peers[1].post_send(&[SendWr::send_with_imm(99, &psge, 99).signaled()])?;
     check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
-    let c = poll_shared_until(&mut cq, 1)?[0];
+    let c = poll_until(&mut cq, 1)?[0];
     check_eq!(
         (c.status, c.qp_num, c.wr_id, c.imm),
         (WcStatus::SUCCESS, qpn[1], id(1, 0), Some(99)),
@@ -2040,7 +2021,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     cq.qp_mut(qa[0]).modify(QpState::Err, &QpAttr::default())?;
     cq.reset_qp(qa[0])?;
     check_eq!(cq.qp(qa[0]).state(), QpState::Reset);
-    let c = poll_shared_until(&mut cq, 1)?[0];
+    let c = poll_until(&mut cq, 1)?[0];
     check_eq!(
         (c.status, c.qp_num, c.wr_id, c.imm),
         (WcStatus::SUCCESS, qpn[1], id(1, 1), Some(98)),
@@ -2075,7 +2056,7 @@ fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     );
     peers[1].post_send(&[SendWr::send_with_imm(97, &psge, 97).signaled()])?;
     check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
-    let c = poll_shared_until(&mut cq, 1)?[0];
+    let c = poll_until(&mut cq, 1)?[0];
     check_eq!(
         (c.status, c.qp_num, c.wr_id, c.imm),
         (WcStatus::SUCCESS, qpn[1], id(1, 2), Some(97)),

@@ -148,13 +148,8 @@ pub(crate) enum SharedKind {
 /// ```
 pub struct SharedCq {
     // Field order: the QPs go before the CQ they complete into.
-    qps: Vec<Qp>,
+    members: Members,
     kind: SharedKind,
-    credits: CqCredits,
-    /// Names this CQ in its QPs (`Qp::shared_cq`): the credits' id.
-    tag: usize,
-    /// Where the last completion's QP was found in `qps`.
-    at: usize,
     /// Completions of other QPs taken while a QP was reset
     /// ([`Self::reset_qp`]), and an error met after completions were
     /// already in the caller's slice: [`Self::poll`] returns them first.
@@ -163,14 +158,41 @@ pub struct SharedCq {
     pd: Arc<crate::PdInner>,
 }
 
+/// The QPs of a shared CQ and the CQ credits they take from: what polling
+/// the CQ needs besides the CQ itself.
+pub(crate) struct Members {
+    qps: Vec<Qp>,
+    pub(crate) credits: CqCredits,
+    /// Names this CQ in its QPs (`Qp::shared_cq`): the credits' id.
+    tag: usize,
+    /// Where the last completion's QP was found in `qps`.
+    at: usize,
+}
+
+impl Members {
+    /// The QP numbered `qpn` that completes into this CQ (completions of
+    /// one QP tend to come in runs: the last one found is tried first).
+    #[inline]
+    pub(crate) fn find(&mut self, qpn: u32) -> Option<&mut Qp> {
+        let tag = self.tag;
+        let ours = |q: &Qp| q.local.qpn == qpn && q.shared_cq == Some(tag);
+        if !self.qps.get(self.at).is_some_and(ours) {
+            self.at = self.qps.iter().position(ours)?;
+        }
+        self.qps.get_mut(self.at)
+    }
+}
+
 impl SharedCq {
     pub(crate) fn new(kind: SharedKind, credits: CqCredits, pd: Arc<crate::PdInner>) -> Self {
         SharedCq {
-            qps: Vec::new(),
+            members: Members {
+                qps: Vec::new(),
+                tag: credits.id(),
+                credits,
+                at: 0,
+            },
             kind,
-            tag: credits.id(),
-            credits,
-            at: 0,
             pending: VecDeque::new(),
             pending_err: None,
             pd,
@@ -186,9 +208,10 @@ impl SharedCq {
         let pd = Pd {
             inner: self.pd.clone(),
         };
-        let qp = pd.create_qp_on(cfg, Some((&self.kind, &self.credits, self.tag)))?;
-        self.qps.push(qp);
-        Ok(self.qps.len() - 1)
+        let m = &mut self.members;
+        let qp = pd.create_qp_on(cfg, Some((&self.kind, &m.credits, m.tag)))?;
+        m.qps.push(qp);
+        Ok(m.qps.len() - 1)
     }
 
     /// The QP at `index` (as [`Self::create_qp`] returned it).
@@ -196,7 +219,7 @@ impl SharedCq {
     /// # Panics
     /// When no QP has that index.
     pub fn qp(&self, index: usize) -> &Qp {
-        &self.qps[index]
+        &self.members.qps[index]
     }
 
     /// The QP at `index`, to connect, modify and post on.
@@ -204,13 +227,13 @@ impl SharedCq {
     /// # Panics
     /// When no QP has that index.
     pub fn qp_mut(&mut self, index: usize) -> &mut Qp {
-        &mut self.qps[index]
+        &mut self.members.qps[index]
     }
 
     /// Every QP of the CQ, in creation order (e.g. to connect two of them to
     /// each other with `split_at_mut`).
     pub fn qps_mut(&mut self) -> &mut [Qp] {
-        &mut self.qps
+        &mut self.members.qps
     }
 
     /// Destroys the QP at `index` (a server's QP whose client left): it is
@@ -224,36 +247,36 @@ impl SharedCq {
     /// When no QP has that index.
     pub fn remove_qp(&mut self, index: usize) -> Result<()> {
         self.reset_qp(index)?;
-        self.qps.remove(index);
-        self.at = 0;
+        self.members.qps.remove(index);
+        self.members.at = 0;
         Ok(())
     }
 
     /// The index of the QP numbered `qp_num` (a [`Completion::qp_num`]), if
     /// it is one of this CQ's.
     pub fn index_of(&self, qp_num: u32) -> Option<usize> {
-        self.qps.iter().position(|q| q.qp_num() == qp_num)
+        self.members.qps.iter().position(|q| q.qp_num() == qp_num)
     }
 
     /// How many QPs complete into this CQ.
     pub fn len(&self) -> usize {
-        self.qps.len()
+        self.members.qps.len()
     }
 
     /// Whether no QP completes into this CQ yet.
     pub fn is_empty(&self) -> bool {
-        self.qps.is_empty()
+        self.members.qps.is_empty()
     }
 
     /// Depth in CQEs, as the device made it.
     pub fn depth(&self) -> u32 {
-        self.credits.depth()
+        self.members.credits.depth()
     }
 
     /// CQ credits free now: how many more WRs the QPs may post (or hold as
     /// receives) before a post is refused with [`Error::CqFull`].
     pub fn credits_free(&self) -> u32 {
-        self.credits.free()
+        self.members.credits.free()
     }
 
     /// Polls up to `out.len()` completions of any of its QPs into `out`;
@@ -303,29 +326,12 @@ impl SharedCq {
         &mut self,
         max: usize,
         skip: Option<u32>,
-        mut put: impl FnMut(usize, Completion),
+        put: impl FnMut(usize, Completion),
     ) -> (usize, Result<()>) {
         match &mut self.kind {
-            SharedKind::Direct(c) => c.take_shared(
-                &self.credits,
-                &mut self.qps,
-                self.tag,
-                &mut self.at,
-                max,
-                skip,
-                &mut put,
-            ),
+            SharedKind::Direct(c) => c.take_shared(&mut self.members, max, skip, put),
             #[cfg(feature = "verbs")]
-            SharedKind::Verbs(c) => crate::verbs::take_shared(
-                c,
-                &self.credits,
-                &mut self.qps,
-                self.tag,
-                &mut self.at,
-                max,
-                skip,
-                &mut put,
-            ),
+            SharedKind::Verbs(c) => crate::verbs::take_shared(c, &mut self.members, max, skip, put),
         }
     }
 
@@ -347,8 +353,8 @@ impl SharedCq {
     /// # Panics
     /// When no QP has that index.
     pub fn reset_qp(&mut self, index: usize) -> Result<()> {
-        let qp = &mut self.qps[index];
-        if qp.shared_cq != Some(self.tag) {
+        let qp = &mut self.members.qps[index];
+        if qp.shared_cq != Some(self.members.tag) {
             return Err(Error::Invalid(format!(
                 "QP {:#x} at index {index} does not complete into this CQ (swapped in?)",
                 qp.qp_num()
@@ -372,7 +378,7 @@ impl SharedCq {
             }
         }
         self.pending = pending;
-        self.credits.give(outstanding);
+        self.members.credits.give(outstanding);
         Ok(())
     }
 
@@ -419,23 +425,6 @@ impl SharedCq {
             SharedKind::Verbs(_) => None,
         }
     }
-}
-
-/// The QP numbered `qpn` among `qps` that completes into the shared CQ
-/// `tag` names; `at` remembers where the last one was found (completions
-/// of one QP tend to come in runs).
-#[inline]
-pub(crate) fn find_qp<'q>(
-    qps: &'q mut [Qp],
-    qpn: u32,
-    tag: usize,
-    at: &mut usize,
-) -> Option<&'q mut Qp> {
-    let ours = |q: &Qp| q.local.qpn == qpn && q.shared_cq == Some(tag);
-    if !qps.get(*at).is_some_and(ours) {
-        *at = qps.iter().position(ours)?;
-    }
-    qps.get_mut(*at)
 }
 
 /// How a caller waits for completions ([`Qp::wait`], [`SharedCq::wait`]).
@@ -507,20 +496,27 @@ pub(crate) fn wait_on<C: CqOps>(
             "waiting for completions needs room for at least one".into(),
         ));
     }
+    // A completion already there costs no clock read (under emulation a
+    // clock read can be a system call): the timeout counts from the first
+    // empty poll.
+    let n = cq.poll_cq(out)?;
+    if n > 0 {
+        return Ok(n);
+    }
     let start = Instant::now();
     let spins = match mode {
         CompletionMode::Busy => u32::MAX,
         CompletionMode::Events => 1,
         CompletionMode::Adaptive { spins } => spins.max(1),
     };
-    let mut polls = 0u32;
+    let mut polls = 1u32;
     loop {
-        let n = cq.poll_cq(out)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        polls = polls.saturating_add(1);
         if polls < spins {
+            let n = cq.poll_cq(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            polls += 1;
             if polls % POLLS_PER_CLOCK == 0 && start.elapsed() >= timeout {
                 return Ok(0);
             }

@@ -46,6 +46,33 @@ pub(crate) enum CqFor<'a> {
     Shared(&'a DirectCq, &'a CqCredits),
 }
 
+impl<'a> CqFor<'a> {
+    /// The QP's own CQ (`create`d for `Own`, with that depth), and the
+    /// credits the QP takes from.
+    fn resolve(
+        &self,
+        create: impl FnOnce(u32) -> Result<DirectCq>,
+    ) -> Result<(Option<DirectCq>, CqCredits)> {
+        Ok(match self {
+            CqFor::Own(depth) => {
+                let c = create(*depth)?;
+                let credits = CqCredits::new(c.depth());
+                (Some(c), credits)
+            }
+            CqFor::Shared(_, credits) => (None, (*credits).clone()),
+        })
+    }
+
+    /// The CQ the QP completes into: its own (from [`Self::resolve`]) or
+    /// the shared one.
+    fn in_use<'c>(&'c self, own: &'c Option<DirectCq>) -> &'c DirectCq {
+        match (own, self) {
+            (Some(c), _) | (None, &CqFor::Shared(c, _)) => c,
+            (None, CqFor::Own(_)) => unreachable!("resolve made the QP's own CQ"),
+        }
+    }
+}
+
 impl DirectCq {
     /// A sim CQ of at least `depth` CQEs (a power of two, at least 2).
     pub(crate) fn create_sim(dev: &sim::Device, depth: u32) -> Result<Self> {
@@ -133,21 +160,16 @@ impl DirectCq {
 
     /// Takes CQEs from a CQ that several direct-path QPs share, until
     /// `max` completions were handed to `put` or the CQ is empty: each CQE
-    /// goes to the QP of `qps` its QPN names (and whose CQ is the one
-    /// `tag` names), whose SQ or RQ retires the WR; the credits of every
-    /// retired WR go back once. CQEs of QP `skip` are dropped unretired (a
-    /// QP just moved to RESET). Returns the completions handed over, and
-    /// the first error: a CQE of a QP not among `qps`
+    /// goes to the QP of `m` its QPN names, whose SQ or RQ retires the WR;
+    /// the credits of every retired WR go back once. CQEs of QP `skip` are
+    /// dropped unretired (a QP just moved to RESET). Returns the completions
+    /// handed over, and the first error: a CQE of a QP not among `m`
     /// ([`Error::ForeignCqe`]) or a stale `wqe_counter`
     /// ([`Error::StaleCqe`]), after which it stops.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn take_shared(
         &mut self,
-        credits: &CqCredits,
-        qps: &mut [crate::Qp],
-        tag: usize,
-        at: &mut usize,
+        m: &mut crate::cq::Members,
         max: usize,
         skip: Option<u32>,
         put: impl FnMut(usize, Completion),
@@ -160,7 +182,8 @@ impl DirectCq {
                 if skip == Some(cqe.qpn) {
                     return Ok(None);
                 }
-                let q = crate::cq::find_qp(qps, cqe.qpn, tag, at)
+                let q = m
+                    .find(cqe.qpn)
                     .and_then(crate::Qp::direct_mut)
                     .ok_or(Error::ForeignCqe { qpn: cqe.qpn })?;
                 let before = q.sq.free_wrs();
@@ -171,7 +194,7 @@ impl DirectCq {
             },
             put,
         );
-        credits.give(freed);
+        m.credits.give(freed);
         r
     }
 }
@@ -318,25 +341,15 @@ impl DirectQp {
         max_recv_wr: u32,
         max_recv_sge: u32,
     ) -> Result<Self> {
-        let (own, credits) = match cq {
-            CqFor::Own(depth) => {
-                let c = DirectCq::create_sim(dev, depth)?;
-                let credits = CqCredits::new(c.depth());
-                (Some(c), credits)
+        let (own, credits) = cq.resolve(|depth| DirectCq::create_sim(dev, depth))?;
+        let sim_cq = match &cq.in_use(&own).dev {
+            DirectCqDev::Sim(s) => s,
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(_) => {
+                return Err(Error::Invalid(
+                    "a sim QP cannot complete into a ConnectX CQ".into(),
+                ))
             }
-            CqFor::Shared(_, credits) => (None, credits.clone()),
-        };
-        let sim_cq = match (&own, &cq) {
-            (Some(c), _) | (None, &CqFor::Shared(c, _)) => match &c.dev {
-                DirectCqDev::Sim(s) => s,
-                #[cfg(feature = "verbs")]
-                DirectCqDev::Mlx5(_) => {
-                    return Err(Error::Invalid(
-                        "a sim QP cannot complete into a ConnectX CQ".into(),
-                    ))
-                }
-            },
-            (None, CqFor::Own(_)) => unreachable!("an own CQ was created above"),
         };
         let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
@@ -358,15 +371,7 @@ impl DirectQp {
             credits,
             ignore_credits: false,
             dev: DirectDev::Sim(sim_qp),
-            path: crate::PathInfo {
-                link_layer: "sim",
-                mtu: None,
-                gid_index: None,
-                gid: [0; 16],
-                lid: 0,
-                sq_psn: 0,
-                dest_qpn: 0,
-            },
+            path: crate::PathInfo::unconnected("sim"),
         })
     }
 
@@ -379,24 +384,14 @@ impl DirectQp {
         caps: crate::verbs::QpCaps,
         cq: CqFor<'_>,
     ) -> Result<Self> {
-        let (own, credits) = match cq {
-            CqFor::Own(depth) => {
-                let c = DirectCq::create_mlx5(&pd.ctx, depth)?;
-                let credits = CqCredits::new(c.depth());
-                (Some(c), credits)
+        let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
+        let vcq = match &cq.in_use(&own).dev {
+            DirectCqDev::Mlx5(v) => v,
+            DirectCqDev::Sim(_) => {
+                return Err(Error::Invalid(
+                    "a ConnectX QP cannot complete into a sim CQ".into(),
+                ))
             }
-            CqFor::Shared(_, credits) => (None, credits.clone()),
-        };
-        let vcq = match (&own, &cq) {
-            (Some(c), _) | (None, &CqFor::Shared(c, _)) => match &c.dev {
-                DirectCqDev::Mlx5(v) => v,
-                DirectCqDev::Sim(_) => {
-                    return Err(Error::Invalid(
-                        "a ConnectX QP cannot complete into a sim CQ".into(),
-                    ))
-                }
-            },
-            (None, CqFor::Own(_)) => unreachable!("an own CQ was created above"),
         };
         let (objs, dv_qp) = crate::verbs::create_mlx5_qp(pd, caps, vcq)?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
@@ -416,15 +411,7 @@ impl DirectQp {
             max_recv_wr: caps.max_recv_wr,
             credits,
             ignore_credits: false,
-            path: crate::PathInfo {
-                link_layer: "",
-                mtu: None,
-                gid_index: None,
-                gid: [0; 16],
-                lid: 0,
-                sq_psn: 0,
-                dest_qpn: 0,
-            },
+            path: crate::PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
         })
     }

@@ -801,6 +801,21 @@ pub struct PathInfo {
     pub dest_qpn: u32,
 }
 
+impl PathInfo {
+    /// A QP's path before RTR and RTS set it: only the link layer known.
+    pub(crate) fn unconnected(link_layer: &'static str) -> Self {
+        PathInfo {
+            link_layer,
+            mtu: None,
+            gid_index: None,
+            gid: [0; 16],
+            lid: 0,
+            sq_psn: 0,
+            dest_qpn: 0,
+        }
+    }
+}
+
 /// RC QP states (IB spec 10.3.1). [`Qp::state`] is where this crate moved
 /// the QP; the device may move a QP to ERR on its own after an error
 /// ([`Qp::query`] reports it; the completions say why).

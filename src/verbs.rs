@@ -505,20 +505,16 @@ impl VerbsCq {
 }
 
 /// Takes completions from a CQ that several verbs QPs share, until `max`
-/// were handed to `put` or the CQ is empty: each goes to the QP of `qps`
-/// its `qp_num` names (and whose CQ is the one `tag` names), which retires
-/// the WR (and the unsignaled ones before it); the CQ credits of every
-/// retired WR go back once. Completions of QP `skip` are dropped unretired
-/// (a QP just moved to RESET). Returns the completions handed over and the
-/// first error (a completion of a QP not among `qps`:
-/// [`Error::ForeignCqe`]); the batch already taken is still handed over.
-#[allow(clippy::too_many_arguments)]
+/// were handed to `put` or the CQ is empty: each goes to the QP of `m` its
+/// `qp_num` names, which retires the WR (and the unsignaled ones before
+/// it); the CQ credits of every retired WR go back once. Completions of QP
+/// `skip` are dropped unretired (a QP just moved to RESET). Returns the
+/// completions handed over and the first error (a completion of a QP not
+/// among `m`: [`Error::ForeignCqe`]); the batch already taken is still
+/// handed over.
 pub(crate) fn take_shared(
     cq: &VerbsCq,
-    credits: &CqCredits,
-    qps: &mut [crate::Qp],
-    tag: usize,
-    at: &mut usize,
+    m: &mut crate::cq::Members,
     max: usize,
     skip: Option<u32>,
     mut put: impl FnMut(usize, Completion),
@@ -540,7 +536,7 @@ pub(crate) fn take_shared(
             if skip == Some(w.qp_num) {
                 continue;
             }
-            let found = crate::cq::find_qp(qps, w.qp_num, tag, at).and_then(crate::Qp::verbs_mut);
+            let found = m.find(w.qp_num).and_then(crate::Qp::verbs_mut);
             let Some(q) = found else {
                 if result.is_ok() {
                     result = Err(Error::ForeignCqe { qpn: w.qp_num });
@@ -556,7 +552,7 @@ pub(crate) fn take_shared(
             break;
         }
     }
-    credits.give(freed);
+    m.credits.give(freed);
     (k, result)
 }
 
@@ -678,15 +674,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<
             .into_boxed_slice(),
         recv_posted: 0,
         recv_done: 0,
-        path: crate::PathInfo {
-            link_layer: "",
-            mtu: None,
-            gid_index: None,
-            gid: [0; 16],
-            lid: 0,
-            sq_psn: 0,
-            dest_qpn: 0,
-        },
+        path: crate::PathInfo::unconnected(""),
         wr_ids: vec![0; max_post as usize].into_boxed_slice(),
         posted: 0,
         retired: 0,
