@@ -87,7 +87,7 @@ impl CmOffer {
     }
 }
 
-use crate::verbs::{check_detail as check, errno};
+use crate::backend::ibv::{check_detail as check, errno};
 
 /// An event channel and one id on it; both destroyed on drop.
 struct Id {
@@ -154,7 +154,7 @@ impl Id {
         let left = deadline.saturating_duration_since(Instant::now());
         // SAFETY: the channel's fd lives as long as the channel (`self`).
         let fd = unsafe { BorrowedFd::borrow_raw((*self.ch).fd) };
-        if !crate::wait_readable(fd, left, "rdma_cm event channel")? {
+        if !crate::backend::wait_readable(fd, left, "rdma_cm event channel")? {
             return Err(Error::Timeout(format!(
                 "rdma_cm: no event while waiting for {waiting_for}"
             )));
@@ -278,7 +278,7 @@ fn event_name(kind: u32) -> &'static str {
 
 /// `ibv_qp_attr` with `mask` as our attributes (the fields the mask names).
 fn attr_from_raw(a: &ibv_qp_attr, mask: u32) -> QpAttr {
-    use crate::QpAttrMask as M;
+    use crate::qp_attr::QpAttrMask as M;
     let m = M::from_bits_truncate(mask);
     let has = |b: M| m.contains(b);
     let ah = &a.ah_attr;
@@ -347,7 +347,7 @@ fn check_qp(qp: &Qp, id: &Id, peer: &str) -> Result<()> {
             "rdma_cm needs a kernel RDMA device (the sim has no connection manager)".into(),
         ));
     };
-    if qp.state() != crate::QpState::Reset {
+    if qp.state() != crate::qp_attr::QpState::Reset {
         return Err(Error::Invalid(format!(
             "connecting through rdma_cm needs the QP in RESET (it is in {:?})",
             qp.state()

@@ -2,110 +2,21 @@
 //! helper, and the ways to wait for completions (busy polling, events,
 //! adaptive).
 
-use crate::{direct, Completion, Error, Pd, Qp, QpConfig, Result};
+use crate::backend::direct::DirectQp;
+#[cfg(feature = "verbs")]
+use crate::backend::verbs::{self, VerbsQp};
+use crate::backend::SharedQps;
+use crate::handles::{PdInner, SharedKind};
+use crate::qp::Qp;
+use crate::types::completion::Completion;
+use crate::types::config::{CompletionMode, QpConfig};
+use crate::types::error::{Error, Result};
+use crate::types::qp_attr::{QpAttr, QpState};
+use crate::wait::{wait_on, CqOps};
 use mlx5_dv::driver::CqCredits;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How deep a CQ must be for the queues that complete into it.
-///
-/// The depth is the sum of the work requests every attached queue may have
-/// outstanding, times a headroom factor (1.5 by default), and never less
-/// than that sum: after an error every outstanding WR of a QP, signaled or
-/// not, is flushed into the CQ with a CQE of its own (IB spec 10.8.3.1), so
-/// a CQ smaller than the sum could overrun. A CQ of this depth never
-/// refuses a post with [`Error::CqFull`] while every queue keeps within its
-/// own depth.
-///
-/// ```
-/// use rdma_direct::{CqSizing, QpConfig};
-/// let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 32, ..QpConfig::default() };
-/// // Two QPs on one CQ: 2 x (64 + 32) = 192 WRs outstanding at most.
-/// assert_eq!(CqSizing::new().qp(&cfg).qp(&cfg).depth()?, 288);
-/// // No headroom: exactly what a flush after an error needs.
-/// assert_eq!(CqSizing::new().headroom(1.0).qp(&cfg).qp(&cfg).depth()?, 192);
-/// // Less than 1 is raised to 1: a CQ is never smaller than its flush.
-/// assert_eq!(CqSizing::new().headroom(0.5).qp(&cfg).depth()?, 96);
-/// # Ok::<(), rdma_direct::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CqSizing {
-    outstanding: u64,
-    headroom: f64,
-}
-
-impl Default for CqSizing {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl CqSizing {
-    /// Largest CQ the crate creates, in CQEs (`2^22`, the sim's and the
-    /// ConnectX `log_cq_size` limit).
-    pub const MAX_DEPTH: u32 = 1 << 22;
-
-    /// No queue yet; headroom 1.5.
-    pub fn new() -> Self {
-        CqSizing {
-            outstanding: 0,
-            headroom: 1.5,
-        }
-    }
-
-    /// A QP whose send and receive queues both complete into the CQ: its
-    /// `max_send_wr + max_recv_wr`.
-    pub fn qp(self, cfg: &QpConfig) -> Self {
-        self.queue(cfg.max_send_wr).queue(cfg.max_recv_wr)
-    }
-
-    /// One queue (a send or a receive queue) that may have `outstanding`
-    /// work requests at once.
-    pub fn queue(mut self, outstanding: u32) -> Self {
-        self.outstanding += outstanding as u64;
-        self
-    }
-
-    /// The headroom factor over the outstanding WRs (default 1.5); below 1
-    /// (or NaN) counts as 1.
-    pub fn headroom(mut self, factor: f64) -> Self {
-        self.headroom = factor;
-        self
-    }
-
-    /// The depth in CQEs: `max(ceil(outstanding x headroom), outstanding)`,
-    /// at least 1. The device may round it up (to a power of two on mlx5).
-    ///
-    /// Errors: [`Error::Invalid`] when that exceeds [`Self::MAX_DEPTH`].
-    pub fn depth(&self) -> Result<u32> {
-        let factor = if self.headroom.is_nan() {
-            1.0
-        } else {
-            self.headroom.max(1.0)
-        };
-        let want = ((self.outstanding as f64 * factor).ceil() as u64)
-            .max(self.outstanding)
-            .max(1);
-        if want > Self::MAX_DEPTH as u64 {
-            return Err(Error::Invalid(format!(
-                "a CQ for {} outstanding WRs with headroom {factor} needs {want} CQEs; at most {}",
-                self.outstanding,
-                Self::MAX_DEPTH
-            )));
-        }
-        Ok(want as u32)
-    }
-}
-
-/// The CQ object behind a [`SharedCq`].
-pub(crate) enum SharedKind {
-    /// Polled by our ring driver (sim, ConnectX).
-    Direct(direct::DirectCq),
-    /// Polled with `ibv_poll_cq`.
-    #[cfg(feature = "verbs")]
-    Verbs(Arc<crate::verbs::VerbsCq>),
-}
+use std::time::Duration;
 
 /// A completion queue that several QPs share: the sends and receives of
 /// every QP created on it ([`Self::create_qp`]) complete into it, and one
@@ -155,7 +66,7 @@ pub struct SharedCq {
     /// already in the caller's slice: [`Self::poll`] returns them first.
     pending: VecDeque<Completion>,
     pending_err: Option<Error>,
-    pd: Arc<crate::PdInner>,
+    pd: Arc<PdInner>,
 }
 
 /// The QPs of a shared CQ and the CQ credits they take from: what polling
@@ -183,8 +94,29 @@ impl Members {
     }
 }
 
+impl SharedQps<DirectQp> for Members {
+    #[inline]
+    fn find(&mut self, qpn: u32) -> Option<&mut DirectQp> {
+        Members::find(self, qpn).and_then(Qp::direct_mut)
+    }
+    fn credits(&mut self) -> &mut CqCredits {
+        &mut self.credits
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl SharedQps<VerbsQp> for Members {
+    #[inline]
+    fn find(&mut self, qpn: u32) -> Option<&mut VerbsQp> {
+        Members::find(self, qpn).and_then(Qp::verbs_mut)
+    }
+    fn credits(&mut self) -> &mut CqCredits {
+        &mut self.credits
+    }
+}
+
 impl SharedCq {
-    pub(crate) fn new(kind: SharedKind, credits: CqCredits, pd: Arc<crate::PdInner>) -> Self {
+    pub(crate) fn new(kind: SharedKind, credits: CqCredits, pd: Arc<PdInner>) -> Self {
         SharedCq {
             members: Members {
                 qps: Vec::new(),
@@ -205,11 +137,8 @@ impl SharedCq {
     /// Errors: as [`Pd::create_qp`]; [`Error::Invalid`] when `cfg.cq_depth`
     /// is set (the depth is the shared CQ's).
     pub fn create_qp(&mut self, cfg: &QpConfig) -> Result<usize> {
-        let pd = Pd {
-            inner: self.pd.clone(),
-        };
         let m = &mut self.members;
-        let qp = pd.create_qp_on(cfg, Some((&self.kind, &m.credits, m.tag)))?;
+        let qp = Qp::create(&self.pd, cfg, Some((&self.kind, &m.credits, m.tag)))?;
         m.qps.push(qp);
         Ok(m.qps.len() - 1)
     }
@@ -331,7 +260,7 @@ impl SharedCq {
         match &mut self.kind {
             SharedKind::Direct(c) => c.take_shared(&mut self.members, max, skip, put),
             #[cfg(feature = "verbs")]
-            SharedKind::Verbs(c) => crate::verbs::take_shared(c, &mut self.members, max, skip, put),
+            SharedKind::Verbs(c) => verbs::take_shared(c, &mut self.members, max, skip, put),
         }
     }
 
@@ -362,7 +291,7 @@ impl SharedCq {
         }
         let qpn = qp.qp_num();
         let outstanding = qp.outstanding();
-        qp.modify_with(crate::QpState::Reset, &crate::QpAttr::default(), true)?;
+        qp.modify_with(QpState::Reset, &QpAttr::default(), true)?;
         // Its completions taken earlier (by another QP's reset) go too.
         self.pending.retain(|c| c.qp_num != qpn);
         let mut pending = std::mem::take(&mut self.pending);
@@ -427,46 +356,6 @@ impl SharedCq {
     }
 }
 
-/// How a caller waits for completions ([`Qp::wait`], [`SharedCq::wait`]).
-///
-/// Busy polling gives the lowest latency and keeps a core busy; events
-/// sleep in the kernel until the CQ's completion event (a system call and a
-/// wake-up per wait, as perftest's `-e`); adaptive polls a while first, so
-/// completions that come quickly cost no system call, and idle waits sleep.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CompletionMode {
-    /// Poll until a completion comes or the timeout passes.
-    Busy,
-    /// Poll once; if empty, arm the CQ, poll again (a completion that came
-    /// before the arm raises no event), then sleep on the completion
-    /// channel until the event; acknowledge it and poll again.
-    Events,
-    /// Poll `spins` times, then as [`Self::Events`].
-    Adaptive {
-        /// Empty polls before arming.
-        spins: u32,
-    },
-}
-
-/// Polling, arming and waiting on one CQ (a QP's own, or shared).
-pub(crate) trait CqOps {
-    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize>;
-    fn arm_cq(&mut self) -> Result<()>;
-    fn wait_cq(&mut self, timeout: Duration) -> Result<bool>;
-}
-
-impl CqOps for Qp {
-    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize> {
-        self.poll(out)
-    }
-    fn arm_cq(&mut self) -> Result<()> {
-        Qp::arm_cq(self, false)
-    }
-    fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
-        self.wait_cq_event(timeout)
-    }
-}
-
 impl CqOps for SharedCq {
     fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize> {
         self.poll(out)
@@ -476,74 +365,5 @@ impl CqOps for SharedCq {
     }
     fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
         self.wait_event(timeout)
-    }
-}
-
-/// Polls between clock reads while busy polling (a clock read can be a
-/// system call under emulation).
-const POLLS_PER_CLOCK: u32 = 256;
-
-/// The wait of [`CompletionMode`] on `cq`: returns as soon as at least one
-/// completion is in `out`, or 0 when `timeout` passed first.
-pub(crate) fn wait_on<C: CqOps>(
-    cq: &mut C,
-    out: &mut [Completion],
-    mode: CompletionMode,
-    timeout: Duration,
-) -> Result<usize> {
-    if out.is_empty() {
-        return Err(Error::Invalid(
-            "waiting for completions needs room for at least one".into(),
-        ));
-    }
-    // A completion already there costs no clock read (under emulation a
-    // clock read can be a system call): the timeout counts from the first
-    // empty poll.
-    let n = cq.poll_cq(out)?;
-    if n > 0 {
-        return Ok(n);
-    }
-    let start = Instant::now();
-    let spins = match mode {
-        CompletionMode::Busy => u32::MAX,
-        CompletionMode::Events => 1,
-        CompletionMode::Adaptive { spins } => spins.max(1),
-    };
-    let mut polls = 1u32;
-    loop {
-        if polls < spins {
-            let n = cq.poll_cq(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            polls += 1;
-            if polls % POLLS_PER_CLOCK == 0 && start.elapsed() >= timeout {
-                return Ok(0);
-            }
-            std::hint::spin_loop();
-            continue;
-        }
-        if mode == CompletionMode::Busy {
-            // u32::MAX empty polls: keep going until the timeout.
-            polls = 0;
-            continue;
-        }
-        cq.arm_cq()?;
-        let n = cq.poll_cq(out)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        let Some(left) = timeout.checked_sub(start.elapsed()) else {
-            return Ok(0);
-        };
-        if !cq.wait_cq(left)? {
-            return Ok(0);
-        }
-        // Event consumed: poll again (and arm again if it raced ahead).
-        let n = cq.poll_cq(out)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        polls = spins;
     }
 }

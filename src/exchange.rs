@@ -113,8 +113,13 @@ fn io(what: &str, e: std::io::Error) -> Error {
     Error::Exchange(format!("{what}: {e}"))
 }
 
-/// Sends `mine`, then reads the peer's message.
-pub(crate) fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+/// Sends `mine`, then reads the peer's message, on a connection [`serve`]
+/// or [`connect`] made: one more exchange, e.g. for a second QP of the same
+/// run. Each message is [`MSG_LEN`] bytes (see [`ConnInfo::encode`]).
+///
+/// Errors: [`Error::Exchange`] when the socket fails, the peer closes the
+/// connection or sends nothing within 60 s; the decoding's errors.
+pub fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| io("socket", e))?;
     s.write_all(&mine.encode())

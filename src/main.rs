@@ -1,14 +1,14 @@
 //! `rdma-direct`: benchmarks and tools.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use rdma_direct::bench::{
+use std::process::ExitCode;
+use tools::bench::{
     self, BwConfig, BwTest, LatConfig, LatTest, BW_HEADER, CPU_HEADER, LAT_HEADER, RESULT_LINE,
 };
-use std::process::ExitCode;
 
-mod compare;
-mod progress;
 mod tools;
+
+use tools::{codec, compare, progress};
 
 /// `println!` that ends the process quietly, with the status a C tool killed
 /// by SIGPIPE has (141), when stdout is closed (`rdma-direct ... | head -1`).
@@ -64,9 +64,9 @@ enum Cmd {
     Conformance(ConformanceArgs),
     /// Encode one send WQE into an SQ ring; print its segments as JSON.
     /// Numbers are decimal or 0x hex.
-    EncodeWqe(tools::EncodeWqe),
+    EncodeWqe(codec::EncodeWqe),
     /// Decode one CQE (hex); print its fields as JSON.
-    DecodeCqe(tools::DecodeCqe),
+    DecodeCqe(codec::DecodeCqe),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -274,8 +274,8 @@ fn main() -> ExitCode {
         }
     };
     let tool = match &cli.cmd {
-        Cmd::EncodeWqe(a) => Some(tools::encode_wqe(a)),
-        Cmd::DecodeCqe(a) => Some(tools::decode_cqe(a)),
+        Cmd::EncodeWqe(a) => Some(codec::encode_wqe(a)),
+        Cmd::DecodeCqe(a) => Some(codec::decode_cqe(a)),
         _ => None,
     };
     if let Some(out) = tool {
@@ -319,7 +319,7 @@ fn main() -> ExitCode {
 }
 
 fn conformance(a: &ConformanceArgs) -> ExitCode {
-    use rdma_direct::conformance::{cases, run, two_host, Outcome};
+    use tools::conformance::{cases, run, two_host, Outcome};
     let how = if a.rdma_cm {
         two_host::Connect::RdmaCm
     } else {

@@ -1,13 +1,25 @@
-//! Runs the conformance suite (`rdma_direct::conformance`) as tests: one
-//! test per case, each on every device present: always the sim (direct
-//! path), plus each ibverbs device (verbs path), e.g. rxe0 inside the
-//! soft-RoCE guest (`scripts/rxe-vm`).
+//! Runs the conformance suite (`src/tools/conformance`, compiled into this
+//! test crate: the library does not export it) as tests: one test per case,
+//! named as the case (`rdma-direct conformance --list` lists the same
+//! names), each on every device present: always the sim (direct path), plus
+//! each ibverbs device (verbs path), e.g. rxe0 inside the soft-RoCE guest
+//! (`scripts/rxe-vm`). The tests are made from the suite's case list with
+//! `libtest-mimic`, so no case can be left out; `--list`, filters and
+//! `--test-threads` work as with libtest.
 //!
 //! `RDMA_DIRECT_REQUIRE_DEVICE=name[,name...]` makes a missing device a failure
 //! instead of a loud skip (CI sets it in the guest).
 
-use rdma_direct::conformance::{cases, Outcome};
-use rdma_direct::{Context, Mr, Pd, Qp};
+// The two engines of `src/tools` the suite needs, compiled into this crate.
+#[allow(dead_code, unused_imports)]
+#[path = "../src/tools"]
+mod tools {
+    pub mod bench;
+    pub mod conformance;
+}
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use tools::conformance::{cases, Case, Outcome};
 
 /// Writes to the real stderr, past libtest's capture, so skips and
 /// per-device results show in every run, not only failing ones.
@@ -44,11 +56,8 @@ fn devices() -> Vec<String> {
 
 /// Runs case `name` on every device; a failure on any device fails the test,
 /// a skip is said out loud.
-fn run_everywhere(name: &str) {
-    let case = cases()
-        .iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no conformance case named {name}"));
+fn run_everywhere(case: &Case) -> Result<(), Failed> {
+    let name = case.name;
     let mut failures = Vec::new();
     for dev in devices() {
         match case.run(&dev) {
@@ -60,92 +69,18 @@ fn run_everywhere(name: &str) {
             Err(f) => failures.push(format!("{dev}: {f}")),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{name} failed:\n{}",
-        failures.join("\n")
-    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name} failed:\n{}", failures.join("\n")).into())
+    }
 }
 
-macro_rules! conformance_tests {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $name() {
-                run_everywhere(stringify!($name));
-            }
-        )*
-
-        /// Every case of the library's suite has its test here.
-        #[test]
-        fn every_case_is_a_test() {
-            let listed = [$(stringify!($name)),*];
-            for c in cases() {
-                assert!(listed.contains(&c.name), "case {} has no test in tests/conformance.rs", c.name);
-            }
-        }
-    };
-}
-
-conformance_tests!(
-    th_write_4096_lands,
-    th_read_lands,
-    th_fetch_and_add,
-    th_err_reset_reconnect,
-    th_gather_and_scatter_sges,
-    th_compare_and_swap,
-    th_wrong_rkey_leaves_memory_alone,
-    th_send_and_imm_land_in_receives,
-    th_error_flushes_and_both_go_to_err,
-    th_every_opcode_at_every_size,
-    th_too_small_receive_fails_both_sides,
-    th_rnr_waits_for_a_late_receive,
-    th_rnr_without_a_receive_exhausts_retries,
-    th_solicited_event_wakes_b,
-    th_inline_at_the_limit_lands,
-    th_unsignaled_stream_lands_in_order,
-    write_beyond_the_remote_mr_is_remote_access_error,
-    inline_gather_and_unsignaled_writes_wrap_the_ring,
-    bad_input_is_refused_and_posts_nothing,
-    latency_benchmarks_run,
-    qp_outlives_its_context_handle,
-    memory_of_another_protection_domain_is_refused,
-    zero_length_write_checks_no_rkey,
-    send_queue_full_refuses_the_whole_batch_until_completions_are_polled,
-    rdma_read_lands_byte_for_byte_and_needs_remote_read,
-    atomics_update_the_remote_word_and_return_the_old_value,
-    the_16_bit_wqe_index_wraps,
-    unsignaled_streams_never_fill_the_send_queue,
-    bandwidth_benchmarks_run,
-    one_to_max_sges_gather_and_scatter,
-    inline_at_the_limit_and_one_over,
-    post_before_rts_is_refused,
-    rnr_retry_finite_and_forever,
-    fence_and_solicited,
-    completion_events_wake_the_waiter,
-    modify_checks_attributes_by_name,
-    short_rnr_timer_fails_fast,
-    connect_checks_first_and_optional_attributes_apply,
-    unsignaled_streams_never_exhaust_cq_credits,
-    refused_receive_batches_post_nothing,
-    out_of_range_qp_configs_are_refused,
-    memory_pool_serves_without_registering,
-    two_qps_share_one_cq,
-    completion_modes_wait_for_each_completion,
-    cq_credits_bound_what_is_outstanding,
-    malformed_wqes_are_local_qp_operation_errors,
-    misaligned_atomic_is_a_remote_invalid_request,
-    cq_overrun_stops_the_cq_and_raises_an_event,
-);
-
-/// What the docs promise about threads, checked at compile time.
-#[test]
-fn thread_safety_is_as_documented() {
-    fn send_sync<T: Send + Sync>() {}
-    fn send<T: Send>() {}
-    send_sync::<Context>();
-    send_sync::<Pd>();
-    send_sync::<Mr>();
-    send::<Qp>();
-    send::<rdma_direct::SharedCq>();
+fn main() {
+    let args = Arguments::from_args();
+    let trials = cases()
+        .iter()
+        .map(|c| Trial::test(c.name, move || run_everywhere(c)))
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
 }

@@ -5,9 +5,9 @@
 //! plot (latency and message rate against message size, one line per test
 //! and device/path).
 
+use super::bench::{self, AnyTest, BwConfig, BwTest, LatConfig, LatTest};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use rdma_direct::bench::{self, AnyTest, BwConfig, BwTest, LatConfig, LatTest};
 use rdma_direct::{Backend, Error, Result};
 use std::path::PathBuf;
 

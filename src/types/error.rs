@@ -43,7 +43,7 @@ pub enum Error {
     /// The QP is not in a state that takes this work request; nothing was posted.
     #[error("QP is in {state:?}; posting needs {needs}")]
     QpState {
-        state: crate::QpState,
+        state: super::qp_state::QpState,
         needs: &'static str,
     },
     /// The send queue has no room for the batch (WQEBBs or `max_send_wr`
@@ -79,7 +79,7 @@ pub enum Error {
     Completion {
         wr_id: u64,
         qp_num: u32,
-        status: crate::WcStatus,
+        status: super::completion::WcStatus,
         vendor_err: u32,
     },
     /// A completion named no outstanding WQE.
@@ -96,9 +96,9 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl From<crate::Completion> for Error {
+impl From<super::completion::Completion> for Error {
     /// The error for a completion whose status is not success.
-    fn from(c: crate::Completion) -> Self {
+    fn from(c: super::completion::Completion) -> Self {
         Error::Completion {
             wr_id: c.wr_id,
             qp_num: c.qp_num,

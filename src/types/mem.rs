@@ -6,8 +6,8 @@
 //! The device writes this memory asynchronously, so the crate hands out copies
 //! and single-byte atomic loads, never `&[u8]` into it.
 
-use crate::wr::{Lkey, Rkey};
-use crate::{Error, Result};
+use super::error::{Error, Result};
+use super::keys::{Lkey, Rkey};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;

@@ -7,7 +7,9 @@
 //! `ib_modify_qp_is_ok`); values from `enum ibv_qp_attr_mask` in
 //! rdma-core's `libibverbs/verbs.h`.
 
-use crate::{Access, Error, QpState, Result};
+use super::error::{Error, Result};
+use super::mem::Access;
+pub use super::qp_state::QpState;
 
 bitflags::bitflags! {
     /// Which attributes a modify carries (`enum ibv_qp_attr_mask` values).
@@ -454,4 +456,68 @@ mod tests {
         assert_eq!(rnr_timer(0).as_micros(), 655_360);
         assert_eq!(rnr_timer(31).as_micros(), 491_520);
     }
+}
+
+/// How a connected QP reaches its peer (what perftest prints before a run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathInfo {
+    /// `IB`, `Ethernet` (RoCE) or `sim`.
+    pub link_layer: &'static str,
+    /// Path MTU in bytes (`None` on the sim, which has no wire).
+    pub mtu: Option<u32>,
+    /// Source GID index on RoCE.
+    pub gid_index: Option<u8>,
+    /// Source GID (zero unless RoCE).
+    pub gid: [u8; 16],
+    /// Local LID (0 on RoCE and the sim).
+    pub lid: u16,
+    /// First send PSN (24 bits).
+    pub sq_psn: u32,
+    /// QPN of the connected peer.
+    pub dest_qpn: u32,
+}
+
+impl PathInfo {
+    /// A QP's path before RTR and RTS set it: only the link layer known.
+    pub(crate) fn unconnected(link_layer: &'static str) -> Self {
+        PathInfo {
+            link_layer,
+            mtu: None,
+            gid_index: None,
+            gid: [0; 16],
+            lid: 0,
+            sq_psn: 0,
+            dest_qpn: 0,
+        }
+    }
+}
+
+/// What [`Qp::query`] reports: the device's view of the QP. Attributes the
+/// device does not keep (the sim has no PSNs or MTU) are `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    pub state: QpState,
+    pub dest_qpn: Option<u32>,
+    pub rnr_retry: Option<u8>,
+    pub min_rnr_timer: Option<u8>,
+    /// `enum ibv_mtu`.
+    pub path_mtu: Option<u32>,
+    pub sq_psn: Option<u32>,
+    pub rq_psn: Option<u32>,
+}
+
+/// This side's half of a connection: what the peer needs for its INIT ->
+/// RTR (perftest exchanges the same facts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub qpn: u32,
+    /// Our LID (InfiniBand; 0 on RoCE and the sim).
+    pub lid: u16,
+    /// Our GID and its table index (RoCE: the chosen RoCE v2 entry).
+    pub gid: [u8; 16],
+    pub gid_index: Option<u8>,
+    /// The port's active MTU (`enum ibv_mtu`; 0 on the sim).
+    pub active_mtu: u32,
+    /// RoCE: address vectors must be global.
+    pub roce: bool,
 }

@@ -1,22 +1,9 @@
-//! Backend-neutral work requests and completions.
+//! Backend-neutral work requests: SGEs, send and receive WRs.
 
-use crate::mem::Mr;
-use crate::Result;
+use super::error::Result;
+use super::keys::{Lkey, RemoteAddr};
+use super::mem::Mr;
 use std::marker::PhantomData;
-
-/// Local key of a memory region. Only an [`Mr`] makes one, so an rkey cannot stand in for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Lkey(pub(crate) u32);
-
-impl Lkey {
-    pub fn get(self) -> u32 {
-        self.0
-    }
-}
-
-/// Remote key of a (possibly remote) memory region, as the peer sent it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Rkey(pub u32);
 
 /// A scatter/gather entry inside a registered memory region (checked when
 /// made). It borrows the [`Mr`], so the memory is live whenever a work request
@@ -52,13 +39,6 @@ impl<'mr> Sge<'mr> {
     pub fn lkey(&self) -> Lkey {
         self.lkey
     }
-}
-
-/// The remote side of an RDMA operation: an address and rkey the peer exposed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RemoteAddr {
-    pub addr: u64,
-    pub rkey: Rkey,
 }
 
 /// What a send work request does.
@@ -245,157 +225,5 @@ pub struct RecvWr<'a> {
 impl<'a> RecvWr<'a> {
     pub fn new(wr_id: u64, sges: &'a [Sge<'a>]) -> Self {
         RecvWr { wr_id, sges }
-    }
-}
-
-/// Completion status with `enum ibv_wc_status` values. `Debug` prints the
-/// identifier (`REM_ACCESS_ERR`), `Display` the verbs description.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WcStatus(pub u32);
-
-impl std::fmt::Debug for WcStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.ident())
-    }
-}
-
-impl WcStatus {
-    pub const SUCCESS: Self = Self(0);
-    pub const LOC_LEN_ERR: Self = Self(1);
-    pub const LOC_QP_OP_ERR: Self = Self(2);
-    pub const LOC_PROT_ERR: Self = Self(4);
-    pub const WR_FLUSH_ERR: Self = Self(5);
-    pub const REM_INV_REQ_ERR: Self = Self(9);
-    pub const REM_ACCESS_ERR: Self = Self(10);
-    pub const REM_OP_ERR: Self = Self(11);
-    pub const RETRY_EXC_ERR: Self = Self(12);
-    pub const RNR_RETRY_EXC_ERR: Self = Self(13);
-    pub const GENERAL_ERR: Self = Self(21);
-
-    pub fn is_ok(self) -> bool {
-        self == Self::SUCCESS
-    }
-
-    /// rdma-core's `ibv_wc_status_str` names (`libibverbs/enum_strs.c`).
-    pub fn name(self) -> &'static str {
-        const NAMES: [&str; 24] = [
-            "success",
-            "local length error",
-            "local QP operation error",
-            "local EE context operation error",
-            "local protection error",
-            "Work Request Flushed Error",
-            "memory management operation error",
-            "bad response error",
-            "local access error",
-            "remote invalid request error",
-            "remote access error",
-            "remote operation error",
-            "transport retry counter exceeded",
-            "RNR retry counter exceeded",
-            "local RDD violation error",
-            "remote invalid RD request",
-            "remote aborted error",
-            "invalid EE context number",
-            "invalid EE context state",
-            "fatal error",
-            "response timeout error",
-            "general error",
-            "TM error",
-            "TM software rendezvous",
-        ];
-        NAMES.get(self.0 as usize).copied().unwrap_or("unknown")
-    }
-}
-
-impl WcStatus {
-    /// The `enum ibv_wc_status` identifier without its `IBV_WC_` prefix.
-    pub fn ident(self) -> &'static str {
-        const IDENTS: [&str; 24] = [
-            "SUCCESS",
-            "LOC_LEN_ERR",
-            "LOC_QP_OP_ERR",
-            "LOC_EEC_OP_ERR",
-            "LOC_PROT_ERR",
-            "WR_FLUSH_ERR",
-            "MW_BIND_ERR",
-            "BAD_RESP_ERR",
-            "LOC_ACCESS_ERR",
-            "REM_INV_REQ_ERR",
-            "REM_ACCESS_ERR",
-            "REM_OP_ERR",
-            "RETRY_EXC_ERR",
-            "RNR_RETRY_EXC_ERR",
-            "LOC_RDD_VIOL_ERR",
-            "REM_INV_RD_REQ_ERR",
-            "REM_ABORT_ERR",
-            "INV_EECN_ERR",
-            "INV_EEC_STATE_ERR",
-            "FATAL_ERR",
-            "RESP_TIMEOUT_ERR",
-            "GENERAL_ERR",
-            "TM_ERR",
-            "TM_RNDV_INCOMPLETE",
-        ];
-        IDENTS.get(self.0 as usize).copied().unwrap_or("UNKNOWN")
-    }
-}
-
-impl std::fmt::Display for WcStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
-
-/// What a completed work request was (`enum ibv_wc_opcode` values). Only
-/// meaningful when the status is success (as in verbs). `Debug` prints the
-/// verbs name.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct WcOpcode(pub u32);
-
-impl std::fmt::Debug for WcOpcode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = match *self {
-            Self::SEND => "SEND",
-            Self::RDMA_WRITE => "RDMA_WRITE",
-            Self::RDMA_READ => "RDMA_READ",
-            Self::COMP_SWAP => "COMP_SWAP",
-            Self::FETCH_ADD => "FETCH_ADD",
-            Self::RECV => "RECV",
-            Self::RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
-            _ => return write!(f, "WcOpcode({})", self.0),
-        };
-        f.write_str(name)
-    }
-}
-
-impl WcOpcode {
-    pub const SEND: Self = Self(0);
-    pub const RDMA_WRITE: Self = Self(1);
-    pub const RDMA_READ: Self = Self(2);
-    pub const COMP_SWAP: Self = Self(3);
-    pub const FETCH_ADD: Self = Self(4);
-    pub const RECV: Self = Self(128);
-    pub const RECV_RDMA_WITH_IMM: Self = Self(129);
-}
-
-/// One work completion.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Completion {
-    pub wr_id: u64,
-    pub status: WcStatus,
-    pub opcode: WcOpcode,
-    /// Bytes transferred (RDMA READ, atomics, receives).
-    pub byte_len: u32,
-    /// Immediate data, as the sender passed it (receives with immediate).
-    pub imm: Option<u32>,
-    pub qp_num: u32,
-    /// Vendor syndrome (mlx5: CQE byte 54), 0 on success.
-    pub vendor_err: u32,
-}
-
-impl Default for WcStatus {
-    fn default() -> Self {
-        Self::SUCCESS
     }
 }

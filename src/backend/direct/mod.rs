@@ -9,8 +9,14 @@
     allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
 )]
 
-use crate::wr::{Completion, RecvWr, SendWr, WcOpcode, WcStatus, WrOp};
-use crate::{Error, Result};
+#[cfg(feature = "verbs")]
+use super::ibv;
+use super::SharedQps;
+use crate::types::completion::{Completion, WcOpcode, WcStatus};
+use crate::types::error::{Error, Result};
+use crate::types::keys::RemoteAddr;
+use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
+use crate::types::wr::{RecvWr, SendWr, WrOp};
 use mlx5_dv::cqe::Cqe;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, Retired, SendQueue};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
@@ -36,7 +42,7 @@ pub(crate) enum DirectCqDev {
     Sim(sim::Cq),
     /// A ConnectX CQ made by `ibv_create_cq`, described by `mlx5dv_init_obj`.
     #[cfg(feature = "verbs")]
-    Mlx5(std::sync::Arc<crate::verbs::VerbsCq>),
+    Mlx5(std::sync::Arc<ibv::VerbsCq>),
 }
 
 /// Where a new direct-path QP's completions go: a CQ of its own of this
@@ -90,9 +96,9 @@ impl DirectCq {
     /// A ConnectX CQ of at least `depth` CQEs (`ibv_create_cq`), described
     /// by `mlx5dv_init_obj`.
     #[cfg(feature = "verbs")]
-    pub(crate) fn create_mlx5(ctx: &std::sync::Arc<crate::verbs::Ctx>, depth: u32) -> Result<Self> {
-        let vcq = crate::verbs::VerbsCq::create(ctx, depth)?;
-        let dv = crate::verbs::describe_mlx5_cq(&vcq)?;
+    pub(crate) fn create_mlx5(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
+        let vcq = ibv::VerbsCq::create(ctx, depth)?;
+        let dv = ibv::describe_mlx5_cq(&vcq)?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on `vcq`,
         // which this struct keeps (dropped after the poller); the CQ is
         // never handed to `ibv_poll_cq`.
@@ -133,7 +139,7 @@ impl DirectCq {
                 return Ok(got);
             }
         };
-        if !crate::wait_readable(sim_cq.event_fd(), timeout, "the CQ's event fd")? {
+        if !super::wait_readable(sim_cq.event_fd(), timeout, "the CQ's event fd")? {
             return Ok(false);
         }
         for _ in 0..sim_cq.take_events() {
@@ -169,7 +175,7 @@ impl DirectCq {
     #[inline]
     pub(crate) fn take_shared(
         &mut self,
-        m: &mut crate::cq::Members,
+        m: &mut impl SharedQps<DirectQp>,
         max: usize,
         skip: Option<u32>,
         put: impl FnMut(usize, Completion),
@@ -182,10 +188,7 @@ impl DirectCq {
                 if skip == Some(cqe.qpn) {
                     return Ok(None);
                 }
-                let q = m
-                    .find(cqe.qpn)
-                    .and_then(crate::Qp::direct_mut)
-                    .ok_or(Error::ForeignCqe { qpn: cqe.qpn })?;
+                let q = m.find(cqe.qpn).ok_or(Error::ForeignCqe { qpn: cqe.qpn })?;
                 let before = q.sq.free_wrs();
                 let mut recvs = 0;
                 let r = retire(&mut q.sq, &mut q.rq, cqe, &mut recvs);
@@ -194,7 +197,7 @@ impl DirectCq {
             },
             put,
         );
-        m.credits.give(freed);
+        m.credits().give(freed);
         r
     }
 }
@@ -314,7 +317,7 @@ pub(crate) struct DirectQp {
     /// The device objects that own the rings (dropped after the drivers).
     dev: DirectDev,
     /// The path facts the last modify set (for `path`).
-    path: crate::PathInfo,
+    path: PathInfo,
 }
 
 /// Who owns the rings the driver runs on.
@@ -323,7 +326,7 @@ pub(crate) enum DirectDev {
     Sim(sim::Qp),
     /// A ConnectX, through `mlx5dv_create_qp` / `mlx5dv_init_obj`.
     #[cfg(feature = "verbs")]
-    Mlx5(crate::verbs::Mlx5Objs),
+    Mlx5(ibv::Mlx5Objs),
 }
 
 impl DirectQp {
@@ -371,7 +374,7 @@ impl DirectQp {
             credits,
             ignore_credits: false,
             dev: DirectDev::Sim(sim_qp),
-            path: crate::PathInfo::unconnected("sim"),
+            path: PathInfo::unconnected("sim"),
         })
     }
 
@@ -380,8 +383,8 @@ impl DirectQp {
     /// `mlx5dv_init_obj` describes.
     #[cfg(feature = "verbs")]
     pub(crate) fn create_mlx5(
-        pd: &std::sync::Arc<crate::verbs::Pd>,
-        caps: crate::verbs::QpCaps,
+        pd: &std::sync::Arc<ibv::Pd>,
+        caps: ibv::QpCaps,
         cq: CqFor<'_>,
     ) -> Result<Self> {
         let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
@@ -393,7 +396,7 @@ impl DirectQp {
                 ))
             }
         };
-        let (objs, dv_qp) = crate::verbs::create_mlx5_qp(pd, caps, vcq)?;
+        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq)?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
         // that `objs` owns; this struct drops the drivers before `objs`
         // (field order), and no one else posts to it (the QP is never
@@ -411,7 +414,7 @@ impl DirectQp {
             max_recv_wr: caps.max_recv_wr,
             credits,
             ignore_credits: false,
-            path: crate::PathInfo::unconnected(""),
+            path: PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
         })
     }
@@ -425,7 +428,7 @@ impl DirectQp {
         }
     }
 
-    pub(crate) fn set_path(&mut self, p: crate::PathInfo) {
+    pub(crate) fn set_path(&mut self, p: PathInfo) {
         self.path = p;
     }
 
@@ -456,13 +459,8 @@ impl DirectQp {
 
     /// Moves the sim QP from `from` to `to` (attributes checked by the
     /// caller); moving to RESET also resets the host side.
-    pub(crate) fn modify(
-        &mut self,
-        from: crate::QpState,
-        to: crate::QpState,
-        attr: &crate::QpAttr,
-    ) -> Result<()> {
-        use crate::QpState as S;
+    pub(crate) fn modify(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
+        use QpState as S;
         let sim_qp = match &mut self.dev {
             DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
@@ -474,7 +472,7 @@ impl DirectQp {
                 return Ok(());
             }
         };
-        let timer = attr.min_rnr_timer.map(crate::qp_attr::rnr_timer);
+        let timer = attr.min_rnr_timer.map(qp_attr::rnr_timer);
         match (from, to) {
             (S::Reset, S::Init) => sim_qp.to_init(attr.access.unwrap_or(sim::Access::empty()))?,
             (S::Init, S::Init) | (S::Rts, S::Rts) => sim_qp.set_optional(attr.access, timer)?,
@@ -527,20 +525,20 @@ impl DirectQp {
     }
 
     /// The device's view of the QP.
-    pub(crate) fn query(&self) -> Result<crate::QpInfo> {
+    pub(crate) fn query(&self) -> Result<QpInfo> {
         let sim_qp = match &self.dev {
             DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => return o.query(),
         };
         let state = match sim_qp.state() {
-            sim::QpState::Reset => crate::QpState::Reset,
-            sim::QpState::Init => crate::QpState::Init,
-            sim::QpState::Rtr => crate::QpState::Rtr,
-            sim::QpState::Rts => crate::QpState::Rts,
-            sim::QpState::Err => crate::QpState::Err,
+            sim::QpState::Reset => QpState::Reset,
+            sim::QpState::Init => QpState::Init,
+            sim::QpState::Rtr => QpState::Rtr,
+            sim::QpState::Rts => QpState::Rts,
+            sim::QpState::Err => QpState::Err,
         };
-        Ok(crate::QpInfo {
+        Ok(QpInfo {
             state,
             dest_qpn: sim_qp.dest_qpn(),
             rnr_retry: Some(sim_qp.rnr_retry()),
@@ -618,9 +616,9 @@ impl DirectQp {
         self.qpn
     }
 
-    pub(crate) fn path(&self) -> crate::PathInfo {
+    pub(crate) fn path(&self) -> PathInfo {
         match &self.dev {
-            DirectDev::Sim(qp) => crate::PathInfo {
+            DirectDev::Sim(qp) => PathInfo {
                 dest_qpn: qp.dest_qpn().unwrap_or(0),
                 ..self.path
             },
@@ -766,7 +764,7 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
             w.sges.len()
         )));
     }
-    let rs = |r: crate::RemoteAddr| {
+    let rs = |r: RemoteAddr| {
         Some(RemoteSeg {
             addr: r.addr,
             rkey: r.rkey.0,

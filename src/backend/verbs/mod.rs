@@ -1,366 +1,16 @@
-//! The verbs control path and the portable data path, over rdma-core's
-//! libibverbs (`rdma-sys`). The FFI door: every `unsafe` block of the portable
-//! crate that calls rdma-core lives here.
-//!
-//! Sources: rdma-core `libibverbs/verbs.h` and `man ibv_modify_qp` (required
-//! attribute masks per transition, also in `docs/prm.md`), perftest
-//! `perftest_communication.c` (GID choice, RTR/RTS attributes).
+//! The portable data path: RC QPs posted and polled through
+//! `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`, over the control path
+//! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
 
-use crate::mem::{Access, Buffer, Registration};
-use crate::wr::{Completion, SendWr, WcOpcode, WcStatus, WrOp};
-use crate::{Error, Result};
-use crate::{QpAttr, QpAttrMask, QpState};
+use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq};
+use super::SharedQps;
+use crate::types::completion::{Completion, WcOpcode, WcStatus};
+use crate::types::error::{Error, Result};
+use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
+use crate::types::wr::{RecvWr, SendWr, WrOp};
 use mlx5_dv::driver::CqCredits;
 use rdma_sys::*;
-use std::ffi::CStr;
 use std::sync::Arc;
-
-pub(crate) fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-/// Turns a verbs return code into a typed error naming the call and, in
-/// `detail` (e.g. " (port 2)"), the arguments that matter.
-pub(crate) fn check_detail(
-    call: &'static str,
-    rc: i32,
-    detail: impl FnOnce() -> String,
-) -> Result<()> {
-    let errno = match rc {
-        0 => return Ok(()),
-        // rdma-core returns errno values directly (positive) or -1 with errno set.
-        rc if rc > 0 => rc,
-        _ => errno(),
-    };
-    Err(Error::Verbs {
-        call,
-        errno,
-        detail: detail(),
-    })
-}
-
-/// One ibverbs device as `ibv_get_device_list` reports it.
-#[derive(Clone, Debug)]
-pub struct VerbsDeviceInfo {
-    pub name: String,
-    /// Node GUID in host order.
-    pub node_guid: u64,
-    /// The uverbs character device (`uverbs0`, ...).
-    #[allow(dead_code)]
-    pub dev_name: String,
-}
-
-struct DeviceList {
-    list: *mut *mut ibv_device,
-    n: usize,
-}
-
-impl DeviceList {
-    fn get() -> Result<Self> {
-        let mut n = 0;
-        // SAFETY: FFI; `n` is a valid out-pointer.
-        let list = unsafe { ibv_get_device_list(&mut n) };
-        if list.is_null() {
-            return Err(Error::Verbs {
-                call: "ibv_get_device_list",
-                errno: errno(),
-                detail: String::new(),
-            });
-        }
-        Ok(Self {
-            list,
-            n: n.max(0) as usize,
-        })
-    }
-    fn devices(&self) -> impl Iterator<Item = *mut ibv_device> + '_ {
-        // SAFETY: `list` holds `n` valid device pointers until freed in Drop.
-        (0..self.n).map(move |i| unsafe { *self.list.add(i) })
-    }
-}
-
-impl Drop for DeviceList {
-    fn drop(&mut self) {
-        // SAFETY: `list` came from ibv_get_device_list and is freed once.
-        unsafe { ibv_free_device_list(self.list) };
-    }
-}
-
-fn device_name(dev: *mut ibv_device) -> String {
-    // SAFETY: `dev` is a live device of a live list; the name is a C string.
-    unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Every ibverbs device on this host (empty where the kernel has no RDMA).
-pub fn list_devices() -> Result<Vec<VerbsDeviceInfo>> {
-    let list = match DeviceList::get() {
-        Ok(l) => l,
-        // libibverbs reports ENOSYS when the kernel has no RDMA subsystem at all.
-        Err(Error::Verbs {
-            errno: libc::ENOSYS,
-            ..
-        }) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(list
-        .devices()
-        .map(|d| {
-            // SAFETY: `d` is a live device; dev_name is a NUL-terminated array.
-            let dev_name = unsafe { CStr::from_ptr((*d).dev_name.as_ptr()) }
-                .to_string_lossy()
-                .into_owned();
-            // SAFETY: as above.
-            let guid = u64::from_be(unsafe { ibv_get_device_guid(d) });
-            VerbsDeviceInfo {
-                name: device_name(d),
-                node_guid: guid,
-                dev_name,
-            }
-        })
-        .collect())
-}
-
-/// An open device context.
-pub(crate) struct Ctx {
-    raw: *mut ibv_context,
-    pub(crate) name: String,
-}
-
-// SAFETY: ibv_context is thread-safe for the calls we make (rdma-core locks internally).
-unsafe impl Send for Ctx {}
-unsafe impl Sync for Ctx {}
-
-impl Drop for Ctx {
-    fn drop(&mut self) {
-        // SAFETY: opened in `open`, closed once, after every PD/CQ/QP holding an Arc is gone.
-        unsafe { ibv_close_device(self.raw) };
-    }
-}
-
-/// Opens the device called `name`; `Ok(None)` if there is none.
-pub(crate) fn open(name: &str) -> Result<Option<Arc<Ctx>>> {
-    let list = match DeviceList::get() {
-        Ok(l) => l,
-        Err(Error::Verbs {
-            errno: libc::ENOSYS,
-            ..
-        }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let Some(dev) = list.devices().find(|&d| device_name(d) == name) else {
-        return Ok(None);
-    };
-    // SAFETY: `dev` is a live device of `list`, which outlives the call.
-    let raw = unsafe { ibv_open_device(dev) };
-    if raw.is_null() {
-        return Err(Error::Verbs {
-            call: "ibv_open_device",
-            errno: errno(),
-            detail: String::new(),
-        });
-    }
-    Ok(Some(Arc::new(Ctx {
-        raw,
-        name: name.to_owned(),
-    })))
-}
-
-/// The port facts the connection needs.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PortInfo {
-    pub(crate) lid: u16,
-    /// `enum ibv_mtu` value.
-    pub(crate) active_mtu: u32,
-    /// `IBV_LINK_LAYER_ETHERNET` (2) for RoCE.
-    pub(crate) link_layer: u8,
-    pub(crate) gid_tbl_len: i32,
-}
-
-impl Ctx {
-    pub(crate) fn query_port(&self, port: u8) -> Result<PortInfo> {
-        // SAFETY: ibv_port_attr is plain data; zero is a valid bit pattern.
-        let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: live context, valid out-pointer.
-        let r = check_detail(
-            "ibv_query_port",
-            unsafe { ___ibv_query_port(self.raw, port, &mut a) },
-            || format!(" ({} port {port})", self.name),
-        );
-        match r {
-            // A port number the device does not have is the caller's argument.
-            Err(Error::Verbs { errno, .. }) if errno == libc::EINVAL => {
-                return Err(Error::Invalid(format!(
-                    "{} has no port {port} (`rdma-direct devices` lists its ports)",
-                    self.name
-                )))
-            }
-            r => r?,
-        }
-        Ok(PortInfo {
-            lid: a.lid,
-            active_mtu: a.active_mtu,
-            link_layer: a.link_layer,
-            gid_tbl_len: a.gid_tbl_len,
-        })
-    }
-
-    fn query_gid(&self, port: u8, index: i32) -> Result<[u8; 16]> {
-        // SAFETY: ibv_gid is plain data.
-        let mut g: ibv_gid = unsafe { std::mem::zeroed() };
-        // SAFETY: live context, valid out-pointer.
-        check_detail(
-            "ibv_query_gid",
-            unsafe { ibv_query_gid(self.raw, port, index, &mut g) },
-            || format!(" ({} port {port} index {index})", self.name),
-        )?;
-        // SAFETY: every bit pattern of the union is a valid [u8; 16].
-        Ok(unsafe { g.raw })
-    }
-
-    /// The GID index to use on RoCE: the explicit one if given, else the first
-    /// IPv4-mapped RoCE v2 entry (as perftest picks). Types come from sysfs
-    /// (`/sys/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index>`).
-    pub(crate) fn choose_gid(
-        &self,
-        port: u8,
-        info: &PortInfo,
-        explicit: Option<u8>,
-    ) -> Result<(u8, [u8; 16])> {
-        if let Some(i) = explicit {
-            let gid = if (i as i32) < info.gid_tbl_len {
-                self.query_gid(port, i as i32).ok()
-            } else {
-                None
-            };
-            return match gid {
-                Some(g) if g != [0; 16] => Ok((i, g)),
-                _ => Err(Error::Invalid(format!(
-                    "GID index {i} of {} port {port} is empty (the table has {} entries; `rdma-direct devices` lists them)",
-                    self.name, info.gid_tbl_len
-                ))),
-            };
-        }
-        let mut seen = Vec::new();
-        for i in 0..info.gid_tbl_len.min(256) {
-            let Ok(gid) = self.query_gid(port, i) else {
-                continue;
-            };
-            if gid == [0; 16] {
-                continue;
-            }
-            let ty = std::fs::read_to_string(format!(
-                "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types/{i}",
-                self.name
-            ))
-            .unwrap_or_default();
-            let v4_mapped = gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff];
-            if ty.trim() == "RoCE v2" && v4_mapped {
-                return Ok((i as u8, gid));
-            }
-            seen.push(format!(
-                "{i}: {} {}",
-                ty.trim(),
-                std::net::Ipv6Addr::from(gid)
-            ));
-        }
-        Err(Error::NoGid(format!(
-            "device {} port {port} has no IPv4-mapped RoCE v2 GID (give the address an IPv4 address, or pass a GID index); GIDs seen: [{}]",
-            self.name,
-            seen.join(", ")
-        )))
-    }
-}
-
-/// A protection domain.
-pub(crate) struct Pd {
-    raw: *mut ibv_pd,
-    pub(crate) ctx: Arc<Ctx>,
-}
-
-// SAFETY: as for Ctx.
-unsafe impl Send for Pd {}
-unsafe impl Sync for Pd {}
-
-impl Drop for Pd {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `alloc_pd`; every MR and QP holds an Arc<Pd>, so none is left.
-        unsafe { ibv_dealloc_pd(self.raw) };
-    }
-}
-
-pub(crate) fn alloc_pd(ctx: &Arc<Ctx>) -> Result<Arc<Pd>> {
-    // SAFETY: live context.
-    let raw = unsafe { ibv_alloc_pd(ctx.raw) };
-    if raw.is_null() {
-        return Err(Error::Verbs {
-            call: "ibv_alloc_pd",
-            errno: errno(),
-            detail: String::new(),
-        });
-    }
-    Ok(Arc::new(Pd {
-        raw,
-        ctx: ctx.clone(),
-    }))
-}
-
-struct MrReg {
-    raw: *mut ibv_mr,
-    _pd: Arc<Pd>,
-}
-
-// SAFETY: an ibv_mr handle is only deregistered, once, on drop.
-unsafe impl Send for MrReg {}
-unsafe impl Sync for MrReg {}
-impl Registration for MrReg {}
-
-impl Drop for MrReg {
-    fn drop(&mut self) {
-        // SAFETY: registered in `reg_mr`, deregistered once, before its buffer is freed.
-        unsafe { ibv_dereg_mr(self.raw) };
-    }
-}
-
-/// Registers `buf`; returns the registration (deregisters on drop), lkey, rkey.
-pub(crate) fn reg_mr(
-    pd: &Arc<Pd>,
-    buf: &Buffer,
-    access: Access,
-) -> Result<(Box<dyn Registration>, u32, u32)> {
-    // SAFETY: `buf` is live memory of `buf.len()` bytes; the caller keeps it
-    // alive until the returned registration is dropped (MrInner field order).
-    let raw = unsafe { ibv_reg_mr(pd.raw, buf.ptr().cast(), buf.len(), access.bits() as i32) };
-    if raw.is_null() {
-        return Err(Error::Verbs {
-            call: "ibv_reg_mr",
-            errno: errno(),
-            detail: String::new(),
-        });
-    }
-    // SAFETY: non-null ibv_mr returned by rdma-core.
-    let (lkey, rkey) = unsafe { ((*raw).lkey, (*raw).rkey) };
-    Ok((
-        Box::new(MrReg {
-            raw,
-            _pd: pd.clone(),
-        }),
-        lkey,
-        rkey,
-    ))
-}
-
-/// Sizes of one QP.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct QpCaps {
-    pub(crate) max_send_wr: u32,
-    pub(crate) max_send_sge: u32,
-    pub(crate) max_inline: u32,
-    pub(crate) max_recv_wr: u32,
-    pub(crate) max_recv_sge: u32,
-}
 
 /// How many WRs of a chain a post call took: all on success; on failure
 /// those before `bad`, the first one not posted (verbs contract).
@@ -377,133 +27,6 @@ const RECV_TAG: u64 = 1 << 63;
 /// Work requests per `ibv_post_send` call.
 const CHUNK: usize = 32;
 
-/// A CQ with its completion channel (event mode; the channel's fd is
-/// non-blocking). Held by `Arc` by the QPs that complete into it and by
-/// whoever polls it (a QP's own CQ, or a [`crate::SharedCq`]); destroyed
-/// after the last of them: `ibv_destroy_cq`, then the channel.
-pub(crate) struct VerbsCq {
-    pub(crate) cq: *mut ibv_cq,
-    channel: *mut ibv_comp_channel,
-    /// CQEs the CQ holds, as the provider made it (`ibv_cq.cqe`).
-    pub(crate) depth: u32,
-    _ctx: Arc<Ctx>,
-}
-
-// SAFETY: one owner polls, arms and waits on the CQ (`&mut Qp` for a QP's
-// own CQ, `&mut SharedCq` for a shared one); the other holders of the `Arc`
-// only keep it alive for their QP; rdma-core's CQ calls lock internally.
-unsafe impl Send for VerbsCq {}
-unsafe impl Sync for VerbsCq {}
-
-impl Drop for VerbsCq {
-    fn drop(&mut self) {
-        // SAFETY: created in `VerbsCq::create`; every QP completing into it
-        // was destroyed first (they hold this `Arc`); the CQ goes before its
-        // channel (events were acked as they came).
-        unsafe {
-            ibv_destroy_cq(self.cq);
-            ibv_destroy_comp_channel(self.channel);
-        }
-    }
-}
-
-impl VerbsCq {
-    /// `ibv_create_comp_channel` (fd made non-blocking), then
-    /// `ibv_create_cq` of at least `depth` CQEs on it.
-    pub(crate) fn create(ctx: &Arc<Ctx>, depth: u32) -> Result<Arc<VerbsCq>> {
-        // SAFETY: live context.
-        let channel = unsafe { ibv_create_comp_channel(ctx.raw) };
-        if channel.is_null() {
-            return Err(Error::Verbs {
-                call: "ibv_create_comp_channel",
-                errno: errno(),
-                detail: String::new(),
-            });
-        }
-        // SAFETY: `channel` is live; fcntl on its fd changes only its flags.
-        unsafe {
-            let fd = (*channel).fd;
-            libc::fcntl(
-                fd,
-                libc::F_SETFL,
-                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-            );
-        }
-        // SAFETY: live context and channel.
-        let cq = unsafe {
-            ibv_create_cq(
-                ctx.raw,
-                depth.min(i32::MAX as u32) as i32,
-                std::ptr::null_mut(),
-                channel,
-                0,
-            )
-        };
-        if cq.is_null() {
-            let e = errno();
-            // SAFETY: created above, unused.
-            unsafe { ibv_destroy_comp_channel(channel) };
-            return Err(Error::Verbs {
-                call: "ibv_create_cq",
-                errno: e,
-                detail: format!(" ({depth} CQEs)"),
-            });
-        }
-        // SAFETY: non-null CQ; `cqe` is the depth the provider gave it.
-        let depth = unsafe { (*cq).cqe }.max(1) as u32;
-        Ok(Arc::new(VerbsCq {
-            cq,
-            channel,
-            depth,
-            _ctx: ctx.clone(),
-        }))
-    }
-
-    /// `ibv_req_notify_cq`: one completion event for the next completion
-    /// (with `solicited_only`, the next solicited or error one).
-    pub(crate) fn arm(&self, solicited_only: bool) -> Result<()> {
-        // SAFETY: live CQ.
-        let rc = unsafe { ibv_req_notify_cq(self.cq, solicited_only as i32) };
-        check_detail("ibv_req_notify_cq", rc, String::new)
-    }
-
-    /// Waits up to `timeout` for a completion event ([`wait_channel`]).
-    pub(crate) fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
-        wait_channel(self.channel, timeout)
-    }
-
-    /// `ibv_poll_cq` for up to `store.len()` (at most 16) completions.
-    #[inline]
-    fn poll_into<'s>(
-        &self,
-        store: &'s mut [std::mem::MaybeUninit<ibv_wc>; 16],
-        want: usize,
-    ) -> Result<&'s [ibv_wc]> {
-        let want = want.min(store.len());
-        // SAFETY: live CQ; `store` has room for `want` entries.
-        let n = unsafe { ibv_poll_cq(self.cq, want as i32, store.as_mut_ptr().cast()) };
-        if n < 0 {
-            return Err(Error::Verbs {
-                call: "ibv_poll_cq",
-                errno: -n,
-                detail: String::new(),
-            });
-        }
-        // SAFETY: ibv_poll_cq wrote the first `n` (<= `want`) entries.
-        Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) })
-    }
-
-    /// Discards the events raised and the completions written so far (a QP
-    /// with its own CQ going to RESET).
-    fn drain(&self) {
-        while self.wait(std::time::Duration::ZERO).unwrap_or(false) {}
-        // SAFETY: plain data; zero is valid.
-        let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-        // SAFETY: live CQ; `wc` holds 16 entries.
-        while unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) } > 0 {}
-    }
-}
-
 /// Takes completions from a CQ that several verbs QPs share, until `max`
 /// were handed to `put` or the CQ is empty: each goes to the QP of `m` its
 /// `qp_num` names, which retires the WR (and the unsignaled ones before
@@ -514,7 +37,7 @@ impl VerbsCq {
 /// handed over.
 pub(crate) fn take_shared(
     cq: &VerbsCq,
-    m: &mut crate::cq::Members,
+    m: &mut impl SharedQps<VerbsQp>,
     max: usize,
     skip: Option<u32>,
     mut put: impl FnMut(usize, Completion),
@@ -536,7 +59,7 @@ pub(crate) fn take_shared(
             if skip == Some(w.qp_num) {
                 continue;
             }
-            let found = m.find(w.qp_num).and_then(crate::Qp::verbs_mut);
+            let found = m.find(w.qp_num);
             let Some(q) = found else {
                 if result.is_ok() {
                     result = Err(Error::ForeignCqe { qpn: w.qp_num });
@@ -552,7 +75,7 @@ pub(crate) fn take_shared(
             break;
         }
     }
-    m.credits.give(freed);
+    m.credits().give(freed);
     (k, result)
 }
 
@@ -585,7 +108,7 @@ pub(crate) struct VerbsQp {
     recv_ids: Box<[u64]>,
     recv_posted: u64,
     recv_done: u64,
-    path: crate::PathInfo,
+    path: PathInfo,
     wr_ids: Box<[u64]>,
     posted: u64,
     retired: u64,
@@ -674,7 +197,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<
             .into_boxed_slice(),
         recv_posted: 0,
         recv_done: 0,
-        path: crate::PathInfo::unconnected(""),
+        path: PathInfo::unconnected(""),
         wr_ids: vec![0; max_post as usize].into_boxed_slice(),
         posted: 0,
         retired: 0,
@@ -720,11 +243,11 @@ impl VerbsQp {
         self.qpn
     }
 
-    pub(crate) fn path(&self) -> crate::PathInfo {
+    pub(crate) fn path(&self) -> PathInfo {
         self.path
     }
 
-    pub(crate) fn set_path(&mut self, p: crate::PathInfo) {
+    pub(crate) fn set_path(&mut self, p: PathInfo) {
         self.path = p;
     }
 
@@ -751,7 +274,7 @@ impl VerbsQp {
 
     /// The QP's state as the device has it (`ibv_query_qp`), with the
     /// attributes that tell a connection apart.
-    pub(crate) fn query(&self) -> Result<crate::QpInfo> {
+    pub(crate) fn query(&self) -> Result<QpInfo> {
         query_raw(self.qp, self.qpn)
     }
 
@@ -951,7 +474,7 @@ impl VerbsQp {
         self.caps.max_recv_sge = self.caps.max_recv_sge.min(n);
     }
 
-    pub(crate) fn post_recv(&mut self, wrs: &[crate::wr::RecvWr<'_>]) -> Result<()> {
+    pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         for w in wrs {
             if w.sges.len() > self.caps.max_recv_sge as usize {
                 return Err(Error::Invalid(format!(
@@ -978,7 +501,7 @@ impl VerbsQp {
     }
 
     /// `ibv_post_recv` of `wrs`, 32 per call (checked by `post_recv`).
-    fn post_recv_chunks(&mut self, wrs: &[crate::wr::RecvWr<'_>]) -> Result<()> {
+    fn post_recv_chunks(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         for chunk in wrs.chunks(CHUNK) {
             use std::mem::MaybeUninit;
             let nsge: usize = chunk.iter().map(|w| w.sges.len()).sum();
@@ -1115,408 +638,4 @@ impl VerbsQp {
             vendor_err: w.vendor_err,
         })
     }
-}
-
-/// What `rdma-direct devices` shows of one ibverbs device: its driver and
-/// every port with state, link layer, MTU, rate and GID table.
-pub(crate) fn describe(name: &str) -> Result<(String, Vec<crate::PortDetail>, bool)> {
-    let ctx = open(name)?.ok_or_else(|| Error::NoSuchDevice { name: name.into() })?;
-    // SAFETY: plain data; zero is valid.
-    let mut dev: ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: live context; valid out-pointer.
-    check_detail(
-        "ibv_query_device",
-        unsafe { ibv_query_device(ctx.raw, &mut dev) },
-        || format!(" ({name})"),
-    )?;
-    let sys = format!("/sys/class/infiniband/{name}");
-    let driver = std::fs::read_link(format!("{sys}/device/driver"))
-        .ok()
-        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-        .or_else(|| {
-            // Soft-RoCE has no bus device; its sysfs names the netdev it runs on.
-            std::fs::read_to_string(format!("{sys}/parent"))
-                .ok()
-                .map(|p| format!("rdma_rxe (on {})", p.trim()))
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let mut ports = Vec::new();
-    for port in 1..=dev.phys_port_cnt {
-        // SAFETY: plain data; zero is valid.
-        let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: live context; valid out-pointer.
-        check_detail(
-            "ibv_query_port",
-            unsafe { ___ibv_query_port(ctx.raw, port, &mut a) },
-            || format!(" ({name} port {port})"),
-        )?;
-        let state = match a.state {
-            ibv_port_state::IBV_PORT_DOWN => "DOWN",
-            ibv_port_state::IBV_PORT_INIT => "INIT",
-            ibv_port_state::IBV_PORT_ARMED => "ARMED",
-            ibv_port_state::IBV_PORT_ACTIVE => "ACTIVE",
-            ibv_port_state::IBV_PORT_ACTIVE_DEFER => "ACTIVE_DEFER",
-            _ => "NOP",
-        };
-        let link_layer = match a.link_layer {
-            2 => "Ethernet",
-            _ => "InfiniBand",
-        };
-        // Per-lane Gb/s for `active_speed`, lanes for `active_width` (IB spec 14.2.5.6).
-        let lane = match a.active_speed {
-            1 => 2.5,
-            2 => 5.0,
-            4 | 8 => 10.0,
-            16 => 14.0625,
-            32 => 25.78125,
-            64 => 53.125,
-            128 => 106.25,
-            _ => 0.0,
-        };
-        let lanes = match a.active_width {
-            1 => 1.0,
-            2 => 4.0,
-            4 => 8.0,
-            8 => 12.0,
-            16 => 2.0,
-            _ => 0.0,
-        };
-        let mut gids = Vec::new();
-        for i in 0..a.gid_tbl_len.clamp(0, 256) {
-            let Ok(gid) = ctx.query_gid(port, i) else {
-                continue;
-            };
-            if gid == [0; 16] {
-                continue;
-            }
-            let kind = std::fs::read_to_string(format!("{sys}/ports/{port}/gid_attrs/types/{i}"))
-                .map(|t| t.trim().to_string())
-                .unwrap_or_else(|_| "IB".into());
-            gids.push(crate::GidEntry {
-                index: i as u32,
-                gid,
-                kind,
-            });
-        }
-        ports.push(crate::PortDetail {
-            port,
-            state,
-            link_layer,
-            active_mtu: (1..=5)
-                .contains(&a.active_mtu)
-                .then(|| 128u32 << a.active_mtu),
-            rate_gbps: (lane * lanes > 0.0).then_some(lane * lanes),
-            lid: a.lid,
-            gids,
-        });
-    }
-    Ok((driver, ports, mlx5_supported(&ctx)))
-}
-
-/// Waits (poll on the completion channel's fd) up to `timeout` for a
-/// completion event, then `ibv_get_cq_event` and `ibv_ack_cq_events`.
-pub(crate) fn wait_channel(
-    channel: *mut ibv_comp_channel,
-    timeout: std::time::Duration,
-) -> Result<bool> {
-    // SAFETY: the caller keeps the channel (and its fd) alive.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw((*channel).fd) };
-    if !crate::wait_readable(fd, timeout, "completion channel")? {
-        return Ok(false);
-    }
-    let mut cq: *mut ibv_cq = std::ptr::null_mut();
-    let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
-    // when another reader took the event.
-    let rc = unsafe { ibv_get_cq_event(channel, &mut cq, &mut ctx) };
-    if rc != 0 {
-        let e = errno();
-        if e == libc::EAGAIN {
-            return Ok(false);
-        }
-        return Err(Error::Verbs {
-            call: "ibv_get_cq_event",
-            errno: e,
-            detail: String::new(),
-        });
-    }
-    // SAFETY: `cq` is the CQ the event was for (ours); one event to ack.
-    unsafe { ibv_ack_cq_events(cq, 1) };
-    Ok(true)
-}
-
-/// `ibv_modify_qp` of `qp` to `to` with the attributes `attr` carries.
-pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) -> Result<()> {
-    // SAFETY: plain data; zero is valid.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = match to {
-        QpState::Reset => ibv_qp_state::IBV_QPS_RESET,
-        QpState::Init => ibv_qp_state::IBV_QPS_INIT,
-        QpState::Rtr => ibv_qp_state::IBV_QPS_RTR,
-        QpState::Rts => ibv_qp_state::IBV_QPS_RTS,
-        QpState::Err => ibv_qp_state::IBV_QPS_ERR,
-    };
-    if let Some(v) = attr.pkey_index {
-        a.pkey_index = v;
-    }
-    if let Some(v) = attr.port {
-        a.port_num = v;
-    }
-    if let Some(v) = attr.access {
-        a.qp_access_flags = v.bits();
-    }
-    if let Some(av) = attr.av {
-        a.ah_attr.dlid = av.dlid;
-        a.ah_attr.port_num = av.port;
-        a.ah_attr.sl = av.service_level;
-        if let Some(g) = av.grh {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid = ibv_gid { raw: g.dgid };
-            a.ah_attr.grh.sgid_index = g.sgid_index;
-            a.ah_attr.grh.hop_limit = g.hop_limit;
-            a.ah_attr.grh.traffic_class = g.traffic_class;
-            a.ah_attr.grh.flow_label = g.flow_label;
-        }
-    }
-    if let Some(v) = attr.path_mtu {
-        a.path_mtu = v;
-    }
-    if let Some(v) = attr.dest_qpn {
-        a.dest_qp_num = v;
-    }
-    if let Some(v) = attr.rq_psn {
-        a.rq_psn = v;
-    }
-    if let Some(v) = attr.max_dest_rd_atomic {
-        a.max_dest_rd_atomic = v;
-    }
-    if let Some(v) = attr.min_rnr_timer {
-        a.min_rnr_timer = v;
-    }
-    if let Some(v) = attr.sq_psn {
-        a.sq_psn = v;
-    }
-    if let Some(v) = attr.timeout {
-        a.timeout = v;
-    }
-    if let Some(v) = attr.retry_cnt {
-        a.retry_cnt = v;
-    }
-    if let Some(v) = attr.rnr_retry {
-        a.rnr_retry = v;
-    }
-    if let Some(v) = attr.max_rd_atomic {
-        a.max_rd_atomic = v;
-    }
-    let mask = (attr.mask() | QpAttrMask::STATE).bits();
-    // SAFETY: the caller's QP is live; `a` is valid for the call.
-    check_detail(
-        "ibv_modify_qp",
-        unsafe { ibv_modify_qp(qp, &mut a, mask as i32) },
-        || format!(" (QP {qpn:#x} to {to:?}, attributes {:?})", attr.mask()),
-    )?;
-    Ok(())
-}
-
-/// `ibv_query_qp` of `qp`: its state and connection attributes.
-pub(crate) fn query_raw(qp: *mut ibv_qp, qpn: u32) -> Result<crate::QpInfo> {
-    // SAFETY: plain data; zero is valid.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: plain data; zero is valid.
-    let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-    let mask = QpAttrMask::STATE
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MIN_RNR_TIMER;
-    // SAFETY: live QP; both outputs valid for the call.
-    check_detail(
-        "ibv_query_qp",
-        unsafe { ibv_query_qp(qp, &mut a, mask.bits() as i32, &mut init) },
-        || format!(" (QP {qpn:#x})"),
-    )?;
-    let state = match a.qp_state {
-        ibv_qp_state::IBV_QPS_RESET => QpState::Reset,
-        ibv_qp_state::IBV_QPS_INIT => QpState::Init,
-        ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
-        ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
-        _ => QpState::Err,
-    };
-    Ok(crate::QpInfo {
-        state,
-        dest_qpn: (state != QpState::Reset && state != QpState::Init).then_some(a.dest_qp_num),
-        rnr_retry: Some(a.rnr_retry),
-        min_rnr_timer: Some(a.min_rnr_timer),
-        path_mtu: Some(a.path_mtu),
-        sq_psn: Some(a.sq_psn),
-        rq_psn: Some(a.rq_psn),
-    })
-}
-
-/// Whether `ctx`'s device is a ConnectX that libmlx5's direct verbs
-/// describe (`mlx5dv_is_supported`): then the direct path can drive it.
-pub(crate) fn mlx5_supported(ctx: &Ctx) -> bool {
-    // SAFETY: live context; its device pointer is valid while it is open.
-    unsafe { mlx5_dv::dv::mlx5dv_is_supported((*ctx.raw).device.cast()) }
-}
-
-/// The verbs objects behind a direct-path QP on ConnectX: the QP made by
-/// `mlx5dv_create_qp` (scatter-to-CQE disabled, so every payload lands in
-/// the buffers the WRs name), its CQ and completion channel. Our ring driver
-/// posts and polls them; verbs does only the control path (modify, query,
-/// events).
-pub(crate) struct Mlx5Objs {
-    qp: *mut ibv_qp,
-    pub(crate) qpn: u32,
-    pub(crate) max_inline: u32,
-    /// The CQ it completes into (dropped after the QP).
-    _cq: Arc<VerbsCq>,
-    _pd: Arc<Pd>,
-}
-
-// SAFETY: as for VerbsQp; the owning DirectQp is driven by one thread at a time.
-unsafe impl Send for Mlx5Objs {}
-
-impl Drop for Mlx5Objs {
-    fn drop(&mut self) {
-        // SAFETY: created in `create_mlx5_qp`; the QP goes before its CQ
-        // (the `Arc<VerbsCq>` field is dropped after this).
-        unsafe { ibv_destroy_qp(self.qp) };
-    }
-}
-
-impl Mlx5Objs {
-    pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
-        modify_raw(self.qp, self.qpn, to, attr)
-    }
-
-    pub(crate) fn query(&self) -> Result<crate::QpInfo> {
-        query_raw(self.qp, self.qpn)
-    }
-}
-
-/// Creates an RC QP for the direct path on a ConnectX (`mlx5dv_create_qp`
-/// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`) completing into `cq`,
-/// and describes it with `mlx5dv_init_obj`.
-pub(crate) fn create_mlx5_qp(
-    pd: &Arc<Pd>,
-    caps: QpCaps,
-    cq: &Arc<VerbsCq>,
-) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp)> {
-    use mlx5_dv::dv::*;
-    // SAFETY: plain data; zero is valid.
-    let mut attr: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-    attr.send_cq = cq.cq;
-    attr.recv_cq = cq.cq;
-    attr.qp_type = ibv_qp_type::IBV_QPT_RC;
-    attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-    attr.pd = pd.raw;
-    attr.cap = ibv_qp_cap {
-        max_send_wr: caps.max_send_wr,
-        max_recv_wr: caps.max_recv_wr,
-        max_send_sge: caps.max_send_sge,
-        max_recv_sge: caps.max_recv_sge,
-        max_inline_data: caps.max_inline,
-    };
-    // SAFETY: plain data; zero is valid.
-    let mut dv_attr: mlx5dv_qp_init_attr = unsafe { std::mem::zeroed() };
-    dv_attr.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
-    dv_attr.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
-    // SAFETY: live context; both attribute structs valid for the call.
-    let qp = unsafe {
-        mlx5dv_create_qp(
-            pd.ctx.raw.cast(),
-            (&mut attr as *mut ibv_qp_init_attr_ex).cast(),
-            &mut dv_attr,
-        )
-    } as *mut ibv_qp;
-    if qp.is_null() {
-        return Err(Error::Verbs {
-            call: "mlx5dv_create_qp",
-            errno: errno(),
-            detail: format!(
-                " (RC, max_send_wr {}, max_send_sge {}, max_inline_data {})",
-                caps.max_send_wr, caps.max_send_sge, caps.max_inline
-            ),
-        });
-    }
-    // SAFETY: non-null QP.
-    let qpn = unsafe { (*qp).qp_num };
-    let objs = Mlx5Objs {
-        qp,
-        qpn,
-        max_inline: attr.cap.max_inline_data,
-        _cq: cq.clone(),
-        _pd: pd.clone(),
-    };
-    let mut dv_qp = mlx5dv_qp::zeroed();
-    init_obj(
-        qp.cast(),
-        &mut dv_qp,
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-    )?;
-    Ok((objs, dv_qp))
-}
-
-/// Describes a CQ for the direct path with `mlx5dv_init_obj`.
-pub(crate) fn describe_mlx5_cq(cq: &VerbsCq) -> Result<mlx5_dv::dv::mlx5dv_cq> {
-    let mut dv_cq = mlx5_dv::dv::mlx5dv_cq::zeroed();
-    init_obj(
-        std::ptr::null_mut(),
-        std::ptr::null_mut(),
-        cq.cq.cast(),
-        &mut dv_cq,
-    )?;
-    Ok(dv_cq)
-}
-
-/// `mlx5dv_init_obj` for a QP and/or a CQ (a null `in` pointer leaves that
-/// one out).
-fn init_obj(
-    qp: *mut std::ffi::c_void,
-    dv_qp: *mut mlx5_dv::dv::mlx5dv_qp,
-    cq: *mut std::ffi::c_void,
-    dv_cq: *mut mlx5_dv::dv::mlx5dv_cq,
-) -> Result<()> {
-    use mlx5_dv::dv::*;
-    let none = || mlx5dv_obj_pair {
-        in_: std::ptr::null_mut(),
-        out: std::ptr::null_mut(),
-    };
-    let mut obj = mlx5dv_obj {
-        qp: mlx5dv_obj_pair {
-            in_: qp,
-            out: dv_qp,
-        },
-        cq: mlx5dv_obj_pair {
-            in_: cq,
-            out: dv_cq,
-        },
-        srq: none(),
-        rwq: none(),
-        dm: none(),
-        ah: none(),
-        pd: none(),
-    };
-    let mut types = 0;
-    if !qp.is_null() {
-        types |= MLX5DV_OBJ_QP;
-    }
-    if !cq.is_null() {
-        types |= MLX5DV_OBJ_CQ;
-    }
-    // SAFETY: `obj` names live objects of the caller's and points at
-    // writable outputs for the ones `types` selects.
-    let rc = unsafe { mlx5dv_init_obj(&mut obj, types) };
-    if rc != 0 {
-        return Err(Error::Verbs {
-            call: "mlx5dv_init_obj",
-            errno: if rc > 0 { rc } else { errno() },
-            detail: String::new(),
-        });
-    }
-    Ok(())
 }

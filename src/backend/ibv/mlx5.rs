@@ -1,0 +1,174 @@
+//! The mlx5dv calls that hand a ConnectX's rings to the direct path:
+//! `mlx5dv_is_supported`, `mlx5dv_create_qp`, `mlx5dv_init_obj`.
+
+use super::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq};
+use crate::types::error::{Error, Result};
+use crate::types::qp_attr::{QpAttr, QpInfo, QpState};
+use rdma_sys::*;
+use std::sync::Arc;
+
+/// Whether `ctx`'s device is a ConnectX that libmlx5's direct verbs
+/// describe (`mlx5dv_is_supported`): then the direct path can drive it.
+pub(crate) fn mlx5_supported(ctx: &Ctx) -> bool {
+    // SAFETY: live context; its device pointer is valid while it is open.
+    unsafe { mlx5_dv::dv::mlx5dv_is_supported((*ctx.raw).device.cast()) }
+}
+
+/// The verbs objects behind a direct-path QP on ConnectX: the QP made by
+/// `mlx5dv_create_qp` (scatter-to-CQE disabled, so every payload lands in
+/// the buffers the WRs name), its CQ and completion channel. Our ring driver
+/// posts and polls them; verbs does only the control path (modify, query,
+/// events).
+pub(crate) struct Mlx5Objs {
+    qp: *mut ibv_qp,
+    pub(crate) qpn: u32,
+    pub(crate) max_inline: u32,
+    /// The CQ it completes into (dropped after the QP).
+    _cq: Arc<VerbsCq>,
+    _pd: Arc<Pd>,
+}
+
+// SAFETY: as for VerbsQp; the owning DirectQp is driven by one thread at a time.
+unsafe impl Send for Mlx5Objs {}
+
+impl Drop for Mlx5Objs {
+    fn drop(&mut self) {
+        // SAFETY: created in `create_mlx5_qp`; the QP goes before its CQ
+        // (the `Arc<VerbsCq>` field is dropped after this).
+        unsafe { ibv_destroy_qp(self.qp) };
+    }
+}
+
+impl Mlx5Objs {
+    pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        modify_raw(self.qp, self.qpn, to, attr)
+    }
+
+    pub(crate) fn query(&self) -> Result<QpInfo> {
+        query_raw(self.qp, self.qpn)
+    }
+}
+
+/// Creates an RC QP for the direct path on a ConnectX (`mlx5dv_create_qp`
+/// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`) completing into `cq`,
+/// and describes it with `mlx5dv_init_obj`.
+pub(crate) fn create_mlx5_qp(
+    pd: &Arc<Pd>,
+    caps: QpCaps,
+    cq: &Arc<VerbsCq>,
+) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp)> {
+    use mlx5_dv::dv::*;
+    // SAFETY: plain data; zero is valid.
+    let mut attr: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+    attr.send_cq = cq.cq;
+    attr.recv_cq = cq.cq;
+    attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+    attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+    attr.pd = pd.raw;
+    attr.cap = ibv_qp_cap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline,
+    };
+    // SAFETY: plain data; zero is valid.
+    let mut dv_attr: mlx5dv_qp_init_attr = unsafe { std::mem::zeroed() };
+    dv_attr.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+    dv_attr.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+    // SAFETY: live context; both attribute structs valid for the call.
+    let qp = unsafe {
+        mlx5dv_create_qp(
+            pd.ctx.raw.cast(),
+            (&mut attr as *mut ibv_qp_init_attr_ex).cast(),
+            &mut dv_attr,
+        )
+    } as *mut ibv_qp;
+    if qp.is_null() {
+        return Err(Error::Verbs {
+            call: "mlx5dv_create_qp",
+            errno: errno(),
+            detail: format!(
+                " (RC, max_send_wr {}, max_send_sge {}, max_inline_data {})",
+                caps.max_send_wr, caps.max_send_sge, caps.max_inline
+            ),
+        });
+    }
+    // SAFETY: non-null QP.
+    let qpn = unsafe { (*qp).qp_num };
+    let objs = Mlx5Objs {
+        qp,
+        qpn,
+        max_inline: attr.cap.max_inline_data,
+        _cq: cq.clone(),
+        _pd: pd.clone(),
+    };
+    let mut dv_qp = mlx5dv_qp::zeroed();
+    init_obj(
+        qp.cast(),
+        &mut dv_qp,
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    )?;
+    Ok((objs, dv_qp))
+}
+
+/// Describes a CQ for the direct path with `mlx5dv_init_obj`.
+pub(crate) fn describe_mlx5_cq(cq: &VerbsCq) -> Result<mlx5_dv::dv::mlx5dv_cq> {
+    let mut dv_cq = mlx5_dv::dv::mlx5dv_cq::zeroed();
+    init_obj(
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        cq.cq.cast(),
+        &mut dv_cq,
+    )?;
+    Ok(dv_cq)
+}
+
+/// `mlx5dv_init_obj` for a QP and/or a CQ (a null `in` pointer leaves that
+/// one out).
+fn init_obj(
+    qp: *mut std::ffi::c_void,
+    dv_qp: *mut mlx5_dv::dv::mlx5dv_qp,
+    cq: *mut std::ffi::c_void,
+    dv_cq: *mut mlx5_dv::dv::mlx5dv_cq,
+) -> Result<()> {
+    use mlx5_dv::dv::*;
+    let none = || mlx5dv_obj_pair {
+        in_: std::ptr::null_mut(),
+        out: std::ptr::null_mut(),
+    };
+    let mut obj = mlx5dv_obj {
+        qp: mlx5dv_obj_pair {
+            in_: qp,
+            out: dv_qp,
+        },
+        cq: mlx5dv_obj_pair {
+            in_: cq,
+            out: dv_cq,
+        },
+        srq: none(),
+        rwq: none(),
+        dm: none(),
+        ah: none(),
+        pd: none(),
+    };
+    let mut types = 0;
+    if !qp.is_null() {
+        types |= MLX5DV_OBJ_QP;
+    }
+    if !cq.is_null() {
+        types |= MLX5DV_OBJ_CQ;
+    }
+    // SAFETY: `obj` names live objects of the caller's and points at
+    // writable outputs for the ones `types` selects.
+    let rc = unsafe { mlx5dv_init_obj(&mut obj, types) };
+    if rc != 0 {
+        return Err(Error::Verbs {
+            call: "mlx5dv_init_obj",
+            errno: if rc > 0 { rc } else { errno() },
+            detail: String::new(),
+        });
+    }
+    Ok(())
+}

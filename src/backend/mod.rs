@@ -1,0 +1,48 @@
+//! Layer 2: the backends. `direct` drives mlx5 rings with our own driver (the
+//! sim and ConnectX); `verbs` posts and polls through `ibv_post_send` /
+//! `ibv_poll_cq`; `ibv` is the verbs control path both need (devices, PDs,
+//! MRs, CQs, QP state changes; every rdma-core call). Each imports only
+//! layer 1 (`crate::types`), `mlx5-dv` and `rdma-sys`; `direct` and `verbs`
+//! never import each other.
+
+pub(crate) mod direct;
+#[cfg(feature = "verbs")]
+pub(crate) mod ibv;
+#[cfg(feature = "verbs")]
+pub(crate) mod verbs;
+
+use crate::types::error::{Error, Result};
+use mlx5_dv::driver::CqCredits;
+
+/// The QPs of a shared CQ as the front end keeps them: what a backend's
+/// poller needs to hand each completion to the QP (of type `Q`) its QPN
+/// names, and the CQ credits their retired WRs give back.
+pub(crate) trait SharedQps<Q> {
+    /// The QP numbered `qpn` that completes into this CQ, if any.
+    fn find(&mut self, qpn: u32) -> Option<&mut Q>;
+    /// The CQ's credits.
+    fn credits(&mut self) -> &mut CqCredits;
+}
+
+/// Waits up to `timeout` (rounded up to whole ms: a 100 us wait must not
+/// become a 0 ms busy poll) for `fd` to become readable; `what` names it in
+/// errors. The one wait of event mode, on both data paths.
+pub(crate) fn wait_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+    what: &str,
+) -> Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let n = poll(
+        &mut fds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    )
+    .map_err(|e| Error::Verbs {
+        call: "poll",
+        errno: e as i32,
+        detail: format!(" ({what})"),
+    })?;
+    Ok(n > 0)
+}

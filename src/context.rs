@@ -1,0 +1,143 @@
+//! Opening a device: the sim or an ibverbs device, and which data path its
+//! QPs take.
+
+#[cfg(feature = "verbs")]
+use crate::backend::ibv;
+use crate::handles::{CtxKind, PdInner, PdKind};
+use crate::pd::Pd;
+use crate::types::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
+use crate::types::error::{Error, Result};
+use mlx5_dv::sim;
+use std::sync::{Arc, Mutex};
+
+/// The sim and every ibverbs device on this host.
+pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    #[cfg_attr(not(feature = "verbs"), allow(unused_mut))]
+    let mut v = vec![DeviceInfo {
+        name: SIM_DEVICE.into(),
+        kind: "sim",
+        driver: "sim".into(),
+        node_guid: 0,
+        data_path: "direct",
+        ports: vec![PortDetail {
+            port: 1,
+            state: "ACTIVE",
+            link_layer: "sim",
+            active_mtu: None,
+            rate_gbps: None,
+            lid: 0,
+            gids: Vec::new(),
+        }],
+        error: None,
+    }];
+    #[cfg(feature = "verbs")]
+    for d in ibv::list_devices()? {
+        let (driver, ports, mlx5, error) = match ibv::describe(&d.name) {
+            Ok((driver, ports, mlx5)) => (driver, ports, mlx5, None),
+            Err(e) => ("unknown".into(), Vec::new(), false, Some(e.to_string())),
+        };
+        v.push(DeviceInfo {
+            name: d.name,
+            kind: "verbs",
+            driver,
+            node_guid: d.node_guid,
+            // What `Backend::Auto` picks: direct on ConnectX (mlx5dv).
+            data_path: if mlx5 { "direct" } else { "verbs" },
+            ports,
+            error,
+        });
+    }
+    Ok(v)
+}
+
+/// An open device.
+pub struct Context {
+    kind: CtxKind,
+    name: String,
+}
+
+impl Context {
+    /// Opens `name`: `sim` (a new software mlx5 device with its own device
+    /// thread, which ends when the context and everything made from it are
+    /// dropped) or an ibverbs device name such as `rxe0` or `mlx5_0`.
+    pub fn open(name: &str) -> Result<Context> {
+        Self::open_with(name, Backend::Auto)
+    }
+
+    /// Opens `name` with the data path `backend` asks for.
+    ///
+    /// Errors: [`Backend::Direct`] on a device that is neither the sim nor
+    /// an mlx5, or [`Backend::Verbs`] on the sim ([`Error::Invalid`]).
+    pub fn open_with(name: &str, backend: Backend) -> Result<Context> {
+        if name == SIM_DEVICE {
+            if backend == Backend::Verbs {
+                return Err(Error::Invalid(
+                    "the sim has only the direct path (--backend verbs needs an ibverbs device)"
+                        .into(),
+                ));
+            }
+            let dev = sim::Device::new();
+            dev.start()?;
+            return Ok(Context {
+                kind: CtxKind::Sim(dev),
+                name: name.into(),
+            });
+        }
+        #[cfg(feature = "verbs")]
+        {
+            match ibv::open(name)? {
+                Some(c) => {
+                    let mlx5 = ibv::mlx5_supported(&c);
+                    let direct = match backend {
+                        Backend::Auto => mlx5,
+                        Backend::Verbs => false,
+                        Backend::Direct if mlx5 => true,
+                        Backend::Direct => {
+                            return Err(Error::Invalid(format!(
+                                "{name} is not an mlx5 device: the direct path drives ConnectX (and the sim) only"
+                            )))
+                        }
+                    };
+                    Ok(Context {
+                        kind: CtxKind::Verbs(c, direct),
+                        name: name.into(),
+                    })
+                }
+                None => Err(Error::NoSuchDevice { name: name.into() }),
+            }
+        }
+        #[cfg(not(feature = "verbs"))]
+        Err(Error::NoVerbs { name: name.into() })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `direct` or `verbs`: the data path QPs of this device use.
+    pub fn data_path(&self) -> &'static str {
+        match self.kind {
+            CtxKind::Sim(_) => "direct",
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(_, true) => "direct",
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(_, false) => "verbs",
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let kind = match &self.kind {
+            CtxKind::Sim(d) => PdKind::Sim(d.clone(), d.alloc_pd()),
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(c, direct) => PdKind::Verbs(ibv::alloc_pd(c)?, *direct),
+        };
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                mrs: Mutex::new(Vec::new()),
+                registrations: std::sync::atomic::AtomicU64::new(0),
+                kind,
+            }),
+        })
+    }
+}

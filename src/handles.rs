@@ -1,0 +1,42 @@
+//! The device-side objects the front end's handles share: an open device,
+//! a protection domain, and the CQ behind a shared CQ. No methods here: the
+//! handles (`Context`, `Pd`, `Qp`, `SharedCq`) act on them.
+
+use crate::backend::direct;
+#[cfg(feature = "verbs")]
+use crate::backend::ibv;
+use crate::types::mem::MrInner;
+use mlx5_dv::sim;
+use std::sync::{Arc, Mutex};
+
+pub(crate) enum CtxKind {
+    Sim(sim::Device),
+    /// An ibverbs device, and whether its QPs run the direct path (mlx5).
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<ibv::Ctx>, bool),
+}
+
+pub(crate) enum PdKind {
+    /// The device and the PD number.
+    Sim(sim::Device, u32),
+    /// An ibverbs PD, and whether its QPs run the direct path (mlx5).
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<ibv::Pd>, bool),
+}
+
+pub(crate) struct PdInner {
+    // Field order: MRs are released before the PD itself.
+    pub(crate) mrs: Mutex<Vec<Arc<MrInner>>>,
+    /// Memory registrations made through this PD (the pool's tests count them).
+    pub(crate) registrations: std::sync::atomic::AtomicU64,
+    pub(crate) kind: PdKind,
+}
+
+/// The CQ object behind a [`SharedCq`].
+pub(crate) enum SharedKind {
+    /// Polled by our ring driver (sim, ConnectX).
+    Direct(direct::DirectCq),
+    /// Polled with `ibv_poll_cq`.
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<ibv::VerbsCq>),
+}

@@ -1,0 +1,785 @@
+//! RC queue pairs: connection, state changes, posting and polling; the
+//! sim's test hooks.
+
+use crate::backend::direct;
+#[cfg(feature = "verbs")]
+use crate::backend::{ibv, verbs};
+use crate::handles::{PdInner, PdKind, SharedKind};
+use crate::types::completion::Completion;
+use crate::types::config::{CompletionMode, CqSizing, QpConfig};
+use crate::types::error::{Error, Result};
+use crate::types::mem::Access;
+use crate::types::qp_attr::{
+    self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState,
+};
+use crate::types::wr::{RecvWr, SendWr, WrOp};
+use crate::wait::{wait_on, CqOps};
+use mlx5_dv::driver::CqCredits;
+use mlx5_dv::sim;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An RC queue pair, with its own completion queue ([`Pd::create_qp`]) or
+/// on a [`SharedCq`] ([`SharedCq::create_qp`]).
+pub struct Qp {
+    // Field order: the QP goes before the PD (and its MRs) it belongs to.
+    kind: QpKind,
+    /// Its completions go to a [`SharedCq`], which polls them (the tag that
+    /// names that CQ).
+    pub(crate) shared_cq: Option<usize>,
+    state: QpState,
+    cfg: QpConfig,
+    pub(crate) local: Endpoint,
+    pd: Arc<PdInner>,
+}
+
+impl Qp {
+    /// Connects two QPs of the same PD to each other (loopback on one
+    /// device): each goes RESET -> INIT -> RTR -> RTS with the peer's QPN and
+    /// PSN, path MTU the port's active MTU, RoCE v2 GID as in [`QpConfig`],
+    /// and each QP's own `rnr_retry` ([`Self::connect_remote`] on each side).
+    ///
+    /// Errors: the QPs belong to different PDs, or either is not in RESET
+    /// ([`Error::Invalid`], nothing changed); a failed transition (the QP is
+    /// left where it got to).
+    pub fn connect_loopback(a: &mut Qp, b: &mut Qp) -> Result<()> {
+        if !Arc::ptr_eq(&a.pd, &b.pd) {
+            return Err(Error::Invalid(
+                "connect_loopback joins two QPs of one PD".into(),
+            ));
+        }
+        if a.state != QpState::Reset || b.state != QpState::Reset {
+            return Err(Error::Invalid(format!(
+                "connect_loopback needs both QPs in RESET (they are in {:?} and {:?})",
+                a.state, b.state
+            )));
+        }
+        let (ea, eb) = (a.local, b.local);
+        let (psn_a, psn_b) = (random_psn(), random_psn());
+        a.connect_remote(psn_a, &eb, psn_b)?;
+        if let Err(e) = b.connect_remote(psn_b, &ea, psn_a) {
+            let _ = a.modify(QpState::Reset, &QpAttr::default());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Connects this QP (in RESET) to a peer on another host, whose facts
+    /// came over an out-of-band exchange ([`exchange`]): RESET -> INIT ->
+    /// RTR (toward `peer`, expecting `peer_psn` first) -> RTS (sending from
+    /// `my_psn`, `rnr_retry` from the QP's config).
+    ///
+    /// Errors: the QP is not in RESET, or an attribute built from `peer`,
+    /// `peer_psn` or `my_psn` is out of range: refused before any change.
+    /// A transition the device refuses: the QP is put back in RESET.
+    pub fn connect_remote(&mut self, my_psn: u32, peer: &Endpoint, peer_psn: u32) -> Result<()> {
+        let init = QpAttr::init(self.cfg.port, Access::all());
+        let rtr = self.rtr_attr(peer, peer_psn);
+        let rts = QpAttr::rts(my_psn, self.cfg.rnr_retry);
+        self.connect_steps(init, rtr, rts)
+    }
+
+    /// RESET -> INIT -> RTR -> RTS with these attributes, every step checked
+    /// before the first modify; a failed modify takes the QP back to RESET.
+    pub(crate) fn connect_steps(&mut self, init: QpAttr, rtr: QpAttr, rts: QpAttr) -> Result<()> {
+        if self.state != QpState::Reset {
+            return Err(Error::Invalid(format!(
+                "connecting needs the QP in RESET (it is in {:?})",
+                self.state
+            )));
+        }
+        let steps = [
+            (QpState::Reset, QpState::Init, init),
+            (QpState::Init, QpState::Rtr, rtr),
+            (QpState::Rtr, QpState::Rts, rts),
+        ];
+        for (from, to, attr) in &steps {
+            qp_attr::check_rc_modify(*from, *to, attr, self.local.roce)?;
+        }
+        for (_, to, attr) in &steps {
+            if let Err(e) = self.modify(*to, attr) {
+                if self.state != QpState::Reset {
+                    let _ = self.modify(QpState::Reset, &QpAttr::default());
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The direct-path QP behind this one, if it is one.
+    pub(crate) fn direct_mut(&mut self) -> Option<&mut direct::DirectQp> {
+        match &mut self.kind {
+            QpKind::Direct(q) => Some(q),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// The verbs QP behind this one, if it is one.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn verbs_mut(&mut self) -> Option<&mut verbs::VerbsQp> {
+        match &mut self.kind {
+            QpKind::Verbs(q) => Some(q),
+            QpKind::Direct(_) => None,
+        }
+    }
+
+    /// The configuration the QP was created with.
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    /// The ibverbs device the QP lives on; `None` on the sim.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn verbs_device(&self) -> Option<&str> {
+        match &self.pd.kind {
+            PdKind::Verbs(pd, _) => Some(&pd.ctx.name),
+            PdKind::Sim(..) => None,
+        }
+    }
+
+    /// A random first PSN (24 bits) for [`Self::connect_remote`].
+    pub fn random_psn() -> u32 {
+        random_psn()
+    }
+
+    /// Requests one completion event for the QP's CQ: the next completion
+    /// (with `solicited_only`, the next solicited or error one) makes
+    /// [`Self::wait_cq_event`] return. A completion already in the CQ raises
+    /// none, so poll once more after arming (verbs `ibv_req_notify_cq`; the
+    /// direct path writes the arm doorbell itself).
+    pub fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.arm_cq(solicited_only),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.arm_cq(solicited_only),
+        }
+    }
+
+    /// Sleeps (`poll` on the completion channel's fd) until the armed CQ
+    /// raises its event or `timeout` passes; `true` if an event came. The
+    /// event is consumed and acknowledged; arm again for the next.
+    pub fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.wait_cq_event(timeout),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.wait_cq_event(timeout),
+        }
+    }
+
+    /// This side's half of a connection, to hand to the peer.
+    pub fn endpoint(&self) -> Endpoint {
+        self.local
+    }
+
+    /// The INIT -> RTR attributes toward `peer` whose first PSN is
+    /// `peer_psn`: a global address vector on RoCE (our chosen GID index,
+    /// hop limit 64), path MTU the smaller of the two active MTUs,
+    /// `min_rnr_timer` from the QP's config, one READ/atomic in flight.
+    pub fn rtr_attr(&self, peer: &Endpoint, peer_psn: u32) -> QpAttr {
+        let grh = self.local.roce.then(|| Grh {
+            dgid: peer.gid,
+            sgid_index: self.local.gid_index.unwrap_or(0),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        });
+        let av = AddressVector {
+            dlid: peer.lid,
+            port: self.cfg.port,
+            grh,
+            service_level: 0,
+        };
+        let mtu = match (self.local.active_mtu, peer.active_mtu) {
+            (0, 0) => 1,
+            (0, m) | (m, 0) => m,
+            (a, b) => a.min(b),
+        };
+        QpAttr {
+            min_rnr_timer: Some(self.cfg.min_rnr_timer),
+            ..QpAttr::rtr(av, mtu, peer.qpn, peer_psn)
+        }
+    }
+
+    /// Moves the QP to `to` with `attr` (IB spec 11.2.4.2). The attributes
+    /// are checked first ([`qp_attr::check_rc_modify`]): every one the
+    /// transition requires must be there, no other, each in range, and on
+    /// RoCE the address vector must be global; otherwise
+    /// [`Error::QpAttr`] names the attribute and nothing changes.
+    ///
+    /// Moving to RESET forgets every outstanding WR and discards the QP's
+    /// completions not yet polled; the QP can then be connected again
+    /// (ERR -> RESET -> INIT -> RTR -> RTS). A QP on a [`SharedCq`] moves to
+    /// RESET here only with no WR outstanding ([`Error::Invalid`]
+    /// otherwise): the CQ holds other QPs' completions too, so reset it with
+    /// [`SharedCq::reset_qp`], which drains the CQ of its completions.
+    pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+        self.modify_with(to, attr, false)
+    }
+
+    /// Sends and receives posted and not yet retired.
+    pub(crate) fn outstanding(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.outstanding(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.outstanding() as u32,
+        }
+    }
+
+    /// [`Self::modify`]; `cq_drained`: the caller ([`SharedCq::reset_qp`])
+    /// drains the shared CQ of this QP's completions after a RESET.
+    pub(crate) fn modify_with(
+        &mut self,
+        to: QpState,
+        attr: &QpAttr,
+        cq_drained: bool,
+    ) -> Result<()> {
+        qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
+        if to == QpState::Reset && self.shared_cq.is_some() && !cq_drained {
+            let outstanding = self.outstanding();
+            if outstanding > 0 {
+                return Err(Error::Invalid(format!(
+                    "QP {:#x} completes into a shared CQ and has {outstanding} WRs outstanding: \
+                     reset it with SharedCq::reset_qp, which drains the CQ of its completions",
+                    self.local.qpn
+                )));
+            }
+        }
+        let sim = matches!(self.pd.kind, PdKind::Sim(..));
+        // The sim has one port, as its `create_qp` says.
+        let ports = [attr.port, attr.av.map(|av| av.port)];
+        if sim && ports.iter().flatten().any(|&p| p != 1) {
+            return Err(Error::Invalid(format!(
+                "the sim has one port (1); the attributes name {:?}",
+                ports.iter().flatten().collect::<Vec<_>>()
+            )));
+        }
+        let local = self.local;
+        // The path facts an RTR or RTS sets (the sim has no wire: none).
+        let update = |mut p: PathInfo| {
+            if let Some(av) = attr.av {
+                p.link_layer = if av.grh.is_some() { "Ethernet" } else { "IB" };
+                p.gid_index = av.grh.map(|g| g.sgid_index);
+                p.gid = local.gid;
+                p.lid = local.lid;
+            }
+            if let Some(m) = attr.path_mtu {
+                p.mtu = Some(128 << m.clamp(1, 5));
+            }
+            if let Some(d) = attr.dest_qpn {
+                p.dest_qpn = d;
+            }
+            if let Some(psn) = attr.sq_psn {
+                p.sq_psn = psn;
+            }
+            p
+        };
+        match &mut self.kind {
+            QpKind::Direct(q) => {
+                q.modify(self.state, to, attr)?;
+                if !sim {
+                    let p = update(q.path());
+                    q.set_path(p);
+                }
+            }
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => {
+                q.modify_to(to, attr)?;
+                let p = update(q.path());
+                q.set_path(p);
+            }
+        }
+        self.state = to;
+        Ok(())
+    }
+
+    /// The device's view of the QP: its state (ERR after an error, even if
+    /// this crate left it in RTS) and connection attributes.
+    pub fn query(&self) -> Result<QpInfo> {
+        match &self.kind {
+            QpKind::Direct(q) => q.query(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.query(),
+        }
+    }
+
+    /// The send queue's ring bytes followed by its doorbell record, on the
+    /// direct path (`None` on verbs, whose provider owns the ring). For tests
+    /// and tools that show a refused post wrote nothing; allocates.
+    pub fn sq_snapshot(&self) -> Option<Vec<u8>> {
+        match &self.kind {
+            QpKind::Direct(q) => Some(q.sq_snapshot()),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// Depth of the QP's CQ in CQEs, as the device made it.
+    pub fn cq_depth(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.cq_depth(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.cq_depth(),
+        }
+    }
+
+    /// Test hooks of the sim: `None` on other devices. They bypass the
+    /// checks that keep a correct program away from some device errors
+    /// (malformed WQEs, CQ overrun), so the conformance suite can show that
+    /// the device reports them as the hardware does.
+    #[doc(hidden)]
+    pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
+        if self.shared_cq.is_some() {
+            return None;
+        }
+        match &mut self.kind {
+            QpKind::Direct(q) if q.is_sim() => Some(SimHook { q }),
+            QpKind::Direct(_) => None,
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// The state this crate took the QP to.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The largest inline payload this QP takes, in bytes (what the device
+    /// granted; at least [`QpConfig::max_inline`]).
+    pub fn max_inline(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.granted_inline().unwrap_or(self.cfg.max_inline),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.max_inline(),
+        }
+    }
+
+    /// QP number (24 bits).
+    pub fn qp_num(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.qpn(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.qpn(),
+        }
+    }
+
+    /// How this QP reaches its peer.
+    pub fn path(&self) -> PathInfo {
+        match &self.kind {
+            QpKind::Direct(q) => q.path(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.path(),
+        }
+    }
+
+    /// `direct` or `verbs`.
+    pub fn data_path(&self) -> &'static str {
+        match &self.kind {
+            QpKind::Direct(_) => "direct",
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => "verbs",
+        }
+    }
+
+    /// Posts a batch of send work requests with one doorbell. Every WR is
+    /// checked first; on any error nothing is posted. [`Error::QueueFull`]
+    /// when the send queue has no room for the whole batch, [`Error::CqFull`]
+    /// when its CQ has no room for their completions (CQ credits): poll and
+    /// post again. A batch larger than `max_send_wr` or the CQ, which could
+    /// never fit, is [`Error::Invalid`].
+    ///
+    /// A QP that is not connected (RTS) refuses every WR with
+    /// [`Error::QpState`].
+    #[inline]
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        if !matches!(self.state, QpState::Rts | QpState::Err) {
+            return Err(Error::QpState {
+                state: self.state,
+                needs: "RTS (or ERR, where it is flushed)",
+            });
+        }
+        let max_inline = self.max_inline();
+        for w in wrs {
+            match w.op {
+                WrOp::AtomicCmpSwp { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
+                    if w.inline || w.sges.len() != 1 || w.sges[0].len() != 8 {
+                        return Err(Error::Invalid(
+                            "an atomic takes exactly one 8-byte SGE for the old value, not inline"
+                                .into(),
+                        ));
+                    }
+                    if remote.addr % 8 != 0 {
+                        return Err(Error::Invalid(format!(
+                            "atomic remote address {:#x} is not 8-byte aligned",
+                            remote.addr
+                        )));
+                    }
+                }
+                WrOp::RdmaRead { .. } if w.inline => {
+                    return Err(Error::Invalid("an RDMA READ cannot be inline".into()));
+                }
+                _ => {}
+            }
+            if w.inline && w.total_len() > max_inline as u64 {
+                return Err(Error::Invalid(format!(
+                    "inline payload of {} bytes exceeds the QP's max_inline of {max_inline}",
+                    w.total_len()
+                )));
+            }
+            if w.total_len() > 1 << 31 {
+                return Err(Error::Invalid(format!(
+                    "message of {} bytes exceeds 2^31",
+                    w.total_len()
+                )));
+            }
+        }
+        let r = match &mut self.kind {
+            QpKind::Direct(q) => q.post_send(wrs),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.post_send(wrs),
+        };
+        match r {
+            Err(Error::QueueFull | Error::CqFull) => {
+                Err(self.never_fits(wrs.len(), self.cfg.max_send_wr, r.unwrap_err()))
+            }
+            r => r,
+        }
+    }
+
+    /// A full queue or CQ (`e`) that polling cannot cure: a batch of `n`
+    /// WRs larger than the queue (`queue`: `max_send_wr` or `max_recv_wr`)
+    /// or the CQ is [`Error::Invalid`], so the caller does not retry it for
+    /// ever.
+    #[cold]
+    fn never_fits(&self, n: usize, queue: u32, e: Error) -> Error {
+        if n > queue as usize {
+            return Error::Invalid(format!(
+                "a batch of {n} WRs can never fit a queue of {queue} ({e})"
+            ));
+        }
+        let depth = self.cq_depth();
+        if n > depth as usize {
+            return Error::Invalid(format!(
+                "a batch of {n} WRs can never fit a CQ of {depth} CQEs ({e})"
+            ));
+        }
+        e
+    }
+
+    /// Posts a batch of receive work requests with one doorbell. Every WR is
+    /// checked first; on any error nothing is posted. [`Error::RecvQueueFull`]
+    /// when the QP would hold more than `max_recv_wr` receives,
+    /// [`Error::CqFull`] when its CQ has no room for their completions; a
+    /// batch larger than either, which could never fit, is [`Error::Invalid`].
+    ///
+    /// A QP in RESET refuses every WR with [`Error::QpState`].
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.state == QpState::Reset {
+            return Err(Error::QpState {
+                state: self.state,
+                needs: "INIT or later",
+            });
+        }
+        if self.cfg.max_recv_wr == 0 && !wrs.is_empty() {
+            // (The verbs device was asked for one receive, as it must be.)
+            return Err(Error::Invalid(
+                "the QP was created with max_recv_wr 0: it takes no receives".into(),
+            ));
+        }
+        let r = match &mut self.kind {
+            QpKind::Direct(q) => q.post_recv(wrs),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.post_recv(wrs),
+        };
+        match r {
+            Err(Error::RecvQueueFull | Error::CqFull) => {
+                Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
+            }
+            r => r,
+        }
+    }
+
+    /// Waits for completions of the QP's own CQ in `mode` (busy polling,
+    /// events, or adaptive: see [`CompletionMode`]): returns as soon as at
+    /// least one is in `out`, or 0 when `timeout` passed first.
+    ///
+    /// Errors: `out` is empty ([`Error::Invalid`]); [`Error::SharedCq`] on a
+    /// QP of a [`SharedCq`] (wait there); the device's.
+    pub fn wait(
+        &mut self,
+        out: &mut [Completion],
+        mode: CompletionMode,
+        timeout: std::time::Duration,
+    ) -> Result<usize> {
+        wait_on(self, out, mode, timeout)
+    }
+
+    /// Polls up to `out.len()` completions into `out`; returns how many.
+    ///
+    /// Errors: [`Error::SharedCq`] when the QP completes into a [`SharedCq`]
+    /// (poll that); [`Error::StaleCqe`]; the device's.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.poll(out),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.poll(out),
+        }
+    }
+}
+
+impl Qp {
+    /// [`Self::create_qp`], completing into its own CQ or into `shared`'s.
+    pub(crate) fn create(
+        pd_inner: &Arc<PdInner>,
+        cfg: &QpConfig,
+        shared: Option<(&SharedKind, &CqCredits, usize)>,
+    ) -> Result<Qp> {
+        if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
+            return Err(Error::Invalid(format!(
+                "max_send_wr {} must be 1..=16384",
+                cfg.max_send_wr
+            )));
+        }
+        if cfg.max_recv_wr > 1 << 14 {
+            return Err(Error::Invalid(format!(
+                "max_recv_wr {} must be at most 16384",
+                cfg.max_recv_wr
+            )));
+        }
+        if cfg.rnr_retry > 7 {
+            return Err(Error::Invalid(format!(
+                "rnr_retry {} must be 0..=7 (7: retry forever)",
+                cfg.rnr_retry
+            )));
+        }
+        if cfg.min_rnr_timer > 31 {
+            return Err(Error::Invalid(format!(
+                "min_rnr_timer {} must be 0..=31 (IB spec table 45 code)",
+                cfg.min_rnr_timer
+            )));
+        }
+        let cq_depth = match cfg.cq_depth {
+            Some(_) if shared.is_some() => {
+                return Err(Error::Invalid(
+                    "cq_depth is the shared CQ's: leave QpConfig::cq_depth None".into(),
+                ))
+            }
+            Some(d) if d == 0 || d > 1 << 22 => {
+                return Err(Error::Invalid(format!("cq_depth {d} must be 1..=4194304")))
+            }
+            Some(d) => d,
+            // Default: room for a completion of every outstanding send and
+            // posted receive, with the sizing helper's headroom.
+            None => CqSizing::new().qp(cfg).depth()?,
+        };
+        let direct_cq = || match shared {
+            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
+            Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
+            #[cfg(feature = "verbs")]
+            Some((SharedKind::Verbs(..), ..)) => Err(Error::Invalid(
+                "a direct-path QP cannot complete into a verbs CQ".into(),
+            )),
+        };
+        let kind = match &pd_inner.kind {
+            PdKind::Sim(dev, pdn) => {
+                if cfg.max_send_sge as usize > direct::MAX_SGE {
+                    return Err(Error::Invalid(format!(
+                        "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
+                        cfg.max_send_sge,
+                        direct::MAX_SGE
+                    )));
+                }
+                if cfg.max_recv_sge as usize > direct::MAX_SGE {
+                    return Err(Error::Invalid(format!(
+                        "max_recv_sge {} exceeds the direct path's {} SGEs per receive WQE",
+                        cfg.max_recv_sge,
+                        direct::MAX_SGE
+                    )));
+                }
+                if cfg.max_inline as usize > direct::MAX_INLINE {
+                    return Err(Error::Invalid(format!(
+                        "max_inline {} exceeds the direct path's {} inline bytes per WQE",
+                        cfg.max_inline,
+                        direct::MAX_INLINE
+                    )));
+                }
+                if cfg.port != 1 {
+                    return Err(Error::Invalid(format!(
+                        "the sim has one port, 1 (asked for port {})",
+                        cfg.port
+                    )));
+                }
+                if let Some(i) = cfg.gid_index {
+                    return Err(Error::Invalid(format!(
+                        "the sim has no GID table (asked for GID index {i}); GID indices apply to RoCE devices"
+                    )));
+                }
+                // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
+                let payload = (cfg.max_send_sge as usize * 16)
+                    .max((cfg.max_inline as usize + 4).div_ceil(16) * 16);
+                let per_wqe = (32 + payload).div_ceil(64) as u32;
+                let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
+                if wqebbs > sim::MAX_SQ_WQEBBS {
+                    return Err(Error::Invalid(format!(
+                        "max_send_wr {} of WQEs up to {per_wqe} WQEBBs (max_send_sge {}, max_inline {}) needs \
+                         {wqebbs} WQEBBs; the sim's SQ holds at most {}",
+                        cfg.max_send_wr,
+                        cfg.max_send_sge,
+                        cfg.max_inline,
+                        sim::MAX_SQ_WQEBBS
+                    )));
+                }
+                QpKind::Direct(direct::DirectQp::create_sim(
+                    dev,
+                    *pdn,
+                    wqebbs,
+                    cfg.max_send_wr,
+                    direct_cq()?,
+                    cfg.max_inline,
+                    cfg.max_send_sge,
+                    cfg.max_recv_wr,
+                    cfg.max_recv_sge,
+                )?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, direct) => {
+                let caps = ibv::QpCaps {
+                    max_send_wr: cfg.max_send_wr,
+                    max_send_sge: cfg.max_send_sge,
+                    max_inline: cfg.max_inline,
+                    max_recv_wr: cfg.max_recv_wr.max(1),
+                    max_recv_sge: cfg.max_recv_sge.max(1),
+                };
+                if *direct {
+                    if cfg.max_send_sge as usize > direct::MAX_SGE
+                        || cfg.max_recv_sge as usize > direct::MAX_SGE
+                        || cfg.max_inline as usize > direct::MAX_INLINE
+                    {
+                        return Err(Error::Invalid(format!(
+                            "the direct path takes at most {} SGEs and {} inline bytes per WQE",
+                            direct::MAX_SGE,
+                            direct::MAX_INLINE
+                        )));
+                    }
+                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?)?;
+                    q.limit_recv_sge(cfg.max_recv_sge);
+                    QpKind::Direct(q)
+                } else {
+                    // The device is asked for at least one receive SGE;
+                    // receives are held to what the caller asked.
+                    let choice = match shared {
+                        None => verbs::CqChoice::Own(cq_depth),
+                        Some((SharedKind::Verbs(c), credits, _)) => {
+                            verbs::CqChoice::Shared(c, credits)
+                        }
+                        Some((SharedKind::Direct(_), ..)) => {
+                            return Err(Error::Invalid(
+                                "a verbs QP cannot complete into a direct-path CQ".into(),
+                            ))
+                        }
+                    };
+                    let mut q = verbs::create_qp(pd, caps, choice)?;
+                    q.limit_recv_sge(cfg.max_recv_sge);
+                    QpKind::Verbs(q)
+                }
+            }
+        };
+        let local = match &pd_inner.kind {
+            PdKind::Sim(..) => Endpoint {
+                qpn: 0,
+                lid: 0,
+                gid: [0; 16],
+                gid_index: None,
+                active_mtu: 0,
+                roce: false,
+            },
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, _) => {
+                let port = pd.ctx.query_port(cfg.port)?;
+                let roce = port.link_layer == 2;
+                let (gid_index, gid) = if roce {
+                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
+                    (Some(i), g)
+                } else {
+                    (None, [0; 16])
+                };
+                Endpoint {
+                    qpn: 0,
+                    lid: port.lid,
+                    gid,
+                    gid_index,
+                    active_mtu: port.active_mtu,
+                    roce,
+                }
+            }
+        };
+        let mut qp = Qp {
+            kind,
+            shared_cq: shared.map(|(_, _, tag)| tag),
+            state: QpState::Reset,
+            cfg: *cfg,
+            local,
+            pd: pd_inner.clone(),
+        };
+        qp.local.qpn = qp.qp_num();
+        Ok(qp)
+    }
+}
+
+/// See [`Qp::sim_hook`].
+#[doc(hidden)]
+pub struct SimHook<'q> {
+    q: &'q mut direct::DirectQp,
+}
+
+impl SimHook<'_> {
+    /// Posts `wr` (checked and encoded as usual), lets `patch` rewrite its
+    /// WQE bytes in the ring (all of its WQEBBs, starting at the ctrl
+    /// segment), then rings the doorbell.
+    pub fn post_patched(&mut self, wr: &SendWr<'_>, patch: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.q.post_patched(wr, patch)
+    }
+
+    /// Stops taking CQ credits, so posts can exceed the CQ's room.
+    pub fn ignore_cq_credits(&mut self) {
+        self.q.ignore_credits();
+    }
+
+    /// Whether the QP's CQ overran, and the CQ error events it raised.
+    pub fn cq_overrun(&self) -> (bool, u64) {
+        self.q.cq_overrun()
+    }
+}
+
+/// A random 24-bit PSN (as perftest and `ibv_rc_pingpong` pick them).
+fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    (h.finish() as u32) & 0xff_ffff
+}
+
+pub(crate) enum QpKind {
+    Direct(direct::DirectQp),
+    #[cfg(feature = "verbs")]
+    Verbs(verbs::VerbsQp),
+}
+
+impl CqOps for Qp {
+    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize> {
+        self.poll(out)
+    }
+    fn arm_cq(&mut self) -> Result<()> {
+        Qp::arm_cq(self, false)
+    }
+    fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
+        self.wait_cq_event(timeout)
+    }
+}

@@ -1,0 +1,140 @@
+//! The latency tests with both sides in this process (`run_lat`).
+
+use super::*;
+
+/// Runs a latency test with both sides in this process (two connected QPs on
+/// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
+pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
+    let size_asked = if test == LatTest::Atomic { 8 } else { cfg.size };
+    let rounds = if cfg.duration.is_some() {
+        DURATION_SAMPLES
+    } else {
+        cfg.iters
+    };
+    let mut stamps: Vec<u64> = checked_run(size_asked, rounds)?;
+    let ctx = Context::open_with(&cfg.device, cfg.backend)?;
+    let _off_device_cpu = OffDeviceCpu::new(cfg.device == rdma_direct::SIM_DEVICE);
+    let pd = ctx.alloc_pd()?;
+    let size = size_asked as usize;
+    // Each side: [0, size) is what it sends (or where reads and old values
+    // land), [size, 2 size) what the peer writes, reads or adds to.
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr_a = pd.reg_mr(2 * size, access)?;
+    let mr_b = pd.reg_mr(2 * size, access)?;
+    let inline = matches!(test, LatTest::Write | LatTest::Send) && size_asked <= cfg.inline_size;
+    let qcfg = QpConfig {
+        max_send_wr: 16,
+        max_inline: if inline { cfg.inline_size } else { 0 },
+        port: cfg.port,
+        gid_index: cfg.gid_index,
+        ..QpConfig::default()
+    };
+    let (mut a, mut b) = pd.create_connected_pair(&qcfg)?;
+    let side = |qp: &Qp, mr: &Mr| SideInfo {
+        qpn: qp.qp_num(),
+        path: qp.path(),
+        rkey: mr.rkey().0,
+        vaddr: mr.addr(),
+    };
+    let info = RunInfo {
+        qps: 1,
+        rdma_cm: false,
+        completion: cfg_completion(cfg),
+        role: None,
+        device: ctx.name().into(),
+        data_path: a.data_path(),
+        inline: qcfg.max_inline,
+        // One WR in flight at a time, as perftest's latency tests print.
+        tx_depth: 1,
+        sides: [side(&a, &mr_a), side(&b, &mr_b)],
+    };
+    let remote = |mr: &Mr| RemoteAddr {
+        addr: mr.addr() + size as u64,
+        rkey: mr.rkey(),
+    };
+    let (to_b, to_a) = (remote(&mr_b), remote(&mr_a));
+    let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
+    let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
+    let mut m = CpuMeter::new(cfg);
+    let deadline = deadline_after(cfg.duration);
+
+    match test {
+        LatTest::Write => {
+            let last = size - 1;
+            let mut wr_a = SendWr::rdma_write(0, &sge_a, to_b).signaled();
+            let mut wr_b = SendWr::rdma_write(0, &sge_b, to_a).signaled();
+            wr_a.inline = inline;
+            wr_b.inline = inline;
+            for i in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
+                let seq = (i as u8).wrapping_add(1);
+                stamps.push(ticks());
+                mr_a.store_u8(last, seq);
+                wr_a.wr_id = i as u64;
+                m.post(1, || a.post_send(&[wr_a]))?;
+                spin_until(
+                    || format!("iteration {i}: A's write never reached B"),
+                    || Ok(mr_b.load_u8(size + last) == seq),
+                )?;
+                mr_b.store_u8(last, seq);
+                wr_b.wr_id = i as u64;
+                m.post(1, || b.post_send(&[wr_b]))?;
+                spin_until(
+                    || format!("iteration {i}: B's write never reached A"),
+                    || Ok(mr_a.load_u8(size + last) == seq),
+                )?;
+                wait_completion(&mut b, "B", &mut m)?;
+                wait_completion(&mut a, "A", &mut m)?;
+            }
+        }
+        LatTest::Send => {
+            // perftest's send latency: each side keeps a receive posted into
+            // [size, 2 size) of its buffer; A sends, B waits for the receive,
+            // reposts and sends back; A waits for its receive and reposts.
+            let rbuf_a = [Sge::new(&mr_a, size, size_asked)?];
+            let rbuf_b = [Sge::new(&mr_b, size, size_asked)?];
+            m.post(1, || a.post_recv(&[RecvWr::new(0, &rbuf_a)]))?;
+            m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
+            let mut wr_a = SendWr::send(0, &sge_a).signaled();
+            let mut wr_b = SendWr::send(0, &sge_b).signaled();
+            wr_a.inline = inline;
+            wr_b.inline = inline;
+            for _ in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
+                stamps.push(ticks());
+                m.post(1, || a.post_send(&[wr_a]))?;
+                wait_recv(&mut b, "B", &mut m)?;
+                m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
+                m.post(1, || b.post_send(&[wr_b]))?;
+                wait_recv(&mut a, "A", &mut m)?;
+                m.post(1, || a.post_recv(&[RecvWr::new(0, &rbuf_a)]))?;
+            }
+        }
+        LatTest::Read | LatTest::Atomic => {
+            // perftest's read and atomic latency: one side posts, waits for its
+            // completion, posts again; the peer is passive.
+            let mut wr = if test == LatTest::Read {
+                SendWr::rdma_read(0, &sge_a, to_b).signaled()
+            } else {
+                cfg.atomic.wr(0, &sge_a, to_b).signaled()
+            };
+            for i in 0..rounds {
+                if past(deadline) {
+                    break;
+                }
+                stamps.push(ticks());
+                wr.wr_id = i as u64;
+                m.post(1, || a.post_send(&[wr]))?;
+                wait_completion(&mut a, "A", &mut m)?;
+            }
+        }
+    }
+    drop(b);
+    let report = lat_report(size_asked, &stamps, test.rtt_factor(), &m)?;
+    Ok((info, report))
+}

@@ -1,0 +1,37 @@
+//! The report reductions against perftest's, as unit tests of the binary
+//! (declared from `src/tools/mod.rs`, so the test crates that compile the
+//! engine do not run them again).
+
+use super::bench::*;
+
+#[test]
+fn report_follows_perftest_reduction() {
+    // 11 round trips of 2..=22 us (one-way 1..=11), plus noise in the tail.
+    let mut rtt: Vec<f64> = (1..=10).map(|i| i as f64 * 2000.0).collect();
+    rtt.push(1_000_000.0);
+    rtt.push(2_000_000.0);
+    let r = LatReport::from_round_trips(2, 13, &mut rtt, 2.0);
+    // 12 samples, 2 dropped -> n = 10: one-way 1..=10 us.
+    assert_eq!(r.t_min, 1.0);
+    assert_eq!(r.t_max, 500.0); // perftest reports delta[n], the first dropped sample
+    assert_eq!(r.t_typical, 5.5);
+    assert_eq!(r.t_avg, 5.5);
+    assert!((r.t_stdev - 2.8722813232690143).abs() < 1e-12);
+    assert_eq!(r.p99, 500.0); // index ceil(10 * 0.99) = 10
+    assert!(r.row().starts_with(" 2       13          1.00 "));
+}
+
+#[test]
+fn bandwidth_follows_perftest_reduction() {
+    // 4 WRs of 1 MiB, posted at 0, 1, 2, 3 ms, completed at 2, 3, 4, 5 ms.
+    let posted = [0.0, 1e6, 2e6, 3e6];
+    let completed = [2e6, 3e6, 4e6, 5e6];
+    let r = BwReport::from_times(1 << 20, &posted, &completed);
+    // Average: 4 MiB over 5 ms = 800 MiB/s; 800 msgs/s = 0.0008 Mpps.
+    assert!((r.bw_average - 800.0).abs() < 1e-9, "{r:?}");
+    assert!((r.msg_rate - 0.0008).abs() < 1e-12, "{r:?}");
+    // Peak: best window is i = 0..j = 3: (5 - 0) / 4 = 1.25 ms per MiB = 800 MiB/s;
+    // i = 1, j = 3: (5 - 1) / 3 = 1.33 ms; a single WR takes 2 ms. So 800.
+    assert!((r.bw_peak - 800.0).abs() < 1e-9, "{r:?}");
+    assert!(r.row().starts_with(" 1048576    4          "));
+}

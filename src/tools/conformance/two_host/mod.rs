@@ -1,0 +1,668 @@
+//! The two-sided cases of the suite, written against [`Peer`]: side B is
+//! either a QP in this process ([`LocalPeer`], on any device) or a QP on
+//! another host driven over TCP ([`RemotePeer`], served by
+//! `rdma-direct conformance --server`).
+//!
+//! The peer protocol runs on the TCP connection of the exchange
+//! ([`rdma_direct::exchange`]), after it: one command line, one answer line.
+//!
+//! | command | answer |
+//! |---|---|
+//! | `REG <len> <access bits>` | `OK <id> <addr> <rkey>` |
+//! | `WRITE <id> <offset> <hex bytes>` | `OK` |
+//! | `READ <id> <offset> <len>` | `OK <hex bytes>` |
+//! | `RECV <wr_id> <id>:<offset>:<len>,...` (`-` for none) | `OK` |
+//! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->...` |
+//! | `QUERY` | `OK <state>` |
+//! | `ARM <0 or 1: solicited only>` | `OK` (B's CQ raises its next event) |
+//! | `WAIT <timeout ms>` | `OK 1` if B's CQ event came, `OK 0` if not |
+//! | `ENDPOINT` | `OK <hex of an exchange message>` (B's QP facts) |
+//! | `RECONNECT <hex of A's exchange message> <B's first PSN>` | `OK` (B: ERR -> RESET -> INIT -> RTR -> RTS toward A) |
+//! | `BYE` | `OK` (the server ends this case) |
+//!
+//! Errors are `ERR <message>`.
+
+mod cases;
+
+use super::{pattern, poll_one, poll_until, CaseResult, Failure, Outcome};
+use cases::*;
+use rdma_direct::exchange::{self, ConnInfo};
+use rdma_direct::{
+    Access, Completion, Context, Error, Mr, Pd, Qp, QpConfig, QpState, RecvWr, RemoteAddr, Rkey,
+    SendWr, Sge, WcOpcode, WcStatus,
+};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A memory region on side B.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerMr {
+    pub id: u32,
+    pub addr: u64,
+    pub rkey: Rkey,
+}
+
+impl PeerMr {
+    fn at(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.addr + offset,
+            rkey: self.rkey,
+        }
+    }
+}
+
+/// Side B of a two-sided case.
+pub trait Peer {
+    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure>;
+    fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure>;
+    fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure>;
+    /// Posts one receive over `(mr, offset, len)` pieces.
+    fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure>;
+    /// Polls until `count` completions came or 20 s passed.
+    fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure>;
+    fn state(&mut self) -> Result<QpState, Failure>;
+    /// Side B's QP facts (QPN, GID, ...).
+    fn endpoint(&mut self) -> Result<rdma_direct::Endpoint, Failure>;
+    /// Side B: ERR -> RESET, then connect again toward `a` (whose first PSN
+    /// is `a_psn`), sending from `b_psn`.
+    fn reconnect(
+        &mut self,
+        a: &rdma_direct::Endpoint,
+        a_psn: u32,
+        b_psn: u32,
+    ) -> Result<(), Failure>;
+    /// Arms side B's CQ ([`Qp::arm_cq`]).
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure>;
+    /// Waits up to `timeout` for side B's CQ event ([`Qp::wait_cq_event`]).
+    fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure>;
+}
+
+/// Side B in this process: QP `b` of a loopback pair.
+pub struct LocalPeer<'a> {
+    pub qp: &'a mut Qp,
+    pub pd: &'a Pd,
+    pub mrs: Vec<Mr>,
+}
+
+impl Peer for LocalPeer<'_> {
+    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
+        let mr = self.pd.reg_mr(len, access)?;
+        let p = PeerMr {
+            id: self.mrs.len() as u32,
+            addr: mr.addr(),
+            rkey: mr.rkey(),
+        };
+        self.mrs.push(mr);
+        Ok(p)
+    }
+    fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
+        Ok(self.mrs[mr.id as usize].write(offset, data)?)
+    }
+    fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
+        let mut v = vec![0; len];
+        self.mrs[mr.id as usize].read(offset, &mut v)?;
+        Ok(v)
+    }
+    fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
+        let sges = sges
+            .iter()
+            .map(|(m, o, l)| Sge::new(&self.mrs[m.id as usize], *o, *l))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.qp.post_recv(&[RecvWr::new(wr_id, &sges)])?)
+    }
+    fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
+        poll_until(self.qp, count)
+    }
+    fn state(&mut self) -> Result<QpState, Failure> {
+        Ok(self.qp.query()?.state)
+    }
+    fn endpoint(&mut self) -> Result<rdma_direct::Endpoint, Failure> {
+        Ok(self.qp.endpoint())
+    }
+    fn reconnect(
+        &mut self,
+        a: &rdma_direct::Endpoint,
+        a_psn: u32,
+        b_psn: u32,
+    ) -> Result<(), Failure> {
+        reconnect(self.qp, a, a_psn, b_psn)
+    }
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure> {
+        Ok(self.qp.arm_cq(solicited_only)?)
+    }
+    fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure> {
+        Ok(self.qp.wait_cq_event(timeout)?)
+    }
+}
+
+/// ERR -> RESET, then `connect_remote` toward `a`.
+fn reconnect(
+    qp: &mut Qp,
+    a: &rdma_direct::Endpoint,
+    a_psn: u32,
+    b_psn: u32,
+) -> Result<(), Failure> {
+    qp.modify(QpState::Err, &rdma_direct::QpAttr::default())?;
+    qp.modify(QpState::Reset, &rdma_direct::QpAttr::default())?;
+    Ok(qp.connect_remote(b_psn, a, a_psn)?)
+}
+
+fn endpoint_msg(e: &rdma_direct::Endpoint, psn: u32) -> String {
+    hex(&ConnInfo {
+        endpoint: *e,
+        psn,
+        rkey: Rkey(0),
+        addr: 0,
+        len: 0,
+    }
+    .encode())
+}
+
+fn parse_endpoint_msg(h: &str) -> Result<ConnInfo, Failure> {
+    let b = unhex(h).ok_or_else(|| bad("an exchange message"))?;
+    let m: [u8; exchange::MSG_LEN] = b.try_into().map_err(|_| bad("an exchange message"))?;
+    Ok(ConnInfo::decode(&m)?)
+}
+
+/// Side B on another host, over the peer protocol.
+pub struct RemotePeer {
+    out: TcpStream,
+    inp: BufReader<TcpStream>,
+}
+
+impl RemotePeer {
+    fn call(&mut self, line: &str) -> Result<String, Failure> {
+        writeln!(self.out, "{line}").map_err(|e| Failure(format!("peer: send: {e}")))?;
+        let mut answer = String::new();
+        self.inp
+            .read_line(&mut answer)
+            .map_err(|e| Failure(format!("peer: receive: {e}")))?;
+        let answer = answer.trim_end();
+        match answer.strip_prefix("OK") {
+            Some(rest) => Ok(rest.trim_start().to_string()),
+            None => Err(Failure(format!(
+                "peer refused `{}`: {answer}",
+                line.split(' ').next().unwrap_or("")
+            ))),
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+fn bad(what: &str) -> Failure {
+    Failure(format!("peer: malformed answer to {what}"))
+}
+
+impl Peer for RemotePeer {
+    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
+        let a = self.call(&format!("REG {len} {}", access.bits()))?;
+        let f: Vec<u64> = a.split(' ').filter_map(|x| x.parse().ok()).collect();
+        match f[..] {
+            [id, addr, rkey] => Ok(PeerMr {
+                id: id as u32,
+                addr,
+                rkey: Rkey(rkey as u32),
+            }),
+            _ => Err(bad("REG")),
+        }
+    }
+    fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
+        self.call(&format!("WRITE {} {offset} {}", mr.id, hex(data)))
+            .map(|_| ())
+    }
+    fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
+        let a = self.call(&format!("READ {} {offset} {len}", mr.id))?;
+        unhex(&a).ok_or_else(|| bad("READ"))
+    }
+    fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
+        let list: Vec<String> = sges
+            .iter()
+            .map(|(m, o, l)| format!("{}:{o}:{l}", m.id))
+            .collect();
+        let list = if list.is_empty() {
+            "-".into()
+        } else {
+            list.join(",")
+        };
+        self.call(&format!("RECV {wr_id} {list}")).map(|_| ())
+    }
+    fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
+        let a = self.call(&format!("POLL {count} 20000"))?;
+        let mut v = Vec::new();
+        for c in a.split(' ').filter(|x| !x.is_empty()) {
+            let f: Vec<&str> = c.split(':').collect();
+            let [wr_id, status, opcode, byte_len, imm] = f[..] else {
+                return Err(bad("POLL"));
+            };
+            let num = |x: &str| x.parse::<u64>().map_err(|_| bad("POLL"));
+            v.push(Completion {
+                wr_id: num(wr_id)?,
+                status: WcStatus(num(status)? as u32),
+                opcode: WcOpcode(num(opcode)? as u32),
+                byte_len: num(byte_len)? as u32,
+                imm: if imm == "-" {
+                    None
+                } else {
+                    Some(num(imm)? as u32)
+                },
+                qp_num: 0,
+                vendor_err: 0,
+            });
+        }
+        if v.len() < count {
+            return Err(Failure(format!(
+                "peer: {} of {count} completions within 20 s",
+                v.len()
+            )));
+        }
+        Ok(v)
+    }
+    fn endpoint(&mut self) -> Result<rdma_direct::Endpoint, Failure> {
+        let a = self.call("ENDPOINT")?;
+        Ok(parse_endpoint_msg(&a)?.endpoint)
+    }
+    fn reconnect(
+        &mut self,
+        a: &rdma_direct::Endpoint,
+        a_psn: u32,
+        b_psn: u32,
+    ) -> Result<(), Failure> {
+        self.call(&format!("RECONNECT {} {b_psn}", endpoint_msg(a, a_psn)))
+            .map(|_| ())
+    }
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure> {
+        self.call(&format!("ARM {}", solicited_only as u8))
+            .map(|_| ())
+    }
+    fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure> {
+        match self
+            .call(&format!("WAIT {}", timeout.as_millis()))?
+            .as_str()
+        {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            _ => Err(bad("WAIT")),
+        }
+    }
+    fn state(&mut self) -> Result<QpState, Failure> {
+        match self.call("QUERY")?.as_str() {
+            "Reset" => Ok(QpState::Reset),
+            "Init" => Ok(QpState::Init),
+            "Rtr" => Ok(QpState::Rtr),
+            "Rts" => Ok(QpState::Rts),
+            "Err" => Ok(QpState::Err),
+            _ => Err(bad("QUERY")),
+        }
+    }
+}
+
+/// The QP configuration both sides of a two-host case use.
+fn two_host_config() -> QpConfig {
+    QpConfig {
+        max_send_wr: 64,
+        max_send_sge: 4,
+        max_inline: 128,
+        max_recv_sge: 4,
+        // A receive posted late at B travels over TCP to another host, which
+        // under TCG can take longer than 6 tries at 0.64 ms each: 6 tries at
+        // 491.52 ms cover it.
+        min_rnr_timer: 31,
+        ..QpConfig::default()
+    }
+}
+
+/// How side A's and side B's QPs are connected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Connect {
+    /// Our TCP exchange ([`rdma_direct::exchange`]) and [`Qp::connect_remote`].
+    #[default]
+    Tcp,
+    /// The RDMA connection manager ([`rdma_direct::cm`], perftest's `-R`), on the
+    /// same port number in the CM's port space; the peer protocol still runs
+    /// on a TCP connection made first.
+    RdmaCm,
+}
+
+#[cfg(feature = "verbs")]
+type CmConn = rdma_direct::cm::CmConnection;
+#[cfg(not(feature = "verbs"))]
+type CmConn = ();
+
+/// Where this side connects from: the server's CM listener lives across
+/// its cases.
+enum Side<'a> {
+    #[cfg(feature = "verbs")]
+    Server(u16, Option<&'a rdma_direct::cm::CmListener>),
+    #[cfg(not(feature = "verbs"))]
+    Server(u16, Option<&'a ()>),
+    Client(&'a str, u16, Connect),
+}
+
+/// One QP connected to a peer's, and the TCP connection the peer protocol
+/// runs on (made by the exchange). With [`Connect::RdmaCm`] the QP is
+/// connected by the CM instead of the exchanged facts. A 64-byte MR is
+/// offered (the cases register their own).
+fn connect_over(
+    pd: &Pd,
+    side: Side<'_>,
+) -> rdma_direct::Result<(Qp, TcpStream, Mr, Option<CmConn>)> {
+    let mut qp = pd.create_qp(&two_host_config())?;
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let psn = Qp::random_psn();
+    let mine = ConnInfo {
+        endpoint: qp.endpoint(),
+        psn,
+        rkey: mr.rkey(),
+        addr: mr.addr(),
+        len: 64,
+    };
+    let (peer, mut tcp) = match side {
+        Side::Server(port, _) => exchange::serve(port, &mine)?,
+        Side::Client(host, port, _) => {
+            exchange::connect(host, port, Duration::from_secs(60), &mine)?
+        }
+    };
+    let how = match side {
+        Side::Server(_, l) => {
+            if l.is_some() {
+                Connect::RdmaCm
+            } else {
+                Connect::Tcp
+            }
+        }
+        Side::Client(_, _, how) => how,
+    };
+    agree_on(&mut tcp, how)?;
+    let cm = match side {
+        Side::Server(_, None) | Side::Client(_, _, Connect::Tcp) => {
+            qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
+            None
+        }
+        #[cfg(feature = "verbs")]
+        Side::Server(_, Some(listener)) => {
+            let offer = rdma_direct::cm::CmOffer {
+                rkey: mr.rkey(),
+                addr: mr.addr(),
+                len: 64,
+            };
+            Some(listener.accept(&mut qp, &offer, Duration::from_secs(60))?.0)
+        }
+        #[cfg(feature = "verbs")]
+        Side::Client(host, port, Connect::RdmaCm) => {
+            let offer = rdma_direct::cm::CmOffer {
+                rkey: mr.rkey(),
+                addr: mr.addr(),
+                len: 64,
+            };
+            Some(rdma_direct::cm::connect(&mut qp, host, port, &offer, Duration::from_secs(60))?.0)
+        }
+        #[cfg(not(feature = "verbs"))]
+        _ => return Err(Error::Invalid("rdma_cm needs the `verbs` feature".into())),
+    };
+    exchange::barrier(&mut tcp)?;
+    Ok((qp, tcp, mr, cm))
+}
+
+/// Each side says how it connects the QPs (one line, `tcp` or `rdma_cm`);
+/// a mismatch is an error on both sides at once, not a CM timeout.
+fn agree_on(tcp: &mut TcpStream, how: Connect) -> rdma_direct::Result<()> {
+    let name = |h| match h {
+        Connect::Tcp => "tcp",
+        Connect::RdmaCm => "rdma_cm",
+    };
+    let theirs = exchange::swap_line(tcp, name(how))?;
+    if theirs != name(how) {
+        return Err(Error::Exchange(format!(
+            "this side connects the QPs through {}, the peer through {theirs:?}: give -R on both sides or on neither",
+            name(how)
+        )));
+    }
+    Ok(())
+}
+
+/// Serves the two-sided cases to one client on `port`, one connection per
+/// case, each with a fresh QP connected as `how` says; returns after the
+/// last case.
+pub fn serve(dev: &str, port: u16, how: Connect) -> rdma_direct::Result<()> {
+    let ctx = Context::open(dev)?;
+    #[cfg(feature = "verbs")]
+    let listener = match how {
+        Connect::Tcp => None,
+        Connect::RdmaCm => Some(rdma_direct::cm::CmListener::bind(port)?),
+    };
+    #[cfg(not(feature = "verbs"))]
+    let listener: Option<()> = match how {
+        Connect::Tcp => None,
+        Connect::RdmaCm => return Err(Error::Invalid("rdma_cm needs the `verbs` feature".into())),
+    };
+    for _ in two_host_cases() {
+        let pd = ctx.alloc_pd()?;
+        let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Server(port, listener.as_ref()))?;
+        let mut out = tcp
+            .try_clone()
+            .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
+        let mut inp = BufReader::new(tcp);
+        let mut mrs: Vec<Mr> = Vec::new();
+        loop {
+            let mut line = String::new();
+            if inp.read_line(&mut line).unwrap_or(0) == 0 {
+                break; // the client went away: next case
+            }
+            let answer = serve_one(line.trim_end(), &pd, &mut qp, &mut mrs);
+            let bye = line.starts_with("BYE");
+            let text = match answer {
+                Ok(a) if a.is_empty() => "OK".to_string(),
+                Ok(a) => format!("OK {a}"),
+                Err(e) => format!("ERR {}", e.0),
+            };
+            if writeln!(out, "{text}").is_err() || bye {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn serve_one(line: &str, pd: &Pd, qp: &mut Qp, mrs: &mut Vec<Mr>) -> Result<String, Failure> {
+    let f: Vec<&str> = line.split(' ').collect();
+    let num = |i: usize| -> Result<u64, Failure> {
+        f.get(i)
+            .and_then(|x| x.parse().ok())
+            .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
+    };
+    let mr = |id: u64, mrs: &Vec<Mr>| -> Result<usize, Failure> {
+        (id < mrs.len() as u64)
+            .then_some(id as usize)
+            .ok_or_else(|| Failure(format!("no MR {id}")))
+    };
+    match f.first().copied().unwrap_or("") {
+        "REG" => {
+            let access =
+                Access::from_bits(num(2)? as u32).ok_or_else(|| Failure("access bits".into()))?;
+            let m = pd.reg_mr(num(1)? as usize, access)?;
+            let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
+            mrs.push(m);
+            Ok(a)
+        }
+        "WRITE" => {
+            let i = mr(num(1)?, mrs)?;
+            let data =
+                unhex(f.get(3).copied().unwrap_or("")).ok_or_else(|| Failure("hex".into()))?;
+            mrs[i].write(num(2)? as usize, &data)?;
+            Ok(String::new())
+        }
+        "READ" => {
+            let i = mr(num(1)?, mrs)?;
+            let len = num(3)? as usize;
+            if len > 16 << 20 {
+                return Err(Failure("READ of more than 16 MiB".into()));
+            }
+            let mut v = vec![0; len];
+            mrs[i].read(num(2)? as usize, &mut v)?;
+            Ok(hex(&v))
+        }
+        "RECV" => {
+            let wr_id = num(1)?;
+            let list = f.get(2).copied().unwrap_or("-");
+            let mut pieces = Vec::new();
+            if list != "-" {
+                for p in list.split(',') {
+                    let x: Vec<u64> = p.split(':').filter_map(|v| v.parse().ok()).collect();
+                    let [id, off, len] = x[..] else {
+                        return Err(Failure(format!("SGE `{p}`")));
+                    };
+                    pieces.push((mr(id, mrs)?, off as usize, len as u32));
+                }
+            }
+            let sges = pieces
+                .iter()
+                .map(|&(i, o, l)| Sge::new(&mrs[i], o, l))
+                .collect::<Result<Vec<_>, _>>()?;
+            qp.post_recv(&[RecvWr::new(wr_id, &sges)])?;
+            Ok(String::new())
+        }
+        "POLL" => {
+            let count = num(1)? as usize;
+            let deadline = std::time::Instant::now() + Duration::from_millis(num(2)?.min(60_000));
+            let mut got = Vec::new();
+            let mut wc = [Completion::default(); 8];
+            while got.len() < count && std::time::Instant::now() < deadline {
+                let n = qp.poll(&mut wc)?;
+                got.extend_from_slice(&wc[..n]);
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            Ok(got
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}:{}:{}:{}:{}",
+                        c.wr_id,
+                        c.status.0,
+                        c.opcode.0,
+                        c.byte_len,
+                        c.imm.map_or("-".to_string(), |i| i.to_string())
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" "))
+        }
+        "QUERY" => Ok(format!("{:?}", qp.query()?.state)),
+        "ARM" => {
+            qp.arm_cq(num(1)? != 0)?;
+            Ok(String::new())
+        }
+        "WAIT" => {
+            let ms = num(1)?.min(60_000);
+            Ok((qp.wait_cq_event(Duration::from_millis(ms))? as u8).to_string())
+        }
+        "ENDPOINT" => Ok(endpoint_msg(&qp.endpoint(), 0)),
+        "RECONNECT" => {
+            let a = parse_endpoint_msg(f.get(1).copied().unwrap_or(""))?;
+            reconnect(qp, &a.endpoint, a.psn, num(2)? as u32)?;
+            Ok(String::new())
+        }
+        "BYE" => Ok(String::new()),
+        other => Err(Failure(format!("unknown command `{other}`"))),
+    }
+}
+
+/// A two-sided case: side A's QP and PD, side B behind [`Peer`].
+pub type TwoHostFn = fn(&mut Qp, &Pd, &mut dyn Peer) -> CaseResult;
+
+/// The two-sided cases.
+pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
+    &[
+        ("th_write_4096_lands", th_write_4096_lands),
+        ("th_read_lands", th_read_lands),
+        (
+            "th_wrong_rkey_leaves_memory_alone",
+            th_wrong_rkey_leaves_memory_alone,
+        ),
+        (
+            "th_send_and_imm_land_in_receives",
+            th_send_and_imm_land_in_receives,
+        ),
+        ("th_fetch_and_add", th_fetch_and_add),
+        (
+            "th_error_flushes_and_both_go_to_err",
+            th_error_flushes_and_both_go_to_err,
+        ),
+        (
+            "th_every_opcode_at_every_size",
+            th_every_opcode_at_every_size,
+        ),
+        (
+            "th_too_small_receive_fails_both_sides",
+            th_too_small_receive_fails_both_sides,
+        ),
+        (
+            "th_rnr_waits_for_a_late_receive",
+            th_rnr_waits_for_a_late_receive,
+        ),
+        ("th_err_reset_reconnect", th_err_reset_reconnect),
+        ("th_gather_and_scatter_sges", th_gather_and_scatter_sges),
+        ("th_compare_and_swap", th_compare_and_swap),
+        (
+            "th_rnr_without_a_receive_exhausts_retries",
+            th_rnr_without_a_receive_exhausts_retries,
+        ),
+        ("th_solicited_event_wakes_b", th_solicited_event_wakes_b),
+        ("th_inline_at_the_limit_lands", th_inline_at_the_limit_lands),
+        (
+            "th_unsignaled_stream_lands_in_order",
+            th_unsignaled_stream_lands_in_order,
+        ),
+    ]
+}
+
+/// How the failure of a case whose QPs never got connected begins (the
+/// server is gone or disagrees: running more cases is pointless).
+pub const NOT_CONNECTED: &str = "not connected: ";
+
+/// Runs one two-sided case against a server on `host:port`, the QPs
+/// connected as `how` says (the server must use the same).
+pub fn run_remote(dev: &str, host: &str, port: u16, how: Connect, case: TwoHostFn) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Client(host, port, how))
+        .map_err(|e| Failure(format!("{NOT_CONNECTED}{e}")))?;
+    let out = tcp
+        .try_clone()
+        .map_err(|e| Failure(format!("socket: {e}")))?;
+    let mut peer = RemotePeer {
+        out,
+        inp: BufReader::new(tcp),
+    };
+    let r = case(&mut qp, &pd, &mut peer);
+    let _ = peer.call("BYE");
+    r
+}
+
+/// Runs one two-sided case with side B a second QP in this process.
+pub fn run_local(dev: &str, case: TwoHostFn) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let (mut a, mut b) = pd.create_connected_pair(&two_host_config())?;
+    let mut peer = LocalPeer {
+        qp: &mut b,
+        pd: &pd,
+        mrs: Vec::new(),
+    };
+    case(&mut a, &pd, &mut peer)
+}

@@ -1,0 +1,168 @@
+//! Sizes a QP and its CQ are created with, and how a caller waits for
+//! completions.
+
+use super::error::{Error, Result};
+
+/// Sizes and path facts for a QP pair.
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// Send queue depth in work requests.
+    pub max_send_wr: u32,
+    /// Most SGEs per send WR.
+    pub max_send_sge: u32,
+    /// Largest inline payload in bytes (`-I` in perftest).
+    pub max_inline: u32,
+    /// Receive queue depth in work requests.
+    pub max_recv_wr: u32,
+    /// Most SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Port number (verbs devices).
+    pub port: u8,
+    /// GID index to use on RoCE; `None` picks the IPv4-mapped RoCE v2 GID.
+    pub gid_index: Option<u8>,
+    /// How often a SEND that finds no posted receive at the peer (RNR NAK)
+    /// is retried before it fails with `RNR_RETRY_EXC_ERR`: 0 to 6, or 7 for
+    /// forever (IB spec 9.7.5.2.8). The responder's `min_rnr_timer` sets
+    /// the wait between tries.
+    pub rnr_retry: u8,
+    /// The RNR NAK timer this QP asks of a sender when it has no receive
+    /// posted, as the IB spec table 45 code 0..=31 (`ibv_qp_attr.min_rnr_timer`;
+    /// 12 = 0.64 ms, the default, as rdma-core's `ibv_rc_pingpong` uses;
+    /// 31 = 491.52 ms; 0 = 655.36 ms). Set at INIT -> RTR by [`Qp::rtr_attr`].
+    pub min_rnr_timer: u8,
+    /// Depth of the QP's CQ in CQEs; `None`: what [`CqSizing`] gives for
+    /// this QP (1.5 x `max_send_wr + max_recv_wr`), so the CQ never limits
+    /// posting. The device may round it up ([`Qp::cq_depth`]). Posts
+    /// that would leave the CQ without room for every WR's completion
+    /// (including the flush after an error) are refused with
+    /// [`Error::CqFull`], so the CQ never overruns.
+    pub cq_depth: Option<u32>,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig {
+            max_send_wr: 128,
+            max_send_sge: 1,
+            max_inline: 220,
+            max_recv_wr: 64,
+            max_recv_sge: 1,
+            port: 1,
+            gid_index: None,
+            rnr_retry: 6,
+            min_rnr_timer: 12,
+            cq_depth: None,
+        }
+    }
+}
+
+/// How deep a CQ must be for the queues that complete into it.
+///
+/// The depth is the sum of the work requests every attached queue may have
+/// outstanding, times a headroom factor (1.5 by default), and never less
+/// than that sum: after an error every outstanding WR of a QP, signaled or
+/// not, is flushed into the CQ with a CQE of its own (IB spec 10.8.3.1), so
+/// a CQ smaller than the sum could overrun. A CQ of this depth never
+/// refuses a post with [`Error::CqFull`] while every queue keeps within its
+/// own depth.
+///
+/// ```
+/// use rdma_direct::{CqSizing, QpConfig};
+/// let cfg = QpConfig { max_send_wr: 64, max_recv_wr: 32, ..QpConfig::default() };
+/// // Two QPs on one CQ: 2 x (64 + 32) = 192 WRs outstanding at most.
+/// assert_eq!(CqSizing::new().qp(&cfg).qp(&cfg).depth()?, 288);
+/// // No headroom: exactly what a flush after an error needs.
+/// assert_eq!(CqSizing::new().headroom(1.0).qp(&cfg).qp(&cfg).depth()?, 192);
+/// // Less than 1 is raised to 1: a CQ is never smaller than its flush.
+/// assert_eq!(CqSizing::new().headroom(0.5).qp(&cfg).depth()?, 96);
+/// # Ok::<(), rdma_direct::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CqSizing {
+    outstanding: u64,
+    headroom: f64,
+}
+
+impl Default for CqSizing {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CqSizing {
+    /// Largest CQ the crate creates, in CQEs (`2^22`, the sim's and the
+    /// ConnectX `log_cq_size` limit).
+    pub const MAX_DEPTH: u32 = 1 << 22;
+
+    /// No queue yet; headroom 1.5.
+    pub fn new() -> Self {
+        CqSizing {
+            outstanding: 0,
+            headroom: 1.5,
+        }
+    }
+
+    /// A QP whose send and receive queues both complete into the CQ: its
+    /// `max_send_wr + max_recv_wr`.
+    pub fn qp(self, cfg: &QpConfig) -> Self {
+        self.queue(cfg.max_send_wr).queue(cfg.max_recv_wr)
+    }
+
+    /// One queue (a send or a receive queue) that may have `outstanding`
+    /// work requests at once.
+    pub fn queue(mut self, outstanding: u32) -> Self {
+        self.outstanding += outstanding as u64;
+        self
+    }
+
+    /// The headroom factor over the outstanding WRs (default 1.5); below 1
+    /// (or NaN) counts as 1.
+    pub fn headroom(mut self, factor: f64) -> Self {
+        self.headroom = factor;
+        self
+    }
+
+    /// The depth in CQEs: `max(ceil(outstanding x headroom), outstanding)`,
+    /// at least 1. The device may round it up (to a power of two on mlx5).
+    ///
+    /// Errors: [`Error::Invalid`] when that exceeds [`Self::MAX_DEPTH`].
+    pub fn depth(&self) -> Result<u32> {
+        let factor = if self.headroom.is_nan() {
+            1.0
+        } else {
+            self.headroom.max(1.0)
+        };
+        let want = ((self.outstanding as f64 * factor).ceil() as u64)
+            .max(self.outstanding)
+            .max(1);
+        if want > Self::MAX_DEPTH as u64 {
+            return Err(Error::Invalid(format!(
+                "a CQ for {} outstanding WRs with headroom {factor} needs {want} CQEs; at most {}",
+                self.outstanding,
+                Self::MAX_DEPTH
+            )));
+        }
+        Ok(want as u32)
+    }
+}
+
+/// How a caller waits for completions ([`Qp::wait`], [`SharedCq::wait`]).
+///
+/// Busy polling gives the lowest latency and keeps a core busy; events
+/// sleep in the kernel until the CQ's completion event (a system call and a
+/// wake-up per wait, as perftest's `-e`); adaptive polls a while first, so
+/// completions that come quickly cost no system call, and idle waits sleep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionMode {
+    /// Poll until a completion comes or the timeout passes.
+    Busy,
+    /// Poll once; if empty, arm the CQ, poll again (a completion that came
+    /// before the arm raises no event), then sleep on the completion
+    /// channel until the event; acknowledge it and poll again.
+    Events,
+    /// Poll `spins` times, then as [`Self::Events`].
+    Adaptive {
+        /// Empty polls before arming.
+        spins: u32,
+    },
+}

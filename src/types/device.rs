@@ -1,0 +1,63 @@
+//! What a device is: its name, kind, ports and GIDs, and the data path its
+//! QPs take.
+
+/// Name of the embedded software mlx5 device.
+pub const SIM_DEVICE: &str = "sim";
+
+/// One device `rdma-direct devices` lists.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub name: String,
+    /// `sim`, or `verbs` for an ibverbs device.
+    pub kind: &'static str,
+    /// Kernel driver (`mlx5_core`, `rdma_rxe (on eth0)`, ...; `sim`).
+    pub driver: String,
+    /// Node GUID (0 for the sim).
+    pub node_guid: u64,
+    /// The data path its QPs use: `direct` (our ring driver) or `verbs`.
+    pub data_path: &'static str,
+    /// Its ports. Empty when the device could not be opened (`error` says why).
+    pub ports: Vec<PortDetail>,
+    /// Why the device's ports could not be read.
+    pub error: Option<String>,
+}
+
+/// One port of a device.
+#[derive(Clone, Debug)]
+pub struct PortDetail {
+    pub port: u8,
+    /// `ACTIVE`, `DOWN`, ... (`enum ibv_port_state`).
+    pub state: &'static str,
+    /// `InfiniBand`, `Ethernet` (RoCE) or `sim`.
+    pub link_layer: &'static str,
+    /// Active MTU in bytes (`None` on the sim, which has no wire).
+    pub active_mtu: Option<u32>,
+    /// Active rate in Gb/s (lanes x lane speed).
+    pub rate_gbps: Option<f64>,
+    pub lid: u16,
+    /// Non-empty GID table entries.
+    pub gids: Vec<GidEntry>,
+}
+
+/// One GID table entry.
+#[derive(Clone, Debug)]
+pub struct GidEntry {
+    pub index: u32,
+    pub gid: [u8; 16],
+    /// `RoCE v2`, `IB/RoCE v1`, or `IB` (from sysfs `gid_attrs/types`).
+    pub kind: String,
+}
+
+/// Which data path a device's QPs use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// The direct path (our ring driver) on the sim and on ConnectX
+    /// (`mlx5dv_is_supported`), verbs everywhere else.
+    #[default]
+    Auto,
+    /// The direct path; a device that is not mlx5 (or the sim) is refused.
+    Direct,
+    /// `ibv_post_send` / `ibv_poll_cq`, even on mlx5 (for comparison). The
+    /// sim has no verbs path.
+    Verbs,
+}

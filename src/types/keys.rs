@@ -1,0 +1,22 @@
+//! Memory keys and remote addresses (IB spec 10.6.3).
+
+/// Local key of a memory region. Only an [`Mr`] makes one, so an rkey cannot stand in for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lkey(pub(crate) u32);
+
+impl Lkey {
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// Remote key of a (possibly remote) memory region, as the peer sent it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rkey(pub u32);
+
+/// The remote side of an RDMA operation: an address and rkey the peer exposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteAddr {
+    pub addr: u64,
+    pub rkey: Rkey,
+}

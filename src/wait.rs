@@ -1,0 +1,83 @@
+//! The one wait loop of every [`CompletionMode`], over a CQ's poll, arm and
+//! wait (a QP's own CQ or a shared one).
+
+use crate::types::completion::Completion;
+use crate::types::config::CompletionMode;
+use crate::types::error::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// Polling, arming and waiting on one CQ (a QP's own, or shared).
+pub(crate) trait CqOps {
+    fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize>;
+    fn arm_cq(&mut self) -> Result<()>;
+    fn wait_cq(&mut self, timeout: Duration) -> Result<bool>;
+}
+
+/// Polls between clock reads while busy polling (a clock read can be a
+/// system call under emulation).
+const POLLS_PER_CLOCK: u32 = 256;
+
+/// The wait of [`CompletionMode`] on `cq`: returns as soon as at least one
+/// completion is in `out`, or 0 when `timeout` passed first.
+pub(crate) fn wait_on<C: CqOps>(
+    cq: &mut C,
+    out: &mut [Completion],
+    mode: CompletionMode,
+    timeout: Duration,
+) -> Result<usize> {
+    if out.is_empty() {
+        return Err(Error::Invalid(
+            "waiting for completions needs room for at least one".into(),
+        ));
+    }
+    // A completion already there costs no clock read (under emulation a
+    // clock read can be a system call): the timeout counts from the first
+    // empty poll.
+    let n = cq.poll_cq(out)?;
+    if n > 0 {
+        return Ok(n);
+    }
+    let start = Instant::now();
+    let spins = match mode {
+        CompletionMode::Busy => u32::MAX,
+        CompletionMode::Events => 1,
+        CompletionMode::Adaptive { spins } => spins.max(1),
+    };
+    let mut polls = 1u32;
+    loop {
+        if polls < spins {
+            let n = cq.poll_cq(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            polls += 1;
+            if polls % POLLS_PER_CLOCK == 0 && start.elapsed() >= timeout {
+                return Ok(0);
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        if mode == CompletionMode::Busy {
+            // u32::MAX empty polls: keep going until the timeout.
+            polls = 0;
+            continue;
+        }
+        cq.arm_cq()?;
+        let n = cq.poll_cq(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let Some(left) = timeout.checked_sub(start.elapsed()) else {
+            return Ok(0);
+        };
+        if !cq.wait_cq(left)? {
+            return Ok(0);
+        }
+        // Event consumed: poll again (and arm again if it raced ahead).
+        let n = cq.poll_cq(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        polls = spins;
+    }
+}
