@@ -27,7 +27,7 @@ use std::time::Duration;
 /// receive queue, needs no lock. The QPs take CQ credits from the CQ, as a
 /// QP with its own CQ does: a post that would leave the CQ without room
 /// for every outstanding WR's completion is refused with
-/// [`Error::CqFull`], so the CQ never overruns; size it with [`CqSizing`]
+/// [`Error::CqFull`], so the CQ never overruns; size it with [`CqSizing`](crate::CqSizing)
 /// and that never happens. [`Qp::poll`], [`Qp::arm_cq`] and
 /// [`Qp::wait_cq_event`] on these QPs return [`Error::SharedCq`].
 ///
@@ -134,7 +134,7 @@ impl SharedCq {
     /// Creates an RC QP, in RESET, whose sends and receives complete into
     /// this CQ; returns its index for [`Self::qp`] / [`Self::qp_mut`].
     ///
-    /// Errors: as [`Pd::create_qp`]; [`Error::Invalid`] when `cfg.cq_depth`
+    /// Errors: as [`Pd::create_qp`](crate::Pd::create_qp); [`Error::Invalid`] when `cfg.cq_depth`
     /// is set (the depth is the shared CQ's).
     pub fn create_qp(&mut self, cfg: &QpConfig) -> Result<usize> {
         let m = &mut self.members;

@@ -132,7 +132,7 @@ impl Pd {
     }
 
     /// Creates a CQ of at least `depth` CQEs for several QPs to share
-    /// ([`SharedCq::create_qp`]); [`CqSizing`] gives a depth that never
+    /// ([`SharedCq::create_qp`]); [`CqSizing`](crate::CqSizing) gives a depth that never
     /// limits posting. On verbs this is `ibv_create_cq` with a completion
     /// channel; on the direct path our poller runs over its ring.
     ///

@@ -19,8 +19,8 @@ use mlx5_dv::sim;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An RC queue pair, with its own completion queue ([`Pd::create_qp`]) or
-/// on a [`SharedCq`] ([`SharedCq::create_qp`]).
+/// An RC queue pair, with its own completion queue ([`Pd::create_qp`](crate::Pd::create_qp)) or
+/// on a [`SharedCq`](crate::SharedCq) ([`SharedCq::create_qp`](crate::SharedCq::create_qp)).
 pub struct Qp {
     // Field order: the QP goes before the PD (and its MRs) it belongs to.
     kind: QpKind,
@@ -65,7 +65,7 @@ impl Qp {
     }
 
     /// Connects this QP (in RESET) to a peer on another host, whose facts
-    /// came over an out-of-band exchange ([`exchange`]): RESET -> INIT ->
+    /// came over an out-of-band exchange ([`exchange`](crate::exchange)): RESET -> INIT ->
     /// RTR (toward `peer`, expecting `peer_psn` first) -> RTS (sending from
     /// `my_psn`, `rnr_retry` from the QP's config).
     ///
@@ -210,10 +210,10 @@ impl Qp {
     ///
     /// Moving to RESET forgets every outstanding WR and discards the QP's
     /// completions not yet polled; the QP can then be connected again
-    /// (ERR -> RESET -> INIT -> RTR -> RTS). A QP on a [`SharedCq`] moves to
+    /// (ERR -> RESET -> INIT -> RTR -> RTS). A QP on a [`SharedCq`](crate::SharedCq) moves to
     /// RESET here only with no WR outstanding ([`Error::Invalid`]
     /// otherwise): the CQ holds other QPs' completions too, so reset it with
-    /// [`SharedCq::reset_qp`], which drains the CQ of its completions.
+    /// [`SharedCq::reset_qp`](crate::SharedCq::reset_qp), which drains the CQ of its completions.
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
         self.modify_with(to, attr, false)
     }
@@ -506,7 +506,7 @@ impl Qp {
     /// least one is in `out`, or 0 when `timeout` passed first.
     ///
     /// Errors: `out` is empty ([`Error::Invalid`]); [`Error::SharedCq`] on a
-    /// QP of a [`SharedCq`] (wait there); the device's.
+    /// QP of a [`SharedCq`](crate::SharedCq) (wait there); the device's.
     pub fn wait(
         &mut self,
         out: &mut [Completion],
@@ -518,7 +518,7 @@ impl Qp {
 
     /// Polls up to `out.len()` completions into `out`; returns how many.
     ///
-    /// Errors: [`Error::SharedCq`] when the QP completes into a [`SharedCq`]
+    /// Errors: [`Error::SharedCq`] when the QP completes into a [`SharedCq`](crate::SharedCq)
     /// (poll that); [`Error::StaleCqe`]; the device's.
     #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {

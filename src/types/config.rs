@@ -28,11 +28,11 @@ pub struct QpConfig {
     /// The RNR NAK timer this QP asks of a sender when it has no receive
     /// posted, as the IB spec table 45 code 0..=31 (`ibv_qp_attr.min_rnr_timer`;
     /// 12 = 0.64 ms, the default, as rdma-core's `ibv_rc_pingpong` uses;
-    /// 31 = 491.52 ms; 0 = 655.36 ms). Set at INIT -> RTR by [`Qp::rtr_attr`].
+    /// 31 = 491.52 ms; 0 = 655.36 ms). Set at INIT -> RTR by [`Qp::rtr_attr`](crate::Qp::rtr_attr).
     pub min_rnr_timer: u8,
     /// Depth of the QP's CQ in CQEs; `None`: what [`CqSizing`] gives for
     /// this QP (1.5 x `max_send_wr + max_recv_wr`), so the CQ never limits
-    /// posting. The device may round it up ([`Qp::cq_depth`]). Posts
+    /// posting. The device may round it up ([`Qp::cq_depth`](crate::Qp::cq_depth)). Posts
     /// that would leave the CQ without room for every WR's completion
     /// (including the flush after an error) are refused with
     /// [`Error::CqFull`], so the CQ never overruns.
@@ -146,7 +146,7 @@ impl CqSizing {
     }
 }
 
-/// How a caller waits for completions ([`Qp::wait`], [`SharedCq::wait`]).
+/// How a caller waits for completions ([`Qp::wait`](crate::Qp::wait), [`SharedCq::wait`](crate::SharedCq::wait)).
 ///
 /// Busy polling gives the lowest latency and keeps a core busy; events
 /// sleep in the kernel until the CQ's completion event (a system call and a

@@ -1,6 +1,6 @@
 //! Memory keys and remote addresses (IB spec 10.6.3).
 
-/// Local key of a memory region. Only an [`Mr`] makes one, so an rkey cannot stand in for it.
+/// Local key of a memory region. Only an [`Mr`](crate::Mr) makes one, so an rkey cannot stand in for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Lkey(pub(crate) u32);
 

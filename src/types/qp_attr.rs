@@ -492,7 +492,7 @@ impl PathInfo {
     }
 }
 
-/// What [`Qp::query`] reports: the device's view of the QP. Attributes the
+/// What [`Qp::query`](crate::Qp::query) reports: the device's view of the QP. Attributes the
 /// device does not keep (the sim has no PSNs or MTU) are `None`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInfo {
