@@ -9,26 +9,14 @@ use crate::handles::{PdInner, PdKind, SharedKind};
 use crate::qp::Qp;
 use crate::types::config::QpConfig;
 use crate::types::error::{Error, Result};
-use crate::types::mem::{Access, Buffer, Mr, MrInner, Pages, Registration};
+use crate::types::mem::{Access, Buffer, Mr, Pages};
 use mlx5_dv::driver::CqCredits;
-use mlx5_dv::sim;
 use std::sync::Arc;
 
 /// A protection domain. It keeps every MR registered through it alive (memory
 /// and registration) until the PD and every QP created from it are dropped.
 pub struct Pd {
     pub(crate) inner: Arc<PdInner>,
-}
-
-struct SimReg {
-    dev: sim::Device,
-    lkey: u32,
-}
-impl Registration for SimReg {}
-impl Drop for SimReg {
-    fn drop(&mut self) {
-        let _ = self.dev.dereg_mr(self.lkey);
-    }
 }
 
 impl Pd {
@@ -72,32 +60,14 @@ impl Pd {
     /// Registers `buf` (checked access flags) and keeps it with the PD.
     fn register(&self, buf: Buffer, access: Access) -> Result<Mr> {
         check_access(access)?;
-        let (reg, lkey, rkey): (Box<dyn Registration>, u32, u32) = match &self.inner.kind {
-            PdKind::Sim(dev, pdn) => {
-                // SAFETY: `buf` is owned by the MrInner built below, whose
-                // field order drops this registration (dereg) before the buffer.
-                let k = unsafe { dev.reg_mr(*pdn, buf.ptr(), buf.len(), access) }?;
-                (
-                    Box::new(SimReg {
-                        dev: dev.clone(),
-                        lkey: k.lkey,
-                    }),
-                    k.lkey,
-                    k.rkey,
-                )
-            }
+        let inner = Arc::new(match &self.inner.kind {
+            PdKind::Sim(dev, pdn) => direct::reg_sim_mr(dev, *pdn, buf, access)?,
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, _) => ibv::reg_mr(pd, &buf, access)?,
-        };
+            PdKind::Verbs(pd, _) => ibv::reg_mr(pd, buf, access)?,
+        });
         self.inner
             .registrations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let inner = Arc::new(MrInner {
-            _reg: reg,
-            buf,
-            lkey,
-            rkey,
-        });
         self.inner
             .mrs
             .lock()

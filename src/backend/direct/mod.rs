@@ -15,6 +15,7 @@ use super::SharedQps;
 use crate::types::completion::{Completion, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
+use crate::types::mem::{Access, Buffer, MrInner, Registration};
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::{RecvWr, SendWr, WrOp};
 use mlx5_dv::cqe::Cqe;
@@ -28,6 +29,44 @@ use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, Wq
 pub(crate) const MAX_SGE: usize = 30;
 /// Largest inline payload the direct path copies (bytes).
 pub(crate) const MAX_INLINE: usize = 512;
+
+/// Deregisters a sim MR when dropped.
+struct SimReg {
+    dev: sim::Device,
+    lkey: u32,
+}
+impl Registration for SimReg {}
+impl Drop for SimReg {
+    fn drop(&mut self) {
+        let _ = self.dev.dereg_mr(self.lkey);
+    }
+}
+
+/// Registers `buf` on the sim in PD `pdn` (access flags as given: the
+/// caller checked them); the `MrInner` returned owns both, and its field
+/// order deregisters before it frees the buffer.
+///
+/// Errors: the sim's refusal ([`Error::Sim`]: no such PD, key space full).
+pub(crate) fn reg_sim_mr(
+    dev: &sim::Device,
+    pdn: u32,
+    buf: Buffer,
+    access: Access,
+) -> Result<MrInner> {
+    // SAFETY: `buf` moves into the MrInner returned, whose field order drops
+    // this registration (dereg) before the buffer: the memory stays valid
+    // until `dereg_mr` returns for its key.
+    let k = unsafe { dev.reg_mr(pdn, buf.ptr(), buf.len(), access) }?;
+    Ok(MrInner {
+        _reg: Box::new(SimReg {
+            dev: dev.clone(),
+            lkey: k.lkey,
+        }),
+        buf,
+        lkey: k.lkey,
+        rkey: k.rkey,
+    })
+}
 
 /// A CQ on the direct path: the ring driver's poller over it, and the
 /// device object that owns the ring.

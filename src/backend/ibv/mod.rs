@@ -18,7 +18,7 @@ pub(crate) use qp::{modify_raw, query_raw, QpCaps};
 
 use crate::types::device::{GidEntry, PortDetail};
 use crate::types::error::{Error, Result};
-use crate::types::mem::{Access, Buffer, Registration};
+use crate::types::mem::{Access, Buffer, MrInner, Registration};
 use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -332,14 +332,14 @@ impl Drop for MrReg {
     }
 }
 
-/// Registers `buf`; returns the registration (deregisters on drop), lkey, rkey.
-pub(crate) fn reg_mr(
-    pd: &Arc<Pd>,
-    buf: &Buffer,
-    access: Access,
-) -> Result<(Box<dyn Registration>, u32, u32)> {
-    // SAFETY: `buf` is live memory of `buf.len()` bytes; the caller keeps it
-    // alive until the returned registration is dropped (MrInner field order).
+/// Registers `buf` with `ibv_reg_mr` (access flags as given: the caller
+/// checked them); the `MrInner` returned owns both, and its field order
+/// deregisters before it frees the buffer.
+///
+/// Errors: `ibv_reg_mr`'s, as [`Error::Verbs`].
+pub(crate) fn reg_mr(pd: &Arc<Pd>, buf: Buffer, access: Access) -> Result<MrInner> {
+    // SAFETY: `buf` is live memory of `buf.len()` bytes; it moves into the
+    // MrInner returned, which drops this registration before the buffer.
     let raw = unsafe { ibv_reg_mr(pd.raw, buf.ptr().cast(), buf.len(), access.bits() as i32) };
     if raw.is_null() {
         return Err(Error::Verbs {
@@ -350,14 +350,15 @@ pub(crate) fn reg_mr(
     }
     // SAFETY: non-null ibv_mr returned by rdma-core.
     let (lkey, rkey) = unsafe { ((*raw).lkey, (*raw).rkey) };
-    Ok((
-        Box::new(MrReg {
+    Ok(MrInner {
+        _reg: Box::new(MrReg {
             raw,
             _pd: pd.clone(),
         }),
+        buf,
         lkey,
         rkey,
-    ))
+    })
 }
 
 /// What `rdma-direct devices` shows of one ibverbs device: its driver and
