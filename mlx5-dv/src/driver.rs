@@ -952,9 +952,21 @@ mod tests {
         q.post(&w(8), 2).unwrap();
         q.post(&w(100), 3).unwrap();
         q.post(&w(64), 4).unwrap();
-        crate::trace::set(true);
-        q.ring_doorbell();
-        crate::trace::set(false);
+        let out = crate::trace::capture::run(|| q.ring_doorbell());
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "one line per WQE of the batch: {out}");
+        for (l, (wr_id, pi, ds, wqebbs, len)) in
+            lines
+                .iter()
+                .zip([(2, 2, 3, 1, 8), (3, 3, 9, 3, 100), (4, 6, 7, 2, 64)])
+        {
+            let want = format!(
+                "rdma-direct trace: QP 0x42 post wr_id {wr_id} pi {pi} SQ offset {}: RDMA_WRITE ds {ds} wqebbs {wqebbs} flags 0x08 imm 0x0 raddr 0x8 rkey 0x9 atomic - payload Inline {{ off: {}, len: {len} }}",
+                pi * 64,
+                pi * 64 + 36
+            );
+            assert_eq!(*l, want);
+        }
         assert_eq!(u32::from_be(dbrec[1]), 8);
         assert_eq!(bf[32], sq[6 * 8]);
         assert_eq!(q.pi(), 8);
