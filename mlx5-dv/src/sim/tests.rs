@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::driver::{CompletionQueue, SendQueue};
+use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode};
 use crate::wqe::{DataSeg, Payload, RemoteSeg, SendWqe};
 
 /// The protection domain every test object lives in.

@@ -1,0 +1,419 @@
+//! The send queue: posting WQEs, ringing the doorbell (BlueFlame or 8-byte),
+//! retiring WQEs by a CQE's `wqe_counter`, auto-signal, RESET.
+
+use super::{pow2, DescError};
+use crate::doorbell::{full_wqe_index, sq_dbrec, QP_DBREC_SQ};
+use crate::dv::mlx5dv_qp;
+use crate::mmio;
+use crate::prm::{CtrlFlags, WQEBB};
+use crate::ring::RingBuf;
+use crate::wqe::{wqe_size_within, write_sized, SendWqe, SqGeometry, WqeError};
+use core::ptr::NonNull;
+
+/// What a requester CQE retired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retired {
+    /// wr_id of the WQE the CQE names.
+    pub wr_id: u64,
+    /// The CQE exists only because of auto-signal: report it only on error.
+    pub hidden: bool,
+}
+
+/// How far ahead of the producer index [`SendQueue::post`] prefetches the
+/// SQ for writing, in WQEBBs.
+const PREFETCH_WQEBBS: u32 = 8;
+
+/// What the send queue remembers of the WQE that starts at one WQEBB slot.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct Slot {
+    /// wr_id the caller gave.
+    wr_id: u64,
+    /// WR sequence number (`posted` when it was posted).
+    wr_seq: u32,
+    /// WQEBBs it occupies.
+    wqebbs: u8,
+    /// Whether its CQE was asked for by auto-signal, not the caller.
+    hidden: bool,
+    _pad: u16,
+}
+
+impl Slot {
+    /// Stores a slot as two 8-byte words (field by field it would be four
+    /// stores, on the hottest path there is).
+    ///
+    /// # Safety
+    /// `to` must be valid for writes of a `Slot`.
+    #[inline(always)]
+    unsafe fn store(to: *mut Slot, wr_id: u64, wr_seq: u32, wqebbs: u32, hidden: bool) {
+        let s = wr_seq.to_ne_bytes();
+        // The second word in memory order: wr_seq, wqebbs, hidden, padding.
+        let meta = u64::from_ne_bytes([s[0], s[1], s[2], s[3], wqebbs as u8, hidden as u8, 0, 0]);
+        // SAFETY: `Slot` is `repr(C)`: 16 bytes, 16-aligned, `wr_id` at 0 and
+        // the rest (whose bytes `meta` lays out) at 8; the caller guarantees
+        // `to` is writable.
+        unsafe { (to as *mut [u64; 2]).write([wr_id, meta]) };
+    }
+}
+
+/// `SendQueue::force_after` for an auto-signal period of `n` WRs (0: off).
+fn force_after(n: u32) -> u64 {
+    if n == 0 {
+        u64::MAX
+    } else {
+        n as u64 - 1
+    }
+}
+
+/// Send queue of one QP.
+pub struct SendQueue {
+    buf: RingBuf<'static>,
+    geo: SqGeometry,
+    dbrec: *mut u32,
+    bf_reg: *mut u8,
+    bf_size: u32,
+    bf_offset: u32,
+    /// Next WQE index to post.
+    pi: u32,
+    /// Oldest outstanding WQE index.
+    tail: u32,
+    /// Producer index at the last doorbell (the first WQE posted since, if
+    /// `pi` has moved), and the index of the last WQE posted.
+    batch_start: u32,
+    batch_last: u32,
+    /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
+    /// so posting and retiring touch one cache line).
+    slots: Box<[Slot]>,
+    /// `wqe_cnt - 1`.
+    slot_mask: u32,
+    /// Unsignaled WRs posted in a row.
+    unsignaled_run: u64,
+    /// The auto-signal period in WRs less one, or never (`u64::MAX`) when
+    /// auto-signal is off: a WR is signaled by force once this many unsignaled
+    /// ones precede it.
+    force_after: u64,
+    /// Most work requests outstanding at once (`max_send_wr`), and the WR
+    /// counts posted and retired so far.
+    max_post: u32,
+    posted: u32,
+    retired: u32,
+}
+
+// SAFETY: the raw pointers are the QP's own rings and registers; the SendQueue
+// is their only user on the host side.
+unsafe impl Send for SendQueue {}
+
+impl SendQueue {
+    /// A send queue over `qp`'s SQ that holds at most `max_post` outstanding
+    /// work requests (the QP's `max_send_wr`; 0 means one per WQEBB), each of
+    /// at most `max_inline` inline bytes. Auto-signal starts at every
+    /// `max_post / 2` WRs ([`Self::set_auto_signal`]), so unsignaled WQEs can
+    /// never fill the SQ for good.
+    ///
+    /// # Safety
+    /// `qp` must describe live rings (as `mlx5dv_init_obj` or the sim return
+    /// them) that stay valid, and are used by no one else on the host, until
+    /// this `SendQueue` is dropped.
+    pub unsafe fn new(
+        qp: &mlx5dv_qp,
+        qpn: u32,
+        max_inline: u32,
+        max_post: u32,
+    ) -> Result<Self, DescError> {
+        let wqe_cnt = pow2("sq.wqe_cnt", qp.sq.wqe_cnt)?;
+        if qp.sq.stride as usize != WQEBB {
+            return Err(DescError::Stride(qp.sq.stride));
+        }
+        let buf = NonNull::new(qp.sq.buf as *mut u8).ok_or(DescError::Null { what: "sq.buf" })?;
+        if qp.dbrec.is_null() {
+            return Err(DescError::Null { what: "dbrec" });
+        }
+        if qp.bf.reg.is_null() {
+            return Err(DescError::Null { what: "bf.reg" });
+        }
+        let max_post = if max_post == 0 {
+            wqe_cnt
+        } else {
+            max_post.min(wqe_cnt)
+        };
+        Ok(Self {
+            // SAFETY: the caller guarantees `sq.buf` holds `wqe_cnt * 64` bytes
+            // for our lifetime and nobody else on the host touches them.
+            buf: unsafe { RingBuf::from_raw(buf, wqe_cnt as usize * WQEBB) },
+            geo: SqGeometry {
+                wqe_cnt,
+                qpn,
+                max_inline,
+                max_wqebbs: 16.min(wqe_cnt),
+            },
+            dbrec: qp.dbrec,
+            bf_reg: qp.bf.reg as *mut u8,
+            bf_size: qp.bf.size,
+            bf_offset: 0,
+            pi: 0,
+            tail: 0,
+            batch_start: 0,
+            batch_last: 0,
+            slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
+            slot_mask: wqe_cnt - 1,
+            unsignaled_run: 0,
+            force_after: force_after((max_post / 2).max(1)),
+            max_post,
+            posted: 0,
+            retired: 0,
+        })
+    }
+
+    pub fn geometry(&self) -> &SqGeometry {
+        &self.geo
+    }
+
+    /// WQEBBs free for posting.
+    pub fn free_wqebbs(&self) -> u32 {
+        self.geo.wqe_cnt - self.pi.wrapping_sub(self.tail)
+    }
+
+    /// Work requests posted and not yet retired.
+    pub fn outstanding(&self) -> u32 {
+        self.posted.wrapping_sub(self.retired)
+    }
+
+    /// Work requests that may still be posted before `max_post` is reached.
+    pub fn free_wrs(&self) -> u32 {
+        self.max_post - self.posted.wrapping_sub(self.retired)
+    }
+
+    /// Next WQE index to post.
+    pub fn pi(&self) -> u32 {
+        self.pi
+    }
+
+    /// Writes one WQE without ringing the doorbell. On error nothing is written.
+    /// (With tracing on, [`Self::ring_doorbell`] prints the WQEs it publishes.)
+    ///
+    /// Always inlined: a caller that builds its WQEs with a fixed opcode and
+    /// payload kind gets the checks for the other kinds folded away.
+    #[inline(always)]
+    pub fn post(&mut self, wqe: &SendWqe<'_>, wr_id: u64) -> Result<(), WqeError> {
+        // Checks first; then the bookkeeping; the ring is written last, so
+        // little stays live across its stores and nothing is reloaded after.
+        let pi = self.pi;
+        let posted = self.posted;
+        let wqe_cnt = self.geo.wqe_cnt;
+        if self.max_post == posted.wrapping_sub(self.retired) {
+            return Err(self.wr_limit());
+        }
+        let free = wqe_cnt - pi.wrapping_sub(self.tail);
+        // Auto-signal: after `auto_signal - 1` unsignaled WRs in a row, ask for
+        // a CQE anyway so completions keep retiring SQ space. The caller never
+        // sees that CQE unless the WR fails ([`Retired::hidden`]).
+        let user_signaled = wqe.flags.contains(CtrlFlags::CQ_UPDATE);
+        let run = self.unsignaled_run;
+        // `run + 1 >= period` for a period other than 0 (the run is a u64 and
+        // never reaches `force_after`'s "never").
+        let forced = !user_signaled && run >= self.force_after;
+        let flags = if forced {
+            wqe.flags | CtrlFlags::CQ_UPDATE
+        } else {
+            wqe.flags
+        };
+        // `new` made `geo.max_wqebbs` at most `wqe_cnt`.
+        let (ds, wqebbs) = wqe_size_within(&self.geo, wqe, self.geo.max_wqebbs)?;
+        if wqebbs > free {
+            return Err(WqeError::QueueFull { need: wqebbs, free });
+        }
+        self.unsignaled_run = if flags.contains(CtrlFlags::CQ_UPDATE) {
+            0
+        } else {
+            run + 1
+        };
+        let slot = (pi & (wqe_cnt - 1)) as usize;
+        debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
+        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and `slot`
+        // is masked below `wqe_cnt`.
+        unsafe {
+            Slot::store(
+                self.slots.get_unchecked_mut(slot),
+                wr_id,
+                posted,
+                wqebbs,
+                forced,
+            )
+        };
+        self.posted = posted.wrapping_add(1);
+        self.batch_last = pi;
+        self.pi = pi.wrapping_add(wqebbs);
+        // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
+        // `wqe_cnt * 64` bytes).
+        write_sized(&mut self.buf, &self.geo, pi, wqe, flags, ds);
+        // Bring the WQEBB a few WQEs ahead into the cache (for writing where
+        // the target has `prefetchw`), so that the stores of a later post, and
+        // the drain at the doorbell's barrier, do not wait for the line. A
+        // hint: no fault, no effect on the ring's contents.
+        #[cfg(target_arch = "x86_64")]
+        {
+            let ahead = (pi.wrapping_add(PREFETCH_WQEBBS) & (wqe_cnt - 1)) as usize * WQEBB;
+            // SAFETY: a prefetch touches no memory architecturally; the
+            // address is inside the ring anyway (masked index).
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(
+                    self.buf.as_ptr().add(ahead) as *const i8,
+                )
+            };
+        }
+        Ok(())
+    }
+
+    /// Prints every WQE posted since the last doorbell (tracing is checked
+    /// once per doorbell, not once per WQE, to keep `post` short).
+    #[cold]
+    #[inline(never)]
+    fn trace_batch(&self) {
+        let mut idx = self.batch_start;
+        while idx != self.pi {
+            let s = self.slots[(idx & self.slot_mask) as usize];
+            crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, idx, s.wr_id);
+            idx = idx.wrapping_add((s.wqebbs as u32).max(1));
+        }
+    }
+
+    #[cold]
+    fn wr_limit(&self) -> WqeError {
+        WqeError::WrLimit {
+            max_post: self.max_post,
+        }
+    }
+
+    /// Rings the doorbell for everything posted since the last ring, in the
+    /// order rdma-core uses (`qp.c` `post_send_db`): barrier, doorbell record, WC barrier, BlueFlame
+    /// copy (single WQE that fits) or 8-byte doorbell, flush, offset toggle.
+    #[inline]
+    pub fn ring_doorbell(&mut self) {
+        if self.pi == self.batch_start {
+            // Nothing posted since the last doorbell (every WQE takes a WQEBB).
+            return;
+        }
+        if crate::trace::enabled() {
+            self.trace_batch();
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(self.pi)) };
+        mmio::wc_start_barrier();
+        let first = self.batch_start;
+        let wqebbs = self.pi.wrapping_sub(first) as usize;
+        let mask = (self.geo.wqe_cnt - 1) as usize;
+        let ring = self.buf.as_ptr() as *const u64;
+        // SAFETY (for both arms): `bf_reg + bf_offset` is within the QP's
+        // BlueFlame register pair, `bf_size` bytes each (constructor contract),
+        // and 8-byte aligned as every UAR register is.
+        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) } as *mut u64;
+        // A single WQE since the last doorbell: it starts where the batch does.
+        let single = self.batch_last == first;
+        if single && self.bf_size as usize >= wqebbs * WQEBB {
+            // BlueFlame: the single WQE, 64 bytes at a time; its WQEBBs may
+            // continue at the start of the ring.
+            for i in 0..wqebbs {
+                let at = ((first as usize + i) & mask) * (WQEBB / 8);
+                // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64`
+                // bytes, masked index); the ring is ours (constructor
+                // contract); unaligned reads need no alignment.
+                let chunk: [u64; WQEBB / 8] =
+                    unsafe { (ring.add(at) as *const [u64; WQEBB / 8]).read_unaligned() };
+                // SAFETY: see above; `i * 8 + 8 <= wqebbs * 8 <= bf_size / 8`.
+                unsafe { mmio::write_uar(reg.add(i * 8), &chunk) };
+            }
+        } else {
+            // rdma-core rings with the first 8 bytes of the last WQE's ctrl segment.
+            let at = (self.batch_last as usize & mask) * (WQEBB / 8);
+            // SAFETY: the first 8 bytes of a WQEBB inside the ring (masked index).
+            let last = unsafe { ring.add(at).read_unaligned() };
+            // SAFETY: see above.
+            unsafe { mmio::write_uar(reg, &[last]) };
+        }
+        mmio::wc_flush_barrier();
+        self.bf_offset ^= self.bf_size;
+        self.batch_start = self.pi;
+    }
+
+    /// Retires every WQE up to and including the one a requester CQE names by
+    /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
+    #[inline]
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
+        // The index is counted back from the last WQE posted, not forward from
+        // `tail`: the same index (the window `[tail, pi)` holds at most
+        // `wqe_cnt <= 2^16` WQEs, so a counter names at most one of them), but
+        // the new `tail` then does not depend on the old one, and retiring a
+        // run of CQEs is not one long chain of dependent loads.
+        let last = self.pi.wrapping_sub(1);
+        let back = (last as u16).wrapping_sub(wqe_counter) as u32;
+        if back >= self.pi.wrapping_sub(self.tail) {
+            return None;
+        }
+        let idx = last.wrapping_sub(back);
+        debug_assert!(
+            self.pi.wrapping_sub(self.tail) > 1 << 16
+                || Some(idx) == full_wqe_index(wqe_counter, self.tail, self.pi)
+        );
+        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and the
+        // index is masked below `wqe_cnt`.
+        let s = unsafe { self.slots.get_unchecked((idx & self.slot_mask) as usize) };
+        self.tail = idx.wrapping_add(s.wqebbs as u32);
+        self.retired = s.wr_seq.wrapping_add(1);
+        Some(Retired {
+            wr_id: s.wr_id,
+            hidden: s.hidden,
+        })
+    }
+
+    /// Auto-signal every `n` work requests (0: off). Default: half of `max_post`.
+    pub fn set_auto_signal(&mut self, n: u32) {
+        self.force_after = force_after(n);
+    }
+
+    /// Makes the next WQE posted signaled even if its WR is not (a hidden
+    /// CQE, as auto-signal's), whatever the auto-signal setting. For a
+    /// caller that knows a CQE must come, e.g. when this WR takes the CQ's
+    /// last credit.
+    pub fn signal_next(&mut self) {
+        // `run >= force_after` holds for every `force_after`, "never" included.
+        self.unsignaled_run = u64::MAX;
+    }
+
+    /// Whether a WQE with these flags is signaled.
+    pub fn signaled(flags: CtrlFlags) -> bool {
+        flags.contains(CtrlFlags::CQ_UPDATE)
+    }
+}
+
+impl SendQueue {
+    /// The host side of moving the QP to RESET (after `ibv_modify_qp` to
+    /// RESET, as rdma-core's `mlx5_modify_qp` does): the SQ doorbell record,
+    /// producer and consumer indices, BlueFlame offset and every outstanding
+    /// WR are forgotten. Outstanding WRs produce no completion after this.
+    pub fn reset(&mut self) {
+        self.pi = 0;
+        self.tail = 0;
+        self.batch_start = 0;
+        self.batch_last = 0;
+        self.bf_offset = 0;
+        self.unsignaled_run = 0;
+        self.retired = self.posted;
+        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };
+    }
+
+    /// A copy of the whole SQ ring followed by the SQ doorbell record (4
+    /// bytes, big-endian as the device reads it), for tests and tools that
+    /// show a refused post wrote nothing. Allocates; not for the hot path.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.buf.len() + 4];
+        let n = self.buf.len();
+        self.buf.read_wrapping(0, &mut v[..n]);
+        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract);
+        // word QP_DBREC_SQ is the SQ's.
+        let db = unsafe { mmio::read_dbrec(self.dbrec.add(QP_DBREC_SQ)) };
+        v[n..].copy_from_slice(&db.to_be_bytes());
+        v
+    }
+}

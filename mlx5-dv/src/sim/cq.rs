@@ -1,0 +1,204 @@
+//! CQs: creating one, its handle ([`Cq`]: events, overrun, the raw
+//! description), and writing CQEs into it (overrun, completion events).
+
+use super::dma::DmaBuf;
+use super::{CqEntry, Device, SimError, State};
+use crate::cqe::{owner_bit, Cqe};
+use crate::doorbell::{CQ_DBREC_CI, CQ_UAR_DOORBELL};
+use crate::dv::mlx5dv_cq;
+use crate::mmio;
+use crate::prm::CQE64;
+use std::sync::Arc;
+
+impl Device {
+    /// Creates a CQ of `cqe_cnt` entries (power of two, 2..=4M) of `cqe_size` (64 or 128) bytes.
+    pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<Cq, SimError> {
+        if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) {
+            return Err(SimError::BadSize {
+                what: "cqe_cnt",
+                value: cqe_cnt,
+                min: 2,
+                max: 1 << 22,
+            });
+        }
+        if cqe_size != 64 && cqe_size != 128 {
+            return Err(SimError::BadSize {
+                what: "cqe_size",
+                value: cqe_size,
+                min: 64,
+                max: 128,
+            });
+        }
+        let buf = DmaBuf::new(cqe_cnt as usize * cqe_size as usize);
+        for i in 0..cqe_cnt as usize {
+            // Every slot starts INVALID with owner 0 (op_own = 0xF0).
+            buf.write(i * cqe_size as usize + cqe_size as usize - 1, &[0xf0]);
+        }
+        let events = Arc::new(
+            nix::sys::eventfd::EventFd::from_value_and_flags(
+                0,
+                nix::sys::eventfd::EfdFlags::EFD_NONBLOCK
+                    | nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+            )
+            .map_err(|e| SimError::Os(format!("eventfd: {e}")))?,
+        );
+        let mut st = self.lock();
+        // CQNs are 24 bits; skip numbers in use after a wrap.
+        let start = st.next_cqn;
+        let mut cqn = start;
+        while st.cqs.contains_key(&cqn) || cqn == 0 {
+            cqn = (cqn + 1) & 0xff_ffff;
+            if cqn == start {
+                return Err(SimError::Exhausted { what: "CQ" });
+            }
+        }
+        st.next_cqn = (cqn + 1) & 0xff_ffff;
+        st.cqs.insert(
+            cqn,
+            CqEntry {
+                cqn,
+                buf,
+                dbrec: DmaBuf::new(64),
+                uar: DmaBuf::new(4096),
+                cqe_cnt,
+                cqe_size,
+                pi: 0,
+                overrun: false,
+                error_events: 0,
+                completion_events: 0,
+                event_sn: 0,
+                event_fd: events.clone(),
+                refs: 1,
+            },
+        );
+        Ok(Cq {
+            dev: self.clone(),
+            cqn,
+            events,
+        })
+    }
+}
+
+/// A sim CQ; destroyed on drop.
+pub struct Cq {
+    pub(super) dev: Device,
+    pub(super) cqn: u32,
+    events: Arc<nix::sys::eventfd::EventFd>,
+}
+
+impl Cq {
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// Whether a CQE found no free slot (the consumer index in the doorbell
+    /// record had not released it): the CQ then stopped, writing no more
+    /// CQEs, and raised a CQ error event. QPs completing to it stop too.
+    pub fn overrun(&self) -> bool {
+        self.dev.lock().cqs[&self.cqn].overrun
+    }
+
+    /// A file descriptor that becomes readable when the CQ raises a
+    /// completion event (as a verbs completion channel's fd): wait on it with
+    /// `poll`, then [`Self::take_events`].
+    pub fn event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.events.as_fd()
+    }
+
+    /// Consumes the completion events raised since the last call; returns
+    /// how many (0 if none).
+    pub fn take_events(&self) -> u64 {
+        self.events.read().unwrap_or(0)
+    }
+
+    /// Completion events raised (what `ibv_get_cq_event` would return).
+    pub fn completion_events(&self) -> u64 {
+        self.dev.lock().cqs[&self.cqn].completion_events
+    }
+
+    /// CQ error events raised (`IBV_EVENT_CQ_ERR` in verbs).
+    pub fn error_events(&self) -> u64 {
+        self.dev.lock().cqs[&self.cqn].error_events
+    }
+
+    /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
+    pub fn dv(&self) -> mlx5dv_cq {
+        let st = self.dev.lock();
+        let c = &st.cqs[&self.cqn];
+        mlx5dv_cq {
+            buf: c.buf.ptr().cast(),
+            dbrec: c.dbrec.ptr().cast(),
+            cqe_cnt: c.cqe_cnt,
+            cqe_size: c.cqe_size,
+            cq_uar: c.uar.ptr().cast(),
+            cqn: self.cqn,
+            comp_mask: 0,
+        }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        release_cq(&mut self.dev.lock(), self.cqn);
+    }
+}
+
+/// Drops one reference to CQ `cqn`; the last one destroys it.
+pub(super) fn release_cq(st: &mut State, cqn: u32) {
+    if let Some(c) = st.cqs.get_mut(&cqn) {
+        c.refs -= 1;
+        if c.refs == 0 {
+            st.cqs.remove(&cqn);
+        }
+    }
+}
+
+fn cq_full(cq: &CqEntry) -> bool {
+    // SAFETY: the CQ dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the consumer index.
+    let ci =
+        unsafe { mmio::read_dbrec((cq.dbrec.ptr() as *const u32).add(CQ_DBREC_CI)) } & 0xff_ffff;
+    (cq.pi.wrapping_sub(ci) & 0xff_ffff) >= cq.cqe_cnt
+}
+
+/// Writes CQE `c` into the next slot, unless that slot has not been released
+/// through the consumer index: then the CQ overruns (PRM: the CQ moves to
+/// error and raises a CQ error event) and neither this nor any later CQE is
+/// written.
+pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
+    if cq.overrun {
+        return;
+    }
+    if cq_full(cq) {
+        cq.overrun = true;
+        cq.error_events += 1;
+        return;
+    }
+    let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    let off =
+        (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
+    cq.buf.write(off, &bytes[..63]);
+    cq.buf.publish_op_own(off + 63, bytes[63]);
+    cq.pi = cq.pi.wrapping_add(1);
+    // The CQE is written before the arm is read (a full fence: the host
+    // arms, fences, then polls; with both fences one of the two sides sees
+    // the other's write, so a completion never goes without either a poll
+    // that finds it or an event).
+    mmio::store_load_barrier();
+    // Armed? The last arm doorbell (8 bytes big-endian at UAR + 0x20: arm
+    // word << 32 | CQN, rdma-core `mlx5_arm_cq`) names this CQ and carries
+    // the sequence number the next event answers. Then this CQE raises the
+    // event, unless the arm asked for solicited completions only and it is
+    // neither solicited nor an error.
+    let db = u64::from_be_bytes(cq.uar.read_array::<8>(CQ_UAR_DOORBELL));
+    let arm = (db >> 32) as u32;
+    if db as u32 == cq.cqn && (arm >> 28) & 3 == cq.event_sn & 3 {
+        let solicited_only = arm & (1 << 24) != 0;
+        if !solicited_only || c.solicited || c.opcode.is_error() {
+            cq.completion_events += 1;
+            // A full counter (2^64 - 2 unread events) cannot happen here.
+            let _ = cq.event_fd.write(1);
+            cq.event_sn = cq.event_sn.wrapping_add(1);
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Executing an SQ: the WQEs between the device's consumer index and the SQ
+//! doorbell record, one at a time (malformed ones, RNR retries, ERR flushes),
+//! with the requester's CQEs; each WQE decoded and handed to its opcode.
+
+use super::cq::push_cqe;
+use super::ops::{atomic, rdma_read, rdma_write, rdma_write_imm, send, Exec, MAX_WQE};
+use super::recv::flush_recv;
+use super::{QpState, State, RNR_DELAY};
+use crate::cqe::Cqe;
+use crate::doorbell::QP_DBREC_SQ;
+use crate::mmio;
+use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, DS, WQEBB};
+use crate::ring::RingBuf;
+use crate::wqe::decode_send_wqe;
+
+/// One pass over every QP; returns how many WQEs ran.
+pub(super) fn run_all(st: &mut State) -> usize {
+    let mut n = 0;
+    for i in 0..st.qp_order.len() {
+        let qpn = st.qp_order[i];
+        n += run_qp(st, qpn);
+    }
+    n
+}
+
+/// Executes the pending WQEs of one QP. Returns how many ran.
+fn run_qp(st: &mut State, qpn: u32) -> usize {
+    let mut done = 0;
+    if st.qps[&qpn].state == QpState::Err {
+        done += flush_recv(st, qpn);
+    }
+    loop {
+        let q = &st.qps[&qpn];
+        // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 1 is the SQ's.
+        let db_pi =
+            unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_SQ)) } & 0xffff;
+        if db_pi == q.sq_ci & 0xffff
+            || matches!(q.state, QpState::Reset | QpState::Init | QpState::Rtr)
+        {
+            return done;
+        }
+        if st.cqs[&q.send_cqn].overrun {
+            // The CQ is in error: the device stops this QP.
+            return done;
+        }
+        if let Some(t) = q.rnr_wait_until {
+            if std::time::Instant::now() < t {
+                return done;
+            }
+        }
+        let slot = (q.sq_ci & (q.sq_wqe_cnt - 1)) as usize * WQEBB;
+        let ctrl: [u8; 16] = q.sq.read_array(slot);
+        let opcode = WqeOpcode(ctrl[3]);
+        let wqe_idx = u16::from_be_bytes([ctrl[1], ctrl[2]]);
+        let ds = (ctrl[7] & 0x3f) as usize;
+        let flags = CtrlFlags::from_bits_retain(ctrl[11]);
+        let wqebbs = (ds.max(1) * DS).div_ceil(WQEBB) as u32;
+        let ctrl_qpn = u32::from_be_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]) >> 8;
+        // The device names a WQE by its own counter, whatever the ctrl segment says.
+        let own_idx = q.sq_ci as u16;
+        let state = q.state;
+        let send_cqn = q.send_cqn;
+        let mut result = if state == QpState::Err {
+            Exec::Err(Syndrome::WR_FLUSH_ERR)
+        } else if ds == 0 || wqe_idx != (q.sq_ci & 0xffff) as u16 || ctrl_qpn != qpn {
+            Exec::Err(Syndrome::LOCAL_QP_OP_ERR)
+        } else {
+            execute(st, qpn, slot, ds)
+        };
+        let q = st.qps.get_mut(&qpn).expect("qp");
+        if matches!(result, Exec::Rnr) {
+            if q.rnr_retry == 7 || q.rnr_left > 0 {
+                // RNR NAK: try this WQE again after the responder's timer.
+                if q.rnr_retry != 7 {
+                    q.rnr_left -= 1;
+                }
+                let wait = q
+                    .peer
+                    .and_then(|p| st.qps.get(&p))
+                    .map_or(RNR_DELAY, |p| p.min_rnr_delay);
+                let q = st.qps.get_mut(&qpn).expect("qp");
+                q.rnr_wait_until = Some(std::time::Instant::now() + wait);
+                return done;
+            }
+            result = Exec::Err(Syndrome::RNR_RETRY_EXC_ERR);
+        }
+        q.rnr_left = q.rnr_retry;
+        q.rnr_wait_until = None;
+        q.sq_ci = q.sq_ci.wrapping_add(wqebbs);
+        let cqe = match result {
+            Exec::Ok { byte_cnt } if flags.contains(CtrlFlags::CQ_UPDATE) => Some(Cqe {
+                opcode: CqeOpcode::REQ,
+                wqe_opcode: opcode,
+                qpn,
+                wqe_counter: own_idx,
+                byte_cnt,
+                imm: 0,
+                solicited: false,
+                format: 0,
+                syndrome: Syndrome(0),
+                vendor_syndrome: 0,
+                owner: false,
+            }),
+            Exec::Ok { .. } | Exec::Rnr => None,
+            Exec::Err(syn) => {
+                q.state = QpState::Err;
+                Some(Cqe {
+                    opcode: CqeOpcode::REQ_ERR,
+                    wqe_opcode: opcode,
+                    qpn,
+                    wqe_counter: own_idx,
+                    byte_cnt: 0,
+                    imm: 0,
+                    solicited: false,
+                    format: 0,
+                    syndrome: syn,
+                    vendor_syndrome: 0,
+                    owner: false,
+                })
+            }
+        };
+        if let Some(c) = cqe {
+            push_cqe(st.cqs.get_mut(&send_cqn).expect("cq"), &c);
+        }
+        done += 1;
+    }
+}
+
+/// Executes one WQE of `qpn` whose ctrl segment is at SQ offset `slot`.
+fn execute(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
+    // The linear copy is as small as the WQE allows: zeroing 1 KiB per WQE
+    // costs more than executing a small one.
+    match ds * DS {
+        0..=128 => execute_in::<128>(st, qpn, slot, ds),
+        129..=256 => execute_in::<256>(st, qpn, slot, ds),
+        _ => execute_in::<MAX_WQE>(st, qpn, slot, ds),
+    }
+}
+
+/// [`execute`] with a linear copy of `N` bytes (a power of two, at least 64
+/// and at least `ds * 16`).
+fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) -> Exec {
+    // DMA-read the WQE (it may wrap the SQ) into a linear copy, then decode it
+    // with the same decoder the tools use. Every offset the decoder returns is
+    // below `ds * 16 <= N`, so the payload is contiguous in the copy.
+    let mut wqe = [0u8; N];
+    let q = &st.qps[&qpn];
+    let n = (ds * DS).min(N).min(q.sq_wqe_cnt as usize * WQEBB);
+    q.sq.read_wrapping(slot, &mut wqe[..n]);
+    let decoded = {
+        let ring = RingBuf::from_slice(&mut wqe).expect("a power of two of at least 64 bytes");
+        decode_send_wqe(&ring, (N / WQEBB) as u32, 0)
+    };
+    let Ok(w) = decoded else {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    };
+    let b = &wqe[..];
+    match w.opcode {
+        WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, b),
+        WqeOpcode::RDMA_WRITE_IMM => rdma_write_imm(st, qpn, &w, b),
+        WqeOpcode::SEND | WqeOpcode::SEND_IMM => send(st, qpn, &w, b),
+        WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, b),
+        WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, b),
+        _ => Exec::Err(Syndrome::LOCAL_QP_OP_ERR),
+    }
+}

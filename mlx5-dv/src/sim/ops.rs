@@ -1,0 +1,408 @@
+//! The opcodes: SEND / SEND_IMM delivered into the peer's receive WQEs,
+//! RDMA WRITE (and WRITE_IMM), RDMA READ and the atomics, with the local
+//! (lkey) and responder (rkey, QP access) checks before any DMA.
+
+use super::dma;
+use super::recv::{complete_recv, next_recv, resp_cqe};
+use super::{Access, QpState, State};
+use crate::cqe::Cqe;
+use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, DS, WQEBB};
+use crate::wqe::{DataSeg, DecodedPayload, DecodedWqe};
+
+/// Outcome of executing one WQE.
+pub(super) enum Exec {
+    Ok {
+        byte_cnt: u32,
+    },
+    Err(Syndrome),
+    /// Receiver not ready: leave the WQE in the SQ and try again later.
+    Rnr,
+}
+
+/// The responder side of SEND / SEND_IMM / RDMA_WRITE_IMM: consumes the peer's
+/// next receive WQE. `data` is scattered into it (SENDs); for RDMA_WRITE_IMM
+/// `data` is empty and `byte_cnt` is the written length. `Rnr` when the peer has
+/// no receive WQE posted (the requester retries per its `rnr_retry`).
+/// `solicited`: the request's ctrl segment asked for a solicited event; the
+/// responder's CQE carries it (CQE `se` bit).
+fn deliver(
+    st: &mut State,
+    qpn: u32,
+    data: Option<&[u8]>,
+    byte_cnt: u32,
+    imm: Option<u32>,
+    solicited: bool,
+) -> Exec {
+    let Some(peer) = st.qps[&qpn].peer.filter(|p| {
+        st.qps
+            .get(p)
+            .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+    }) else {
+        return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
+    };
+    let Some((idx, segs, n)) = next_recv(st, peer) else {
+        return Exec::Rnr;
+    };
+    let pd = st.qps[&peer].pd;
+    let fail = |st: &mut State, resp: Syndrome, req: Syndrome| {
+        complete_recv(st, peer, idx, resp_cqe(CqeOpcode::RESP_ERR, 0, 0, resp));
+        st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+        Exec::Err(req)
+    };
+    let (opcode, imm) = match (data.is_some(), imm) {
+        (true, None) => (CqeOpcode::RESP_SEND, 0),
+        (true, Some(v)) => (CqeOpcode::RESP_SEND_IMM, v),
+        (false, v) => (CqeOpcode::RESP_WR_IMM, v.unwrap_or(0)),
+    };
+    if let Some(data) = data {
+        if segs[..n]
+            .iter()
+            .any(|s| s.len != 0 && !local_ok(st, pd, *s, true))
+        {
+            // A responder-side protection error: the requester sees a remote operation error.
+            return fail(st, Syndrome::LOCAL_PROT_ERR, Syndrome::REMOTE_OP_ERR);
+        }
+        let room: u64 = segs[..n].iter().map(|s| s.len as u64).sum();
+        if room < data.len() as u64 {
+            // Too small a receive buffer: local length error at the responder,
+            // remote invalid request at the requester.
+            return fail(
+                st,
+                Syndrome::LOCAL_LENGTH_ERR,
+                Syndrome::REMOTE_INVAL_REQ_ERR,
+            );
+        }
+        // Scatter in order, publishing the final byte last.
+        let mut left = data;
+        for s in &segs[..n] {
+            if left.is_empty() {
+                break;
+            }
+            let k = left.len().min(s.len as usize);
+            let (now, rest) = left.split_at(k);
+            // SAFETY: `s` was checked against a registered MR of the peer's PD.
+            unsafe {
+                if rest.is_empty() {
+                    dma::write_from(s.addr, &now[..k - 1]);
+                    dma::store_last_byte(s.addr + k as u64 - 1, now[k - 1]);
+                } else {
+                    dma::write_from(s.addr, now);
+                }
+            }
+            left = rest;
+        }
+    }
+    complete_recv(
+        st,
+        peer,
+        idx,
+        Cqe {
+            solicited,
+            ..resp_cqe(opcode, byte_cnt, imm, Syndrome(0))
+        },
+    );
+    Exec::Ok { byte_cnt }
+}
+
+/// Copies a WQE's payload (inline bytes or checked local SGEs) into `out`.
+fn gather(
+    st: &State,
+    pd: u32,
+    w: &DecodedWqe,
+    wqe: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), Syndrome> {
+    out.clear();
+    match w.payload {
+        DecodedPayload::Inline { .. } => out.extend_from_slice(inline_of(w, wqe)),
+        DecodedPayload::Sges { count, .. } => {
+            for i in 0..count {
+                let s = sge_at(w, wqe, i).expect("i < count");
+                if !local_ok(st, pd, s, false) {
+                    return Err(Syndrome::LOCAL_PROT_ERR);
+                }
+                if out.len() as u64 + s.len as u64 > 1 << 31 {
+                    return Err(Syndrome::LOCAL_LENGTH_ERR);
+                }
+                let at = out.len();
+                out.resize(at + s.len as usize, 0);
+                // SAFETY: `s` was checked against a registered MR of this QP's PD.
+                unsafe { dma::read_into(s.addr, &mut out[at..]) };
+            }
+        }
+        DecodedPayload::None => {}
+    }
+    Ok(())
+}
+
+pub(super) fn send(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let mut data = std::mem::take(&mut st.scratch);
+    let r = match gather(st, pd, w, wqe, &mut data) {
+        Err(s) => Exec::Err(s),
+        Ok(()) => {
+            let imm = (w.opcode == WqeOpcode::SEND_IMM).then_some(w.imm);
+            let se = w.flags.contains(CtrlFlags::SOLICITED);
+            deliver(st, qpn, Some(&data), data.len() as u32, imm, se)
+        }
+    };
+    st.scratch = data;
+    r
+}
+
+pub(super) fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
+    // The receive WQE must be there before any data moves (else RNR, retried).
+    let Some(peer) = st.qps[&qpn].peer else {
+        return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
+    };
+    if st
+        .qps
+        .get(&peer)
+        .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+        && next_recv(st, peer).is_none()
+    {
+        return Exec::Rnr;
+    }
+    match rdma_write(st, qpn, w, wqe) {
+        Exec::Ok { byte_cnt } => deliver(
+            st,
+            qpn,
+            None,
+            byte_cnt,
+            Some(w.imm),
+            w.flags.contains(CtrlFlags::SOLICITED),
+        ),
+        other => other,
+    }
+}
+
+/// Largest send WQE: 16 WQEBBs (the kernel's cap; 63 DS fit).
+pub(super) const MAX_WQE: usize = 16 * WQEBB;
+
+/// Data segment `i` of a decoded WQE's SGE payload, read from its linear copy.
+fn sge_at(w: &DecodedWqe, wqe: &[u8], i: u32) -> Option<DataSeg> {
+    let DecodedPayload::Sges { first, count } = w.payload else {
+        return None;
+    };
+    if i >= count {
+        return None;
+    }
+    let at = first + i as usize * DS;
+    let b: &[u8; 16] = wqe.get(at..at + DS)?.try_into().ok()?;
+    let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    Some(DataSeg {
+        len: be32(0),
+        lkey: be32(4),
+        addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
+    })
+}
+
+/// The inline bytes of a decoded WQE, in its linear copy (empty for other payloads).
+fn inline_of<'a>(w: &DecodedWqe, wqe: &'a [u8]) -> &'a [u8] {
+    match w.payload {
+        DecodedPayload::Inline { off, len } => wqe.get(off..off + len as usize).unwrap_or(&[]),
+        _ => &[],
+    }
+}
+
+/// Whether `lkey` names an MR of `pd` holding `addr..addr+len` (with LOCAL_WRITE
+/// when the device will write there).
+fn local_ok(st: &State, pd: u32, s: DataSeg, write: bool) -> bool {
+    st.mrs.get(&s.lkey).is_some_and(|mr| {
+        mr.pd == pd
+            && (!write || mr.access.contains(Access::LOCAL_WRITE))
+            && s.addr >= mr.addr
+            && s.addr
+                .checked_add(s.len as u64)
+                .is_some_and(|end| end <= mr.addr + mr.len)
+    })
+}
+
+/// The responder side of an RDMA access to `addr..addr+len` with `rkey`
+/// (IB class C: an access violation puts the responder QP in ERR too).
+fn responder_check(
+    st: &mut State,
+    qpn: u32,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+    need: Access,
+) -> Result<(), Syndrome> {
+    let peer = st.qps[&qpn].peer.ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
+    let responder = st
+        .qps
+        .get(&peer)
+        .filter(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+        .ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
+    let ok = responder.access.contains(need)
+        && st.mrs.get(&rkey).is_some_and(|mr| {
+            mr.pd == responder.pd
+                && mr.access.contains(need)
+                && addr >= mr.addr
+                && addr
+                    .checked_add(len)
+                    .is_some_and(|end| end <= mr.addr + mr.len)
+        });
+    if ok {
+        return Ok(());
+    }
+    st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+    Err(Syndrome::REMOTE_ACCESS_ERR)
+}
+
+pub(super) fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let remote = w.remote.expect("decoded RDMA WRITE has a remote segment");
+    // The payload: inline bytes in the WQE, or checked local SGEs (read from
+    // the WQE again when copying, rather than gathered into an array first).
+    let inline = inline_of(w, wqe);
+    let (count, total) = match w.payload {
+        DecodedPayload::Inline { .. } => (0, inline.len() as u64),
+        DecodedPayload::Sges { count, .. } => {
+            let mut total = 0u64;
+            for i in 0..count {
+                let s = sge_at(w, wqe, i).expect("i < count");
+                if !local_ok(st, pd, s, false) {
+                    return Exec::Err(Syndrome::LOCAL_PROT_ERR);
+                }
+                total += s.len as u64;
+            }
+            (count, total)
+        }
+        DecodedPayload::None => (0, 0),
+    };
+    if total > 1 << 31 {
+        return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
+    }
+    // A zero-length RDMA WRITE carries no data: the responder checks no
+    // R_Key or address (IB spec C9-88; the kernel's rxe_resp.c check_rkey).
+    if total == 0 {
+        return Exec::Ok { byte_cnt: 0 };
+    }
+    if let Err(s) = responder_check(
+        st,
+        qpn,
+        remote.rkey,
+        remote.addr,
+        total,
+        Access::REMOTE_WRITE,
+    ) {
+        return Exec::Err(s);
+    }
+    // Copy in order, holding the very last byte back until everything else
+    // landed: perftest-style pollers watch the last byte.
+    // SAFETY (every dma call below): both ranges were checked against
+    // registered MRs above; registration promises the memory stays valid.
+    let last = remote.addr + total - 1;
+    if let DecodedPayload::Inline { .. } = w.payload {
+        let len = inline.len();
+        unsafe {
+            dma::write_from(remote.addr, &inline[..len - 1]);
+            dma::store_last_byte(last, inline[len - 1]);
+        }
+    } else {
+        let sge = |i: u32| sge_at(w, wqe, i).expect("i < count");
+        let last_sge = (0..count)
+            .rev()
+            .find(|&i| sge(i).len > 0)
+            .expect("total > 0");
+        let mut dst = remote.addr;
+        for i in 0..=last_sge {
+            let s = sge(i);
+            let body = if i == last_sge {
+                s.len as usize - 1
+            } else {
+                s.len as usize
+            };
+            // SAFETY: SGE `i` and its place in the remote range were checked above.
+            unsafe { dma::copy(s.addr, dst, body) };
+            dst += s.len as u64;
+        }
+        let s = sge(last_sge);
+        // SAFETY: the last byte of a checked SGE into the checked remote range.
+        unsafe { dma::copy_last_byte(s.addr + s.len as u64 - 1, last) };
+    }
+    Exec::Ok {
+        byte_cnt: total as u32,
+    }
+}
+
+pub(super) fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let remote = w.remote.expect("decoded RDMA READ has a remote segment");
+    let mut dsts = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_WQE / DS];
+    let (mut n, mut total) = (0usize, 0u64);
+    if let DecodedPayload::Sges { count, .. } = w.payload {
+        for i in 0..count {
+            let s = sge_at(w, wqe, i).expect("i < count");
+            if !local_ok(st, pd, s, true) {
+                return Exec::Err(Syndrome::LOCAL_PROT_ERR);
+            }
+            dsts[n] = s;
+            n += 1;
+            total += s.len as u64;
+        }
+    } else if !matches!(w.payload, DecodedPayload::None) {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    }
+    if total > 1 << 31 {
+        return Exec::Err(Syndrome::LOCAL_LENGTH_ERR);
+    }
+    if total == 0 {
+        return Exec::Ok { byte_cnt: 0 };
+    }
+    if let Err(s) = responder_check(
+        st,
+        qpn,
+        remote.rkey,
+        remote.addr,
+        total,
+        Access::REMOTE_READ,
+    ) {
+        return Exec::Err(s);
+    }
+    let mut src = remote.addr;
+    for d in &dsts[..n] {
+        // SAFETY: both ranges were checked against registered MRs above.
+        unsafe { dma::copy(src, d.addr, d.len as usize) };
+        src += d.len as u64;
+    }
+    Exec::Ok {
+        byte_cnt: total as u32,
+    }
+}
+
+pub(super) fn atomic(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
+    let pd = st.qps[&qpn].pd;
+    let (Some(remote), Some(a), Some(old_to)) = (w.remote, w.atomic, sge_at(w, wqe, 0)) else {
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    };
+    if old_to.len < 8 || !local_ok(st, pd, DataSeg { len: 8, ..old_to }, true) {
+        return Exec::Err(Syndrome::LOCAL_PROT_ERR);
+    }
+    if remote.addr % 8 != 0 {
+        // The responder NAKs a misaligned atomic as an invalid request.
+        return Exec::Err(Syndrome::REMOTE_INVAL_REQ_ERR);
+    }
+    if let Err(s) = responder_check(st, qpn, remote.rkey, remote.addr, 8, Access::REMOTE_ATOMIC) {
+        return Exec::Err(s);
+    }
+    // Atomics act on the remote u64 in host byte order (as rxe does); the old
+    // value lands in the local buffer in host byte order too.
+    // SAFETY: the remote word is 8-byte aligned inside a checked MR; the local
+    // 8 bytes were checked above.
+    let old = unsafe {
+        if w.opcode == WqeOpcode::ATOMIC_CS {
+            dma::compare_swap(remote.addr, a.compare, a.swap_add)
+        } else {
+            dma::fetch_add(remote.addr, a.swap_add)
+        }
+    };
+    // SAFETY: checked above.
+    unsafe { dma::write_from(old_to.addr, &old.to_ne_bytes()) };
+    Exec::Ok { byte_cnt: 8 }
+}

@@ -1,0 +1,94 @@
+//! The responder's receive queue: the next posted receive WQE, its
+//! completion, and the flush of a QP in ERR.
+
+use super::cq::push_cqe;
+use super::State;
+use crate::cqe::Cqe;
+use crate::doorbell::QP_DBREC_RQ;
+use crate::mmio;
+use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, DS, INVALID_LKEY};
+use crate::wqe::DataSeg;
+
+/// Most data segments in one receive WQE (a 1 KiB stride).
+const MAX_RECV_SGE: usize = 64;
+
+/// Receive WQE `rq_ci` of `qpn`, if the RQ doorbell record shows one posted:
+/// its index and data segments (up to the stride, ended by MLX5_INVALID_LKEY).
+pub(super) fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV_SGE], usize)> {
+    let q = &st.qps[&qpn];
+    // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the RQ's.
+    let head = unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_RQ)) } & 0xffff;
+    if head == q.rq_ci & 0xffff {
+        return None;
+    }
+    let slot = (q.rq_ci & (q.rq_wqe_cnt - 1)) as usize * q.rq_stride as usize;
+    let mut segs = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_RECV_SGE];
+    let mut n = 0;
+    for k in 0..(q.rq_stride as usize / DS).min(MAX_RECV_SGE) {
+        let b: [u8; 16] = q.rq.read_array(slot + k * DS);
+        let lkey = u32::from_be_bytes(b[4..8].try_into().unwrap());
+        if lkey == INVALID_LKEY {
+            break;
+        }
+        segs[n] = DataSeg {
+            len: u32::from_be_bytes(b[0..4].try_into().unwrap()),
+            lkey,
+            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
+        };
+        n += 1;
+    }
+    Some((q.rq_ci as u16, segs, n))
+}
+
+/// Completes receive WQE `idx` of `qpn` on its CQ and moves past it.
+pub(super) fn complete_recv(st: &mut State, qpn: u32, idx: u16, c: Cqe) {
+    let q = st.qps.get_mut(&qpn).expect("qp");
+    q.rq_ci = q.rq_ci.wrapping_add(1);
+    let cqn = q.send_cqn;
+    push_cqe(
+        st.cqs.get_mut(&cqn).expect("cq"),
+        &Cqe {
+            qpn,
+            wqe_counter: idx,
+            ..c
+        },
+    );
+}
+
+pub(super) fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syndrome) -> Cqe {
+    Cqe {
+        opcode,
+        wqe_opcode: WqeOpcode(0),
+        qpn: 0,
+        wqe_counter: 0,
+        byte_cnt,
+        imm,
+        solicited: false,
+        format: 0,
+        syndrome,
+        vendor_syndrome: 0,
+        owner: false,
+    }
+}
+
+/// Flushes every posted receive WQE of a QP in ERR (RESP_ERR, WR_FLUSH_ERR).
+pub(super) fn flush_recv(st: &mut State, qpn: u32) -> usize {
+    let mut n = 0;
+    while !st.cqs[&st.qps[&qpn].send_cqn].overrun {
+        let Some((idx, _, _)) = next_recv(st, qpn) else {
+            break;
+        };
+        complete_recv(
+            st,
+            qpn,
+            idx,
+            resp_cqe(CqeOpcode::RESP_ERR, 0, 0, Syndrome::WR_FLUSH_ERR),
+        );
+        n += 1;
+    }
+    n
+}

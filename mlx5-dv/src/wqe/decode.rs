@@ -1,0 +1,161 @@
+//! Reading a send WQE back from an SQ ring, as the device (the sim) and the
+//! trace see it.
+
+use super::segments::inline_ds;
+use super::{AtomicSeg, DataSeg, RemoteSeg};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, WQEBB};
+use crate::ring::RingBuf;
+
+/// Where a decoded WQE's payload sits in the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodedPayload {
+    /// No payload segments.
+    None,
+    /// `count` data segments, the first at ring offset `first`.
+    Sges { first: usize, count: u32 },
+    /// An inline segment: `len` bytes starting at ring offset `off` (wrapping).
+    Inline { off: usize, len: u32 },
+}
+
+/// A send WQE read back from an SQ ring: what the device sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodedWqe {
+    pub opcode: WqeOpcode,
+    pub opmod: u8,
+    /// Low 16 bits of the WQE index.
+    pub wqe_idx: u16,
+    pub qpn: u32,
+    pub ds: u32,
+    pub flags: CtrlFlags,
+    /// Immediate, as the application meant it (ctrl bytes 12..16, big-endian).
+    pub imm: u32,
+    pub remote: Option<RemoteSeg>,
+    pub atomic: Option<AtomicSeg>,
+    pub payload: DecodedPayload,
+}
+
+impl DecodedWqe {
+    /// WQEBBs this WQE occupies.
+    pub fn wqebbs(&self) -> u32 {
+        (self.ds * DS as u32).div_ceil(WQEBB as u32)
+    }
+
+    /// Data segment `i` of an SGE payload (`None` past the end or for other payloads).
+    pub fn sge(&self, sq: &RingBuf<'_>, i: u32) -> Option<DataSeg> {
+        let DecodedPayload::Sges { first, count } = self.payload else {
+            return None;
+        };
+        if i >= count {
+            return None;
+        }
+        let mut b = [0u8; 16];
+        sq.read_wrapping(first + i as usize * DS, &mut b);
+        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        Some(DataSeg {
+            len: be32(0),
+            lkey: be32(4),
+            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
+        })
+    }
+
+    /// Copies an inline payload into `out` (at most `out.len()` bytes); returns its length.
+    pub fn inline_bytes(&self, sq: &RingBuf<'_>, out: &mut [u8]) -> usize {
+        let DecodedPayload::Inline { off, len } = self.payload else {
+            return 0;
+        };
+        let n = (len as usize).min(out.len());
+        sq.read_wrapping(off, &mut out[..n]);
+        len as usize
+    }
+}
+
+/// Why ring bytes are not a well-formed send WQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("ctrl segment says {ds} DS; opcode {opcode:#04x} needs at least {min}")]
+    TooFewDs { ds: u32, opcode: u8, min: u32 },
+    #[error("inline segment of {len} bytes overruns the WQE's {ds} DS")]
+    InlineOverrun { len: u32, ds: u32 },
+    #[error("WQE of {ds} DS does not fit a ring of {wqe_cnt} WQEBBs")]
+    BiggerThanRing { ds: u32, wqe_cnt: u32 },
+}
+
+/// Reads the send WQE at producer index `pi` of an SQ of `wqe_cnt` WQEBBs
+/// (the inverse of [`write_send_wqe`](super::write_send_wqe)).
+pub fn decode_send_wqe(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32) -> Result<DecodedWqe, DecodeError> {
+    let base = (pi & (wqe_cnt.max(1) - 1)) as usize * WQEBB;
+    let seg = |k: usize| {
+        let mut b = [0u8; 16];
+        sq.read_wrapping(base + k * DS, &mut b);
+        b
+    };
+    let c = seg(0);
+    let be32 = |b: &[u8; 16], o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let w0 = be32(&c, 0);
+    let w1 = be32(&c, 4);
+    let opcode = WqeOpcode(w0 as u8);
+    let ds = w1 & 0x3f;
+    if (ds * DS as u32).div_ceil(WQEBB as u32) > wqe_cnt {
+        return Err(DecodeError::BiggerThanRing { ds, wqe_cnt });
+    }
+    let atomic_op = matches!(opcode, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
+    let raddr = opcode.has_raddr() as u32;
+    let min = 1 + raddr + if atomic_op { 2 } else { 0 };
+    if ds < min {
+        return Err(DecodeError::TooFewDs {
+            ds,
+            opcode: opcode.0,
+            min,
+        });
+    }
+    let remote = (raddr == 1).then(|| {
+        let r = seg(1);
+        RemoteSeg {
+            addr: u64::from_be_bytes(r[0..8].try_into().unwrap()),
+            rkey: be32(&r, 8),
+        }
+    });
+    let mut atomic = None;
+    let first = 1 + raddr as usize + if atomic_op { 1 } else { 0 };
+    if atomic_op {
+        let a = seg(first - 1);
+        atomic = Some(AtomicSeg {
+            swap_add: u64::from_be_bytes(a[0..8].try_into().unwrap()),
+            compare: u64::from_be_bytes(a[8..16].try_into().unwrap()),
+        });
+    }
+    let rest = ds - first as u32;
+    let payload = if rest == 0 {
+        DecodedPayload::None
+    } else {
+        let p = seg(first);
+        let w = be32(&p, 0);
+        if w & INLINE_SEG != 0 && !atomic_op {
+            let len = w & !INLINE_SEG;
+            if inline_ds(len as usize) > rest {
+                return Err(DecodeError::InlineOverrun { len, ds });
+            }
+            DecodedPayload::Inline {
+                off: (base + first * DS + 4) % sq.len(),
+                len,
+            }
+        } else {
+            DecodedPayload::Sges {
+                first: (base + first * DS) % sq.len(),
+                count: rest,
+            }
+        }
+    };
+    Ok(DecodedWqe {
+        opcode,
+        opmod: (w0 >> 24) as u8,
+        wqe_idx: (w0 >> 8) as u16,
+        qpn: w1 >> 8,
+        ds,
+        flags: CtrlFlags::from_bits_retain(c[11]),
+        imm: be32(&c, 12),
+        remote,
+        atomic,
+        payload,
+    })
+}

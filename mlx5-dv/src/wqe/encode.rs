@@ -1,0 +1,361 @@
+//! The writers: a send WQE validated and sized ([`wqe_size`]), then laid out
+//! into an SQ ring at producer index `pi` (wrapping at the ring end); receive
+//! WQEs into an RQ ring.
+
+use super::segments::{ctrl_words, data_seg, inline_ds, put_be32x4, put_be64x2, ATOMIC_SIZE};
+use super::{AtomicSeg, DataSeg, Payload, SendWqe, SqGeometry, WqeError, Written};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, INVALID_LKEY, MAX_DS, WQEBB};
+use crate::ring::RingBuf;
+
+/// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
+#[inline(always)]
+pub fn wqe_size(geo: &SqGeometry, wqe: &SendWqe<'_>) -> Result<(u32, u32), WqeError> {
+    wqe_size_within(geo, wqe, geo.max_wqebbs.min(geo.wqe_cnt))
+}
+
+/// [`wqe_size`] with the largest WQE, `geo.max_wqebbs.min(geo.wqe_cnt)`,
+/// given (the driver keeps it).
+#[inline(always)]
+pub(crate) fn wqe_size_within(
+    geo: &SqGeometry,
+    wqe: &SendWqe<'_>,
+    max_wqebbs: u32,
+) -> Result<(u32, u32), WqeError> {
+    let op = wqe.opcode;
+    let atomic = matches!(op, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
+    if !matches!(
+        op,
+        WqeOpcode::RDMA_WRITE
+            | WqeOpcode::RDMA_WRITE_IMM
+            | WqeOpcode::SEND
+            | WqeOpcode::SEND_IMM
+            | WqeOpcode::RDMA_READ
+            | WqeOpcode::ATOMIC_CS
+            | WqeOpcode::ATOMIC_FA
+            | WqeOpcode::NOP
+    ) {
+        return Err(WqeError::UnsupportedOpcode(op.0));
+    }
+    let mut ds = 1u32;
+    if op.has_raddr() {
+        let Some(r) = wqe.remote else {
+            return Err(WqeError::MissingRemote(op.0));
+        };
+        if atomic && r.addr % 8 != 0 {
+            return Err(WqeError::UnalignedAtomic(r.addr));
+        }
+        ds += 1;
+    }
+    if atomic {
+        if wqe.atomic.is_none() {
+            return Err(WqeError::MissingAtomic(op.0));
+        }
+        match wqe.payload {
+            Payload::Sges([s]) if s.len >= ATOMIC_SIZE => {}
+            _ => return Err(WqeError::AtomicSge),
+        }
+        return finish(ds + 2, max_wqebbs);
+    }
+    match wqe.payload {
+        Payload::Inline(bytes) => {
+            if matches!(op, WqeOpcode::RDMA_READ | WqeOpcode::NOP) && !bytes.is_empty() {
+                return Err(WqeError::InlineNotAllowed(op.0));
+            }
+            if bytes.len() > geo.max_inline as usize {
+                return Err(WqeError::InlineTooLong {
+                    len: bytes.len(),
+                    max: geo.max_inline,
+                });
+            }
+            if !bytes.is_empty() {
+                ds += inline_ds(bytes.len());
+            }
+        }
+        Payload::Sges(sges) => {
+            // One pass: total length, per-SGE limit, and non-empty count.
+            let (mut total, mut n) = (0u64, 0u32);
+            for s in sges {
+                if s.len & INLINE_SEG != 0 {
+                    return Err(WqeError::SgeTooLong { len: s.len });
+                }
+                total += s.len as u64;
+                n = n.saturating_add((s.len != 0) as u32);
+            }
+            if total > 1 << 31 {
+                return Err(WqeError::LengthOverflow { total });
+            }
+            ds = ds.saturating_add(n);
+        }
+    }
+    finish(ds, max_wqebbs)
+}
+
+#[inline(always)]
+fn finish(ds: u32, max: u32) -> Result<(u32, u32), WqeError> {
+    if ds > MAX_DS {
+        return Err(WqeError::TooManyDs { ds });
+    }
+    let wqebbs = (ds * DS as u32).div_ceil(WQEBB as u32);
+    if wqebbs > max {
+        return Err(WqeError::TooBig { wqebbs, max });
+    }
+    Ok((ds, wqebbs))
+}
+
+/// Writes one whole send WQE into `sq` at producer index `pi`.
+///
+/// `sq` is the SQ buffer (`geo.wqe_cnt * 64` bytes); the WQE starts at byte
+/// `(pi & (wqe_cnt - 1)) * 64`, and segments or inline bytes that reach the end
+/// of the buffer continue at its start. `free` is the number of WQEBBs the caller
+/// knows to be free. On error nothing is written.
+#[inline]
+pub fn write_send_wqe(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    free: u32,
+) -> Result<Written, WqeError> {
+    if !geo.wqe_cnt.is_power_of_two() || sq.len() != geo.wqe_cnt as usize * WQEBB {
+        return Err(WqeError::BadGeometry {
+            wqe_cnt: geo.wqe_cnt,
+            ring_len: sq.len(),
+        });
+    }
+    write_send_wqe_checked_geo(sq, geo, pi, wqe, wqe.flags, free)
+}
+
+/// [`write_send_wqe`] for a caller that has already checked that `geo.wqe_cnt`
+/// is a power of two and `sq.len() == geo.wqe_cnt * 64` (the driver checks
+/// once, at construction), with the ctrl segment's `fm_ce_se` flags given
+/// apart from `wqe` (the driver adds CQ_UPDATE for auto-signal).
+#[inline(always)]
+pub(crate) fn write_send_wqe_checked_geo(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    free: u32,
+) -> Result<Written, WqeError> {
+    debug_assert!(
+        geo.wqe_cnt.is_power_of_two() && sq.len() == geo.wqe_cnt as usize * WQEBB,
+        "geometry not checked"
+    );
+    let (ds, wqebbs) = wqe_size(geo, wqe)?;
+    if wqebbs > free {
+        return Err(WqeError::QueueFull { need: wqebbs, free });
+    }
+    write_sized(sq, geo, pi, wqe, flags, ds);
+    Ok(Written {
+        ds,
+        wqebbs,
+        next_pi: pi.wrapping_add(wqebbs),
+    })
+}
+
+/// Writes a WQE that [`wqe_size`] accepted with `ds` DS (and for which the
+/// caller has room) into a ring whose geometry the caller has checked.
+#[inline(always)]
+pub(crate) fn write_sized(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    ds: u32,
+) {
+    debug_assert!(ds <= MAX_DS && geo.wqe_cnt.is_power_of_two());
+    let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
+    let ctrl = ctrl_words(wqe.opcode, pi as u16, geo.qpn, ds, flags, imm);
+    let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
+    if base + ds as usize * DS <= sq.len() {
+        // Fast path: the WQE does not reach the end of the ring, so every
+        // segment is written straight to its place with fixed-size stores.
+        // SAFETY: `base + ds * 16 <= sq.len()`, and `write_linear` writes
+        // only the WQE's `ds * 16` bytes (what `wqe_size` counted) from `base`;
+        // the ring owns its bytes (RingBuf contract).
+        unsafe { write_linear(sq.as_ptr().add(base), ctrl, wqe) };
+    } else {
+        // The WQE reaches the end of the ring: lay it out with the same writer
+        // in a scratch buffer, then copy the bytes it wrote, continuing at the
+        // start of the ring. (Taking `wqe` by reference into an out-of-line
+        // writer instead would make every caller build it in memory.)
+        let mut tmp = [0u8; MAX_DS as usize * DS];
+        // SAFETY: `wqe_size` refused more than MAX_DS DS, so the WQE's
+        // `ds * 16` bytes fit `tmp`, which is not the payload's memory.
+        let n = unsafe { write_linear(tmp.as_mut_ptr(), ctrl, wqe) };
+        write_wrapped(sq, base, &tmp[..n]);
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` (not overlapping), with fixed-size
+/// moves for payloads up to 64 bytes (an inlined `memcpy` call costs more than
+/// the copy at these sizes).
+///
+/// # Safety
+/// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of
+/// writes, and the two must not overlap.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies the first and last `N` bytes of `len` (`N <= len <= 2 * N`):
+    /// together they cover all `len` bytes.
+    ///
+    /// # Safety
+    /// As `copy_small`, with `N <= len`.
+    #[inline(always)]
+    unsafe fn two<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        // SAFETY: `N <= len`, so both `[0, N)` and `[len - N, len)` are inside
+        // the caller's ranges, which do not overlap. Fixed-size copies become
+        // plain moves.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src, dst, N);
+            core::ptr::copy_nonoverlapping(src.add(len - N), dst.add(len - N), N);
+        }
+    }
+    // SAFETY (every arm): the size checks give each helper `N <= len <= 2N`;
+    // the caller guarantees the ranges.
+    unsafe {
+        match len {
+            0 => {}
+            1..=3 => {
+                for i in 0..len {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            4..=7 => two::<4>(src, dst, len),
+            8..=15 => two::<8>(src, dst, len),
+            16..=31 => two::<16>(src, dst, len),
+            32..=64 => two::<32>(src, dst, len),
+            _ => core::ptr::copy_nonoverlapping(src, dst, len),
+        }
+    }
+}
+
+/// Writes a send WQE that `wqe_size` accepted to contiguous memory, and
+/// returns how many bytes from `dst` on it wrote (all of them: the segments
+/// follow one another; an inline segment's padding is not written).
+///
+/// # Safety
+/// `dst` must be valid for writes of the WQE's `ds * 16` bytes (as
+/// [`wqe_size`] counts them) and not overlap any payload.
+#[inline(always)]
+unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize {
+    // SAFETY (whole body): each segment is written at the offset, and with
+    // the length, that `wqe_size` counted into `ds`: ctrl, then raddr when
+    // the opcode has one, then atomic + data, or the inline segment (4-byte
+    // header and the bytes), or one data segment per non-empty SGE. So every
+    // write is inside `dst[..ds * 16]`. Layouts as `ctrl_seg`, `raddr_seg`,
+    // `atomic_seg` and `data_seg` make them.
+    unsafe {
+        put_be32x4(dst, ctrl);
+        let mut p = dst.add(DS);
+        if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
+            put_be64x2(p, r.addr, (r.rkey as u64) << 32);
+            p = p.add(DS);
+        }
+        if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
+            (wqe.opcode, wqe.atomic, wqe.payload)
+        {
+            let a = atomic_operands(wqe.opcode, a);
+            put_be64x2(p, a.swap_add, a.compare);
+            put_be64x2(
+                p.add(DS),
+                ((ATOMIC_SIZE as u64) << 32) | d.lkey as u64,
+                d.addr,
+            );
+            return p.add(2 * DS).offset_from(dst) as usize;
+        }
+        match wqe.payload {
+            Payload::Inline(bytes) if !bytes.is_empty() => {
+                (p as *mut u32).write_unaligned((bytes.len() as u32 | INLINE_SEG).to_be());
+                copy_small(bytes.as_ptr(), p.add(4), bytes.len());
+                p = p.add(4 + bytes.len());
+            }
+            Payload::Inline(_) => {}
+            Payload::Sges(sges) => {
+                for s in sges.iter().filter(|s| s.len != 0) {
+                    put_be64x2(p, ((s.len as u64) << 32) | s.lkey as u64, s.addr);
+                    p = p.add(DS);
+                }
+            }
+        }
+        p.offset_from(dst) as usize
+    }
+}
+
+/// The atomic segment's operands: ATOMIC_FA writes no compare value.
+#[inline(always)]
+fn atomic_operands(opcode: WqeOpcode, a: AtomicSeg) -> AtomicSeg {
+    let compare = if opcode == WqeOpcode::ATOMIC_CS {
+        a.compare
+    } else {
+        0
+    };
+    AtomicSeg {
+        swap_add: a.swap_add,
+        compare,
+    }
+}
+
+/// Copies the bytes of a WQE laid out linearly to ring offset `base`, where
+/// they reach the end of the ring and continue at its start.
+#[cold]
+#[inline(never)]
+fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, bytes: &[u8]) {
+    sq.write_wrapping(base, bytes);
+}
+
+/// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
+/// (`mlx5dv_qp.rq`): one data segment per non-empty SGE, then, if the stride
+/// holds more, a terminating segment with lkey `MLX5_INVALID_LKEY` (0x100),
+/// byte count 0 and address 0 (rdma-core `mlx5_post_recv`). On error nothing
+/// is written.
+pub fn write_recv_wqe(
+    rq: &mut RingBuf<'_>,
+    wqe_cnt: u32,
+    stride: u32,
+    idx: u32,
+    sges: &[DataSeg],
+) -> Result<(), WqeError> {
+    if !wqe_cnt.is_power_of_two()
+        || !stride.is_power_of_two()
+        || stride < DS as u32
+        || rq.len() != wqe_cnt as usize * stride as usize
+    {
+        return Err(WqeError::BadRqGeometry {
+            wqe_cnt,
+            stride,
+            ring_len: rq.len(),
+        });
+    }
+    let total: u64 = sges.iter().map(|s| s.len as u64).sum();
+    if total > 1 << 31 {
+        return Err(WqeError::LengthOverflow { total });
+    }
+    if let Some(s) = sges.iter().find(|s| s.len & INLINE_SEG != 0) {
+        return Err(WqeError::SgeTooLong { len: s.len });
+    }
+    let slots = stride as usize / DS;
+    let need = sges.iter().filter(|s| s.len != 0).count();
+    if need > slots {
+        return Err(WqeError::RecvTooManySges { need, stride });
+    }
+    let base = (idx & (wqe_cnt - 1)) as usize * stride as usize;
+    let mut off = base;
+    for s in sges.iter().filter(|s| s.len != 0) {
+        rq.write_seg(off, &data_seg(*s));
+        off += DS;
+    }
+    if need < slots {
+        rq.write_seg(
+            off,
+            &data_seg(DataSeg {
+                addr: 0,
+                len: 0,
+                lkey: INVALID_LKEY,
+            }),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! WQE encoding: ctrl, remote-address, atomic, data and inline segments; the
+//! writer that places one whole send WQE into an SQ ring at producer index
+//! `pi`; and receive WQEs.
+//!
+//! Layouts (`docs/prm.md`; rdma-core `mlx5dv.h`
+//! `struct mlx5_wqe_ctrl_seg` / `mlx5_wqe_raddr_seg` / `mlx5_wqe_data_seg` /
+//! `mlx5_wqe_inline_seg`, `providers/mlx5/qp.c` `_mlx5_post_send`), all big-endian:
+//!
+//! ```text
+//! ctrl   0: opmod<<24 | wqe_idx<<8 | opcode   4: qpn<<8 | ds   8: signature, rsvd, rsvd
+//!       11: fm_ce_se                         12: immediate
+//! raddr  0: remote address (8)    8: rkey (4)    12: reserved 0 (4)
+//! atomic 0: swap or add value (8)  8: compare value (8)
+//! data   0: byte_count (4)        4: lkey (4)     8: local address (8)
+//! inline 0: 0x80000000 | len (4)  4: bytes..., padded to a multiple of 16
+//! ```
+//!
+//! Files: `segments` encodes the segments one at a time; `encode` writes
+//! whole send and receive WQEs into a ring; `decode` reads a send WQE back.
+//! Everything is used from here (`crate::wqe::*`).
+
+mod decode;
+mod encode;
+mod segments;
+#[cfg(test)]
+mod tests;
+
+pub use decode::{decode_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
+pub use encode::{wqe_size, write_recv_wqe, write_send_wqe};
+pub(crate) use encode::{wqe_size_within, write_sized};
+pub use segments::{atomic_seg, ctrl_seg, data_seg, inline_ds, raddr_seg, ATOMIC_SIZE};
+
+use crate::prm::{CtrlFlags, WqeOpcode};
+
+/// One scatter/gather entry as it goes into a data segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSeg {
+    /// Local virtual address.
+    pub addr: u64,
+    /// Length in bytes. Zero-length entries are left out of the WQE (as rdma-core does).
+    pub len: u32,
+    /// Local key of the memory region holding `addr..addr+len`.
+    pub lkey: u32,
+}
+
+/// The remote side of an RDMA operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteSeg {
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+/// Where the WQE's payload comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// Gathered by the device from registered memory.
+    Sges(&'a [DataSeg]),
+    /// Copied into the WQE itself (inline segment).
+    Inline(&'a [u8]),
+}
+
+/// Operands of an atomic (`mlx5_wqe_atomic_seg`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicSeg {
+    /// ATOMIC_CS: the value swapped in; ATOMIC_FA: the value added.
+    pub swap_add: u64,
+    /// ATOMIC_CS: the value compared with; ignored (0) for ATOMIC_FA.
+    pub compare: u64,
+}
+
+/// One send WQE to encode.
+///
+/// What each opcode takes (rdma-core `_mlx5_post_send`):
+///
+/// | opcode | remote | atomic | payload |
+/// |---|---|---|---|
+/// | SEND, SEND_IMM | - | - | SGEs or inline |
+/// | RDMA_WRITE, RDMA_WRITE_IMM | required | - | SGEs or inline |
+/// | RDMA_READ | required | - | SGEs (scatter list) |
+/// | ATOMIC_CS, ATOMIC_FA | required, 8-byte aligned | required | one SGE of at least 8 bytes (gets the old value) |
+/// | NOP | - | - | none |
+#[derive(Clone, Copy, Debug)]
+pub struct SendWqe<'a> {
+    pub opcode: WqeOpcode,
+    pub flags: CtrlFlags,
+    /// Immediate data as the application means it (SEND_IMM, RDMA_WRITE_IMM);
+    /// written big-endian, so the responder's CQE returns the same `u32`.
+    /// Other opcodes write 0.
+    pub imm: u32,
+    pub remote: Option<RemoteSeg>,
+    pub atomic: Option<AtomicSeg>,
+    pub payload: Payload<'a>,
+}
+
+/// The fixed facts of one send queue that the encoder needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqGeometry {
+    /// SQ size in WQEBBs (`mlx5dv_qp.sq.wqe_cnt`), a power of two.
+    pub wqe_cnt: u32,
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// Largest inline payload in bytes (the QP's `max_inline_data`).
+    pub max_inline: u32,
+    /// Largest WQE in WQEBBs (at most 16: the kernel caps a send WQE at 1 KiB).
+    pub max_wqebbs: u32,
+}
+
+/// What writing a WQE did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// DS count in the ctrl segment (16-byte units).
+    pub ds: u32,
+    /// WQEBBs used (64-byte units).
+    pub wqebbs: u32,
+    /// Producer index for the next WQE.
+    pub next_pi: u32,
+}
+
+/// Why a WQE was refused. Nothing was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WqeError {
+    #[error("WQE needs {ds} DS; the ctrl segment's ds field holds at most 63")]
+    TooManyDs { ds: u32 },
+    #[error("WQE needs {wqebbs} WQEBBs; this QP's largest send WQE is {max} WQEBBs")]
+    TooBig { wqebbs: u32, max: u32 },
+    #[error("inline payload of {len} bytes exceeds this QP's max_inline_data of {max} bytes")]
+    InlineTooLong { len: usize, max: u32 },
+    #[error("scatter/gather lengths sum to {total} bytes, more than 2^31")]
+    LengthOverflow { total: u64 },
+    #[error("an SGE of {len} bytes: a data segment's byte count holds at most 2^31 - 1 (bit 31 marks inline data)")]
+    SgeTooLong { len: u32 },
+    #[error("opcode {0:#04x} needs a remote address and rkey")]
+    MissingRemote(u8),
+    #[error("opcode {0:#04x} needs atomic operands (swap/add, compare)")]
+    MissingAtomic(u8),
+    #[error("atomic remote address {0:#x} is not 8-byte aligned")]
+    UnalignedAtomic(u64),
+    #[error("an atomic takes exactly one SGE of at least 8 bytes for the old value")]
+    AtomicSge,
+    #[error("opcode {0:#04x} cannot carry inline data")]
+    InlineNotAllowed(u8),
+    #[error("a receive WQE of {need} data segments does not fit the RQ stride of {stride} bytes")]
+    RecvTooManySges { need: usize, stride: u32 },
+    #[error("RQ geometry: {wqe_cnt} WQEs of {stride} bytes, ring of {ring_len} bytes (need powers of two, stride at least 16)")]
+    BadRqGeometry {
+        wqe_cnt: u32,
+        stride: u32,
+        ring_len: usize,
+    },
+    #[error("opcode {0:#04x} is not supported by this encoder")]
+    UnsupportedOpcode(u8),
+    #[error("WQE needs {need} WQEBBs; only {free} are free in the SQ")]
+    QueueFull { need: u32, free: u32 },
+    #[error("SQ geometry says {wqe_cnt} WQEBBs, but the ring holds {ring_len} bytes (need a power of two, times 64)")]
+    BadGeometry { wqe_cnt: u32, ring_len: usize },
+    #[error("the SQ already holds max_send_wr = {max_post} outstanding work requests")]
+    WrLimit { max_post: u32 },
+}
