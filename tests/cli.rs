@@ -251,3 +251,120 @@ fn bench_flags_run_on_the_sim() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The examples' executables, built by the cargo running this test with
+/// this build's profile and features (`cargo test --test cli` builds no
+/// example), into the target directory this test runs from.
+fn examples() -> Vec<(String, std::path::PathBuf)> {
+    let exe = std::env::current_exe().unwrap();
+    // <target>/<profile>/deps/cli-<hash>
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| exe.ancestors().nth(3).unwrap().to_path_buf());
+    let features: Vec<&str> = [
+        ("verbs", cfg!(feature = "verbs")),
+        ("cli", cfg!(feature = "cli")),
+    ]
+    .into_iter()
+    .filter_map(|(f, on)| on.then_some(f))
+    .collect();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args([
+        "build",
+        "--examples",
+        "--message-format=json",
+        "--no-default-features",
+    ])
+    .args([
+        "--manifest-path",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+    ])
+    .arg("--target-dir")
+    .arg(&target)
+    .stderr(std::process::Stdio::inherit());
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let o = cmd.output().expect("run cargo build --examples");
+    assert!(o.status.success(), "cargo build --examples failed");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["kind"][0] == "example")
+        .filter_map(|m| {
+            Some((
+                m["target"]["name"].as_str()?.to_string(),
+                m["executable"].as_str()?.into(),
+            ))
+        })
+        .collect()
+}
+
+/// Both examples print their usage, naming every flag they take, on
+/// `--help` and `-h` and exit 0 having run nothing; a bad argument exits 2
+/// with the usage on stderr (it was 2 for one and 1 for the other).
+#[test]
+fn examples_print_usage_on_help_and_exit_2_on_a_bad_argument() {
+    let built = examples();
+    let flags: &[(&str, &[&str])] = &[
+        (
+            "rc_pingpong",
+            &[
+                "-d, --ib-dev",
+                "-p, --port",
+                "-s, --size",
+                "-n, --iters",
+                "-g, --gid-idx",
+                "-e, --events",
+                "-h, --help",
+                "HOST",
+            ],
+        ),
+        (
+            "kv_lookup",
+            &[
+                "-d, --ib-dev",
+                "-p, --port",
+                "-n, --iters",
+                "-h, --help",
+                "HOST",
+            ],
+        ),
+    ];
+    for (name, want) in flags {
+        let exe = &built
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("cargo built no example {name}: {built:?}"))
+            .1;
+        for help in ["--help", "-h"] {
+            let o = Command::new(exe).arg(help).output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert_eq!(o.status.code(), Some(0), "{name} {help}: {}", stderr(&o));
+            assert!(
+                out.starts_with(&format!("usage: {name} ")),
+                "{name} {help}: {out}"
+            );
+            for flag in *want {
+                assert!(
+                    out.contains(flag),
+                    "{name} {help}: the usage lacks {flag}: {out}"
+                );
+            }
+            assert!(o.stderr.is_empty(), "{name} {help}: {}", stderr(&o));
+        }
+        for bad in [&["--bogus"][..], &["-n"], &["-n", "0"], &["-p", "x"]] {
+            let o = Command::new(exe).args(bad).output().unwrap();
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{name} {bad:?}: {e}");
+            assert!(
+                e.starts_with(&format!("{name}: ")) && e.contains(&format!("usage: {name} ")),
+                "{name} {bad:?}: {e}"
+            );
+            assert!(o.stdout.is_empty(), "{name} {bad:?} ran");
+        }
+    }
+}
