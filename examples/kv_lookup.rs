@@ -9,7 +9,8 @@
 //! cargo run --example kv_lookup -- -d rxe0 SERVER_HOST   # client
 //! ```
 //!
-//! Flags: `-d DEV`, `-p PORT`, `-n LOOKUPS` (default 10000).
+//! Flags: `-d DEV`, `-p PORT`, `-n LOOKUPS` (default 10000); `-h`/`--help`
+//! prints the usage and exits 0. A bad argument exits 2, a failed run 1.
 
 use rdma_direct::exchange::{self, ConnInfo};
 use rdma_direct::pool::{Pool, PoolBuf, PoolConfig};
@@ -91,8 +92,64 @@ fn lookups(qp: &mut Qp, pool: &Pool, table: RemoteAddr, n: u32) -> rdma_direct::
     Ok(start.elapsed())
 }
 
+const USAGE: &str = "\
+usage: kv_lookup [-d DEV] [-p PORT] [-n LOOKUPS] [HOST]
+  -d, --ib-dev DEV     device (default: sim; both sides run in this process)
+  -p, --port PORT      TCP port of the QP exchange (default 18515)
+  -n, --iters LOOKUPS  lookups the client makes (default 10000)
+  -h, --help           print this and exit
+  HOST                 connect to the server on HOST (without: be the server)
+";
+
+/// What the command line asked for (see [`USAGE`]).
+struct Args {
+    dev: String,
+    port: u16,
+    n: u32,
+    host: Option<String>,
+}
+
+/// The flags; `None` for `-h`/`--help`, `Err` naming the bad argument.
+fn args() -> Result<Option<Args>, String> {
+    let mut a = Args {
+        dev: rdma_direct::SIM_DEVICE.to_string(),
+        port: exchange::DEFAULT_PORT,
+        n: 10_000,
+        host: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(f) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match f.as_str() {
+            "-d" | "--ib-dev" => a.dev = val("-d")?,
+            "-p" | "--port" => a.port = val("-p")?.parse().map_err(|e| format!("-p: {e}"))?,
+            "-n" | "--iters" => a.n = val("-n")?.parse().map_err(|e| format!("-n: {e}"))?,
+            "-h" | "--help" => return Ok(None),
+            h if !h.starts_with('-') && a.host.is_none() => a.host = Some(h.to_string()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if a.n == 0 {
+        return Err("-n must be at least 1".into());
+    }
+    Ok(Some(a))
+}
+
+/// Exit status 0 on success and for `--help`, 2 for a bad argument, 1 for a
+/// failed run (as `rc_pingpong`).
 fn main() -> std::process::ExitCode {
-    match run() {
+    let a = match args() {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            print!("{USAGE}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("kv_lookup: {e}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(a) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kv_lookup: {e}");
@@ -101,34 +158,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> rdma_direct::Result<()> {
-    let (mut dev, mut port, mut n, mut host) = (
-        rdma_direct::SIM_DEVICE.to_string(),
-        exchange::DEFAULT_PORT,
-        10_000u32,
-        None,
-    );
-    let mut it = std::env::args().skip(1);
-    let bad = |w: &str| rdma_direct::Error::Invalid(format!("bad argument: {w}"));
-    while let Some(f) = it.next() {
-        match f.as_str() {
-            "-d" => dev = it.next().ok_or_else(|| bad("-d"))?,
-            "-p" => {
-                port = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| bad("-p"))?
-            }
-            "-n" => {
-                n = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| bad("-n"))?
-            }
-            h if !h.starts_with('-') => host = Some(h.to_string()),
-            other => return Err(bad(other)),
-        }
-    }
+fn run(a: Args) -> rdma_direct::Result<()> {
+    let Args { dev, port, n, host } = a;
     let ctx = Context::open(&dev)?;
     let pd = ctx.alloc_pd()?;
     let pool = pool(&pd)?;

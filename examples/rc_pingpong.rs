@@ -10,13 +10,33 @@
 //!
 //! Flags as `ibv_rc_pingpong`'s where they apply: `-d DEV`, `-p PORT`,
 //! `-s SIZE` (bytes, default 4096), `-n ITERS` (default 1000), `-g GID_INDEX`,
-//! `-e` (sleep on CQ events instead of polling: `CompletionMode::Events`).
+//! `-e` (sleep on CQ events instead of polling: `CompletionMode::Events`);
+//! `-h`/`--help` prints the usage and exits 0. A bad argument exits 2, a
+//! failed run 1.
 
 use rdma_direct::exchange::{self, ConnInfo};
 use rdma_direct::{
     Access, Completion, CompletionMode, Context, Mr, Qp, QpConfig, RecvWr, SendWr, Sge, WcOpcode,
 };
 use std::time::{Duration, Instant};
+
+const USAGE: &str = "\
+usage: rc_pingpong [-d DEV] [-p PORT] [-s SIZE] [-n ITERS] [-g GID_INDEX] [-e] [HOST]
+  -d, --ib-dev DEV     device (default: sim; both sides run as two threads of this process)
+  -p, --port PORT      TCP port of the QP exchange (default 18515)
+  -s, --size SIZE      bytes per SEND (default 4096)
+  -n, --iters ITERS    round trips (default 1000)
+  -g, --gid-idx INDEX  local GID index (default: the device's)
+  -e, --events         sleep on CQ events instead of polling
+  -h, --help           print this and exit
+  HOST                 connect to the server on HOST (without: be the server)
+";
+
+/// What the command line asked for.
+enum Parsed {
+    Run(Args),
+    Help,
+}
 
 struct Args {
     dev: String,
@@ -28,7 +48,8 @@ struct Args {
     host: Option<String>,
 }
 
-fn args() -> Result<Args, String> {
+/// The flags (see [`USAGE`]); `Err` names the bad argument.
+fn args() -> Result<Parsed, String> {
     let mut a = Args {
         dev: rdma_direct::SIM_DEVICE.into(),
         port: exchange::DEFAULT_PORT,
@@ -48,6 +69,7 @@ fn args() -> Result<Args, String> {
             "-n" | "--iters" => a.iters = val("-n")?.parse().map_err(|e| format!("-n: {e}"))?,
             "-g" | "--gid-idx" => a.gid = Some(val("-g")?.parse().map_err(|e| format!("-g: {e}"))?),
             "-e" | "--events" => a.events = true,
+            "-h" | "--help" => return Ok(Parsed::Help),
             h if !h.starts_with('-') && a.host.is_none() => a.host = Some(h.into()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -55,7 +77,7 @@ fn args() -> Result<Args, String> {
     if a.size == 0 || a.iters == 0 {
         return Err("-s and -n must be at least 1".into());
     }
-    Ok(a)
+    Ok(Parsed::Run(a))
 }
 
 fn config(a: &Args) -> QpConfig {
@@ -161,9 +183,13 @@ fn report(size: u32, iters: u32, t: Duration) {
 
 fn main() -> std::process::ExitCode {
     let a = match args() {
-        Ok(a) => a,
+        Ok(Parsed::Run(a)) => a,
+        Ok(Parsed::Help) => {
+            print!("{USAGE}");
+            return std::process::ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!("rc_pingpong: {e}");
+            eprintln!("rc_pingpong: {e}\n{USAGE}");
             return std::process::ExitCode::from(2);
         }
     };

@@ -174,8 +174,8 @@ fn compare_writes_json_and_svg_with_only_the_sim() {
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
     for label in [
-        "latency, t_typical [ns]",
-        "message rate [thousand messages/s]",
+        "t_typical [µs]",
+        "message rate [million messages/s]",
         "write_lat sim/direct",
         "write_bw sim/direct",
     ] {
@@ -250,4 +250,305 @@ fn bench_flags_run_on_the_sim() {
         assert!(o.status.success(), "{test} --adaptive 100: {}", stderr(&o));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's recipe for getting compare's files out of the soft-RoCE
+/// guest, run on the host without the guest: inside `sh -c`, compare's
+/// table goes to stderr and only the JSON to stdout (redirected into
+/// compare.json), then `compare --from-json` renders the SVG, which must
+/// parse as XML with an `<svg>` root. Before, the recipe `cat`ed the SVG
+/// into the same stream as the table, and the file began with `| test |`.
+#[test]
+fn compare_recipe_for_the_guest_gives_json_and_an_svg_that_parses() {
+    let Some(bin) = bin() else { return };
+    let dir = std::env::temp_dir().join(format!("rdma-direct-recipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (inner_json, inner_svg) = (dir.join("c.json"), dir.join("c.svg"));
+    let (json, svg) = (dir.join("compare.json"), dir.join("compare.svg"));
+    let guest_part = format!(
+        "\"$0\" compare -d sim --tests write_lat,atomic_lat,write_bw --sizes 2,64 \
+         --lat-iters 50 --bw-iters 100 --json {} --svg {} >&2 && cat {}",
+        inner_json.display(),
+        inner_svg.display(),
+        inner_json.display()
+    );
+    let o = Command::new("sh")
+        .args(["-c", &guest_part, bin])
+        .output()
+        .expect("run sh");
+    assert!(o.status.success(), "the guest part failed: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("| write_lat | 2 | sim | direct |"),
+        "the table is not on stderr: {}",
+        stderr(&o)
+    );
+    std::fs::write(&json, &o.stdout).unwrap();
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&o.stdout).expect("stdout is compare's JSON alone");
+    assert_eq!(
+        rows.len(),
+        5,
+        "write_lat and write_bw at 2 sizes, atomic_lat at 8 B: {rows:?}"
+    );
+    let Some(o) = run(&[
+        "compare",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    assert!(o.status.success(), "--from-json failed: {}", stderr(&o));
+    assert!(o.stdout.is_empty(), "--from-json printed a table");
+    for file in [&svg, &inner_svg] {
+        let text = std::fs::read_to_string(file).unwrap();
+        let doc = roxmltree::Document::parse(&text)
+            .unwrap_or_else(|e| panic!("{} is not XML: {e}", file.display()));
+        assert_eq!(doc.root_element().tag_name().name(), "svg");
+        let texts: Vec<&str> = doc
+            .descendants()
+            .filter_map(|n| n.is_text().then(|| n.text()).flatten())
+            .map(str::trim)
+            .collect();
+        for label in [
+            "t_typical [µs]",
+            "message rate [million messages/s]",
+            "message size [bytes; Ki = 1024]",
+            "write_lat sim/direct",
+            "atomic_lat sim/direct",
+            "write_bw sim/direct",
+        ] {
+            assert!(
+                texts.contains(&label),
+                "{} lacks the text {label:?}",
+                file.display()
+            );
+        }
+    }
+    // Rendered from the JSON, the plot is the one the run drew.
+    assert_eq!(
+        std::fs::read_to_string(&svg).unwrap(),
+        std::fs::read_to_string(&inner_svg).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--from-json` runs nothing, so the run's flags are refused beside it,
+/// and a file that is not compare's JSON is a clear error (exit 2), with
+/// no SVG written.
+#[test]
+fn compare_from_json_refuses_bad_input() {
+    let dir = std::env::temp_dir().join(format!("rdma-direct-fromjson-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("out.svg");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let good_row = r#"{"test":"write_lat","bytes":2,"device":"sim","data_path":"direct",
+        "t_typical_us":1.0,"t_avg_us":1.0,"p99_us":2.0,"bw_average_mb_per_s":null,
+        "msg_rate_mpps":null,"post_ns_per_wr":50.0,"poll_ns_per_cqe":60.0}"#;
+    let cases: Vec<(String, &str)> = vec![
+        (write("table.json", "| test | bytes |\n"), "not JSON"),
+        (write("object.json", "{}"), "not a JSON array"),
+        (write("empty.json", "[]"), "no rows"),
+        (
+            write(
+                "test.json",
+                &format!("[{}]", good_row.replace("write_lat", "write_latency")),
+            ),
+            "row 0: unknown test \"write_latency\"",
+        ),
+        (
+            write(
+                "kind.json",
+                &format!(
+                    "[{good_row},{}]",
+                    good_row.replace("\"write_lat\"", "\"write_bw\"")
+                ),
+            ),
+            "row 1: write_bw needs bw_average_mb_per_s and msg_rate_mpps",
+        ),
+        (
+            write(
+                "path.json",
+                &format!("[{}]", good_row.replace("direct", "dv")),
+            ),
+            "row 0: data_path \"dv\"",
+        ),
+        (
+            dir.join("missing.json").to_str().unwrap().to_string(),
+            "read ",
+        ),
+    ];
+    for (file, want) in &cases {
+        let Some(o) = run(&[
+            "compare",
+            "--from-json",
+            file,
+            "--svg",
+            svg.to_str().unwrap(),
+        ]) else {
+            return;
+        };
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{file}: exit {:?}, {e}", o.status);
+        assert!(e.contains(want), "{file}: stderr {e:?} lacks {want:?}");
+        assert!(!svg.exists(), "{file}: an SVG was written");
+    }
+    let good = write("good.json", &format!("[{good_row}]"));
+    for extra in [
+        &["-d", "sim"][..],
+        &["--tests", "write_lat"],
+        &["--json", "x.json"],
+    ] {
+        let mut args = vec![
+            "compare",
+            "--from-json",
+            &good,
+            "--svg",
+            svg.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let Some(o) = run(&args) else { return };
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+        assert!(!svg.exists(), "{extra:?}: an SVG was written");
+    }
+    let Some(o) = run(&["compare", "--from-json", &good, "--svg", &good]) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("are both"), "{}", stderr(&o));
+    let Some(o) = run(&[
+        "compare",
+        "--from-json",
+        &good,
+        "--svg",
+        svg.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(roxmltree::Document::parse(&std::fs::read_to_string(&svg).unwrap()).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The examples' executables, built by the cargo running this test with
+/// this build's profile and features (`cargo test --test cli` builds no
+/// example), into the target directory this test runs from.
+fn examples() -> Vec<(String, std::path::PathBuf)> {
+    let exe = std::env::current_exe().unwrap();
+    // <target>/<profile>/deps/cli-<hash>
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| exe.ancestors().nth(3).unwrap().to_path_buf());
+    let features: Vec<&str> = [
+        ("verbs", cfg!(feature = "verbs")),
+        ("cli", cfg!(feature = "cli")),
+    ]
+    .into_iter()
+    .filter_map(|(f, on)| on.then_some(f))
+    .collect();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args([
+        "build",
+        "--examples",
+        "--message-format=json",
+        "--no-default-features",
+    ])
+    .args([
+        "--manifest-path",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+    ])
+    .arg("--target-dir")
+    .arg(&target)
+    .stderr(std::process::Stdio::inherit());
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let o = cmd.output().expect("run cargo build --examples");
+    assert!(o.status.success(), "cargo build --examples failed");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["kind"][0] == "example")
+        .filter_map(|m| {
+            Some((
+                m["target"]["name"].as_str()?.to_string(),
+                m["executable"].as_str()?.into(),
+            ))
+        })
+        .collect()
+}
+
+/// Both examples print their usage, naming every flag they take, on
+/// `--help` and `-h` and exit 0 having run nothing; a bad argument exits 2
+/// with the usage on stderr (it was 2 for one and 1 for the other).
+#[test]
+fn examples_print_usage_on_help_and_exit_2_on_a_bad_argument() {
+    let built = examples();
+    let flags: &[(&str, &[&str])] = &[
+        (
+            "rc_pingpong",
+            &[
+                "-d, --ib-dev",
+                "-p, --port",
+                "-s, --size",
+                "-n, --iters",
+                "-g, --gid-idx",
+                "-e, --events",
+                "-h, --help",
+                "HOST",
+            ],
+        ),
+        (
+            "kv_lookup",
+            &[
+                "-d, --ib-dev",
+                "-p, --port",
+                "-n, --iters",
+                "-h, --help",
+                "HOST",
+            ],
+        ),
+    ];
+    for (name, want) in flags {
+        let exe = &built
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("cargo built no example {name}: {built:?}"))
+            .1;
+        for help in ["--help", "-h"] {
+            let o = Command::new(exe).arg(help).output().unwrap();
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert_eq!(o.status.code(), Some(0), "{name} {help}: {}", stderr(&o));
+            assert!(
+                out.starts_with(&format!("usage: {name} ")),
+                "{name} {help}: {out}"
+            );
+            for flag in *want {
+                assert!(
+                    out.contains(flag),
+                    "{name} {help}: the usage lacks {flag}: {out}"
+                );
+            }
+            assert!(o.stderr.is_empty(), "{name} {help}: {}", stderr(&o));
+        }
+        for bad in [&["--bogus"][..], &["-n"], &["-n", "0"], &["-p", "x"]] {
+            let o = Command::new(exe).args(bad).output().unwrap();
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{name} {bad:?}: {e}");
+            assert!(
+                e.starts_with(&format!("{name}: ")) && e.contains(&format!("usage: {name} ")),
+                "{name} {bad:?}: {e}"
+            );
+            assert!(o.stdout.is_empty(), "{name} {bad:?} ran");
+        }
+    }
 }

@@ -3,11 +3,14 @@
 //! the path `auto` picks; ConnectX also through verbs, for comparison), all
 //! in one process per run. Prints a Markdown table, writes JSON and an SVG
 //! plot (latency and message rate against message size, one line per test
-//! and device/path).
+//! and device/path). `--from-json` renders the SVG again from such a JSON
+//! file (e.g. one printed out of the soft-RoCE guest) without running
+//! anything.
 
 use super::bench::{self, AnyTest, BwConfig, BwTest, LatConfig, LatTest};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rdma_direct::{Backend, Error, Result};
 use std::path::PathBuf;
 
@@ -40,6 +43,14 @@ pub struct CompareArgs {
     /// Where the SVG plot goes.
     #[arg(long, default_value = "compare.svg")]
     svg: PathBuf,
+    /// Run nothing: render the SVG (to --svg) from FILE, the JSON of an
+    /// earlier run (what --json wrote).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["devices", "tests", "sizes", "lat_iters", "bw_iters", "json"]
+    )]
+    from_json: Option<PathBuf>,
 }
 
 /// One run of the matrix.
@@ -106,8 +117,15 @@ fn targets(asked: &[String]) -> Result<Vec<(String, Backend, &'static str)>> {
     Ok(out)
 }
 
-/// Runs the matrix, prints the table, writes the JSON and the SVG.
+/// Runs the matrix, prints the table (stdout), writes the JSON and the SVG;
+/// with `--from-json`, only renders that file's rows to the SVG. Errors:
+/// `Error::Invalid` for bad arguments, an unreadable or malformed JSON file
+/// and a file that cannot be written; a run's own errors as `bench` gives
+/// them.
 pub fn run(a: &CompareArgs) -> Result<()> {
+    if let Some(src) = &a.from_json {
+        return replot(src, &a.svg);
+    }
     let tests = a
         .tests
         .iter()
@@ -215,6 +233,110 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--from-json SRC --svg SVG`: reads the rows `json_text` wrote and writes
+/// their plot; nothing runs.
+fn replot(src: &std::path::Path, svg: &std::path::Path) -> Result<()> {
+    if src == svg {
+        return Err(Error::Invalid(format!(
+            "--from-json and --svg are both {}",
+            src.display()
+        )));
+    }
+    crate::check_output_path(svg)?;
+    let text = std::fs::read_to_string(src)
+        .map_err(|e| Error::Invalid(format!("read {}: {e}", src.display())))?;
+    let rows =
+        rows_from_json(&text).map_err(|e| Error::Invalid(format!("{}: {e}", src.display())))?;
+    let out = plot(svg, &rows)?;
+    std::fs::write(svg, out)
+        .map_err(|e| Error::Invalid(format!("write {}: {e}", svg.display())))?;
+    eprintln!(
+        "rdma-direct compare: {} row(s) of {}; wrote {}",
+        rows.len(),
+        src.display(),
+        svg.display()
+    );
+    Ok(())
+}
+
+/// The rows of a JSON array as `json_text` writes it (the keys it writes;
+/// `null` for the other kind of test's figures). `Err` names the row and
+/// the key that is missing, of the wrong type or out of range.
+fn rows_from_json(text: &str) -> std::result::Result<Vec<Row>, String> {
+    use serde_json::Value;
+    let doc: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let list = doc
+        .as_array()
+        .ok_or("not a JSON array of rows (what compare --json writes)")?;
+    if list.is_empty() {
+        return Err("no rows".into());
+    }
+    let row = |r: &Value| -> std::result::Result<Row, String> {
+        let text = |k: &str| {
+            r.get(k)
+                .and_then(Value::as_str)
+                .ok_or(format!("{k:?} is not a string"))
+        };
+        let num = |k: &str| match r.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map(Some)
+                .ok_or(format!("{k:?} is not a number >= 0")),
+        };
+        let test = parse_test(text("test")?).map_err(|e| match e {
+            Error::Invalid(m) => m,
+            e => e.to_string(),
+        })?;
+        let bytes = r
+            .get("bytes")
+            .and_then(Value::as_u64)
+            .filter(|b| (1..=u64::from(bench::MAX_SIZE)).contains(b))
+            .ok_or(format!("\"bytes\" is not 1..={}", bench::MAX_SIZE))?;
+        let data_path = match text("data_path")? {
+            "direct" => "direct",
+            "verbs" => "verbs",
+            p => return Err(format!("data_path {p:?} is not direct or verbs")),
+        };
+        let lat = match (num("t_typical_us")?, num("t_avg_us")?, num("p99_us")?) {
+            (Some(a), Some(b), Some(c)) => Some((a, b, c)),
+            _ => None,
+        };
+        let bw = match (num("bw_average_mb_per_s")?, num("msg_rate_mpps")?) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        };
+        let (fits, needs) = match test {
+            AnyTest::Lat(_) => (
+                lat.is_some() && bw.is_none(),
+                "t_typical_us, t_avg_us and p99_us, and no bandwidth figures",
+            ),
+            AnyTest::Bw(_) => (
+                bw.is_some() && lat.is_none(),
+                "bw_average_mb_per_s and msg_rate_mpps, and no latency figures",
+            ),
+        };
+        if !fits {
+            return Err(format!("{} needs {needs}", test.name()));
+        }
+        Ok(Row {
+            test: test.name(),
+            bytes: bytes as u32,
+            device: text("device")?.to_string(),
+            data_path,
+            lat,
+            bw,
+            post_ns: num("post_ns_per_wr")?.ok_or("\"post_ns_per_wr\" is missing")?,
+            poll_ns: num("poll_ns_per_cqe")?.ok_or("\"poll_ns_per_cqe\" is missing")?,
+        })
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, r)| row(r).map_err(|e| format!("row {i}: {e}")))
+        .collect()
+}
+
 fn print_table(rows: &[Row]) {
     println!("| test | bytes | device | data path | t_typical [us] | t_avg [us] | 99% [us] | BW average [MB/sec] | MsgRate [Mpps] | post [ns/WR] | poll [ns/CQE] |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
@@ -256,100 +378,281 @@ fn json_text(rows: &[Row]) -> String {
     serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
 }
 
-/// The SVG text of two panels side by side, both log-log against message size: latency
-/// (t_typical, in ns so the log axis has labels) of the latency tests, message rate
-/// (thousand messages/s) of the
-/// bandwidth tests; one line per test and device/path.
+/// Width of the SVG, two panels of half of it side by side [px].
+const PLOT_W: u32 = 1400;
+/// Height of a panel's chart (caption, plotting area, axes) [px]; the
+/// legends go below the charts.
+const CHART_H: u32 = 540;
+/// Height of one row of a legend [px].
+const LEGEND_ROW: i32 = 22;
+
+/// One line (or single point) of a panel: one test on one device/path.
+struct Series {
+    test: &'static str,
+    /// `<test> <device>/<data path>`.
+    label: String,
+    color: RGBColor,
+    /// Index of the device/path: picks the marker and the dash.
+    dev: usize,
+    /// (bytes, value), by bytes.
+    points: Vec<(f64, f64)>,
+}
+
+/// The colour of a test's operation (write, read, send, atomic), the same in
+/// both panels and on every device (Okabe-Ito's palette, which readers with
+/// a colour-vision deficiency tell apart too).
+fn op_color(test: &str) -> RGBColor {
+    match test.split('_').next() {
+        Some("write") => RGBColor(0x00, 0x72, 0xb2),
+        Some("read") => RGBColor(0xd5, 0x5e, 0x00),
+        Some("send") => RGBColor(0x00, 0x9e, 0x73),
+        Some("atomic") => RGBColor(0xcc, 0x79, 0xa7),
+        _ => RGBColor(0x00, 0x00, 0x00),
+    }
+}
+
+/// Draws marker `dev` (filled circle, triangle, square, diamond, then an
+/// x; then again) of `color` centred on `at`, in `area`'s pixels.
+fn marker(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    at: (i32, i32),
+    dev: usize,
+    color: RGBColor,
+) -> std::result::Result<(), String> {
+    let (x, y) = at;
+    let fill = color.filled();
+    match dev % 5 {
+        0 => area.draw(&Circle::new(at, 4, fill)),
+        1 => area.draw(&TriangleMarker::new(at, 5, fill)),
+        2 => area.draw(&Rectangle::new([(x - 4, y - 4), (x + 4, y + 4)], fill)),
+        3 => area.draw(&Polygon::new(
+            vec![(x, y - 5), (x + 5, y), (x, y + 5), (x - 5, y)],
+            fill,
+        )),
+        _ => area.draw(&Cross::new(at, 4, color.stroke_width(2))),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Tick values of a log axis within lo..=hi: 1, 2 and 5 of each decade, or
+/// 1 and 3, or only the powers of ten, whichever first gives at most `max`.
+/// Each value is the double nearest its decimal, so it prints as that.
+fn log_ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
+    let (e0, e1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let mut out = Vec::new();
+    for mantissas in [&[1, 2, 5][..], &[1, 3], &[1]] {
+        out = (e0..=e1)
+            .flat_map(|e| mantissas.iter().map(move |m| format!("{m}e{e}")))
+            .filter_map(|t| t.parse::<f64>().ok())
+            .filter(|v| (lo..=hi).contains(v))
+            .collect();
+        if out.len() <= max {
+            break;
+        }
+    }
+    out
+}
+
+/// A value tick's label: the shortest decimal that reads back as the value
+/// (`0.002`, `1`, `50`, `1000`): never an exponent, never padded zeros.
+fn value_label(v: f64) -> String {
+    // Three significant digits, so an axis's float noise does not show.
+    let v: f64 = format!("{v:.2e}").parse().unwrap_or(v);
+    format!("{v}")
+}
+
+/// Message-size ticks: powers of two within 1..=hi, every 2nd (4th, ...)
+/// so that at most 9 remain.
+fn size_ticks(hi: f64) -> Vec<f64> {
+    let n = hi.log2().floor().max(0.0) as u32 + 1;
+    let step = n.div_ceil(9);
+    (0..n)
+        .step_by(step as usize)
+        .map(|e| 2f64.powi(e as i32))
+        .collect()
+}
+
+/// A message-size tick's label: bytes, `Ki` (1024) or `Mi` (1024^2).
+fn size_label(v: f64) -> String {
+    let b = v.round() as u64;
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} Mi", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} Ki", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+/// The SVG text of two panels side by side, both log-log against message
+/// size [bytes]: the latency tests' t_typical [us] on the left, the
+/// bandwidth tests' message rate [million messages/s] on the right. One
+/// series per test and device/path: the colour is the test's operation
+/// (write, read, send, atomic), the marker (and a dashed line after the
+/// first) the device/path; a series of one point (the atomics, which always
+/// move 8 bytes) is a marker alone, in the plot and in its legend. Each
+/// panel's legend is below its chart, outside the plotting area. A panel
+/// with no rows says so. `path` only names the file in errors
+/// (`Error::Invalid`).
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
     let err = |e: String| Error::Invalid(format!("plot {}: {e}", path.display()));
+    // Device/path in order of first appearance, the same in both panels.
+    let mut devs: Vec<String> = Vec::new();
+    for r in rows {
+        let d = format!("{}/{}", r.device, r.data_path);
+        if !devs.contains(&d) {
+            devs.push(d);
+        }
+    }
+    type Value = fn(&Row) -> Option<f64>;
+    let panels: [(&str, &str, &str, Value); 2] = [
+        (
+            "latency (write, send: one-way; read, atomic: round trip)",
+            "t_typical [µs]",
+            "no latency test in this run",
+            |r| r.lat.map(|l| l.0),
+        ),
+        (
+            "message rate (bandwidth tests)",
+            "message rate [million messages/s]",
+            "no bandwidth test in this run",
+            |r| r.bw.map(|b| b.1),
+        ),
+    ];
+    // Each panel's series, by test (in order of first appearance), then device/path.
+    let series: Vec<Vec<Series>> = panels
+        .iter()
+        .map(|(_, _, _, value)| {
+            let mut out: Vec<Series> = Vec::new();
+            for r in rows {
+                let Some(v) = value(r).filter(|v| *v > 0.0) else {
+                    continue;
+                };
+                let dev = devs
+                    .iter()
+                    .position(|d| *d == format!("{}/{}", r.device, r.data_path))
+                    .unwrap_or(0);
+                let label = format!("{} {}", r.test, devs[dev]);
+                match out.iter_mut().find(|s| s.label == label) {
+                    Some(s) => s.points.push((r.bytes as f64, v)),
+                    None => out.push(Series {
+                        test: r.test,
+                        label,
+                        color: op_color(r.test),
+                        dev,
+                        points: vec![(r.bytes as f64, v)],
+                    }),
+                }
+            }
+            let mut tests: Vec<&str> = Vec::new();
+            for s in &out {
+                if !tests.contains(&s.test) {
+                    tests.push(s.test);
+                }
+            }
+            out.sort_by_key(|s| (tests.iter().position(|t| *t == s.test), s.dev));
+            for s in &mut out {
+                s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+            out
+        })
+        .collect();
+    // Legend grid: a row per test when there are 2 or 3 device/paths.
+    let cols = devs.len().clamp(2, 3);
+    let legend_rows = series
+        .iter()
+        .map(|s| s.len().div_ceil(cols))
+        .max()
+        .unwrap_or(0)
+        .max(1) as i32;
+    let height = CHART_H + (legend_rows * LEGEND_ROW + 24) as u32;
     let mut out = String::new();
     {
-        let root = SVGBackend::with_string(&mut out, (1400, 560)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut out, (PLOT_W, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-        let (left, right) = root.split_horizontally(700);
-        type Panel<'a, 'b> = (
-            &'a DrawingArea<SVGBackend<'b>, Shift>,
-            &'static str,
-            fn(&Row) -> Option<f64>,
-        );
-        let panels: [Panel; 2] = [
-            (&left, "latency, t_typical [ns]", |r| {
-                r.lat.map(|l| l.0 * 1e3)
-            }),
-            (&right, "message rate [thousand messages/s]", |r| {
-                r.bw.map(|b| b.1 * 1e3)
-            }),
-        ];
-        for (area, title, value) in panels {
-            let pts: Vec<(&Row, f64)> = rows
-                .iter()
-                .filter_map(|r| value(r).filter(|v| *v > 0.0).map(|v| (r, v)))
-                .collect();
-            if pts.is_empty() {
+        let halves = root.split_evenly((1, 2));
+        for (((caption, y_desc, empty, _), series), half) in panels.iter().zip(&series).zip(&halves)
+        {
+            let (chart_area, legend_area) = half.split_vertically(CHART_H);
+            let pts = series.iter().flat_map(|s| &s.points);
+            let Some(xmax) = pts.clone().map(|p| p.0).reduce(f64::max) else {
+                chart_area
+                    .draw(&Text::new(
+                        *empty,
+                        (60, CHART_H as i32 / 2),
+                        ("sans-serif", 16).into_font(),
+                    ))
+                    .map_err(|e| err(e.to_string()))?;
                 continue;
-            }
-            let xmax = pts.iter().map(|(r, _)| r.bytes).max().unwrap_or(2).max(2) as f64 * 2.0;
-            let ymin = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
-            let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max) * 2.0;
-            let mut chart = ChartBuilder::on(area)
-                .caption(title, ("sans-serif", 20))
+            };
+            let xmax = xmax.max(2.0) * 2.0;
+            let ymin = pts.clone().map(|p| p.1).fold(f64::INFINITY, f64::min) / 2.0;
+            let ymax = pts.map(|p| p.1).fold(0.0, f64::max) * 2.0;
+            let x = (1.0f64..xmax).log_scale().with_key_points(size_ticks(xmax));
+            let y = (ymin..ymax)
+                .log_scale()
+                .with_key_points(log_ticks(ymin, ymax, 12));
+            let mut chart = ChartBuilder::on(&chart_area)
+                .caption(*caption, ("sans-serif", 18))
                 .margin(12)
-                .x_label_area_size(40)
-                .y_label_area_size(60)
-                .build_cartesian_2d((1.0f64..xmax).log_scale(), (ymin..ymax).log_scale())
+                .margin_right(28)
+                .x_label_area_size(52)
+                .y_label_area_size(84)
+                .build_cartesian_2d(x, y)
                 .map_err(|e| err(e.to_string()))?;
             chart
                 .configure_mesh()
-                .x_desc("message size [bytes]")
-                .x_label_formatter(&|x| format!("{}", x.round() as u64))
-                .y_label_formatter(&|y| {
-                    if *y >= 10.0 {
-                        format!("{y:.0}")
-                    } else if *y >= 0.1 {
-                        format!("{y:.2}")
-                    } else {
-                        format!("{y:.1e}")
-                    }
-                })
-                .y_labels(12)
+                .x_desc("message size [bytes; Ki = 1024]")
+                .y_desc(*y_desc)
+                .axis_desc_style(("sans-serif", 16))
+                .label_style(("sans-serif", 13))
+                .x_label_formatter(&|x| size_label(*x))
+                .y_label_formatter(&|y| value_label(*y))
                 .draw()
                 .map_err(|e| err(e.to_string()))?;
-            let mut keys: Vec<String> = Vec::new();
-            for (r, _) in &pts {
-                let k = format!("{} {}/{}", r.test, r.device, r.data_path);
-                if !keys.contains(&k) {
-                    keys.push(k);
+            for s in series {
+                let style = s.color.stroke_width(2);
+                if s.dev == 0 {
+                    chart.draw_series(LineSeries::new(s.points.clone(), style))
+                } else {
+                    chart.draw_series(DashedLineSeries::new(s.points.clone(), 8, 5, style))
+                }
+                .map_err(|e| err(e.to_string()))?;
+            }
+            // The markers after every line, so that no line hides one.
+            for s in series {
+                for p in &s.points {
+                    marker(&root, chart.backend_coord(p), s.dev, s.color).map_err(err)?;
                 }
             }
-            for (i, k) in keys.iter().enumerate() {
-                let color = Palette99::pick(i).to_rgba();
-                let mut line: Vec<(f64, f64)> = pts
-                    .iter()
-                    .filter(|(r, _)| &format!("{} {}/{}", r.test, r.device, r.data_path) == k)
-                    .map(|(r, v)| (r.bytes as f64, *v))
-                    .collect();
-                line.sort_by(|a, b| a.0.total_cmp(&b.0));
-                chart
-                    .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
-                    .map_err(|e| err(e.to_string()))?
-                    .label(k.clone())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                    });
-                chart
-                    .draw_series(
-                        line.iter()
-                            .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
-                    )
+            // The legend: marker, with a line sample when the series is a line.
+            let cell = (PLOT_W as i32 / 2 - 100) / cols as i32;
+            for (i, s) in series.iter().enumerate() {
+                let (col, row) = ((i % cols) as i32, (i / cols) as i32);
+                let (lx, ly) = (84 + col * cell, 8 + row * LEGEND_ROW + LEGEND_ROW / 2);
+                if s.points.len() > 1 {
+                    let segments: &[(i32, i32)] = if s.dev == 0 {
+                        &[(0, 30)]
+                    } else {
+                        &[(0, 8), (11, 19), (22, 30)]
+                    };
+                    for &(a, b) in segments {
+                        legend_area
+                            .draw(&PathElement::new(
+                                vec![(lx + a, ly), (lx + b, ly)],
+                                s.color.stroke_width(2),
+                            ))
+                            .map_err(|e| err(e.to_string()))?;
+                    }
+                }
+                marker(&legend_area, (lx + 15, ly), s.dev, s.color).map_err(err)?;
+                legend_area
+                    .draw(&Text::new(
+                        s.label.clone(),
+                        (lx + 38, ly),
+                        TextStyle::from(("sans-serif", 14).into_font())
+                            .pos(Pos::new(HPos::Left, VPos::Center)),
+                    ))
                     .map_err(|e| err(e.to_string()))?;
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .position(SeriesLabelPosition::LowerRight)
-                .draw()
-                .map_err(|e| err(e.to_string()))?;
         }
         root.present().map_err(|e| err(e.to_string()))?;
     }
