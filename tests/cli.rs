@@ -4,10 +4,16 @@
 
 use std::process::{Command, Output};
 
+/// The binary, or `None` after a `SKIPPED:` line on stderr (the marker
+/// `scripts/test` and `.ci/run` count as a skip) naming the calling test.
 fn bin() -> Option<&'static str> {
     let b = option_env!("CARGO_BIN_EXE_rdma-direct");
     if b.is_none() {
-        eprintln!("cli: SKIPPING: the rdma-direct binary is not built (feature `cli` off)");
+        let t = std::thread::current();
+        eprintln!(
+            "cli: {}: SKIPPED: the rdma-direct binary is not built (feature cli off)",
+            t.name().unwrap_or("?")
+        );
     }
     b
 }

@@ -20,6 +20,10 @@ pub const LAT_MEASURE_TAIL: usize = 2;
 pub const MIN_ITERS: u32 = 5;
 /// Largest message perftest sends (`-a` goes to 2^23).
 pub const MAX_SIZE: u32 = 8 << 20;
+/// The most bytes a WQE of the direct path (the sim, mlx5) carries inline:
+/// `Pd::create_qp` refuses a larger `QpConfig::max_inline` there (the
+/// library's `backend::direct::MAX_INLINE`). The largest `-I` on that path.
+pub const DIRECT_MAX_INLINE: u32 = 512;
 /// How long a wait for the device may take before the benchmark gives up.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
