@@ -321,6 +321,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// The listener of a `--server`, bound before it says it waits.
+///
+/// Errors: [`rdma_direct::exchange::Listener::bind`]'s; a port in use
+/// (an [`rdma_direct::Error::Invalid`]) says to pick another with `-p`.
+fn listen(port: u16) -> rdma_direct::Result<rdma_direct::exchange::Listener> {
+    rdma_direct::exchange::Listener::bind(port).map_err(|e| match e {
+        rdma_direct::Error::Invalid(m) => {
+            rdma_direct::Error::Invalid(format!("{m}: pick another with -p"))
+        }
+        e => e,
+    })
+}
+
 fn conformance(a: &ConformanceArgs) -> ExitCode {
     use tools::conformance::{cases, run, two_host, Outcome};
     let how = if a.rdma_cm {
@@ -335,6 +348,14 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if a.server || a.peer.is_some() {
+        // A server binds first: a port in use is refused before anything else.
+        let listener = match a.server.then(|| listen(a.tcp_port)).transpose() {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("rdma-direct: error: {e}");
+                return ExitCode::from(2);
+            }
+        };
         if a.device == rdma_direct::SIM_DEVICE {
             eprintln!(
                 "rdma-direct: error: the sim is one process's device: two-host conformance needs a real device (-d rxe0, -d mlx5_0)"
@@ -345,14 +366,14 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
             eprintln!("rdma-direct: error: {e}");
             return ExitCode::from(2);
         }
-        if a.server {
+        if let Some(listener) = listener {
             eprintln!(
                 "rdma-direct: serving the two-sided cases on {}; waiting for `conformance --peer` on TCP port {}{}",
                 a.device,
                 a.tcp_port,
                 if a.rdma_cm { " (QPs connected through rdma_cm)" } else { "" }
             );
-            return match two_host::serve(&a.device, a.tcp_port, how) {
+            return match two_host::serve(&a.device, &listener, how) {
                 Ok(()) => {
                     out!(
                         "conformance server on {}: served {} two-sided cases",
@@ -697,7 +718,10 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             host: h.clone(),
             port: a.tcp_port,
         }),
-        (None, true) => Some(bench::Role::Server { port: a.tcp_port }),
+        // Bound first: a port in use is refused before anything else.
+        (None, true) => Some(bench::Role::Server {
+            listener: std::sync::Arc::new(listen(a.tcp_port)?),
+        }),
         (None, false) => None,
     };
     if a.rdma_cm && role.is_none() {
@@ -715,8 +739,11 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         }
         drop(rdma_direct::Context::open_with(&base.device, base.backend)?);
         match role {
-            bench::Role::Server { port } => {
-                eprintln!("rdma-direct: waiting for a client on TCP port {port}")
+            bench::Role::Server { listener } => {
+                eprintln!(
+                    "rdma-direct: waiting for a client on TCP port {}",
+                    listener.port()
+                )
             }
             bench::Role::Client { host, port } => {
                 eprintln!("rdma-direct: connecting to {host}:{port} (retrying for up to 60 s)")

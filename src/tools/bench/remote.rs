@@ -5,10 +5,14 @@ use super::bw::{bw_loop, lanes_report, Lane};
 use super::*;
 
 /// Which side of a two-host run this process is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Role {
-    /// Waits for a client on this TCP port (perftest with no host argument).
-    Server { port: u16 },
+    /// Waits for a client on this listener, bound before the server says
+    /// it waits and kept for every size of a `-a` run (perftest with no
+    /// host argument).
+    Server {
+        listener: std::sync::Arc<rdma_direct::exchange::Listener>,
+    },
     /// Connects to a server (perftest with a host argument).
     Client { host: String, port: u16 },
 }
@@ -126,8 +130,8 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         len: size as u64,
     };
     let (peer, mut tcp, role_name, client) = match role {
-        Role::Server { port } => {
-            let (p, s) = exchange::serve(*port, &mine)?;
+        Role::Server { listener } => {
+            let (p, s) = listener.accept(&mine)?;
             (p, s, "server", false)
         }
         Role::Client { host, port } => {
@@ -255,8 +259,8 @@ fn connect_qp(
         };
         let wait = Duration::from_secs(60);
         let conn = match role {
-            Role::Server { port } => {
-                rdma_direct::cm::CmListener::bind(*port)?
+            Role::Server { listener } => {
+                rdma_direct::cm::CmListener::bind(listener.port())?
                     .accept(qp, &offer, wait)?
                     .0
             }
