@@ -35,3 +35,37 @@ fn bandwidth_follows_perftest_reduction() {
     assert!((r.bw_peak - 800.0).abs() < 1e-9, "{r:?}");
     assert!(r.row().starts_with(" 1048576    4          "));
 }
+
+#[test]
+fn a_settings_mismatch_names_the_flags_that_differ() {
+    let cfg = |size, rdma_cm, duration: Option<u64>| BwConfig {
+        lat: LatConfig {
+            size,
+            iters: 100,
+            rdma_cm,
+            ..LatConfig::default()
+        },
+        duration: duration.map(std::time::Duration::from_secs),
+        ..BwConfig::default()
+    };
+    let write = AnyTest::Lat(LatTest::Write);
+    let mine = settings_line(write, &cfg(128, false, None));
+    assert_eq!(settings_mismatch(&mine, &mine), None);
+    let theirs = settings_line(write, &cfg(64, false, None));
+    let m = settings_mismatch(&mine, &theirs).unwrap();
+    assert_eq!(m, "the two sides differ: -s 128 here, -s 64 on the peer");
+    // No Rust Debug text (`None`, `FetchAndAdd`, `false`) in any message.
+    let theirs = settings_line(AnyTest::Lat(LatTest::Read), &cfg(64, true, Some(5)));
+    let m = settings_mismatch(&mine, &theirs).unwrap();
+    assert_eq!(
+        m,
+        "the two sides differ: write_lat here, read_lat on the peer; -s 128 here, -s 64 on the peer; \
+         no -D here, -D 5 on the peer; no -R here, -R on the peer"
+    );
+    for debug in ["None", "Some", "FetchAndAdd", "false", "true"] {
+        assert!(!m.contains(debug), "{m}");
+    }
+    // A line from another version is said to be one.
+    let m = settings_mismatch(&mine, "ib_write_lat size 2 iters 1000").unwrap();
+    assert!(m.contains("not one this version reads"), "{m}");
+}
