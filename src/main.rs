@@ -276,6 +276,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any thread starts (the sim's, the spinner's).
+    if matches!(cli.cmd, Cmd::Bench(_) | Cmd::Compare(_)) {
+        progress::clear_on_interrupt();
+    }
     let tool = match &cli.cmd {
         Cmd::EncodeWqe(a) => Some(codec::encode_wqe(a)),
         Cmd::DecodeCqe(a) => Some(codec::decode_cqe(a)),
@@ -596,10 +600,12 @@ fn size_and_iters(a: &BenchArgs) -> rdma_direct::Result<(Option<u64>, Option<u32
         None => None,
         Some(n) => match u32::try_from(n) {
             Ok(n) if n >= min_iters => Some(n),
-            _ => return Err(Error::Invalid(format!(
+            _ => {
+                return Err(Error::Invalid(format!(
                 "-n (--iters) takes a count of at least {min_iters} ({min_iters}..={}), not {n}",
                 u32::MAX
-            ))),
+            )))
+            }
         },
     };
     Ok((size, iters))
@@ -771,7 +777,12 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         bw_average: r.bw_average * GBITS_PER_MB,
         ..*r
     };
-    let bar = progress::bar(sizes.len() as u64, "sizes");
+    // One size: the spinner says a run is on; a bar of 0/1 would say it again.
+    let bar = if sizes.len() > 1 {
+        progress::bar(sizes.len() as u64, "sizes")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let mut json_rows = Vec::new();
     for (k, &size) in sizes.iter().enumerate() {
         let cfg = BwConfig {

@@ -161,9 +161,7 @@ pub fn under_header(header: &str, names: &[&str], values: &[String]) -> String {
             None => 0,
         };
         let gap = usize::from(!out.is_empty());
-        let pad = end
-            .saturating_sub(out.len() + value.len())
-            .max(gap);
+        let pad = end.saturating_sub(out.len() + value.len()).max(gap);
         out.extend(std::iter::repeat(' ').take(pad));
         out.push_str(value);
     }
@@ -386,7 +384,10 @@ impl CpuCost {
         under_header(
             CPU_HEADER,
             &["post[nsec/WR]", "poll[nsec/CQE]"],
-            &[format!("{:.1}", self.post_ns), format!("{:.1}", self.poll_ns)],
+            &[
+                format!("{:.1}", self.post_ns),
+                format!("{:.1}", self.poll_ns),
+            ],
         )
     }
 }

@@ -258,7 +258,9 @@ pub fn settings_mismatch(mine: &str, theirs: &str) -> Option<String> {
     fn parse(line: &str) -> Option<(&str, Vec<(&str, &str)>)> {
         let mut it = line.split(' ');
         let test = it.next()?;
-        let pairs = it.map(|kv| kv.split_once('=')).collect::<Option<Vec<_>>>()?;
+        let pairs = it
+            .map(|kv| kv.split_once('='))
+            .collect::<Option<Vec<_>>>()?;
         Some((test, pairs))
     }
     fn spell(flag: &str, value: &str) -> String {
@@ -285,7 +287,10 @@ pub fn settings_mismatch(mine: &str, theirs: &str) -> Option<String> {
                 spell(flag, v),
                 spell(flag, w)
             )),
-            None => diffs.push(format!("{} here, the peer does not say {flag}", spell(flag, v))),
+            None => diffs.push(format!(
+                "{} here, the peer does not say {flag}",
+                spell(flag, v)
+            )),
         }
     }
     if diffs.is_empty() {

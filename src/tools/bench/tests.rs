@@ -19,7 +19,8 @@ fn report_follows_perftest_reduction() {
     assert!((r.t_stdev - 2.8722813232690143).abs() < 1e-12);
     assert_eq!(r.p99, 500.0); // index ceil(10 * 0.99) = 10
     assert!(
-        r.row().starts_with("      2          13           1.00         500.00 "),
+        r.row()
+            .starts_with("      2          13           1.00         500.00 "),
         "{:?}",
         r.row()
     );
@@ -38,8 +39,9 @@ fn bandwidth_follows_perftest_reduction() {
     // i = 1, j = 3: (5 - 1) / 3 = 1.33 ms; a single WR takes 2 ms. So 800.
     assert!((r.bw_peak - 800.0).abs() < 1e-9, "{r:?}");
     assert!(
-        r.row()
-            .starts_with("1048576               4             800.00                800.00        0.000800"),
+        r.row().starts_with(
+            "1048576               4             800.00                800.00        0.000800"
+        ),
         "{:?}",
         r.row()
     );
@@ -104,7 +106,10 @@ fn token_ends(row: &str) -> Vec<usize> {
 fn rows_line_up_under_their_headers() {
     const CPU: [&str; 2] = ["post[nsec/WR]", "poll[nsec/CQE]"];
     let cpu_cols: Vec<&str> = CPU.to_vec();
-    for (bytes, iters, t, ns) in [(2, 1000, 1.5, 80.0), (8 << 20, 4_000_000, 123456.78, 1234567.8)] {
+    for (bytes, iters, t, ns) in [
+        (2, 1000, 1.5, 80.0),
+        (8 << 20, 4_000_000, 123456.78, 1234567.8),
+    ] {
         let cpu = CpuCost {
             post_ns: ns,
             poll_ns: ns,
@@ -123,9 +128,17 @@ fn rows_line_up_under_their_headers() {
         };
         let header = format!("{LAT_HEADER}{CPU_HEADER}");
         let row = format!("{}{}", lat.row(), cpu.columns());
-        let names: Vec<&str> = LAT_COLUMNS.iter().copied().chain(cpu_cols.clone()).collect();
+        let names: Vec<&str> = LAT_COLUMNS
+            .iter()
+            .copied()
+            .chain(cpu_cols.clone())
+            .collect();
         assert!(!row.contains('\t'), "{row:?}");
-        assert_eq!(token_ends(&row), name_ends(&header, &names), "\n{header}\n{row}");
+        assert_eq!(
+            token_ends(&row),
+            name_ends(&header, &names),
+            "\n{header}\n{row}"
+        );
         let bw = BwReport {
             bytes,
             iterations: iters,
@@ -141,10 +154,18 @@ fn rows_line_up_under_their_headers() {
             format!("{BW_HEADER}{CPU_HEADER}"),
             format!("{BW_HEADER}{CPU_HEADER}").replace("MB/sec", "Gb/sec"),
         ] {
-            let unit = if header.contains("Gb/sec") { "Gb/sec" } else { "MB/sec" };
+            let unit = if header.contains("Gb/sec") {
+                "Gb/sec"
+            } else {
+                "MB/sec"
+            };
             let names: Vec<String> = names.iter().map(|n| n.replace("MB/sec", unit)).collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            assert_eq!(token_ends(&row), name_ends(&header, &names), "\n{header}\n{row}");
+            assert_eq!(
+                token_ends(&row),
+                name_ends(&header, &names),
+                "\n{header}\n{row}"
+            );
         }
     }
 }

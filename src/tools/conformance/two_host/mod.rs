@@ -346,7 +346,10 @@ type CmConn = ();
 /// its cases.
 enum Side<'a> {
     #[cfg(feature = "verbs")]
-    Server(&'a exchange::Listener, Option<&'a rdma_direct::cm::CmListener>),
+    Server(
+        &'a exchange::Listener,
+        Option<&'a rdma_direct::cm::CmListener>,
+    ),
     #[cfg(not(feature = "verbs"))]
     Server(&'a exchange::Listener, Option<&'a ()>),
     Client(&'a str, u16, Connect),
@@ -453,7 +456,8 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
     };
     for _ in two_host_cases() {
         let pd = ctx.alloc_pd()?;
-        let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Server(listener, cm_listener.as_ref()))?;
+        let (mut qp, tcp, _mr, _cm) =
+            connect_over(&pd, Side::Server(listener, cm_listener.as_ref()))?;
         let mut out = tcp
             .try_clone()
             .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
