@@ -175,7 +175,7 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
     if remote.is_none() && opcode.has_raddr() {
         let op = a.op.to_possible_value().map(|v| v.get_name().to_string());
         return Err(format!(
-            "--op {} needs --raddr and --rkey (the remote address and key)",
+            "--op {} needs --raddr and --rkey",
             op.unwrap_or_default()
         ));
     }
