@@ -148,18 +148,61 @@ pub fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
 
 /// Server side: waits on `port` (all addresses) for one client, then swaps
 /// messages. Returns the peer's facts and the connection (kept open by the
-/// caller for a closing handshake).
+/// caller for a closing handshake). [`Listener::bind`] then
+/// [`Listener::accept`]; a server that takes more than one client, or that
+/// says it waits, binds first with [`Listener::bind`] and keeps it.
+///
+/// Errors: those of [`Listener::bind`] and [`Listener::accept`].
 pub fn serve(port: u16, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
-    if port == 0 {
-        return Err(Error::Invalid(
-            "TCP port 0 is not a port a client can be told".into(),
-        ));
+    Listener::bind(port)?.accept(mine)
+}
+
+/// A server's listening TCP socket (all IPv4 addresses), bound before the
+/// server says it waits, so that a port in use is an error at once, and
+/// kept across the clients it takes (no window in which the port is free).
+#[derive(Debug)]
+pub struct Listener {
+    l: TcpListener,
+    port: u16,
+}
+
+impl Listener {
+    /// Listens on TCP `port` (1..=65535) on all IPv4 addresses.
+    ///
+    /// Errors: [`Error::Invalid`] for port 0, a port in use
+    /// (`TCP port N is in use`, EADDRINUSE) or one this process may not
+    /// bind (EACCES: below 1024 without privileges); [`Error::Exchange`]
+    /// for any other socket failure.
+    pub fn bind(port: u16) -> Result<Listener> {
+        if port == 0 {
+            return Err(Error::Invalid(
+                "TCP port 0 is not a port a client can be told".into(),
+            ));
+        }
+        let l = TcpListener::bind(("0.0.0.0", port)).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => Error::Invalid(format!("TCP port {port} is in use")),
+            std::io::ErrorKind::PermissionDenied => {
+                Error::Invalid(format!("TCP port {port} may not be bound here: {e}"))
+            }
+            _ => io(&format!("listen on TCP port {port}"), e),
+        })?;
+        Ok(Listener { l, port })
     }
-    let l = TcpListener::bind(("0.0.0.0", port))
-        .map_err(|e| io(&format!("listen on port {port}"), e))?;
-    let (mut s, _) = l.accept().map_err(|e| io("accept", e))?;
-    let peer = swap(&mut s, mine)?;
-    Ok((peer, s))
+
+    /// The TCP port listened on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Waits (without a limit) for one client, then swaps messages as
+    /// [`serve`] does. Returns the peer's facts and the connection.
+    ///
+    /// Errors: [`Error::Exchange`] when accepting fails; those of [`swap`].
+    pub fn accept(&self, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
+        let (mut s, _) = self.l.accept().map_err(|e| io("accept", e))?;
+        let peer = swap(&mut s, mine)?;
+        Ok((peer, s))
+    }
 }
 
 /// Client side: connects to `host:port`, retrying until `wait` has passed

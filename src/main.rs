@@ -121,11 +121,13 @@ struct BenchArgs {
     device: String,
     /// Message size in bytes, 1 to 8388608 [default: 2 for latency, 65536 for
     /// bandwidth tests; atomics always move 8].
-    #[arg(short = 's', long = "size")]
-    size: Option<u32>,
-    /// Number of exchanges, at least 5 [default: 1000 for latency, 5000 for bandwidth tests].
-    #[arg(short = 'n', long = "iters")]
-    iters: Option<u32>,
+    /// (reg_mr: a positive multiple of 4096, any size.)
+    #[arg(short = 's', long = "size", allow_negative_numbers = true)]
+    size: Option<i64>,
+    /// Number of exchanges, at least 5 [default: 1000 for latency, 5000 for
+    /// bandwidth tests] (reg_mr: repetitions, at least 1 [default: 5]).
+    #[arg(short = 'n', long = "iters", allow_negative_numbers = true)]
+    iters: Option<i64>,
     /// Work requests kept in flight (bandwidth tests; latency tests keep
     /// one) [default: 128].
     #[arg(short = 't', long = "tx-depth", value_parser = clap::value_parser!(u32).range(1..=16384))]
@@ -134,7 +136,8 @@ struct BenchArgs {
     /// [default: 100; 1 for messages over 8192 bytes, as perftest].
     #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..))]
     cq_mod: Option<u32>,
-    /// Messages up to this many bytes are sent inline.
+    /// Messages up to this many bytes are sent inline (the direct path, on
+    /// the sim and mlx5, takes at most 512; a verbs device, what it grants).
     #[arg(short = 'I', long = "inline_size", default_value_t = 220)]
     inline_size: u32,
     /// Port of the device.
@@ -273,6 +276,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any thread starts (the sim's, the spinner's).
+    if matches!(cli.cmd, Cmd::Bench(_) | Cmd::Compare(_)) {
+        progress::clear_on_interrupt();
+    }
     let tool = match &cli.cmd {
         Cmd::EncodeWqe(a) => Some(codec::encode_wqe(a)),
         Cmd::DecodeCqe(a) => Some(codec::decode_cqe(a)),
@@ -318,6 +325,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// The listener of a `--server`, bound before it says it waits.
+///
+/// Errors: [`rdma_direct::exchange::Listener::bind`]'s; a port in use
+/// (an [`rdma_direct::Error::Invalid`]) says to pick another with `-p`.
+fn listen(port: u16) -> rdma_direct::Result<rdma_direct::exchange::Listener> {
+    rdma_direct::exchange::Listener::bind(port).map_err(|e| match e {
+        rdma_direct::Error::Invalid(m) => {
+            rdma_direct::Error::Invalid(format!("{m}: pick another with -p"))
+        }
+        e => e,
+    })
+}
+
 fn conformance(a: &ConformanceArgs) -> ExitCode {
     use tools::conformance::{cases, run, two_host, Outcome};
     let how = if a.rdma_cm {
@@ -332,6 +352,14 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if a.server || a.peer.is_some() {
+        // A server binds first: a port in use is refused before anything else.
+        let listener = match a.server.then(|| listen(a.tcp_port)).transpose() {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("rdma-direct: error: {e}");
+                return ExitCode::from(2);
+            }
+        };
         if a.device == rdma_direct::SIM_DEVICE {
             eprintln!(
                 "rdma-direct: error: the sim is one process's device: two-host conformance needs a real device (-d rxe0, -d mlx5_0)"
@@ -342,14 +370,14 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
             eprintln!("rdma-direct: error: {e}");
             return ExitCode::from(2);
         }
-        if a.server {
+        if let Some(listener) = listener {
             eprintln!(
                 "rdma-direct: serving the two-sided cases on {}; waiting for `conformance --peer` on TCP port {}{}",
                 a.device,
                 a.tcp_port,
                 if a.rdma_cm { " (QPs connected through rdma_cm)" } else { "" }
             );
-            return match two_host::serve(&a.device, a.tcp_port, how) {
+            return match two_host::serve(&a.device, &listener, how) {
                 Ok(()) => {
                     out!(
                         "conformance server on {}: served {} two-sided cases",
@@ -542,13 +570,56 @@ fn devices(json: bool) -> rdma_direct::Result<()> {
     Ok(())
 }
 
+/// `-s` and `-n` checked against their ranges, each message naming the
+/// flag: the perftest tests take 1..=[`bench::MAX_SIZE`] bytes and
+/// [`bench::MIN_ITERS`]..=4294967295 iterations; reg_mr takes any positive
+/// size (bytes; `run_reg_mr` wants a multiple of 4096) and
+/// 1..=4294967295 repetitions.
+///
+/// Errors: [`rdma_direct::Error::Invalid`] for a value out of range.
+fn size_and_iters(a: &BenchArgs) -> rdma_direct::Result<(Option<u64>, Option<u32>)> {
+    use rdma_direct::Error;
+    let reg = matches!(a.test, Test::RegMr);
+    let size = match a.size {
+        None => None,
+        Some(s) if s >= 1 && (reg || s <= i64::from(bench::MAX_SIZE)) => Some(s as u64),
+        Some(s) if reg => {
+            return Err(Error::Invalid(format!(
+                "-s (--size): reg_mr takes a positive size in bytes (a multiple of 4096), not {s}"
+            )))
+        }
+        Some(s) => {
+            return Err(Error::Invalid(format!(
+                "-s (--size): message size {s} is not in 1..={} bytes",
+                bench::MAX_SIZE
+            )))
+        }
+    };
+    let min_iters = if reg { 1 } else { bench::MIN_ITERS };
+    let iters = match a.iters {
+        None => None,
+        Some(n) => match u32::try_from(n) {
+            Ok(n) if n >= min_iters => Some(n),
+            _ => {
+                return Err(Error::Invalid(format!(
+                "-n (--iters) takes a count of at least {min_iters} ({min_iters}..={}), not {n}",
+                u32::MAX
+            )))
+            }
+        },
+    };
+    Ok((size, iters))
+}
+
 fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     use rdma_direct::Error;
+    let (size, iters) = size_and_iters(&a)?;
     if matches!(a.test, Test::RegMr) {
-        return run_reg_mr(&a);
+        return run_reg_mr(&a, size, iters);
     }
+    let size = size.map(|s| s as u32); // at most MAX_SIZE
     let atomic = matches!(a.test, Test::Atomic | Test::AtomicBw);
-    if atomic && a.size.is_some_and(|s| s != 8) {
+    if atomic && size.is_some_and(|s| s != 8) {
         return Err(Error::Invalid(
             "atomics always move 8 bytes; -s does not apply".into(),
         ));
@@ -585,9 +656,21 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             "-l {post_list} is more than -t {tx_depth}: a post list must fit the send queue"
         )));
     }
-    if a.out_json {
-        check_output_path(&a.out_json_file)?;
+    if a.inline_size > bench::DIRECT_MAX_INLINE
+        && rdma_direct::Context::open_with(&a.device, a.backend.into())?.data_path() == "direct"
+    {
+        return Err(Error::Invalid(format!(
+            "-I (--inline_size) {}: the direct path on {} takes 0..={} inline bytes",
+            a.inline_size,
+            a.device,
+            bench::DIRECT_MAX_INLINE
+        )));
     }
+    let json_out = if a.out_json {
+        Some(OutputFile::open(&a.out_json_file)?)
+    } else {
+        None
+    };
     let lat = match a.test {
         Test::Write => Some(LatTest::Write),
         Test::Send => Some(LatTest::Send),
@@ -608,12 +691,12 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     let bw_defaults = BwConfig::default();
     let base = LatConfig {
         device: a.device.clone(),
-        size: a.size.unwrap_or(if lat.is_some() {
+        size: size.unwrap_or(if lat.is_some() {
             2
         } else {
             bw_defaults.lat.size
         }),
-        iters: a.iters.unwrap_or(if lat.is_some() {
+        iters: iters.unwrap_or(if lat.is_some() {
             1000
         } else {
             bw_defaults.lat.iters
@@ -641,7 +724,10 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             host: h.clone(),
             port: a.tcp_port,
         }),
-        (None, true) => Some(bench::Role::Server { port: a.tcp_port }),
+        // Bound first: a port in use is refused before anything else.
+        (None, true) => Some(bench::Role::Server {
+            listener: std::sync::Arc::new(listen(a.tcp_port)?),
+        }),
         (None, false) => None,
     };
     if a.rdma_cm && role.is_none() {
@@ -659,8 +745,11 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         }
         drop(rdma_direct::Context::open_with(&base.device, base.backend)?);
         match role {
-            bench::Role::Server { port } => {
-                eprintln!("rdma-direct: waiting for a client on TCP port {port}")
+            bench::Role::Server { listener } => {
+                eprintln!(
+                    "rdma-direct: waiting for a client on TCP port {}",
+                    listener.port()
+                )
             }
             bench::Role::Client { host, port } => {
                 eprintln!("rdma-direct: connecting to {host}:{port} (retrying for up to 60 s)")
@@ -688,7 +777,12 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         bw_average: r.bw_average * GBITS_PER_MB,
         ..*r
     };
-    let bar = progress::bar(sizes.len() as u64, "sizes");
+    // One size: the spinner says a run is on; a bar of 0/1 would say it again.
+    let bar = if sizes.len() > 1 {
+        progress::bar(sizes.len() as u64, "sizes")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     let mut json_rows = Vec::new();
     for (k, &size) in sizes.iter().enumerate() {
         let cfg = BwConfig {
@@ -749,7 +843,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     }
     bar.finish_and_clear();
     out!("{RESULT_LINE}");
-    if a.out_json {
+    if let Some(out) = json_out {
         let doc = serde_json::json!({
             "test": any.name(),
             "title": title,
@@ -757,11 +851,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             "bw_unit": if a.report_gbits { "Gb/sec" } else { "MB/sec" },
             "results": json_rows,
         });
-        std::fs::write(
-            &a.out_json_file,
-            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
-        )
-        .map_err(|e| Error::Invalid(format!("write {}: {e}", a.out_json_file.display())))?;
+        out.write(&(serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"))?;
         eprintln!("rdma-direct: wrote {}", a.out_json_file.display());
     }
     Ok(())
@@ -769,19 +859,20 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
 
 /// `bench reg_mr`: registration and deregistration time per size, and the
 /// pool's allocation time.
-fn run_reg_mr(a: &BenchArgs) -> rdma_direct::Result<()> {
+fn run_reg_mr(a: &BenchArgs, size: Option<u64>, iters: Option<u32>) -> rdma_direct::Result<()> {
     use rdma_direct::Error;
     if a.host.is_some() || a.server {
         return Err(Error::Invalid("reg_mr runs on one host".into()));
     }
     let backend: rdma_direct::Backend = a.backend.into();
-    let sizes: Vec<usize> = match (a.size, a.all) {
-        (Some(s), _) => vec![s as usize],
+    let sizes: Vec<usize> = match (size, a.all) {
+        (Some(s), _) => vec![usize::try_from(s)
+            .map_err(|_| Error::Invalid(format!("-s {s}: more than this machine addresses")))?],
         // 4 KiB to 1 GiB in steps of 4x.
         (None, true) => (0..10).map(|k| 4096usize << (2 * k)).collect(),
         (None, false) => vec![4096, 64 << 10, 1 << 20, 16 << 20, 256 << 20],
     };
-    let reps = a.iters.unwrap_or(5);
+    let reps = iters.unwrap_or(5);
     let rows = bench::run_reg_mr(&a.device, backend, &sizes, reps)?;
     out!("{RESULT_LINE}");
     out!(
@@ -808,32 +899,92 @@ fn run_reg_mr(a: &BenchArgs) -> rdma_direct::Result<()> {
     Ok(())
 }
 
-/// Refuses, before a run, an output file that cannot be written: its
-/// directory does not exist, or the path is a directory.
+/// An output file opened for writing before a run (created if it did not
+/// exist; an existing file keeps its contents until [`OutputFile::write`]),
+/// so a path the run could not write (`/proc/x`, a read-only file system, a
+/// directory that does not exist) is refused before anything runs. A file
+/// this created and never wrote is removed when it is dropped.
+pub(crate) struct OutputFile {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    /// This created the file and has not written it yet.
+    remove_on_drop: bool,
+}
+
+impl OutputFile {
+    /// Opens (or creates) `path` for writing.
+    ///
+    /// Errors: [`rdma_direct::Error::Invalid`] naming the path when it is a
+    /// directory, its directory does not exist, or the open fails (EROFS,
+    /// EACCES, a file system that takes no new files such as /proc).
+    pub(crate) fn open(path: &std::path::Path) -> rdma_direct::Result<OutputFile> {
+        let bad = |why: String| {
+            rdma_direct::Error::Invalid(format!("cannot write {}: {why}", path.display()))
+        };
+        if path.is_dir() {
+            return Err(bad("it is a directory".into()));
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(bad("its directory does not exist".into()));
+        }
+        let new = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path);
+        let (file, created) = match new {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| bad(format!("cannot open it for writing: {e}")))?;
+                (f, false)
+            }
+            Err(e) => return Err(bad(format!("cannot create it: {e}"))),
+        };
+        Ok(OutputFile {
+            file,
+            path: path.to_path_buf(),
+            remove_on_drop: created,
+        })
+    }
+
+    /// Replaces the file's contents with `text` (a regular file is
+    /// truncated first; a FIFO or a terminal is written as it is).
+    ///
+    /// Errors: [`rdma_direct::Error::Invalid`] naming the path when the
+    /// write fails (e.g. ENOSPC).
+    pub(crate) fn write(mut self, text: &str) -> rdma_direct::Result<()> {
+        use std::io::Write;
+        let path = self.path.clone();
+        let bad = |e: std::io::Error| {
+            rdma_direct::Error::Invalid(format!("write {}: {e}", path.display()))
+        };
+        self.remove_on_drop = false;
+        if self.file.metadata().map_err(bad)?.is_file() {
+            self.file.set_len(0).map_err(bad)?;
+        }
+        self.file.write_all(text.as_bytes()).map_err(bad)?;
+        self.file.flush().map_err(bad)
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Refuses, before a run, an output file that cannot be written (see
+/// [`OutputFile::open`], whose errors it returns); leaves no file behind.
 pub(crate) fn check_output_path(path: &std::path::Path) -> rdma_direct::Result<()> {
-    let bad = |why: &str| {
-        Err(rdma_direct::Error::Invalid(format!(
-            "cannot write {}: {why}",
-            path.display()
-        )))
-    };
-    if path.is_dir() {
-        return bad("it is a directory");
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    if !dir.is_dir() {
-        return bad("its directory does not exist");
-    }
-    let meta = std::fs::metadata(dir).map_err(|e| {
-        rdma_direct::Error::Invalid(format!("cannot write {}: {e}", path.display()))
-    })?;
-    if meta.permissions().readonly() {
-        return bad("its directory is read-only");
-    }
-    Ok(())
+    OutputFile::open(path).map(drop)
 }
 
 /// One row of `--out_json`: perftest's columns and our CPU cost.

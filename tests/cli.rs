@@ -2,12 +2,27 @@
 //! the problem (and run nothing); `compare` writes its JSON and SVG on a
 //! machine with only the sim; `bench` runs its flags on the sim.
 
+/// `eprintln!` past libtest's capture, so a skip's `SKIPPED:` marker shows
+/// (and is counted by `scripts/summarise`) even when the test passes.
+macro_rules! loud {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 use std::process::{Command, Output};
 
+/// The binary, or `None` after a `SKIPPED:` line on stderr (the marker
+/// `scripts/test` and `.ci/run` count as a skip) naming the calling test.
 fn bin() -> Option<&'static str> {
     let b = option_env!("CARGO_BIN_EXE_rdma-direct");
     if b.is_none() {
-        eprintln!("cli: SKIPPING: the rdma-direct binary is not built (feature `cli` off)");
+        let t = std::thread::current();
+        loud!(
+            "cli: {}: SKIPPED: the rdma-direct binary is not built (feature cli off)",
+            t.name().unwrap_or("?")
+        );
     }
     b
 }
@@ -250,6 +265,340 @@ fn bench_flags_run_on_the_sim() {
         assert!(o.status.success(), "{test} --adaptive 100: {}", stderr(&o));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A child process killed (and reaped) when dropped, so a failing test
+/// leaves no server behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A TCP port free right now (bound on port 0, then released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind(("0.0.0.0", 0)).expect("bind port 0");
+    l.local_addr().unwrap().port()
+}
+
+/// An ibverbs device with an ACTIVE port (the sim is one process's device
+/// and cannot run two hosts), or `None` after a `SKIPPED:` line.
+fn two_host_device(test: &str) -> Option<String> {
+    let o = run(&["devices", "--json"])?;
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).expect("devices --json");
+    let dev = list.iter().find(|d| {
+        d["name"] != "sim"
+            && d["ports"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["state"] == "ACTIVE"))
+    });
+    match dev {
+        Some(d) => d["name"].as_str().map(str::to_string),
+        None => {
+            loud!(
+                "cli: {test}: SKIPPED: no ibverbs device with an ACTIVE port (only the sim, which \
+                 runs one process); the settings check itself is tested in src/tools/bench/tests.rs"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn a_two_host_flag_mismatch_names_the_flags_that_differ() {
+    let Some(b) = bin() else { return };
+    let Some(dev) = two_host_device("a_two_host_flag_mismatch_names_the_flags_that_differ") else {
+        return;
+    };
+    let port = free_port().to_string();
+    let server = Command::new(b)
+        .args([
+            "bench",
+            "write_lat",
+            "--server",
+            "-p",
+            &port,
+            "-s",
+            "64",
+            "-n",
+            "100",
+        ])
+        .args(["-d", &dev])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let mut server = KillOnDrop(server);
+    let Some(o) = run(&[
+        "bench",
+        "write_lat",
+        "-s",
+        "128",
+        "-n",
+        "100",
+        "-p",
+        &port,
+        "-d",
+        &dev,
+        "127.0.0.1",
+    ]) else {
+        return;
+    };
+    let e = stderr(&o);
+    assert!(!o.status.success(), "the client ran: {e}");
+    assert!(e.contains("-s 128 here, -s 64 on the peer"), "{e}");
+    for debug in ["None", "FetchAndAdd", "false", "duration", "rdma_cm"] {
+        assert!(!e.contains(debug), "Debug text {debug:?} in {e:?}");
+    }
+    // The server saw the same mismatch from its side and ended.
+    let status = server.0.wait().expect("wait for the server");
+    let mut se = String::new();
+    use std::io::Read;
+    let _ = server.0.stderr.take().unwrap().read_to_string(&mut se);
+    assert!(!status.success(), "the server ran: {se}");
+    assert!(se.contains("-s 64 here, -s 128 on the peer"), "{se}");
+}
+
+#[test]
+fn a_server_whose_port_is_taken_says_so_before_waiting() {
+    let held = std::net::TcpListener::bind(("0.0.0.0", 0)).expect("bind port 0");
+    let port = held.local_addr().unwrap().port();
+    let p = port.to_string();
+    for args in [
+        &["bench", "write_lat", "--server", "-p", &p][..],
+        &["bench", "write_bw", "--server", "-p", &p, "-d", "rxe0"],
+        &["conformance", "--server", "-p", &p],
+        &["conformance", "--server", "-p", &p, "-d", "rxe0"],
+    ] {
+        let Some(o) = run(args) else { return };
+        let e = stderr(&o);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(
+            e.contains(&format!("TCP port {port} is in use")) && e.contains("-p"),
+            "{args:?}: {e:?}"
+        );
+        assert!(
+            !e.contains("waiting") && !out.contains("waiting"),
+            "{args:?} said it waits: {e:?} {out:?}"
+        );
+    }
+    drop(held);
+}
+
+#[test]
+fn an_output_file_that_cannot_be_written_is_refused_before_the_run() {
+    let dir = std::env::temp_dir().join(format!("rdma-direct-out-{}", std::process::id()));
+    let missing = dir.join("no-such-dir").join("x.json");
+    let missing = missing.to_str().unwrap();
+    // /proc takes no new files; /sys/kernel has its write bit but takes none
+    // either (EACCES), so only opening the file finds it out.
+    let paths = [
+        "/proc/rdma-direct-test.json",
+        "/sys/kernel/rdma-direct-test.json",
+        missing,
+    ];
+    for path in paths {
+        let args = [
+            "bench",
+            "write_lat",
+            "-n",
+            "100",
+            "--out_json",
+            "--out_json_file",
+            path,
+        ];
+        let Some(o) = run(&args) else { return };
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(
+            e.contains(&format!("cannot write {path}")),
+            "{args:?}: {e:?}"
+        );
+        assert!(
+            o.stdout.is_empty(),
+            "{args:?} ran: {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        for flag in ["--json", "--svg"] {
+            let args = ["compare", "-d", "sim", "--sizes", "2", flag, path];
+            let Some(o) = run(&args) else { return };
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+            assert!(
+                e.contains(&format!("cannot write {path}")),
+                "{args:?}: {e:?}"
+            );
+            assert!(o.stdout.is_empty(), "{args:?} ran");
+        }
+    }
+    // A file that can be written is, and one a refused run created is not left.
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("o.json");
+    let j = json.to_str().unwrap();
+    let Some(o) = run(&[
+        "bench",
+        "write_lat",
+        "-n",
+        "4",
+        "--out_json",
+        "--out_json_file",
+        j,
+    ]) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!json.exists(), "a refused run left {j}");
+    let Some(o) = run(&[
+        "bench",
+        "write_lat",
+        "-n",
+        "20",
+        "--out_json",
+        "--out_json_file",
+        j,
+    ]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["results"][0]["iterations"], 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn out_of_range_values_name_their_flag_and_range() {
+    let write = ["encode-wqe", "--op", "write", "--qpn", "1", "--pi", "0"];
+    let cases: &[(Vec<&str>, &[&str])] = &[
+        (
+            vec!["bench", "write_lat", "-s", "99999999999"],
+            &["-s (--size)", "1..=8388608"],
+        ),
+        (
+            vec!["bench", "write_lat", "-s", "8388609"],
+            &["-s (--size)", "1..=8388608"],
+        ),
+        (
+            vec!["bench", "write_lat", "-n", "-5"],
+            &["-n (--iters)", "at least 5", "not -5"],
+        ),
+        (
+            vec!["bench", "write_lat", "-I", "99999"],
+            &["-I (--inline_size) 99999", "0..=512"],
+        ),
+        (
+            [&write[..], &["--sq-wqebbs", "8", "--sge", "0:4:1"]].concat(),
+            &["--op write needs --raddr and --rkey"],
+        ),
+        (
+            vec!["compare", "-d", "sim", "--lat-iters", "0"],
+            &["--lat-iters 0", "at least 5"],
+        ),
+        (
+            vec!["compare", "-d", "sim", "--bw-iters", "0"],
+            &["--bw-iters 0", "at least 5"],
+        ),
+    ];
+    for (args, want) in cases {
+        let Some(o) = run(args) else { return };
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        for w in *want {
+            assert!(e.contains(w), "{args:?}: {e:?} lacks {w:?}");
+        }
+        for wrong in [
+            "0..=4294967295",
+            "unexpected argument",
+            "max_inline",
+            "needs a remote address",
+        ] {
+            assert!(!e.contains(wrong), "{args:?}: {e:?} says {wrong:?}");
+        }
+        assert!(o.stdout.is_empty(), "{args:?} ran");
+    }
+    // The ends of the ranges are taken.
+    for args in [
+        &["bench", "write_lat", "-I", "512", "-s", "512", "-n", "5"][..],
+        &["bench", "write_lat", "-s", "8388608", "-n", "5"],
+    ] {
+        let Some(o) = run(args) else { return };
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn result_rows_are_spaces_only_and_line_up_with_the_header() {
+    let Some(o) = run(&["bench", "write_bw", "-s", "8388608", "-n", "20"]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines().skip_while(|l| !l.contains("#bytes"));
+    let (header, row) = (lines.next().unwrap(), lines.next().unwrap());
+    assert!(!row.contains('\t'), "{row:?}");
+    // Each value ends where its column's name ends.
+    let ends = |s: &str, words: &[&str]| -> Vec<usize> {
+        let mut from = 0;
+        words
+            .iter()
+            .map(|w| {
+                from += s[from..].find(w).unwrap() + w.len();
+                from
+            })
+            .collect()
+    };
+    let values: Vec<&str> = row.split_whitespace().collect();
+    let names = [
+        "#bytes",
+        "#iterations",
+        "BW peak[MB/sec]",
+        "BW average[MB/sec]",
+        "MsgRate[Mpps]",
+        "post[nsec/WR]",
+        "poll[nsec/CQE]",
+    ];
+    assert_eq!(
+        ends(row, &values),
+        ends(header, &names),
+        "\n{header}\n{row}"
+    );
+}
+
+#[test]
+fn a_one_size_run_on_a_terminal_shows_no_sizes_bar() {
+    let Some(b) = bin() else { return };
+    // `script` gives the run a pseudo-terminal, so progress is drawn.
+    let cmd = format!("{b} bench write_lat -n 1000");
+    let o = match Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            loud!(
+                "cli: a_one_size_run_on_a_terminal_shows_no_sizes_bar: SKIPPED: no `script` (util-linux): {e}"
+            );
+            return;
+        }
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("#bytes"), "{out}");
+    assert!(
+        !out.contains("sizes ["),
+        "a one-size run drew a sizes bar: {out:?}"
+    );
+    // -a draws it (the check above can tell).
+    let cmd = format!("{b} bench write_lat -a -n 20");
+    let o = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("sizes ["), "-a drew no bar: {out:?}");
 }
 
 /// The README's recipe for getting compare's files out of the soft-RoCE

@@ -172,6 +172,13 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
     if remote.is_some() && !opcode.has_raddr() {
         return Err("--raddr and --rkey are for write, write-imm, read, cas and faa".into());
     }
+    if remote.is_none() && opcode.has_raddr() {
+        let op = a.op.to_possible_value().map(|v| v.get_name().to_string());
+        return Err(format!(
+            "--op {} needs --raddr and --rkey",
+            op.unwrap_or_default()
+        ));
+    }
     if a.free_wqebbs.is_some_and(|f| f > a.sq_wqebbs) {
         return Err(format!(
             "--free-wqebbs exceeds the {}-WQEBB ring",

@@ -148,11 +148,15 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     }
     crate::check_output_path(&a.json)?;
     crate::check_output_path(&a.svg)?;
-    if a.lat_iters < bench::MIN_ITERS || a.bw_iters < bench::MIN_ITERS {
-        return Err(Error::Invalid(format!(
-            "iterations must be at least {}",
-            bench::MIN_ITERS
-        )));
+    for (flag, n) in [("--lat-iters", a.lat_iters), ("--bw-iters", a.bw_iters)] {
+        if n < bench::MIN_ITERS {
+            return Err(Error::Invalid(format!(
+                "{flag} {n}: an iteration count must be at least {} ({}..={})",
+                bench::MIN_ITERS,
+                bench::MIN_ITERS,
+                u32::MAX
+            )));
+        }
     }
     let targets = targets(&a.devices)?;
     let mut plan = Vec::new();

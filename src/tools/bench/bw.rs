@@ -97,13 +97,31 @@ pub const PEAK_MAX_ITERS: u32 = 20_000;
 /// perftest's bandwidth header line.
 pub const BW_HEADER: &str =
     " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+/// The column names of [`BW_HEADER`], in order (`--report_gbits` prints
+/// `Gb/sec` for `MB/sec`, names of the same length).
+pub const BW_COLUMNS: [&str; 5] = [
+    "#bytes",
+    "#iterations",
+    "BW peak[MB/sec]",
+    "BW average[MB/sec]",
+    "MsgRate[Mpps]",
+];
 
 impl BwReport {
-    /// The row as perftest prints it (`REPORT_FMT`).
+    /// The row under [`BW_HEADER`]: perftest's columns (`REPORT_FMT`;
+    /// bandwidth two decimals, message rate six), each value right-aligned
+    /// under its column's name ([`under_header`]).
     pub fn row(&self) -> String {
-        format!(
-            " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-            self.bytes, self.iterations, self.bw_peak, self.bw_average, self.msg_rate
+        under_header(
+            BW_HEADER,
+            &BW_COLUMNS,
+            &[
+                self.bytes.to_string(),
+                self.iterations.to_string(),
+                format!("{:.2}", self.bw_peak),
+                format!("{:.2}", self.bw_average),
+                format!("{:.6}", self.msg_rate),
+            ],
         )
     }
 

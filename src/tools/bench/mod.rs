@@ -20,6 +20,10 @@ pub const LAT_MEASURE_TAIL: usize = 2;
 pub const MIN_ITERS: u32 = 5;
 /// Largest message perftest sends (`-a` goes to 2^23).
 pub const MAX_SIZE: u32 = 8 << 20;
+/// The most bytes a WQE of the direct path (the sim, mlx5) carries inline:
+/// `Pd::create_qp` refuses a larger `QpConfig::max_inline` there (the
+/// library's `backend::direct::MAX_INLINE`). The largest `-I` on that path.
+pub const DIRECT_MAX_INLINE: u32 = 512;
 /// How long a wait for the device may take before the benchmark gives up.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
@@ -124,6 +128,47 @@ pub struct LatReport {
 
 /// perftest's latency header line.
 pub const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+/// The column names of [`LAT_HEADER`], in order.
+pub const LAT_COLUMNS: [&str; 9] = [
+    "#bytes",
+    "#iterations",
+    "t_min[usec]",
+    "t_max[usec]",
+    "t_typical[usec]",
+    "t_avg[usec]",
+    "t_stdev[usec]",
+    "99% percentile[usec]",
+    "99.9% percentile[usec]",
+];
+
+/// Lays `values` out under `header`, whose column names `names` holds in
+/// order: each value ends where its name ends (numbers right-aligned under
+/// their names), separated by spaces only, and the line is padded with
+/// spaces to the header's length, so columns printed after it (as
+/// [`CPU_HEADER`]'s after perftest's) line up too. A value wider than its
+/// column pushes the rest of the row right; one space always separates two
+/// values. A name missing from `header` gets its value one space after the
+/// previous one.
+pub fn under_header(header: &str, names: &[&str], values: &[String]) -> String {
+    let mut out = String::with_capacity(header.len());
+    let mut from = 0;
+    for (name, value) in names.iter().zip(values) {
+        let end = match header[from..].find(name) {
+            Some(i) => {
+                from += i + name.len();
+                from
+            }
+            None => 0,
+        };
+        let gap = usize::from(!out.is_empty());
+        let pad = end.saturating_sub(out.len() + value.len()).max(gap);
+        out.extend(std::iter::repeat(' ').take(pad));
+        out.push_str(value);
+    }
+    let pad = header.len().saturating_sub(out.len());
+    out.extend(std::iter::repeat(' ').take(pad));
+    out
+}
 /// perftest's separator line.
 pub const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
@@ -169,20 +214,26 @@ impl LatReport {
         }
     }
 
-    /// The row as perftest 4.5 prints it (`REPORT_FMT_LAT` in
-    /// `src/perftest_parameters.h`), so column-based parsers keep working.
+    /// The row under [`LAT_HEADER`]: perftest 4.5's columns (`REPORT_FMT_LAT`
+    /// in `src/perftest_parameters.h`; times in usec, two decimals), each
+    /// value right-aligned under its column's name ([`under_header`]), so
+    /// whitespace-splitting parsers keep working and the columns line up.
     pub fn row(&self) -> String {
-        format!(
-            " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
-            self.bytes,
-            self.iterations,
-            self.t_min,
-            self.t_max,
-            self.t_typical,
-            self.t_avg,
-            self.t_stdev,
-            self.p99,
-            self.p99_9
+        let t = |v: f64| format!("{v:.2}");
+        under_header(
+            LAT_HEADER,
+            &LAT_COLUMNS,
+            &[
+                self.bytes.to_string(),
+                self.iterations.to_string(),
+                t(self.t_min),
+                t(self.t_max),
+                t(self.t_typical),
+                t(self.t_avg),
+                t(self.t_stdev),
+                t(self.p99),
+                t(self.p99_9),
+            ],
         )
     }
 }
@@ -327,9 +378,17 @@ pub struct CpuCost {
 pub const CPU_HEADER: &str = "   post[nsec/WR]   poll[nsec/CQE]";
 
 impl CpuCost {
-    /// The two columns under [`CPU_HEADER`].
+    /// The two columns under [`CPU_HEADER`] (ns, one decimal), right-aligned
+    /// under their names ([`under_header`]).
     pub fn columns(&self) -> String {
-        format!("   {:<13.1}   {:<13.1}", self.post_ns, self.poll_ns)
+        under_header(
+            CPU_HEADER,
+            &["post[nsec/WR]", "poll[nsec/CQE]"],
+            &[
+                format!("{:.1}", self.post_ns),
+                format!("{:.1}", self.poll_ns),
+            ],
+        )
     }
 }
 

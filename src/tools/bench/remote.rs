@@ -5,10 +5,14 @@ use super::bw::{bw_loop, lanes_report, Lane};
 use super::*;
 
 /// Which side of a two-host run this process is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Role {
-    /// Waits for a client on this TCP port (perftest with no host argument).
-    Server { port: u16 },
+    /// Waits for a client on this listener, bound before the server says
+    /// it waits and kept for every size of a `-a` run (perftest with no
+    /// host argument).
+    Server {
+        listener: std::sync::Arc<rdma_direct::exchange::Listener>,
+    },
     /// Connects to a server (perftest with a host argument).
     Client { host: String, port: u16 },
 }
@@ -126,8 +130,8 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         len: size as u64,
     };
     let (peer, mut tcp, role_name, client) = match role {
-        Role::Server { port } => {
-            let (p, s) = exchange::serve(*port, &mine)?;
+        Role::Server { listener } => {
+            let (p, s) = listener.accept(&mine)?;
             (p, s, "server", false)
         }
         Role::Client { host, port } => {
@@ -136,23 +140,11 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         }
     };
     // Both sides must run the same thing: one line each way.
-    let params = format!(
-        "{} size {size} iters {} tx_depth {} cq_mod {} post_list {} qps {} duration {:?} atomic {:?} rdma_cm {}",
-        test.perftest_name(),
-        lat.iters,
-        cfg.tx_depth,
-        cfg.cq_mod,
-        cfg.post_list,
-        cfg.qps,
-        cfg.duration.or(lat.duration),
-        lat.atomic,
-        lat.rdma_cm
-    );
+    let params = settings_line(test, cfg);
     let theirs = exchange::swap_line(&mut tcp, &params)?;
-    if theirs.trim_end() != params {
+    if let Some(diff) = settings_mismatch(&params, theirs.trim_end()) {
         return Err(Error::Exchange(format!(
-            "this side runs `{params}`, the peer `{}`: give both sides the same test and flags",
-            theirs.trim_end()
+            "{diff}: give both sides the same test and flags"
         )));
     }
     if peer.len < size as u64
@@ -227,6 +219,89 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     })
 }
 
+/// The settings both sides of a two-host run must share, as one line for
+/// [`rdma_direct::exchange::swap_line`]: the test's name, then `FLAG=VALUE`
+/// for `-s` (bytes; 8 for the atomics), `-n`, `-t`, `-Q`, `-l`, `-q`, `-D`
+/// (seconds, or `none`), `-A` and `-R` (`yes`/`no`), flags spelled as the
+/// CLI spells them. [`settings_mismatch`] compares two.
+pub fn settings_line(test: AnyTest, cfg: &BwConfig) -> String {
+    let lat = &cfg.lat;
+    let size = if test.moves_8_bytes() { 8 } else { lat.size };
+    let duration = cfg
+        .duration
+        .or(lat.duration)
+        .map_or("none".to_string(), |d| d.as_secs().to_string());
+    let atomic = match lat.atomic {
+        AtomicKind::FetchAndAdd => "FETCH_AND_ADD",
+        AtomicKind::CmpAndSwap => "CMP_AND_SWAP",
+    };
+    format!(
+        "{} -s={size} -n={} -t={} -Q={} -l={} -q={} -D={duration} -A={atomic} -R={}",
+        test.name(),
+        lat.iters,
+        cfg.tx_depth,
+        cfg.cq_mod,
+        cfg.post_list,
+        cfg.qps,
+        if lat.rdma_cm { "yes" } else { "no" }
+    )
+}
+
+/// What differs between this side's [`settings_line`] and the peer's, in
+/// the CLI's words (`-s 128 here, -s 64 on the peer; -R here, no -R on the
+/// peer`), or `None` when they agree. A line that is not a settings line
+/// (another version of this tool) is said to be one.
+pub fn settings_mismatch(mine: &str, theirs: &str) -> Option<String> {
+    if mine == theirs {
+        return None;
+    }
+    fn parse(line: &str) -> Option<(&str, Vec<(&str, &str)>)> {
+        let mut it = line.split(' ');
+        let test = it.next()?;
+        let pairs = it
+            .map(|kv| kv.split_once('='))
+            .collect::<Option<Vec<_>>>()?;
+        Some((test, pairs))
+    }
+    fn spell(flag: &str, value: &str) -> String {
+        match (flag, value) {
+            ("-R", "yes") => "-R".into(),
+            ("-R", _) | ("-D", "none") => format!("no {flag}"),
+            _ => format!("{flag} {value}"),
+        }
+    }
+    let (Some((my_test, my)), Some((their_test, their))) = (parse(mine), parse(theirs)) else {
+        return Some(format!(
+            "the peer's settings line {theirs:?} is not one this version reads: run the same rdma-direct on both sides"
+        ));
+    };
+    let mut diffs = Vec::new();
+    if my_test != their_test {
+        diffs.push(format!("{my_test} here, {their_test} on the peer"));
+    }
+    for &(flag, v) in &my {
+        match their.iter().find(|(f, _)| *f == flag) {
+            Some(&(_, w)) if w == v => {}
+            Some(&(_, w)) => diffs.push(format!(
+                "{} here, {} on the peer",
+                spell(flag, v),
+                spell(flag, w)
+            )),
+            None => diffs.push(format!(
+                "{} here, the peer does not say {flag}",
+                spell(flag, v)
+            )),
+        }
+    }
+    if diffs.is_empty() {
+        // The same pairs in another order or with more: another version.
+        return Some(format!(
+            "the peer's settings line {theirs:?} is not this side's {mine:?}: run the same rdma-direct on both sides"
+        ));
+    }
+    Some(format!("the two sides differ: {}", diffs.join("; ")))
+}
+
 #[cfg(feature = "verbs")]
 type CmConn = rdma_direct::cm::CmConnection;
 #[cfg(not(feature = "verbs"))]
@@ -255,8 +330,8 @@ fn connect_qp(
         };
         let wait = Duration::from_secs(60);
         let conn = match role {
-            Role::Server { port } => {
-                rdma_direct::cm::CmListener::bind(*port)?
+            Role::Server { listener } => {
+                rdma_direct::cm::CmListener::bind(listener.port())?
                     .accept(qp, &offer, wait)?
                     .0
             }
@@ -292,7 +367,8 @@ fn connect_qp(
 ///   perftest), since the server reposts at its own pace.
 ///
 /// Errors: as the one-process runs; [`Error::Exchange`] when the two sides
-/// disagree on the test, size, iterations, TX depth or CQ moderation.
+/// disagree on the test or a flag of [`settings_line`], naming each flag
+/// that differs ([`settings_mismatch`]).
 pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo, AnyReport)> {
     let lat = &cfg.lat;
     let size_asked = if test.moves_8_bytes() { 8 } else { lat.size };

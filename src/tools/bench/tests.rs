@@ -18,7 +18,12 @@ fn report_follows_perftest_reduction() {
     assert_eq!(r.t_avg, 5.5);
     assert!((r.t_stdev - 2.8722813232690143).abs() < 1e-12);
     assert_eq!(r.p99, 500.0); // index ceil(10 * 0.99) = 10
-    assert!(r.row().starts_with(" 2       13          1.00 "));
+    assert!(
+        r.row()
+            .starts_with("      2          13           1.00         500.00 "),
+        "{:?}",
+        r.row()
+    );
 }
 
 #[test]
@@ -33,5 +38,134 @@ fn bandwidth_follows_perftest_reduction() {
     // Peak: best window is i = 0..j = 3: (5 - 0) / 4 = 1.25 ms per MiB = 800 MiB/s;
     // i = 1, j = 3: (5 - 1) / 3 = 1.33 ms; a single WR takes 2 ms. So 800.
     assert!((r.bw_peak - 800.0).abs() < 1e-9, "{r:?}");
-    assert!(r.row().starts_with(" 1048576    4          "));
+    assert!(
+        r.row().starts_with(
+            "1048576               4             800.00                800.00        0.000800"
+        ),
+        "{:?}",
+        r.row()
+    );
+}
+
+#[test]
+fn a_settings_mismatch_names_the_flags_that_differ() {
+    let cfg = |size, rdma_cm, duration: Option<u64>| BwConfig {
+        lat: LatConfig {
+            size,
+            iters: 100,
+            rdma_cm,
+            ..LatConfig::default()
+        },
+        duration: duration.map(std::time::Duration::from_secs),
+        ..BwConfig::default()
+    };
+    let write = AnyTest::Lat(LatTest::Write);
+    let mine = settings_line(write, &cfg(128, false, None));
+    assert_eq!(settings_mismatch(&mine, &mine), None);
+    let theirs = settings_line(write, &cfg(64, false, None));
+    let m = settings_mismatch(&mine, &theirs).unwrap();
+    assert_eq!(m, "the two sides differ: -s 128 here, -s 64 on the peer");
+    // No Rust Debug text (`None`, `FetchAndAdd`, `false`) in any message.
+    let theirs = settings_line(AnyTest::Lat(LatTest::Read), &cfg(64, true, Some(5)));
+    let m = settings_mismatch(&mine, &theirs).unwrap();
+    assert_eq!(
+        m,
+        "the two sides differ: write_lat here, read_lat on the peer; -s 128 here, -s 64 on the peer; \
+         no -D here, -D 5 on the peer; no -R here, -R on the peer"
+    );
+    for debug in ["None", "Some", "FetchAndAdd", "false", "true"] {
+        assert!(!m.contains(debug), "{m}");
+    }
+    // A line from another version is said to be one.
+    let m = settings_mismatch(&mine, "ib_write_lat size 2 iters 1000").unwrap();
+    assert!(m.contains("not one this version reads"), "{m}");
+}
+
+/// Where each of `names` ends in `header` (exclusive), in order.
+fn name_ends(header: &str, names: &[&str]) -> Vec<usize> {
+    let mut from = 0;
+    names
+        .iter()
+        .map(|n| {
+            from += header[from..].find(n).expect("name in header") + n.len();
+            from
+        })
+        .collect()
+}
+
+/// Where each whitespace-separated token of `row` ends (exclusive).
+fn token_ends(row: &str) -> Vec<usize> {
+    let b = row.as_bytes();
+    (0..b.len())
+        .filter(|&i| b[i] != b' ' && b.get(i + 1).map_or(true, |&c| c == b' '))
+        .map(|i| i + 1)
+        .collect()
+}
+
+#[test]
+fn rows_line_up_under_their_headers() {
+    const CPU: [&str; 2] = ["post[nsec/WR]", "poll[nsec/CQE]"];
+    let cpu_cols: Vec<&str> = CPU.to_vec();
+    for (bytes, iters, t, ns) in [
+        (2, 1000, 1.5, 80.0),
+        (8 << 20, 4_000_000, 123456.78, 1234567.8),
+    ] {
+        let cpu = CpuCost {
+            post_ns: ns,
+            poll_ns: ns,
+        };
+        let lat = LatReport {
+            bytes,
+            iterations: iters,
+            t_min: t,
+            t_max: t,
+            t_typical: t,
+            t_avg: t,
+            t_stdev: t,
+            p99: t,
+            p99_9: t,
+            cpu,
+        };
+        let header = format!("{LAT_HEADER}{CPU_HEADER}");
+        let row = format!("{}{}", lat.row(), cpu.columns());
+        let names: Vec<&str> = LAT_COLUMNS
+            .iter()
+            .copied()
+            .chain(cpu_cols.clone())
+            .collect();
+        assert!(!row.contains('\t'), "{row:?}");
+        assert_eq!(
+            token_ends(&row),
+            name_ends(&header, &names),
+            "\n{header}\n{row}"
+        );
+        let bw = BwReport {
+            bytes,
+            iterations: iters,
+            bw_peak: t,
+            bw_average: t,
+            msg_rate: t,
+            cpu,
+        };
+        let names: Vec<&str> = BW_COLUMNS.iter().copied().chain(cpu_cols.clone()).collect();
+        let row = format!("{}{}", bw.row(), cpu.columns());
+        assert!(!row.contains('\t'), "{row:?}");
+        for header in [
+            format!("{BW_HEADER}{CPU_HEADER}"),
+            format!("{BW_HEADER}{CPU_HEADER}").replace("MB/sec", "Gb/sec"),
+        ] {
+            let unit = if header.contains("Gb/sec") {
+                "Gb/sec"
+            } else {
+                "MB/sec"
+            };
+            let names: Vec<String> = names.iter().map(|n| n.replace("MB/sec", unit)).collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            assert_eq!(
+                token_ends(&row),
+                name_ends(&header, &names),
+                "\n{header}\n{row}"
+            );
+        }
+    }
 }

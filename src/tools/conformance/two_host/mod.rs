@@ -346,9 +346,12 @@ type CmConn = ();
 /// its cases.
 enum Side<'a> {
     #[cfg(feature = "verbs")]
-    Server(u16, Option<&'a rdma_direct::cm::CmListener>),
+    Server(
+        &'a exchange::Listener,
+        Option<&'a rdma_direct::cm::CmListener>,
+    ),
     #[cfg(not(feature = "verbs"))]
-    Server(u16, Option<&'a ()>),
+    Server(&'a exchange::Listener, Option<&'a ()>),
     Client(&'a str, u16, Connect),
 }
 
@@ -371,7 +374,7 @@ fn connect_over(
         len: 64,
     };
     let (peer, mut tcp) = match side {
-        Side::Server(port, _) => exchange::serve(port, &mine)?,
+        Side::Server(listener, _) => listener.accept(&mine)?,
         Side::Client(host, port, _) => {
             exchange::connect(host, port, Duration::from_secs(60), &mine)?
         }
@@ -434,24 +437,27 @@ fn agree_on(tcp: &mut TcpStream, how: Connect) -> rdma_direct::Result<()> {
     Ok(())
 }
 
-/// Serves the two-sided cases to one client on `port`, one connection per
-/// case, each with a fresh QP connected as `how` says; returns after the
-/// last case.
-pub fn serve(dev: &str, port: u16, how: Connect) -> rdma_direct::Result<()> {
+/// Serves the two-sided cases to one client on `listener` (bound by the
+/// caller before it says it waits, kept across the cases), one connection
+/// per case, each with a fresh QP connected as `how` says; returns after
+/// the last case. With [`Connect::RdmaCm`] the CM listens on the same port
+/// number.
+pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_direct::Result<()> {
     let ctx = Context::open(dev)?;
     #[cfg(feature = "verbs")]
-    let listener = match how {
+    let cm_listener = match how {
         Connect::Tcp => None,
-        Connect::RdmaCm => Some(rdma_direct::cm::CmListener::bind(port)?),
+        Connect::RdmaCm => Some(rdma_direct::cm::CmListener::bind(listener.port())?),
     };
     #[cfg(not(feature = "verbs"))]
-    let listener: Option<()> = match how {
+    let cm_listener: Option<()> = match how {
         Connect::Tcp => None,
         Connect::RdmaCm => return Err(Error::Invalid("rdma_cm needs the `verbs` feature".into())),
     };
     for _ in two_host_cases() {
         let pd = ctx.alloc_pd()?;
-        let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Server(port, listener.as_ref()))?;
+        let (mut qp, tcp, _mr, _cm) =
+            connect_over(&pd, Side::Server(listener, cm_listener.as_ref()))?;
         let mut out = tcp
             .try_clone()
             .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
