@@ -146,8 +146,8 @@ pub fn run(a: &CompareArgs) -> Result<()> {
             a.json.display()
         )));
     }
-    crate::check_output_path(&a.json)?;
-    crate::check_output_path(&a.svg)?;
+    super::output::check_output_path(&a.json)?;
+    super::output::check_output_path(&a.svg)?;
     for (flag, n) in [("--lat-iters", a.lat_iters), ("--bw-iters", a.bw_iters)] {
         if n < bench::MIN_ITERS {
             return Err(Error::Invalid(format!(
@@ -246,7 +246,7 @@ fn replot(src: &std::path::Path, svg: &std::path::Path) -> Result<()> {
             src.display()
         )));
     }
-    crate::check_output_path(svg)?;
+    super::output::check_output_path(svg)?;
     let text = std::fs::read_to_string(src)
         .map_err(|e| Error::Invalid(format!("read {}: {e}", src.display())))?;
     let rows =

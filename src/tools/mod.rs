@@ -10,6 +10,7 @@ pub mod bench;
 pub mod codec;
 pub mod compare;
 pub mod conformance;
+pub mod output;
 pub mod progress;
 
 #[cfg(test)]
