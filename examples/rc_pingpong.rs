@@ -24,7 +24,7 @@ const USAGE: &str = "\
 usage: rc_pingpong [-d DEV] [-p PORT] [-s SIZE] [-n ITERS] [-g GID_INDEX] [-e] [HOST]
   -d, --ib-dev DEV     device (default: sim; both sides run as two threads of this process)
   -p, --port PORT      TCP port of the QP exchange (default 18515)
-  -s, --size SIZE      bytes per SEND (default 4096)
+  -s, --size SIZE      bytes per SEND, 1..=1073741824 (default 4096)
   -n, --iters ITERS    round trips (default 1000)
   -g, --gid-idx INDEX  local GID index (default: the device's)
   -e, --events         sleep on CQ events instead of polling
@@ -49,6 +49,10 @@ struct Args {
 }
 
 /// The flags (see [`USAGE`]); `Err` names the bad argument.
+/// Largest `-s` in bytes (1 GiB; a message may be up to 2^31 bytes, but
+/// each side registers two buffers of this size).
+const MAX_SIZE: u32 = 1 << 30;
+
 fn args() -> Result<Parsed, String> {
     let mut a = Args {
         dev: rdma_direct::SIM_DEVICE.into(),
@@ -76,6 +80,13 @@ fn args() -> Result<Parsed, String> {
     }
     if a.size == 0 || a.iters == 0 {
         return Err("-s and -n must be at least 1".into());
+    }
+    // Checked before anything is allocated: each side registers 2 x size.
+    if a.size > MAX_SIZE {
+        return Err(format!(
+            "-s {} is more than {MAX_SIZE} bytes (1 GiB), the largest SEND this example makes",
+            a.size
+        ));
     }
     Ok(Parsed::Run(a))
 }

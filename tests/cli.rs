@@ -901,3 +901,62 @@ fn examples_print_usage_on_help_and_exit_2_on_a_bad_argument() {
         }
     }
 }
+
+/// From the break-it review: `--from-json` refuses values a run cannot
+/// measure (1e308 used to loop for ever drawing decades of ticks) and an
+/// output that is its input however spelled (`./x`, a symbolic link).
+#[test]
+fn compare_from_json_refuses_absurd_values_and_its_own_input() {
+    let Some(_) = bin() else { return };
+    let dir = std::env::temp_dir().join(format!("rdma-direct-cli-fromjson-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let row = |t: &str| {
+        format!(
+            r#"[{{"test":"write_lat","bytes":64,"device":"sim","data_path":"direct","t_typical_us":{t},"t_avg_us":1.0,"p99_us":1.0}}]"#
+        )
+    };
+    let huge = dir.join("huge.json");
+    std::fs::write(&huge, row("1e308")).unwrap();
+    let svg = dir.join("out.svg");
+    let Some(o) = run(&[
+        "compare",
+        "--from-json",
+        huge.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("t_typical_us"), "{}", stderr(&o));
+    assert!(!svg.exists(), "a refused input wrote {}", svg.display());
+    let good = dir.join("good.json");
+    std::fs::write(&good, row("1.5")).unwrap();
+    std::os::unix::fs::symlink(&good, dir.join("link.svg")).unwrap();
+    let dotted = format!("{}/./good.json", dir.display());
+    let link = dir.join("link.svg");
+    for out in [dotted.as_str(), link.to_str().unwrap()] {
+        let Some(o) = run(&[
+            "compare",
+            "--from-json",
+            good.to_str().unwrap(),
+            "--svg",
+            out,
+        ]) else {
+            return;
+        };
+        assert_eq!(o.status.code(), Some(2), "--svg {out}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("are both"),
+            "--svg {out}: {}",
+            stderr(&o)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&good).unwrap(),
+        row("1.5"),
+        "the input was overwritten"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -78,6 +78,11 @@ fn run_everywhere(case: &Case) -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
+    if args.test_threads == Some(0) {
+        // As libtest says it (libtest-mimic would wait for ever on no thread).
+        eprintln!("error: argument for --test-threads must not be 0");
+        std::process::exit(101);
+    }
     let trials = cases()
         .iter()
         .map(|c| Trial::test(c.name, move || run_everywhere(c)))

@@ -140,7 +140,7 @@ pub fn run(a: &CompareArgs) -> Result<()> {
             bench::MAX_SIZE
         )));
     }
-    if a.json == a.svg {
+    if same_file(&a.json, &a.svg) {
         return Err(Error::Invalid(format!(
             "--json and --svg are both {}",
             a.json.display()
@@ -237,16 +237,43 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     Ok(())
 }
 
+/// Whether `a` and `b` name one file however spelled (`x` and `./x`, a
+/// symbolic or a hard link): the same device and inode when both exist,
+/// else the same canonical directory and file name.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return x.dev() == y.dev() && x.ino() == y.ino();
+    }
+    let canon = |p: &std::path::Path| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        Some((std::fs::canonicalize(dir).ok()?, p.file_name()?.to_owned()))
+    };
+    a == b || matches!((canon(a), canon(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// `--from-json SRC --svg SVG`: reads the rows `json_text` wrote and writes
 /// their plot; nothing runs.
 fn replot(src: &std::path::Path, svg: &std::path::Path) -> Result<()> {
-    if src == svg {
+    if same_file(src, svg) {
         return Err(Error::Invalid(format!(
             "--from-json and --svg are both {}",
             src.display()
         )));
     }
     super::output::check_output_path(svg)?;
+    // A regular file of at most 64 MiB (not /dev/zero, not a FIFO).
+    let meta = std::fs::metadata(src)
+        .map_err(|e| Error::Invalid(format!("read {}: {e}", src.display())))?;
+    if !meta.is_file() || meta.len() > 64 << 20 {
+        return Err(Error::Invalid(format!(
+            "--from-json {}: not a regular file of at most 64 MiB (what compare --json writes)",
+            src.display()
+        )));
+    }
     let text = std::fs::read_to_string(src)
         .map_err(|e| Error::Invalid(format!("read {}: {e}", src.display())))?;
     let rows =
@@ -283,11 +310,13 @@ fn rows_from_json(text: &str) -> std::result::Result<Vec<Row>, String> {
         };
         let num = |k: &str| match r.get(k) {
             None | Some(Value::Null) => Ok(None),
+            // 0 (nothing measured) or within what a run can measure: the
+            // log axes span 1e-9..=1e12, never an endless range of decades.
             Some(v) => v
                 .as_f64()
-                .filter(|x| x.is_finite() && *x >= 0.0)
+                .filter(|x| *x == 0.0 || (1e-9..=1e12).contains(x))
                 .map(Some)
-                .ok_or(format!("{k:?} is not a number >= 0")),
+                .ok_or(format!("{k:?} is not 0 or a number in 1e-9..=1e12")),
         };
         let test = parse_test(text("test")?).map_err(|e| match e {
             Error::Invalid(m) => m,
@@ -442,7 +471,10 @@ fn marker(
 /// 1 and 3, or only the powers of ten, whichever first gives at most `max`.
 /// Each value is the double nearest its decimal, so it prints as that.
 fn log_ticks(lo: f64, hi: f64, max: usize) -> Vec<f64> {
-    let (e0, e1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    // At most 64 decades, whatever the bounds (the rows are checked to
+    // 1e-9..=1e12; this keeps a bad bound from looping for ever).
+    let e0 = lo.log10().floor().clamp(-32.0, 32.0) as i32;
+    let e1 = hi.log10().ceil().clamp(-32.0, 32.0) as i32;
     let mut out = Vec::new();
     for mantissas in [&[1, 2, 5][..], &[1, 3], &[1]] {
         out = (e0..=e1)
