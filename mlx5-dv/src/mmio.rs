@@ -13,6 +13,8 @@
 //!
 //! Each also carries the matching Rust atomic fence, so that the software device
 //! (`sim`) running on another thread sees the same order under Rust's memory model.
+//! Under Miri only the Rust fence is there (Miri runs neither the x86
+//! intrinsics nor `asm!`); it is what orders the sim's thread in the model.
 //! The write barriers carry a release fence, not a sequentially consistent one:
 //! on x86_64 `fence(SeqCst)` is an `mfence` (tens of cycles, and it drains the
 //! store buffer), which rdma-core does not issue there, and the sim observes
@@ -25,7 +27,7 @@ use core::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
 #[inline(always)]
 pub fn to_device_barrier() {
     fence(Ordering::Release);
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: a barrier instruction; touches no memory.
     unsafe {
         core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
@@ -36,12 +38,12 @@ pub fn to_device_barrier() {
 /// reads of the rest of that entry. rdma-core: `udma_from_device_barrier`.
 #[inline(always)]
 pub fn from_device_barrier() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: `lfence` is available on every x86_64 CPU; touches no memory.
     unsafe {
         core::arch::x86_64::_mm_lfence()
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: a barrier instruction; touches no memory.
     unsafe {
         core::arch::asm!("dmb oshld", options(nostack, preserves_flags))
@@ -54,12 +56,12 @@ pub fn from_device_barrier() {
 #[inline(always)]
 pub fn wc_start_barrier() {
     fence(Ordering::Release);
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: `sfence` is available on every x86_64 CPU; touches no memory.
     unsafe {
         core::arch::x86_64::_mm_sfence()
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: a barrier instruction; touches no memory.
     unsafe {
         core::arch::asm!("dmb oshst", options(nostack, preserves_flags))
@@ -70,12 +72,12 @@ pub fn wc_start_barrier() {
 /// rdma-core: `mmio_flush_writes`.
 #[inline(always)]
 pub fn wc_flush_barrier() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: as above.
     unsafe {
         core::arch::x86_64::_mm_sfence()
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: as above.
     unsafe {
         core::arch::asm!("dsb st", options(nostack, preserves_flags))

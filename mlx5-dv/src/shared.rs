@@ -74,9 +74,16 @@ mod tests {
 
     #[test]
     fn copies_every_alignment_and_overlap_as_ptr_copy() {
+        // Under Miri (where the 81 offset pairs take 40 s) fewer offsets: the
+        // copies are byte by byte, so alignment changes no code path.
+        let offs: &[usize] = if cfg!(miri) {
+            &[0, 1, 5, 8]
+        } else {
+            &[0, 1, 2, 3, 4, 5, 6, 7, 8]
+        };
         for len in [0usize, 1, 7, 8, 9, 31, 64, 100] {
-            for so in 0..9 {
-                for dof in 0..9 {
+            for &so in offs {
+                for &dof in offs {
                     let src: Vec<u8> = (0..128u8).collect();
                     let mut a = [0u8; 128];
                     // SAFETY: in bounds of our own vectors.

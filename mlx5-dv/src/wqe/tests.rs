@@ -481,9 +481,23 @@ fn wrapped_and_direct_writes_lay_out_the_same_bytes() {
         wqe(WqeOpcode::RDMA_READ, Payload::Sges(&sges[..1])),
         wqe(WqeOpcode::NOP, Payload::Inline(&[])),
     ];
-    for len in [
-        1, 3, 4, 7, 8, 12, 13, 15, 16, 28, 31, 32, 60, 64, 65, 100, 200,
-    ] {
+    // Under Miri (where the whole set takes a minute) only the lengths at
+    // the edges of `copy_small`'s arms and the producer indices where a WQE
+    // starts at the ring's start or may reach its end: the unsafe stores
+    // Miri checks are the same, fewer shapes pass through them.
+    let lens: &[usize] = if cfg!(miri) {
+        &[1, 3, 4, 8, 16, 31, 32, 64, 65, 200]
+    } else {
+        &[
+            1, 3, 4, 7, 8, 12, 13, 15, 16, 28, 31, 32, 60, 64, 65, 100, 200,
+        ]
+    };
+    let pis: &[u32] = if cfg!(miri) {
+        &[0, 4, 5, 6, 7]
+    } else {
+        &[0, 1, 2, 3, 4, 5, 6, 7]
+    };
+    for &len in lens {
         shapes.push(wqe(
             WqeOpcode::RDMA_WRITE_IMM,
             Payload::Inline(&bytes[..len]),
@@ -508,7 +522,7 @@ fn wrapped_and_direct_writes_lay_out_the_same_bytes() {
         let mut g = geo8();
         g.wqe_cnt = 16;
         let r = write_send_wqe(&mut ring, &g, 0, w, 16).unwrap();
-        for pi in 0..8u32 {
+        for &pi in pis {
             let mut mem = vec![0xeeu8; 8 * WQEBB];
             let mut sq = RingBuf::from_slice(&mut mem).unwrap();
             let got = write_send_wqe(&mut sq, &geo8(), pi, w, 8).unwrap();
