@@ -333,6 +333,8 @@ mod tests {
     }
 
     #[test]
+    // Native only: Miri has no sockets (its `setsockopt` is unsupported).
+    #[cfg_attr(miri, ignore)]
     fn server_and_client_swap_over_tcp() {
         let port = 20000 + (std::process::id() % 20000) as u16;
         let server = std::thread::spawn(move || {
