@@ -142,6 +142,30 @@ fn the_pd_and_the_qp_keep_posted_memory_alive() {
     drop(b);
 }
 
+/// Arming the CQ while the sim may be writing a CQE: the sim reads the arm
+/// doorbell after each CQE it writes, while the host writes it. Miri
+/// reported a data race here (a volatile UAR store against the sim's plain
+/// read) before both became atomic (`mmio::write_uar_doorbell`). Waiting
+/// for the event itself takes `poll(2)`, which Miri cannot run: the CQ is
+/// busy-polled instead.
+#[test]
+fn arming_while_the_sim_completes_is_no_data_race() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = pd
+        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
+    let sge = [Sge::new(&src, 0, 8).unwrap()];
+    for i in 0..3 {
+        a.post_send(&[SendWr::rdma_write(i, &sge, remote(&dst, 0)).signaled()])
+            .unwrap();
+        a.arm_cq(false).unwrap();
+        assert_eq!(one_completion(&mut a).wr_id, i);
+    }
+}
+
 /// Two buffers of a small pool (its chunks are anonymous mappings): a WRITE
 /// from one to the other, and a buffer returned and handed out again.
 #[test]

@@ -20,7 +20,7 @@
 //! store buffer), which rdma-core does not issue there, and the sim observes
 //! host writes only through the doorbell record it loads with acquire order.
 
-use core::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Orders this CPU's earlier writes to host memory (WQEs) before later writes
 /// the device may act on (doorbell record). rdma-core: `udma_to_device_barrier`.
@@ -137,6 +137,32 @@ pub unsafe fn read_op_own(op_own: *const u8) -> u8 {
 pub unsafe fn publish_op_own(op_own: *mut u8, value: u8) {
     // SAFETY: caller guarantees validity.
     unsafe { AtomicU8::from_ptr(op_own) }.store(value, Ordering::Release);
+}
+
+/// Writes one 8-byte doorbell to a UAR register (the CQ arm doorbell) as a
+/// relaxed atomic store: the same single 8-byte `mov` / `str` as
+/// [`write_uar`]'s volatile store, but for a register the device side reads
+/// while the host may write it. The sim's UAR is ordinary memory its thread
+/// reads ([`read_uar_doorbell`]), and a volatile store racing that read
+/// would be a data race (Miri reported it for the arm doorbell).
+///
+/// # Safety
+/// `reg` must be 8-byte aligned and valid for an 8-byte write.
+#[inline(always)]
+pub unsafe fn write_uar_doorbell(reg: *mut u64, value: u64) {
+    // SAFETY: caller guarantees validity and alignment.
+    unsafe { AtomicU64::from_ptr(reg) }.store(value, Ordering::Relaxed);
+}
+
+/// Reads a UAR doorbell register [`write_uar_doorbell`] writes (device
+/// side: the sim). Ordering comes from the fences around both accesses.
+///
+/// # Safety
+/// As [`write_uar_doorbell`], for reads.
+#[inline(always)]
+pub unsafe fn read_uar_doorbell(reg: *const u64) -> u64 {
+    // SAFETY: caller guarantees validity and alignment.
+    unsafe { AtomicU64::from_ptr(reg.cast_mut()) }.load(Ordering::Relaxed)
 }
 
 /// Writes `src` to a UAR / BlueFlame register in 8-byte stores.

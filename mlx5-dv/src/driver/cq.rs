@@ -184,8 +184,9 @@ impl CompletionQueue {
         mmio::to_device_barrier();
         let v = cq_arm_uar(word, self.cqn).to_be();
         // SAFETY: `cq_uar` is the CQ's UAR page (constructor contract); the
-        // doorbell register at 0x20 is 8 bytes and 8-byte aligned.
-        unsafe { mmio::write_uar(self.uar.add(CQ_UAR_DOORBELL).cast(), &[v]) };
+        // doorbell register at 0x20 is 8 bytes and 8-byte aligned. An atomic
+        // store: the device (the sim's thread) may read it meanwhile.
+        unsafe { mmio::write_uar_doorbell(self.uar.add(CQ_UAR_DOORBELL).cast(), v) };
         // The caller polls next: the arm must be seen before that poll reads.
         mmio::store_load_barrier();
         Ok(())

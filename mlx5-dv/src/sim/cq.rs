@@ -190,7 +190,10 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
     // the sequence number the next event answers. Then this CQE raises the
     // event, unless the arm asked for solicited completions only and it is
     // neither solicited nor an error.
-    let db = u64::from_be_bytes(cq.uar.read_array::<8>(CQ_UAR_DOORBELL));
+    // SAFETY: the UAR page is 4096 bytes, 4096-aligned, and lives with `cq`;
+    // the host writes the register atomically (`mmio::write_uar_doorbell`).
+    let db =
+        u64::from_be(unsafe { mmio::read_uar_doorbell(cq.uar.ptr().add(CQ_UAR_DOORBELL).cast()) });
     let arm = (db >> 32) as u32;
     if db as u32 == cq.cqn && (arm >> 28) & 3 == cq.event_sn & 3 {
         let solicited_only = arm & (1 << 24) != 0;
