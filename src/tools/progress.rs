@@ -18,13 +18,13 @@ fn register(pb: &ProgressBar) {
 }
 
 /// When stderr is a terminal: SIGINT (Ctrl-C) clears every bar and spinner
-/// on screen, then ends the process as SIGINT does (the shell sees status
-/// 130), instead of leaving a half-drawn bar. SIGINT is blocked in every
+/// on screen, then exits with status 130 (what a shell reports for SIGINT),
+/// instead of leaving a half-drawn bar. SIGINT is blocked in every
 /// thread and taken by one thread of its own (`sigwait`), so the clearing
 /// runs outside a signal handler; call it before any other thread starts.
 /// Does nothing when stderr is not a terminal or the mask cannot be set.
 pub fn clear_on_interrupt() {
-    use nix::sys::signal::{raise, signal, SigHandler, SigSet, Signal};
+    use nix::sys::signal::{SigSet, Signal};
     if !std::io::stderr().is_terminal() {
         return;
     }
@@ -59,11 +59,7 @@ pub fn clear_on_interrupt() {
                 let _ = e.write_all(erase);
                 let _ = e.flush();
             }
-            // End as SIGINT ends a process: default action, unblocked here.
-            // SAFETY: restoring the default disposition installs no handler.
-            let _ = unsafe { signal(Signal::SIGINT, SigHandler::SigDfl) };
-            let _ = set.thread_unblock();
-            let _ = raise(Signal::SIGINT);
+            // The status a shell gives a process ended by SIGINT (128 + 2).
             std::process::exit(130);
         });
     if spawned.is_err() {
@@ -73,12 +69,11 @@ pub fn clear_on_interrupt() {
 
 /// Whether the terminal on stderr echoes Ctrl-C as `^C` (ECHO and ECHOCTL set).
 fn echoes_ctl() -> bool {
-    // SAFETY: tcgetattr writes only the termios it is given; an all-zero
-    // termios is a valid value of the plain C struct.
-    let mut t: libc::termios = unsafe { std::mem::zeroed() };
-    let both = libc::ECHO | libc::ECHOCTL;
-    let got = unsafe { libc::tcgetattr(libc::STDERR_FILENO, &mut t) };
-    got == 0 && t.c_lflag & both == both
+    use nix::sys::termios::{tcgetattr, LocalFlags};
+    tcgetattr(std::io::stderr()).is_ok_and(|t| {
+        t.local_flags
+            .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
+    })
 }
 
 /// A bar over `len` steps; hidden when stderr is not a terminal.

@@ -83,6 +83,14 @@ pub enum AtomicKind {
 }
 
 impl AtomicKind {
+    /// perftest's name for it (`-A FETCH_AND_ADD`, `-A CMP_AND_SWAP`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicKind::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicKind::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+
     fn wr<'a>(self, wr_id: u64, old: &'a [Sge], remote: RemoteAddr) -> SendWr<'a> {
         match self {
             AtomicKind::FetchAndAdd => SendWr::atomic_fetch_add(wr_id, old, remote, 1),

@@ -231,10 +231,7 @@ pub fn settings_line(test: AnyTest, cfg: &BwConfig) -> String {
         .duration
         .or(lat.duration)
         .map_or("none".to_string(), |d| d.as_secs().to_string());
-    let atomic = match lat.atomic {
-        AtomicKind::FetchAndAdd => "FETCH_AND_ADD",
-        AtomicKind::CmpAndSwap => "CMP_AND_SWAP",
-    };
+    let atomic = lat.atomic.name();
     format!(
         "{} -s={size} -n={} -t={} -Q={} -l={} -q={} -D={duration} -A={atomic} -R={}",
         test.name(),
