@@ -5,10 +5,11 @@
 use crate::backend::ibv;
 use crate::handles::{CtxKind, PdInner, PdKind};
 use crate::pd::Pd;
+use crate::reclaim::Graves;
 use crate::types::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
 use crate::types::error::{Error, Result};
 use mlx5_dv::sim;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The sim and every ibverbs device on this host.
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
@@ -134,7 +135,7 @@ impl Context {
         };
         Ok(Pd {
             inner: Arc::new(PdInner {
-                mrs: Mutex::new(Vec::new()),
+                graves: Arc::new(Graves::default()),
                 registrations: std::sync::atomic::AtomicU64::new(0),
                 kind,
             }),

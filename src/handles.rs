@@ -5,9 +5,9 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
-use crate::types::mem::MrInner;
+use crate::reclaim::Graves;
 use mlx5_dv::sim;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub(crate) enum CtxKind {
     Sim(sim::Device),
@@ -25,8 +25,9 @@ pub(crate) enum PdKind {
 }
 
 pub(crate) struct PdInner {
-    // Field order: MRs are released before the PD itself.
-    pub(crate) mrs: Mutex<Vec<Arc<MrInner>>>,
+    /// Dropped MRs waiting for outstanding WRs, and the QPs' progress. (An
+    /// MR's registration keeps what it needs of the PD alive itself.)
+    pub(crate) graves: Arc<Graves>,
     /// Memory registrations made through this PD (the pool's tests count them).
     pub(crate) registrations: std::sync::atomic::AtomicU64,
     pub(crate) kind: PdKind,

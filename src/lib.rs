@@ -57,9 +57,11 @@ mod context;
 mod cq;
 pub mod exchange;
 mod handles;
+mod owned;
 mod pd;
 pub mod pool;
 mod qp;
+mod reclaim;
 mod wait;
 
 /// RDMA's concepts (memory registration, QPs and their states, CQs and
@@ -75,9 +77,11 @@ pub use qp::{Qp, SimHook};
 pub use types::completion::{Completion, WcOpcode, WcStatus};
 pub use types::config::{CompletionMode, CqSizing, QpConfig};
 pub use types::device::{Backend, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
+pub use types::error::RegRefusal;
 pub use types::error::{Error, Result};
 pub use types::keys::{Lkey, RemoteAddr, Rkey};
-pub use types::mem::{Access, Mr, Pages};
+pub use types::mem::{Access, AlignedBuf, Memory, Pages};
+pub use types::mr::{LocalMr, Mr, Refused};
 pub use types::qp_attr;
 pub use types::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo};
 pub use types::qp_state::QpState;

@@ -8,35 +8,123 @@ use crate::cq::SharedCq;
 use crate::handles::{PdInner, PdKind, SharedKind};
 use crate::qp::Qp;
 use crate::types::config::QpConfig;
+use crate::types::error::RegRefusal;
 use crate::types::error::{Error, Result};
-use crate::types::mem::{Access, Buffer, Mr, Pages};
+use crate::types::mem::{check_registration, writes, Access, AlignedBuf, Buffer, Memory, Pages};
+use crate::types::mr::{LiveGuard, LocalMr, Mr, MrInner};
 use mlx5_dv::driver::CqCredits;
 use std::sync::Arc;
 
-/// A protection domain. It keeps every MR registered through it alive (memory
-/// and registration) until the PD and every QP created from it are dropped.
+/// A protection domain: where memory is registered and QPs and shared CQs
+/// are created.
+///
+/// Memory registration comes in the two kinds of [`crate::types::mr`]
+/// (`docs/concepts.md`, "Two kinds of memory"):
+///
+/// | call | memory | handle |
+/// |---|---|---|
+/// | [`Self::reg_mr`], [`Self::reg_mapped`] | the crate's, zeroed | [`Mr`] |
+/// | [`Self::register`] | the caller's ([`Memory`]) | [`Mr`] |
+/// | [`Self::register_raw`] (`unsafe`) | a range the caller manages | [`Mr`] |
+/// | [`Self::reg_local`] | the crate's, zeroed | [`LocalMr`] |
+/// | [`Self::register_local`] | the caller's ([`Memory`]) | [`LocalMr`] |
+///
+/// Every registration is checked before a device is asked; a refusal is
+/// [`Error::Register`] ([`RegRefusal`]): zero bytes, a range that wraps,
+/// REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE, bits this crate does
+/// not know, write access to a read-only mapping on the sim, REMOTE_* access
+/// or read-only memory for a [`LocalMr`]. A verbs device's own refusal is
+/// [`Error::Verbs`] naming `ibv_reg_mr` and its errno (`EFAULT` for write
+/// access to read-only memory). Nothing is registered on error (the memory
+/// handed in is dropped).
+///
+/// Dropped MRs are deregistered, and their memory freed, once no WR posted
+/// before the drop on a QP of this PD is outstanding; see [`Self::reclaim`].
 pub struct Pd {
     pub(crate) inner: Arc<PdInner>,
 }
 
 impl Pd {
-    /// Registers a new zeroed, page-aligned buffer of `len` bytes.
+    /// Registers a new zeroed, page-aligned buffer of `len` bytes, of the
+    /// second kind (any access; atomic copies).
     ///
-    /// Errors: `len` of 0, or REMOTE_WRITE / REMOTE_ATOMIC without LOCAL_WRITE
-    /// (the IB spec requires it) are refused before any registration.
+    /// Errors: as the [type docs](Self).
     pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        check_access(access)?;
-        self.register(Buffer::new(len)?, access)
+        check_registration(0, len, access)?;
+        self.shared(Buffer::new(len)?, access)
     }
 
     /// Registers a fresh anonymous mapping of `len` bytes (huge pages when
     /// the system has them: see [`Pages`]), as the memory pool's chunks are.
     ///
-    /// Errors: as [`Self::reg_mr`]; the mapping's.
+    /// Errors: as the [type docs](Self); the mapping's.
     pub fn reg_mapped(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
-        check_access(access)?;
+        check_registration(0, len, access)?;
         let (buf, pages) = Buffer::mapped(len)?;
-        Ok((self.register(buf, access)?, pages))
+        Ok((self.shared(buf, access)?, pages))
+    }
+
+    /// Registers the caller's `mem` as memory a peer may reach (an [`Mr`]):
+    /// a `Vec<u8>` (its `len` bytes), `Box<[u8]>`, [`AlignedBuf`],
+    /// `memmap2::MmapMut` (anonymous, a file, tmpfs, hugetlbfs) or
+    /// `memmap2::Mmap` (read-only: no write access). The MR keeps it and
+    /// hands it back ([`Mr::try_into_memory`]).
+    ///
+    /// Errors: as the [type docs](Self).
+    pub fn register(&self, mem: impl Into<Memory>, access: Access) -> Result<Mr> {
+        let mem = mem.into();
+        check_registration(mem.as_ptr() as u64, mem.len(), access)?;
+        self.check_read_only(&mem, access)?;
+        self.shared(Buffer::from_memory(mem)?, access)
+    }
+
+    /// Registers `len` bytes at `addr`, memory the caller manages (shared
+    /// memory, device memory), as an [`Mr`]. Verbs allows overlapping
+    /// registrations; so does this.
+    ///
+    /// Errors: as the [type docs](Self) (no read-only check: the crate
+    /// cannot see the mapping's protection; the device refuses it).
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be mapped, readable, and writable when
+    /// `access` has any write flag, and stay so until every MR covering it
+    /// is deregistered: the last handle dropped *and* [`Self::live_mrs`]
+    /// down again (deregistration may wait for outstanding WRs), or
+    /// [`Mr::try_into_memory`] returned `Ok`. The program reads and writes
+    /// it only as [`Mr`]'s contract allows.
+    pub unsafe fn register_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
+        check_registration(addr as u64, len, access)?;
+        // SAFETY: the caller's contract, passed on.
+        self.shared(unsafe { Buffer::raw(addr, len) }, access)
+    }
+
+    /// Registers a new zeroed, page-aligned buffer of `len` bytes of the
+    /// first kind (a [`LocalMr`]: plain slices, memcpy copies, posted by
+    /// value). `access` is LOCAL_WRITE (receives, RDMA READ and atomic
+    /// targets) or empty (send-only).
+    ///
+    /// Errors: as the [type docs](Self).
+    pub fn reg_local(&self, len: usize, access: Access) -> Result<LocalMr> {
+        self.register_local(AlignedBuf::zeroed(len)?, access)
+    }
+
+    /// Registers the caller's writable `mem` as a [`LocalMr`] (see
+    /// [`Self::register`] for what `mem` may be; not a read-only `Mmap`).
+    /// [`LocalMr::into_memory`] hands it back.
+    ///
+    /// Errors: as the [type docs](Self).
+    pub fn register_local(&self, mem: impl Into<Memory>, access: Access) -> Result<LocalMr> {
+        let mem = mem.into();
+        check_registration(mem.as_ptr() as u64, mem.len(), access)?;
+        if access.intersects(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC) {
+            return Err(RegRefusal::RemoteOnLocal.into());
+        }
+        if !mem.is_writable() {
+            return Err(RegRefusal::LocalReadOnly.into());
+        }
+        Ok(LocalMr::new(
+            self.reg_inner(Buffer::from_memory(mem)?, access)?,
+        ))
     }
 
     /// How many memory registrations this PD has made (pool chunks
@@ -47,33 +135,55 @@ impl Pd {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Releases `mr` now, instead of when the PD goes: for a registration
-    /// no work request has ever named (a pool whose building failed).
-    pub(crate) fn release_unused(&self, mr: Mr) {
-        self.inner
-            .mrs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|m| !Arc::ptr_eq(m, &mr.inner));
+    /// Registrations of this PD that are live: not yet deregistered (MRs
+    /// and LocalMrs held, and dropped MRs waiting for WRs to be retired).
+    /// Compare with `rdma resource show mr` on a verbs device.
+    pub fn live_mrs(&self) -> u64 {
+        self.inner.graves.live()
     }
 
-    /// Registers `buf` (checked access flags) and keeps it with the PD.
-    fn register(&self, buf: Buffer, access: Access) -> Result<Mr> {
-        check_access(access)?;
-        let inner = Arc::new(match &self.inner.kind {
+    /// Deregisters every dropped MR that no outstanding WR can name any
+    /// more, and frees its memory; returns how many still wait (for WRs
+    /// posted before their drop, on QPs of this PD, to be polled).
+    ///
+    /// The same runs by itself when an MR is dropped, at each registration,
+    /// when a QP of this PD moves to RESET and when one is destroyed: call
+    /// this only to free memory sooner, say after polling. An idle QP with
+    /// unsignaled WRs outstanding keeps dropped MRs until it is polled past
+    /// them, reset or destroyed.
+    pub fn reclaim(&self) -> usize {
+        self.inner.graves.sweep()
+    }
+
+    /// The sim refuses write access to read-only memory by its type; a
+    /// verbs device is asked (`EFAULT`).
+    fn check_read_only(&self, mem: &Memory, access: Access) -> Result<()> {
+        if matches!(self.inner.kind, PdKind::Sim(..)) && !mem.is_writable() && writes(access) {
+            return Err(RegRefusal::ReadOnly.into());
+        }
+        Ok(())
+    }
+
+    fn shared(&self, buf: Buffer, access: Access) -> Result<Mr> {
+        let mr = self.reg_inner(buf, access)?;
+        Ok(Mr::new(mr, self.inner.graves.clone()))
+    }
+
+    /// Registers `buf` (checked by the caller) on the device.
+    fn reg_inner(&self, buf: Buffer, access: Access) -> Result<MrInner> {
+        check_registration(buf.ptr() as u64, buf.len(), access)?;
+        // Dropped MRs go first: a loop of register-and-drop stays flat.
+        self.inner.graves.sweep();
+        let mut mr = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => direct::reg_sim_mr(dev, *pdn, buf, access)?,
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, _) => ibv::reg_mr(pd, buf, access)?,
-        });
+        };
+        mr.live = Some(LiveGuard::new(&self.inner.graves.live));
         self.inner
             .registrations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.inner
-            .mrs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(inner.clone());
-        Ok(Mr { inner })
+        Ok(mr)
     }
 
     /// Creates two RC QPs on this device, each with its own CQ, and takes both
@@ -134,23 +244,4 @@ impl Pd {
             self.inner.clone(),
         ))
     }
-}
-
-/// Access flags a registration takes: only bits this crate knows, and
-/// REMOTE_WRITE / REMOTE_ATOMIC only with LOCAL_WRITE (IB spec 10.6.3.1).
-fn check_access(access: Access) -> Result<()> {
-    if Access::from_bits(access.bits()).is_none() {
-        return Err(Error::Invalid(format!(
-            "access flags {:#x} hold bits this crate does not know",
-            access.bits()
-        )));
-    }
-    if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
-        && !access.contains(Access::LOCAL_WRITE)
-    {
-        return Err(Error::Invalid(
-            "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too".into(),
-        ));
-    }
-    Ok(())
 }

@@ -97,17 +97,9 @@ impl Pool {
         })?;
         let mut pages = Pages::Huge;
         for _ in 0..cfg.chunks {
-            let (mr, p) = match pd.reg_mapped(cfg.chunk_size, cfg.access) {
-                Ok(r) => r,
-                Err(e) => {
-                    // No WR has named these chunks: they go (deregistered
-                    // and unmapped) rather than stay with the PD.
-                    for mr in chunks {
-                        pd.release_unused(mr);
-                    }
-                    return Err(e);
-                }
-            };
+            // On error the chunks registered so far are dropped: deregistered
+            // and unmapped (no WR has named them).
+            let (mr, p) = pd.reg_mapped(cfg.chunk_size, cfg.access)?;
             if p == Pages::Transparent {
                 pages = p;
             }

@@ -5,14 +5,17 @@ use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::{ibv, verbs};
 use crate::handles::{PdInner, PdKind, SharedKind};
+use crate::owned::{HeldQueue, Owned};
+use crate::reclaim::Graves;
 use crate::types::completion::Completion;
 use crate::types::config::{CompletionMode, CqSizing, QpConfig};
 use crate::types::error::{Error, Result};
 use crate::types::mem::Access;
+use crate::types::mr::{LocalMr, Refused};
 use crate::types::qp_attr::{
     self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState,
 };
-use crate::types::wr::{RecvWr, SendWr, WrOp};
+use crate::types::wr::{RecvWr, SendWr, Sge, WrOp};
 use crate::wait::{wait_on, CqOps};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::sim;
@@ -22,8 +25,11 @@ use std::time::Duration;
 /// An RC queue pair, with its own completion queue ([`Pd::create_qp`](crate::Pd::create_qp)) or
 /// on a [`SharedCq`](crate::SharedCq) ([`SharedCq::create_qp`](crate::SharedCq::create_qp)).
 pub struct Qp {
-    // Field order: the QP goes before the PD (and its MRs) it belongs to.
+    // Field order: the QP goes first; then the buffers its WRs held (no WR
+    // can touch them once it is destroyed); then dropped MRs that waited
+    // for its WRs are deregistered (`reclaim`).
     kind: QpKind,
+    owned: Owned,
     /// Its completions go to a [`SharedCq`], which polls them (the tag that
     /// names that CQ).
     pub(crate) shared_cq: Option<usize>,
@@ -31,6 +37,16 @@ pub struct Qp {
     cfg: QpConfig,
     pub(crate) local: Endpoint,
     pd: Arc<PdInner>,
+    _reclaim: ReclaimOnDrop,
+}
+
+/// Looks at the PD's dropped MRs once the QP is gone (its WRs with it).
+struct ReclaimOnDrop(Arc<Graves>);
+
+impl Drop for ReclaimOnDrop {
+    fn drop(&mut self) {
+        self.0.sweep();
+    }
 }
 
 impl Qp {
@@ -291,6 +307,10 @@ impl Qp {
             }
         }
         self.state = to;
+        if to == QpState::Reset {
+            // Every WR was retired: MRs dropped while they were outstanding may go.
+            self.pd.graves.sweep();
+        }
         Ok(())
     }
 
@@ -498,6 +518,143 @@ impl Qp {
                 Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
             }
             r => r,
+        }
+    }
+
+    /// Posts one send WR whose local data is `len` bytes at `offset` of
+    /// `buf`, moving `buf` into the QP: it is the WR's SGE (the gather list
+    /// of a SEND or WRITE, the target of an RDMA READ, the 8-byte old value
+    /// of an atomic) and comes back from [`Self::take_send_buf`] once the WR
+    /// has completed or been flushed. `wr` gives the operation and flags;
+    /// its `sges` must be empty. An inline payload is copied from `buf`
+    /// plainly (memcpy).
+    ///
+    /// Everything [`Self::post_send`] checks applies. Errors: those, and
+    /// [`Error::Invalid`] when `wr.sges` is not empty, the range is outside
+    /// `buf`, or the buffer of the WR posted `max_send_wr` WRs ago has not
+    /// been taken back yet; the buffer comes back in [`Refused`], nothing
+    /// posted.
+    // (The error carries the buffer back; boxing it would allocate on a
+    // refusal for nothing.)
+    #[allow(clippy::result_large_err)]
+    pub fn post_send_owned(
+        &mut self,
+        wr: &SendWr<'_>,
+        buf: LocalMr,
+        offset: usize,
+        len: u32,
+    ) -> std::result::Result<(), Refused> {
+        let seq = self.seqs().0;
+        if let Err(error) = self.check_owned(wr.sges.len(), &buf, offset, len, true, seq) {
+            return Err(Refused { error, buf });
+        }
+        let sge = [Sge::owned(&buf, offset, len)];
+        let w = SendWr { sges: &sge, ..*wr };
+        match self.post_send(std::slice::from_ref(&w)) {
+            Ok(()) => {
+                self.owned.send.put(seq, wr.wr_id, buf);
+                Ok(())
+            }
+            Err(error) => Err(Refused { error, buf }),
+        }
+    }
+
+    /// Posts one receive into `len` bytes at `offset` of `buf`, moving `buf`
+    /// into the QP until the receive completes (or is flushed):
+    /// [`Self::take_recv_buf`] hands it back, and the bytes received are
+    /// then read in place (`&buf[offset..offset + byte_len]`).
+    ///
+    /// Everything [`Self::post_recv`] checks applies. Errors: those, and
+    /// [`Error::Invalid`] when the range is outside `buf`, `buf` lacks
+    /// LOCAL_WRITE, or the buffer of the receive posted `max_recv_wr`
+    /// receives ago has not been taken back yet; the buffer comes back in
+    /// [`Refused`], nothing posted.
+    #[allow(clippy::result_large_err)]
+    pub fn post_recv_owned(
+        &mut self,
+        wr_id: u64,
+        buf: LocalMr,
+        offset: usize,
+        len: u32,
+    ) -> std::result::Result<(), Refused> {
+        let seq = self.seqs().2;
+        if let Err(error) = self.check_owned(0, &buf, offset, len, false, seq) {
+            return Err(Refused { error, buf });
+        }
+        if !buf.access().contains(Access::LOCAL_WRITE) {
+            let error = Error::Invalid("a receive buffer needs LOCAL_WRITE".into());
+            return Err(Refused { error, buf });
+        }
+        let sge = [Sge::owned(&buf, offset, len)];
+        match self.post_recv(&[RecvWr::new(wr_id, &sge)]) {
+            Ok(()) => {
+                self.owned.recv.put(seq, wr_id, buf);
+                Ok(())
+            }
+            Err(error) => Err(Refused { error, buf }),
+        }
+    }
+
+    fn check_owned(
+        &self,
+        sges: usize,
+        buf: &LocalMr,
+        offset: usize,
+        len: u32,
+        send: bool,
+        seq: u64,
+    ) -> Result<()> {
+        if sges != 0 {
+            return Err(Error::Invalid(
+                "an owned post takes its one SGE from the buffer: leave wr.sges empty".into(),
+            ));
+        }
+        if offset
+            .checked_add(len as usize)
+            .map_or(true, |end| end > buf.len())
+        {
+            return Err(Error::Invalid(format!(
+                "range {offset}+{len} is outside the {}-byte buffer",
+                buf.len()
+            )));
+        }
+        let (q, take) = if send {
+            (&self.owned.send, "take_send_buf")
+        } else {
+            (&self.owned.recv, "take_recv_buf")
+        };
+        if !q.free(seq) {
+            return Err(Error::Invalid(format!(
+                "the buffer of a WR retired long ago is still held: call Qp::{take}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The buffer of the oldest retired owned send WR not yet handed back,
+    /// with its `wr_id` (match it with the completion [`Self::poll`] gave;
+    /// unsignaled WRs are retired by a later signaled one's completion, a
+    /// flushed one by its flush). In posting order; no allocation. `None`:
+    /// none retired.
+    pub fn take_send_buf(&mut self) -> Option<(u64, LocalMr)> {
+        let retired = self.seqs().1;
+        self.owned.send.take(retired)
+    }
+
+    /// The buffer of the oldest completed (or flushed) owned receive not yet
+    /// handed back, with its `wr_id`: the bytes received are in place in it
+    /// (the completion's `byte_len` says how many). In posting order.
+    pub fn take_recv_buf(&mut self) -> Option<(u64, LocalMr)> {
+        let retired = self.seqs().3;
+        self.owned.recv.take(retired)
+    }
+
+    /// See the backends' `seqs`.
+    fn seqs(&self) -> (u64, u64, u64, u64) {
+        match &self.kind {
+            QpKind::Direct(q) => q.seqs(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.seqs(),
         }
     }
 
@@ -716,13 +873,24 @@ impl Qp {
                 }
             }
         };
+        let progress = match &kind {
+            QpKind::Direct(q) => q.progress(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.progress(),
+        };
+        pd_inner.graves.add_qp(progress);
         let mut qp = Qp {
             kind,
+            owned: Owned {
+                send: HeldQueue::new(cfg.max_send_wr),
+                recv: HeldQueue::new(cfg.max_recv_wr),
+            },
             shared_cq: shared.map(|(_, _, tag)| tag),
             state: QpState::Reset,
             cfg: *cfg,
             local,
             pd: pd_inner.clone(),
+            _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
         };
         qp.local.qpn = qp.qp_num();
         Ok(qp)

@@ -10,7 +10,8 @@
 
 use rdma_direct::pool::{Pool, PoolConfig};
 use rdma_direct::{
-    Access, Completion, Context, Mr, Qp, QpConfig, RemoteAddr, SendWr, Sge, WcOpcode,
+    Access, Completion, Context, Error, LocalMr, Memory, Mr, Qp, QpAttr, QpConfig, QpState,
+    RegRefusal, RemoteAddr, SendWr, Sge, WcOpcode, WcStatus,
 };
 
 /// Small rings: fewer bytes for Miri to set up and check.
@@ -116,8 +117,9 @@ fn read_and_inline_write_copy_the_right_bytes() {
 
 /// Dropping every handle of an MR after posting a WRITE into it, and the
 /// `Pd` and `Context` handles too, frees nothing the device still uses:
-/// the `Pd` holds the MR and the `Qp` holds the `Pd` (under Miri a freed
-/// buffer the sim wrote into would be reported as a use after free).
+/// the dropped MRs wait in the PD's graveyard for the WR, and the `Qp`
+/// holds the `Pd` (under Miri a freed buffer the sim wrote into would be
+/// reported as a use after free).
 #[test]
 fn the_pd_and_the_qp_keep_posted_memory_alive() {
     let ctx = Context::open("sim").unwrap();
@@ -199,4 +201,237 @@ fn a_pool_buffer_writes_into_another() {
     let z = pool.alloc().unwrap();
     z.read(4000, &mut got).unwrap();
     assert_eq!(&got, b"from the pool");
+}
+
+/// Polls until one completion arrives (any status).
+fn any_completion(qp: &mut Qp) -> Completion {
+    let mut wc = [Completion::default(); 1];
+    while qp.poll(&mut wc).unwrap() == 0 {
+        std::thread::yield_now();
+    }
+    wc[0]
+}
+
+/// Memory of the first kind: a `LocalMr` is filled in place, moves into a
+/// SEND, comes back after its completion; the peer's receive buffer moves
+/// into its RQ and is read in place after the completion. Plain slices on
+/// both sides, no copy through the crate.
+#[test]
+fn owned_buffers_send_and_receive_in_place() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut msg = pd.register_local(vec![0u8; 256], Access::empty()).unwrap();
+    let rbuf = pd.reg_local(4096, Access::LOCAL_WRITE).unwrap();
+    let rbuf_addr = rbuf.addr();
+    let (mut a, mut b) = pd.create_connected_pair(&cfg()).unwrap();
+    b.post_recv_owned(7, rbuf, 16, 512).unwrap();
+    // Filled in place: a plain `&mut [u8]`.
+    msg[..5].copy_from_slice(b"hello");
+    msg.write(5, b", world").unwrap();
+    a.post_send_owned(&SendWr::send(1, &[]).signaled(), msg, 0, 12)
+        .unwrap();
+    assert!(a.take_send_buf().is_none(), "nothing retired before a poll");
+    let wc = one_completion(&mut a);
+    assert_eq!((wc.wr_id, wc.opcode), (1, WcOpcode::SEND));
+    let (id, msg) = a.take_send_buf().expect("the SEND's buffer comes back");
+    assert_eq!((id, &msg[..12]), (1, &b"hello, world"[..]));
+    assert!(a.take_send_buf().is_none());
+    let wc = one_completion(&mut b);
+    assert_eq!((wc.wr_id, wc.byte_len), (7, 12));
+    let (id, rbuf) = b.take_recv_buf().expect("the receive's buffer comes back");
+    assert_eq!((id, rbuf.addr()), (7, rbuf_addr));
+    // In place: a slice of the registered bytes the device wrote.
+    assert_eq!(&rbuf[16..16 + wc.byte_len as usize], b"hello, world");
+    assert!(rbuf[..16].iter().all(|&x| x == 0));
+    // The caller's Vec comes back, the same allocation with its bytes.
+    let ptr = msg.addr();
+    let Memory::Vec(v) = msg.into_memory() else {
+        panic!("a Vec comes back as a Vec")
+    };
+    assert_eq!(
+        (v.as_ptr() as u64, v.len(), &v[..5]),
+        (ptr, 256, &b"hello"[..])
+    );
+}
+
+/// The local target of an RDMA READ is a `LocalMr`, read in place after
+/// the READ completes; an inline SEND copies from one plainly.
+#[test]
+fn an_owned_read_target_is_read_in_place() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let table = pd
+        .register(vec![0u8; 1024], Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    table.write(100, b"value-42").unwrap();
+    let dst: LocalMr = pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
+    a.post_send_owned(
+        &SendWr::rdma_read(3, &[], remote(&table, 100)).signaled(),
+        dst,
+        8,
+        8,
+    )
+    .unwrap();
+    assert_eq!(one_completion(&mut a).opcode, WcOpcode::RDMA_READ);
+    let (_, dst) = a.take_send_buf().unwrap();
+    assert_eq!(&dst[8..16], b"value-42");
+    // Not a buffer with LOCAL_WRITE: the device refuses to write it (a
+    // local protection error), and the buffer still comes back.
+    let ro = pd.reg_local(64, Access::empty()).unwrap();
+    a.post_send_owned(
+        &SendWr::rdma_read(4, &[], remote(&table, 0)).signaled(),
+        ro,
+        0,
+        8,
+    )
+    .unwrap();
+    assert_eq!(any_completion(&mut a).status, WcStatus::LOC_PROT_ERR);
+    assert_eq!(a.take_send_buf().map(|(id, _)| id), Some(4));
+}
+
+/// Bad owned posts are refused with the buffer handed back and nothing
+/// posted.
+#[test]
+fn a_refused_owned_post_hands_the_buffer_back() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
+    let buf = pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let addr = buf.addr();
+    let r = a.post_send_owned(&SendWr::send(1, &[]), buf, 60, 8);
+    let back = r.expect_err("outside the buffer").buf;
+    assert_eq!(back.addr(), addr);
+    let r = a.post_recv_owned(2, back, 0, 64);
+    assert!(r.is_ok());
+    let sq = a.sq_snapshot();
+    let sim_buf = pd.reg_local(64, Access::empty()).unwrap();
+    let r = a.post_recv_owned(3, sim_buf, 0, 64);
+    assert!(matches!(r, Err(ref e) if matches!(e.error, Error::Invalid(_))));
+    assert_eq!(a.sq_snapshot(), sq);
+    assert!(matches!(
+        pd.register_local(vec![0u8; 8], Access::LOCAL_WRITE | Access::REMOTE_WRITE),
+        Err(Error::Register(RegRefusal::RemoteOnLocal))
+    ));
+    assert!(matches!(
+        pd.register(Vec::new(), Access::LOCAL_WRITE),
+        Err(Error::Register(RegRefusal::ZeroLength))
+    ));
+}
+
+/// An MR whose last handle is dropped while a WRITE from it is in flight:
+/// the WRITE completes successfully, and the MR is deregistered only once
+/// that completion has been polled (the live-MR count says so).
+#[test]
+fn a_dropped_mr_goes_after_its_last_wr_completes() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let dst = pd
+        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
+    let src = pd.register(vec![0x5au8; 4096], Access::empty()).unwrap();
+    assert_eq!(pd.live_mrs(), 2);
+    let sge = [Sge::new(&src, 0, 4096).unwrap()];
+    a.post_send(&[SendWr::rdma_write(9, &sge, remote(&dst, 0)).signaled()])
+        .unwrap();
+    drop(src);
+    // Still live: the WR may still read it.
+    assert_eq!(pd.live_mrs(), 2);
+    let wc = one_completion(&mut a);
+    assert_eq!(wc.wr_id, 9);
+    assert_eq!(pd.reclaim(), 0);
+    assert_eq!(pd.live_mrs(), 1);
+    let mut got = [0u8; 2];
+    dst.read(4094, &mut got).unwrap();
+    assert_eq!(got, [0x5a; 2]);
+    // With nothing outstanding a drop deregisters at once.
+    drop(dst);
+    assert_eq!(pd.live_mrs(), 0);
+}
+
+/// A flush hands buffers back: receives posted by value come back after
+/// the QP goes to ERR and their flush completions are polled; a RESET
+/// retires what is left.
+#[test]
+fn a_flush_hands_the_buffers_back() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (_a, mut b) = pd.create_connected_pair(&cfg()).unwrap();
+    for i in 0..3 {
+        let buf = pd.reg_local(128, Access::LOCAL_WRITE).unwrap();
+        b.post_recv_owned(i, buf, 0, 128).unwrap();
+    }
+    assert!(b.take_recv_buf().is_none());
+    b.modify(QpState::Err, &QpAttr::default()).unwrap();
+    let wc = any_completion(&mut b);
+    assert_eq!(wc.status, WcStatus::WR_FLUSH_ERR);
+    assert_eq!(b.take_recv_buf().map(|(id, _)| id), Some(0));
+    b.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    assert_eq!(b.take_recv_buf().map(|(id, _)| id), Some(1));
+    assert_eq!(b.take_recv_buf().map(|(id, _)| id), Some(2));
+    assert!(b.take_recv_buf().is_none());
+    assert_eq!(pd.live_mrs(), 0);
+}
+
+/// The caller's memory of each kind Miri can map (a `Vec`, a `Box<[u8]>`,
+/// an anonymous `MmapMut`) as a local SGE and as a remote target, handed
+/// back with its bytes.
+#[test]
+fn the_callers_memory_is_registered_and_handed_back() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let kinds: Vec<Memory> = vec![
+        vec![1u8; 4096].into(),
+        vec![2u8; 4096].into_boxed_slice().into(),
+        memmap2::MmapMut::map_anon(4096).unwrap().into(),
+    ];
+    for (i, mem) in kinds.into_iter().enumerate() {
+        let ptr = mem.as_ptr() as u64;
+        let mr = pd.register(mem, rw).unwrap();
+        assert_eq!(mr.addr(), ptr);
+        mr.write(0, &[0x10 + i as u8; 64]).unwrap();
+        // As a local SGE: into its own second half (as a remote target).
+        let sge = [Sge::new(&mr, 0, 64).unwrap()];
+        a.post_send(&[SendWr::rdma_write(i as u64, &sge, remote(&mr, 2048)).signaled()])
+            .unwrap();
+        assert_eq!(one_completion(&mut a).wr_id, i as u64);
+        let mem = mr
+            .try_into_memory()
+            .expect("last handle, nothing outstanding")
+            .unwrap();
+        assert_eq!(mem.as_ptr() as u64, ptr);
+        let bytes: &[u8] = match &mem {
+            Memory::Vec(v) => v,
+            Memory::Boxed(b) => b,
+            Memory::MmapMut(m) => m,
+            _ => panic!("came back as another kind"),
+        };
+        assert_eq!(&bytes[2048..2112], &[0x10 + i as u8; 64][..]);
+    }
+    assert_eq!(pd.live_mrs(), 0);
+}
+
+/// A remote-target MR dropped (nothing outstanding): its rkey is dead at
+/// once, and the peer's next WRITE into it fails with REM_ACCESS_ERR.
+#[test]
+fn a_dropped_target_refuses_the_peers_write() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.reg_mr(64, Access::empty()).unwrap();
+    let target = pd
+        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
+    let to = remote(&target, 0);
+    let sge = [Sge::new(&src, 0, 8).unwrap()];
+    a.post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])
+        .unwrap();
+    assert!(one_completion(&mut a).status.is_ok());
+    drop(target);
+    a.post_send(&[SendWr::rdma_write(2, &sge, to).signaled()])
+        .unwrap();
+    assert_eq!(any_completion(&mut a).status, WcStatus::REM_ACCESS_ERR);
 }

@@ -31,6 +31,10 @@ pub enum Error {
     /// An argument is out of range; nothing was changed.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A memory registration was refused before any device was asked;
+    /// nothing was registered.
+    #[error("registration refused: {0}")]
+    Register(#[from] RegRefusal),
     /// A QP modify was refused before any verbs call: `attr` (an
     /// `IBV_QP_*` name) is missing, not allowed in `transition`, or out of
     /// range. Nothing changed.
@@ -92,6 +96,39 @@ pub enum Error {
     /// on that instead.
     #[error("QP {qpn:#x} completes into a shared CQ: poll, arm and wait on the SharedCq")]
     SharedCq { qpn: u32 },
+}
+
+/// Why a memory registration was refused before any device was asked
+/// ([`Error::Register`]). A device's own refusal is [`Error::Verbs`] naming
+/// `ibv_reg_mr` and its errno (`EFAULT` for memory it cannot pin for the
+/// access asked).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegRefusal {
+    /// Zero bytes.
+    #[error("a memory region of zero bytes")]
+    ZeroLength,
+    /// `addr + len` wraps past the end of the address space.
+    #[error("the range {addr:#x}+{len} wraps past the end of the address space")]
+    Wraps { addr: u64, len: u64 },
+    /// REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE (IB spec 10.6.3.1).
+    #[error("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too")]
+    RemoteNeedsLocalWrite,
+    /// Access bits this crate does not know.
+    #[error("access flags {0:#x} hold bits this crate does not know")]
+    UnknownAccess(u32),
+    /// Write access (LOCAL_WRITE, REMOTE_WRITE or REMOTE_ATOMIC) asked of
+    /// read-only memory (`memmap2::Mmap`): the sim refuses it by the type.
+    #[error("write access asked of read-only memory")]
+    ReadOnly,
+    /// REMOTE_* access asked of a [`LocalMr`](crate::LocalMr), which only
+    /// this program's own WRs may touch: register it with
+    /// [`Pd::register`](crate::Pd::register) instead.
+    #[error("a LocalMr takes no REMOTE_* access (use Pd::register for memory a peer reaches)")]
+    RemoteOnLocal,
+    /// A [`LocalMr`](crate::LocalMr) hands out `&mut [u8]`: it needs
+    /// writable memory.
+    #[error("a LocalMr needs writable memory (register a read-only mapping with Pd::register)")]
+    LocalReadOnly,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

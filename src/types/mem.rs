@@ -1,28 +1,15 @@
-//! Registered memory. An [`Mr`] owns its buffer (page-aligned, zeroed); the
-//! buffer is deregistered and freed only when the `Mr` handle and the
-//! protection domain that registered it are both gone, so memory a WQE names
-//! can never be freed or moved under the device while a QP of that PD lives.
+//! Memory that can be registered: the caller's own buffers ([`Memory`]),
+//! the crate's page-aligned heap buffers ([`AlignedBuf`]), and the checks a
+//! registration passes before any device is asked.
 //!
-//! The device writes this memory asynchronously, so the crate hands out copies
-//! and single-byte atomic loads, never `&[u8]` into it.
+//! The MR types that own this memory once it is registered, and the rules
+//! for touching it, are in [`super::mr`].
 
-use super::error::{Error, Result};
-use super::keys::{Lkey, Rkey};
+use super::error::{Error, RegRefusal, Result};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
 
 /// Access flags (`enum ibv_access_flags` values): one type for every backend.
 pub use mlx5_dv::sim::Access;
-
-/// Where a registered buffer's memory comes from.
-enum Backing {
-    /// The heap, page-aligned (`Pd::reg_mr`).
-    Heap(Layout),
-    /// An anonymous mapping (the memory pool's chunks): huge pages when the
-    /// system has them.
-    Mapped { _map: memmap2::MmapMut },
-}
 
 /// Pages behind a mapped buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,44 +21,252 @@ pub enum Pages {
     Transparent,
 }
 
-/// A page-aligned, zeroed buffer.
+/// A zeroed heap buffer aligned to 4096 bytes (a page), of a fixed length:
+/// what [`Pd::reg_mr`](crate::Pd::reg_mr) registers, and what a
+/// deregistered one hands back ([`Memory::Aligned`]).
+pub struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain owned memory, like a `Box<[u8]>`.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` zeroed bytes at a 4096-byte-aligned address.
+    ///
+    /// Errors: [`RegRefusal::ZeroLength`]; a length the allocator refuses
+    /// ([`Error::Invalid`]).
+    pub fn zeroed(len: usize) -> Result<Self> {
+        if len == 0 {
+            return Err(RegRefusal::ZeroLength.into());
+        }
+        let too_big = || Error::Invalid(format!("cannot allocate a buffer of {len} bytes"));
+        let layout = Layout::from_size_align(len, 4096).map_err(|_| too_big())?;
+        // SAFETY: nonzero size.
+        let ptr = std::ptr::NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(too_big)?;
+        Ok(Self { ptr, len })
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` initialized (zeroed) bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout (checked there).
+        unsafe {
+            dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align_unchecked(self.len, 4096),
+            )
+        };
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes at {:p})", self.len, self.ptr)
+    }
+}
+
+/// Memory the caller owns and hands to a registration
+/// ([`Pd::register`](crate::Pd::register),
+/// [`Pd::register_local`](crate::Pd::register_local)). The MR keeps it, and
+/// hands it back unchanged (the same allocation or mapping) when it is
+/// deregistered ([`LocalMr::into_memory`](crate::LocalMr::into_memory),
+/// [`Mr::try_into_memory`](crate::Mr::try_into_memory)).
+///
+/// The registered range is the value's bytes: a `Vec`'s `len` (its
+/// initialized bytes, not its capacity), a mapping's whole length.
+#[derive(Debug)]
+pub enum Memory {
+    /// A vector's `len` bytes.
+    Vec(Vec<u8>),
+    /// A boxed slice.
+    Boxed(Box<[u8]>),
+    /// A page-aligned heap buffer.
+    Aligned(AlignedBuf),
+    /// A writable mapping: anonymous, a file (`MAP_SHARED`), tmpfs or
+    /// hugetlbfs.
+    MmapMut(memmap2::MmapMut),
+    /// A read-only mapping. No LOCAL_WRITE, REMOTE_WRITE or REMOTE_ATOMIC:
+    /// the sim refuses those by this type ([`RegRefusal::ReadOnly`]); verbs
+    /// devices are asked, and kernel 6.1 pins every registration for writing
+    /// (`ib_umem_get`), so `ibv_reg_mr` fails with `EFAULT` for a read-only
+    /// shared file mapping even with REMOTE_READ alone, and copies a private
+    /// one on write. Map files read-write and shared to serve them.
+    Mmap(memmap2::Mmap),
+}
+
+impl Memory {
+    /// Address of byte 0.
+    pub fn as_ptr(&self) -> *const u8 {
+        match self {
+            Memory::Vec(v) => v.as_ptr(),
+            Memory::Boxed(b) => b.as_ptr(),
+            Memory::Aligned(a) => a.ptr.as_ptr(),
+            Memory::MmapMut(m) => m.as_ptr(),
+            Memory::Mmap(m) => m.as_ptr(),
+        }
+    }
+    /// Bytes it holds (what is registered).
+    pub fn len(&self) -> usize {
+        match self {
+            Memory::Vec(v) => v.len(),
+            Memory::Boxed(b) => b.len(),
+            Memory::Aligned(a) => a.len,
+            Memory::MmapMut(m) => m.len(),
+            Memory::Mmap(m) => m.len(),
+        }
+    }
+    /// No bytes (such memory cannot be registered).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether the program may write it (all but [`Memory::Mmap`]).
+    pub fn is_writable(&self) -> bool {
+        !matches!(self, Memory::Mmap(_))
+    }
+}
+
+impl From<Vec<u8>> for Memory {
+    fn from(v: Vec<u8>) -> Self {
+        Memory::Vec(v)
+    }
+}
+impl From<Box<[u8]>> for Memory {
+    fn from(b: Box<[u8]>) -> Self {
+        Memory::Boxed(b)
+    }
+}
+impl From<AlignedBuf> for Memory {
+    fn from(a: AlignedBuf) -> Self {
+        Memory::Aligned(a)
+    }
+}
+impl From<memmap2::MmapMut> for Memory {
+    fn from(m: memmap2::MmapMut) -> Self {
+        Memory::MmapMut(m)
+    }
+}
+impl From<memmap2::Mmap> for Memory {
+    fn from(m: memmap2::Mmap) -> Self {
+        Memory::Mmap(m)
+    }
+}
+
+/// What a registered buffer's bytes belong to.
+enum Owner {
+    /// The caller's memory, handed back at deregistration. The raw parts of
+    /// a `Vec` or `Box` are kept instead of the value, so that moving the MR
+    /// (into a QP and back) never asserts the unique ownership a `Box`
+    /// carries while the device may be writing the bytes.
+    Vec {
+        cap: usize,
+    },
+    Boxed,
+    Aligned,
+    MmapMut(memmap2::MmapMut),
+    Mmap(memmap2::Mmap),
+    /// A range the caller manages ([`Pd::register_raw`](crate::Pd::register_raw)): nothing to free.
+    Raw,
+}
+
+/// Registered memory as the backends see it: a pointer, a length, whether
+/// it may be written, and what frees it.
 pub(crate) struct Buffer {
     ptr: *mut u8,
     len: usize,
-    backing: Backing,
+    owner: Owner,
 }
 
-// SAFETY: plain memory owned by this value; see the module docs for how it
-// is accessed.
+// SAFETY: plain memory owned by this value (or, for `Raw`, by the caller,
+// who promised it outlives the registration); how it is accessed is the MR
+// types' business (`super::mr`).
 unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
-    pub(crate) fn new(len: usize) -> Result<Self> {
-        if len == 0 {
-            return Err(Error::Invalid(
-                "a memory region of zero bytes cannot be registered".into(),
-            ));
+    /// Takes `mem` apart into a buffer.
+    ///
+    /// Errors: [`RegRefusal::ZeroLength`] (`mem` is dropped).
+    pub(crate) fn from_memory(mem: Memory) -> Result<Self> {
+        if mem.is_empty() {
+            return Err(RegRefusal::ZeroLength.into());
         }
-        let too_big = || Error::Invalid(format!("cannot allocate a memory region of {len} bytes"));
-        let layout = Layout::from_size_align(len, 4096).map_err(|_| too_big())?;
-        // SAFETY: nonzero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(too_big());
-        }
-        Ok(Self {
+        let len = mem.len();
+        Ok(match mem {
+            Memory::Vec(v) => {
+                let mut v = std::mem::ManuallyDrop::new(v);
+                Buffer {
+                    ptr: v.as_mut_ptr(),
+                    len,
+                    owner: Owner::Vec { cap: v.capacity() },
+                }
+            }
+            Memory::Boxed(b) => Buffer {
+                ptr: Box::into_raw(b).cast::<u8>(),
+                len,
+                owner: Owner::Boxed,
+            },
+            Memory::Aligned(a) => {
+                let a = std::mem::ManuallyDrop::new(a);
+                Buffer {
+                    ptr: a.ptr.as_ptr(),
+                    len,
+                    owner: Owner::Aligned,
+                }
+            }
+            Memory::MmapMut(mut m) => Buffer {
+                ptr: m.as_mut_ptr(),
+                len,
+                owner: Owner::MmapMut(m),
+            },
+            Memory::Mmap(m) => Buffer {
+                ptr: m.as_ptr().cast_mut(),
+                len,
+                owner: Owner::Mmap(m),
+            },
+        })
+    }
+
+    /// A caller-managed range.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads (and writes, when registered
+    /// with any write access) until the buffer is dropped.
+    pub(crate) unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
+        Buffer {
             ptr,
             len,
-            backing: Backing::Heap(layout),
-        })
+            owner: Owner::Raw,
+        }
+    }
+
+    /// `len` zeroed bytes, page-aligned, on the heap.
+    pub(crate) fn new(len: usize) -> Result<Self> {
+        Self::from_memory(Memory::Aligned(AlignedBuf::zeroed(len)?))
     }
 
     /// An anonymous mapping of `len` bytes: `MAP_HUGETLB` first (when `len`
     /// is a multiple of 2 MiB), else regular pages advised as huge.
     pub(crate) fn mapped(len: usize) -> Result<(Self, Pages)> {
         if len == 0 {
-            return Err(Error::Invalid("a chunk of zero bytes".into()));
+            return Err(RegRefusal::ZeroLength.into());
         }
         // Under Miri neither hint: it maps only MAP_PRIVATE | MAP_ANONYMOUS
         // (no MAP_HUGETLB) and has no madvise. Both are optional here (a
@@ -86,7 +281,7 @@ impl Buffer {
                     .ok()
             })
             .flatten();
-        let (mut map, pages) = match huge {
+        let (map, pages) = match huge {
             Some(m) => (m, Pages::Huge),
             None => {
                 let m = memmap2::MmapOptions::new()
@@ -99,15 +294,7 @@ impl Buffer {
                 (m, Pages::Transparent)
             }
         };
-        let ptr = map.as_mut_ptr();
-        Ok((
-            Self {
-                ptr,
-                len,
-                backing: Backing::Mapped { _map: map },
-            },
-            pages,
-        ))
+        Ok((Self::from_memory(Memory::MmapMut(map))?, pages))
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -116,244 +303,77 @@ impl Buffer {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+    pub(crate) fn writable(&self) -> bool {
+        !matches!(self.owner, Owner::Mmap(_))
+    }
+
+    /// The memory back, whole; `None` for a caller-managed range.
+    pub(crate) fn into_memory(self) -> Option<Memory> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again; the owner is moved out once.
+        let owner = unsafe { std::ptr::read(&me.owner) };
+        let (ptr, len) = (me.ptr, me.len);
+        // SAFETY (each arm): the raw parts taken apart in `from_memory`, put
+        // back together once.
+        Some(match owner {
+            Owner::Vec { cap } => Memory::Vec(unsafe { Vec::from_raw_parts(ptr, len, cap) }),
+            Owner::Boxed => Memory::Boxed(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len))
+            }),
+            Owner::Aligned => Memory::Aligned(AlignedBuf {
+                ptr: unsafe { std::ptr::NonNull::new_unchecked(ptr) },
+                len,
+            }),
+            Owner::MmapMut(m) => Memory::MmapMut(m),
+            Owner::Mmap(m) => Memory::Mmap(m),
+            Owner::Raw => return None,
+        })
+    }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Backing::Heap(layout) = self.backing {
-            // SAFETY: allocated in `new` with this layout.
-            unsafe { dealloc(self.ptr, layout) };
-        }
-        // A mapping unmaps itself.
-    }
-}
-
-/// What deregisters an MR when it is dropped (backend-specific).
-pub(crate) trait Registration: Send + Sync {}
-
-pub(crate) struct MrInner {
-    // Field order matters: the registration drops (deregisters) before the buffer.
-    pub(crate) _reg: Box<dyn Registration>,
-    pub(crate) buf: Buffer,
-    pub(crate) lkey: u32,
-    pub(crate) rkey: u32,
-}
-
-/// A registered memory region. Cloning makes another handle to the same region.
-#[derive(Clone)]
-pub struct Mr {
-    pub(crate) inner: Arc<MrInner>,
-}
-
-impl Mr {
-    pub fn lkey(&self) -> Lkey {
-        Lkey(self.inner.lkey)
-    }
-    pub fn rkey(&self) -> Rkey {
-        Rkey(self.inner.rkey)
-    }
-    /// Virtual address of byte 0.
-    pub fn addr(&self) -> u64 {
-        self.inner.buf.ptr() as u64
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.inner.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len() => Ok(()),
-            _ => Err(Error::Invalid(format!(
-                "range {offset}+{len} is outside the {}-byte memory region",
-                self.len()
-            ))),
-        }
-    }
-
-    /// Copies `src` into the region at `offset`.
-    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check_range(offset, src.len())?;
-        // SAFETY: range checked; the buffer lives as long as `self`. The
-        // device or another thread may access it concurrently: the copy is
-        // atomic stores (`shared`), so that is no data race; the bytes are
-        // then unspecified, as with DMA.
-        unsafe { mlx5_dv::shared::store_from(src, self.inner.buf.ptr().add(offset)) };
-        Ok(())
-    }
-
-    /// Copies from the region at `offset` into `dst`.
-    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check_range(offset, dst.len())?;
-        // SAFETY: as in `write` (atomic loads).
-        unsafe { mlx5_dv::shared::load_into(self.inner.buf.ptr().add(offset), dst) };
-        Ok(())
-    }
-
-    /// Reads one byte with acquire order: the way to poll for data the device
-    /// writes (perftest polls the last byte of the receive buffer).
-    ///
-    /// # Panics
-    /// If `offset >= self.len()` (as slice indexing does).
-    #[inline]
-    pub fn load_u8(&self, offset: usize) -> u8 {
-        assert!(
-            offset < self.len(),
-            "offset {offset} outside the memory region"
-        );
-        // SAFETY: in bounds; AtomicU8 needs no alignment.
-        unsafe { AtomicU8::from_ptr(self.inner.buf.ptr().add(offset)) }.load(Ordering::Acquire)
-    }
-
-    /// Stores one byte with release order.
-    ///
-    /// # Panics
-    /// If `offset >= self.len()` (as slice indexing does).
-    #[inline]
-    pub fn store_u8(&self, offset: usize, v: u8) {
-        assert!(
-            offset < self.len(),
-            "offset {offset} outside the memory region"
-        );
-        // SAFETY: in bounds; AtomicU8 needs no alignment.
-        unsafe { AtomicU8::from_ptr(self.inner.buf.ptr().add(offset)) }.store(v, Ordering::Release);
-    }
-}
-
-impl std::fmt::Debug for Mr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mr")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("len", &self.len())
-            .field("lkey", &format_args!("{:#x}", self.inner.lkey))
-            .field("rkey", &format_args!("{:#x}", self.inner.rkey))
-            .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The buffers and `Mr`'s accessors alone (no device); they run under
-    //! Miri too (`scripts/miri`), which checks every raw access here.
-    use super::*;
-    use std::sync::atomic::AtomicBool;
-
-    /// A registration that, when dropped, reads the buffer it registers:
-    /// were the buffer freed first, Miri would report a use after free.
-    struct ReadsOnDrop {
-        ptr: *const u8,
-        len: usize,
-        dropped: Arc<AtomicBool>,
-    }
-    // SAFETY: test-only; the pointer is read once, in `drop`.
-    unsafe impl Send for ReadsOnDrop {}
-    unsafe impl Sync for ReadsOnDrop {}
-    impl Registration for ReadsOnDrop {}
-    impl Drop for ReadsOnDrop {
-        fn drop(&mut self) {
-            let mut last = [0u8; 1];
-            // SAFETY: `MrInner` drops the registration before the buffer.
-            unsafe { mlx5_dv::shared::load_into(self.ptr.add(self.len - 1), &mut last) };
-            assert_eq!(last[0], 0x5a);
-            self.dropped.store(true, Ordering::Relaxed);
-        }
-    }
-
-    fn mr(buf: Buffer, dropped: &Arc<AtomicBool>) -> Mr {
-        let reg = ReadsOnDrop {
-            ptr: buf.ptr(),
-            len: buf.len(),
-            dropped: dropped.clone(),
+        let owner = std::mem::replace(&mut self.owner, Owner::Raw);
+        let me = Buffer {
+            ptr: self.ptr,
+            len: self.len,
+            owner,
         };
-        Mr {
-            inner: Arc::new(MrInner {
-                _reg: Box::new(reg),
-                buf,
-                lkey: 0x200,
-                rkey: 0x300,
-            }),
-        }
+        // Frees (or unmaps) through the value it came from.
+        drop(Buffer::into_memory(me));
     }
+}
 
-    #[test]
-    fn buffers_are_zeroed_page_aligned_and_refuse_zero_bytes() {
-        assert!(Buffer::new(0).is_err());
-        assert!(Buffer::mapped(0).is_err());
-        let heap = Buffer::new(5000).unwrap();
-        let (map, _) = Buffer::mapped(8192).unwrap();
-        for (b, len) in [(&heap, 5000), (&map, 8192)] {
-            assert_eq!(b.len(), len);
-            assert_eq!(b.ptr() as usize % 4096, 0);
-            let mut got = vec![0xffu8; len];
-            // SAFETY: the whole buffer, which lives for the loop.
-            unsafe { mlx5_dv::shared::load_into(b.ptr(), &mut got) };
-            assert!(got.iter().all(|&x| x == 0));
+/// The checks every registration passes before a device is asked
+/// (IB spec 10.6.3.1 for the access rule):
+///
+/// - [`RegRefusal::UnknownAccess`]: bits this crate does not know;
+/// - [`RegRefusal::RemoteNeedsLocalWrite`]: REMOTE_WRITE or REMOTE_ATOMIC
+///   without LOCAL_WRITE;
+/// - [`RegRefusal::ZeroLength`], [`RegRefusal::Wraps`]: the range.
+pub(crate) fn check_registration(addr: u64, len: usize, access: Access) -> Result<()> {
+    if Access::from_bits(access.bits()).is_none() {
+        return Err(RegRefusal::UnknownAccess(access.bits()).into());
+    }
+    if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+        && !access.contains(Access::LOCAL_WRITE)
+    {
+        return Err(RegRefusal::RemoteNeedsLocalWrite.into());
+    }
+    if len == 0 {
+        return Err(RegRefusal::ZeroLength.into());
+    }
+    if addr.checked_add(len as u64).is_none() {
+        return Err(RegRefusal::Wraps {
+            addr,
+            len: len as u64,
         }
+        .into());
     }
+    Ok(())
+}
 
-    #[test]
-    fn mr_copies_and_byte_access_stay_in_range() {
-        for mapped in [false, true] {
-            let buf = if mapped {
-                Buffer::mapped(4096).unwrap().0
-            } else {
-                Buffer::new(4096).unwrap()
-            };
-            let dropped = Arc::new(AtomicBool::new(false));
-            let m = mr(buf, &dropped);
-            assert_eq!((m.len(), m.lkey().0, m.rkey().0), (4096, 0x200, 0x300));
-            m.write(4090, b"abcdef").unwrap();
-            assert!(m.write(4091, b"abcdef").is_err());
-            assert!(m.write(usize::MAX, b"a").is_err());
-            let mut got = [0u8; 8];
-            m.read(4088, &mut got).unwrap();
-            assert_eq!(&got, b"\0\0abcdef");
-            assert!(m.read(4089, &mut got).is_err());
-            m.store_u8(4095, 0x5a);
-            assert_eq!(m.load_u8(4095), 0x5a);
-            assert_eq!(m.load_u8(0), 0);
-            let past_the_end = std::panic::AssertUnwindSafe(|| m.load_u8(4096));
-            assert!(std::panic::catch_unwind(past_the_end).is_err());
-            // A clone is another handle to the same region: the registration
-            // goes (reading the buffer: see `ReadsOnDrop`) with the last one.
-            let c = m.clone();
-            drop(m);
-            assert!(!dropped.load(Ordering::Relaxed));
-            assert_eq!(c.load_u8(4090), b'a');
-            drop(c);
-            assert!(dropped.load(Ordering::Relaxed));
-        }
-    }
-
-    /// The device (the sim's thread) reads and writes an MR while the host
-    /// does: with every access atomic that is no data race, which Miri's
-    /// race detector checks here with two threads.
-    #[test]
-    fn concurrent_copies_are_no_data_race() {
-        let dropped = Arc::new(AtomicBool::new(false));
-        let m = mr(Buffer::new(4096).unwrap(), &dropped);
-        let rounds = if cfg!(miri) { 4 } else { 1000 };
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                for i in 0..rounds {
-                    m.write(0, &[i as u8; 64]).unwrap();
-                    m.store_u8(63, 1);
-                }
-            });
-            s.spawn(|| {
-                let mut got = [0u8; 64];
-                for _ in 0..rounds {
-                    m.read(0, &mut got).unwrap();
-                    let _ = m.load_u8(63);
-                }
-            });
-        });
-        m.store_u8(4095, 0x5a);
-        let mut got = [0u8; 64];
-        m.read(0, &mut got).unwrap();
-        assert_eq!(got[63], 1);
-    }
+/// Whether `access` lets anything write the memory.
+pub(crate) fn writes(access: Access) -> bool {
+    access.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
 }

@@ -9,6 +9,8 @@ pub mod device;
 pub mod error;
 pub mod keys;
 pub mod mem;
+pub mod mr;
+pub mod progress;
 pub mod qp_attr;
 pub mod qp_state;
 pub mod wr;

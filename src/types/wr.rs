@@ -2,7 +2,7 @@
 
 use super::error::Result;
 use super::keys::{Lkey, RemoteAddr};
-use super::mem::Mr;
+use super::mr::Mr;
 use std::marker::PhantomData;
 
 /// A scatter/gather entry inside a registered memory region (checked when
@@ -13,6 +13,9 @@ pub struct Sge<'mr> {
     pub(crate) addr: u64,
     pub(crate) len: u32,
     pub(crate) lkey: Lkey,
+    /// The memory is a [`LocalMr`](crate::LocalMr) the WR owns: an inline
+    /// copy reads it plainly (else with atomic loads, as a peer may write it).
+    pub(crate) plain: bool,
     _mr: PhantomData<&'mr Mr>,
 }
 
@@ -24,8 +27,21 @@ impl<'mr> Sge<'mr> {
             addr: mr.addr() + offset as u64,
             len,
             lkey: mr.lkey(),
+            plain: false,
             _mr: PhantomData,
         })
+    }
+
+    /// An SGE over a [`LocalMr`](crate::LocalMr)'s range (checked by the
+    /// caller), for the owned posts; the buffer moves into the QP with it.
+    pub(crate) fn owned(buf: &crate::types::mr::LocalMr, offset: usize, len: u32) -> Sge<'static> {
+        Sge {
+            addr: buf.addr() + offset as u64,
+            len,
+            lkey: buf.lkey(),
+            plain: true,
+            _mr: PhantomData,
+        }
     }
     pub fn addr(&self) -> u64 {
         self.addr

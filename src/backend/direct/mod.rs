@@ -15,7 +15,9 @@ use super::SharedQps;
 use crate::types::completion::{Completion, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
-use crate::types::mem::{Access, Buffer, MrInner, Registration};
+use crate::types::mem::{Access, Buffer};
+use crate::types::mr::{MrInner, Registration};
+use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::{RecvWr, SendWr, WrOp};
 use mlx5_dv::cqe::Cqe;
@@ -23,6 +25,7 @@ use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, Retired, SendQue
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
+use std::sync::Arc;
 
 /// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
 /// DS, a 512-byte WQE of 8 WQEBBs).
@@ -58,13 +61,15 @@ pub(crate) fn reg_sim_mr(
     // until `dereg_mr` returns for its key.
     let k = unsafe { dev.reg_mr(pdn, buf.ptr(), buf.len(), access) }?;
     Ok(MrInner {
-        _reg: Box::new(SimReg {
+        reg: Box::new(SimReg {
             dev: dev.clone(),
             lkey: k.lkey,
         }),
+        live: None,
         buf,
         lkey: k.lkey,
         rkey: k.rkey,
+        access,
     })
 }
 
@@ -189,7 +194,19 @@ impl DirectCq {
 
     /// Discards the events raised and the CQEs written so far.
     fn drain(&mut self) {
-        while self.wait_event(std::time::Duration::ZERO).unwrap_or(false) {}
+        match &self.dev {
+            // The sim's event fd is non-blocking: read it, no poll(2) (which
+            // Miri cannot run either).
+            DirectCqDev::Sim(c) => {
+                for _ in 0..c.take_events() {
+                    self.cq.event_consumed();
+                }
+            }
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(_) => {
+                while self.wait_event(std::time::Duration::ZERO).unwrap_or(false) {}
+            }
+        }
         while self.cq.poll_one().is_some() {}
         self.cq.update_ci();
     }
@@ -232,6 +249,7 @@ impl DirectCq {
                 let mut recvs = 0;
                 let r = retire(&mut q.sq, &mut q.rq, cqe, &mut recvs);
                 freed += q.sq.free_wrs() - before + recvs;
+                q.publish_retired();
                 r
             },
             put,
@@ -357,6 +375,11 @@ pub(crate) struct DirectQp {
     dev: DirectDev,
     /// The path facts the last modify set (for `path`).
     path: PathInfo,
+    /// WRs posted and retired, for the PD's deregistration of dropped MRs:
+    /// sends and receives posted in all (monotonic across RESET).
+    progress: Arc<WrProgress>,
+    sent: u64,
+    recvd: u64,
 }
 
 /// Who owns the rings the driver runs on.
@@ -414,6 +437,9 @@ impl DirectQp {
             ignore_credits: false,
             dev: DirectDev::Sim(sim_qp),
             path: PathInfo::unconnected("sim"),
+            progress: Arc::default(),
+            sent: 0,
+            recvd: 0,
         })
     }
 
@@ -455,6 +481,9 @@ impl DirectQp {
             ignore_credits: false,
             path: PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
+            progress: Arc::default(),
+            sent: 0,
+            recvd: 0,
         })
     }
 
@@ -550,6 +579,39 @@ impl DirectQp {
         }
         self.sq.reset();
         self.rq.reset();
+        self.publish_retired();
+    }
+
+    #[inline(always)]
+    fn posted_sends(&mut self, n: usize) {
+        self.sent += n as u64;
+        self.progress.sends_posted(self.sent);
+    }
+
+    /// Publishes how many sends and receives have been retired.
+    #[inline(always)]
+    fn publish_retired(&self) {
+        let (_, sends, _, recvs) = self.seqs();
+        self.progress.retired(sends, recvs);
+    }
+
+    /// Sends posted, sends retired, receives posted, receives retired, in
+    /// all since the QP was created (a RESET retires what was outstanding).
+    #[inline]
+    pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
+        (
+            self.sent,
+            // (wrapping: a count the driver and this disagree on must not
+            // panic the poller; it only delays deregistration)
+            self.sent.wrapping_sub(self.sq.outstanding() as u64),
+            self.recvd,
+            self.recvd.wrapping_sub(self.rq.outstanding() as u64),
+        )
+    }
+
+    /// What the PD watches to deregister dropped MRs.
+    pub(crate) fn progress(&self) -> &Arc<WrProgress> {
+        &self.progress
     }
 
     /// Sends and receives posted and not yet retired.
@@ -623,6 +685,7 @@ impl DirectQp {
         patch(&mut bytes);
         sim_qp.hook_write_sq(off, &bytes);
         self.sq.ring_doorbell();
+        self.posted_sends(1);
         Ok(())
     }
 
@@ -695,6 +758,7 @@ impl DirectQp {
                 return Err(e);
             }
             self.sq.ring_doorbell();
+            self.posted_sends(1);
             return Ok(());
         }
         if wrs.is_empty() {
@@ -716,6 +780,7 @@ impl DirectQp {
         self.signal_if_last_credit();
         with_wqe(last, |wqe| self.sq.post(wqe, last.wr_id))??;
         self.sq.ring_doorbell();
+        self.posted_sends(wrs.len());
         Ok(())
     }
 
@@ -768,6 +833,8 @@ impl DirectQp {
             self.rq.post(&segs[..w.sges.len()], w.wr_id)?;
         }
         self.rq.ring_doorbell();
+        self.recvd += wrs.len() as u64;
+        self.progress.recvs_posted(self.recvd);
         Ok(())
     }
 
@@ -790,6 +857,7 @@ impl DirectQp {
             |k, c| out[k] = c,
         );
         self.give_credits(self.sq.free_wrs() - sq_free + recvs);
+        self.publish_retired();
         result.map(|()| n)
     }
 }
@@ -856,10 +924,18 @@ fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
         let mut off = 0;
         for s in w.sges {
             let dst = &mut inline[off..off + s.len as usize];
-            // SAFETY: `s` borrows a live Mr (Sge<'mr>) and `Sge::new` checked
-            // that addr..addr+len lies inside it; registered memory is read
-            // with atomic loads (`shared`), as the device may write it.
-            unsafe { mlx5_dv::shared::load_into(s.addr as *const u8, dst) };
+            if s.plain {
+                // SAFETY: a LocalMr's range (checked by the owned post), which
+                // the WR owns: nothing else accesses it now.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(s.addr as *const u8, dst.as_mut_ptr(), dst.len())
+                };
+            } else {
+                // SAFETY: `s` borrows a live Mr (Sge<'mr>) and `Sge::new`
+                // checked that addr..addr+len lies inside it; such memory is
+                // read with atomic loads (`shared`), as a peer may write it.
+                unsafe { mlx5_dv::shared::load_into(s.addr as *const u8, dst) };
+            }
             off += s.len as usize;
         }
         Payload::Inline(&inline[..off])

@@ -18,7 +18,8 @@ pub(crate) use qp::{modify_raw, query_raw, QpCaps};
 
 use crate::types::device::{GidEntry, PortDetail};
 use crate::types::error::{Error, Result};
-use crate::types::mem::{Access, Buffer, MrInner, Registration};
+use crate::types::mem::{Access, Buffer};
+use crate::types::mr::{MrInner, Registration};
 use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -345,19 +346,25 @@ pub(crate) fn reg_mr(pd: &Arc<Pd>, buf: Buffer, access: Access) -> Result<MrInne
         return Err(Error::Verbs {
             call: "ibv_reg_mr",
             errno: errno(),
-            detail: String::new(),
+            detail: format!(
+                " ({} bytes at {:p}, access {access:?})",
+                buf.len(),
+                buf.ptr()
+            ),
         });
     }
     // SAFETY: non-null ibv_mr returned by rdma-core.
     let (lkey, rkey) = unsafe { ((*raw).lkey, (*raw).rkey) };
     Ok(MrInner {
-        _reg: Box::new(MrReg {
+        reg: Box::new(MrReg {
             raw,
             _pd: pd.clone(),
         }),
+        live: None,
         buf,
         lkey,
         rkey,
+        access,
     })
 }
 

@@ -6,6 +6,7 @@ use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq};
 use super::SharedQps;
 use crate::types::completion::{Completion, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
+use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::{RecvWr, SendWr, WrOp};
 use mlx5_dv::driver::CqCredits;
@@ -112,6 +113,8 @@ pub(crate) struct VerbsQp {
     wr_ids: Box<[u64]>,
     posted: u64,
     retired: u64,
+    /// The counts above, for the PD's deregistration of dropped MRs.
+    progress: Arc<WrProgress>,
     _pd: Arc<Pd>,
 }
 
@@ -201,6 +204,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<
         wr_ids: vec![0; max_post as usize].into_boxed_slice(),
         posted: 0,
         retired: 0,
+        progress: Arc::default(),
         _pd: pd.clone(),
     })
 }
@@ -227,6 +231,17 @@ impl VerbsQp {
     /// Depth of the CQ the device gave, in CQEs.
     pub(crate) fn cq_depth(&self) -> u32 {
         self.cq.depth
+    }
+
+    /// Sends posted, sends retired, receives posted, receives retired, in
+    /// all since the QP was created (a RESET retires what was outstanding).
+    pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
+        (self.posted, self.retired, self.recv_posted, self.recv_done)
+    }
+
+    /// What the PD watches to deregister dropped MRs.
+    pub(crate) fn progress(&self) -> &Arc<WrProgress> {
+        &self.progress
     }
 
     /// Sends and receives posted and not yet retired.
@@ -268,6 +283,7 @@ impl VerbsQp {
             self.retired = self.posted;
             self.recv_done = self.recv_posted;
             self.unsignaled_run = 0;
+            self.progress.retired(self.retired, self.recv_done);
         }
         Ok(())
     }
@@ -455,6 +471,7 @@ impl VerbsQp {
         // WRs before `bad` were posted: count them, so their completions match.
         let posted = posted_count(rc, vwrs, bad);
         self.posted += posted as u64;
+        self.progress.sends_posted(self.posted);
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(Error::QueueFull),
@@ -554,6 +571,7 @@ impl VerbsQp {
             let rc = unsafe { ibv_post_recv(self.qp, vwrs.as_mut_ptr(), &mut bad) };
             let posted = posted_count(rc, vwrs, bad);
             self.recv_posted += posted as u64;
+            self.progress.recvs_posted(self.recv_posted);
             match rc {
                 0 => {}
                 libc::ENOMEM => return Err(Error::QueueFull),
@@ -622,6 +640,7 @@ impl VerbsQp {
             let slot = (w.wr_id % self.max_post as u64) as usize;
             (self.wr_ids[slot], self.hidden[slot])
         };
+        self.progress.retired(self.retired, self.recv_done);
         if hidden && w.status == ibv_wc_status::IBV_WC_SUCCESS {
             return None; // asked for by auto-signal only
         }

@@ -9,7 +9,7 @@
 
 use rdma_direct::{
     Access, Completion, CompletionMode, Context, CqSizing, Error, Mr, Pd, Qp, QpAttr, QpConfig,
-    QpState, RecvWr, RemoteAddr, Rkey, SendWr, Sge, SharedCq, WcOpcode, WcStatus,
+    QpState, RecvWr, RegRefusal, RemoteAddr, Rkey, SendWr, Sge, SharedCq, WcOpcode, WcStatus,
 };
 use std::time::{Duration, Instant};
 

@@ -7,13 +7,16 @@ use super::*;
 pub(super) fn bad_input_is_refused_and_posts_nothing(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
     check!(
-        matches!(s.pd.reg_mr(0, Access::LOCAL_WRITE), Err(Error::Invalid(_))),
+        matches!(
+            s.pd.reg_mr(0, Access::LOCAL_WRITE),
+            Err(Error::Register(RegRefusal::ZeroLength))
+        ),
         "zero-length MR"
     );
     check!(
         matches!(
             s.pd.reg_mr(64, Access::REMOTE_WRITE),
-            Err(Error::Invalid(_))
+            Err(Error::Register(RegRefusal::RemoteNeedsLocalWrite))
         ),
         "REMOTE_WRITE alone"
     );

@@ -1,0 +1,119 @@
+//! Deregistration of dropped [`Mr`](crate::Mr)s: a PD's graveyard.
+//!
+//! When an `Mr`'s last handle goes, a WR posted earlier may still name it
+//! (borrowed SGEs hold no reference). Rather than count references per WR,
+//! each QP of the PD publishes how many WRs it has posted and retired
+//! ([`WrProgress`]); the dropped MR waits here with a [`Ticket`] per QP that
+//! had WRs outstanding, and is deregistered (and its memory freed) once
+//! every such QP has retired them, or is gone.
+//!
+//! The waiting MRs are looked at off the post/poll path: when an `Mr` is
+//! dropped, at each registration on the PD, in [`Pd::reclaim`](crate::Pd::reclaim),
+//! when a QP of the PD moves to RESET, and when one is destroyed.
+
+use crate::types::mr::{Graveyard, MrInner};
+use crate::types::progress::{Ticket, WrProgress};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// A dropped MR and the QPs whose outstanding WRs may still name it.
+struct Grave {
+    /// Deregistered when the grave is dropped.
+    _mr: MrInner,
+    waits: Vec<(Weak<WrProgress>, Ticket)>,
+}
+
+impl Grave {
+    fn ready(&self) -> bool {
+        self.waits
+            .iter()
+            .all(|(q, t)| q.upgrade().map_or(true, |p| p.reached(*t)))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    graves: Vec<Grave>,
+    /// Every QP of the PD (dead ones are pruned at each sweep).
+    qps: Vec<Weak<WrProgress>>,
+}
+
+/// One PD's dropped MRs and its QPs' progress.
+#[derive(Default)]
+pub(crate) struct Graves {
+    state: Mutex<State>,
+    /// Registrations of the PD that are live (not yet deregistered):
+    /// [`Pd::live_mrs`](crate::Pd::live_mrs).
+    pub(crate) live: Arc<AtomicU64>,
+}
+
+impl Graves {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new QP of the PD: its progress is looked at when MRs are dropped.
+    pub(crate) fn add_qp(&self, p: &Arc<WrProgress>) {
+        let mut st = self.lock();
+        st.qps.retain(|q| q.strong_count() > 0);
+        st.qps.push(Arc::downgrade(p));
+    }
+
+    /// Deregisters every waiting MR no outstanding WR can name any more;
+    /// returns how many still wait.
+    pub(crate) fn sweep(&self) -> usize {
+        let freed;
+        let left;
+        {
+            let mut st = self.lock();
+            st.qps.retain(|q| q.strong_count() > 0);
+            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut st.graves)
+                .into_iter()
+                .partition(Grave::ready);
+            st.graves = wait;
+            left = st.graves.len();
+            freed = ready;
+        }
+        // Deregistration (a system call on verbs, the sim's lock) runs
+        // outside this lock.
+        drop(freed);
+        left
+    }
+
+    pub(crate) fn live(&self) -> u64 {
+        self.live.load(Ordering::Relaxed)
+    }
+}
+
+impl Graveyard for Graves {
+    fn bury(&self, mr: MrInner) {
+        let now = {
+            let mut st = self.lock();
+            let waits: Vec<_> = st
+                .qps
+                .iter()
+                .filter_map(|q| {
+                    let p = q.upgrade()?;
+                    let t = p.ticket();
+                    (!p.reached(t)).then(|| (q.clone(), t))
+                })
+                .collect();
+            if waits.is_empty() {
+                Some(mr)
+            } else {
+                st.graves.push(Grave { _mr: mr, waits });
+                None
+            }
+        };
+        drop(now);
+        self.sweep();
+    }
+
+    fn quiet(&self) -> bool {
+        self.lock()
+            .qps
+            .iter()
+            .filter_map(Weak::upgrade)
+            .all(|p| p.reached(p.ticket()))
+    }
+}

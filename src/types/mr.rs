@@ -1,0 +1,662 @@
+//! Registered memory regions, of two kinds the API keeps apart:
+//!
+//! 1. [`LocalMr`]: memory only this program's own WRs touch (no REMOTE_*
+//!    access). It is not `Clone`; while the program holds it no WR names
+//!    it, so it derefs to plain `&[u8]` / `&mut [u8]` and its copies are
+//!    `memcpy`. To use it in a WR it *moves* into the post
+//!    ([`Qp::post_send_owned`](crate::Qp::post_send_owned),
+//!    [`Qp::post_recv_owned`](crate::Qp::post_recv_owned)); the QP keeps it
+//!    until the WR completes or is flushed and hands it back
+//!    ([`Qp::take_send_buf`](crate::Qp::take_send_buf),
+//!    [`Qp::take_recv_buf`](crate::Qp::take_recv_buf)). Dropping it
+//!    deregisters it at once.
+//! 2. [`Mr`]: memory a peer may reach (any access, REMOTE_* included), or
+//!    named by borrowed [`Sge`](crate::Sge)s. A peer may write or read it at
+//!    any moment with no local WR, so safe access is one-byte atomic copies,
+//!    the device side's granularity ([`Mr::write`], [`Mr::read`],
+//!    [`Mr::load_u8`]); plain slices come only through `unsafe`
+//!    ([`Mr::slice`], [`Mr::slice_mut`]), whose contract is that the
+//!    program's protocol keeps every peer and WR off the range meanwhile.
+//!    Cloning makes another handle; when the last one goes the region is
+//!    deregistered as soon as no WR posted before then on a QP of its PD is
+//!    outstanding.
+//!
+//! `docs/concepts.md` ("Two kinds of memory") has the rules with examples.
+
+use super::error::{Error, Result};
+use super::keys::{Lkey, Rkey};
+use super::mem::{Access, Buffer, Memory};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// What deregisters an MR when it is dropped (backend-specific).
+pub(crate) trait Registration: Send + Sync {}
+
+/// Counts a PD's live registrations: one per `MrInner`, gone at its drop.
+pub(crate) struct LiveGuard(pub(crate) Arc<AtomicU64>);
+
+impl LiveGuard {
+    pub(crate) fn new(count: &Arc<AtomicU64>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        LiveGuard(count.clone())
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A registration and the memory it covers.
+pub(crate) struct MrInner {
+    // Field order matters: the registration drops (deregisters) before the
+    // count goes down and before the buffer is freed.
+    pub(crate) reg: Box<dyn Registration>,
+    pub(crate) live: Option<LiveGuard>,
+    pub(crate) buf: Buffer,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+    pub(crate) access: Access,
+}
+
+impl MrInner {
+    /// Deregisters, then hands the memory back (`None`: a caller-managed range).
+    pub(crate) fn into_memory(self) -> Option<Memory> {
+        let MrInner { reg, live, buf, .. } = self;
+        drop(reg);
+        drop(live);
+        buf.into_memory()
+    }
+}
+
+/// Where an [`Mr`] goes when its last handle is dropped: its PD, which
+/// deregisters it once no outstanding WR can name it.
+pub(crate) trait Graveyard: Send + Sync {
+    /// Takes `mr`: deregisters it now when no WR posted so far on a QP of
+    /// the PD is outstanding, else keeps it until those WRs are retired.
+    fn bury(&self, mr: MrInner);
+    /// Whether every WR posted so far on the PD's QPs has been retired.
+    fn quiet(&self) -> bool;
+}
+
+/// What every handle of one [`Mr`] shares.
+pub(crate) struct MrShared {
+    ptr: *mut u8,
+    len: usize,
+    lkey: u32,
+    rkey: u32,
+    access: Access,
+    writable: bool,
+    mr: Option<MrInner>,
+    yard: Arc<dyn Graveyard>,
+}
+
+// SAFETY: `ptr` is the registered buffer's (owned by `mr`, `Send + Sync`);
+// every access through it is an atomic or an `unsafe` method's contract.
+unsafe impl Send for MrShared {}
+unsafe impl Sync for MrShared {}
+
+impl Drop for MrShared {
+    fn drop(&mut self) {
+        if let Some(mr) = self.mr.take() {
+            self.yard.bury(mr);
+        }
+    }
+}
+
+/// A registered memory region that a peer may reach, or that borrowed
+/// [`Sge`](crate::Sge)s name (the second kind of the [module docs](self)).
+/// Cloning makes another handle to the same region.
+///
+/// Safe access is one-byte atomic copies; see [`Mr::slice`] for plain slices.
+#[derive(Clone)]
+pub struct Mr {
+    pub(crate) inner: Arc<MrShared>,
+}
+
+impl Mr {
+    pub(crate) fn new(mr: MrInner, yard: Arc<dyn Graveyard>) -> Mr {
+        Mr {
+            inner: Arc::new(MrShared {
+                ptr: mr.buf.ptr(),
+                len: mr.buf.len(),
+                lkey: mr.lkey,
+                rkey: mr.rkey,
+                access: mr.access,
+                writable: mr.buf.writable(),
+                mr: Some(mr),
+                yard,
+            }),
+        }
+    }
+    pub fn lkey(&self) -> Lkey {
+        Lkey(self.inner.lkey)
+    }
+    pub fn rkey(&self) -> Rkey {
+        Rkey(self.inner.rkey)
+    }
+    /// Virtual address of byte 0.
+    pub fn addr(&self) -> u64 {
+        self.inner.ptr as u64
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// The access flags it was registered with.
+    pub fn access(&self) -> Access {
+        self.inner.access
+    }
+    /// Whether the program may write it (not a read-only mapping).
+    pub fn is_writable(&self) -> bool {
+        self.inner.writable
+    }
+
+    pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        check_range(offset, len, self.len())
+    }
+
+    fn check_write(&self, offset: usize, len: usize) -> Result<()> {
+        if !self.inner.writable {
+            return Err(Error::Invalid(
+                "the memory region is a read-only mapping".into(),
+            ));
+        }
+        self.check_range(offset, len)
+    }
+
+    /// Copies `src` into the region at `offset`, one relaxed atomic byte
+    /// store each (a peer's RDMA may race with it: the bytes are then
+    /// unspecified, as with DMA, but there is no undefined behaviour).
+    ///
+    /// Errors: the range is outside the region, or the region is read-only
+    /// ([`Error::Invalid`]); nothing is written.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_write(offset, src.len())?;
+        // SAFETY: range checked, memory writable; the buffer lives as long as
+        // `self`. Concurrent device or thread access is atomic too (`shared`).
+        unsafe { mlx5_dv::shared::store_from(src, self.inner.ptr.add(offset)) };
+        Ok(())
+    }
+
+    /// Copies from the region at `offset` into `dst`, one relaxed atomic
+    /// byte load each.
+    ///
+    /// Errors: the range is outside the region ([`Error::Invalid`]).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(offset, dst.len())?;
+        // SAFETY: as in `write` (atomic loads).
+        unsafe { mlx5_dv::shared::load_into(self.inner.ptr.add(offset), dst) };
+        Ok(())
+    }
+
+    /// Reads one byte with acquire order: the way to poll for data the device
+    /// writes (perftest polls the last byte of the receive buffer).
+    ///
+    /// # Panics
+    /// If `offset >= self.len()` (as slice indexing does).
+    #[inline]
+    pub fn load_u8(&self, offset: usize) -> u8 {
+        assert!(
+            offset < self.len(),
+            "offset {offset} outside the memory region"
+        );
+        // SAFETY: in bounds; AtomicU8 needs no alignment.
+        unsafe { AtomicU8::from_ptr(self.inner.ptr.add(offset)) }.load(Ordering::Acquire)
+    }
+
+    /// Stores one byte with release order.
+    ///
+    /// # Panics
+    /// If `offset >= self.len()` (as slice indexing does), or the region is
+    /// a read-only mapping.
+    #[inline]
+    pub fn store_u8(&self, offset: usize, v: u8) {
+        assert!(
+            offset < self.len(),
+            "offset {offset} outside the memory region"
+        );
+        assert!(self.inner.writable, "the memory region is read-only");
+        // SAFETY: in bounds and writable; AtomicU8 needs no alignment.
+        unsafe { AtomicU8::from_ptr(self.inner.ptr.add(offset)) }.store(v, Ordering::Release);
+    }
+
+    /// `len` bytes at `offset` as a plain slice, read at memory speed.
+    ///
+    /// Errors: the range is outside the region ([`Error::Invalid`]).
+    ///
+    /// # Safety
+    /// While the slice lives nothing may write those bytes: no peer (by RDMA
+    /// WRITE or atomic through this region's rkey), no WR of this program
+    /// (a receive, an RDMA READ or atomic landing there) and no other thread
+    /// (through another handle). Your protocol must guarantee it: for
+    /// example, the bytes were filled before the rkey was sent and are never
+    /// written after, or the peer was told to stop and acknowledged.
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: in range; the caller guarantees no concurrent writer.
+        Ok(unsafe { std::slice::from_raw_parts(self.inner.ptr.add(offset), len) })
+    }
+
+    /// `len` bytes at `offset` as a plain mutable slice, written at memory
+    /// speed.
+    ///
+    /// Errors: the range is outside the region, or the region is read-only
+    /// ([`Error::Invalid`]).
+    ///
+    /// # Safety
+    /// While the slice lives nothing else may read or write those bytes: no
+    /// peer (RDMA READ, WRITE or atomic through the rkey), no WR of this
+    /// program (a SEND or WRITE gathering from them, a receive or READ
+    /// landing there) and no other slice or copy of them (through this or
+    /// another handle, on any thread). For example: a table filled before its
+    /// rkey is sent to anyone.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        self.check_write(offset, len)?;
+        // SAFETY: in range and writable; the caller guarantees exclusivity.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.inner.ptr.add(offset), len) })
+    }
+
+    /// Deregisters the region now and hands its memory back, if this is its
+    /// last handle and no WR posted on a QP of its PD is outstanding (so
+    /// none can name it). `Ok(None)` for a caller-managed range
+    /// ([`Pd::register_raw`](crate::Pd::register_raw)).
+    ///
+    /// Errors: the handle itself, unchanged, when another handle lives or a
+    /// WR is outstanding (poll, then try again; or drop it, and the PD
+    /// deregisters it when they are retired).
+    pub fn try_into_memory(self) -> std::result::Result<Option<Memory>, Mr> {
+        match Arc::try_unwrap(self.inner) {
+            Err(inner) => Err(Mr { inner }),
+            Ok(mut shared) if shared.yard.quiet() => {
+                Ok(shared.mr.take().and_then(MrInner::into_memory))
+            }
+            Ok(shared) => Err(Mr {
+                inner: Arc::new(shared),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len())
+            .field("lkey", &format_args!("{:#x}", self.inner.lkey))
+            .field("rkey", &format_args!("{:#x}", self.inner.rkey))
+            .finish()
+    }
+}
+
+fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::Invalid(format!(
+            "range {offset}+{len} is outside the {size}-byte memory region"
+        ))),
+    }
+}
+
+/// A registered memory region only this program's own WRs touch (the first
+/// kind of the [module docs](self)): no REMOTE_* access, not `Clone`.
+///
+/// It derefs to the registered bytes as `&[u8]` / `&mut [u8]`: parse,
+/// serialize and copy in place at memory speed. A WR takes it by value
+/// ([`Qp::post_send_owned`](crate::Qp::post_send_owned),
+/// [`Qp::post_recv_owned`](crate::Qp::post_recv_owned)) and the QP hands it
+/// back after the WR's completion or flush, so no slice of it exists while
+/// the device may write it. Dropping it deregisters it at once (none of
+/// its WRs can be outstanding: they hold it).
+pub struct LocalMr {
+    mr: MrInner,
+}
+
+impl LocalMr {
+    pub(crate) fn new(mr: MrInner) -> LocalMr {
+        LocalMr { mr }
+    }
+    pub fn lkey(&self) -> Lkey {
+        Lkey(self.mr.lkey)
+    }
+    /// Virtual address of byte 0.
+    pub fn addr(&self) -> u64 {
+        self.mr.buf.ptr() as u64
+    }
+    /// The access flags it was registered with (LOCAL_WRITE or none).
+    pub fn access(&self) -> Access {
+        self.mr.access
+    }
+
+    /// Copies `src` into the region at `offset` (`copy_from_slice`:
+    /// memcpy speed).
+    ///
+    /// Errors: the range is outside the region ([`Error::Invalid`]); nothing
+    /// is written.
+    #[inline]
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(offset, src.len(), self.len())?;
+        self[offset..offset + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    /// Copies from the region at `offset` into `dst` (memcpy speed).
+    ///
+    /// Errors: the range is outside the region ([`Error::Invalid`]).
+    #[inline]
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(offset, dst.len(), self.len())?;
+        dst.copy_from_slice(&self[offset..offset + dst.len()]);
+        Ok(())
+    }
+
+    /// Deregisters the region and hands its memory back: what was
+    /// registered ([`Pd::register_local`](crate::Pd::register_local)), or a
+    /// [`Memory::Aligned`] for the crate's own ([`Pd::reg_local`](crate::Pd::reg_local)).
+    pub fn into_memory(self) -> Memory {
+        self.mr
+            .into_memory()
+            .expect("a LocalMr always owns its memory (no raw registration makes one)")
+    }
+}
+
+impl std::ops::Deref for LocalMr {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the registered buffer, which `self` owns; no WR names it
+        // while `self` exists (posting moves it into the QP), so nothing
+        // else writes it.
+        unsafe { std::slice::from_raw_parts(self.mr.buf.ptr(), self.mr.buf.len()) }
+    }
+}
+
+impl std::ops::DerefMut for LocalMr {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; writable (checked at registration) and
+        // `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.mr.buf.ptr(), self.mr.buf.len()) }
+    }
+}
+
+impl std::fmt::Debug for LocalMr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMr")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len())
+            .field("lkey", &format_args!("{:#x}", self.mr.lkey))
+            .finish()
+    }
+}
+
+/// An owned post that was refused: why, and the buffer, handed back
+/// untouched (nothing was posted). Converts into [`Error`] (dropping the
+/// buffer) for `?`.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct Refused {
+    pub error: Error,
+    pub buf: LocalMr,
+}
+
+impl From<Refused> for Error {
+    fn from(r: Refused) -> Error {
+        r.error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The buffers and the MR types alone (no device); they run under Miri
+    //! too (`scripts/miri`), which checks every raw access here.
+    use super::*;
+    use crate::types::mem::AlignedBuf;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+
+    /// A registration that, when dropped, reads the buffer it registers:
+    /// were the buffer freed first, Miri would report a use after free.
+    struct ReadsOnDrop {
+        ptr: *const u8,
+        dropped: Arc<AtomicBool>,
+    }
+    // SAFETY: test-only; the pointer is read once, in `drop`.
+    unsafe impl Send for ReadsOnDrop {}
+    unsafe impl Sync for ReadsOnDrop {}
+    impl Registration for ReadsOnDrop {}
+    impl Drop for ReadsOnDrop {
+        fn drop(&mut self) {
+            let mut first = [0u8; 1];
+            // SAFETY: `MrInner` drops the registration before the buffer.
+            unsafe { mlx5_dv::shared::load_into(self.ptr, &mut first) };
+            let _ = first;
+            self.dropped.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn inner(mem: Memory, access: Access, dropped: &Arc<AtomicBool>) -> MrInner {
+        let buf = Buffer::from_memory(mem).unwrap();
+        MrInner {
+            reg: Box::new(ReadsOnDrop {
+                ptr: buf.ptr(),
+                dropped: dropped.clone(),
+            }),
+            live: None,
+            buf,
+            lkey: 0x200,
+            rkey: 0x300,
+            access,
+        }
+    }
+
+    /// A graveyard that keeps what it is given.
+    #[derive(Default)]
+    struct Keep(Mutex<Vec<MrInner>>, AtomicBool);
+    impl Graveyard for Keep {
+        fn bury(&self, mr: MrInner) {
+            self.0.lock().unwrap().push(mr);
+        }
+        fn quiet(&self) -> bool {
+            !self.1.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn every_kind_of_memory_comes_back_whole() {
+        let kinds: Vec<Memory> = vec![
+            vec![7u8; 100].into(),
+            vec![8u8; 100].into_boxed_slice().into(),
+            AlignedBuf::zeroed(5000).unwrap().into(),
+            memmap2::MmapMut::map_anon(8192).unwrap().into(),
+        ];
+        for mem in kinds {
+            let (ptr, len) = (mem.as_ptr(), mem.len());
+            let buf = Buffer::from_memory(mem).unwrap();
+            assert_eq!(
+                (buf.ptr() as *const u8, buf.len(), buf.writable()),
+                (ptr, len, true)
+            );
+            let back = buf.into_memory().unwrap();
+            assert_eq!((back.as_ptr(), back.len()), (ptr, len));
+        }
+        // A Vec's len is registered, not its capacity.
+        let mut v = Vec::with_capacity(4096);
+        v.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(Buffer::from_memory(v.into()).unwrap().len(), 3);
+        assert!(Buffer::from_memory(Vec::new().into()).is_err());
+        assert!(AlignedBuf::zeroed(0).is_err());
+        let a = AlignedBuf::zeroed(5000).unwrap();
+        assert_eq!(a.as_ptr() as usize % 4096, 0);
+        assert!(a.iter().all(|&b| b == 0));
+        let (m, _) = Buffer::mapped(8192).unwrap();
+        assert_eq!(m.ptr() as usize % 4096, 0);
+    }
+
+    #[test]
+    fn registration_checks_refuse_bad_input() {
+        use crate::types::error::RegRefusal as R;
+        use crate::types::mem::check_registration as check;
+        let reg = |r: Result<()>| match r {
+            Err(Error::Register(r)) => Some(r),
+            _ => None,
+        };
+        assert_eq!(
+            reg(check(0x1000, 0, Access::LOCAL_WRITE)),
+            Some(R::ZeroLength)
+        );
+        assert_eq!(
+            reg(check(u64::MAX - 10, 20, Access::LOCAL_WRITE)),
+            Some(R::Wraps {
+                addr: u64::MAX - 10,
+                len: 20
+            })
+        );
+        assert_eq!(
+            reg(check(0x1000, 8, Access::REMOTE_WRITE)),
+            Some(R::RemoteNeedsLocalWrite)
+        );
+        assert_eq!(
+            reg(check(0x1000, 8, Access::REMOTE_ATOMIC)),
+            Some(R::RemoteNeedsLocalWrite)
+        );
+        assert!(check(0x1000, 8, Access::REMOTE_READ).is_ok());
+        assert!(check(0x1000, 8, Access::all()).is_ok());
+    }
+
+    #[test]
+    fn a_local_mr_is_plain_bytes() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let mut l = LocalMr::new(inner(vec![0u8; 4096].into(), Access::LOCAL_WRITE, &dropped));
+        l[..4].copy_from_slice(b"abcd");
+        l.write(4090, b"efghij").unwrap();
+        assert!(l.write(4091, b"efghij").is_err());
+        assert!(l.write(usize::MAX, b"e").is_err());
+        let mut got = [0u8; 8];
+        l.read(4088, &mut got).unwrap();
+        assert_eq!(&got, b"\0\0efghij");
+        assert!(l.read(4089, &mut got).is_err());
+        assert_eq!(&l[..4], b"abcd");
+        let Memory::Vec(v) = l.into_memory() else {
+            panic!("a Vec comes back as a Vec")
+        };
+        assert!(
+            dropped.load(Ordering::Relaxed),
+            "deregistered before handed back"
+        );
+        assert_eq!(&v[..4], b"abcd");
+    }
+
+    #[test]
+    fn mr_copies_and_byte_access_stay_in_range() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let yard = Arc::new(Keep::default());
+        let m = Mr::new(
+            inner(
+                AlignedBuf::zeroed(4096).unwrap().into(),
+                Access::all(),
+                &dropped,
+            ),
+            yard.clone(),
+        );
+        assert_eq!((m.len(), m.lkey().0, m.rkey().0), (4096, 0x200, 0x300));
+        m.write(4090, b"abcdef").unwrap();
+        assert!(m.write(4091, b"abcdef").is_err());
+        assert!(m.write(usize::MAX, b"a").is_err());
+        let mut got = [0u8; 8];
+        m.read(4088, &mut got).unwrap();
+        assert_eq!(&got, b"\0\0abcdef");
+        assert!(m.read(4089, &mut got).is_err());
+        m.store_u8(4095, 0x5a);
+        assert_eq!(m.load_u8(4095), 0x5a);
+        let past_the_end = std::panic::AssertUnwindSafe(|| m.load_u8(4096));
+        assert!(std::panic::catch_unwind(past_the_end).is_err());
+        // SAFETY: no device, no other handle in use: nothing else touches it.
+        unsafe {
+            m.slice_mut(0, 3).unwrap().copy_from_slice(b"xyz");
+            assert_eq!(m.slice(0, 3).unwrap(), b"xyz");
+            assert!(m.slice(4000, 97).is_err());
+        }
+        // Another handle: not the last, so no memory back; the last one's
+        // drop goes to the graveyard, not straight to deregistration.
+        let c = m.clone();
+        let m = m.try_into_memory().unwrap_err();
+        drop(m);
+        assert!(yard.0.lock().unwrap().is_empty());
+        // Not quiet (a WR outstanding): handed back as it was.
+        yard.1.store(true, Ordering::Relaxed);
+        let c = c.try_into_memory().unwrap_err();
+        drop(c);
+        assert_eq!(yard.0.lock().unwrap().len(), 1);
+        assert!(!dropped.load(Ordering::Relaxed));
+        yard.0.lock().unwrap().clear();
+        assert!(dropped.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    // Native only: Miri cannot map files.
+    #[cfg_attr(miri, ignore = "Miri cannot map files")]
+    fn a_read_only_mr_refuses_writes() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("rdma-direct-ro-{}", std::process::id()));
+        let mut f = std::fs::File::create(&dir).unwrap();
+        f.write_all(&[9u8; 4096]).unwrap();
+        let f = std::fs::File::open(&dir).unwrap();
+        // SAFETY: a file of ours, not changed while mapped.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let m = Mr::new(
+            inner(map.into(), Access::REMOTE_READ, &dropped),
+            Arc::new(Keep::default()),
+        );
+        assert!(!m.is_writable());
+        assert!(m.write(0, b"x").is_err());
+        // SAFETY: no device touches it.
+        assert!(unsafe { m.slice_mut(0, 1) }.is_err());
+        assert_eq!(m.load_u8(4095), 9);
+        let store = std::panic::AssertUnwindSafe(|| m.store_u8(0, 1));
+        assert!(std::panic::catch_unwind(store).is_err());
+        assert!(matches!(m.try_into_memory(), Ok(Some(Memory::Mmap(_)))));
+    }
+
+    /// The device (the sim's thread) reads and writes an MR while the host
+    /// does: with every access atomic that is no data race, which Miri's
+    /// race detector checks here with two threads.
+    #[test]
+    fn concurrent_copies_are_no_data_race() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let m = Mr::new(
+            inner(
+                AlignedBuf::zeroed(4096).unwrap().into(),
+                Access::all(),
+                &dropped,
+            ),
+            Arc::new(Keep::default()),
+        );
+        let rounds = if cfg!(miri) { 4 } else { 1000 };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..rounds {
+                    m.write(0, &[i as u8; 64]).unwrap();
+                    m.store_u8(63, 1);
+                }
+            });
+            s.spawn(|| {
+                let mut got = [0u8; 64];
+                for _ in 0..rounds {
+                    m.read(0, &mut got).unwrap();
+                    let _ = m.load_u8(63);
+                }
+            });
+        });
+        let mut got = [0u8; 64];
+        m.read(0, &mut got).unwrap();
+        assert_eq!(got[63], 1);
+    }
+}
