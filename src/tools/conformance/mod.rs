@@ -142,6 +142,7 @@ mod completions;
 mod data;
 mod device_errors;
 mod flow;
+mod memory;
 mod refusals;
 pub mod two_host;
 
@@ -150,6 +151,7 @@ use completions::*;
 use data::*;
 use device_errors::*;
 use flow::*;
+use memory::*;
 use refusals::*;
 
 fn passed(notes: Vec<String>) -> CaseResult {
@@ -338,4 +340,12 @@ const ONE_SIDED: &[Case] = &[
     case!(malformed_wqes_are_local_qp_operation_errors),
     case!(misaligned_atomic_is_a_remote_invalid_request),
     case!(cq_overrun_stops_the_cq_and_raises_an_event),
+    case!(a_vec_is_a_local_sge_and_a_remote_target),
+    case!(an_anonymous_mmap_is_a_local_sge_and_a_remote_target),
+    case!(a_tmpfs_file_mapping_is_a_local_sge_and_a_remote_target),
+    case!(a_hugetlbfs_mapping_is_a_local_sge_and_a_remote_target),
+    case!(a_receive_is_read_in_place),
+    case!(a_dropped_in_flight_mr_goes_after_its_completion),
+    case!(a_dropped_remote_target_refuses_the_next_write),
+    case!(local_write_on_read_only_memory_is_refused),
 ];

@@ -1,0 +1,287 @@
+//! Registered memory: the caller's own buffers of every kind as local SGEs
+//! and remote targets, receives read in place, MRs that go when dropped
+//! (after their last WR), and write access to read-only memory refused.
+
+use super::*;
+use rdma_direct::{LocalMr, Memory};
+use std::fs::OpenOptions;
+
+const RW: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ);
+
+/// `mem` registered on `s.pd`: a WRITE from it (a local SGE) into a crate
+/// MR, and a WRITE from a crate MR into it (a remote target), each checked
+/// byte for byte; then it comes back, the same memory with the bytes.
+fn local_and_remote(s: &mut Setup, mem: Memory, what: &str) -> CaseResult {
+    let (ptr, len) = (mem.as_ptr() as u64, mem.len());
+    let n = len.min(64 << 10);
+    let mr =
+        s.pd.register(mem, RW)
+            .map_err(|e| Failure(format!("register {what}: {e}")))?;
+    check_eq!(mr.addr(), ptr, "{what}: the MR is the caller's memory");
+    let other = s.pd.reg_mr(n, RW)?;
+    let out = pattern(n, 0x31);
+    mr.write(0, &out)?;
+    let sge = [Sge::new(&mr, 0, n as u32)?];
+    s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&other, 0)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check!(wc.status.is_ok(), "{what} as a local SGE: {wc:?}");
+    check!(
+        contents(&other)? == out,
+        "{what} as a local SGE: the bytes landed"
+    );
+    let back = pattern(n, 0x77);
+    other.write(0, &back)?;
+    let sge = [Sge::new(&other, 0, n as u32)?];
+    s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&mr, (len - n) as u64)).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check!(wc.status.is_ok(), "{what} as a remote target: {wc:?}");
+    let mut got = vec![0; n];
+    mr.read(len - n, &mut got)?;
+    check!(got == back, "{what} as a remote target: the bytes landed");
+    let live = s.pd.live_mrs();
+    let mem = match mr.try_into_memory() {
+        Ok(Some(m)) => m,
+        Ok(None) => return Err(Failure(format!("{what}: no memory came back"))),
+        Err(_) => {
+            return Err(Failure(format!(
+                "{what}: not handed back with nothing outstanding"
+            )))
+        }
+    };
+    check_eq!(
+        s.pd.live_mrs(),
+        live - 1,
+        "{what}: deregistered when handed back"
+    );
+    check_eq!(mem.as_ptr() as u64, ptr, "{what}: the same memory back");
+    passed(vec![format!(
+        "{what}: {len} bytes at {ptr:#x}, {n} bytes each way"
+    )])
+}
+
+/// A file of `len` bytes in `dir`, mapped read-write and shared (unlinked
+/// at once: the mapping keeps it). `None` when `dir` cannot hold it.
+fn file_mapping(dir: &str, len: usize) -> Result<Option<memmap2::MmapMut>, Failure> {
+    let path = format!("{dir}/rdma-direct-conformance-{}", std::process::id());
+    let Ok(f) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+    else {
+        return Ok(None);
+    };
+    let _ = std::fs::remove_file(&path);
+    if f.set_len(len as u64).is_err() {
+        return Ok(None);
+    }
+    // SAFETY: a file only this process has (unlinked above), not resized
+    // while mapped.
+    Ok(unsafe { memmap2::MmapMut::map_mut(&f) }.ok())
+}
+
+pub(super) fn a_vec_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    local_and_remote(&mut s, vec![0u8; 256 << 10].into(), "a Vec<u8>")
+}
+
+pub(super) fn an_anonymous_mmap_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let map = memmap2::MmapMut::map_anon(256 << 10).map_err(|e| Failure(format!("mmap: {e}")))?;
+    local_and_remote(&mut s, map.into(), "an anonymous MmapMut")
+}
+
+pub(super) fn a_tmpfs_file_mapping_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let Some(map) = file_mapping("/dev/shm", 256 << 10)? else {
+        return skipped("no writable tmpfs at /dev/shm");
+    };
+    local_and_remote(
+        &mut s,
+        map.into(),
+        "a tmpfs file mapping (/dev/shm, MAP_SHARED)",
+    )
+}
+
+pub(super) fn a_hugetlbfs_mapping_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let huge = 2 << 20;
+    if let Some(map) = file_mapping("/dev/hugepages", huge)? {
+        return local_and_remote(
+            &mut s,
+            map.into(),
+            "a hugetlbfs file mapping (/dev/hugepages)",
+        );
+    }
+    match memmap2::MmapOptions::new()
+        .len(huge)
+        .huge(Some(21))
+        .map_anon()
+    {
+        Ok(map) => local_and_remote(
+            &mut s,
+            map.into(),
+            "a MAP_HUGETLB mapping (hugetlbfs, 2 MiB)",
+        ),
+        Err(e) => {
+            let free = std::fs::read_to_string("/proc/sys/vm/nr_hugepages").unwrap_or_default();
+            skipped(format!(
+                "no 2 MiB huge page to map ({e}; /proc/sys/vm/nr_hugepages is {:?}, and \
+                 /dev/hugepages holds no file of ours): reserve some (scripts/rxe-vm's guest does)",
+                free.trim()
+            ))
+        }
+    }
+}
+
+/// A receive moves its `LocalMr` into the RQ; after its completion the
+/// buffer comes back and the message is read in place, as a slice.
+pub(super) fn a_receive_is_read_in_place(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let rbuf: LocalMr = s.pd.reg_local(4096, Access::LOCAL_WRITE)?;
+    let at = rbuf.addr();
+    s.b.post_recv_owned(5, rbuf, 64, 1024)
+        .map_err(Error::from)?;
+    let mut msg = s.pd.register_local(vec![0u8; 1024], Access::empty())?;
+    let text = pattern(1000, 3);
+    msg[..1000].copy_from_slice(&text);
+    s.a.post_send_owned(&SendWr::send(6, &[]).signaled(), msg, 0, 1000)
+        .map_err(Error::from)?;
+    let wc = poll_one(&mut s.a)?;
+    check!(wc.status.is_ok() && wc.wr_id == 6, "the SEND: {wc:?}");
+    let (id, msg) =
+        s.a.take_send_buf()
+            .ok_or(Failure("the SEND's buffer did not come back".into()))?;
+    check_eq!(id, 6);
+    check!(
+        msg[..1000] == text[..],
+        "the SEND's buffer comes back unchanged"
+    );
+    let wc = poll_one(&mut s.b)?;
+    check!(
+        wc.status.is_ok() && wc.wr_id == 5 && wc.byte_len == 1000,
+        "the receive: {wc:?}"
+    );
+    let (id, rbuf) =
+        s.b.take_recv_buf()
+            .ok_or(Failure("the receive's buffer did not come back".into()))?;
+    check_eq!((id, rbuf.addr()), (5, at));
+    // In place: the bytes the device wrote, as a plain slice of the MR.
+    let got: &[u8] = &rbuf[64..64 + wc.byte_len as usize];
+    check!(got == &text[..], "the message, read in place");
+    check!(
+        s.b.take_recv_buf().is_none(),
+        "one buffer, handed back once"
+    );
+    passed(vec![format!(
+        "{} bytes read in place at {:#x}",
+        wc.byte_len,
+        at + 64
+    )])
+}
+
+/// The last handle of the local MR of an in-flight WRITE is dropped: the
+/// WRITE still completes successfully, and the MR is deregistered only
+/// once that completion has been polled (the PD's live-MR count).
+pub(super) fn a_dropped_in_flight_mr_goes_after_its_completion(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let len = 1 << 20;
+    let dst = s.pd.reg_mr(len, RW)?;
+    let src = s.pd.register(pattern(len, 9), Access::empty())?;
+    let live = s.pd.live_mrs();
+    let sge = [Sge::new(&src, 0, len as u32)?];
+    s.a.post_send(&[SendWr::rdma_write(7, &sge, remote(&dst, 0)).signaled()])?;
+    drop(src);
+    check_eq!(
+        s.pd.live_mrs(),
+        live,
+        "live MRs right after the drop (the WRITE may still read it)"
+    );
+    check!(s.pd.reclaim() == 1, "one MR waits for its WR");
+    let wc = poll_one(&mut s.a)?;
+    check!(wc.status.is_ok(), "the WRITE of a dropped MR: {wc:?}");
+    check_eq!(
+        s.pd.reclaim(),
+        0,
+        "MRs waiting after the completion was polled"
+    );
+    check_eq!(
+        s.pd.live_mrs(),
+        live - 1,
+        "live MRs after the completion was polled"
+    );
+    check!(contents(&dst)? == pattern(len, 9), "every byte landed");
+    passed(vec![format!(
+        "live MRs {live} until the completion, {} after",
+        live - 1
+    )])
+}
+
+/// A remote-target MR dropped with nothing outstanding is deregistered at
+/// once: the next WRITE into it fails with REM_ACCESS_ERR.
+pub(super) fn a_dropped_remote_target_refuses_the_next_write(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let target = s.pd.reg_mr(4096, RW)?;
+    let to = remote(&target, 0);
+    let sge = [Sge::new(&src, 0, 8)?];
+    s.a.post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])?;
+    check!(
+        poll_one(&mut s.a)?.status.is_ok(),
+        "the WRITE before the drop"
+    );
+    let live = s.pd.live_mrs();
+    drop(target);
+    check_eq!(s.pd.live_mrs(), live - 1, "deregistered at the drop");
+    s.a.post_send(&[SendWr::rdma_write(2, &sge, to).signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    check_eq!(
+        wc.status,
+        WcStatus::REM_ACCESS_ERR,
+        "the WRITE after the drop"
+    );
+    passed(vec![])
+}
+
+/// LOCAL_WRITE on a read-only mapping is refused: by the buffer's type on
+/// the sim, by the kernel (`EFAULT`) on verbs; nothing is registered.
+pub(super) fn local_write_on_read_only_memory_is_refused(dev: &str) -> CaseResult {
+    let s = setup(dev)?;
+    let path = format!("/dev/shm/rdma-direct-ro-{}", std::process::id());
+    let dir = if std::fs::write(&path, vec![7u8; 8192]).is_ok() {
+        path
+    } else {
+        let p = std::env::temp_dir().join(format!("rdma-direct-ro-{}", std::process::id()));
+        std::fs::write(&p, vec![7u8; 8192]).map_err(|e| Failure(format!("a file to map: {e}")))?;
+        p.to_string_lossy().into_owned()
+    };
+    let f = std::fs::File::open(&dir).map_err(|e| Failure(format!("{dir}: {e}")));
+    let _ = std::fs::remove_file(&dir);
+    // SAFETY: a file of ours, unlinked, never written while mapped.
+    let map = unsafe { memmap2::Mmap::map(&f?) }.map_err(|e| Failure(format!("mmap: {e}")))?;
+    let live = s.pd.live_mrs();
+    let regs = s.pd.registrations();
+    let r = s.pd.register(map, Access::LOCAL_WRITE);
+    let how = match &r {
+        Err(Error::Register(RegRefusal::ReadOnly)) => "refused by type (sim)".to_string(),
+        Err(Error::Verbs {
+            call: "ibv_reg_mr",
+            errno,
+            ..
+        }) if *errno == libc::EFAULT => "ibv_reg_mr: EFAULT".to_string(),
+        other => {
+            return Err(Failure(format!(
+                "LOCAL_WRITE on a read-only mapping: {other:?}"
+            )))
+        }
+    };
+    check_eq!(
+        (s.pd.live_mrs(), s.pd.registrations()),
+        (live, regs),
+        "nothing registered"
+    );
+    passed(vec![how])
+}
