@@ -9,7 +9,7 @@ use tools::bench::{
 mod tools;
 
 use tools::output::OutputFile;
-use tools::{codec, compare, progress};
+use tools::{codec, compare, progress, soak};
 
 /// `println!` that ends the process quietly, with the status a C tool killed
 /// by SIGPIPE has (141), when stdout is closed (`rdma-direct ... | head -1`).
@@ -68,6 +68,9 @@ enum Cmd {
     EncodeWqe(codec::EncodeWqe),
     /// Decode one CQE (hex); print its fields as JSON.
     DecodeCqe(codec::DecodeCqe),
+    /// Register, RDMA WRITE into, and drop MRs in a loop; check that
+    /// resident memory and live MRs stay bounded. Exits 1 if they do not.
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -303,11 +306,21 @@ fn main() -> ExitCode {
     if let Cmd::Conformance(a) = &cli.cmd {
         return conformance(a);
     }
+    if let Cmd::Soak(a) = &cli.cmd {
+        return match soak::run(a) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("rdma-direct: error: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let r = match cli.cmd {
         Cmd::Devices { json } => devices(json),
         Cmd::Bench(a) => run_bench(a),
         Cmd::Compare(a) => compare::run(&a),
-        Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) | Cmd::Conformance(_) => {
+        Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) | Cmd::Conformance(_) | Cmd::Soak(_) => {
             unreachable!("handled above")
         }
     };

@@ -12,6 +12,7 @@ pub mod compare;
 pub mod conformance;
 pub mod output;
 pub mod progress;
+pub mod soak;
 
 #[cfg(test)]
 #[path = "bench/tests.rs"]
