@@ -91,7 +91,8 @@ impl Pd {
     /// is deregistered: the last handle dropped *and* [`Self::live_mrs`]
     /// down again (deregistration may wait for outstanding WRs), or
     /// [`Mr::try_into_memory`] returned `Ok`. The program reads and writes
-    /// it only as [`Mr`]'s contract allows.
+    /// it only as [`Mr`]'s contract allows, and no [`LocalMr`]'s memory lies
+    /// in it (a LocalMr's bytes are its WRs' alone).
     pub unsafe fn register_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
         check_registration(addr as u64, len, access)?;
         // SAFETY: the caller's contract, passed on.
@@ -122,9 +123,11 @@ impl Pd {
         if !mem.is_writable() {
             return Err(RegRefusal::LocalReadOnly.into());
         }
-        Ok(LocalMr::new(
-            self.reg_inner(Buffer::from_memory(mem)?, access)?,
-        ))
+        Ok(LocalMr::new(self.reg_inner(
+            Buffer::from_memory(mem)?,
+            access,
+            true,
+        )?))
     }
 
     /// How many memory registrations this PD has made (pool chunks
@@ -165,17 +168,18 @@ impl Pd {
     }
 
     fn shared(&self, buf: Buffer, access: Access) -> Result<Mr> {
-        let mr = self.reg_inner(buf, access)?;
+        let mr = self.reg_inner(buf, access, false)?;
         Ok(Mr::new(mr, self.inner.graves.clone()))
     }
 
-    /// Registers `buf` (checked by the caller) on the device.
-    fn reg_inner(&self, buf: Buffer, access: Access) -> Result<MrInner> {
+    /// Registers `buf` (checked by the caller) on the device; `local`: for a
+    /// [`LocalMr`] (the sim then copies it plainly).
+    fn reg_inner(&self, buf: Buffer, access: Access, local: bool) -> Result<MrInner> {
         check_registration(buf.ptr() as u64, buf.len(), access)?;
         // Dropped MRs go first: a loop of register-and-drop stays flat.
         self.inner.graves.sweep();
         let mut mr = match &self.inner.kind {
-            PdKind::Sim(dev, pdn) => direct::reg_sim_mr(dev, *pdn, buf, access)?,
+            PdKind::Sim(dev, pdn) => direct::reg_sim_mr(dev, *pdn, buf, access, local)?,
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, _) => ibv::reg_mr(pd, buf, access)?,
         };

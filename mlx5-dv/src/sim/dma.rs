@@ -181,3 +181,48 @@ pub(super) unsafe fn read_into(src: u64, dst: &mut [u8]) {
     // SAFETY: caller guarantees validity; `dst` is host memory of ours.
     unsafe { crate::shared::load_into(src as *const u8, dst) };
 }
+
+/// Copies memory of an owned MR (`Device::reg_mr_owned`) at `src` into `dst`,
+/// plainly.
+///
+/// # Safety
+/// `src..src+dst.len()` lies in a live owned MR that nothing but the WR
+/// being executed accesses now.
+pub(super) unsafe fn read_owned(src: u64, dst: &mut [u8]) {
+    // SAFETY: the caller's contract; `dst` is the sim's own memory.
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+}
+
+/// Copies `src` into an owned MR at `dst`, plainly.
+///
+/// # Safety
+/// As [`read_owned`], for `dst..dst+src.len()`.
+pub(super) unsafe fn write_owned(dst: u64, src: &[u8]) {
+    // SAFETY: the caller's contract; `src` is the sim's own memory.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+}
+
+/// Copies `len` bytes from an owned MR (read plainly) into shared
+/// registered memory (stored a byte at a time, atomically).
+///
+/// # Safety
+/// `src..src+len` as [`read_owned`]; `dst..dst+len` in a live registered MR;
+/// the two do not overlap (an owned MR is covered by no other).
+pub(super) unsafe fn copy_from_owned(src: u64, dst: u64, len: usize) {
+    // SAFETY: the caller's contract: `src` is owned by this WR for the call.
+    let from = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+    // SAFETY: `dst` is valid registered memory (the caller's contract).
+    unsafe { crate::shared::store_from(from, dst as *mut u8) };
+}
+
+/// Copies `len` bytes of shared registered memory (loaded a byte at a time,
+/// atomically) into an owned MR (written plainly).
+///
+/// # Safety
+/// As [`copy_from_owned`], with the roles swapped.
+pub(super) unsafe fn copy_to_owned(src: u64, dst: u64, len: usize) {
+    // SAFETY: the caller's contract: `dst` is owned by this WR for the call.
+    let to = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+    // SAFETY: `src` is valid registered memory (the caller's contract).
+    unsafe { crate::shared::load_into(src as *const u8, to) };
+}

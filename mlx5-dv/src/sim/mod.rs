@@ -20,6 +20,17 @@
 //! and leaves remote memory untouched. A QP in ERR flushes every WQE posted to
 //! it with WR_FLUSH_ERR (0x05), signaled or not.
 //!
+//! How it touches registered memory: an MR registered *owned*
+//! ([`Device::reg_mr_owned`]: the host's `LocalMr`, which moves into the QP
+//! with the WR naming it) is read and written plainly (memcpy), because
+//! the WR owns it while it is outstanding. Every other MR may be reached by
+//! a peer or read by the program at any moment, so the sim reads and writes
+//! it one relaxed atomic byte at a time (`crate::shared`): the granularity
+//! the host's safe copies use too, since atomics of different sizes racing
+//! on the same bytes are undefined behaviour. The last byte of a transfer
+//! is stored with release order (perftest-style pollers watch it);
+//! atomics act on the remote word as one 8-byte atomic.
+//!
 //! Files: here, the public types, the MR, CQ and QP tables (`State`) and
 //! the MR calls; `cq` and `qp` create the CQs and QPs and hold their
 //! handles ([`Cq`], [`Qp`]); `thread` runs the device thread; `exec`
@@ -122,6 +133,11 @@ struct MrEntry {
     addr: u64,
     len: u64,
     access: Access,
+    /// Registered with [`Device::reg_mr_owned`]: only the WRs naming it touch
+    /// it while they are outstanding, so the sim copies to and from it
+    /// plainly (memcpy). Other MRs a peer or the program may access at any
+    /// moment: the sim copies them one relaxed atomic byte at a time.
+    owned: bool,
 }
 
 struct CqEntry {
@@ -273,6 +289,51 @@ impl Device {
         len: usize,
         access: Access,
     ) -> Result<MrKeys, SimError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.reg(pd, addr, len, access, false) }
+    }
+
+    /// Registers `len` bytes at `addr` that only the WRs naming this MR
+    /// access while they are outstanding (the host's `LocalMr`, which moves
+    /// into the QP with its WR): the sim then reads and writes them with
+    /// plain copies. No remote access. lkey equals rkey.
+    ///
+    /// Errors: as [`Self::reg_mr`]; [`SimError::BadRange`] for any REMOTE_*
+    /// access (nothing may reach owned memory from a peer).
+    ///
+    /// # Safety
+    /// As [`Self::reg_mr`]; and while a WR naming this MR is outstanding,
+    /// nothing else reads or writes the range: no thread of the program, no
+    /// other MR covering it.
+    pub unsafe fn reg_mr_owned(
+        &self,
+        pd: u32,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MrKeys, SimError> {
+        if access.intersects(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC) {
+            return Err(SimError::BadRange {
+                addr: addr as u64,
+                len: len as u64,
+            });
+        }
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.reg(pd, addr, len, access, true) }
+    }
+
+    /// [`Self::reg_mr`] and [`Self::reg_mr_owned`].
+    ///
+    /// # Safety
+    /// As theirs.
+    unsafe fn reg(
+        &self,
+        pd: u32,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+        owned: bool,
+    ) -> Result<MrKeys, SimError> {
         if len == 0 {
             return Err(SimError::ZeroLength);
         }
@@ -301,6 +362,7 @@ impl Device {
                 addr: addr as u64,
                 len: len as u64,
                 access,
+                owned,
             },
         );
         Ok(MrKeys {

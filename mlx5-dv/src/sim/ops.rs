@@ -80,13 +80,17 @@ fn deliver(
             }
             let k = left.len().min(s.len as usize);
             let (now, rest) = left.split_at(k);
-            // SAFETY: `s` was checked against a registered MR of the peer's PD.
+            let body = if rest.is_empty() { &now[..k - 1] } else { now };
+            // SAFETY: `s` was checked against a registered MR of the peer's
+            // PD; an owned one only this receive touches now.
             unsafe {
-                if rest.is_empty() {
-                    dma::write_from(s.addr, &now[..k - 1]);
-                    dma::store_last_byte(s.addr + k as u64 - 1, now[k - 1]);
+                if owned(st, s.lkey) {
+                    dma::write_owned(s.addr, body);
                 } else {
-                    dma::write_from(s.addr, now);
+                    dma::write_from(s.addr, body);
+                }
+                if rest.is_empty() {
+                    dma::store_last_byte(s.addr + k as u64 - 1, now[k - 1]);
                 }
             }
             left = rest;
@@ -126,8 +130,15 @@ fn gather(
                 }
                 let at = out.len();
                 out.resize(at + s.len as usize, 0);
-                // SAFETY: `s` was checked against a registered MR of this QP's PD.
-                unsafe { dma::read_into(s.addr, &mut out[at..]) };
+                // SAFETY: `s` was checked against a registered MR of this QP's
+                // PD; an owned one only this WR touches now.
+                unsafe {
+                    if owned(st, s.lkey) {
+                        dma::read_owned(s.addr, &mut out[at..])
+                    } else {
+                        dma::read_into(s.addr, &mut out[at..])
+                    }
+                };
             }
         }
         DecodedPayload::None => {}
@@ -203,6 +214,12 @@ fn inline_of<'a>(w: &DecodedWqe, wqe: &'a [u8]) -> &'a [u8] {
         DecodedPayload::Inline { off, len } => wqe.get(off..off + len as usize).unwrap_or(&[]),
         _ => &[],
     }
+}
+
+/// Whether `lkey` names an owned MR ([`super::Device::reg_mr_owned`]),
+/// which the sim copies plainly.
+fn owned(st: &State, lkey: u32) -> bool {
+    st.mrs.get(&lkey).is_some_and(|mr| mr.owned)
 }
 
 /// Whether `lkey` names an MR of `pd` holding `addr..addr+len` (with LOCAL_WRITE
@@ -314,8 +331,15 @@ pub(super) fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -
             } else {
                 s.len as usize
             };
-            // SAFETY: SGE `i` and its place in the remote range were checked above.
-            unsafe { dma::copy(s.addr, dst, body) };
+            // SAFETY: SGE `i` and its place in the remote range were checked
+            // above; an owned SGE only this WR touches now.
+            unsafe {
+                if owned(st, s.lkey) {
+                    dma::copy_from_owned(s.addr, dst, body)
+                } else {
+                    dma::copy(s.addr, dst, body)
+                }
+            };
             dst += s.len as u64;
         }
         let s = sge(last_sge);
@@ -367,8 +391,15 @@ pub(super) fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) ->
     }
     let mut src = remote.addr;
     for d in &dsts[..n] {
-        // SAFETY: both ranges were checked against registered MRs above.
-        unsafe { dma::copy(src, d.addr, d.len as usize) };
+        // SAFETY: both ranges were checked against registered MRs above; an
+        // owned target only this WR touches now.
+        unsafe {
+            if owned(st, d.lkey) {
+                dma::copy_to_owned(src, d.addr, d.len as usize)
+            } else {
+                dma::copy(src, d.addr, d.len as usize)
+            }
+        };
         src += d.len as u64;
     }
     Exec::Ok {

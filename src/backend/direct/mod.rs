@@ -55,11 +55,22 @@ pub(crate) fn reg_sim_mr(
     pdn: u32,
     buf: Buffer,
     access: Access,
+    owned: bool,
 ) -> Result<MrInner> {
     // SAFETY: `buf` moves into the MrInner returned, whose field order drops
     // this registration (dereg) before the buffer: the memory stays valid
-    // until `dereg_mr` returns for its key.
-    let k = unsafe { dev.reg_mr(pdn, buf.ptr(), buf.len(), access) }?;
+    // until `dereg_mr` returns for its key. `owned`: the MR becomes a
+    // `LocalMr`, which moves into the QP with each WR naming it, so nothing
+    // else touches it while one is outstanding (and no other registration
+    // covers a LocalMr's memory: the crate's are separate allocations,
+    // `Pd::register_raw`'s contract excludes it).
+    let k = unsafe {
+        if owned {
+            dev.reg_mr_owned(pdn, buf.ptr(), buf.len(), access)
+        } else {
+            dev.reg_mr(pdn, buf.ptr(), buf.len(), access)
+        }
+    }?;
     Ok(MrInner {
         reg: Box::new(SimReg {
             dev: dev.clone(),
