@@ -22,8 +22,11 @@ pub struct PoolConfig {
     /// Bytes per buffer handed out: 64 to `chunk_size`, a power of two (so
     /// buffers never straddle chunks and stay aligned).
     pub buf_size: usize,
-    /// Access of every chunk (default LOCAL_WRITE | REMOTE_WRITE |
-    /// REMOTE_READ; REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE).
+    /// Access of every chunk: default LOCAL_WRITE, for send and receive
+    /// buffers, which no peer needs to reach. Add REMOTE_WRITE, REMOTE_READ
+    /// or REMOTE_ATOMIC for buffers offered as remote targets
+    /// ([`PoolBuf::remote`]); REMOTE_WRITE and REMOTE_ATOMIC need
+    /// LOCAL_WRITE.
     pub access: Access,
 }
 
@@ -33,7 +36,7 @@ impl Default for PoolConfig {
             chunk_size: 2 << 20,
             chunks: 1,
             buf_size: 4096,
-            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            access: Access::LOCAL_WRITE,
         }
     }
 }
@@ -211,8 +214,16 @@ impl PoolBuf {
     /// The buffer at `offset`, as a peer names it (the peer may access
     /// from there to the buffer's end).
     ///
-    /// Errors: [`Error::Invalid`] when `offset` is not inside the buffer.
+    /// Errors: [`Error::Invalid`] when `offset` is not inside the buffer, or
+    /// the pool's access has no REMOTE_* flag (no peer could reach it).
     pub fn remote(&self, offset: u64) -> Result<RemoteAddr> {
+        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        if !self.chunk().access().intersects(remote) {
+            return Err(Error::Invalid(
+                "the pool was built without remote access (PoolConfig::access): no peer can reach its buffers"
+                    .into(),
+            ));
+        }
         if offset >= self.len() as u64 {
             return Err(Error::Invalid(format!(
                 "offset {offset} is outside a pool buffer of {} bytes",

@@ -180,6 +180,7 @@ fn a_pool_buffer_writes_into_another() {
             chunk_size: 8192,
             chunks: 1,
             buf_size: 4096,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
             ..PoolConfig::default()
         },
     )

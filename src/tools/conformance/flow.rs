@@ -270,6 +270,8 @@ pub(super) fn memory_pool_serves_without_registering(dev: &str) -> CaseResult {
         &pd,
         &PoolConfig {
             buf_size: 4096,
+            // Its buffers are WRITE targets too.
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
             ..PoolConfig::default()
         },
     )?;
