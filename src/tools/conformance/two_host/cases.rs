@@ -640,3 +640,70 @@ pub(super) fn th_unsignaled_stream_lands_in_order(
         done.len()
     )))
 }
+
+/// Side B registers a remote target (and a second MR it keeps), A WRITEs
+/// into the target and B reads the bytes back; then B drops its only handle
+/// of the target (`DEREG`: its answer comes after the drop, the token that
+/// orders the drop before A's next post). A's next WRITE to the same address
+/// and rkey completes with REM_ACCESS_ERR, A's QP goes to ERR and B's too,
+/// and the MR B kept still holds its bytes under its own id.
+pub(super) fn th_dropped_target_refuses_the_next_write(
+    a: &mut Qp,
+    pd: &Pd,
+    b: &mut dyn Peer,
+) -> CaseResult {
+    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let data = pattern(64, 123);
+    src.write(0, &data)?;
+    let target = b.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let kept = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    b.write(&kept, 0, &[0xa5; 64])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    a.post_send(&[SendWr::rdma_write(1, &sge, target.at(0)).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::SUCCESS, 1),
+        "the WRITE before the drop"
+    );
+    check!(
+        b.read(&target, 0, 64)? == data,
+        "the WRITE before the drop: payload at B"
+    );
+    let live = b.dereg_mr(&target)?;
+    check!(
+        b.read(&target, 0, 8).is_err(),
+        "side B still reads the MR it dropped"
+    );
+    a.post_send(&[SendWr::rdma_write(2, &sge, target.at(0)).signaled()])?;
+    let c = poll_one(a)?;
+    check_eq!(
+        (c.status, c.wr_id),
+        (WcStatus::REM_ACCESS_ERR, 2),
+        "the WRITE after the drop"
+    );
+    check_eq!(a.query()?.state, QpState::Err, "requester");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while b.state()? != QpState::Err {
+        check!(
+            std::time::Instant::now() < deadline,
+            "responder never reached ERR"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    check!(
+        b.read(&kept, 0, 64)? == vec![0xa5; 64],
+        "the MR side B kept, after the drop of another"
+    );
+    // Nothing is outstanding on either QP: the kept MR goes at its drop too.
+    let after = b.dereg_mr(&kept)?;
+    check_eq!(
+        after + 1,
+        live,
+        "B's live MRs after dropping the kept one, plus one"
+    );
+    Ok(Outcome::Passed(format!(
+        "after the drop {:?}; B's live MRs {live}, then {after}",
+        c.status
+    )))
+}

@@ -11,6 +11,7 @@
 //! | `REG <len> <access bits>` | `OK <id> <addr> <rkey>` |
 //! | `WRITE <id> <offset> <hex bytes>` | `OK` |
 //! | `READ <id> <offset> <len>` | `OK <hex bytes>` |
+//! | `DEREG <id>` | `OK <live MRs after>` (B drops its handle of MR `<id>`, then answers [`Pd::live_mrs`]; other ids stay) |
 //! | `RECV <wr_id> <id>:<offset>:<len>,...` (`-` for none) | `OK` |
 //! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->...` |
 //! | `QUERY` | `OK <state>` |
@@ -57,6 +58,10 @@ pub trait Peer {
     fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure>;
     fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure>;
     fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure>;
+    /// Drops side B's handle of `mr` (its id is not reused) and returns
+    /// B's [`Pd::live_mrs`] after the drop. Once this returns the drop has
+    /// happened: a WR side A posts after it is ordered after the drop.
+    fn dereg_mr(&mut self, mr: &PeerMr) -> Result<u64, Failure>;
     /// Posts one receive over `(mr, offset, len)` pieces.
     fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure>;
     /// Polls until `count` completions came or 20 s passed.
@@ -82,7 +87,17 @@ pub trait Peer {
 pub struct LocalPeer<'a> {
     pub qp: &'a mut Qp,
     pub pd: &'a Pd,
-    pub mrs: Vec<Mr>,
+    /// B's MRs by id; a dropped one leaves `None`, so ids never shift.
+    pub mrs: Vec<Option<Mr>>,
+}
+
+/// MR `id` of side B's, unless it was never registered or is dropped.
+fn peer_mr(mrs: &[Option<Mr>], id: u64) -> Result<&Mr, Failure> {
+    usize::try_from(id)
+        .ok()
+        .and_then(|i| mrs.get(i))
+        .and_then(Option::as_ref)
+        .ok_or_else(|| Failure(format!("no MR {id}")))
 }
 
 impl Peer for LocalPeer<'_> {
@@ -93,22 +108,25 @@ impl Peer for LocalPeer<'_> {
             addr: mr.addr(),
             rkey: mr.rkey(),
         };
-        self.mrs.push(mr);
+        self.mrs.push(Some(mr));
         Ok(p)
     }
     fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
-        Ok(self.mrs[mr.id as usize].write(offset, data)?)
+        Ok(peer_mr(&self.mrs, mr.id.into())?.write(offset, data)?)
     }
     fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
         let mut v = vec![0; len];
-        self.mrs[mr.id as usize].read(offset, &mut v)?;
+        peer_mr(&self.mrs, mr.id.into())?.read(offset, &mut v)?;
         Ok(v)
+    }
+    fn dereg_mr(&mut self, mr: &PeerMr) -> Result<u64, Failure> {
+        dereg(self.pd, &mut self.mrs, mr.id.into())
     }
     fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
         let sges = sges
             .iter()
-            .map(|(m, o, l)| Sge::new(&self.mrs[m.id as usize], *o, *l))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|(m, o, l)| Ok(Sge::new(peer_mr(&self.mrs, m.id.into())?, *o, *l)?))
+            .collect::<Result<Vec<_>, Failure>>()?;
         Ok(self.qp.post_recv(&[RecvWr::new(wr_id, &sges)])?)
     }
     fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
@@ -134,6 +152,14 @@ impl Peer for LocalPeer<'_> {
     fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure> {
         Ok(self.qp.wait_cq_event(timeout)?)
     }
+}
+
+/// Drops side B's MR `id` (its slot stays, empty) and returns the PD's
+/// live registrations after the drop.
+fn dereg(pd: &Pd, mrs: &mut [Option<Mr>], id: u64) -> Result<u64, Failure> {
+    peer_mr(mrs, id)?;
+    drop(mrs[id as usize].take());
+    Ok(pd.live_mrs())
 }
 
 /// ERR -> RESET, then `connect_remote` toward `a`.
@@ -227,6 +253,11 @@ impl Peer for RemotePeer {
     fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
         let a = self.call(&format!("READ {} {offset} {len}", mr.id))?;
         unhex(&a).ok_or_else(|| bad("READ"))
+    }
+    fn dereg_mr(&mut self, mr: &PeerMr) -> Result<u64, Failure> {
+        self.call(&format!("DEREG {}", mr.id))?
+            .parse()
+            .map_err(|_| bad("DEREG"))
     }
     fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
         let list: Vec<String> = sges
@@ -462,7 +493,7 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
             .try_clone()
             .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
         let mut inp = BufReader::new(tcp);
-        let mut mrs: Vec<Mr> = Vec::new();
+        let mut mrs: Vec<Option<Mr>> = Vec::new();
         loop {
             let mut line = String::new();
             if inp.read_line(&mut line).unwrap_or(0) == 0 {
@@ -483,17 +514,17 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
     Ok(())
 }
 
-fn serve_one(line: &str, pd: &Pd, qp: &mut Qp, mrs: &mut Vec<Mr>) -> Result<String, Failure> {
+fn serve_one(
+    line: &str,
+    pd: &Pd,
+    qp: &mut Qp,
+    mrs: &mut Vec<Option<Mr>>,
+) -> Result<String, Failure> {
     let f: Vec<&str> = line.split(' ').collect();
     let num = |i: usize| -> Result<u64, Failure> {
         f.get(i)
             .and_then(|x| x.parse().ok())
             .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
-    };
-    let mr = |id: u64, mrs: &Vec<Mr>| -> Result<usize, Failure> {
-        (id < mrs.len() as u64)
-            .then_some(id as usize)
-            .ok_or_else(|| Failure(format!("no MR {id}")))
     };
     match f.first().copied().unwrap_or("") {
         "REG" => {
@@ -501,43 +532,39 @@ fn serve_one(line: &str, pd: &Pd, qp: &mut Qp, mrs: &mut Vec<Mr>) -> Result<Stri
                 Access::from_bits(num(2)? as u32).ok_or_else(|| Failure("access bits".into()))?;
             let m = pd.reg_mr(num(1)? as usize, access)?;
             let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
-            mrs.push(m);
+            mrs.push(Some(m));
             Ok(a)
         }
         "WRITE" => {
-            let i = mr(num(1)?, mrs)?;
             let data =
                 unhex(f.get(3).copied().unwrap_or("")).ok_or_else(|| Failure("hex".into()))?;
-            mrs[i].write(num(2)? as usize, &data)?;
+            peer_mr(mrs, num(1)?)?.write(num(2)? as usize, &data)?;
             Ok(String::new())
         }
         "READ" => {
-            let i = mr(num(1)?, mrs)?;
+            let m = peer_mr(mrs, num(1)?)?;
             let len = num(3)? as usize;
             if len > 16 << 20 {
                 return Err(Failure("READ of more than 16 MiB".into()));
             }
             let mut v = vec![0; len];
-            mrs[i].read(num(2)? as usize, &mut v)?;
+            m.read(num(2)? as usize, &mut v)?;
             Ok(hex(&v))
         }
+        "DEREG" => Ok(dereg(pd, mrs, num(1)?)?.to_string()),
         "RECV" => {
             let wr_id = num(1)?;
             let list = f.get(2).copied().unwrap_or("-");
-            let mut pieces = Vec::new();
+            let mut sges = Vec::new();
             if list != "-" {
                 for p in list.split(',') {
                     let x: Vec<u64> = p.split(':').filter_map(|v| v.parse().ok()).collect();
                     let [id, off, len] = x[..] else {
                         return Err(Failure(format!("SGE `{p}`")));
                     };
-                    pieces.push((mr(id, mrs)?, off as usize, len as u32));
+                    sges.push(Sge::new(peer_mr(mrs, id)?, off as usize, len as u32)?);
                 }
             }
-            let sges = pieces
-                .iter()
-                .map(|&(i, o, l)| Sge::new(&mrs[i], o, l))
-                .collect::<Result<Vec<_>, _>>()?;
             qp.post_recv(&[RecvWr::new(wr_id, &sges)])?;
             Ok(String::new())
         }
@@ -633,6 +660,10 @@ pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
         (
             "th_unsignaled_stream_lands_in_order",
             th_unsignaled_stream_lands_in_order,
+        ),
+        (
+            "th_dropped_target_refuses_the_next_write",
+            th_dropped_target_refuses_the_next_write,
         ),
     ]
 }
