@@ -3,6 +3,13 @@
 //! pre-registered memory pool; the client hashes a key to its slot and
 //! fetches the slot with one RDMA READ, no server CPU involved.
 //!
+//! The two kinds of registered memory: the table is memory a peer reaches
+//! (REMOTE_READ), so the server fills it with the safe atomic copies
+//! (`PoolBuf::write`, i.e. `Mr::write`), all before its rkey is sent. The
+//! client's READ target is a `LocalMr` of its own: it moves into the QP
+//! with each READ (`Qp::post_send_owned`), comes back after the completion
+//! (`Qp::take_send_buf`), and the slot is parsed in place, no copy out.
+//!
 //! ```text
 //! cargo run --example kv_lookup                          # the sim: both sides in this process
 //! cargo run --example kv_lookup -- -d rxe0               # server: waits on TCP port 18515
@@ -15,7 +22,7 @@
 use rdma_direct::exchange::{self, ConnInfo};
 use rdma_direct::pool::{Pool, PoolBuf, PoolConfig};
 use rdma_direct::{
-    Access, Completion, Context, Pd, Qp, QpConfig, RemoteAddr, Rkey, SendWr, WcStatus,
+    Access, Completion, Context, LocalMr, Pd, Qp, QpConfig, RemoteAddr, Rkey, SendWr, WcStatus,
 };
 use std::time::{Duration, Instant};
 
@@ -37,7 +44,9 @@ fn value_of(key: u64) -> [u8; SLOT - 8] {
 }
 
 /// The table: a 64 KiB buffer of the pool (one registration for the whole
-/// pool, made when it was built).
+/// pool, made when it was built), filled slot by slot with `PoolBuf::write`:
+/// the atomic byte copies of `Mr::write`, the safe path for memory a peer
+/// may reach. Called before the table's rkey goes to anyone.
 fn fill_table(pool: &Pool) -> rdma_direct::Result<PoolBuf> {
     let table = pool.alloc()?;
     for key in 0..KEYS {
@@ -61,10 +70,14 @@ fn pool(pd: &Pd) -> rdma_direct::Result<Pool> {
 }
 
 /// The client: `n` lookups of pseudo-random keys, each one RDMA READ of the
-/// key's slot into a pool buffer; every value is checked.
-fn lookups(qp: &mut Qp, pool: &Pool, table: RemoteAddr, n: u32) -> rdma_direct::Result<Duration> {
-    let local = pool.alloc()?;
-    let sge = [local.sge(0, SLOT as u32)?];
+/// key's slot into `local`, which the READ holds until its completion;
+/// every value is checked in place.
+fn lookups(
+    qp: &mut Qp,
+    mut local: LocalMr,
+    table: RemoteAddr,
+    n: u32,
+) -> rdma_direct::Result<Duration> {
     let mut wc = [Completion::default(); 1];
     let start = Instant::now();
     for i in 0..n {
@@ -73,15 +86,26 @@ fn lookups(qp: &mut Qp, pool: &Pool, table: RemoteAddr, n: u32) -> rdma_direct::
             addr: table.addr + (slot_of(key) * SLOT) as u64,
             rkey: table.rkey,
         };
-        qp.post_send(&[SendWr::rdma_read(i as u64, &sge, at).signaled()])?;
+        // The READ's target moves into the QP (no SGE: the buffer is it).
+        let read = SendWr::rdma_read(i as u64, &[], at).signaled();
+        qp.post_send_owned(&read, local, 0, SLOT as u32)
+            .map_err(rdma_direct::Error::from)?;
         while qp.poll(&mut wc)? == 0 {
             std::thread::yield_now();
         }
         if wc[0].status != WcStatus::SUCCESS {
             return Err(wc[0].into());
         }
-        let mut slot = [0u8; SLOT];
-        local.read(0, &mut slot)?;
+        // Completed: the buffer comes back, the slot in it.
+        local = match qp.take_send_buf() {
+            Some((_, b)) => b,
+            None => {
+                return Err(rdma_direct::Error::Invalid(
+                    "the READ's buffer was not handed back after its completion".into(),
+                ))
+            }
+        };
+        let slot = &local[..SLOT];
         let got = u64::from_le_bytes(slot[..8].try_into().unwrap_or_default());
         if got != key || slot[8..] != value_of(key) {
             return Err(rdma_direct::Error::Invalid(format!(
@@ -162,20 +186,24 @@ fn run(a: Args) -> rdma_direct::Result<()> {
     let Args { dev, port, n, host } = a;
     let ctx = Context::open(&dev)?;
     let pd = ctx.alloc_pd()?;
-    let pool = pool(&pd)?;
-    let regs = pd.registrations();
+    // The client's READ target: one registration, made before the lookups.
+    let local = || pd.reg_local(SLOT, Access::LOCAL_WRITE);
     if dev == rdma_direct::SIM_DEVICE {
+        let pool = pool(&pd)?;
         let table = fill_table(&pool)?;
         let (mut client, _server) = pd.create_connected_pair(&QpConfig::default())?;
-        let t = lookups(&mut client, &pool, table.remote(0)?, n)?;
+        let local = local()?;
+        let regs = pd.registrations();
+        let t = lookups(&mut client, local, table.remote(0)?, n)?;
         report(n, t, pd.registrations() - regs);
         return Ok(());
     }
     let mut qp = pd.create_qp(&QpConfig::default())?;
     let psn = Qp::random_psn();
     let server = host.is_none();
+    // Only the server has a table (filled before its rkey is sent, below).
     let table = if server {
-        Some(fill_table(&pool)?)
+        Some(fill_table(&pool(&pd)?)?)
     } else {
         None
     };
@@ -197,7 +225,9 @@ fn run(a: Args) -> rdma_direct::Result<()> {
             addr: peer.addr,
             rkey: peer.rkey,
         };
-        let t = lookups(&mut qp, &pool, table, n)?;
+        let local = local()?;
+        let regs = pd.registrations();
+        let t = lookups(&mut qp, local, table, n)?;
         report(n, t, pd.registrations() - regs);
     } else {
         println!("kv_lookup: serving {KEYS} keys; the client reads them with RDMA READ");

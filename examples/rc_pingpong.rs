@@ -2,6 +2,14 @@
 //! turns SENDing `size` bytes into a receive the other keeps posted, `iters`
 //! times, and report bandwidth and time per round trip as it does.
 //!
+//! Nothing is copied: each side's send and receive buffers are `LocalMr`s
+//! (memory only its own WRs touch) that move into the QP with each post
+//! (`Qp::post_send_owned`, `Qp::post_recv_owned`) and come back after the
+//! completion (`Qp::take_send_buf`, `Qp::take_recv_buf`). Each message
+//! carries its iteration number, one byte per 4 KiB page (as
+//! `ibv_rc_pingpong -c` validates), stamped into the send buffer and checked
+//! in the receive buffer in place; a wrong one fails the run.
+//!
 //! ```text
 //! cargo run --example rc_pingpong                          # the sim: two threads of this process
 //! cargo run --example rc_pingpong -- -d rxe0               # server: waits on TCP port 18515
@@ -16,7 +24,7 @@
 
 use rdma_direct::exchange::{self, ConnInfo};
 use rdma_direct::{
-    Access, Completion, CompletionMode, Context, Mr, Qp, QpConfig, RecvWr, SendWr, Sge, WcOpcode,
+    Access, Completion, CompletionMode, Context, LocalMr, Pd, Qp, QpConfig, Rkey, SendWr, WcOpcode,
 };
 use std::time::{Duration, Instant};
 
@@ -48,11 +56,11 @@ struct Args {
     host: Option<String>,
 }
 
-/// The flags (see [`USAGE`]); `Err` names the bad argument.
 /// Largest `-s` in bytes (1 GiB; a message may be up to 2^31 bytes, but
 /// each side registers two buffers of this size).
 const MAX_SIZE: u32 = 1 << 30;
 
+/// The flags (see [`USAGE`]); `Err` names the bad argument.
 fn args() -> Result<Parsed, String> {
     let mut a = Args {
         dev: rdma_direct::SIM_DEVICE.into(),
@@ -104,55 +112,97 @@ fn config(a: &Args) -> QpConfig {
     }
 }
 
-/// The receive each side keeps posted: the second half of its buffer.
-fn post_first_recv(qp: &mut Qp, mr: &Mr, size: u32) -> rdma_direct::Result<()> {
-    qp.post_recv(&[RecvWr::new(0, &[Sge::new(mr, size as usize, size)?])])
+/// Message `iter`'s stamp at byte `off` of the buffer: one byte per 4 KiB
+/// page (as `ibv_rc_pingpong -c` validates), so stamping and checking cost
+/// next to nothing beside the SEND itself.
+fn stamp(iter: u32, off: usize) -> u8 {
+    (iter as u8) ^ ((off >> 12) as u8)
 }
 
-/// One side: `first` sends first (the caller posted each side's first
-/// receive before either could send). Each iteration: (send,) wait for the
-/// peer's SEND, repost the receive, (send back). Every completion is
-/// checked; the side returns only once its own SENDs have all completed
-/// (as `ibv_rc_pingpong` counts both kinds), so its QP outlives them. With
-/// `events`, waits sleep on the CQ's completion event.
-fn pingpong(
-    qp: &mut Qp,
-    mr: &Mr,
+/// Writes message `iter`'s stamps into the send buffer, in place.
+fn fill(buf: &mut [u8], iter: u32) {
+    for off in (0..buf.len()).step_by(4096) {
+        buf[off] = stamp(iter, off);
+    }
+}
+
+/// Checks message `iter`'s stamps in the receive buffer, in place.
+fn check(buf: &[u8], iter: u32) -> rdma_direct::Result<()> {
+    for off in (0..buf.len()).step_by(4096) {
+        if buf[off] != stamp(iter, off) {
+            return Err(rdma_direct::Error::Invalid(format!(
+                "SEND {iter} from the peer has byte {off} = {:#04x}, not {:#04x} (a stale or foreign message)",
+                buf[off],
+                stamp(iter, off)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Each side's two buffers, registered once and posted by value: `send`
+/// (read by the device only: no access flags) and `recv` (LOCAL_WRITE).
+fn buffers(pd: &Pd, size: u32) -> rdma_direct::Result<(LocalMr, LocalMr)> {
+    Ok((
+        pd.reg_local(size as usize, Access::empty())?,
+        pd.reg_local(size as usize, Access::LOCAL_WRITE)?,
+    ))
+}
+
+/// The receive each side keeps posted: its receive buffer moves into the QP.
+fn post_first_recv(qp: &mut Qp, recv: LocalMr, size: u32) -> rdma_direct::Result<()> {
+    qp.post_recv_owned(0, recv, 0, size)
+        .map_err(rdma_direct::Error::from)
+}
+
+/// One side's state: its completions so far and its send buffer while no
+/// SEND holds it.
+struct Side {
     size: u32,
-    iters: u32,
-    first: bool,
     events: bool,
-) -> rdma_direct::Result<Duration> {
-    let (s, r) = (0usize, size as usize);
-    let send_sge = [Sge::new(mr, s, size)?];
-    let recv_sge = [Sge::new(mr, r, size)?];
-    let mut wc = [Completion::default(); 4];
-    // Completions seen so far: (receives, sends).
-    let mut done = (0u32, 0u32);
-    let mut wait_for = |qp: &mut Qp, recvs: u32, sends: u32| -> rdma_direct::Result<()> {
+    wc: [Completion; 4],
+    /// Completions seen so far: (receives, sends).
+    done: (u32, u32),
+    send: Option<LocalMr>,
+}
+
+fn gone(what: &str) -> rdma_direct::Error {
+    rdma_direct::Error::Invalid(format!("the {what} buffer was not handed back"))
+}
+
+impl Side {
+    /// Waits until `recvs` SENDs from the peer and `sends` of ours have
+    /// completed, checking each completion (10 s at most).
+    fn wait_for(&mut self, qp: &mut Qp, recvs: u32, sends: u32) -> rdma_direct::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while done.0 < recvs || done.1 < sends {
-            let n = if events {
+        while self.done.0 < recvs || self.done.1 < sends {
+            let n = if self.events {
                 let left = deadline.saturating_duration_since(Instant::now());
-                qp.wait(&mut wc, CompletionMode::Events, left)?
+                qp.wait(&mut self.wc, CompletionMode::Events, left)?
             } else {
-                qp.poll(&mut wc)?
+                qp.poll(&mut self.wc)?
             };
-            for c in &wc[..n] {
+            for c in &self.wc[..n] {
                 if !c.status.is_ok() {
                     return Err((*c).into());
                 }
                 if c.opcode == WcOpcode::RECV {
-                    done.0 += 1;
+                    if c.byte_len != self.size {
+                        return Err(rdma_direct::Error::Invalid(format!(
+                            "a SEND of {} bytes from the peer, not {} (different -s on the two sides?)",
+                            c.byte_len, self.size
+                        )));
+                    }
+                    self.done.0 += 1;
                 } else {
-                    done.1 += 1;
+                    self.done.1 += 1;
                 }
             }
             if n == 0 {
                 if Instant::now() > deadline {
                     return Err(rdma_direct::Error::Timeout(format!(
                         "{} of {recvs} SENDs from the peer and {} of {sends} of ours completed in 10 s",
-                        done.0, done.1
+                        self.done.0, self.done.1
                     )));
                 }
                 // Let the other side (and the sim's device thread) run when
@@ -161,20 +211,69 @@ fn pingpong(
             }
         }
         Ok(())
+    }
+
+    /// SENDs message `iter`: takes the send buffer back from the QP once
+    /// SEND `iter - 1` has completed (`recvs`: the receives this side has
+    /// waited for already), stamps it in place and posts it by value.
+    fn send(&mut self, qp: &mut Qp, iter: u32, recvs: u32) -> rdma_direct::Result<()> {
+        let mut buf = match self.send.take() {
+            Some(b) => b,
+            None => {
+                self.wait_for(qp, recvs, iter)?;
+                qp.take_send_buf().ok_or_else(|| gone("send"))?.1
+            }
+        };
+        fill(&mut buf, iter);
+        let wr = SendWr::send(iter as u64, &[]).signaled();
+        qp.post_send_owned(&wr, buf, 0, self.size)
+            .map_err(rdma_direct::Error::from)
+    }
+}
+
+/// One side: `first` sends first (the caller posted each side's first
+/// receive, its receive buffer, before either could send). Each iteration:
+/// (send,) wait for the peer's SEND, take the receive buffer back, check the
+/// message in place and repost the buffer (but after the last), (send
+/// back). A SEND takes the send buffer by value; it comes back once that
+/// SEND has completed (`ibv_rc_pingpong` too waits for its SEND's
+/// completion before the next) and is stamped in place for the next one.
+/// Every completion is checked; the side returns only once its own SENDs
+/// have all completed (as `ibv_rc_pingpong` counts both kinds), so its QP
+/// outlives them. With `events`, waits sleep on the CQ's completion event.
+fn pingpong(
+    qp: &mut Qp,
+    send: LocalMr,
+    size: u32,
+    iters: u32,
+    first: bool,
+    events: bool,
+) -> rdma_direct::Result<Duration> {
+    let mut side = Side {
+        size,
+        events,
+        wc: [Completion::default(); 4],
+        done: (0, 0),
+        send: Some(send),
     };
     let start = Instant::now();
     for i in 0..iters {
         if first {
-            qp.post_send(&[SendWr::send(i as u64, &send_sge).signaled()])?;
+            side.send(qp, i, i)?;
         }
-        wait_for(qp, i + 1, 0)?;
-        qp.post_recv(&[RecvWr::new(0, &recv_sge)])?;
+        side.wait_for(qp, i + 1, 0)?;
+        let (_, recv) = qp.take_recv_buf().ok_or_else(|| gone("receive"))?;
+        check(&recv[..size as usize], i)?;
+        if i + 1 < iters {
+            qp.post_recv_owned(0, recv, 0, size)
+                .map_err(rdma_direct::Error::from)?;
+        }
         if !first {
-            qp.post_send(&[SendWr::send(i as u64, &send_sge).signaled()])?;
+            side.send(qp, i, i + 1)?;
         }
     }
     // Every SEND of ours completed: the peer has it, and the QP may go.
-    wait_for(qp, iters, iters)?;
+    side.wait_for(qp, iters, iters)?;
     Ok(start.elapsed())
 }
 
@@ -219,15 +318,12 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
     if a.dev == rdma_direct::SIM_DEVICE {
         // The sim lives in this process: the two sides are two threads.
         let (mut qa, mut qb) = pd.create_connected_pair(&config(a))?;
-        let (ma, mb) = (
-            pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
-            pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?,
-        );
-        post_first_recv(&mut qa, &ma, a.size)?;
-        post_first_recv(&mut qb, &mb, a.size)?;
+        let ((sa, ra), (sb, rb)) = (buffers(&pd, a.size)?, buffers(&pd, a.size)?);
+        post_first_recv(&mut qa, ra, a.size)?;
+        post_first_recv(&mut qb, rb, a.size)?;
         let (size, iters, ev) = (a.size, a.iters, a.events);
-        let server = std::thread::spawn(move || pingpong(&mut qb, &mb, size, iters, false, ev));
-        let client = pingpong(&mut qa, &ma, size, iters, true, ev);
+        let server = std::thread::spawn(move || pingpong(&mut qb, sb, size, iters, false, ev));
+        let client = pingpong(&mut qa, sa, size, iters, true, ev);
         let server = server
             .join()
             .map_err(|_| rdma_direct::Error::Invalid("the server thread panicked".into()))?;
@@ -243,14 +339,16 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
         return Ok(());
     }
     let mut qp = pd.create_qp(&config(a))?;
-    let mr = pd.reg_mr(2 * a.size as usize, Access::LOCAL_WRITE)?;
+    let (send, recv) = buffers(&pd, a.size)?;
     let psn = Qp::random_psn();
+    // Only SENDs cross: no memory is offered to the peer (rkey 0, as
+    // kv_lookup's client does).
     let mine = ConnInfo {
         endpoint: qp.endpoint(),
         psn,
-        rkey: mr.rkey(),
-        addr: mr.addr(),
-        len: 2 * a.size as u64,
+        rkey: Rkey(0),
+        addr: 0,
+        len: 0,
     };
     let (peer, mut tcp) = match &a.host {
         None => exchange::serve(a.port, &mine)?,
@@ -264,9 +362,9 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
     );
     qp.connect_remote(psn, &peer.endpoint, peer.psn)?;
     // Our receive is posted before the barrier lets the peer send.
-    post_first_recv(&mut qp, &mr, a.size)?;
+    post_first_recv(&mut qp, recv, a.size)?;
     exchange::barrier(&mut tcp)?;
-    let t = pingpong(&mut qp, &mr, a.size, a.iters, a.host.is_some(), a.events)?;
+    let t = pingpong(&mut qp, send, a.size, a.iters, a.host.is_some(), a.events)?;
     exchange::barrier(&mut tcp)?;
     report(a.size, a.iters, t);
     Ok(())
