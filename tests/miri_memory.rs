@@ -181,7 +181,6 @@ fn a_pool_buffer_writes_into_another() {
             chunks: 1,
             buf_size: 4096,
             access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-            ..PoolConfig::default()
         },
     )
     .unwrap();
