@@ -66,7 +66,9 @@ fn main() {
     };
     let ctx = Context::open("sim").expect("the sim");
     let pd = ctx.alloc_pd().unwrap();
-    println!("# {rounds} rounds, median; ratio = ours / memcpy throughput (1.00: memcpy speed)");
+    println!(
+        "# {rounds} rounds, median; GB/s = 10^9 bytes/s; ratio = ours / memcpy throughput (1.00: memcpy speed)"
+    );
     for n in SIZES {
         let mut local: LocalMr = pd.reg_local(n, Access::LOCAL_WRITE).unwrap();
         let shared: Mr = pd
@@ -171,6 +173,9 @@ fn fill_and_post(pd: &rdma_direct::Pd, rounds: usize) {
             y.push(time(&mut base));
         }
         let (x, y) = (median(x), median(y));
+        if n == 64 {
+            println!("# fill + SEND: time per message, us; ratio = theirs / ours (above 1: in place is faster)");
+        }
         println!(
             "fill in place + SEND (LocalMr)     {n:>8} B  {:>8.2} us  fill + Mr::write + SEND {:>8.2} us  ratio {:>5.2}",
             x * 1e6,

@@ -21,6 +21,8 @@
 //! # Threads
 //!
 //! - [`Context`], [`Pd`] and [`Mr`] are `Send + Sync`: share them freely.
+//! - A [`LocalMr`] is `Send + Sync` too, but not `Clone`: one owner at a
+//!   time, moved into a QP's WR and back.
 //! - A [`Qp`] is `Send` but not `Sync`: posting and polling take `&mut self`,
 //!   so one thread drives a QP (its send queue, receive queue and CQ) at a time.
 //!   Move it to another thread, or put it behind your own lock; the crate adds
@@ -72,6 +74,9 @@ pub mod concepts {}
 
 pub use context::{list_devices, Context};
 pub use cq::SharedCq;
+/// The `memmap2` this crate's [`Memory`] takes mappings of (0.9): use it,
+/// or the same version, to map what you register.
+pub use memmap2;
 pub use pd::Pd;
 pub use qp::{Qp, SimHook};
 pub use types::completion::{Completion, WcOpcode, WcStatus};

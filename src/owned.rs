@@ -36,6 +36,11 @@ impl HeldQueue {
         (seq % self.slots.len() as u64) as usize
     }
 
+    /// Slots: the queue's WR limit.
+    pub(crate) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Whether WR `seq` may hold a buffer (its slot is free).
     pub(crate) fn free(&self, seq: u64) -> bool {
         self.slots[self.at(seq)].is_none()

@@ -18,8 +18,8 @@ use std::sync::Arc;
 /// A protection domain: where memory is registered and QPs and shared CQs
 /// are created.
 ///
-/// Memory registration comes in the two kinds of [`crate::types::mr`]
-/// (`docs/concepts.md`, "Two kinds of memory"):
+/// Memory registration comes in the two kinds of [`concepts`](crate::concepts)
+/// ("Two kinds of memory"):
 ///
 /// | call | memory | handle |
 /// |---|---|---|
@@ -150,10 +150,14 @@ impl Pd {
     /// posted before their drop, on QPs of this PD, to be polled).
     ///
     /// The same runs by itself when an MR is dropped, at each registration,
-    /// when a QP of this PD moves to RESET and when one is destroyed: call
-    /// this only to free memory sooner, say after polling. An idle QP with
-    /// unsignaled WRs outstanding keeps dropped MRs until it is polled past
-    /// them, reset or destroyed.
+    /// when a QP of this PD moves to RESET and when one is destroyed, but
+    /// never inside `poll`: MRs whose last WR a poll retired stay registered
+    /// (and their memory allocated) until one of those, or this call. Call
+    /// it after polling to free them then. What holds a dropped MR: any send
+    /// posted before its drop on a QP of this PD, until retired (an idle QP
+    /// with unsignaled sends outstanding holds it until polled past them,
+    /// reset or destroyed), and the outstanding receives that name it
+    /// (receives into other memory, kept posted by a server, do not).
     pub fn reclaim(&self) -> usize {
         self.inner.graves.sweep()
     }

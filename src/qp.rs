@@ -12,6 +12,7 @@ use crate::types::config::{CompletionMode, CqSizing, QpConfig};
 use crate::types::error::{Error, Result};
 use crate::types::mem::Access;
 use crate::types::mr::{LocalMr, Refused};
+use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{
     self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState,
 };
@@ -508,6 +509,12 @@ impl Qp {
                 "the QP was created with max_recv_wr 0: it takes no receives".into(),
             ));
         }
+        // The lkeys each receive names, before it is posted: a dropped MR
+        // waits only for the outstanding receives that name it.
+        let (seq, progress) = (self.seqs().2, self.progress());
+        for (i, w) in wrs.iter().enumerate() {
+            progress.note_recv(seq + i as u64, w.sges.iter().map(|s| s.lkey.0));
+        }
         let r = match &mut self.kind {
             QpKind::Direct(q) => q.post_recv(wrs),
             #[cfg(feature = "verbs")]
@@ -531,9 +538,13 @@ impl Qp {
     ///
     /// Everything [`Self::post_send`] checks applies. Errors: those, and
     /// [`Error::Invalid`] when `wr.sges` is not empty, the range is outside
-    /// `buf`, or the buffer of the WR posted `max_send_wr` WRs ago has not
-    /// been taken back yet; the buffer comes back in [`Refused`], nothing
-    /// posted.
+    /// `buf`, an RDMA READ or atomic target lacks LOCAL_WRITE, or the buffer
+    /// of the WR posted `max_send_wr` WRs ago has not been taken back yet;
+    /// the buffer comes back in [`Refused`], nothing posted.
+    ///
+    /// Buffers still held when the QP is dropped are deregistered and freed
+    /// with it (after the device QP is destroyed); to keep them, move the QP
+    /// to RESET first (that retires every WR) and take them back.
     // (The error carries the buffer back; boxing it would allocate on a
     // refusal for nothing.)
     #[allow(clippy::result_large_err)]
@@ -546,6 +557,16 @@ impl Qp {
     ) -> std::result::Result<(), Refused> {
         let seq = self.seqs().0;
         if let Err(error) = self.check_owned(wr.sges.len(), &buf, offset, len, true, seq) {
+            return Err(Refused { error, buf });
+        }
+        let lands = matches!(
+            wr.op,
+            WrOp::RdmaRead { .. } | WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }
+        );
+        if lands && !buf.access().contains(Access::LOCAL_WRITE) {
+            let error = Error::Invalid(
+                "an RDMA READ or atomic writes its local buffer: it needs LOCAL_WRITE".into(),
+            );
             return Err(Refused { error, buf });
         }
         let sge = [Sge::owned(&buf, offset, len)];
@@ -625,7 +646,9 @@ impl Qp {
         };
         if !q.free(seq) {
             return Err(Error::Invalid(format!(
-                "the buffer of a WR retired long ago is still held: call Qp::{take}"
+                "the QP holds a buffer for each of its last {} WRs (the queue's WR limit), \
+                 retired ones included, until they are taken back: call Qp::{take}",
+                q.slots()
             )));
         }
         Ok(())
@@ -647,6 +670,14 @@ impl Qp {
     pub fn take_recv_buf(&mut self) -> Option<(u64, LocalMr)> {
         let retired = self.seqs().3;
         self.owned.recv.take(retired)
+    }
+
+    fn progress(&self) -> &WrProgress {
+        match &self.kind {
+            QpKind::Direct(q) => q.progress(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.progress(),
+        }
     }
 
     /// See the backends' `seqs`.

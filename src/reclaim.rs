@@ -94,7 +94,7 @@ impl Graveyard for Graves {
                 .iter()
                 .filter_map(|q| {
                     let p = q.upgrade()?;
-                    let t = p.ticket();
+                    let t = p.ticket(mr.lkey);
                     (!p.reached(t)).then(|| (q.clone(), t))
                 })
                 .collect();
@@ -109,11 +109,11 @@ impl Graveyard for Graves {
         self.sweep();
     }
 
-    fn quiet(&self) -> bool {
+    fn idle_for(&self, lkey: u32) -> bool {
         self.lock()
             .qps
             .iter()
             .filter_map(Weak::upgrade)
-            .all(|p| p.reached(p.ticket()))
+            .all(|p| p.reached(p.ticket(lkey)))
     }
 }

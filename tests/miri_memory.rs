@@ -276,18 +276,19 @@ fn an_owned_read_target_is_read_in_place() {
     assert_eq!(one_completion(&mut a).opcode, WcOpcode::RDMA_READ);
     let (_, dst) = a.take_send_buf().unwrap();
     assert_eq!(&dst[8..16], b"value-42");
-    // Not a buffer with LOCAL_WRITE: the device refuses to write it (a
-    // local protection error), and the buffer still comes back.
+    // Not a buffer with LOCAL_WRITE: refused before posting, the buffer
+    // handed back, nothing written.
     let ro = pd.reg_local(64, Access::empty()).unwrap();
-    a.post_send_owned(
+    let sq = a.sq_snapshot();
+    let r = a.post_send_owned(
         &SendWr::rdma_read(4, &[], remote(&table, 0)).signaled(),
         ro,
         0,
         8,
-    )
-    .unwrap();
-    assert_eq!(any_completion(&mut a).status, WcStatus::LOC_PROT_ERR);
-    assert_eq!(a.take_send_buf().map(|(id, _)| id), Some(4));
+    );
+    let back = r.expect_err("a READ target without LOCAL_WRITE").buf;
+    assert_eq!(back.access(), Access::empty());
+    assert_eq!(a.sq_snapshot(), sq, "nothing written");
 }
 
 /// Bad owned posts are refused with the buffer handed back and nothing
@@ -348,6 +349,43 @@ fn a_dropped_mr_goes_after_its_last_wr_completes() {
     // With nothing outstanding a drop deregisters at once.
     drop(dst);
     assert_eq!(pd.live_mrs(), 0);
+}
+
+/// Receives kept posted (a server's) hold only the MR they name: a dropped
+/// MR that no outstanding receive names goes at once; one a receive names
+/// waits for that receive.
+#[test]
+fn posted_receives_hold_only_the_mr_they_name() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (mut a, mut b) = pd.create_connected_pair(&cfg()).unwrap();
+    let ring = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let owned = pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    b.post_recv_owned(1, owned, 0, 64).unwrap();
+    let sge = [Sge::new(&ring, 0, 64).unwrap()];
+    b.post_recv(&[rdma_direct::RecvWr::new(2, &sge)]).unwrap();
+    let live = pd.live_mrs();
+    let other = pd
+        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    drop(other);
+    assert_eq!(pd.live_mrs(), live, "no outstanding receive names it");
+    // A receive that names the dropped MR holds it until it completes.
+    let named = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let sge = [Sge::new(&named, 0, 64).unwrap()];
+    b.post_recv(&[rdma_direct::RecvWr::new(3, &sge)]).unwrap();
+    drop(named);
+    assert_eq!(pd.live_mrs(), live + 1, "the third receive names it");
+    let msg = pd.reg_mr(64, Access::empty()).unwrap();
+    let s = [Sge::new(&msg, 0, 8).unwrap()];
+    for i in 0..3 {
+        a.post_send(&[SendWr::send(10 + i, &s).signaled()]).unwrap();
+        assert!(one_completion(&mut a).status.is_ok());
+        assert!(one_completion(&mut b).status.is_ok());
+    }
+    drop(msg); // its SENDs completed: it goes at once
+    pd.reclaim();
+    assert_eq!(pd.live_mrs(), live, "gone once its receive completed");
 }
 
 /// A flush hands buffers back: receives posted by value come back after

@@ -1,7 +1,8 @@
 //! `rdma-direct soak`: cycles of "register, RDMA WRITE into it, drop it"
 //! on one PD, with up to `--depth` WRITEs in flight (each MR is dropped
 //! right after its WRITE is posted, so it is deregistered only once that
-//! WRITE's completion has been polled). At the end resident memory must be
+//! WRITE's completion has been polled), while the target QP keeps 16
+//! receives posted into other memory, as a server does. At the end resident memory must be
 //! at most what it was after the first 1,000 cycles plus 16 MiB, and the
 //! live MRs at most the in-flight depth; it prints both figures and exits
 //! 1 otherwise.
@@ -63,10 +64,17 @@ pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
     let pd = ctx.alloc_pd()?;
     let cfg = QpConfig {
         max_send_wr: a.depth,
-        max_recv_wr: 0,
+        max_recv_wr: 16,
         ..QpConfig::default()
     };
-    let (mut qa, _qb) = pd.create_connected_pair(&cfg)?;
+    let (mut qa, mut qb) = pd.create_connected_pair(&cfg)?;
+    // The target side keeps 16 receives posted for the whole run, as a
+    // server does (into memory of its own): they must hold no dropped MR.
+    let rbufs = pd.reg_mr(16 * 64, Access::LOCAL_WRITE)?;
+    for i in 0..16 {
+        let s = [Sge::new(&rbufs, i * 64, 64)?];
+        qb.post_recv(&[rdma_direct::RecvWr::new(i as u64, &s)])?;
+    }
     let src = pd.reg_mr(a.size, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, a.size as u32)?];
     let fixed = pd.live_mrs();
@@ -116,7 +124,7 @@ pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
         start.elapsed().as_secs_f64()
     );
     println!(
-        "resident memory: {:.1} MiB after 1000 cycles, {:.1} MiB at the end (limit {:.1} MiB)",
+        "resident memory: {:.1} MiB after 1000 cycles, {:.1} MiB at the end (limit {:.1} MiB: the first figure + 16 MiB)",
         mib(base),
         mib(end),
         mib(base + (16 << 20))

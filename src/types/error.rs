@@ -105,7 +105,7 @@ pub enum Error {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegRefusal {
     /// Zero bytes.
-    #[error("a memory region of zero bytes")]
+    #[error("a memory region of zero bytes (a Vec registers its len, not its capacity)")]
     ZeroLength,
     /// `addr + len` wraps past the end of the address space.
     #[error("the range {addr:#x}+{len} wraps past the end of the address space")]
@@ -118,7 +118,10 @@ pub enum RegRefusal {
     UnknownAccess(u32),
     /// Write access (LOCAL_WRITE, REMOTE_WRITE or REMOTE_ATOMIC) asked of
     /// read-only memory (`memmap2::Mmap`): the sim refuses it by the type.
-    #[error("write access asked of read-only memory")]
+    #[error(
+        "write access (LOCAL_WRITE, REMOTE_WRITE or REMOTE_ATOMIC) asked of read-only memory \
+         (memmap2::Mmap): register it with REMOTE_READ alone, or map it writable (MmapMut)"
+    )]
     ReadOnly,
     /// REMOTE_* access asked of a [`LocalMr`](crate::LocalMr), which only
     /// this program's own WRs may touch: register it with

@@ -76,8 +76,9 @@ pub(crate) trait Graveyard: Send + Sync {
     /// Takes `mr`: deregisters it now when no WR posted so far on a QP of
     /// the PD is outstanding, else keeps it until those WRs are retired.
     fn bury(&self, mr: MrInner);
-    /// Whether every WR posted so far on the PD's QPs has been retired.
-    fn quiet(&self) -> bool;
+    /// Whether no outstanding WR on the PD's QPs may name the MR of `lkey`
+    /// (every send retired, and no outstanding receive names it).
+    fn idle_for(&self, lkey: u32) -> bool;
 }
 
 /// What every handle of one [`Mr`] shares.
@@ -106,7 +107,7 @@ impl Drop for MrShared {
 }
 
 /// A registered memory region that a peer may reach, or that borrowed
-/// [`Sge`](crate::Sge)s name (the second kind of the [module docs](self)).
+/// [`Sge`](crate::Sge)s name (the second kind of [`concepts`](crate::concepts), "Two kinds of memory").
 /// Cloning makes another handle to the same region.
 ///
 /// Safe access is one-byte atomic copies; see [`Mr::slice`] for plain slices.
@@ -130,9 +131,12 @@ impl Mr {
             }),
         }
     }
+    /// The key this program's WRs quote (`ibv_mr.lkey`).
     pub fn lkey(&self) -> Lkey {
         Lkey(self.inner.lkey)
     }
+    /// The key a peer quotes to reach the region (`ibv_mr.rkey`; useful only
+    /// with REMOTE_* access).
     pub fn rkey(&self) -> Rkey {
         Rkey(self.inner.rkey)
     }
@@ -144,6 +148,7 @@ impl Mr {
     pub fn len(&self) -> usize {
         self.inner.len
     }
+    /// Never: no zero-byte region can be registered.
     pub fn is_empty(&self) -> bool {
         false
     }
@@ -273,7 +278,7 @@ impl Mr {
     pub fn try_into_memory(self) -> std::result::Result<Option<Memory>, Mr> {
         match Arc::try_unwrap(self.inner) {
             Err(inner) => Err(Mr { inner }),
-            Ok(mut shared) if shared.yard.quiet() => {
+            Ok(mut shared) if shared.yard.idle_for(shared.lkey) => {
                 Ok(shared.mr.take().and_then(MrInner::into_memory))
             }
             Ok(shared) => Err(Mr {
@@ -304,7 +309,7 @@ fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
 }
 
 /// A registered memory region only this program's own WRs touch (the first
-/// kind of the [module docs](self)): no REMOTE_* access, not `Clone`.
+/// kind of [`concepts`](crate::concepts), "Two kinds of memory"): no REMOTE_* access, not `Clone`.
 ///
 /// It derefs to the registered bytes as `&[u8]` / `&mut [u8]`: parse,
 /// serialize and copy in place at memory speed. A WR takes it by value
@@ -321,6 +326,7 @@ impl LocalMr {
     pub(crate) fn new(mr: MrInner) -> LocalMr {
         LocalMr { mr }
     }
+    /// The key its WRs quote (`ibv_mr.lkey`); the owned posts fill it in.
     pub fn lkey(&self) -> Lkey {
         Lkey(self.mr.lkey)
     }
@@ -462,7 +468,7 @@ mod tests {
         fn bury(&self, mr: MrInner) {
             self.0.lock().unwrap().push(mr);
         }
-        fn quiet(&self) -> bool {
+        fn idle_for(&self, _: u32) -> bool {
             !self.1.load(Ordering::Relaxed)
         }
     }

@@ -4,16 +4,24 @@
 //! one plain store per post call (release per poll call that retired
 //! something), read only by the PD's deregistration bookkeeping.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// WRs posted and retired on one QP since it was created (monotonic: a
-/// RESET retires every outstanding WR, it does not rewind).
+/// RESET retires every outstanding WR, it does not rewind); and the lkeys
+/// of its posted receives, so that a receive kept posted for ever (a
+/// server's) holds only the MR it names.
 #[derive(Default, Debug)]
 pub(crate) struct WrProgress {
     send_posted: AtomicU64,
     send_retired: AtomicU64,
     recv_posted: AtomicU64,
     recv_retired: AtomicU64,
+    /// `recv_sges` lkeys per receive, receive `seq` at slot
+    /// `seq % recv_slots` (at most `recv_slots` receives are outstanding);
+    /// 0 past a receive's last SGE.
+    recv_keys: Box<[AtomicU32]>,
+    recv_slots: u64,
+    recv_sges: usize,
 }
 
 /// The posted counts of one QP when an MR's last handle went: the MR may be
@@ -25,6 +33,50 @@ pub(crate) struct Ticket {
 }
 
 impl WrProgress {
+    /// For a QP holding at most `recv_wr` receives of at most `recv_sge`
+    /// SGEs each.
+    pub(crate) fn new(recv_wr: u32, recv_sge: u32) -> Self {
+        let (slots, sges) = (recv_wr.max(1) as usize, recv_sge.max(1) as usize);
+        WrProgress {
+            recv_keys: (0..slots * sges).map(|_| AtomicU32::new(0)).collect(),
+            recv_slots: slots as u64,
+            recv_sges: sges,
+            ..Default::default()
+        }
+    }
+
+    /// Before receive `seq` is posted: the lkeys of its SGEs (those past
+    /// the QP's limit are ignored: the post refuses them).
+    #[inline]
+    pub(crate) fn note_recv(&self, seq: u64, lkeys: impl Iterator<Item = u32>) {
+        if self.recv_keys.is_empty() {
+            return;
+        }
+        let base = (seq % self.recv_slots) as usize * self.recv_sges;
+        let slot = &self.recv_keys[base..base + self.recv_sges];
+        let mut keys = lkeys.fuse();
+        for k in slot {
+            // Relaxed: the receive is posted (and its count stored) after
+            // this, and an MR it names is dropped after that (see `ticket`).
+            k.store(keys.next().unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a receive of `from..to` (sequence numbers, outstanding)
+    /// names `lkey`.
+    fn recvs_name(&self, lkey: u32, from: u64, to: u64) -> bool {
+        if self.recv_keys.is_empty() {
+            return true; // no record: assume it does
+        }
+        let n = to.saturating_sub(from).min(self.recv_slots);
+        (to - n..to).any(|seq| {
+            let base = (seq % self.recv_slots) as usize * self.recv_sges;
+            self.recv_keys[base..base + self.recv_sges]
+                .iter()
+                .any(|k| k.load(Ordering::Relaxed) == lkey)
+        })
+    }
+
     /// After a post call: sends posted in all.
     #[inline(always)]
     pub(crate) fn sends_posted(&self, n: u64) {
@@ -46,13 +98,22 @@ impl WrProgress {
         self.send_retired.store(sends, Ordering::Release);
         self.recv_retired.store(recvs, Ordering::Release);
     }
-    /// What has been posted so far.
-    pub(crate) fn ticket(&self) -> Ticket {
-        Ticket {
-            send: self.send_posted.load(Ordering::Relaxed),
-            recv: self.recv_posted.load(Ordering::Relaxed),
-        }
+    /// What an MR of `lkey` dropped now waits for on this QP: every send
+    /// posted so far, and the receives posted so far if one still
+    /// outstanding names it (receives that name other memory, kept posted
+    /// by a server, do not hold it).
+    pub(crate) fn ticket(&self, lkey: u32) -> Ticket {
+        let send = self.send_posted.load(Ordering::Relaxed);
+        let recv = self.recv_posted.load(Ordering::Relaxed);
+        let done = self.recv_retired.load(Ordering::Acquire);
+        let recv = if done < recv && self.recvs_name(lkey, done, recv) {
+            recv
+        } else {
+            0
+        };
+        Ticket { send, recv }
     }
+
     /// Whether every WR counted in `t` has been retired.
     pub(crate) fn reached(&self, t: Ticket) -> bool {
         self.send_retired.load(Ordering::Acquire) >= t.send

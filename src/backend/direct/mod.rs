@@ -448,7 +448,7 @@ impl DirectQp {
             ignore_credits: false,
             dev: DirectDev::Sim(sim_qp),
             path: PathInfo::unconnected("sim"),
-            progress: Arc::default(),
+            progress: Arc::new(WrProgress::new(max_recv_wr, max_recv_sge)),
             sent: 0,
             recvd: 0,
         })
@@ -492,7 +492,7 @@ impl DirectQp {
             ignore_credits: false,
             path: PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
-            progress: Arc::default(),
+            progress: Arc::new(WrProgress::new(caps.max_recv_wr, caps.max_recv_sge)),
             sent: 0,
             recvd: 0,
         })

@@ -204,7 +204,10 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<
         wr_ids: vec![0; max_post as usize].into_boxed_slice(),
         posted: 0,
         retired: 0,
-        progress: Arc::default(),
+        progress: Arc::new(WrProgress::new(
+            init.cap.max_recv_wr.min(caps.max_recv_wr).max(1),
+            caps.max_recv_sge,
+        )),
         _pd: pd.clone(),
     })
 }
