@@ -285,3 +285,46 @@ pub(super) fn local_write_on_read_only_memory_is_refused(dev: &str) -> CaseResul
     );
     passed(vec![how])
 }
+
+/// Receives kept posted into other memory (a server's) hold no dropped MR:
+/// it is deregistered at its drop; one a posted receive names waits for
+/// that receive's completion.
+pub(super) fn posted_receives_hold_only_the_mr_they_name(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let ring = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    for i in 0..4 {
+        let sge = [Sge::new(&ring, i * 1024, 1024)?];
+        s.b.post_recv(&[RecvWr::new(i as u64, &sge)])?;
+    }
+    let live = s.pd.live_mrs();
+    let target = s.pd.reg_mr(4096, RW)?;
+    drop(target);
+    check_eq!(
+        s.pd.live_mrs(),
+        live,
+        "a dropped MR no posted receive names"
+    );
+    let named = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let sge = [Sge::new(&named, 0, 64)?];
+    s.b.post_recv(&[RecvWr::new(9, &sge)])?;
+    drop(named);
+    check_eq!(
+        s.pd.live_mrs(),
+        live + 1,
+        "a dropped MR the fifth receive names"
+    );
+    let msg = s.pd.reg_mr(64, Access::empty())?;
+    let m = [Sge::new(&msg, 0, 8)?];
+    for i in 0..5 {
+        s.a.post_send(&[SendWr::send(i, &m).signaled()])?;
+        check!(poll_one(&mut s.a)?.status.is_ok(), "SEND {i}");
+        check!(poll_one(&mut s.b)?.status.is_ok(), "receive {i}");
+    }
+    s.pd.reclaim();
+    check_eq!(
+        s.pd.live_mrs(),
+        live + 1,
+        "after the fifth receive completed (msg live)"
+    );
+    passed(vec![])
+}

@@ -348,4 +348,5 @@ const ONE_SIDED: &[Case] = &[
     case!(a_dropped_in_flight_mr_goes_after_its_completion),
     case!(a_dropped_remote_target_refuses_the_next_write),
     case!(local_write_on_read_only_memory_is_refused),
+    case!(posted_receives_hold_only_the_mr_they_name),
 ];
