@@ -136,6 +136,7 @@ impl Context {
         Ok(Pd {
             inner: Arc::new(PdInner {
                 graves: Arc::new(Graves::default()),
+                id: PdInner::next_id(),
                 registrations: std::sync::atomic::AtomicU64::new(0),
                 kind,
             }),

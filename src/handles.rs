@@ -28,6 +28,9 @@ pub(crate) struct PdInner {
     /// Dropped MRs waiting for outstanding WRs, and the QPs' progress. (An
     /// MR's registration keeps what it needs of the PD alive itself.)
     pub(crate) graves: Arc<Graves>,
+    /// This PD's number, unique in the process ([`PdInner::next_id`]): MRs
+    /// and SGEs carry it, and a post refuses an SGE of another PD.
+    pub(crate) id: u32,
     /// Memory registrations made through this PD (the pool's tests count them).
     pub(crate) registrations: std::sync::atomic::AtomicU64,
     pub(crate) kind: PdKind,
@@ -40,4 +43,13 @@ pub(crate) enum SharedKind {
     /// Polled with `ibv_poll_cq`.
     #[cfg(feature = "verbs")]
     Verbs(Arc<ibv::VerbsCq>),
+}
+
+impl PdInner {
+    /// A fresh PD number (never 0, which the backends' MRs carry until
+    /// their PD sets it).
+    pub(crate) fn next_id() -> u32 {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
 }

@@ -312,7 +312,12 @@ fn main() -> ExitCode {
             Ok(false) => ExitCode::from(1),
             Err(e) => {
                 eprintln!("rdma-direct: error: {e}");
-                ExitCode::from(1)
+                // Bad arguments exit 2, as clap's do.
+                ExitCode::from(if matches!(e, rdma_direct::Error::Invalid(_)) {
+                    2
+                } else {
+                    1
+                })
             }
         };
     }

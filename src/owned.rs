@@ -41,12 +41,12 @@ impl HeldQueue {
         self.slots.len()
     }
 
-    /// Whether WR `seq` may hold a buffer (its slot is free).
-    pub(crate) fn free(&self, seq: u64) -> bool {
-        self.slots[self.at(seq)].is_none()
+    /// The WR whose buffer holds WR `seq`'s slot (`None`: free).
+    pub(crate) fn occupant(&self, seq: u64) -> Option<u64> {
+        self.slots[self.at(seq)].as_ref().map(|h| h.seq)
     }
 
-    /// Keeps `buf` for WR `seq` (its slot is free: see [`Self::free`]).
+    /// Keeps `buf` for WR `seq` (its slot is free: see [`Self::occupant`]).
     pub(crate) fn put(&mut self, seq: u64, wr_id: u64, buf: LocalMr) {
         let i = self.at(seq);
         debug_assert!(self.slots[i].is_none());

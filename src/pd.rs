@@ -92,11 +92,13 @@ impl Pd {
     /// down again (deregistration may wait for outstanding WRs), or
     /// [`Mr::try_into_memory`] returned `Ok`. The program reads and writes
     /// it only as [`Mr`]'s contract allows, and no [`LocalMr`]'s memory lies
-    /// in it (a LocalMr's bytes are its WRs' alone).
+    /// in it (a LocalMr's bytes are its WRs' alone). Without a write flag in
+    /// `access` the range may be read-only: the `Mr`'s safe writes
+    /// ([`Mr::write`], [`Mr::store_u8`], [`Mr::slice_mut`]) are then refused.
     pub unsafe fn register_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
         check_registration(addr as u64, len, access)?;
         // SAFETY: the caller's contract, passed on.
-        self.shared(unsafe { Buffer::raw(addr, len) }, access)
+        self.shared(unsafe { Buffer::raw(addr, len, writes(access)) }, access)
     }
 
     /// Registers a new zeroed, page-aligned buffer of `len` bytes of the
@@ -188,6 +190,7 @@ impl Pd {
             PdKind::Verbs(pd, _) => ibv::reg_mr(pd, buf, access)?,
         };
         mr.live = Some(LiveGuard::new(&self.inner.graves.live));
+        mr.pd = self.inner.id;
         self.inner
             .registrations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -423,6 +423,7 @@ impl Qp {
         }
         let max_inline = self.max_inline();
         for w in wrs {
+            self.check_pd(w.sges)?;
             match w.op {
                 WrOp::AtomicCmpSwp { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
                     if w.inline || w.sges.len() != 1 || w.sges[0].len() != 8 {
@@ -508,6 +509,9 @@ impl Qp {
             return Err(Error::Invalid(
                 "the QP was created with max_recv_wr 0: it takes no receives".into(),
             ));
+        }
+        for w in wrs {
+            self.check_pd(w.sges)?;
         }
         // The lkeys each receive names, before it is posted: a dropped MR
         // waits only for the outstanding receives that name it.
@@ -639,12 +643,22 @@ impl Qp {
                 buf.len()
             )));
         }
-        let (q, take) = if send {
-            (&self.owned.send, "take_send_buf")
+        let seqs = self.seqs();
+        let (q, take, retired, full) = if send {
+            (&self.owned.send, "take_send_buf", seqs.1, Error::QueueFull)
         } else {
-            (&self.owned.recv, "take_recv_buf")
+            (
+                &self.owned.recv,
+                "take_recv_buf",
+                seqs.3,
+                Error::RecvQueueFull,
+            )
         };
-        if !q.free(seq) {
+        if let Some(held) = q.occupant(seq) {
+            if held >= retired {
+                // Its WR is still outstanding: the queue is full.
+                return Err(full);
+            }
             return Err(Error::Invalid(format!(
                 "the QP holds a buffer for each of its last {} WRs (the queue's WR limit), \
                  retired ones included, until they are taken back: call Qp::{take}",
@@ -670,6 +684,19 @@ impl Qp {
     pub fn take_recv_buf(&mut self) -> Option<(u64, LocalMr)> {
         let retired = self.seqs().3;
         self.owned.recv.take(retired)
+    }
+
+    /// Every SGE names memory of this QP's PD: the device checks that too,
+    /// but only the PD's own QPs hold its dropped MRs back, so a WR on a QP
+    /// of another PD (or device) must never name one.
+    #[inline]
+    fn check_pd(&self, sges: &[Sge<'_>]) -> Result<()> {
+        if sges.iter().any(|s| s.pd != self.pd.id) {
+            return Err(Error::Invalid(
+                "an SGE names memory registered on another protection domain (or device)".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn progress(&self) -> &WrProgress {

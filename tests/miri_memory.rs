@@ -473,3 +473,70 @@ fn a_dropped_target_refuses_the_peers_write() {
         .unwrap();
     assert_eq!(any_completion(&mut a).status, WcStatus::REM_ACCESS_ERR);
 }
+
+/// What a hostile review found, each now refused: an SGE of another PD or
+/// device (only its own PD's QPs hold a dropped MR back), safe writes to a
+/// raw range registered without write access, a test hook's WQE naming a
+/// held `LocalMr` (the sim touches no owned MR from a hooked QP), and a
+/// full queue of owned WRs reported as full, not as bad input.
+#[test]
+fn what_the_review_found_is_refused() {
+    let (ctx1, ctx2) = (Context::open("sim").unwrap(), Context::open("sim").unwrap());
+    let (pd1, pd2) = (ctx1.alloc_pd().unwrap(), ctx2.alloc_pd().unwrap());
+    let (mut a, mut b) = pd2.create_connected_pair(&cfg()).unwrap();
+    let m1 = pd1.register(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+    let sge = [Sge::new(&m1, 0, 64).unwrap()];
+    let r = b.post_recv(&[rdma_direct::RecvWr::new(1, &sge)]);
+    assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+    let r = a.post_send(&[SendWr::send(1, &sge)]);
+    assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+
+    static RO: [u8; 64] = [7; 64];
+    // SAFETY: a static, readable for the program's life; no write access asked.
+    let raw = unsafe { pd2.register_raw(RO.as_ptr() as *mut u8, 64, Access::REMOTE_READ) }.unwrap();
+    assert!(!raw.is_writable());
+    assert!(raw.write(0, b"x").is_err());
+    assert_eq!(raw.load_u8(63), 7);
+
+    let far = pd2
+        .register(vec![b'!'; 64], Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    let decoy = pd2.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let held = pd2.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let (lkey, addr) = (held.lkey().get(), held.addr());
+    let sge = [Sge::new(&decoy, 0, 16).unwrap()];
+    let wr = SendWr::rdma_read(2, &sge, remote(&far, 0)).signaled();
+    a.sim_hook()
+        .unwrap()
+        .post_patched(&wr, |w| {
+            w[36..40].copy_from_slice(&lkey.to_be_bytes());
+            w[40..48].copy_from_slice(&addr.to_be_bytes());
+        })
+        .unwrap();
+    let mut sum = 0u32;
+    for _ in 0..20 {
+        sum += held[..16].iter().map(|&x| x as u32).sum::<u32>();
+        std::thread::yield_now();
+    }
+    assert_eq!(any_completion(&mut a).status, WcStatus::LOC_PROT_ERR);
+    assert_eq!(sum, 0, "the held LocalMr was never written");
+
+    // Owned SENDs waiting for receives that never come fill the queue.
+    let cfg2 = QpConfig {
+        max_send_wr: 2,
+        rnr_retry: 7,
+        ..cfg()
+    };
+    let (mut c, _d) = pd2.create_connected_pair(&cfg2).unwrap();
+    for i in 0..2 {
+        let m = pd2.reg_local(8, Access::empty()).unwrap();
+        c.post_send_owned(&SendWr::send(i, &[]).signaled(), m, 0, 8)
+            .unwrap();
+    }
+    let m = pd2.reg_local(8, Access::empty()).unwrap();
+    let r = c.post_send_owned(&SendWr::send(3, &[]).signaled(), m, 0, 8);
+    assert!(
+        matches!(r, Err(ref e) if matches!(e.error, Error::QueueFull)),
+        "{r:?}"
+    );
+}

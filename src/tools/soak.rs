@@ -54,11 +54,25 @@ fn kernel_mrs(dev: &str) -> Option<usize> {
 pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
     let sim = a.device == "sim";
     let cycles = a.cycles.unwrap_or(if sim { 100_000 } else { 10_000 });
-    if a.depth == 0 || a.depth > 1024 || a.size == 0 || a.size > 1 << 30 {
-        return Err(rdma_direct::Error::Invalid(format!(
-            "--depth {} must be 1..=1024 and --size {} 1..=2^30",
-            a.depth, a.size
-        )));
+    let bad = |m: String| Err(rdma_direct::Error::Invalid(m));
+    if a.depth == 0 || a.depth > 1024 {
+        return bad(format!("--depth {} must be 1..=1024", a.depth));
+    }
+    if a.size == 0 || a.size > 1 << 30 {
+        return bad(format!("--size {} must be 1..=2^30 bytes", a.size));
+    }
+    if a.size as u64 * a.depth as u64 > 4 << 30 {
+        return bad(format!(
+            "--size {} x --depth {} would hold {} GiB in flight: at most 4 GiB",
+            a.size,
+            a.depth,
+            (a.size as u64 * a.depth as u64) >> 30
+        ));
+    }
+    if cycles < 1000 {
+        return bad(format!(
+            "--cycles {cycles}: at least 1000 (the memory bound compares with the figure after 1,000 cycles)"
+        ));
     }
     let ctx = Context::open(&a.device)?;
     let pd = ctx.alloc_pd()?;
@@ -103,7 +117,7 @@ pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
         drop(mr);
         in_flight += 1;
         peak = peak.max(pd.live_mrs() - fixed);
-        if i + 1 == 1000.min(cycles) {
+        if i + 1 == 1000 {
             baseline = Some(rss());
         }
     }

@@ -182,8 +182,12 @@ enum Owner {
     Aligned,
     MmapMut(memmap2::MmapMut),
     Mmap(memmap2::Mmap),
-    /// A range the caller manages ([`Pd::register_raw`](crate::Pd::register_raw)): nothing to free.
-    Raw,
+    /// A range the caller manages ([`Pd::register_raw`](crate::Pd::register_raw)):
+    /// nothing to free; the program may write it only if registered with
+    /// write access (the contract promises it writable then, not otherwise).
+    Raw {
+        writable: bool,
+    },
 }
 
 /// Registered memory as the backends see it: a pointer, a length, whether
@@ -244,16 +248,16 @@ impl Buffer {
         })
     }
 
-    /// A caller-managed range.
+    /// A caller-managed range; `writable`: registered with write access.
     ///
     /// # Safety
-    /// `ptr..ptr+len` must be valid for reads (and writes, when registered
-    /// with any write access) until the buffer is dropped.
-    pub(crate) unsafe fn raw(ptr: *mut u8, len: usize) -> Self {
+    /// `ptr..ptr+len` must be valid for reads (and writes, when `writable`)
+    /// until the buffer is dropped.
+    pub(crate) unsafe fn raw(ptr: *mut u8, len: usize, writable: bool) -> Self {
         Buffer {
             ptr,
             len,
-            owner: Owner::Raw,
+            owner: Owner::Raw { writable },
         }
     }
 
@@ -304,7 +308,11 @@ impl Buffer {
         self.len
     }
     pub(crate) fn writable(&self) -> bool {
-        !matches!(self.owner, Owner::Mmap(_))
+        match self.owner {
+            Owner::Mmap(_) => false,
+            Owner::Raw { writable } => writable,
+            _ => true,
+        }
     }
 
     /// The memory back, whole; `None` for a caller-managed range.
@@ -326,14 +334,14 @@ impl Buffer {
             }),
             Owner::MmapMut(m) => Memory::MmapMut(m),
             Owner::Mmap(m) => Memory::Mmap(m),
-            Owner::Raw => return None,
+            Owner::Raw { .. } => return None,
         })
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        let owner = std::mem::replace(&mut self.owner, Owner::Raw);
+        let owner = std::mem::replace(&mut self.owner, Owner::Raw { writable: false });
         let me = Buffer {
             ptr: self.ptr,
             len: self.len,

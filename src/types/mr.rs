@@ -58,6 +58,9 @@ pub(crate) struct MrInner {
     pub(crate) lkey: u32,
     pub(crate) rkey: u32,
     pub(crate) access: Access,
+    /// The PD's number (unique in the process): a WR may name the MR only
+    /// on a QP of this PD, whose progress the PD watches.
+    pub(crate) pd: u32,
 }
 
 impl MrInner {
@@ -89,6 +92,7 @@ pub(crate) struct MrShared {
     rkey: u32,
     access: Access,
     writable: bool,
+    pd: u32,
     mr: Option<MrInner>,
     yard: Arc<dyn Graveyard>,
 }
@@ -126,6 +130,7 @@ impl Mr {
                 rkey: mr.rkey,
                 access: mr.access,
                 writable: mr.buf.writable(),
+                pd: mr.pd,
                 mr: Some(mr),
                 yard,
             }),
@@ -156,9 +161,13 @@ impl Mr {
     pub fn access(&self) -> Access {
         self.inner.access
     }
-    /// Whether the program may write it (not a read-only mapping).
+    /// Whether the program may write it (not a read-only mapping, not a
+    /// raw range registered without write access).
     pub fn is_writable(&self) -> bool {
         self.inner.writable
+    }
+    pub(crate) fn pd(&self) -> u32 {
+        self.inner.pd
     }
 
     pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
@@ -338,6 +347,9 @@ impl LocalMr {
     pub fn access(&self) -> Access {
         self.mr.access
     }
+    pub(crate) fn pd(&self) -> u32 {
+        self.mr.pd
+    }
 
     /// Copies `src` into the region at `offset` (`copy_from_slice`:
     /// memcpy speed).
@@ -458,6 +470,7 @@ mod tests {
             lkey: 0x200,
             rkey: 0x300,
             access,
+            pd: 1,
         }
     }
 

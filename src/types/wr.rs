@@ -16,6 +16,8 @@ pub struct Sge<'mr> {
     /// The memory is a [`LocalMr`](crate::LocalMr) the WR owns: an inline
     /// copy reads it plainly (else with atomic loads, as a peer may write it).
     pub(crate) plain: bool,
+    /// The PD of its MR: posted only on a QP of that PD.
+    pub(crate) pd: u32,
     _mr: PhantomData<&'mr Mr>,
 }
 
@@ -28,6 +30,7 @@ impl<'mr> Sge<'mr> {
             len,
             lkey: mr.lkey(),
             plain: false,
+            pd: mr.pd(),
             _mr: PhantomData,
         })
     }
@@ -40,6 +43,7 @@ impl<'mr> Sge<'mr> {
             len,
             lkey: buf.lkey(),
             plain: true,
+            pd: buf.pd(),
             _mr: PhantomData,
         }
     }

@@ -109,6 +109,8 @@ pub enum SimError {
     BadRange { addr: u64, len: u64 },
     #[error("no memory region with lkey {0:#x}")]
     NoSuchMr(u32),
+    #[error("an owned memory region takes no REMOTE_* access (asked {0:?})")]
+    RemoteOnOwned(Access),
     #[error("invalid QP transition {from:?} -> {to:?}")]
     BadTransition { from: QpState, to: QpState },
     #[error("no QP {0:#x} on this device")]
@@ -193,6 +195,9 @@ struct QpEntry {
     /// The RNR NAK timer this QP asks its requesters to wait (responder
     /// side, set at INIT -> RTR from `min_rnr_timer`).
     min_rnr_delay: std::time::Duration,
+    /// A test hook rewrote its SQ ([`Qp::hook_write_sq`]): its WQEs may
+    /// name an owned MR's lkey they do not own, so they may touch none.
+    hooked: bool,
 }
 
 /// Hasher for the device's tables, keyed by QPN, CQN and MR key: a multiply
@@ -298,8 +303,8 @@ impl Device {
     /// into the QP with its WR): the sim then reads and writes them with
     /// plain copies. No remote access. lkey equals rkey.
     ///
-    /// Errors: as [`Self::reg_mr`]; [`SimError::BadRange`] for any REMOTE_*
-    /// access (nothing may reach owned memory from a peer).
+    /// Errors: as [`Self::reg_mr`]; [`SimError::RemoteOnOwned`] for any
+    /// REMOTE_* access (nothing may reach owned memory from a peer).
     ///
     /// # Safety
     /// As [`Self::reg_mr`]; and while a WR naming this MR is outstanding,
@@ -313,10 +318,7 @@ impl Device {
         access: Access,
     ) -> Result<MrKeys, SimError> {
         if access.intersects(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC) {
-            return Err(SimError::BadRange {
-                addr: addr as u64,
-                len: len as u64,
-            });
+            return Err(SimError::RemoteOnOwned(access));
         }
         // SAFETY: the caller's contract, passed on.
         unsafe { self.reg(pd, addr, len, access, true) }

@@ -111,7 +111,7 @@ fn deliver(
 /// Copies a WQE's payload (inline bytes or checked local SGEs) into `out`.
 fn gather(
     st: &State,
-    pd: u32,
+    qpn: u32,
     w: &DecodedWqe,
     wqe: &[u8],
     out: &mut Vec<u8>,
@@ -122,7 +122,7 @@ fn gather(
         DecodedPayload::Sges { count, .. } => {
             for i in 0..count {
                 let s = sge_at(w, wqe, i).expect("i < count");
-                if !local_ok(st, pd, s, false) {
+                if !sq_local_ok(st, qpn, s, false) {
                     return Err(Syndrome::LOCAL_PROT_ERR);
                 }
                 if out.len() as u64 + s.len as u64 > 1 << 31 {
@@ -147,9 +147,8 @@ fn gather(
 }
 
 pub(super) fn send(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
-    let pd = st.qps[&qpn].pd;
     let mut data = std::mem::take(&mut st.scratch);
-    let r = match gather(st, pd, w, wqe, &mut data) {
+    let r = match gather(st, qpn, w, wqe, &mut data) {
         Err(s) => Exec::Err(s),
         Ok(()) => {
             let imm = (w.opcode == WqeOpcode::SEND_IMM).then_some(w.imm);
@@ -222,6 +221,13 @@ fn owned(st: &State, lkey: u32) -> bool {
     st.mrs.get(&lkey).is_some_and(|mr| mr.owned)
 }
 
+/// [`local_ok`] for an SGE of a WQE of QP `qpn`'s SQ: a QP whose SQ a test
+/// hook rewrote touches no owned MR.
+fn sq_local_ok(st: &State, qpn: u32, s: DataSeg, write: bool) -> bool {
+    let q = &st.qps[&qpn];
+    local_ok(st, q.pd, s, write) && !(q.hooked && owned(st, s.lkey))
+}
+
 /// Whether `lkey` names an MR of `pd` holding `addr..addr+len` (with LOCAL_WRITE
 /// when the device will write there).
 fn local_ok(st: &State, pd: u32, s: DataSeg, write: bool) -> bool {
@@ -268,7 +274,6 @@ fn responder_check(
 }
 
 pub(super) fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
-    let pd = st.qps[&qpn].pd;
     let remote = w.remote.expect("decoded RDMA WRITE has a remote segment");
     // The payload: inline bytes in the WQE, or checked local SGEs (read from
     // the WQE again when copying, rather than gathered into an array first).
@@ -279,7 +284,7 @@ pub(super) fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -
             let mut total = 0u64;
             for i in 0..count {
                 let s = sge_at(w, wqe, i).expect("i < count");
-                if !local_ok(st, pd, s, false) {
+                if !sq_local_ok(st, qpn, s, false) {
                     return Exec::Err(Syndrome::LOCAL_PROT_ERR);
                 }
                 total += s.len as u64;
@@ -352,7 +357,6 @@ pub(super) fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -
 }
 
 pub(super) fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
-    let pd = st.qps[&qpn].pd;
     let remote = w.remote.expect("decoded RDMA READ has a remote segment");
     let mut dsts = [DataSeg {
         addr: 0,
@@ -363,7 +367,7 @@ pub(super) fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) ->
     if let DecodedPayload::Sges { count, .. } = w.payload {
         for i in 0..count {
             let s = sge_at(w, wqe, i).expect("i < count");
-            if !local_ok(st, pd, s, true) {
+            if !sq_local_ok(st, qpn, s, true) {
                 return Exec::Err(Syndrome::LOCAL_PROT_ERR);
             }
             dsts[n] = s;
@@ -408,11 +412,10 @@ pub(super) fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) ->
 }
 
 pub(super) fn atomic(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec {
-    let pd = st.qps[&qpn].pd;
     let (Some(remote), Some(a), Some(old_to)) = (w.remote, w.atomic, sge_at(w, wqe, 0)) else {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
-    if old_to.len < 8 || !local_ok(st, pd, DataSeg { len: 8, ..old_to }, true) {
+    if old_to.len < 8 || !sq_local_ok(st, qpn, DataSeg { len: 8, ..old_to }, true) {
         return Exec::Err(Syndrome::LOCAL_PROT_ERR);
     }
     if remote.addr % 8 != 0 {

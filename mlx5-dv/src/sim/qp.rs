@@ -88,6 +88,7 @@ impl Device {
                 rnr_left: 7,
                 rnr_wait_until: None,
                 min_rnr_delay: RNR_DELAY,
+                hooked: false,
             },
         );
         Ok(Qp {
@@ -157,7 +158,12 @@ impl Qp {
     /// WQEs the driver would never write (bad DS, wrong QPN or index,
     /// unknown opcode, misaligned atomic). Use before ringing the doorbell.
     pub fn hook_write_sq(&self, off: usize, src: &[u8]) {
-        self.dev.lock().qps[&self.qpn].sq.write(off, src);
+        let mut st = self.dev.lock();
+        let q = st.qps.get_mut(&self.qpn).expect("a live QP's entry");
+        // Bytes from a hook may name any lkey: from now on this QP's WQEs
+        // never touch an owned MR (whose bytes only its own WRs may touch).
+        q.hooked = true;
+        q.sq.write(off, src);
     }
 
     fn modify(&self, to: QpState, f: impl FnOnce(&mut QpEntry)) -> Result<(), SimError> {

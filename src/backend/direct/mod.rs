@@ -77,6 +77,7 @@ pub(crate) fn reg_sim_mr(
             lkey: k.lkey,
         }),
         live: None,
+        pd: 0,
         buf,
         lkey: k.lkey,
         rkey: k.rkey,

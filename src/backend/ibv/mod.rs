@@ -361,6 +361,7 @@ pub(crate) fn reg_mr(pd: &Arc<Pd>, buf: Buffer, access: Access) -> Result<MrInne
             _pd: pd.clone(),
         }),
         live: None,
+        pd: 0,
         buf,
         lkey,
         rkey,

@@ -89,19 +89,36 @@ pub(super) fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseR
         "foreign MR written"
     );
 
-    // A local SGE from another PD's MR: the requester fails it (mlx5 and the
-    // sim say local protection error, rxe local QP operation error).
+    // A local SGE from another PD's MR (or another device's) is refused
+    // before anything is written: only its own PD's QPs hold a dropped MR
+    // back, so no other QP may name it (the device would fail it too:
+    // mlx5 and the sim with a local protection error, rxe a local QP
+    // operation error).
     let mut s = setup(dev)?;
     let foreign_src = other.reg_mr(64, Access::LOCAL_WRITE)?;
     let dst =
         s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     foreign_src.write(0, &[0x22; 64])?;
     let sge = [Sge::new(&foreign_src, 0, 64)?];
-    s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&dst, 0)).signaled()])?;
-    let wc = poll_one(&mut s.a)?;
-    check!(!wc.status.is_ok(), "SGE of another PD succeeded");
+    let before = ring_snapshot(&s.a);
+    let r =
+        s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&dst, 0)).signaled()]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "SGE of another PD: {r:?}"
+    );
+    let r = s.b.post_recv(&[RecvWr::new(3, &sge)]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "receive SGE of another PD: {r:?}"
+    );
+    check!(
+        ring_snapshot(&s.a) == before,
+        "a refused post wrote ring bytes"
+    );
+    nothing_completes(&mut s.a)?;
     check!(contents(&dst)?.iter().all(|&b| b == 0), "data landed");
-    notes.push(format!("SGE of another PD -> {}", wc.status));
+    notes.push("SGE of another PD refused at post".into());
     drop(s.b);
     passed(notes)
 }
