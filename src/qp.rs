@@ -412,7 +412,8 @@ impl Qp {
     /// never fit, is [`Error::Invalid`].
     ///
     /// A QP that is not connected (RTS) refuses every WR with
-    /// [`Error::QpState`].
+    /// [`Error::QpState`]; an SGE of an MR of another PD (or device) is
+    /// [`Error::Invalid`] (only its own PD's QPs hold a dropped MR back).
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         if !matches!(self.state, QpState::Rts | QpState::Err) {
@@ -496,7 +497,8 @@ impl Qp {
     /// [`Error::CqFull`] when its CQ has no room for their completions; a
     /// batch larger than either, which could never fit, is [`Error::Invalid`].
     ///
-    /// A QP in RESET refuses every WR with [`Error::QpState`].
+    /// A QP in RESET refuses every WR with [`Error::QpState`]; an SGE of an
+    /// MR of another PD (or device) is [`Error::Invalid`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         if self.state == QpState::Reset {
             return Err(Error::QpState {
