@@ -198,13 +198,23 @@ impl Mr {
     }
 
     /// Copies from the region at `offset` into `dst`, one relaxed atomic
-    /// byte load each.
+    /// byte load each (a plain copy when the region is not writable: then
+    /// nothing writes it).
     ///
     /// Errors: the range is outside the region ([`Error::Invalid`]).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
+        let src = self.inner.ptr.wrapping_add(offset);
+        if !self.inner.writable {
+            // SAFETY: in range. Memory registered without write access on
+            // memory the program may not write: nothing writes it (no WR, no
+            // peer, no safe method), so a plain copy races with nothing; and
+            // atomics would be wrong here (they need writable memory).
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+            return Ok(());
+        }
         // SAFETY: as in `write` (atomic loads).
-        unsafe { mlx5_dv::shared::load_into(self.inner.ptr.add(offset), dst) };
+        unsafe { mlx5_dv::shared::load_into(src, dst) };
         Ok(())
     }
 
@@ -219,7 +229,11 @@ impl Mr {
             offset < self.len(),
             "offset {offset} outside the memory region"
         );
-        // SAFETY: in bounds; AtomicU8 needs no alignment.
+        if !self.inner.writable {
+            // SAFETY: in bounds; nothing writes read-only memory (see `read`).
+            return unsafe { self.inner.ptr.add(offset).read() };
+        }
+        // SAFETY: in bounds and writable; AtomicU8 needs no alignment.
         unsafe { AtomicU8::from_ptr(self.inner.ptr.add(offset)) }.load(Ordering::Acquire)
     }
 
