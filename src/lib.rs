@@ -63,6 +63,7 @@ mod owned;
 mod pd;
 pub mod pool;
 mod qp;
+mod qp_owned;
 mod reclaim;
 mod wait;
 
