@@ -151,7 +151,7 @@ pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
     if !sim {
         match kernel_mrs(&a.device) {
             Some(k) => println!(
-                "kernel's MRs on {} (rdma resource show mr): {k} (the soak's source MR included)",
+                "kernel's MRs on {} (rdma resource show mr): {k} (the soak's source and receive MRs included)",
                 a.device
             ),
             None => println!("kernel's MRs: `rdma resource show mr` did not run here"),
