@@ -8,6 +8,13 @@
 //! `c_post` (a 64-byte inline RDMA WRITE posted and its doorbell rung, on
 //! rings in plain memory: the doorbell record and BlueFlame stores are
 //! ordinary stores here).
+//!
+//! `cb_post_write`, `cb_post_inline`, `cb_batch32`, `cb_poll1`, `cb_poll16`,
+//! `cb_poll_empty`: the C driver baseline of the public API's post and poll
+//! (`mlx5-dv/oracle/driver.c`), run `N` times (batches of 32 WRITEs, polls
+//! of 1 or 16 CQEs, empty polls); `scripts/insn-count` counts only inside
+//! its entry points (callgrind `--toggle-collect`). The queue is retired,
+//! and the CQEs written, outside them.
 
 use mlx5_dv::cqe::{sw_owned, Cqe};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, WQEBB};
@@ -185,6 +192,7 @@ fn main() {
             black_box(&bf);
             black_box(&dbrec);
         }
+        op if op.starts_with("cb_") => c_driver(op, n),
         other => {
             eprintln!("insn_count: unknown op {other:?}");
             std::process::exit(2);
@@ -192,4 +200,131 @@ fn main() {
     }
     black_box(&mem);
     black_box(pi);
+}
+
+/// The C driver baseline (`driver.c`) over rings in plain memory: `n` calls
+/// of the entry point `op` names, the bookkeeping between calls (retiring
+/// the SQ, writing the CQEs the next poll takes) outside it.
+fn c_driver(op: &str, n: u32) {
+    use mlx5_dv_oracle::driver::{self, Cq, Sq, Wc, Write};
+    if !driver::available() {
+        eprintln!("insn_count: the C baseline was built without <infiniband/mlx5dv.h>");
+        std::process::exit(2);
+    }
+    const WQEBBS: u32 = 256;
+    const CQES: u32 = 256;
+    let mut ring = vec![0u8; WQEBBS as usize * WQEBB];
+    let mut wrid = vec![0u64; WQEBBS as usize];
+    let mut wqe_head = vec![0u32; WQEBBS as usize];
+    let mut dbrec = [0u32; 2];
+    let mut bf = vec![0u64; 64];
+    let mut sq = Sq {
+        buf: ring.as_mut_ptr(),
+        wqe_cnt: WQEBBS,
+        qpn: 0x1234,
+        dbrec: dbrec.as_mut_ptr(),
+        bf_reg: bf.as_mut_ptr().cast(),
+        bf_size: 256,
+        bf_offset: 0,
+        cur_post: 0,
+        head: 0,
+        tail: 0,
+        max_post: 128,
+        wrid: wrid.as_mut_ptr(),
+        wqe_head: wqe_head.as_mut_ptr(),
+    };
+    let w = Write {
+        wr_id: 7,
+        raddr: 0x7f00_0000_9000,
+        addr: 0x7f00_0000_1000,
+        rkey: 0x22,
+        lkey: 0x11,
+        len: 4096,
+        signaled: 1,
+    };
+    let data = [0x5au8; 64];
+    let mut cqes = vec![0u8; CQES as usize * 64];
+    for c in cqes.chunks_mut(64) {
+        c[63] = 0xf0; // INVALID, owner 0
+    }
+    let mut cq_dbrec = [0u32; 2];
+    let mut cq = Cq {
+        buf: cqes.as_mut_ptr(),
+        cqe_cnt: CQES,
+        ci: 0,
+        dbrec: cq_dbrec.as_mut_ptr(),
+    };
+    let cqe = |owner: u8| {
+        Cqe {
+            opcode: CqeOpcode::REQ,
+            wqe_opcode: WqeOpcode::RDMA_WRITE,
+            qpn: 0x1234,
+            wqe_counter: 0,
+            byte_cnt: 4096,
+            imm: 0,
+            solicited: false,
+            format: 0,
+            syndrome: Syndrome(0),
+            vendor_syndrome: 0,
+            owner: false,
+        }
+        .encode(owner)
+    };
+    let owned = [cqe(0), cqe(1)];
+    let mut wc = [Wc::default(); 16];
+    // Writes `k` software-owned CQEs from the consumer index on.
+    let produce = |cq: &Cq, k: u32, cqes: &mut [u8]| {
+        for j in 0..k {
+            let i = cq.ci.wrapping_add(j);
+            let at = (i & (CQES - 1)) as usize * 64;
+            cqes[at..at + 64].copy_from_slice(&owned[((i / CQES) & 1) as usize]);
+        }
+    };
+    let batch = [w; 32];
+    for _ in 0..n {
+        // SAFETY (every call): `sq` and `cq` describe the vectors above, which
+        // live to the end of this function; `wc` holds 16 entries.
+        match op {
+            "cb_post_write" => {
+                assert_eq!(unsafe { driver::cb_post_write(&mut sq, black_box(&w)) }, 0);
+                sq.tail = sq.head;
+            }
+            "cb_post_inline" => {
+                let r = unsafe {
+                    driver::cb_post_inline_write(
+                        &mut sq,
+                        7,
+                        0x7f00_0000_9000,
+                        0x22,
+                        black_box(data.as_ptr()),
+                        64,
+                        1,
+                    )
+                };
+                assert_eq!(r, 0);
+                sq.tail = sq.head;
+            }
+            "cb_batch32" => {
+                let r =
+                    unsafe { driver::cb_post_write_batch(&mut sq, black_box(batch.as_ptr()), 32) };
+                assert_eq!(r, 0);
+                sq.tail = sq.head;
+            }
+            "cb_poll1" | "cb_poll16" | "cb_poll_empty" => {
+                let k = match op {
+                    "cb_poll1" => 1,
+                    "cb_poll16" => 16,
+                    _ => 0,
+                };
+                produce(&cq, k, &mut cqes);
+                let got = unsafe { driver::cb_poll(&mut cq, &mut sq, wc.as_mut_ptr(), 16) };
+                assert_eq!(got, k as i32);
+            }
+            other => {
+                eprintln!("insn_count: unknown op {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    black_box((&ring, &bf, &dbrec, &cq_dbrec, &wc));
 }

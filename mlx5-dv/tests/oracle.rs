@@ -202,3 +202,133 @@ proptest! {
         prop_assert!(oracle::baseline::poll_cqe(b, ci ^ 256, 256).is_none());
     }
 }
+
+/// The C driver baseline (`driver.c`) writes, for a 1-SGE RDMA WRITE and a
+/// 64-byte inline WRITE, exactly the WQE bytes our encoder writes (so the
+/// instruction counts compare the same work), rings its doorbell record and
+/// BlueFlame copy, and its poll retires by `wqe_counter`.
+#[test]
+fn the_c_driver_baseline_writes_our_wqes() {
+    use mlx5_dv::prm::{CqeOpcode, Syndrome};
+    use mlx5_dv_oracle::driver::{self, Cq, Sq, Wc, Write};
+    if !oracle_or_skip() {
+        return;
+    }
+    assert!(
+        driver::available(),
+        "driver.c sees the same header as oracle.c"
+    );
+    let mut ring = vec![0u8; 16 * 64];
+    let (mut wrid, mut heads) = (vec![0u64; 16], vec![0u32; 16]);
+    let mut dbrec = [0u32; 2];
+    let mut bf = vec![0u64; 64];
+    let mut sq = Sq {
+        buf: ring.as_mut_ptr(),
+        wqe_cnt: 16,
+        qpn: 0x1234,
+        dbrec: dbrec.as_mut_ptr(),
+        bf_reg: bf.as_mut_ptr().cast(),
+        bf_size: 256,
+        bf_offset: 0,
+        cur_post: 0,
+        head: 0,
+        tail: 0,
+        max_post: 8,
+        wrid: wrid.as_mut_ptr(),
+        wqe_head: heads.as_mut_ptr(),
+    };
+    let w = Write {
+        wr_id: 77,
+        raddr: 0x7f00_0000_9000,
+        addr: 0x7f00_0000_1000,
+        rkey: 0x22,
+        lkey: 0x11,
+        len: 4096,
+        signaled: 1,
+    };
+    let data = [0x5au8; 64];
+    // SAFETY: `sq` describes the vectors above, which outlive the calls.
+    unsafe {
+        assert_eq!(driver::cb_post_write(&mut sq, &w), 0);
+        assert_eq!(
+            driver::cb_post_inline_write(&mut sq, 78, 0x7f00_0000_9000, 0x22, data.as_ptr(), 64, 1),
+            0
+        );
+    }
+    assert_eq!((sq.cur_post, sq.head), (3, 2));
+    assert_eq!(u32::from_be(dbrec[1]), 3);
+    assert_eq!(sq.bf_offset, 0, "toggled twice");
+    let geo = SqGeometry {
+        wqe_cnt: 16,
+        qpn: 0x1234,
+        max_inline: 256,
+        max_wqebbs: 16,
+    };
+    let mut ours = vec![0u8; 16 * 64];
+    let mut r = RingBuf::from_slice(&mut ours).unwrap();
+    let sge = [DataSeg {
+        addr: w.addr,
+        len: w.len,
+        lkey: w.lkey,
+    }];
+    let remote = Some(RemoteSeg {
+        addr: w.raddr,
+        rkey: w.rkey,
+    });
+    let mk = |payload| SendWqe {
+        opcode: WqeOpcode::RDMA_WRITE,
+        flags: CtrlFlags::CQ_UPDATE,
+        imm: 0,
+        remote,
+        atomic: None,
+        payload,
+    };
+    let a = write_send_wqe(&mut r, &geo, 0, &mk(Payload::Sges(&sge)), 256).unwrap();
+    write_send_wqe(&mut r, &geo, a.next_pi, &mk(Payload::Inline(&data)), 256).unwrap();
+    // Bytes past an inline payload's end in its last WQEBB are padding.
+    assert_eq!(&ring[..64 + 100], &ours[..64 + 100]);
+    // The inline WQE was copied to the second BlueFlame half (toggled back).
+    let bf_bytes: Vec<u8> = bf[32..48].iter().flat_map(|x| x.to_ne_bytes()).collect();
+    assert_eq!(&bf_bytes[..100], &ring[64..164]);
+    // A CQE naming the inline WQE (index 1) retires both.
+    let mut cqes = vec![0u8; 4 * 64];
+    let cqe = Cqe {
+        opcode: CqeOpcode::REQ,
+        wqe_opcode: WqeOpcode::RDMA_WRITE,
+        qpn: 0x1234,
+        wqe_counter: 1,
+        byte_cnt: 64,
+        imm: 0,
+        solicited: false,
+        format: 0,
+        syndrome: Syndrome(0),
+        vendor_syndrome: 0,
+        owner: false,
+    };
+    cqes[..64].copy_from_slice(&cqe.encode(0));
+    for c in cqes.chunks_mut(64).skip(1) {
+        c[63] = 0xf0;
+    }
+    let mut cq_dbrec = [0u32; 2];
+    let mut cq = Cq {
+        buf: cqes.as_mut_ptr(),
+        cqe_cnt: 4,
+        ci: 0,
+        dbrec: cq_dbrec.as_mut_ptr(),
+    };
+    let mut wc = [Wc::default(); 4];
+    // SAFETY: as above, and `wc` holds 4.
+    let n = unsafe { driver::cb_poll(&mut cq, &mut sq, wc.as_mut_ptr(), 4) };
+    assert_eq!(n, 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].byte_len, wc[0].qp_num),
+        (78, 64, 0x1234)
+    );
+    assert_eq!((sq.tail, cq.ci, u32::from_be(cq_dbrec[0])), (2, 1, 1));
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { driver::cb_poll(&mut cq, &mut sq, wc.as_mut_ptr(), 4) },
+        0,
+        "empty"
+    );
+}

@@ -233,3 +233,103 @@ pub mod baseline {
             .then_some(out)
     }
 }
+
+/// The C baseline of the public API's post and poll (`driver.c`: a small
+/// mlx5 driver on rdma-core's `mlx5dv.h` helpers; frozen, see its header).
+/// `scripts/insn-count` counts the instructions inside these entry points
+/// beside ours.
+pub mod driver {
+    /// A send queue as the driver keeps it (`struct cb_sq`).
+    #[repr(C)]
+    pub struct Sq {
+        pub buf: *mut u8,
+        /// WQEBBs, a power of two.
+        pub wqe_cnt: u32,
+        pub qpn: u32,
+        /// The QP's doorbell record (`[1]` is the SQ's).
+        pub dbrec: *mut u32,
+        /// BlueFlame registers: `2 * bf_size` bytes.
+        pub bf_reg: *mut u8,
+        pub bf_size: u32,
+        pub bf_offset: u32,
+        /// Next WQEBB index.
+        pub cur_post: u32,
+        /// WRs posted and retired.
+        pub head: u32,
+        pub tail: u32,
+        /// WRs outstanding at most.
+        pub max_post: u32,
+        /// `wqe_cnt` entries each: the wr_id of the WQE starting at a WQEBB
+        /// slot, and `head` when it was posted.
+        pub wrid: *mut u64,
+        pub wqe_head: *mut u32,
+    }
+
+    /// A CQ as the driver keeps it (`struct cb_cq`).
+    #[repr(C)]
+    pub struct Cq {
+        pub buf: *mut u8,
+        /// 64-byte CQEs, a power of two.
+        pub cqe_cnt: u32,
+        pub ci: u32,
+        /// `[0]` is the consumer index record.
+        pub dbrec: *mut u32,
+    }
+
+    /// A completion (`struct cb_wc`).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Wc {
+        pub wr_id: u64,
+        pub status: u32,
+        pub opcode: u32,
+        pub byte_len: u32,
+        pub qp_num: u32,
+    }
+
+    /// One 1-SGE RDMA WRITE (`struct cb_write`).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Write {
+        pub wr_id: u64,
+        pub raddr: u64,
+        pub addr: u64,
+        pub rkey: u32,
+        pub lkey: u32,
+        pub len: u32,
+        pub signaled: u32,
+    }
+
+    extern "C" {
+        fn cb_available() -> i32;
+        /// One 1-SGE RDMA WRITE with its doorbell and BlueFlame copy; 0, or
+        /// -1 when `max_post` WRs are outstanding.
+        ///
+        /// # Safety
+        /// `sq` describes live memory of the sizes its fields say.
+        pub fn cb_post_write(sq: *mut Sq, w: *const Write) -> i32;
+        /// One RDMA WRITE of `len` (at most 64) inline bytes; as [`cb_post_write`].
+        pub fn cb_post_inline_write(
+            sq: *mut Sq,
+            wr_id: u64,
+            raddr: u64,
+            rkey: u32,
+            data: *const u8,
+            len: u32,
+            signaled: i32,
+        ) -> i32;
+        /// `n` 1-SGE WRITEs with one 8-byte doorbell; as [`cb_post_write`].
+        pub fn cb_post_write_batch(sq: *mut Sq, w: *const Write, n: u32) -> i32;
+        /// Up to `max` completions of `sq`'s WRs from `cq`; returns how many.
+        ///
+        /// # Safety
+        /// As [`cb_post_write`], for both queues; `wc` holds `max` entries.
+        pub fn cb_poll(cq: *mut Cq, sq: *mut Sq, wc: *mut Wc, max: i32) -> i32;
+    }
+
+    /// Whether the baseline was built against the real header.
+    pub fn available() -> bool {
+        // SAFETY: no arguments, no side effects.
+        unsafe { cb_available() != 0 }
+    }
+}
