@@ -816,6 +816,12 @@ impl SimHook<'_> {
         self.q.post_patched(wr, patch)
     }
 
+    /// Whether the QP's own CQ holds `k` CQEs not yet polled: a look that
+    /// consumes nothing (for measurements that must know a poll finds them).
+    pub fn cqes_ready(&self, k: u32) -> bool {
+        self.q.cqes_ready(k)
+    }
+
     /// Stops taking CQ credits, so posts can exceed the CQ's room.
     pub fn ignore_cq_credits(&mut self) {
         self.q.ignore_credits();

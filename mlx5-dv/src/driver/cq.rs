@@ -100,6 +100,21 @@ impl CompletionQueue {
     /// stays valid. With tracing on ([`crate::trace`]) it looks at one CQE at
     /// a time, and the trace switch is read only when it looks: switched on
     /// while CQEs are already seen, tracing starts at most 15 CQEs later.
+    /// Whether the `k` CQEs from the consumer index on are software-owned
+    /// (`k` at most `cqe_cnt`): a look that consumes nothing, for tests and
+    /// measurements that must know a poll will find them.
+    pub fn ready(&self, k: u32) -> bool {
+        (0..k.min(self.cqe_cnt)).all(|j| {
+            let i = self.ci.wrapping_add(j);
+            // SAFETY: a masked slot index inside the CQ buffer (constructor
+            // contract); byte 63 of the CQE proper is op_own.
+            let op_own = unsafe {
+                mmio::read_op_own(self.first.add((i & self.mask) as usize * self.stride + 63))
+            };
+            sw_owned(op_own, i, self.cqe_cnt)
+        })
+    }
+
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
         let mask = self.mask;

@@ -711,6 +711,11 @@ impl DirectQp {
         self.cq.as_ref().map_or((false, 0), DirectCq::overrun)
     }
 
+    /// Whether the QP's own CQ holds `k` CQEs not yet polled (nothing consumed).
+    pub(crate) fn cqes_ready(&self, k: u32) -> bool {
+        self.cq.as_ref().is_some_and(|c| c.cq.ready(k))
+    }
+
     /// Whether the QP runs on the sim (its test hooks apply).
     pub(crate) fn is_sim(&self) -> bool {
         matches!(self.dev, DirectDev::Sim(_))

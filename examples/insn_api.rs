@@ -1,0 +1,106 @@
+//! The public API's post and poll, run `N` times on the sim for instruction
+//! counts under callgrind (`scripts/insn-count`, which counts only inside
+//! the `#[inline(never)]` entry points below with `--toggle-collect`, so
+//! neither this loop nor the sim's device thread is counted). Not an example
+//! of use: a measurement harness.
+//!
+//! `insn_api <op> <N>`, op one of:
+//! - `api_post_write`: `Qp::post_send` of one signaled 1-SGE RDMA WRITE;
+//! - `api_post_inline`: of one signaled 64-byte inline RDMA WRITE;
+//! - `api_batch32`: of 32 1-SGE WRITEs, the last signaled (one doorbell);
+//! - `api_poll1`, `api_poll16`: `Qp::poll` taking 1 or 16 completions (the
+//!   CQEs are there before the call: `SimHook::cqes_ready`);
+//! - `api_poll_empty`: `Qp::poll` of an empty CQ.
+
+use rdma_direct::{Access, Completion, Context, Qp, QpConfig, RemoteAddr, SendWr, Sge};
+use std::hint::black_box;
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()> {
+    qp.post_send(wrs)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_poll(qp: &mut Qp, out: &mut [Completion]) -> rdma_direct::Result<usize> {
+    qp.poll(out)
+}
+
+/// Polls (not counted) until `k` completions came.
+fn drain(qp: &mut Qp, k: usize) {
+    let mut wc = [Completion::default(); 32];
+    let mut got = 0;
+    while got < k {
+        let n = qp.poll(&mut wc).expect("poll");
+        assert!(wc[..n].iter().all(|c| c.status.is_ok()), "{:?}", &wc[..n]);
+        got += n;
+        if n == 0 {
+            // Under valgrind the threads take turns: let the sim's run.
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn main() -> rdma_direct::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
+        eprintln!("usage: insn_api <api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty> <N>");
+        std::process::exit(2);
+    };
+    let ctx = Context::open("sim")?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig {
+        max_send_wr: 64,
+        max_inline: 64,
+        ..QpConfig::default()
+    };
+    let (mut a, _b) = pd.create_connected_pair(&cfg)?;
+    let src = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let dst = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let to = RemoteAddr {
+        addr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let sge = [Sge::new(&src, 0, 64)?];
+    let write = SendWr::rdma_write(1, &sge, to).signaled();
+    let inline = SendWr::rdma_write(2, &sge, to).inline().signaled();
+    let mut batch = [SendWr::rdma_write(3, &sge, to); 32];
+    batch[31] = batch[31].signaled();
+    let mut out = [Completion::default(); 16];
+    for _ in 0..n {
+        match op.as_str() {
+            "api_post_write" => {
+                api_post_send(&mut a, std::slice::from_ref(black_box(&write)))?;
+                drain(&mut a, 1);
+            }
+            "api_post_inline" => {
+                api_post_send(&mut a, std::slice::from_ref(black_box(&inline)))?;
+                drain(&mut a, 1);
+            }
+            "api_batch32" => {
+                api_post_send(&mut a, black_box(&batch))?;
+                drain(&mut a, 1);
+            }
+            "api_poll1" | "api_poll16" => {
+                let k = if op == "api_poll1" { 1 } else { 16 };
+                a.post_send(&vec![write; k])?;
+                let hook = a.sim_hook().expect("the sim");
+                while !hook.cqes_ready(k as u32) {
+                    std::thread::yield_now();
+                }
+                let got = api_poll(&mut a, black_box(&mut out))?;
+                assert_eq!(got, k, "the CQEs were there");
+            }
+            "api_poll_empty" => {
+                assert_eq!(api_poll(&mut a, black_box(&mut out))?, 0);
+            }
+            other => {
+                eprintln!("insn_api: unknown op {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+    black_box(&out);
+    Ok(())
+}
