@@ -86,7 +86,7 @@ pub use types::device::{Backend, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
 pub use types::error::RegRefusal;
 pub use types::error::{Error, Result};
 pub use types::keys::{Lkey, RemoteAddr, Rkey};
-pub use types::mem::{Access, AlignedBuf, Memory, Pages};
+pub use types::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
 pub use types::mr::{LocalMr, Mr, Refused};
 pub use types::qp_attr;
 pub use types::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo};

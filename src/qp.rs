@@ -511,14 +511,15 @@ impl Qp {
                 "the QP was created with max_recv_wr 0: it takes no receives".into(),
             ));
         }
-        for w in wrs {
-            self.check_pd(w.sges)?;
-        }
         // The lkeys each receive names, before it is posted: a dropped MR
-        // waits only for the outstanding receives that name it.
-        let (seq, progress) = (self.seqs().2, self.progress());
+        // waits only for the outstanding receives that name it (noting the
+        // slots of receives a refusal leaves unposted is harmless: only
+        // posted ones are looked at).
+        let seq = self.seqs().2;
         for (i, w) in wrs.iter().enumerate() {
-            progress.note_recv(seq + i as u64, w.sges.iter().map(|s| s.lkey.0));
+            self.check_pd(w.sges)?;
+            self.progress()
+                .note_recv(seq + i as u64, w.sges.iter().map(|s| s.lkey.0));
         }
         let r = match &mut self.kind {
             QpKind::Direct(q) => q.post_recv(wrs),

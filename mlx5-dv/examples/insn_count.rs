@@ -282,14 +282,15 @@ fn c_driver(op: &str, n: u32) {
     };
     let batch = [w; 32];
     for _ in 0..n {
-        // SAFETY (every call): `sq` and `cq` describe the vectors above, which
-        // live to the end of this function; `wc` holds 16 entries.
         match op {
             "cb_post_write" => {
+                // SAFETY: `sq` describes the vectors above, which live to the
+                // end of this function (so for every call below).
                 assert_eq!(unsafe { driver::cb_post_write(&mut sq, black_box(&w)) }, 0);
                 sq.tail = sq.head;
             }
             "cb_post_inline" => {
+                // SAFETY: as for cb_post_write; `data` holds the 64 bytes.
                 let r = unsafe {
                     driver::cb_post_inline_write(
                         &mut sq,
@@ -305,6 +306,7 @@ fn c_driver(op: &str, n: u32) {
                 sq.tail = sq.head;
             }
             "cb_batch32" => {
+                // SAFETY: as for cb_post_write; `batch` holds the 32 WRs.
                 let r =
                     unsafe { driver::cb_post_write_batch(&mut sq, black_box(batch.as_ptr()), 32) };
                 assert_eq!(r, 0);
@@ -317,6 +319,8 @@ fn c_driver(op: &str, n: u32) {
                     _ => 0,
                 };
                 produce(&cq, k, &mut cqes);
+                // SAFETY: `sq` and `cq` describe the vectors above; `wc`
+                // holds the 16 entries asked for.
                 let got = unsafe { driver::cb_poll(&mut cq, &mut sq, wc.as_mut_ptr(), 16) };
                 assert_eq!(got, k as i32);
             }

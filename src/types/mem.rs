@@ -143,6 +143,70 @@ impl Memory {
     }
 }
 
+/// Where [`Memory::memfd`] puts its file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemfdPages {
+    /// Regular pages: a file on the kernel's internal tmpfs (shmem).
+    Tmpfs,
+    /// 2 MiB huge pages: a file on hugetlbfs (`MFD_HUGETLB | MFD_HUGE_2MB`);
+    /// needs reserved pages (`/proc/sys/vm/nr_hugepages`) and a length that
+    /// is a multiple of 2 MiB.
+    Huge2M,
+}
+
+impl Memory {
+    /// A new file of `len` zero bytes with no name (`memfd_create(2)`), on
+    /// tmpfs or hugetlbfs, mapped read-write and shared: a file mapping
+    /// obtained without `unsafe`. It is sound because no other handle to the
+    /// file exists (no path; the descriptor is closed once mapped), so
+    /// nothing can truncate or write it behind the mapping.
+    ///
+    /// Errors: [`RegRefusal::ZeroLength`]; the system's (`memfd_create`,
+    /// `ftruncate`, `mmap`; `ENOMEM` when no huge page is free) as
+    /// [`Error::Invalid`] naming the call.
+    pub fn memfd(len: usize, pages: MemfdPages) -> Result<memmap2::MmapMut> {
+        let file = Self::memfd_file(len, pages)?;
+        // SAFETY: `file` is the only handle to a file no one else can open
+        // (see above); it is dropped when this returns, and the mapping then
+        // is the file's only user.
+        unsafe { memmap2::MmapMut::map_mut(&file) }
+            .map_err(|e| Error::Invalid(format!("mmap of a {len}-byte memfd: {e}")))
+    }
+
+    /// A new unnamed file holding `bytes`, mapped read-only and shared (a
+    /// [`Memory::Mmap`] to register with REMOTE_READ, or to see write access
+    /// refused). Sound as [`Memory::memfd`]: once it returns, no handle can
+    /// write the file.
+    ///
+    /// Errors: as [`Memory::memfd`].
+    pub fn memfd_read_only(bytes: &[u8]) -> Result<memmap2::Mmap> {
+        use std::io::Write;
+        let mut file = Self::memfd_file(bytes.len(), MemfdPages::Tmpfs)?;
+        file.write_all(bytes)
+            .map_err(|e| Error::Invalid(format!("writing a memfd: {e}")))?;
+        // SAFETY: as in `memfd`: the only handle is `file`, dropped on return.
+        unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| Error::Invalid(format!("mmap of a {}-byte memfd: {e}", bytes.len())))
+    }
+
+    fn memfd_file(len: usize, pages: MemfdPages) -> Result<std::fs::File> {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        if len == 0 {
+            return Err(RegRefusal::ZeroLength.into());
+        }
+        let mut flags = MFdFlags::MFD_CLOEXEC;
+        if pages == MemfdPages::Huge2M {
+            flags |= MFdFlags::MFD_HUGETLB | MFdFlags::MFD_HUGE_2MB;
+        }
+        let fd = memfd_create(c"rdma-direct", flags)
+            .map_err(|e| Error::Invalid(format!("memfd_create: {e}")))?;
+        let file = std::fs::File::from(fd);
+        file.set_len(len as u64)
+            .map_err(|e| Error::Invalid(format!("ftruncate of a memfd to {len} bytes: {e}")))?;
+        Ok(file)
+    }
+}
+
 impl From<Vec<u8>> for Memory {
     fn from(v: Vec<u8>) -> Self {
         Memory::Vec(v)

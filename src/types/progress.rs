@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// RESET retires every outstanding WR, it does not rewind); and the lkeys
 /// of its posted receives, so that a receive kept posted for ever (a
 /// server's) holds only the MR it names.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub(crate) struct WrProgress {
     send_posted: AtomicU64,
     send_retired: AtomicU64,
@@ -41,7 +41,10 @@ impl WrProgress {
             recv_keys: (0..slots * sges).map(|_| AtomicU32::new(0)).collect(),
             recv_slots: slots as u64,
             recv_sges: sges,
-            ..Default::default()
+            send_posted: AtomicU64::new(0),
+            send_retired: AtomicU64::new(0),
+            recv_posted: AtomicU64::new(0),
+            recv_retired: AtomicU64::new(0),
         }
     }
 
@@ -49,9 +52,6 @@ impl WrProgress {
     /// the QP's limit are ignored: the post refuses them).
     #[inline]
     pub(crate) fn note_recv(&self, seq: u64, lkeys: impl Iterator<Item = u32>) {
-        if self.recv_keys.is_empty() {
-            return;
-        }
         let base = (seq % self.recv_slots) as usize * self.recv_sges;
         let slot = &self.recv_keys[base..base + self.recv_sges];
         let mut keys = lkeys.fuse();
@@ -65,9 +65,6 @@ impl WrProgress {
     /// Whether a receive of `from..to` (sequence numbers, outstanding)
     /// names `lkey`.
     fn recvs_name(&self, lkey: u32, from: u64, to: u64) -> bool {
-        if self.recv_keys.is_empty() {
-            return true; // no record: assume it does
-        }
         let n = to.saturating_sub(from).min(self.recv_slots);
         (to - n..to).any(|seq| {
             let base = (seq % self.recv_slots) as usize * self.recv_sges;

@@ -37,7 +37,7 @@ impl<'mr> Sge<'mr> {
 
     /// An SGE over a [`LocalMr`](crate::LocalMr)'s range (checked by the
     /// caller), for the owned posts; the buffer moves into the QP with it.
-    pub(crate) fn owned(buf: &crate::types::mr::LocalMr, offset: usize, len: u32) -> Sge<'static> {
+    pub(crate) fn owned(buf: &crate::types::mr::LocalMr, offset: usize, len: u32) -> Sge<'_> {
         Sge {
             addr: buf.addr() + offset as u64,
             len,

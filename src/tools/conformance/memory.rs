@@ -3,8 +3,7 @@
 //! (after their last WR), and write access to read-only memory refused.
 
 use super::*;
-use rdma_direct::{LocalMr, Memory};
-use std::fs::OpenOptions;
+use rdma_direct::{LocalMr, MemfdPages, Memory};
 
 const RW: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
@@ -61,28 +60,6 @@ fn local_and_remote(s: &mut Setup, mem: Memory, what: &str) -> CaseResult {
     )])
 }
 
-/// A file of `len` bytes in `dir`, mapped read-write and shared (unlinked
-/// at once: the mapping keeps it). `None` when `dir` cannot hold it.
-fn file_mapping(dir: &str, len: usize) -> Result<Option<memmap2::MmapMut>, Failure> {
-    let path = format!("{dir}/rdma-direct-conformance-{}", std::process::id());
-    let Ok(f) = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-    else {
-        return Ok(None);
-    };
-    let _ = std::fs::remove_file(&path);
-    if f.set_len(len as u64).is_err() {
-        return Ok(None);
-    }
-    // SAFETY: a file only this process has (unlinked above), not resized
-    // while mapped.
-    Ok(unsafe { memmap2::MmapMut::map_mut(&f) }.ok())
-}
-
 pub(super) fn a_vec_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
     local_and_remote(&mut s, vec![0u8; 256 << 10].into(), "a Vec<u8>")
@@ -96,41 +73,27 @@ pub(super) fn an_anonymous_mmap_is_a_local_sge_and_a_remote_target(dev: &str) ->
 
 pub(super) fn a_tmpfs_file_mapping_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let Some(map) = file_mapping("/dev/shm", 256 << 10)? else {
-        return skipped("no writable tmpfs at /dev/shm");
-    };
+    let map = Memory::memfd(256 << 10, MemfdPages::Tmpfs)?;
     local_and_remote(
         &mut s,
         map.into(),
-        "a tmpfs file mapping (/dev/shm, MAP_SHARED)",
+        "a tmpfs file mapping (memfd, MAP_SHARED)",
     )
 }
 
 pub(super) fn a_hugetlbfs_mapping_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let huge = 2 << 20;
-    if let Some(map) = file_mapping("/dev/hugepages", huge)? {
-        return local_and_remote(
-            &mut s,
-            map.into(),
-            "a hugetlbfs file mapping (/dev/hugepages)",
-        );
-    }
-    match memmap2::MmapOptions::new()
-        .len(huge)
-        .huge(Some(21))
-        .map_anon()
-    {
+    match Memory::memfd(2 << 20, MemfdPages::Huge2M) {
         Ok(map) => local_and_remote(
             &mut s,
             map.into(),
-            "a MAP_HUGETLB mapping (hugetlbfs, 2 MiB)",
+            "a hugetlbfs file mapping (memfd MFD_HUGETLB, 2 MiB pages)",
         ),
         Err(e) => {
             let free = std::fs::read_to_string("/proc/sys/vm/nr_hugepages").unwrap_or_default();
             skipped(format!(
-                "no 2 MiB huge page to map ({e}; /proc/sys/vm/nr_hugepages is {:?}, and \
-                 /dev/hugepages holds no file of ours): reserve some (scripts/rxe-vm's guest does)",
+                "no 2 MiB huge page to map ({e}; /proc/sys/vm/nr_hugepages is {:?}): \
+                 reserve some (scripts/rxe-vm's guest does)",
                 free.trim()
             ))
         }
@@ -250,18 +213,7 @@ pub(super) fn a_dropped_remote_target_refuses_the_next_write(dev: &str) -> CaseR
 /// the sim, by the kernel (`EFAULT`) on verbs; nothing is registered.
 pub(super) fn local_write_on_read_only_memory_is_refused(dev: &str) -> CaseResult {
     let s = setup(dev)?;
-    let path = format!("/dev/shm/rdma-direct-ro-{}", std::process::id());
-    let dir = if std::fs::write(&path, vec![7u8; 8192]).is_ok() {
-        path
-    } else {
-        let p = std::env::temp_dir().join(format!("rdma-direct-ro-{}", std::process::id()));
-        std::fs::write(&p, vec![7u8; 8192]).map_err(|e| Failure(format!("a file to map: {e}")))?;
-        p.to_string_lossy().into_owned()
-    };
-    let f = std::fs::File::open(&dir).map_err(|e| Failure(format!("{dir}: {e}")));
-    let _ = std::fs::remove_file(&dir);
-    // SAFETY: a file of ours, unlinked, never written while mapped.
-    let map = unsafe { memmap2::Mmap::map(&f?) }.map_err(|e| Failure(format!("mmap: {e}")))?;
+    let map = Memory::memfd_read_only(&[7u8; 8192])?;
     let live = s.pd.live_mrs();
     let regs = s.pd.registrations();
     let r = s.pd.register(map, Access::LOCAL_WRITE);
