@@ -155,14 +155,7 @@ pub(super) fn th_error_flushes_and_both_go_to_err(
         "a flushed WR wrote side B"
     );
     check_eq!(a.query()?.state, QpState::Err, "requester");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while b.state()? != QpState::Err {
-        check!(
-            std::time::Instant::now() < deadline,
-            "responder never reached ERR"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    responder_reaches_err(b)?;
     Ok(Outcome::Passed(String::new()))
 }
 
@@ -309,14 +302,7 @@ pub(super) fn th_err_reset_reconnect(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> C
     };
     a.post_send(&[SendWr::rdma_write(1, &sge, bad).signaled()])?;
     check_eq!(poll_one(a)?.status, WcStatus::REM_ACCESS_ERR);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while b.state()? != QpState::Err {
-        check!(
-            std::time::Instant::now() < deadline,
-            "responder never reached ERR"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    responder_reaches_err(b)?;
     let (ea, eb) = (a.endpoint(), b.endpoint()?);
     let (psn_a, psn_b) = (Qp::random_psn(), Qp::random_psn());
     // B first (it is told A's facts), then A.
@@ -683,14 +669,7 @@ pub(super) fn th_dropped_target_refuses_the_next_write(
         "the WRITE after the drop"
     );
     check_eq!(a.query()?.state, QpState::Err, "requester");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while b.state()? != QpState::Err {
-        check!(
-            std::time::Instant::now() < deadline,
-            "responder never reached ERR"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    responder_reaches_err(b)?;
     check!(
         b.read(&kept, 0, 64)? == vec![0xa5; 64],
         "the MR side B kept, after the drop of another"
@@ -706,4 +685,18 @@ pub(super) fn th_dropped_target_refuses_the_next_write(
         "after the drop {:?}; B's live MRs {live}, then {after}",
         c.status
     )))
+}
+
+/// Side B's QP reaches ERR within 20 s (an access violation or a flush moves
+/// the responder to ERR too), or the case fails.
+fn responder_reaches_err(b: &mut dyn Peer) -> Result<(), Failure> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while b.state()? != QpState::Err {
+        check!(
+            std::time::Instant::now() < deadline,
+            "responder never reached ERR"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
 }
