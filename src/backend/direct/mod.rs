@@ -125,6 +125,16 @@ impl<'a> CqFor<'a> {
         })
     }
 
+    /// Whether a QP that may have `outstanding` WRs at once must count
+    /// `credits` on this CQ: always on a shared one; on its own, only when
+    /// the CQ is shallower than that.
+    fn counts_credits(&self, credits: &CqCredits, outstanding: u32) -> bool {
+        match self {
+            CqFor::Own(_) => credits.depth() < outstanding,
+            CqFor::Shared(..) => true,
+        }
+    }
+
     /// The CQ the QP completes into: its own (from [`Self::resolve`]) or
     /// the shared one.
     fn in_use<'c>(&'c self, own: &'c Option<DirectCq>) -> &'c DirectCq {
@@ -381,8 +391,15 @@ pub(crate) struct DirectQp {
     max_recv_wr: u32,
     /// Room in the CQ: every posted WR holds one credit until retired.
     credits: CqCredits,
-    /// Test hook: post without taking credits (to reach a CQ overrun).
-    ignore_credits: bool,
+    /// Whether posts take (and polls give back) `credits`. Not on a CQ of
+    /// the QP's own that holds a CQE of every WR the QP may have
+    /// outstanding (`max_send_wr + max_recv_wr`, as [`CqSizing`]'s default
+    /// gives it): the WR limits already keep that CQ from overrunning, so
+    /// the check is paid once, at creation. Always on a shared CQ. Off
+    /// after the `ignore_credits` test hook (to reach a CQ overrun).
+    ///
+    /// [`CqSizing`]: crate::types::config::CqSizing
+    count_credits: bool,
     /// The device objects that own the rings (dropped after the drivers).
     dev: DirectDev,
     /// The path facts the last modify set (for `path`).
@@ -445,8 +462,8 @@ impl DirectQp {
             max_send_sge,
             max_recv_sge,
             max_recv_wr,
+            count_credits: cq.counts_credits(&credits, max_send_wr + max_recv_wr),
             credits,
-            ignore_credits: false,
             dev: DirectDev::Sim(sim_qp),
             path: PathInfo::unconnected("sim"),
             progress: Arc::new(WrProgress::new(max_recv_wr, max_recv_sge)),
@@ -489,8 +506,8 @@ impl DirectQp {
             max_send_sge: caps.max_send_sge,
             max_recv_sge: caps.max_recv_sge,
             max_recv_wr: caps.max_recv_wr,
+            count_credits: cq.counts_credits(&credits, caps.max_send_wr + caps.max_recv_wr),
             credits,
-            ignore_credits: false,
             path: PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
             progress: Arc::new(WrProgress::new(caps.max_recv_wr, caps.max_recv_sge)),
@@ -514,7 +531,7 @@ impl DirectQp {
 
     #[inline]
     fn take_credits(&self, n: u32) -> Result<()> {
-        if self.ignore_credits || self.credits.take(n) {
+        if !self.count_credits || self.credits.take(n) {
             Ok(())
         } else {
             Err(Error::CqFull)
@@ -525,14 +542,14 @@ impl DirectQp {
     /// make a CQE: else no completion would ever give the credits back.
     #[inline]
     fn signal_if_last_credit(&mut self) {
-        if !self.ignore_credits && self.credits.free() == 0 {
+        if self.count_credits && self.credits.free() == 0 {
             self.sq.signal_next();
         }
     }
 
     #[inline]
     fn give_credits(&self, n: u32) {
-        if !self.ignore_credits {
+        if self.count_credits {
             self.credits.give(n);
         }
     }
@@ -703,7 +720,7 @@ impl DirectQp {
 
     /// Test hook: posts stop taking CQ credits.
     pub(crate) fn ignore_credits(&mut self) {
-        self.ignore_credits = true;
+        self.count_credits = false;
     }
 
     /// Whether the CQ overran, and its CQ error events.
