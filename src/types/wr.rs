@@ -35,6 +35,33 @@ impl<'mr> Sge<'mr> {
         })
     }
 
+    /// Plain bytes of any memory as the payload of an **inline** send
+    /// (`IBV_SEND_INLINE`): the bytes are copied into the WQE while
+    /// `post_send` runs, so they need no registration, as with verbs, where
+    /// an inline WR's lkeys are ignored. The copy is a plain `memcpy`,
+    /// where an [`Mr`]'s bytes (which a peer may write meanwhile) are read
+    /// one atomic byte at a time. A WR that is not inline, and every
+    /// receive, refuses it with [`Error::Invalid`](crate::Error::Invalid).
+    ///
+    /// Errors: [`Error::Invalid`](crate::Error::Invalid) for 2^31 bytes or
+    /// more (no inline payload is near that: see `QpConfig::max_inline`).
+    pub fn bytes(data: &'mr [u8]) -> Result<Sge<'mr>> {
+        if data.len() >= 1 << 31 {
+            return Err(crate::Error::Invalid(format!(
+                "{} bytes of inline data exceed any WQE",
+                data.len()
+            )));
+        }
+        Ok(Sge {
+            addr: data.as_ptr() as u64,
+            len: data.len() as u32,
+            lkey: Lkey(0),
+            plain: true,
+            pd: BYTES_PD,
+            _mr: PhantomData,
+        })
+    }
+
     /// An SGE over a [`LocalMr`](crate::LocalMr)'s range (checked by the
     /// caller), for the owned posts; the buffer moves into the QP with it.
     pub(crate) fn owned(buf: &crate::types::mr::LocalMr, offset: usize, len: u32) -> Sge<'_> {
@@ -60,6 +87,11 @@ impl<'mr> Sge<'mr> {
         self.lkey
     }
 }
+
+/// The PD id an [`Sge::bytes`] carries: no PD has it
+/// (`PdInner::next_id` never hands it out), so no WR that is not inline
+/// takes it.
+pub(crate) const BYTES_PD: u32 = u32::MAX;
 
 /// What a send work request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
