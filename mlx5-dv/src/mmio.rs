@@ -166,27 +166,32 @@ pub unsafe fn read_uar_doorbell(reg: *const u64) -> u64 {
 }
 
 /// Copies one 64-byte WQEBB from the SQ ring to a BlueFlame register, 16
-/// bytes at a time on x86_64 (`movdqu` loads, volatile 16-byte stores: the
-/// way rdma-core's `mmio_memcpy_x64` moves them), 8 elsewhere.
+/// bytes at a time on x86_64 (`movdqu` loads and stores: rdma-core's
+/// `mmio_memcpy_x64` moves 16 bytes at a time too, with plain SSE stores),
+/// 8 elsewhere (volatile). The 16-byte stores are unaligned ones, so a
+/// register need only be 8-byte aligned as every UAR register is; they are
+/// not volatile (Rust has no unaligned volatile store), which costs
+/// nothing: the barriers around a BlueFlame copy order it, and a store to
+/// memory the device reads is never elided.
 ///
 /// # Safety
-/// `src` must be valid for 64 bytes of reads; `reg` must be 16-byte aligned
-/// and valid for 64 bytes of writes (inside a `mlx5dv_qp.bf.reg` + offset
-/// mapping), and read by no one on the host.
+/// `src` must be valid for 64 bytes of reads; `reg` must be valid for 64
+/// bytes of writes (inside a `mlx5dv_qp.bf.reg` + offset mapping) and read
+/// by no one on the host.
 #[inline(always)]
 pub unsafe fn copy_to_bf(reg: *mut u8, src: *const u8) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's guarantees; SSE2 is part of x86_64, and the
-    // loads need no alignment.
+    // SAFETY: the caller's guarantees; SSE2 is part of x86_64, and these
+    // loads and stores need no alignment.
     unsafe {
-        use core::arch::x86_64::{__m128i, _mm_loadu_si128};
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
         for i in 0..4 {
             let v = _mm_loadu_si128(src.cast::<__m128i>().add(i));
-            core::ptr::write_volatile(reg.cast::<__m128i>().add(i), v);
+            _mm_storeu_si128(reg.cast::<__m128i>().add(i), v);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: as above, in 8-byte pieces (`reg` is 8-byte aligned too).
+    // SAFETY: as above, in 8-byte pieces (`reg` is 8-byte aligned).
     unsafe {
         for i in 0..8 {
             let v = src.cast::<u64>().add(i).read_unaligned();

@@ -122,8 +122,7 @@ impl SendQueue {
         mmio::wc_start_barrier();
         // SAFETY: `bf_reg + bf_offset` is one of the QP's two BlueFlame
         // registers of `bf_size` bytes (`new`'s contract), at least 64
-        // (`bf_fits`) and 64-byte aligned as they are; `wqe` is the WQEBB
-        // just written, inside the ring.
+        // (`bf_fits`); `wqe` is the WQEBB just written, inside the ring.
         unsafe { mmio::copy_to_bf(self.bf_reg.add(self.bf_offset as usize), wqe) };
         mmio::wc_flush_barrier();
         self.bf_offset ^= self.bf_size;
@@ -339,6 +338,53 @@ impl Drop for Reserved<'_> {
     }
 }
 
+/// Copies `len` bytes (at most a WQE's 1 KiB) from `src` to `dst`, not
+/// overlapping, with fixed-size moves and no call: up to 64 bytes as the
+/// first and last 32 (or 16, 8, 4), more as 32-byte blocks and then the
+/// last 32. (A `memcpy` call makes the caller keep its registers on the
+/// stack around it.)
+///
+/// # Safety
+/// `src` valid for `len` bytes of reads, `dst` for `len` bytes of writes,
+/// not overlapping.
+#[inline(always)]
+unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies `N` bytes.
+    ///
+    /// # Safety
+    /// `src` and `dst` valid for `N` bytes, not overlapping.
+    #[inline(always)]
+    unsafe fn block<const N: usize>(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's; fixed-size copies become plain moves.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, N) }
+    }
+    // SAFETY (every arm): each `block::<N>` covers `[0, N)` or
+    // `[len - N, len)` with `N <= len`, inside the caller's ranges.
+    unsafe {
+        if len >= 32 {
+            let mut off = 0;
+            while len - off > 32 {
+                block::<32>(src.add(off), dst.add(off));
+                off += 32;
+            }
+            block::<32>(src.add(len - 32), dst.add(len - 32));
+        } else if len >= 16 {
+            block::<16>(src, dst);
+            block::<16>(src.add(len - 16), dst.add(len - 16));
+        } else if len >= 8 {
+            block::<8>(src, dst);
+            block::<8>(src.add(len - 8), dst.add(len - 8));
+        } else if len >= 4 {
+            block::<4>(src, dst);
+            block::<4>(src.add(len - 4), dst.add(len - 4));
+        } else {
+            for i in 0..len {
+                *dst.add(i) = *src.add(i);
+            }
+        }
+    }
+}
+
 impl SendQueue {
     /// Posts a WQE of the ctrl segment, the remote-address segment `raddr`
     /// (if any) and an inline segment carrying the `len` bytes at `src`
@@ -375,8 +421,9 @@ impl SendQueue {
             return Err(self.inline_too_long(len));
         }
         let hdr = 16 * (1 + raddr.is_some() as u32);
-        let ds = hdr / 16 + if len == 0 { 0 } else { (len + 4).div_ceil(16) };
-        let wqebbs = ds.div_ceil(4);
+        // ctrl, raddr, and `ceil((4 + len) / 16)` DS of inline segment.
+        let ds = hdr / 16 + if len == 0 { 0 } else { (len + 4 + 15) >> 4 };
+        let wqebbs = (ds + 3) >> 2;
         let pi = self.pi;
         let posted = self.posted;
         if self.max_post == posted.wrapping_sub(self.retired) {
@@ -417,7 +464,7 @@ impl SendQueue {
                     if shared {
                         crate::shared::load_into(s, core::slice::from_raw_parts_mut(d, n));
                     } else {
-                        crate::wqe::copy_small(s, d, n);
+                        copy_inline(s, d, n);
                     }
                 };
                 copy(src, ring.add(at), first);
@@ -463,8 +510,8 @@ impl SendQueue {
         for i in 0..wqebbs {
             let at = (pi.wrapping_add(i) & self.slot_mask) as usize * WQEBB;
             // SAFETY: `bf_reg + bf_offset` is one of the QP's BlueFlame
-            // registers of `bf_size >= wqebbs * 64` bytes (checked above),
-            // 64-byte aligned; `at` is a masked WQEBB of the ring.
+            // registers of `bf_size >= wqebbs * 64` bytes (checked above);
+            // `at` is a masked WQEBB of the ring.
             unsafe {
                 mmio::copy_to_bf(
                     self.bf_reg

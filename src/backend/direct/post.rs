@@ -118,31 +118,45 @@ impl DirectQp {
     #[inline(always)]
     fn post_inline(&mut self, w: &SendWr<'_>) -> bool {
         let [s] = w.sges else { return false };
+        let flags = ctrl_flags(w);
         let raddr = |r: RemoteAddr| Some(Seg::raddr(r.addr, r.rkey.0));
-        let (op, imm, raddr) = match w.op {
-            WrOp::RdmaWrite { remote } => (WqeOpcode::RDMA_WRITE, 0, raddr(remote)),
-            WrOp::RdmaWriteWithImm { remote, imm } => {
-                (WqeOpcode::RDMA_WRITE_IMM, imm, raddr(remote))
-            }
-            WrOp::Send => (WqeOpcode::SEND, 0, None),
-            WrOp::SendWithImm { imm } => (WqeOpcode::SEND_IMM, imm, None),
-            _ => return false,
-        };
-        // SAFETY: `s` borrows its memory for the call (`Sge<'mr>`), and
-        // `Sge::new` / `Sge::bytes` checked the range: a `plain` SGE is
-        // plain bytes (or a LocalMr the WR owns) that nothing else writes
-        // now, any other an Mr that a peer may write, read with atomics.
+        // SAFETY (every arm): `s` borrows its memory for the call
+        // (`Sge<'mr>`), and `Sge::new` / `Sge::bytes` checked the range: a
+        // `plain` SGE is plain bytes (or a LocalMr the WR owns) that nothing
+        // else writes now, any other an Mr that a peer may write, read with
+        // atomics. One call per opcode, so that each is built for it.
         let r = unsafe {
-            self.sq.post_inline_bf(
-                op,
-                ctrl_flags(w),
-                imm,
-                raddr,
-                s.addr as *const u8,
-                s.len,
-                !s.plain,
-                w.wr_id,
-            )
+            let (src, len, shared, id) = (s.addr as *const u8, s.len, !s.plain, w.wr_id);
+            let sq = &mut self.sq;
+            match w.op {
+                WrOp::RdmaWrite { remote } => sq.post_inline_bf(
+                    WqeOpcode::RDMA_WRITE,
+                    flags,
+                    0,
+                    raddr(remote),
+                    src,
+                    len,
+                    shared,
+                    id,
+                ),
+                WrOp::RdmaWriteWithImm { remote, imm } => sq.post_inline_bf(
+                    WqeOpcode::RDMA_WRITE_IMM,
+                    flags,
+                    imm,
+                    raddr(remote),
+                    src,
+                    len,
+                    shared,
+                    id,
+                ),
+                WrOp::Send => {
+                    sq.post_inline_bf(WqeOpcode::SEND, flags, 0, None, src, len, shared, id)
+                }
+                WrOp::SendWithImm { imm } => {
+                    sq.post_inline_bf(WqeOpcode::SEND_IMM, flags, imm, None, src, len, shared, id)
+                }
+                _ => return false,
+            }
         };
         if r.is_err() {
             return false;
@@ -361,11 +375,7 @@ fn push_in_place(room: &mut Reserved<'_>, w: &SendWr<'_>) {
 /// A WR's ctrl-segment flags: `signaled`, `solicited`, `fence`.
 #[inline(always)]
 fn ctrl_flags(w: &SendWr<'_>) -> CtrlFlags {
-    CtrlFlags::from_bits_retain(
-        (w.signaled as u8 * CtrlFlags::CQ_UPDATE.bits())
-            | (w.solicited as u8 * CtrlFlags::SOLICITED.bits())
-            | (w.fence as u8 * CtrlFlags::FENCE.bits()),
-    )
+    CtrlFlags::from_bits_retain(w.ctrl_bits())
 }
 
 /// The remote address of an opcode that has none (never stored).
