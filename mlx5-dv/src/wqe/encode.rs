@@ -255,7 +255,7 @@ pub(crate) fn write_sized(
 /// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of
 /// writes, and the two must not overlap.
 #[inline(always)]
-pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
+unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
     /// Copies the first and last `N` bytes of `len` (`N <= len <= 2 * N`):
     /// together they cover all `len` bytes.
     ///

@@ -26,7 +26,7 @@ mod segments;
 mod tests;
 
 pub use decode::{decode_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
-pub(crate) use encode::{copy_small, wqe_size_within, write_sized};
+pub(crate) use encode::{wqe_size_within, write_sized};
 pub use encode::{wqe_size, write_recv_wqe, write_send_wqe};
 pub use segments::{atomic_seg, ctrl_seg, data_seg, inline_ds, raddr_seg, ATOMIC_SIZE};
 
