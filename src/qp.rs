@@ -423,10 +423,10 @@ impl Qp {
         // else, or anything that one would refuse, takes the general path,
         // which checks everything from the start and says why.
         if let QpKind::Direct(q) = &mut self.kind {
-            let posted = match wrs {
-                [w] => q.post_one(w, self.pd_id),
-                [_, _, ..] => q.post_many(wrs, self.pd_id),
-                [] => false,
+            let posted = if let [w] = wrs {
+                q.post_one(w, self.pd_id)
+            } else {
+                wrs.len() > 1 && q.post_many(wrs, self.pd_id)
             };
             if posted {
                 return Ok(());

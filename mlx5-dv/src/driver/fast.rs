@@ -153,27 +153,9 @@ impl SendQueue {
             return Err(self.no_room());
         }
         let slot = pi & self.slot_mask;
-        // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
-        // the ring (`wqe_cnt * 64` bytes, `new`).
-        let wqe = unsafe { self.buf.as_ptr().add(slot as usize * WQEBB) };
-        // SAFETY: the WQEBB is free (checked above) and ours (`new`); the
-        // WQE's `(1 + N) * 16` bytes fit it. The segments go first, so their
-        // values need not stay in registers.
-        unsafe {
-            for (i, s) in segs.iter().enumerate() {
-                put(wqe.add(16 * (i + 1)), s.stored());
-            }
-        }
         let (flags, forced) = self.auto_signal(flags);
-        // The ctrl segment (`struct mlx5_wqe_ctrl_seg`): opmod 0, WQE index,
-        // opcode | QPN, DS | signature 0, reserved, fm_ce_se | immediate.
-        let ds = 1 + N as u64;
-        let ctrl = Seg {
-            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32) | self.ctrl_qpn as u64 | ds,
-            lo: ((flags.bits() as u64) << 32) | imm as u64,
-        };
-        // SAFETY: as above.
-        unsafe { put(wqe, ctrl.stored()) };
+        // The slot first, so that `wr_id` is stored and gone before the
+        // segments need the registers.
         // SAFETY: `slots` has `wqe_cnt` entries (`new`), `slot` is masked below it.
         unsafe {
             Slot::store(
@@ -184,6 +166,24 @@ impl SendQueue {
                 forced,
             )
         };
+        // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
+        // the ring (`wqe_cnt * 64` bytes, `new`).
+        let wqe = unsafe { self.buf.as_ptr().add(slot as usize * WQEBB) };
+        // The ctrl segment (`struct mlx5_wqe_ctrl_seg`): opmod 0, WQE index,
+        // opcode | QPN, DS | signature 0, reserved, fm_ce_se | immediate.
+        let ds = 1 + N as u64;
+        let ctrl = Seg {
+            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32) | self.ctrl_qpn as u64 | ds,
+            lo: ((flags.bits() as u64) << 32) | imm as u64,
+        };
+        // SAFETY: the WQEBB is free (checked above) and ours (`new`); the
+        // WQE's `(1 + N) * 16` bytes fit it.
+        unsafe {
+            put(wqe, ctrl.stored());
+            for (i, s) in segs.iter().enumerate() {
+                put(wqe.add(16 * (i + 1)), s.stored());
+            }
+        }
         self.posted = posted.wrapping_add(1);
         self.batch_last = pi;
         self.pi = pi.wrapping_add(1);
@@ -361,12 +361,15 @@ unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY (every arm): each `block::<N>` covers `[0, N)` or
     // `[len - N, len)` with `N <= len`, inside the caller's ranges.
     unsafe {
-        if len >= 32 {
+        if len > 64 {
             let mut off = 0;
             while len - off > 32 {
                 block::<32>(src.add(off), dst.add(off));
                 off += 32;
             }
+            block::<32>(src.add(len - 32), dst.add(len - 32));
+        } else if len >= 32 {
+            block::<32>(src, dst);
             block::<32>(src.add(len - 32), dst.add(len - 32));
         } else if len >= 16 {
             block::<16>(src, dst);
@@ -429,12 +432,10 @@ impl SendQueue {
         if self.max_post == posted.wrapping_sub(self.retired) {
             return Err(self.wr_limit());
         }
-        if wqebbs > self.geo.max_wqebbs {
-            return Err(WqeError::TooBig {
-                wqebbs,
-                max: self.geo.max_wqebbs,
-            });
-        }
+        // `len <= max_inline` keeps the WQE within `geo.max_wqebbs`
+        // (`new` and `limit_wqe_size` see to it), so `room_implied` holds
+        // for it too.
+        debug_assert!(wqebbs <= self.geo.max_wqebbs);
         if !self.room_implied && wqebbs > self.free_wqebbs() {
             return Err(WqeError::QueueFull {
                 need: wqebbs,

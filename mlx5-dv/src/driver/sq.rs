@@ -120,7 +120,9 @@ unsafe impl Send for SendQueue {}
 impl SendQueue {
     /// A send queue over `qp`'s SQ that holds at most `max_post` outstanding
     /// work requests (the QP's `max_send_wr`; 0 means one per WQEBB), each of
-    /// at most `max_inline` inline bytes. Auto-signal starts at every
+    /// at most `max_inline` inline bytes (fewer if the largest WQE, 16
+    /// WQEBBs or the ring if smaller, cannot carry that many with its ctrl,
+    /// remote-address and inline header). Auto-signal starts at every
     /// `max_post / 2` WRs ([`Self::set_auto_signal`]), so unsignaled WQEs can
     /// never fill the SQ for good.
     ///
@@ -157,7 +159,11 @@ impl SendQueue {
             geo: SqGeometry {
                 wqe_cnt,
                 qpn,
-                max_inline,
+                // No more than a WQE of the largest size carries (ctrl,
+                // raddr, inline header): a longer payload could never be
+                // posted, and `limit_wqe_size` relies on it.
+                max_inline: max_inline
+                    .min((16.min(wqe_cnt) * WQEBB as u32).min(crate::prm::MAX_DS * 16) - 36),
                 max_wqebbs: 16.min(wqe_cnt),
             },
             dbrec: qp.dbrec,
@@ -191,7 +197,11 @@ impl SendQueue {
     /// When `max_post` such WQEs fit the ring, a post within `max_post`
     /// needs no WQEBB room check.
     pub fn limit_wqe_size(&mut self, max_wqebbs: u32) {
-        self.geo.max_wqebbs = self.geo.max_wqebbs.min(max_wqebbs.max(1));
+        // Never below an inline WQE of `max_inline` bytes with a remote
+        // address (ctrl, raddr, inline segment): the in-place inline post
+        // relies on `len <= max_inline` keeping it within `max_wqebbs`.
+        let inline = (2 + (self.geo.max_inline + 4).div_ceil(16)).div_ceil(4);
+        self.geo.max_wqebbs = self.geo.max_wqebbs.min(max_wqebbs.max(1).max(inline));
         self.room_implied =
             self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
     }

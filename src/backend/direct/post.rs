@@ -25,7 +25,7 @@ impl DirectQp {
         if self.post_mode == POST_IN_PLACE {
             self.post_one_built(w, pd)
         } else {
-            self.post_mode == POST_IN_PLACE_COUNTED && self.post_one_counted(w, pd)
+            self.post_one_counted(w, pd)
         }
     }
 
@@ -69,10 +69,11 @@ impl DirectQp {
         true
     }
 
-    /// [`Self::post_one`] taking a CQ credit (a shared CQ, or a shallow one).
+    /// [`Self::post_one`] taking a CQ credit (a shared CQ, or a shallow one);
+    /// `false` in the checked post mode.
     #[inline(never)]
     fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
-        if !self.credits.take(1) {
+        if self.post_mode != POST_IN_PLACE_COUNTED || !self.credits.take(1) {
             return false;
         }
         if self.credits.free() == 0 {
