@@ -92,7 +92,9 @@ impl SendQueue {
         segs: [Seg; N],
         wr_id: u64,
     ) -> Result<(), WqeError> {
-        self.put_segs(opcode, flags, imm, segs, wr_id).map(|_| ())
+        let (pi, _) = self.put_segs(opcode, flags, imm, segs, wr_id)?;
+        self.batch_last = pi;
+        Ok(())
     }
 
     /// [`Self::post_segs`], then the doorbell: the doorbell record, and a
@@ -112,9 +114,12 @@ impl SendQueue {
         let first = self.batch_start;
         let (pi, wqe) = self.put_segs(opcode, flags, imm, segs, wr_id)?;
         if first != pi || !self.bf_fits || crate::trace::enabled() {
+            self.batch_last = pi;
             self.ring_doorbell();
             return Ok(());
         }
+        // (`batch_last` is not stored: with `batch_start` at `next` below,
+        // nothing reads it before the next post sets it.)
         let next = pi.wrapping_add(1);
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the QP's doorbell record (`new`'s contract).
@@ -185,7 +190,6 @@ impl SendQueue {
             }
         }
         self.posted = posted.wrapping_add(1);
-        self.batch_last = pi;
         self.pi = pi.wrapping_add(1);
         Ok((pi, wqe))
     }

@@ -203,11 +203,10 @@ fn state(m: &Mem, sq: &SendQueue) -> (Vec<u64>, [u32; 2], Vec<u64>, [u32; 6]) {
 
 /// Retires everything posted (the test plays the device), so that a long
 /// run keeps finding room.
-fn retire_all(sq: &mut SendQueue) {
+fn retire_all(sq: &mut SendQueue, last: u32) {
     if sq.outstanding() != 0 {
         // The CQE names the last WQE's first WQEBB.
-        let last = sq.batch_last as u16;
-        assert!(sq.complete(last).is_some());
+        assert!(sq.complete(last as u16).is_some());
     }
 }
 
@@ -237,23 +236,29 @@ proptest! {
                     atomic: None,
                     payload: Payload::Inline(&[]),
                 };
+                let last = s.pi();
                 s.post(&nop, 0).unwrap();
                 s.ring_doorbell();
-                retire_all(s);
+                retire_all(s, last);
             }
         }
+        let mut last = 0;
         for (w, inline) in &wrs {
             let inline = *inline && opcode(w.op) != WqeOpcode::RDMA_READ;
+            let at = sa.pi();
             let ra = w.post_general(&mut sa, inline);
             if ra.is_ok() {
                 sa.ring_doorbell();
             }
             let rb = if inline { w.post_inline(&mut sb) } else { w.post_bf(&mut sb) };
             prop_assert_eq!(ra.is_ok(), rb.is_ok(), "{:?} {:?}", ra, rb);
+            if ra.is_ok() {
+                last = at;
+            }
             prop_assert_eq!(state(&a, &sa), state(&b, &sb));
             if sa.outstanding() > 4 {
-                retire_all(&mut sa);
-                retire_all(&mut sb);
+                retire_all(&mut sa, last);
+                retire_all(&mut sb, last);
             }
         }
     }
