@@ -355,17 +355,6 @@ impl SharedCq {
     ) -> Result<usize> {
         wait_on(self, out, mode, timeout)
     }
-
-    /// Whether the CQ overran (sim only; the CQ credits keep it from
-    /// happening). For the conformance suite.
-    #[doc(hidden)]
-    pub fn sim_overrun(&self) -> Option<bool> {
-        match &self.kind {
-            SharedKind::Direct(c) => Some(c.overrun().0),
-            #[cfg(feature = "verbs")]
-            SharedKind::Verbs(_) => None,
-        }
-    }
 }
 
 impl CqOps for SharedCq {
