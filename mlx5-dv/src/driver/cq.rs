@@ -32,20 +32,24 @@ pub struct CompletionQueue {
 }
 
 /// See [`CompletionQueue::cursor`].
-pub struct CqCursor<'a> {
+/// `SLOT` is the CQ's slot size in bytes (64 or 128), a constant so that
+/// the loop over the cursor spends no register on it.
+pub struct CqCursor<'a, const SLOT: usize> {
     op_own0: *const u8,
-    mask: u32,
-    cnt: u32,
-    slot_log: u32,
-    ci: u32,
+    /// The consumer index in bytes of ring (`ci * SLOT`, wrapping): the
+    /// slot's offset is `at & ring_mask`, its owner bit `at & (ring_mask +
+    /// 1)`, and the next slot is `SLOT` further, so the loop needs no shift.
+    at: usize,
+    /// `cqe_cnt * SLOT - 1`.
+    ring_mask: usize,
     cq: &'a mut CompletionQueue,
 }
 
-impl CqCursor<'_> {
+impl<const SLOT: usize> CqCursor<'_, SLOT> {
     /// The consumer index: the index of the CQE [`Self::next`] looks at.
     #[inline(always)]
     pub fn ci(&self) -> u32 {
-        self.ci
+        (self.at >> self.cq.slot_log) as u32
     }
 
     /// Takes the CQE at the consumer index if it is software-owned, and
@@ -57,20 +61,21 @@ impl CqCursor<'_> {
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // borrows from the cursor: no Iterator
     pub fn next(&mut self) -> Option<CqeRef<'_>> {
-        let ci = self.ci;
-        let p = self
-            .op_own0
-            .wrapping_add(((ci & self.mask) as usize) << self.slot_log);
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
         // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
-        // index; `CompletionQueue::new`'s contract).
+        // offset of a whole slot; `CompletionQueue::new`'s contract).
         let op_own = unsafe { mmio::read_op_own(p) };
-        let owner = (ci & self.cnt != 0) as u8;
-        debug_assert_eq!(owned(op_own, owner), sw_owned(op_own, ci, self.cnt));
+        let owner = (at & (self.ring_mask + 1) != 0) as u8;
+        debug_assert_eq!(
+            owned(op_own, owner),
+            sw_owned(op_own, self.ci(), self.cq.cqe_cnt())
+        );
         if !owned(op_own, owner) {
             return None;
         }
         mmio::from_device_barrier();
-        self.ci = ci.wrapping_add(1);
+        self.at = at.wrapping_add(SLOT);
         // SAFETY: the 64-byte CQE proper ends at `p` (its byte 63), inside
         // the slot. The device wrote it before publishing its op_own, which
         // we loaded before the barrier; it writes the slot again only a
@@ -81,10 +86,10 @@ impl CqCursor<'_> {
     }
 }
 
-impl Drop for CqCursor<'_> {
+impl<const SLOT: usize> Drop for CqCursor<'_, SLOT> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.cq.ci = self.ci;
+        self.cq.ci = self.ci();
     }
 }
 
@@ -206,7 +211,11 @@ impl CompletionQueue {
     /// [`Self::update_ci`]).
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
-        self.cursor().next().map(|c| c.decode())
+        if self.slot_log == 6 {
+            self.cursor::<64>().next().map(|c| c.decode())
+        } else {
+            self.cursor::<128>().next().map(|c| c.decode())
+        }
     }
 
     /// A cursor over the CQEs from the consumer index on ([`CqCursor::next`]),
@@ -215,16 +224,28 @@ impl CompletionQueue {
     /// across its barriers; the consumer index goes back into the
     /// `CompletionQueue` when the cursor is dropped (the doorbell record is
     /// written by [`Self::polled`] or [`Self::update_ci`]).
+    ///
+    /// # Panics
+    /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
     #[inline(always)]
-    pub fn cursor(&mut self) -> CqCursor<'_> {
+    pub fn cursor<const SLOT: usize>(&mut self) -> CqCursor<'_, SLOT> {
+        assert!(
+            SLOT.trailing_zeros() == self.slot_log,
+            "the cursor's slot size"
+        );
         CqCursor {
             op_own0: self.op_own0,
-            mask: self.mask,
-            cnt: self.mask + 1,
-            slot_log: self.slot_log,
-            ci: self.ci,
+            at: (self.ci as usize).wrapping_mul(SLOT),
+            ring_mask: (self.mask as usize + 1) * SLOT - 1,
             cq: self,
         }
+    }
+
+    /// The CQ's slot size in bytes: 64, or 128 (the CQE proper is then the
+    /// second half).
+    #[inline(always)]
+    pub fn slot_size(&self) -> usize {
+        1 << self.slot_log
     }
 
     /// After a poll that consumed the CQEs from index `from` to the

@@ -199,7 +199,7 @@ fn lazy_ci_polls_write_no_record_and_the_arm_word_carries_the_ci() {
         }
         let from = cq.ci();
         let mut got = 0;
-        let mut cur = cq.cursor();
+        let mut cur = cq.cursor::<64>();
         while let Some(c) = cur.next() {
             assert_eq!(c.wqe_counter(), from as u16 + got);
             assert_eq!(c.byte_cnt(), c.wqe_counter() as u32 * 3);
@@ -227,4 +227,16 @@ fn lazy_ci_polls_write_no_record_and_the_arm_word_carries_the_ci() {
     assert!(cq.poll_one().is_some());
     cq.polled(from);
     assert_eq!(u32::from_be(f.dbrec[0]), 21, "eager: written per poll");
+}
+
+/// A cursor must be made for the CQ's slot size: one of 128-byte slots over
+/// 64-byte ones would reach past the ring, so it panics instead.
+#[test]
+#[should_panic(expected = "the cursor's slot size")]
+fn a_cursor_of_the_wrong_slot_size_panics() {
+    let mut f = FakeCq::new(8, 64);
+    // SAFETY: `f` outlives `cq`, and only this test touches the CQ.
+    let mut cq = unsafe { CompletionQueue::new(&f.dv()) }.unwrap();
+    assert_eq!(cq.slot_size(), 64);
+    let _ = cq.cursor::<128>();
 }

@@ -35,24 +35,24 @@ static REQ_WC_OPCODE: [u8; 256] = {
     t
 };
 
-/// The completion of a successful requester CQE (opcode REQ) whose WR is
-/// `wr_id`.
+/// The completion of a successful requester CQE (opcode REQ) of QP `qpn`
+/// whose WR is `wr_id`.
 #[inline(always)]
-fn sent(wr_id: u64, cqe: CqeRef<'_>) -> Completion {
+fn sent(wr_id: u64, cqe: CqeRef<'_>, qpn: u32) -> Completion {
     Completion {
         wr_id,
         status: WcStatus::SUCCESS,
         opcode: WcOpcode(REQ_WC_OPCODE[cqe.wqe_opcode().0 as usize] as u32),
         imm: None,
         byte_len: cqe.byte_cnt(),
-        qp_num: cqe.qpn(),
+        qp_num: qpn,
         vendor_err: 0,
     }
 }
 
 /// [`Error::StaleCqe`] for a CQE of QP `qpn` whose `wqe_counter` names no
-/// outstanding WR.
-#[cold]
+/// outstanding WR (inlined: see `completion`).
+#[inline(always)]
 fn stale(qpn: u32, counter: u16) -> Error {
     Error::StaleCqe { qpn, counter }
 }
@@ -81,9 +81,10 @@ fn retire(sq: &mut Retirer<'_>, rq: &mut ReceiveQueue, cqe: &Cqe) -> Result<Opti
 }
 
 /// The completion to report for a CQE whose WR `retire` found (`None`: the
-/// CQE was asked for by auto-signal only). Out of line: the poll loop's
-/// common CQE (a send's, without error) does not come here.
-#[inline(never)]
+/// CQE was asked for by auto-signal only). Inlined, but not on the poll
+/// loop's common path (a send's CQE without error): a call there would
+/// make the loop keep its state out of the registers the call clobbers.
+#[inline(always)]
 fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completion> {
     if hidden && !cqe.opcode.is_error() {
         // Asked for by auto-signal only: it retired SQ space; nobody waits for it.
@@ -122,9 +123,25 @@ impl DirectQp {
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         match &self.cq {
             Some(c) if !c.cq.has_cqe() => Ok(0),
-            Some(_) => self.poll_cqes(out),
+            Some(c) if c.cq.slot_size() == 64 => self.poll_cqes::<64>(out),
+            Some(_) => self.poll_cqes::<128>(out),
             None => Err(self.shared_cq()),
         }
+    }
+
+    /// After a poll of the QP's own CQ: the CQ credits of what it retired
+    /// go back (if the QP counts them: the difference from the retired
+    /// counts published before, so nothing is counted during the loop),
+    /// and the new counts are published for the PD's graves.
+    #[inline(always)]
+    fn publish_polled(&self) {
+        let (_, sends, _, recvs) = self.seqs();
+        if self.count_credits {
+            let (s0, r0) = self.progress.retired_published();
+            let freed = sends.wrapping_sub(s0).wrapping_add(recvs.wrapping_sub(r0));
+            self.credits.give(freed as u32);
+        }
+        self.progress.retired(sends, recvs);
     }
 
     #[cold]
@@ -132,29 +149,28 @@ impl DirectQp {
         Error::SharedCq { qpn: self.qpn }
     }
 
-    /// [`Self::poll`] once the CQE at the consumer index is software-owned.
-    /// Out of line, so that the empty poll inlined into the caller needs
-    /// none of this loop's registers. The CQ and SQ state it uses is copied
-    /// into cursors ([`CqCursor`], [`Retirer`]) for the loop and written
-    /// back after it.
+    /// [`Self::poll`] once the CQE at the consumer index is software-owned,
+    /// on a CQ of `SLOT`-byte slots. Out of line, so that the empty poll
+    /// inlined into the caller needs none of this loop's registers. The CQ
+    /// and SQ state the loop uses is copied into cursors ([`CqCursor`],
+    /// [`Retirer`]), kept in registers across its barriers, and written
+    /// back after it; nothing in the loop calls out but the rare CQEs'
+    /// `completion`.
     ///
     /// [`CqCursor`]: mlx5_dv::driver::CqCursor
     #[inline(never)]
-    fn poll_cqes(&mut self, out: &mut [Completion]) -> Result<usize> {
+    fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
         let Some(own) = &mut self.cq else {
             return Err(self.shared_cq());
         };
+        let qpn = self.qpn;
         let from = own.cq.ci();
-        // Only a QP that counts CQ credits needs to know how many it retires.
-        let held = self
-            .count_credits
-            .then(|| self.sq.outstanding() + self.rq.outstanding());
-        let mut cqes = own.cq.cursor();
+        let mut cqes = own.cq.cursor::<SLOT>();
         let mut sq = self.sq.retirer();
         let rq = &mut self.rq;
-        // The slots of `out` not yet written.
         let mut n = 0;
-        let mut result = Ok(());
+        // The one error a QP's own CQ can give (`retire`'s), kept small.
+        let mut stale_at = None;
         while n < out.len() {
             let Some(cqe) = cqes.next() else { break };
             if cqe.opcode() == CqeOpcode::REQ {
@@ -164,7 +180,7 @@ impl DirectQp {
                         wr_id,
                         hidden: false,
                     }) => {
-                        out[n] = sent(wr_id, cqe);
+                        out[n] = sent(wr_id, cqe, qpn);
                         n += 1;
                         continue;
                     }
@@ -174,26 +190,26 @@ impl DirectQp {
                     None => {}
                 }
             }
-            match retire(&mut sq, rq, &cqe.decode()) {
+            let cqe = cqe.decode();
+            match retire(&mut sq, rq, &cqe) {
                 Ok(Some(c)) => {
                     out[n] = c;
                     n += 1;
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    result = Err(e);
+                Err(_) => {
+                    stale_at = Some((cqe.qpn, cqe.wqe_counter));
                     break;
                 }
             }
         }
         drop((sq, cqes));
         own.cq.polled(from);
-        if let Some(held) = held {
-            self.credits
-                .give(held - (self.sq.outstanding() + self.rq.outstanding()));
+        self.publish_polled();
+        match stale_at {
+            None => Ok(n),
+            Some((qpn, counter)) => Err(stale(qpn, counter)),
         }
-        self.publish_retired();
-        result.map(|()| n)
     }
 }
 
@@ -219,10 +235,28 @@ impl DirectCq {
         m: &mut impl SharedQps<DirectQp>,
         max: usize,
         skip: Option<u32>,
-        mut put: impl FnMut(usize, Completion),
+        put: impl FnMut(usize, Completion),
     ) -> (usize, Result<()>) {
         let from = self.cq.ci();
-        let mut cqes = self.cq.cursor();
+        if self.cq.slot_size() == 64 {
+            self.take_shared_in::<64>(m, max, skip, put, from)
+        } else {
+            self.take_shared_in::<128>(m, max, skip, put, from)
+        }
+    }
+
+    /// [`Self::take_shared`] on a CQ of `SLOT`-byte slots, from consumer
+    /// index `from`.
+    #[inline(always)]
+    fn take_shared_in<const SLOT: usize>(
+        &mut self,
+        m: &mut impl SharedQps<DirectQp>,
+        max: usize,
+        skip: Option<u32>,
+        mut put: impl FnMut(usize, Completion),
+        from: u32,
+    ) -> (usize, Result<()>) {
+        let mut cqes = self.cq.cursor::<SLOT>();
         let mut freed = 0;
         let mut n = 0;
         let mut result = Ok(());
