@@ -14,13 +14,18 @@ pub struct CompletionQueue {
     /// Address of the `op_own` byte of slot 0 (byte 63 of the CQE proper,
     /// the last 64 bytes of the slot).
     op_own0: *const u8,
-    /// `log2(cqe_cnt)`, `cqe_cnt - 1` and `log2` of the slot size (6: 64
-    /// bytes, 7: 128).
-    cnt_log: u32,
+    /// `cqe_cnt - 1` and `log2` of the slot size (6: 64 bytes, 7: 128).
     mask: u32,
     slot_log: u32,
+    /// `cqe_cnt * slot size - 1`.
+    ring_mask: usize,
     dbrec: *mut u32,
-    ci: u32,
+    /// The consumer index in bytes of ring: `ci * slot size`, wrapping (the
+    /// consumer index is `at >> slot_log`; its low 24 bits, all the
+    /// doorbell record carries, stay right however `usize` wraps): the
+    /// slot's offset is `at & ring_mask` and its owner bit `at & (ring_mask
+    /// + 1)`, so the poll needs no shift.
+    at: usize,
     /// The CQ was created to ignore overrun: the device never reads the
     /// consumer-index record, so polls do not write it ([`Self::polled`]).
     lazy_ci: bool,
@@ -89,7 +94,7 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
 impl<const SLOT: usize> Drop for CqCursor<'_, SLOT> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.cq.ci = self.ci();
+        self.cq.at = self.at;
     }
 }
 
@@ -128,11 +133,11 @@ impl CompletionQueue {
             // SAFETY: `cqe_size - 1` (63 or 127), the op_own byte of the CQE
             // proper, is inside slot 0 of the CQ buffer.
             op_own0: unsafe { (cq.buf as *const u8).add(cq.cqe_size as usize - 1) },
-            cnt_log: cqe_cnt.trailing_zeros(),
             mask: cqe_cnt - 1,
             slot_log: cq.cqe_size.trailing_zeros(),
             dbrec: cq.dbrec,
-            ci: 0,
+            ring_mask: cqe_cnt as usize * cq.cqe_size as usize - 1,
+            at: 0,
             lazy_ci: false,
             cqn: cq.cqn,
             uar: cq.cq_uar as *mut u8,
@@ -164,8 +169,9 @@ impl CompletionQueue {
     }
 
     /// Consumer index.
+    #[inline(always)]
     pub fn ci(&self) -> u32 {
-        self.ci
+        (self.at >> self.slot_log) as u32
     }
 
     /// The CQEs the CQ holds (`cqe_cnt`).
@@ -186,7 +192,7 @@ impl CompletionQueue {
     /// measurements that must know a poll will find them.
     pub fn ready(&self, k: u32) -> bool {
         (0..k.min(self.cqe_cnt())).all(|j| {
-            let i = self.ci.wrapping_add(j);
+            let i = self.ci().wrapping_add(j);
             // SAFETY: the op_own byte of a slot inside the CQ buffer
             // (masked index, constructor contract).
             let op_own = unsafe { mmio::read_op_own(self.op_own_at(i)) };
@@ -199,10 +205,11 @@ impl CompletionQueue {
     /// empty poll costs.
     #[inline(always)]
     pub fn has_cqe(&self) -> bool {
-        let ci = self.ci;
-        // SAFETY: the op_own byte of a slot inside the CQ buffer.
-        let op_own = unsafe { mmio::read_op_own(self.op_own_at(ci)) };
-        owned(op_own, (ci >> self.cnt_log) as u8 & 1)
+        let at = self.at;
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; constructor contract).
+        let op_own = unsafe { mmio::read_op_own(self.op_own0.wrapping_add(at & self.ring_mask)) };
+        owned(op_own, (at & (self.ring_mask + 1) != 0) as u8)
     }
 
     /// Takes the CQE at the consumer index if it is software-owned (its
@@ -235,8 +242,8 @@ impl CompletionQueue {
         );
         CqCursor {
             op_own0: self.op_own0,
-            at: (self.ci as usize).wrapping_mul(SLOT),
-            ring_mask: (self.mask as usize + 1) * SLOT - 1,
+            at: self.at,
+            ring_mask: self.ring_mask,
             cq: self,
         }
     }
@@ -270,7 +277,7 @@ impl CompletionQueue {
     #[inline(never)]
     fn trace_polled(&self, from: u32) {
         let mut i = from;
-        while i != self.ci {
+        while i != self.ci() {
             let p = self.op_own_at(i);
             let off = ((i & self.mask) as usize) << self.slot_log;
             // SAFETY: the 64 bytes of a CQE just polled (see `polled`).
@@ -287,7 +294,7 @@ impl CompletionQueue {
     pub fn update_ci(&mut self) {
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_CI), cq_ci(self.ci)) };
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_CI), cq_ci(self.ci())) };
     }
 
     /// Arms the CQ: the device raises one completion event for the next CQE
@@ -305,7 +312,7 @@ impl CompletionQueue {
         if self.uar.is_null() {
             return Err(DescError::Null { what: "cq.cq_uar" });
         }
-        let word = cq_arm_word(self.arm_sn, solicited_only, self.ci);
+        let word = cq_arm_word(self.arm_sn, solicited_only, self.ci());
         // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_ARM), word) };
         mmio::to_device_barrier();
