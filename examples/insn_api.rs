@@ -74,7 +74,11 @@ fn main() -> rdma_direct::Result<()> {
     };
     let sge = [Sge::new(&src, 0, 64)?];
     let write = SendWr::rdma_write(1, &sge, to).signaled();
-    let inline = SendWr::rdma_write(2, &sge, to).inline().signaled();
+    // The inline payload is plain bytes, as the C baseline's (an Mr's would
+    // be read one atomic byte at a time: a peer may write it meanwhile).
+    let payload = [0x5au8; 64];
+    let bytes = [Sge::bytes(&payload)?];
+    let inline = SendWr::rdma_write(2, &bytes, to).inline().signaled();
     let mut batch = [SendWr::rdma_write(3, &sge, to); 32];
     batch[31] = batch[31].signaled();
     let mut out = [Completion::default(); 16];

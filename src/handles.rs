@@ -50,6 +50,12 @@ impl PdInner {
     /// their PD sets it).
     pub(crate) fn next_id() -> u32 {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        loop {
+            // Never 0, never `BYTES_PD`: after 2^32 PDs the count wraps.
+            let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if id != 0 && id != crate::types::wr::BYTES_PD {
+                return id;
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{
     self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState,
 };
-use crate::types::wr::{RecvWr, SendWr, Sge, WrOp};
+use crate::types::wr::{RecvWr, SendWr, Sge, WrOp, BYTES_PD};
 use crate::wait::{wait_on, CqOps};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::sim;
@@ -34,6 +34,8 @@ pub struct Qp {
     /// names that CQ).
     pub(crate) shared_cq: Option<usize>,
     state: QpState,
+    /// Its PD's id (`PdInner::id`), which every SGE posted must carry.
+    pd_id: u32,
     cfg: QpConfig,
     pub(crate) local: Endpoint,
     pd: Arc<PdInner>,
@@ -413,8 +415,29 @@ impl Qp {
     /// A QP that is not connected (RTS) refuses every WR with
     /// [`Error::QpState`]; an SGE of an MR of another PD (or device) is
     /// [`Error::Invalid`] (only its own PD's QPs hold a dropped MR back).
-    #[inline]
+    #[inline(always)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        // One WR of the common kinds on the direct path: built in place with
+        // the checks it needs, each once (`DirectQp::post_one`). Anything
+        // else, or anything that one would refuse, takes the general path,
+        // which checks everything from the start and says why.
+        if let QpKind::Direct(q) = &mut self.kind {
+            let posted = if let [w] = wrs {
+                q.post_one(w, self.pd_id)
+            } else {
+                wrs.len() > 1 && q.post_many(wrs, self.pd_id)
+            };
+            if posted {
+                return Ok(());
+            }
+        }
+        self.post_send_checked(wrs)
+    }
+
+    /// [`Self::post_send`] with every check, for every WR and backend.
+    #[inline(never)]
+    fn post_send_checked(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         if !matches!(self.state, QpState::Rts | QpState::Err) {
             return Err(Error::QpState {
                 state: self.state,
@@ -423,7 +446,10 @@ impl Qp {
         }
         let max_inline = self.max_inline();
         for w in wrs {
-            self.check_pd(w.sges)?;
+            if !w.inline {
+                // (Inline bytes are copied now: any memory will do.)
+                self.check_pd(w.sges)?;
+            }
             match w.op {
                 WrOp::AtomicCmpSwp { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
                     if w.inline || w.sges.len() != 1 || w.sges[0].len() != 8 {
@@ -539,6 +565,12 @@ impl Qp {
     /// of another PD (or device) must never name one.
     #[inline]
     fn check_pd(&self, sges: &[Sge<'_>]) -> Result<()> {
+        if sges.iter().any(|s| s.pd == BYTES_PD) {
+            return Err(Error::Invalid(
+                "an SGE of plain bytes (Sge::bytes) is inline data: only an inline send takes it"
+                    .into(),
+            ));
+        }
         if sges.iter().any(|s| s.pd != self.pd.id) {
             return Err(Error::Invalid(
                 "an SGE names memory registered on another protection domain (or device)".into(),
@@ -681,9 +713,7 @@ impl Qp {
                     )));
                 }
                 // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
-                let payload = (cfg.max_send_sge as usize * 16)
-                    .max((cfg.max_inline as usize + 4).div_ceil(16) * 16);
-                let per_wqe = (32 + payload).div_ceil(64) as u32;
+                let per_wqe = direct::max_wqebbs(cfg.max_send_sge, cfg.max_inline);
                 let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
                 if wqebbs > sim::MAX_SQ_WQEBBS {
                     return Err(Error::Invalid(format!(
@@ -786,6 +816,7 @@ impl Qp {
         };
         pd_inner.graves.add_qp(progress);
         let mut qp = Qp {
+            pd_id: pd_inner.id,
             kind,
             owned: Owned {
                 send: HeldQueue::new(cfg.max_send_wr),

@@ -165,6 +165,41 @@ pub unsafe fn read_uar_doorbell(reg: *const u64) -> u64 {
     unsafe { AtomicU64::from_ptr(reg.cast_mut()) }.load(Ordering::Relaxed)
 }
 
+/// Copies one 64-byte WQEBB from the SQ ring to a BlueFlame register, 16
+/// bytes at a time on x86_64 (`movdqu` loads and stores: rdma-core's
+/// `mmio_memcpy_x64` moves 16 bytes at a time too, with plain SSE stores),
+/// 8 elsewhere (volatile). The 16-byte stores are unaligned ones, so a
+/// register need only be 8-byte aligned as every UAR register is; they are
+/// not volatile (Rust has no unaligned volatile store), which costs
+/// nothing: the barriers around a BlueFlame copy order it, and a store to
+/// memory the device reads is never elided.
+///
+/// # Safety
+/// `src` must be valid for 64 bytes of reads; `reg` must be valid for 64
+/// bytes of writes (inside a `mlx5dv_qp.bf.reg` + offset mapping) and read
+/// by no one on the host.
+#[inline(always)]
+pub unsafe fn copy_to_bf(reg: *mut u8, src: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's guarantees; SSE2 is part of x86_64, and these
+    // loads and stores need no alignment.
+    unsafe {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+        for i in 0..4 {
+            let v = _mm_loadu_si128(src.cast::<__m128i>().add(i));
+            _mm_storeu_si128(reg.cast::<__m128i>().add(i), v);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above, in 8-byte pieces (`reg` is 8-byte aligned).
+    unsafe {
+        for i in 0..8 {
+            let v = src.cast::<u64>().add(i).read_unaligned();
+            core::ptr::write_volatile(reg.cast::<u64>().add(i), v);
+        }
+    }
+}
+
 /// Writes `src` to a UAR / BlueFlame register in 8-byte stores.
 ///
 /// # Safety

@@ -35,6 +35,33 @@ impl<'mr> Sge<'mr> {
         })
     }
 
+    /// Plain bytes of any memory as the payload of an **inline** send
+    /// (`IBV_SEND_INLINE`): the bytes are copied into the WQE while
+    /// `post_send` runs, so they need no registration, as with verbs, where
+    /// an inline WR's lkeys are ignored. The copy is a plain `memcpy`,
+    /// where an [`Mr`]'s bytes (which a peer may write meanwhile) are read
+    /// one atomic byte at a time. A WR that is not inline, and every
+    /// receive, refuses it with [`Error::Invalid`](crate::Error::Invalid).
+    ///
+    /// Errors: [`Error::Invalid`](crate::Error::Invalid) for 2^31 bytes or
+    /// more (no inline payload is near that: see `QpConfig::max_inline`).
+    pub fn bytes(data: &'mr [u8]) -> Result<Sge<'mr>> {
+        if data.len() >= 1 << 31 {
+            return Err(crate::Error::Invalid(format!(
+                "{} bytes of inline data exceed any WQE",
+                data.len()
+            )));
+        }
+        Ok(Sge {
+            addr: data.as_ptr() as u64,
+            len: data.len() as u32,
+            lkey: Lkey(0),
+            plain: true,
+            pd: BYTES_PD,
+            _mr: PhantomData,
+        })
+    }
+
     /// An SGE over a [`LocalMr`](crate::LocalMr)'s range (checked by the
     /// caller), for the owned posts; the buffer moves into the QP with it.
     pub(crate) fn owned(buf: &crate::types::mr::LocalMr, offset: usize, len: u32) -> Sge<'_> {
@@ -60,6 +87,11 @@ impl<'mr> Sge<'mr> {
         self.lkey
     }
 }
+
+/// The PD id an [`Sge::bytes`] carries: no PD has it
+/// (`PdInner::next_id` never hands it out), so no WR that is not inline
+/// takes it.
+pub(crate) const BYTES_PD: u32 = u32::MAX;
 
 /// What a send work request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +119,11 @@ pub enum WrOp {
 }
 
 /// One send work request (`ibv_send_wr` without the linked list).
+///
+/// `repr(C)`: the four flags are adjacent bytes in declaration order, so
+/// the direct path reads them with one load (`SendWr::ctrl_bits`).
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct SendWr<'a> {
     pub wr_id: u64,
     pub op: WrOp,
@@ -229,6 +265,27 @@ impl<'a> SendWr<'a> {
         self.fence = true;
         self
     }
+    /// The mlx5 ctrl segment's `fm_ce_se` bits of `signaled` (CQ_UPDATE,
+    /// 0x08), `solicited` (SOLICITED, 0x02) and `fence` (FENCE, 0x80).
+    ///
+    /// The four flags, read as one little-endian word, hold `signaled` in
+    /// bit 0, `solicited` in bit 16 and `fence` in bit 24; one multiply
+    /// moves them to bits 27, 25 and 31 (the other products land outside
+    /// bits 24..32 and no two overlap, so nothing carries), and the top
+    /// byte is the answer: four instructions where testing each flag takes
+    /// thirteen. The result does not depend on the layout, only its speed.
+    #[inline(always)]
+    pub(crate) fn ctrl_bits(&self) -> u8 {
+        let v = u32::from_le_bytes([
+            self.signaled as u8,
+            self.inline as u8,
+            self.solicited as u8,
+            self.fence as u8,
+        ]);
+        let m = (v & 0x0101_0001) as u64;
+        ((m * ((1 << 27) | (1 << 9) | (1 << 7))) >> 24) as u8
+    }
+
     pub(crate) fn total_len(&self) -> u64 {
         self.sges.iter().map(|s| s.len as u64).sum()
     }
@@ -245,5 +302,27 @@ pub struct RecvWr<'a> {
 impl<'a> RecvWr<'a> {
     pub fn new(wr_id: u64, sges: &'a [Sge<'a>]) -> Self {
         RecvWr { wr_id, sges }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::keys::{RemoteAddr, Rkey};
+
+    #[test]
+    fn ctrl_bits_are_the_three_flags_whatever_inline_is() {
+        let to = RemoteAddr {
+            addr: 0,
+            rkey: Rkey(0),
+        };
+        for k in 0..16u8 {
+            let mut w = SendWr::rdma_write(0, &[], to);
+            (w.signaled, w.inline, w.solicited, w.fence) =
+                (k & 1 != 0, k & 2 != 0, k & 4 != 0, k & 8 != 0);
+            let want =
+                (w.signaled as u8 * 0x08) | (w.solicited as u8 * 0x02) | (w.fence as u8 * 0x80);
+            assert_eq!(w.ctrl_bits(), want, "flags {k:#06b}");
+        }
     }
 }

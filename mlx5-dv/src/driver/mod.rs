@@ -9,12 +9,16 @@
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
 
 mod cq;
+mod fast;
+#[cfg(test)]
+mod fast_tests;
 mod rq;
 mod sq;
 #[cfg(test)]
 mod tests;
 
 pub use cq::{CompletionQueue, CqCursor};
+pub use fast::{Reserved, Seg};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue};
 

@@ -27,7 +27,7 @@ const PREFETCH_WQEBBS: u32 = 8;
 /// What the send queue remembers of the WQE that starts at one WQEBB slot.
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(16))]
-struct Slot {
+pub(super) struct Slot {
     /// wr_id the caller gave.
     wr_id: u64,
     /// WR sequence number (`posted` when it was posted).
@@ -46,10 +46,15 @@ impl Slot {
     /// # Safety
     /// `to` must be valid for writes of a `Slot`.
     #[inline(always)]
-    unsafe fn store(to: *mut Slot, wr_id: u64, wr_seq: u32, wqebbs: u32, hidden: bool) {
-        let s = wr_seq.to_ne_bytes();
-        // The second word in memory order: wr_seq, wqebbs, hidden, padding.
-        let meta = u64::from_ne_bytes([s[0], s[1], s[2], s[3], wqebbs as u8, hidden as u8, 0, 0]);
+    pub(super) unsafe fn store(to: *mut Slot, wr_id: u64, wr_seq: u32, wqebbs: u32, hidden: bool) {
+        // The second word in memory order: wr_seq, wqebbs, hidden, padding
+        // (built with shifts: assembling it from bytes costs a dozen
+        // instructions when `wqebbs` is not a constant).
+        let (seq, bbs, hid) = (wr_seq as u64, (wqebbs & 0xff) as u64, hidden as u64);
+        #[cfg(target_endian = "little")]
+        let meta = seq | bbs << 32 | hid << 40;
+        #[cfg(target_endian = "big")]
+        let meta = seq << 32 | bbs << 24 | hid << 16;
         // SAFETY: `Slot` is `repr(C)`: 16 bytes, 16-aligned, `wr_id` at 0 and
         // the rest (whose bytes `meta` lays out) at 8; the caller guarantees
         // `to` is writable.
@@ -137,36 +142,44 @@ fn force_after(n: u32) -> u64 {
 
 /// Send queue of one QP.
 pub struct SendQueue {
-    buf: RingBuf<'static>,
-    geo: SqGeometry,
-    dbrec: *mut u32,
-    bf_reg: *mut u8,
-    bf_size: u32,
-    bf_offset: u32,
+    pub(super) buf: RingBuf<'static>,
+    pub(super) geo: SqGeometry,
+    pub(super) dbrec: *mut u32,
+    pub(super) bf_reg: *mut u8,
+    pub(super) bf_size: u32,
+    pub(super) bf_offset: u32,
     /// Next WQE index to post.
-    pi: u32,
+    pub(super) pi: u32,
     /// Oldest outstanding WQE index.
-    tail: u32,
+    pub(super) tail: u32,
     /// Producer index at the last doorbell (the first WQE posted since, if
     /// `pi` has moved), and the index of the last WQE posted.
-    batch_start: u32,
-    batch_last: u32,
+    pub(super) batch_start: u32,
+    pub(super) batch_last: u32,
     /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
     /// so posting and retiring touch one cache line).
-    slots: Box<[Slot]>,
+    pub(super) slots: Box<[Slot]>,
     /// `wqe_cnt - 1`.
-    slot_mask: u32,
-    /// Unsignaled WRs posted in a row.
-    unsignaled_run: u64,
+    pub(super) slot_mask: u32,
+    /// The QPN as the ctrl segment's bytes 4..7 hold it, `(qpn & 0xffffff) << 8`.
+    pub(super) ctrl_qpn: u32,
+    /// `max_post` WQEs of `geo.max_wqebbs` WQEBBs fit the ring, so a WR
+    /// within `max_post` always finds room ([`Self::limit_wqe_size`]).
+    pub(super) room_implied: bool,
+    /// The BlueFlame registers hold a WQEBB (`bf_size >= 64`).
+    pub(super) bf_fits: bool,
+    /// Unsignaled WRs that may still be posted before auto-signal forces
+    /// a CQE: `force_after` after a signaled WR, one less per unsignaled one.
+    pub(super) unsignaled_left: u64,
     /// The auto-signal period in WRs less one, or never (`u64::MAX`) when
     /// auto-signal is off: a WR is signaled by force once this many unsignaled
     /// ones precede it.
-    force_after: u64,
+    pub(super) force_after: u64,
     /// Most work requests outstanding at once (`max_send_wr`), and the WR
     /// counts posted and retired so far.
-    max_post: u32,
-    posted: u32,
-    retired: u32,
+    pub(super) max_post: u32,
+    pub(super) posted: u32,
+    pub(super) retired: u32,
 }
 
 // SAFETY: the raw pointers are the QP's own rings and registers; the SendQueue
@@ -176,7 +189,9 @@ unsafe impl Send for SendQueue {}
 impl SendQueue {
     /// A send queue over `qp`'s SQ that holds at most `max_post` outstanding
     /// work requests (the QP's `max_send_wr`; 0 means one per WQEBB), each of
-    /// at most `max_inline` inline bytes. Auto-signal starts at every
+    /// at most `max_inline` inline bytes (fewer if the largest WQE, 16
+    /// WQEBBs or the ring if smaller, cannot carry that many with its ctrl,
+    /// remote-address and inline header). Auto-signal starts at every
     /// `max_post / 2` WRs ([`Self::set_auto_signal`]), so unsignaled WQEs can
     /// never fill the SQ for good.
     ///
@@ -213,7 +228,11 @@ impl SendQueue {
             geo: SqGeometry {
                 wqe_cnt,
                 qpn,
-                max_inline,
+                // No more than a WQE of the largest size carries (ctrl,
+                // raddr, inline header): a longer payload could never be
+                // posted, and `limit_wqe_size` relies on it.
+                max_inline: max_inline
+                    .min((16.min(wqe_cnt) * WQEBB as u32).min(crate::prm::MAX_DS * 16) - 36),
                 max_wqebbs: 16.min(wqe_cnt),
             },
             dbrec: qp.dbrec,
@@ -226,7 +245,10 @@ impl SendQueue {
             batch_last: 0,
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             slot_mask: wqe_cnt - 1,
-            unsignaled_run: 0,
+            ctrl_qpn: (qpn & 0xff_ffff) << 8,
+            room_implied: max_post as u64 * 16.min(wqe_cnt) as u64 <= wqe_cnt as u64,
+            bf_fits: qp.bf.size as usize >= WQEBB,
+            unsignaled_left: force_after((max_post / 2).max(1)),
             force_after: force_after((max_post / 2).max(1)),
             max_post,
             posted: 0,
@@ -238,9 +260,30 @@ impl SendQueue {
         &self.geo
     }
 
+    /// Refuses WQEs larger than `max_wqebbs` WQEBBs from now on (at least 1;
+    /// [`WqeError::TooBig`]): the largest its QP's `max_send_sge` and
+    /// `max_inline` make, as rdma-core sizes the SQ (`mlx5_calc_send_wqe`).
+    /// When `max_post` such WQEs fit the ring, a post within `max_post`
+    /// needs no WQEBB room check.
+    pub fn limit_wqe_size(&mut self, max_wqebbs: u32) {
+        // Never below an inline WQE of `max_inline` bytes with a remote
+        // address (ctrl, raddr, inline segment): the in-place inline post
+        // relies on `len <= max_inline` keeping it within `max_wqebbs`.
+        let inline = (2 + (self.geo.max_inline + 4).div_ceil(16)).div_ceil(4);
+        self.geo.max_wqebbs = self.geo.max_wqebbs.min(max_wqebbs.max(1).max(inline));
+        self.room_implied =
+            self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
+    }
+
     /// WQEBBs free for posting.
     pub fn free_wqebbs(&self) -> u32 {
         self.geo.wqe_cnt - self.pi.wrapping_sub(self.tail)
+    }
+
+    /// Whether `wrs` more work requests of `wqebbs` WQEBBs in all fit now.
+    #[inline]
+    pub fn has_room(&self, wrs: u32, wqebbs: u32) -> bool {
+        wrs <= self.free_wrs() && wqebbs <= self.free_wqebbs()
     }
 
     /// Work requests posted and not yet retired.
@@ -274,29 +317,12 @@ impl SendQueue {
             return Err(self.wr_limit());
         }
         let free = wqe_cnt - pi.wrapping_sub(self.tail);
-        // Auto-signal: after `auto_signal - 1` unsignaled WRs in a row, ask for
-        // a CQE anyway so completions keep retiring SQ space. The caller never
-        // sees that CQE unless the WR fails ([`Retired::hidden`]).
-        let user_signaled = wqe.flags.contains(CtrlFlags::CQ_UPDATE);
-        let run = self.unsignaled_run;
-        // `run + 1 >= period` for a period other than 0 (the run is a u64 and
-        // never reaches `force_after`'s "never").
-        let forced = !user_signaled && run >= self.force_after;
-        let flags = if forced {
-            wqe.flags | CtrlFlags::CQ_UPDATE
-        } else {
-            wqe.flags
-        };
         // `new` made `geo.max_wqebbs` at most `wqe_cnt`.
         let (ds, wqebbs) = wqe_size_within(&self.geo, wqe, self.geo.max_wqebbs)?;
         if wqebbs > free {
             return Err(WqeError::QueueFull { need: wqebbs, free });
         }
-        self.unsignaled_run = if flags.contains(CtrlFlags::CQ_UPDATE) {
-            0
-        } else {
-            run + 1
-        };
+        let (flags, forced) = self.auto_signal(wqe.flags);
         let slot = (pi & (wqe_cnt - 1)) as usize;
         debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
         // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and `slot`
@@ -335,11 +361,31 @@ impl SendQueue {
         Ok(())
     }
 
+    /// The flags a WQE posted now gets, and whether auto-signal forced its
+    /// CQE: after `auto_signal - 1` unsignaled WRs in a row it asks for a
+    /// CQE anyway, so completions keep retiring SQ space. The caller never
+    /// sees that CQE unless the WR fails ([`Retired::hidden`]). Counts the
+    /// WR into the run: call it only once nothing can refuse the WR.
+    #[inline(always)]
+    pub(super) fn auto_signal(&mut self, flags: CtrlFlags) -> (CtrlFlags, bool) {
+        let left = self.unsignaled_left;
+        if flags.contains(CtrlFlags::CQ_UPDATE) {
+            self.unsignaled_left = self.force_after;
+            (flags, false)
+        } else if left == 0 {
+            self.unsignaled_left = self.force_after;
+            (flags | CtrlFlags::CQ_UPDATE, true)
+        } else {
+            self.unsignaled_left = left - 1;
+            (flags, false)
+        }
+    }
+
     /// Prints every WQE posted since the last doorbell (tracing is checked
     /// once per doorbell, not once per WQE, to keep `post` short).
     #[cold]
     #[inline(never)]
-    fn trace_batch(&self) {
+    pub(super) fn trace_batch(&self) {
         let mut idx = self.batch_start;
         while idx != self.pi {
             let s = self.slots[(idx & self.slot_mask) as usize];
@@ -349,7 +395,7 @@ impl SendQueue {
     }
 
     #[cold]
-    fn wr_limit(&self) -> WqeError {
+    pub(super) fn wr_limit(&self) -> WqeError {
         WqeError::WrLimit {
             max_post: self.max_post,
         }
@@ -431,9 +477,11 @@ impl SendQueue {
         }
     }
 
-    /// Auto-signal every `n` work requests (0: off). Default: half of `max_post`.
+    /// Auto-signal every `n` work requests (0: off), counting from the next
+    /// one. Default: half of `max_post`.
     pub fn set_auto_signal(&mut self, n: u32) {
         self.force_after = force_after(n);
+        self.unsignaled_left = self.force_after;
     }
 
     /// Makes the next WQE posted signaled even if its WR is not (a hidden
@@ -441,8 +489,7 @@ impl SendQueue {
     /// caller that knows a CQE must come, e.g. when this WR takes the CQ's
     /// last credit.
     pub fn signal_next(&mut self) {
-        // `run >= force_after` holds for every `force_after`, "never" included.
-        self.unsignaled_run = u64::MAX;
+        self.unsignaled_left = 0;
     }
 
     /// Whether a WQE with these flags is signaled.
@@ -462,7 +509,7 @@ impl SendQueue {
         self.batch_start = 0;
         self.batch_last = 0;
         self.bf_offset = 0;
-        self.unsignaled_run = 0;
+        self.unsignaled_left = self.force_after;
         self.retired = self.posted;
         // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };

@@ -142,6 +142,9 @@ pub(crate) fn write_send_wqe_checked_geo(
         geo.wqe_cnt.is_power_of_two() && sq.len() == geo.wqe_cnt as usize * WQEBB,
         "geometry not checked"
     );
+    if let Some(w) = write_one_sge(sq, geo, pi, wqe, flags, free) {
+        return w;
+    }
     let (ds, wqebbs) = wqe_size(geo, wqe)?;
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });
@@ -152,6 +155,61 @@ pub(crate) fn write_send_wqe_checked_geo(
         wqebbs,
         next_pi: pi.wrapping_add(wqebbs),
     })
+}
+
+/// The most common WQE, sized and written in one pass: a WRITE (with or
+/// without immediate), SEND (with or without) or READ with one SGE of 1 to
+/// 2^31 - 1 bytes: ctrl, the remote-address segment where the opcode has
+/// one, the data segment; 2 or 3 DS, one WQEBB, so it never reaches the
+/// ring's end. `None` for every other WQE (and for a missing remote
+/// segment), which the general writer sizes, refuses or writes: the bytes
+/// are the same (`wqe::tests` checks every shape against the oracle).
+#[inline(always)]
+fn write_one_sge(
+    sq: &mut RingBuf<'_>,
+    geo: &SqGeometry,
+    pi: u32,
+    wqe: &SendWqe<'_>,
+    flags: CtrlFlags,
+    free: u32,
+) -> Option<Result<Written, WqeError>> {
+    let op = wqe.opcode;
+    let raddr = match (op, wqe.remote) {
+        (WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM | WqeOpcode::RDMA_READ, Some(r)) => {
+            Some(r)
+        }
+        (WqeOpcode::SEND | WqeOpcode::SEND_IMM, _) => None,
+        _ => return None,
+    };
+    let Payload::Sges([d]) = wqe.payload else {
+        return None;
+    };
+    if d.len.wrapping_sub(1) >= INLINE_SEG - 1 {
+        return None;
+    }
+    if free == 0 {
+        return Some(Err(WqeError::QueueFull { need: 1, free }));
+    }
+    let imm = if op.has_imm() { wqe.imm } else { 0 };
+    let ds = 2 + raddr.is_some() as u32;
+    let ctrl = ctrl_words(op, pi as u16, geo.qpn, ds, flags, imm);
+    let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
+    // SAFETY: a masked WQEBB of the ring (the caller checked `sq.len() ==
+    // wqe_cnt * 64`), which the ring owns; the WQE's 32 or 48 bytes fit it.
+    unsafe {
+        let p = sq.as_ptr().add(base);
+        put_be32x4(p, ctrl);
+        let data = p.add(16 * (ds as usize - 1));
+        if let Some(r) = raddr {
+            put_be64x2(p.add(DS), r.addr, (r.rkey as u64) << 32);
+        }
+        put_be64x2(data, ((d.len as u64) << 32) | d.lkey as u64, d.addr);
+    }
+    Some(Ok(Written {
+        ds,
+        wqebbs: 1,
+        next_pi: pi.wrapping_add(1),
+    }))
 }
 
 /// Writes a WQE that [`wqe_size`] accepted with `ds` DS (and for which the

@@ -14,20 +14,22 @@ mod poll;
 #[cfg(feature = "verbs")]
 use super::ibv;
 use crate::types::error::{Error, Result};
-use crate::types::keys::RemoteAddr;
 use crate::types::mem::{Access, Buffer};
 use crate::types::mr::{MrInner, Registration};
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
-use crate::types::wr::{RecvWr, SendWr, WrOp};
+use crate::types::wr::SendWr;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue};
-use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::sim;
-use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
 use std::sync::Arc;
 
 /// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
 /// DS, a 512-byte WQE of 8 WQEBBs).
+mod post;
+
+pub(crate) use post::max_wqebbs;
+use post::{with_wqe, POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED};
+
 pub(crate) const MAX_SGE: usize = 30;
 /// Largest inline payload the direct path copies (bytes).
 pub(crate) const MAX_INLINE: usize = 512;
@@ -289,6 +291,10 @@ pub(crate) struct DirectQp {
     ///
     /// [`CqSizing`]: crate::types::config::CqSizing
     count_credits: bool,
+    /// Which way [`Self::post_one`] posts, decided when the state or the
+    /// credits change rather than per WR: [`POST_CHECKED`], [`POST_IN_PLACE`]
+    /// or [`POST_IN_PLACE_COUNTED`].
+    post_mode: u8,
     /// The device objects that own the rings (dropped after the drivers).
     dev: DirectDev,
     /// The path facts the last modify set (for `path`).
@@ -340,7 +346,9 @@ impl DirectQp {
         // SAFETY: the descriptions come from `sim_qp`, which this struct owns
         // and drops after the drivers (field order); nothing else on the host
         // uses these rings.
-        let sq = unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
+        let mut sq =
+            unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
+        sq.limit_wqe_size(max_wqebbs(max_send_sge, max_inline));
         // SAFETY: as above.
         let rq = unsafe { ReceiveQueue::new(&sim_qp.dv()) }?;
         Ok(Self {
@@ -352,6 +360,7 @@ impl DirectQp {
             max_recv_sge,
             max_recv_wr,
             count_credits: cq.counts_credits(&credits, max_send_wr + max_recv_wr),
+            post_mode: POST_CHECKED,
             credits,
             dev: DirectDev::Sim(sim_qp),
             path: PathInfo::unconnected("sim"),
@@ -384,7 +393,9 @@ impl DirectQp {
         // that `objs` owns; this struct drops the drivers before `objs`
         // (field order), and no one else posts to it (the QP is never
         // handed to `ibv_post_*`).
-        let sq = unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
+        let mut sq =
+            unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
+        sq.limit_wqe_size(max_wqebbs(caps.max_send_sge, objs.max_inline));
         // SAFETY: as above.
         let rq = unsafe { ReceiveQueue::new(&dv_qp) }?;
         Ok(Self {
@@ -396,6 +407,7 @@ impl DirectQp {
             max_recv_sge: caps.max_recv_sge,
             max_recv_wr: caps.max_recv_wr,
             count_credits: cq.counts_credits(&credits, caps.max_send_wr + caps.max_recv_wr),
+            post_mode: POST_CHECKED,
             credits,
             path: PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
@@ -446,6 +458,20 @@ impl DirectQp {
     /// Moves the sim QP from `from` to `to` (attributes checked by the
     /// caller); moving to RESET also resets the host side.
     pub(crate) fn modify(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
+        self.modify_dev(from, to, attr)?;
+        // Only RTS posts (and ERR, which flushes what it is given); a QP
+        // with no send SGE posts nothing in place.
+        self.post_mode = match to {
+            _ if self.max_send_sge == 0 => POST_CHECKED,
+            QpState::Rts | QpState::Err if self.count_credits => POST_IN_PLACE_COUNTED,
+            QpState::Rts | QpState::Err => POST_IN_PLACE,
+            _ => POST_CHECKED,
+        };
+        Ok(())
+    }
+
+    /// [`Self::modify`] on the device.
+    fn modify_dev(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
         use QpState as S;
         let sim_qp = match &mut self.dev {
             DirectDev::Sim(qp) => qp,
@@ -611,6 +637,9 @@ impl DirectQp {
     /// overrun (`DirectCq::detect_overrun`), so that a test can reach one.
     pub(crate) fn ignore_credits(&mut self) {
         self.count_credits = false;
+        if self.post_mode == POST_IN_PLACE_COUNTED {
+            self.post_mode = POST_IN_PLACE;
+        }
         if let Some(cq) = &mut self.cq {
             cq.detect_overrun();
         }
@@ -655,214 +684,4 @@ impl DirectQp {
             DirectDev::Mlx5(_) => self.path,
         }
     }
-
-    /// Posts `wrs` and rings the doorbell once. Every WR is checked first
-    /// (and the SQ room for all of them): on error nothing is written.
-    #[inline]
-    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        for w in wrs {
-            if w.sges.len() > self.max_send_sge as usize {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_send_sge of {}",
-                    w.sges.len(),
-                    self.max_send_sge
-                )));
-            }
-        }
-        if let [w] = wrs {
-            // One WR: the driver's own checks already write nothing on error,
-            // so there is no batch to pre-check (no second encoding pass).
-            self.take_credits(1)?;
-            self.signal_if_last_credit();
-            let r = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
-                r.map_err(|e| match e {
-                    WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
-                    e => Error::Wqe(e),
-                })
-            });
-            if let Err(e) = r {
-                self.give_credits(1);
-                return Err(e);
-            }
-            self.sq.ring_doorbell();
-            self.posted_sends(1);
-            return Ok(());
-        }
-        if wrs.is_empty() {
-            return Ok(());
-        }
-        let mut need = 0u32;
-        for w in wrs {
-            let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
-            need += wqebbs;
-        }
-        if need > self.sq.free_wqebbs() || wrs.len() as u32 > self.sq.free_wrs() {
-            return Err(Error::QueueFull);
-        }
-        self.take_credits(wrs.len() as u32)?;
-        let (last, head) = wrs.split_last().expect("a batch of two or more");
-        for w in head {
-            with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
-        }
-        self.signal_if_last_credit();
-        with_wqe(last, |wqe| self.sq.post(wqe, last.wr_id))??;
-        self.sq.ring_doorbell();
-        self.posted_sends(wrs.len());
-        Ok(())
-    }
-
-    /// Posts receive WQEs and rings the RQ doorbell once. Checked first: on
-    /// error nothing is written.
-    /// Receives take at most `n` SGEs (the QP's config), whatever the
-    /// RQ's stride holds.
-    #[cfg(feature = "verbs")]
-    pub(crate) fn limit_recv_sge(&mut self, n: u32) {
-        self.max_recv_sge = self.max_recv_sge.min(n);
-    }
-
-    pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        let max = self.max_recv_sge as usize;
-        for w in wrs {
-            if w.sges.len() > max {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_recv_sge of {max}",
-                    w.sges.len()
-                )));
-            }
-            let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
-            if total > 1 << 31 {
-                return Err(Error::Invalid(format!(
-                    "receive of {total} bytes exceeds 2^31"
-                )));
-            }
-        }
-        let held = self.rq.outstanding();
-        if held as usize + wrs.len() > self.max_recv_wr as usize
-            || wrs.len() as u32 > self.rq.free()
-        {
-            return Err(Error::RecvQueueFull);
-        }
-        self.take_credits(wrs.len() as u32)?;
-        for w in wrs {
-            let mut segs = [DataSeg {
-                addr: 0,
-                len: 0,
-                lkey: 0,
-            }; MAX_SGE];
-            for (d, s) in segs.iter_mut().zip(w.sges) {
-                *d = DataSeg {
-                    addr: s.addr,
-                    len: s.len,
-                    lkey: s.lkey.0,
-                };
-            }
-            // Checked above (SGE count, length, room): cannot fail.
-            self.rq.post(&segs[..w.sges.len()], w.wr_id)?;
-        }
-        self.rq.ring_doorbell();
-        self.recvd += wrs.len() as u64;
-        self.progress.recvs_posted(self.recvd);
-        Ok(())
-    }
-}
-
-/// Builds the `SendWqe` for `w` on the stack and hands it to `f`.
-#[inline]
-fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
-    if w.sges.len() > MAX_SGE {
-        return Err(Error::Invalid(format!(
-            "{} SGEs; the direct path takes at most {MAX_SGE}",
-            w.sges.len()
-        )));
-    }
-    let rs = |r: RemoteAddr| {
-        Some(RemoteSeg {
-            addr: r.addr,
-            rkey: r.rkey.0,
-        })
-    };
-    let (opcode, remote, atomic) = match w.op {
-        WrOp::RdmaWrite { remote } => (WqeOpcode::RDMA_WRITE, rs(remote), None),
-        WrOp::RdmaWriteWithImm { remote, .. } => (WqeOpcode::RDMA_WRITE_IMM, rs(remote), None),
-        WrOp::Send => (WqeOpcode::SEND, None, None),
-        WrOp::SendWithImm { .. } => (WqeOpcode::SEND_IMM, None, None),
-        WrOp::RdmaRead { remote } => (WqeOpcode::RDMA_READ, rs(remote), None),
-        WrOp::AtomicCmpSwp {
-            remote,
-            compare,
-            swap,
-        } => (
-            WqeOpcode::ATOMIC_CS,
-            rs(remote),
-            Some(AtomicSeg {
-                swap_add: swap,
-                compare,
-            }),
-        ),
-        WrOp::AtomicFetchAdd { remote, add } => (
-            WqeOpcode::ATOMIC_FA,
-            rs(remote),
-            Some(AtomicSeg {
-                swap_add: add,
-                compare: 0,
-            }),
-        ),
-    };
-    let mut flags = CtrlFlags::empty();
-    flags.set(CtrlFlags::CQ_UPDATE, w.signaled);
-    flags.set(CtrlFlags::SOLICITED, w.solicited);
-    flags.set(CtrlFlags::FENCE, w.fence);
-    let mut inline = [0u8; MAX_INLINE];
-    let mut segs = [DataSeg {
-        addr: 0,
-        len: 0,
-        lkey: 0,
-    }; MAX_SGE];
-    let payload = if w.inline {
-        let total = w.total_len();
-        if total > MAX_INLINE as u64 {
-            return Err(Error::Invalid(format!(
-                "inline payload of {total} bytes; at most {MAX_INLINE}"
-            )));
-        }
-        let mut off = 0;
-        for s in w.sges {
-            let dst = &mut inline[off..off + s.len as usize];
-            if s.plain {
-                // SAFETY: a LocalMr's range (checked by the owned post), which
-                // the WR owns: nothing else accesses it now.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(s.addr as *const u8, dst.as_mut_ptr(), dst.len())
-                };
-            } else {
-                // SAFETY: `s` borrows a live Mr (Sge<'mr>) and `Sge::new`
-                // checked that addr..addr+len lies inside it; such memory is
-                // read with atomic loads (`shared`), as a peer may write it.
-                unsafe { mlx5_dv::shared::load_into(s.addr as *const u8, dst) };
-            }
-            off += s.len as usize;
-        }
-        Payload::Inline(&inline[..off])
-    } else {
-        for (d, s) in segs.iter_mut().zip(w.sges) {
-            *d = DataSeg {
-                addr: s.addr,
-                len: s.len,
-                lkey: s.lkey.0,
-            };
-        }
-        Payload::Sges(&segs[..w.sges.len()])
-    };
-    let imm = match w.op {
-        WrOp::RdmaWriteWithImm { imm, .. } | WrOp::SendWithImm { imm } => imm,
-        _ => 0,
-    };
-    Ok(f(&SendWqe {
-        opcode,
-        flags,
-        imm,
-        remote,
-        atomic,
-        payload,
-    }))
 }

@@ -30,7 +30,13 @@ pub(super) fn inline_gather_and_unsignaled_writes_wrap_the_ring(dev: &str) -> Ca
         let n = 1 + (round as usize * 37) % 120;
         let a = pattern(n, round as u8);
         src.write(0, &a)?;
-        let sge = [Sge::new(&src, 0, n as u32)?];
+        // Odd rounds: the payload as plain bytes (`Sge::bytes`), which an
+        // inline WR takes from any memory.
+        let sge = [if round % 2 == 0 {
+            Sge::new(&src, 0, n as u32)?
+        } else {
+            Sge::bytes(&a)?
+        }];
         let off = (round as u64 * 13) % 3800;
         s.a.post_send(&[
             SendWr::rdma_write(1000 + round as u64, &sge, remote(&dst, off)).inline(),

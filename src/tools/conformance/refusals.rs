@@ -112,13 +112,28 @@ pub(super) fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseR
         matches!(r, Err(Error::Invalid(_))),
         "receive SGE of another PD: {r:?}"
     );
+    // Plain bytes are inline data only: not the source of a WR that is not
+    // inline, not a receive buffer.
+    let plain = [0x33u8; 64];
+    let bytes = [Sge::bytes(&plain)?];
+    let r =
+        s.a.post_send(&[SendWr::rdma_write(4, &bytes, remote(&dst, 0)).signaled()]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "plain bytes in a WR that is not inline: {r:?}"
+    );
+    let r = s.b.post_recv(&[RecvWr::new(5, &bytes)]);
+    check!(
+        matches!(r, Err(Error::Invalid(_))),
+        "plain bytes as a receive buffer: {r:?}"
+    );
     check!(
         ring_snapshot(&s.a) == before,
         "a refused post wrote ring bytes"
     );
     nothing_completes(&mut s.a)?;
     check!(contents(&dst)?.iter().all(|&b| b == 0), "data landed");
-    notes.push("SGE of another PD refused at post".into());
+    notes.push("SGE of another PD, and plain bytes not inline, refused at post".into());
     drop(s.b);
     passed(notes)
 }

@@ -1,0 +1,537 @@
+//! Posting without staging: [`SendQueue::post_segs`] builds a WQE of one
+//! WQEBB in place in the SQ ring from segment values its caller computed in
+//! registers, and [`SendQueue::post_segs_bf`] then rings the doorbell with a
+//! BlueFlame copy of it. The bytes are exactly what [`crate::wqe::write_send_wqe`] writes
+//! for the same WR (`driver::tests` checks it), so the device cannot tell
+//! the two apart. UCX builds its WQEs the same way (`ib_mlx5.inl`).
+
+use super::sq::{SendQueue, Slot};
+use crate::doorbell::{sq_dbrec, QP_DBREC_SQ};
+use crate::mmio;
+use crate::prm::{CtrlFlags, WqeOpcode, WQEBB};
+use crate::wqe::WqeError;
+
+/// One 16-byte segment that follows the ctrl segment of a send WQE, held
+/// as the two 64-bit values whose big-endian bytes it is: bytes 0..8 are
+/// `hi`'s, bytes 8..16 `lo`'s (rdma-core `mlx5dv.h` structs, all fields
+/// big-endian).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seg {
+    hi: u64,
+    lo: u64,
+}
+
+impl Seg {
+    /// A remote-address segment (`struct mlx5_wqe_raddr_seg`): `raddr` at
+    /// bytes 0..8, `rkey` at 8..12, 4 reserved zero bytes.
+    #[inline(always)]
+    pub const fn raddr(addr: u64, rkey: u32) -> Seg {
+        Seg {
+            hi: addr,
+            lo: (rkey as u64) << 32,
+        }
+    }
+
+    /// A data segment (`struct mlx5_wqe_data_seg`): `byte_count` at bytes
+    /// 0..4 (`len`, below 2^31: bit 31 would mark an inline segment), `lkey`
+    /// at 4..8, `addr` at 8..16.
+    #[inline(always)]
+    pub const fn data(addr: u64, len: u32, lkey: u32) -> Seg {
+        Seg {
+            hi: ((len as u64) << 32) | lkey as u64,
+            lo: addr,
+        }
+    }
+
+    /// An atomic segment (`struct mlx5_wqe_atomic_seg`): `swap_add` at bytes
+    /// 0..8, `compare` at 8..16.
+    #[inline(always)]
+    pub const fn atomic(swap_add: u64, compare: u64) -> Seg {
+        Seg {
+            hi: swap_add,
+            lo: compare,
+        }
+    }
+
+    /// The two 8-byte words as they are stored (big-endian).
+    #[inline(always)]
+    fn stored(self) -> [u64; 2] {
+        [self.hi.to_be(), self.lo.to_be()]
+    }
+}
+
+/// Stores a 16-byte segment at `p`.
+///
+/// # Safety
+/// `p` must be valid for 16 bytes of writes.
+#[inline(always)]
+unsafe fn put(p: *mut u8, w: [u64; 2]) {
+    // SAFETY: the caller's guarantee; unaligned stores need no alignment.
+    unsafe { p.cast::<[u64; 2]>().write_unaligned(w) }
+}
+
+impl SendQueue {
+    /// Posts a WQE of the ctrl segment and the `N` segments given (`N` at
+    /// most 3: DS `1 + N`, one WQEBB), written straight into the ring at
+    /// the producer index, without ringing the doorbell. Auto-signal applies
+    /// as in [`Self::post`]; `flags` are the ctrl segment's `fm_ce_se`, `imm`
+    /// its immediate (0 unless `opcode` carries one). The caller vouches
+    /// that the segments suit `opcode`: what the device reads is its own
+    /// business (a READ without a remote-address segment fails on the wire,
+    /// not here); every byte of the `(1 + N) * 16` the device reads is
+    /// written.
+    ///
+    /// Errors, with nothing written: [`WqeError::WrLimit`] when `max_post`
+    /// WRs are outstanding, [`WqeError::QueueFull`] when no WQEBB is free.
+    #[inline(always)]
+    pub fn post_segs<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Result<(), WqeError> {
+        self.put_segs(opcode, flags, imm, segs, wr_id).map(|_| ())
+    }
+
+    /// [`Self::post_segs`], then the doorbell: the doorbell record, and a
+    /// BlueFlame copy of the WQEBB, in rdma-core's order (`post_send_db`).
+    /// When WQEs posted since the last doorbell precede it, the BlueFlame
+    /// registers are smaller than 64 bytes, or tracing is on, the doorbell
+    /// is [`Self::ring_doorbell`]'s.
+    #[inline(always)]
+    pub fn post_segs_bf<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Result<(), WqeError> {
+        let first = self.batch_start;
+        let (pi, wqe) = self.put_segs(opcode, flags, imm, segs, wr_id)?;
+        if first != pi || !self.bf_fits || crate::trace::enabled() {
+            self.ring_doorbell();
+            return Ok(());
+        }
+        let next = pi.wrapping_add(1);
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(next)) };
+        mmio::wc_start_barrier();
+        // SAFETY: `bf_reg + bf_offset` is one of the QP's two BlueFlame
+        // registers of `bf_size` bytes (`new`'s contract), at least 64
+        // (`bf_fits`); `wqe` is the WQEBB just written, inside the ring.
+        unsafe { mmio::copy_to_bf(self.bf_reg.add(self.bf_offset as usize), wqe) };
+        mmio::wc_flush_barrier();
+        self.bf_offset ^= self.bf_size;
+        self.batch_start = next;
+        Ok(())
+    }
+
+    /// Checks, ring stores and bookkeeping of [`Self::post_segs`]; returns
+    /// the WQE's index and address.
+    #[inline(always)]
+    fn put_segs<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Result<(u32, *mut u8), WqeError> {
+        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
+        let pi = self.pi;
+        let posted = self.posted;
+        if self.max_post == posted.wrapping_sub(self.retired) {
+            return Err(self.wr_limit());
+        }
+        // With no more than `max_post` WRs of `max_wqebbs` each the ring
+        // cannot be full (`room_implied`); else look.
+        if !self.room_implied && pi.wrapping_sub(self.tail) >= self.geo.wqe_cnt {
+            return Err(self.no_room());
+        }
+        let slot = pi & self.slot_mask;
+        let (flags, forced) = self.auto_signal(flags);
+        // The slot first, so that `wr_id` is stored and gone before the
+        // segments need the registers.
+        // SAFETY: `slots` has `wqe_cnt` entries (`new`), `slot` is masked below it.
+        unsafe {
+            Slot::store(
+                self.slots.get_unchecked_mut(slot as usize),
+                wr_id,
+                posted,
+                1,
+                forced,
+            )
+        };
+        // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
+        // the ring (`wqe_cnt * 64` bytes, `new`).
+        let wqe = unsafe { self.buf.as_ptr().add(slot as usize * WQEBB) };
+        // The ctrl segment (`struct mlx5_wqe_ctrl_seg`): opmod 0, WQE index,
+        // opcode | QPN, DS | signature 0, reserved, fm_ce_se | immediate.
+        let ds = 1 + N as u64;
+        let ctrl = Seg {
+            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32) | self.ctrl_qpn as u64 | ds,
+            lo: ((flags.bits() as u64) << 32) | imm as u64,
+        };
+        // SAFETY: the WQEBB is free (checked above) and ours (`new`); the
+        // WQE's `(1 + N) * 16` bytes fit it.
+        unsafe {
+            put(wqe, ctrl.stored());
+            for (i, s) in segs.iter().enumerate() {
+                put(wqe.add(16 * (i + 1)), s.stored());
+            }
+        }
+        self.posted = posted.wrapping_add(1);
+        self.batch_last = pi;
+        self.pi = pi.wrapping_add(1);
+        Ok((pi, wqe))
+    }
+
+    #[cold]
+    fn no_room(&self) -> WqeError {
+        WqeError::QueueFull {
+            need: 1,
+            free: self.free_wqebbs(),
+        }
+    }
+}
+
+/// Room reserved in the SQ for a batch of WRs of one WQEBB each
+/// ([`SendQueue::reserve`]), filled in place by [`Self::push_segs`] and
+/// published by [`Self::ring`] with one doorbell: io_uring's "push, then
+/// submit once". The queue's indices stay in this value (in registers)
+/// while it is filled; they go back to the queue when it is rung or
+/// dropped. WQEs pushed and dropped without a ring are posted, and the
+/// next doorbell of the queue publishes them.
+pub struct Reserved<'a> {
+    sq: &'a mut SendQueue,
+    ring: *mut u8,
+    slots: *mut Slot,
+    mask: u32,
+    ctrl_qpn: u32,
+    pi: u32,
+    posted: u32,
+    left: u32,
+    unsignaled_left: u64,
+    force_after: u64,
+}
+
+impl SendQueue {
+    /// Reserves room for `wrs` WRs of one WQEBB each (ctrl and at most three
+    /// segments).
+    ///
+    /// Errors, reserving nothing: [`WqeError::WrLimit`] when fewer than
+    /// `wrs` more WRs may be outstanding, [`WqeError::QueueFull`] when fewer
+    /// than `wrs` WQEBBs are free.
+    #[inline(always)]
+    pub fn reserve(&mut self, wrs: u32) -> Result<Reserved<'_>, WqeError> {
+        if wrs > self.free_wrs() {
+            return Err(self.wr_limit());
+        }
+        if wrs > self.free_wqebbs() {
+            return Err(WqeError::QueueFull {
+                need: wrs,
+                free: self.free_wqebbs(),
+            });
+        }
+        Ok(Reserved {
+            ring: self.buf.as_ptr(),
+            slots: self.slots.as_mut_ptr(),
+            mask: self.slot_mask,
+            ctrl_qpn: self.ctrl_qpn,
+            pi: self.pi,
+            posted: self.posted,
+            left: wrs,
+            unsignaled_left: self.unsignaled_left,
+            force_after: self.force_after,
+            sq: self,
+        })
+    }
+}
+
+impl Reserved<'_> {
+    /// [`SendQueue::post_segs`] into the reserved room, without its checks.
+    ///
+    /// Errors, with nothing written: [`WqeError::WrLimit`] once as many WRs
+    /// as were reserved have been pushed.
+    #[inline(always)]
+    pub fn push_segs<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Result<(), WqeError> {
+        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
+        if self.left == 0 {
+            return Err(self.sq.wr_limit());
+        }
+        self.left -= 1;
+        let pi = self.pi;
+        let slot = (pi & self.mask) as usize;
+        // Auto-signal, as `SendQueue::auto_signal`.
+        let (flags, forced) = if flags.contains(CtrlFlags::CQ_UPDATE) {
+            self.unsignaled_left = self.force_after;
+            (flags, false)
+        } else if self.unsignaled_left == 0 {
+            self.unsignaled_left = self.force_after;
+            (flags | CtrlFlags::CQ_UPDATE, true)
+        } else {
+            self.unsignaled_left -= 1;
+            (flags, false)
+        };
+        let ds = 1 + N as u64;
+        let ctrl = Seg {
+            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32) | self.ctrl_qpn as u64 | ds,
+            lo: ((flags.bits() as u64) << 32) | imm as u64,
+        };
+        // SAFETY: `reserve` found this WQEBB free; a masked index inside the
+        // ring of `mask + 1` WQEBBs, and the slot table of as many entries,
+        // both the queue's (`new`); the WQE's `(1 + N) * 16` bytes fit it.
+        unsafe {
+            let wqe = self.ring.add(slot * WQEBB);
+            put(wqe, ctrl.stored());
+            for (i, s) in segs.iter().enumerate() {
+                put(wqe.add(16 * (i + 1)), s.stored());
+            }
+            Slot::store(self.slots.add(slot), wr_id, self.posted, 1, forced);
+        }
+        self.posted = self.posted.wrapping_add(1);
+        self.pi = pi.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Makes the next WR pushed signaled, as [`SendQueue::signal_next`].
+    pub fn signal_next(&mut self) {
+        self.unsignaled_left = 0;
+    }
+
+    /// Rings the doorbell for everything posted since the last one
+    /// ([`SendQueue::ring_doorbell`]: for more than one WQE the 8-byte
+    /// doorbell of the last).
+    #[inline]
+    pub fn ring(mut self) {
+        self.sync();
+        self.sq.ring_doorbell();
+    }
+
+    /// Hands the indices back to the queue (again: nothing changes).
+    #[inline(always)]
+    fn sync(&mut self) {
+        if self.pi != self.sq.pi {
+            self.sq.batch_last = self.pi.wrapping_sub(1);
+        }
+        self.sq.pi = self.pi;
+        self.sq.posted = self.posted;
+        self.sq.unsignaled_left = self.unsignaled_left;
+    }
+}
+
+impl Drop for Reserved<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.sync();
+    }
+}
+
+/// Copies `len` bytes (at most a WQE's 1 KiB) from `src` to `dst`, not
+/// overlapping, with fixed-size moves and no call: up to 64 bytes as the
+/// first and last 32 (or 16, 8, 4), more as 32-byte blocks and then the
+/// last 32. (A `memcpy` call makes the caller keep its registers on the
+/// stack around it.)
+///
+/// # Safety
+/// `src` valid for `len` bytes of reads, `dst` for `len` bytes of writes,
+/// not overlapping.
+#[inline(always)]
+unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies `N` bytes.
+    ///
+    /// # Safety
+    /// `src` and `dst` valid for `N` bytes, not overlapping.
+    #[inline(always)]
+    unsafe fn block<const N: usize>(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's; fixed-size copies become plain moves.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, N) }
+    }
+    // SAFETY (every arm): each `block::<N>` covers `[0, N)` or
+    // `[len - N, len)` with `N <= len`, inside the caller's ranges.
+    unsafe {
+        if len > 64 {
+            let mut off = 0;
+            while len - off > 32 {
+                block::<32>(src.add(off), dst.add(off));
+                off += 32;
+            }
+            block::<32>(src.add(len - 32), dst.add(len - 32));
+        } else if len >= 32 {
+            block::<32>(src, dst);
+            block::<32>(src.add(len - 32), dst.add(len - 32));
+        } else if len >= 16 {
+            block::<16>(src, dst);
+            block::<16>(src.add(len - 16), dst.add(len - 16));
+        } else if len >= 8 {
+            block::<8>(src, dst);
+            block::<8>(src.add(len - 8), dst.add(len - 8));
+        } else if len >= 4 {
+            block::<4>(src, dst);
+            block::<4>(src.add(len - 4), dst.add(len - 4));
+        } else {
+            for i in 0..len {
+                *dst.add(i) = *src.add(i);
+            }
+        }
+    }
+}
+
+impl SendQueue {
+    /// Posts a WQE of the ctrl segment, the remote-address segment `raddr`
+    /// (if any) and an inline segment carrying the `len` bytes at `src`
+    /// (`MLX5_INLINE_SEG | len`, then the bytes; its padding is not
+    /// written, as rdma-core does not), built in place; the bytes continue
+    /// at the start of the ring where they reach its end. Then the doorbell,
+    /// with a BlueFlame copy of its WQEBBs when it is the only WQE since the
+    /// last doorbell and fits the register ([`Self::post_segs_bf`]).
+    ///
+    /// Errors, with nothing written: [`WqeError::InlineTooLong`] above the
+    /// queue's `max_inline`, [`WqeError::TooBig`] above its largest WQE,
+    /// [`WqeError::WrLimit`], [`WqeError::QueueFull`].
+    ///
+    /// # Safety
+    /// `src..src + len` must be valid for reads during the call. When
+    /// `shared` is false nothing writes those bytes meanwhile (they are
+    /// copied plainly); when true, others may access them only with
+    /// one-byte atomics or by DMA (they are read with relaxed one-byte
+    /// loads, [`crate::shared::load_into`]).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn post_inline_bf(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        raddr: Option<Seg>,
+        src: *const u8,
+        len: u32,
+        shared: bool,
+        wr_id: u64,
+    ) -> Result<(), WqeError> {
+        if len > self.geo.max_inline {
+            return Err(self.inline_too_long(len));
+        }
+        let hdr = 16 * (1 + raddr.is_some() as u32);
+        // ctrl, raddr, and `ceil((4 + len) / 16)` DS of inline segment.
+        let ds = hdr / 16 + if len == 0 { 0 } else { (len + 4 + 15) >> 4 };
+        let wqebbs = (ds + 3) >> 2;
+        let pi = self.pi;
+        let posted = self.posted;
+        if self.max_post == posted.wrapping_sub(self.retired) {
+            return Err(self.wr_limit());
+        }
+        // `len <= max_inline` keeps the WQE within `geo.max_wqebbs`
+        // (`new` and `limit_wqe_size` see to it), so `room_implied` holds
+        // for it too.
+        debug_assert!(wqebbs <= self.geo.max_wqebbs);
+        if !self.room_implied && wqebbs > self.free_wqebbs() {
+            return Err(WqeError::QueueFull {
+                need: wqebbs,
+                free: self.free_wqebbs(),
+            });
+        }
+        let ring = self.buf.as_ptr();
+        let ring_len = self.buf.len();
+        let base = (pi & self.slot_mask) as usize * WQEBB;
+        // SAFETY: the WQE's WQEBBs are free (checked above) and the ring's
+        // (`new`). Its first 36 bytes (ctrl, raddr, inline header) lie in
+        // its first WQEBB, inside the ring; the payload's `len` bytes start
+        // at `base + hdr + 4` and continue at the ring's start past its end,
+        // `wqebbs * 64 <= ring_len` bytes in all. `src` is the caller's.
+        unsafe {
+            let wqe = ring.add(base);
+            if let Some(r) = raddr {
+                put(wqe.add(16), r.stored());
+            }
+            if len != 0 {
+                wqe.add(hdr as usize)
+                    .cast::<u32>()
+                    .write_unaligned((len | crate::prm::INLINE_SEG).to_be());
+                let at = base + hdr as usize + 4;
+                let first = (len as usize).min(ring_len - at);
+                let copy = |s: *const u8, d: *mut u8, n: usize| {
+                    if shared {
+                        crate::shared::load_into(s, core::slice::from_raw_parts_mut(d, n));
+                    } else {
+                        copy_inline(s, d, n);
+                    }
+                };
+                copy(src, ring.add(at), first);
+                if first < len as usize {
+                    copy(src.add(first), ring, len as usize - first);
+                }
+            }
+        }
+        let (flags, forced) = self.auto_signal(flags);
+        let ctrl = Seg {
+            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32)
+                | self.ctrl_qpn as u64
+                | ds as u64,
+            lo: ((flags.bits() as u64) << 32) | imm as u64,
+        };
+        let slot = pi & self.slot_mask;
+        // SAFETY: as above; and `slots` has `wqe_cnt` entries, `slot` masked below it.
+        unsafe {
+            put(ring.add(base), ctrl.stored());
+            Slot::store(
+                self.slots.get_unchecked_mut(slot as usize),
+                wr_id,
+                posted,
+                wqebbs,
+                forced,
+            );
+        }
+        self.posted = posted.wrapping_add(1);
+        self.batch_last = pi;
+        let next = pi.wrapping_add(wqebbs);
+        self.pi = next;
+        if self.batch_start != pi
+            || (wqebbs * WQEBB as u32) > self.bf_size
+            || crate::trace::enabled()
+        {
+            self.ring_doorbell();
+            return Ok(());
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(next)) };
+        mmio::wc_start_barrier();
+        for i in 0..wqebbs {
+            let at = (pi.wrapping_add(i) & self.slot_mask) as usize * WQEBB;
+            // SAFETY: `bf_reg + bf_offset` is one of the QP's BlueFlame
+            // registers of `bf_size >= wqebbs * 64` bytes (checked above);
+            // `at` is a masked WQEBB of the ring.
+            unsafe {
+                mmio::copy_to_bf(
+                    self.bf_reg
+                        .add(self.bf_offset as usize + i as usize * WQEBB),
+                    ring.add(at),
+                )
+            };
+        }
+        mmio::wc_flush_barrier();
+        self.bf_offset ^= self.bf_size;
+        self.batch_start = next;
+        Ok(())
+    }
+
+    #[cold]
+    fn inline_too_long(&self, len: u32) -> WqeError {
+        WqeError::InlineTooLong {
+            len: len as usize,
+            max: self.geo.max_inline,
+        }
+    }
+}

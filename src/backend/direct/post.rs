@@ -1,0 +1,487 @@
+//! The direct path's posts: the common WRs built in place in the SQ
+//! (`post_one`, `post_many`: no staging, each check once), and the checked
+//! general path for every WR (`post_send`, through a `SendWqe` staged on
+//! the stack) and for receives (`post_recv`).
+
+use super::{DirectQp, MAX_INLINE, MAX_SGE};
+use crate::types::error::{Error, Result};
+use crate::types::keys::RemoteAddr;
+use crate::types::wr::{RecvWr, SendWr, Sge, WrOp};
+use mlx5_dv::driver::{Reserved, Seg};
+use mlx5_dv::prm::{CtrlFlags, WqeOpcode, INLINE_SEG};
+use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
+
+impl DirectQp {
+    /// Posts one WR of the common kinds, built in place in the SQ (no
+    /// staging) with a BlueFlame copy from registers: a 1-SGE RDMA WRITE
+    /// (with or without immediate), SEND (with or without immediate) or
+    /// RDMA READ, not inline, its SGE of 1 to 2^31 - 1 bytes on PD `pd`,
+    /// with room in the SQ and the CQ. Returns `false`, having changed
+    /// nothing, for anything else: the caller then takes the checked
+    /// general path (`Qp::post_send_checked`), which says why. The caller
+    /// need not check the QP's state: the post mode says it.
+    #[inline(always)]
+    pub(crate) fn post_one(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+        if self.post_mode == POST_IN_PLACE {
+            self.post_one_built(w, pd)
+        } else {
+            self.post_one_counted(w, pd)
+        }
+    }
+
+    /// Posts a batch of WRs, each of [`Self::post_one`]'s kinds, built in
+    /// place, with one doorbell (the 8-byte one, as rdma-core rings a batch).
+    /// Returns `false`, having changed nothing, when one is of another kind
+    /// or they do not all fit the SQ and the CQ: the checked path then
+    /// posts them, or says why not.
+    #[inline(always)]
+    pub(crate) fn post_many(&mut self, wrs: &[SendWr<'_>], pd: u32) -> bool {
+        let counted = match self.post_mode {
+            POST_IN_PLACE => false,
+            POST_IN_PLACE_COUNTED => true,
+            _ => return false,
+        };
+        if !wrs.iter().all(|w| in_place_sge(w, pd).is_some()) {
+            return false;
+        }
+        // One WQEBB each.
+        let n = wrs.len() as u32;
+        if counted && !self.credits.take(n) {
+            return false;
+        }
+        let Ok(mut room) = self.sq.reserve(n) else {
+            if counted {
+                self.credits.give(n);
+            }
+            return false;
+        };
+        let (last, head) = wrs.split_last().expect("a batch of two or more");
+        for w in head {
+            push_in_place(&mut room, w);
+        }
+        if counted && self.credits.free() == 0 {
+            // The WR that takes the CQ's last credit makes a CQE.
+            room.signal_next();
+        }
+        push_in_place(&mut room, last);
+        room.ring();
+        self.posted_sends(wrs.len());
+        true
+    }
+
+    /// [`Self::post_one`] taking a CQ credit (a shared CQ, or a shallow one);
+    /// `false` in the checked post mode.
+    #[inline(never)]
+    fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+        if self.post_mode != POST_IN_PLACE_COUNTED || !self.credits.take(1) {
+            return false;
+        }
+        if self.credits.free() == 0 {
+            // The WR that takes the last credit must make a CQE, else none
+            // would ever give the credits back (see `signal_if_last_credit`).
+            self.sq.signal_next();
+        }
+        if self.post_one_built(w, pd) {
+            return true;
+        }
+        self.credits.give(1);
+        false
+    }
+
+    /// [`Self::post_one`] without the CQ credits.
+    #[inline(always)]
+    fn post_one_built(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+        if w.inline {
+            return self.post_inline(w);
+        }
+        match w.op {
+            WrOp::RdmaWrite { remote } => {
+                self.post_sge::<true>(WqeOpcode::RDMA_WRITE, 0, remote, w, pd)
+            }
+            WrOp::RdmaWriteWithImm { remote, imm } => {
+                self.post_sge::<true>(WqeOpcode::RDMA_WRITE_IMM, imm, remote, w, pd)
+            }
+            WrOp::Send => self.post_sge::<false>(WqeOpcode::SEND, 0, NO_REMOTE, w, pd),
+            WrOp::SendWithImm { imm } => {
+                self.post_sge::<false>(WqeOpcode::SEND_IMM, imm, NO_REMOTE, w, pd)
+            }
+            WrOp::RdmaRead { remote } => {
+                self.post_sge::<true>(WqeOpcode::RDMA_READ, 0, remote, w, pd)
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Self::post_one`] of an inline WR of one SGE (any memory: the
+    /// bytes are copied now) that is a WRITE or SEND, with or without
+    /// immediate: ctrl, the remote-address segment for a WRITE, the inline
+    /// segment, built in place.
+    #[inline(always)]
+    fn post_inline(&mut self, w: &SendWr<'_>) -> bool {
+        let [s] = w.sges else { return false };
+        let flags = ctrl_flags(w);
+        let raddr = |r: RemoteAddr| Some(Seg::raddr(r.addr, r.rkey.0));
+        // SAFETY (every arm): `s` borrows its memory for the call
+        // (`Sge<'mr>`), and `Sge::new` / `Sge::bytes` checked the range: a
+        // `plain` SGE is plain bytes (or a LocalMr the WR owns) that nothing
+        // else writes now, any other an Mr that a peer may write, read with
+        // atomics. One call per opcode, so that each is built for it.
+        let r = unsafe {
+            let (src, len, shared, id) = (s.addr as *const u8, s.len, !s.plain, w.wr_id);
+            let sq = &mut self.sq;
+            match w.op {
+                WrOp::RdmaWrite { remote } => sq.post_inline_bf(
+                    WqeOpcode::RDMA_WRITE,
+                    flags,
+                    0,
+                    raddr(remote),
+                    src,
+                    len,
+                    shared,
+                    id,
+                ),
+                WrOp::RdmaWriteWithImm { remote, imm } => sq.post_inline_bf(
+                    WqeOpcode::RDMA_WRITE_IMM,
+                    flags,
+                    imm,
+                    raddr(remote),
+                    src,
+                    len,
+                    shared,
+                    id,
+                ),
+                WrOp::Send => {
+                    sq.post_inline_bf(WqeOpcode::SEND, flags, 0, None, src, len, shared, id)
+                }
+                WrOp::SendWithImm { imm } => {
+                    sq.post_inline_bf(WqeOpcode::SEND_IMM, flags, imm, None, src, len, shared, id)
+                }
+                _ => return false,
+            }
+        };
+        if r.is_err() {
+            return false;
+        }
+        self.posted_sends(1);
+        true
+    }
+
+    /// [`Self::post_one`] for one opcode: ctrl, the remote-address segment
+    /// when `RADDR`, one data segment.
+    #[inline(always)]
+    fn post_sge<const RADDR: bool>(
+        &mut self,
+        op: WqeOpcode,
+        imm: u32,
+        remote: RemoteAddr,
+        w: &SendWr<'_>,
+        pd: u32,
+    ) -> bool {
+        let [s] = w.sges else { return false };
+        // A zero-length SGE makes no data segment, one of 2^31 or more
+        // cannot be one: the general path's.
+        if s.pd != pd || s.len.wrapping_sub(1) >= INLINE_SEG - 1 {
+            return false;
+        }
+        let flags = ctrl_flags(w);
+        let data = Seg::data(s.addr, s.len, s.lkey.0);
+        let r = if RADDR {
+            let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+            self.sq.post_segs_bf(op, flags, imm, [raddr, data], w.wr_id)
+        } else {
+            self.sq.post_segs_bf(op, flags, imm, [data], w.wr_id)
+        };
+        if r.is_err() {
+            return false;
+        }
+        self.posted_sends(1);
+        true
+    }
+
+    /// Posts `wrs` and rings the doorbell once. Every WR is checked first
+    /// (and the SQ room for all of them): on error nothing is written.
+    #[inline]
+    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        for w in wrs {
+            if w.sges.len() > self.max_send_sge as usize {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_send_sge of {}",
+                    w.sges.len(),
+                    self.max_send_sge
+                )));
+            }
+        }
+        if let [w] = wrs {
+            // One WR: the driver's own checks already write nothing on error,
+            // so there is no batch to pre-check (no second encoding pass).
+            self.take_credits(1)?;
+            self.signal_if_last_credit();
+            let r = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
+                r.map_err(|e| match e {
+                    WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+                    e => Error::Wqe(e),
+                })
+            });
+            if let Err(e) = r {
+                self.give_credits(1);
+                return Err(e);
+            }
+            self.sq.ring_doorbell();
+            self.posted_sends(1);
+            return Ok(());
+        }
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let mut need = 0u32;
+        for w in wrs {
+            let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
+            need += wqebbs;
+        }
+        if need > self.sq.free_wqebbs() || wrs.len() as u32 > self.sq.free_wrs() {
+            return Err(Error::QueueFull);
+        }
+        self.take_credits(wrs.len() as u32)?;
+        let (last, head) = wrs.split_last().expect("a batch of two or more");
+        for w in head {
+            with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
+        }
+        self.signal_if_last_credit();
+        with_wqe(last, |wqe| self.sq.post(wqe, last.wr_id))??;
+        self.sq.ring_doorbell();
+        self.posted_sends(wrs.len());
+        Ok(())
+    }
+
+    /// Posts receive WQEs and rings the RQ doorbell once. Checked first: on
+    /// error nothing is written.
+    /// Receives take at most `n` SGEs (the QP's config), whatever the
+    /// RQ's stride holds.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn limit_recv_sge(&mut self, n: u32) {
+        self.max_recv_sge = self.max_recv_sge.min(n);
+    }
+
+    pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let max = self.max_recv_sge as usize;
+        for w in wrs {
+            if w.sges.len() > max {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_recv_sge of {max}",
+                    w.sges.len()
+                )));
+            }
+            let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
+            if total > 1 << 31 {
+                return Err(Error::Invalid(format!(
+                    "receive of {total} bytes exceeds 2^31"
+                )));
+            }
+        }
+        let held = self.rq.outstanding();
+        if held as usize + wrs.len() > self.max_recv_wr as usize
+            || wrs.len() as u32 > self.rq.free()
+        {
+            return Err(Error::RecvQueueFull);
+        }
+        self.take_credits(wrs.len() as u32)?;
+        for w in wrs {
+            let mut segs = [DataSeg {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; MAX_SGE];
+            for (d, s) in segs.iter_mut().zip(w.sges) {
+                *d = DataSeg {
+                    addr: s.addr,
+                    len: s.len,
+                    lkey: s.lkey.0,
+                };
+            }
+            // Checked above (SGE count, length, room): cannot fail.
+            self.rq.post(&segs[..w.sges.len()], w.wr_id)?;
+        }
+        self.rq.ring_doorbell();
+        self.recvd += wrs.len() as u64;
+        self.progress.recvs_posted(self.recvd);
+        Ok(())
+    }
+}
+
+/// [`DirectQp::post_one`] posts nothing: every WR takes the checked path
+/// (a QP not in RTS or ERR, or with no send SGE).
+pub(super) const POST_CHECKED: u8 = 0;
+/// [`DirectQp::post_one`] builds the common WRs in place.
+pub(super) const POST_IN_PLACE: u8 = 1;
+/// As [`POST_IN_PLACE`], taking a CQ credit per WR.
+pub(super) const POST_IN_PLACE_COUNTED: u8 = 2;
+
+/// The largest send WQE of a QP with these limits, in WQEBBs: ctrl, raddr
+/// and the larger of the SGE list and the inline segment (an atomic WQE,
+/// 4 DS, fits one WQEBB), as rdma-core's `mlx5_calc_send_wqe` sizes it.
+pub(crate) fn max_wqebbs(max_send_sge: u32, max_inline: u32) -> u32 {
+    let payload = (max_send_sge as usize * 16).max((max_inline as usize + 4).div_ceil(16) * 16);
+    (32 + payload).div_ceil(64) as u32
+}
+
+/// The one SGE of a WR that [`DirectQp::post_many`] builds in place: not
+/// inline, not an atomic, one SGE of 1 to 2^31 - 1 bytes on PD `pd`.
+#[inline(always)]
+fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32) -> Option<&'a Sge<'a>> {
+    match (w.op, w.sges) {
+        (WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }, _) => None,
+        (_, [s]) if !w.inline && s.pd == pd && s.len.wrapping_sub(1) < INLINE_SEG - 1 => Some(s),
+        _ => None,
+    }
+}
+
+/// Writes one WR that [`in_place_sge`] accepted into room reserved for it.
+#[inline(always)]
+fn push_in_place(room: &mut Reserved<'_>, w: &SendWr<'_>) {
+    let Some(s) = w.sges.first() else { return };
+    let flags = ctrl_flags(w);
+    let data = Seg::data(s.addr, s.len, s.lkey.0);
+    let raddr = |r: RemoteAddr| Seg::raddr(r.addr, r.rkey.0);
+    let r = match w.op {
+        WrOp::RdmaWrite { remote } => room.push_segs(
+            WqeOpcode::RDMA_WRITE,
+            flags,
+            0,
+            [raddr(remote), data],
+            w.wr_id,
+        ),
+        WrOp::RdmaWriteWithImm { remote, imm } => room.push_segs(
+            WqeOpcode::RDMA_WRITE_IMM,
+            flags,
+            imm,
+            [raddr(remote), data],
+            w.wr_id,
+        ),
+        WrOp::Send => room.push_segs(WqeOpcode::SEND, flags, 0, [data], w.wr_id),
+        WrOp::SendWithImm { imm } => {
+            room.push_segs(WqeOpcode::SEND_IMM, flags, imm, [data], w.wr_id)
+        }
+        WrOp::RdmaRead { remote } => room.push_segs(
+            WqeOpcode::RDMA_READ,
+            flags,
+            0,
+            [raddr(remote), data],
+            w.wr_id,
+        ),
+        _ => Ok(()),
+    };
+    debug_assert!(r.is_ok(), "room was reserved for the whole batch: {r:?}");
+}
+
+/// A WR's ctrl-segment flags: `signaled`, `solicited`, `fence`.
+#[inline(always)]
+fn ctrl_flags(w: &SendWr<'_>) -> CtrlFlags {
+    CtrlFlags::from_bits_retain(w.ctrl_bits())
+}
+
+/// The remote address of an opcode that has none (never stored).
+const NO_REMOTE: RemoteAddr = RemoteAddr {
+    addr: 0,
+    rkey: crate::types::keys::Rkey(0),
+};
+
+/// Builds the `SendWqe` for `w` on the stack and hands it to `f`.
+#[inline]
+pub(super) fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
+    if w.sges.len() > MAX_SGE {
+        return Err(Error::Invalid(format!(
+            "{} SGEs; the direct path takes at most {MAX_SGE}",
+            w.sges.len()
+        )));
+    }
+    let rs = |r: RemoteAddr| {
+        Some(RemoteSeg {
+            addr: r.addr,
+            rkey: r.rkey.0,
+        })
+    };
+    let (opcode, remote, atomic) = match w.op {
+        WrOp::RdmaWrite { remote } => (WqeOpcode::RDMA_WRITE, rs(remote), None),
+        WrOp::RdmaWriteWithImm { remote, .. } => (WqeOpcode::RDMA_WRITE_IMM, rs(remote), None),
+        WrOp::Send => (WqeOpcode::SEND, None, None),
+        WrOp::SendWithImm { .. } => (WqeOpcode::SEND_IMM, None, None),
+        WrOp::RdmaRead { remote } => (WqeOpcode::RDMA_READ, rs(remote), None),
+        WrOp::AtomicCmpSwp {
+            remote,
+            compare,
+            swap,
+        } => (
+            WqeOpcode::ATOMIC_CS,
+            rs(remote),
+            Some(AtomicSeg {
+                swap_add: swap,
+                compare,
+            }),
+        ),
+        WrOp::AtomicFetchAdd { remote, add } => (
+            WqeOpcode::ATOMIC_FA,
+            rs(remote),
+            Some(AtomicSeg {
+                swap_add: add,
+                compare: 0,
+            }),
+        ),
+    };
+    let mut flags = CtrlFlags::empty();
+    flags.set(CtrlFlags::CQ_UPDATE, w.signaled);
+    flags.set(CtrlFlags::SOLICITED, w.solicited);
+    flags.set(CtrlFlags::FENCE, w.fence);
+    let mut inline = [0u8; MAX_INLINE];
+    let mut segs = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_SGE];
+    let payload = if w.inline {
+        let total = w.total_len();
+        if total > MAX_INLINE as u64 {
+            return Err(Error::Invalid(format!(
+                "inline payload of {total} bytes; at most {MAX_INLINE}"
+            )));
+        }
+        let mut off = 0;
+        for s in w.sges {
+            let dst = &mut inline[off..off + s.len as usize];
+            if s.plain {
+                // SAFETY: a LocalMr's range (checked by the owned post), which
+                // the WR owns: nothing else accesses it now.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(s.addr as *const u8, dst.as_mut_ptr(), dst.len())
+                };
+            } else {
+                // SAFETY: `s` borrows a live Mr (Sge<'mr>) and `Sge::new`
+                // checked that addr..addr+len lies inside it; such memory is
+                // read with atomic loads (`shared`), as a peer may write it.
+                unsafe { mlx5_dv::shared::load_into(s.addr as *const u8, dst) };
+            }
+            off += s.len as usize;
+        }
+        Payload::Inline(&inline[..off])
+    } else {
+        for (d, s) in segs.iter_mut().zip(w.sges) {
+            *d = DataSeg {
+                addr: s.addr,
+                len: s.len,
+                lkey: s.lkey.0,
+            };
+        }
+        Payload::Sges(&segs[..w.sges.len()])
+    };
+    let imm = match w.op {
+        WrOp::RdmaWriteWithImm { imm, .. } | WrOp::SendWithImm { imm } => imm,
+        _ => 0,
+    };
+    Ok(f(&SendWqe {
+        opcode,
+        flags,
+        imm,
+        remote,
+        atomic,
+        payload,
+    }))
+}
