@@ -240,3 +240,36 @@ fn a_cursor_of_the_wrong_slot_size_panics() {
     assert_eq!(cq.slot_size(), 64);
     let _ = cq.cursor::<128>();
 }
+
+/// With tracing on, `polled` prints every CQE the poll took, in order, with
+/// its consumer index and slot offset (the switch is read once per poll,
+/// after the loop), across the end of the ring.
+#[test]
+fn polled_traces_every_cqe_taken() {
+    let mut f = FakeCq::new(4, 64);
+    // SAFETY: `f` outlives `cq`, and only this test touches the CQ.
+    let mut cq = unsafe { CompletionQueue::new(&f.dv()) }.unwrap();
+    cq.set_overrun_ignored(true);
+    for k in 0..3 {
+        f.push(k);
+    }
+    while cq.poll_one().is_some() {}
+    for k in 3..6 {
+        f.push(k);
+    }
+    let from = cq.ci();
+    let out = crate::trace::capture::run(|| {
+        let mut cur = cq.cursor::<64>();
+        while cur.next().is_some() {}
+        drop(cur);
+        cq.polled(from);
+    });
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (l, (ci, off)) in lines.iter().zip([(3, 192), (4, 0), (5, 64)]) {
+        assert!(
+            l.starts_with(&format!("rdma-direct trace: CQ 0x7 CQE ci {ci} offset {off}: REQ wqe_opcode RDMA_WRITE qpn 0x1234 wqe_counter {ci} ")),
+            "{l}"
+        );
+    }
+}
