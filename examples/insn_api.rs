@@ -10,9 +10,13 @@
 //! - `api_batch32`: of 32 1-SGE WRITEs, the last signaled (one doorbell);
 //! - `api_poll1`, `api_poll16`: `Qp::poll` taking 1 or 16 completions (the
 //!   CQEs are there before the call: `SimHook::cqes_ready`);
-//! - `api_poll_empty`: `Qp::poll` of an empty CQ.
+//! - `api_poll_empty`: `Qp::poll` of an empty CQ;
+//! - `api_shared_poll_empty`: `SharedCq::poll` of an empty shared CQ (one
+//!   connected QP on it).
 
-use rdma_direct::{Access, Completion, Context, Qp, QpConfig, RemoteAddr, SendWr, Sge};
+use rdma_direct::{
+    Access, Completion, Context, CqSizing, Qp, QpConfig, RemoteAddr, SendWr, Sge, SharedCq,
+};
 use std::hint::black_box;
 
 #[no_mangle]
@@ -25,6 +29,12 @@ pub fn api_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()>
 #[inline(never)]
 pub fn api_poll(qp: &mut Qp, out: &mut [Completion]) -> rdma_direct::Result<usize> {
     qp.poll(out)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_shared_poll(cq: &mut SharedCq, out: &mut [Completion]) -> rdma_direct::Result<usize> {
+    cq.poll(out)
 }
 
 /// Polls (not counted) until `k` completions came.
@@ -45,7 +55,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty> <N>");
+        eprintln!("usage: insn_api <api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
@@ -72,6 +82,11 @@ fn main() -> rdma_direct::Result<()> {
     let mut batch = [SendWr::rdma_write(3, &sge, to); 32];
     batch[31] = batch[31].signaled();
     let mut out = [Completion::default(); 16];
+    // A shared CQ with one QP on it, connected to a QP of its own CQ.
+    let mut shared = pd.create_shared_cq(CqSizing::new().qp(&cfg).depth()?)?;
+    let on_shared = shared.create_qp(&cfg)?;
+    let mut peer = pd.create_qp(&cfg)?;
+    Qp::connect_loopback(shared.qp_mut(on_shared), &mut peer)?;
     for _ in 0..n {
         match op.as_str() {
             "api_post_write" => {
@@ -98,6 +113,9 @@ fn main() -> rdma_direct::Result<()> {
             }
             "api_poll_empty" => {
                 assert_eq!(api_poll(&mut a, black_box(&mut out))?, 0);
+            }
+            "api_shared_poll_empty" => {
+                assert_eq!(api_shared_poll(&mut shared, black_box(&mut out))?, 0);
             }
             other => {
                 eprintln!("insn_api: unknown op {other:?}");

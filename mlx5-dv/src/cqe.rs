@@ -134,6 +134,91 @@ impl Cqe {
     }
 }
 
+/// A software-owned CQE in the CQ ring, read field by field where it lies
+/// (the offsets of [`Cqe`]'s fields, big-endian): what
+/// [`CompletionQueue::take`](crate::driver::CompletionQueue::take) hands out
+/// after its from-device barrier, valid for the call it is handed to. A
+/// field not asked for is never loaded, and [`Self::decode`] gives the
+/// whole [`Cqe`] where a caller wants every field.
+#[derive(Clone, Copy)]
+pub struct CqeRef<'a> {
+    /// Byte 0 of the 64-byte CQE proper.
+    p: *const u8,
+    /// Its byte 63, as the ownership test read it.
+    op_own: u8,
+    _cq: core::marker::PhantomData<&'a [u8; CQE64]>,
+}
+
+impl CqeRef<'_> {
+    /// # Safety
+    /// `p` must be valid for reads of 64 bytes, which nothing writes, for
+    /// the lifetime chosen; `op_own` is its byte 63.
+    #[inline(always)]
+    pub(crate) unsafe fn new(p: *const u8, op_own: u8) -> Self {
+        CqeRef {
+            p,
+            op_own,
+            _cq: core::marker::PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    fn be32(&self, o: usize) -> u32 {
+        // SAFETY: `o + 4 <= 64` at every call below (`new`'s contract);
+        // unaligned reads need no alignment.
+        u32::from_be(unsafe { (self.p.add(o) as *const u32).read_unaligned() })
+    }
+
+    #[inline(always)]
+    fn byte(&self, o: usize) -> u8 {
+        // SAFETY: `o < 64` at every call below (`new`'s contract).
+        unsafe { *self.p.add(o) }
+    }
+
+    /// `op_own` (byte 63): opcode in bits 7:4, format 3:2, se 1, owner 0.
+    #[inline(always)]
+    pub fn op_own(&self) -> u8 {
+        self.op_own
+    }
+
+    #[inline(always)]
+    pub fn opcode(&self) -> CqeOpcode {
+        CqeOpcode(self.op_own() >> 4)
+    }
+
+    /// Low 16 bits of the index of the (last) WQE this CQE completes (bytes 60..62).
+    #[inline(always)]
+    pub fn wqe_counter(&self) -> u16 {
+        // SAFETY: bytes 60..62 of the CQE (`new`'s contract).
+        u16::from_be(unsafe { (self.p.add(60) as *const u16).read_unaligned() })
+    }
+
+    /// QPN (bits 23:0 of bytes 56..60).
+    #[inline(always)]
+    pub fn qpn(&self) -> u32 {
+        self.be32(56) & 0xff_ffff
+    }
+
+    /// For requester CQEs: the WQE opcode they complete (byte 56).
+    #[inline(always)]
+    pub fn wqe_opcode(&self) -> WqeOpcode {
+        WqeOpcode(self.byte(56))
+    }
+
+    /// Bytes 44..48.
+    #[inline(always)]
+    pub fn byte_cnt(&self) -> u32 {
+        self.be32(44)
+    }
+
+    /// Every field, as [`Cqe::decode`] reads them.
+    #[inline(always)]
+    pub fn decode(&self) -> Cqe {
+        // SAFETY: `new`'s contract: 64 readable bytes.
+        unsafe { Cqe::decode_raw(self.p) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,18 +132,24 @@ impl WcOpcode {
 }
 
 /// One work completion.
+///
+/// `repr(C)`, 40 bytes, the fields in this order so that the three a
+/// successful completion leaves at zero (status, `vendor_err`, `imm`'s tag)
+/// are adjacent: a poll writes them with two stores (wr_id at 0, status 8,
+/// vendor_err 12, imm 16 (tag) and 20, byte_len 24, qp_num 28, opcode 32).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Completion {
     pub wr_id: u64,
     pub status: WcStatus,
-    pub opcode: WcOpcode,
-    /// Bytes transferred (RDMA READ, atomics, receives).
-    pub byte_len: u32,
-    /// Immediate data, as the sender passed it (receives with immediate).
-    pub imm: Option<u32>,
-    pub qp_num: u32,
     /// Vendor syndrome (mlx5: CQE byte 54), 0 on success.
     pub vendor_err: u32,
+    /// Immediate data, as the sender passed it (receives with immediate).
+    pub imm: Option<u32>,
+    /// Bytes transferred (RDMA READ, atomics, receives).
+    pub byte_len: u32,
+    pub qp_num: u32,
+    pub opcode: WcOpcode,
 }
 
 impl Default for WcStatus {

@@ -95,6 +95,16 @@ impl WrProgress {
         self.send_retired.store(sends, Ordering::Release);
         self.recv_retired.store(recvs, Ordering::Release);
     }
+    /// The sends and receives retired as last published (by this QP's own
+    /// thread: relaxed loads of its own stores), so that a poll can tell
+    /// how many it retired.
+    #[inline(always)]
+    pub(crate) fn retired_published(&self) -> (u64, u64) {
+        (
+            self.send_retired.load(Ordering::Relaxed),
+            self.recv_retired.load(Ordering::Relaxed),
+        )
+    }
     /// What an MR of `lkey` dropped now waits for on this QP: every send
     /// posted so far, and the receives posted so far if one still
     /// outstanding names it (receives that name other memory, kept posted

@@ -1,8 +1,9 @@
-//! The completion queue poller: ownership checks with look-ahead (one
-//! barrier per run of CQEs), the consumer index, arming.
+//! The completion queue poller: the ownership check, one CQE at a time
+//! with its barrier, the consumer index (written lazily on a CQ that
+//! ignores overrun), arming.
 
 use super::{pow2, DescError};
-use crate::cqe::{sw_owned, Cqe};
+use crate::cqe::{sw_owned, Cqe, CqeRef};
 use crate::doorbell::{cq_arm_uar, cq_arm_word, cq_ci, CQ_DBREC_ARM, CQ_DBREC_CI, CQ_UAR_DOORBELL};
 use crate::dv::mlx5dv_cq;
 use crate::mmio;
@@ -10,19 +11,24 @@ use crate::prm::CQE64;
 
 /// Completion queue poller.
 pub struct CompletionQueue {
-    /// Address of the first CQE proper (the last 64 bytes of slot 0).
-    first: *const u8,
-    cqe_cnt: u32,
-    /// `cqe_cnt - 1`.
+    /// Address of the `op_own` byte of slot 0 (byte 63 of the CQE proper,
+    /// the last 64 bytes of the slot).
+    op_own0: *const u8,
+    /// `cqe_cnt - 1` and `log2` of the slot size (6: 64 bytes, 7: 128).
     mask: u32,
-    /// Slot size in bytes (64 or 128).
-    stride: usize,
+    slot_log: u32,
+    /// `cqe_cnt * slot size - 1`.
+    ring_mask: usize,
     dbrec: *mut u32,
-    ci: u32,
-    /// The CQEs from `ci` up to (not including) `ready_end` had their
-    /// `op_own` seen software-owned before a completed
-    /// [`mmio::from_device_barrier`].
-    ready_end: u32,
+    /// The consumer index in bytes of ring: `ci * slot size`, wrapping (the
+    /// consumer index is `at >> slot_log`; its low 24 bits, all the
+    /// doorbell record carries, stay right however `usize` wraps): the
+    /// slot's offset is `at & ring_mask` and its owner bit `at & (ring_mask
+    /// + 1)`, so the poll needs no shift.
+    at: usize,
+    /// The CQ was created to ignore overrun: the device never reads the
+    /// consumer-index record, so polls do not write it ([`Self::polled`]).
+    lazy_ci: bool,
     cqn: u32,
     /// The CQ's UAR page (`mlx5dv_cq.cq_uar`; null: arming unavailable), and
     /// the arm sequence number (2 bits used), advanced per completion event.
@@ -30,9 +36,67 @@ pub struct CompletionQueue {
     arm_sn: u32,
 }
 
-/// Most CQEs [`CompletionQueue::poll_one`] checks ahead of the consumer index
-/// before its one acquire barrier.
-const POLL_AHEAD: u32 = 16;
+/// See [`CompletionQueue::cursor`].
+/// `SLOT` is the CQ's slot size in bytes (64 or 128), a constant so that
+/// the loop over the cursor spends no register on it.
+pub struct CqCursor<'a, const SLOT: usize> {
+    op_own0: *const u8,
+    /// The consumer index in bytes of ring (`ci * SLOT`, wrapping): the
+    /// slot's offset is `at & ring_mask`, its owner bit `at & (ring_mask +
+    /// 1)`, and the next slot is `SLOT` further, so the loop needs no shift.
+    at: usize,
+    /// `cqe_cnt * SLOT - 1`.
+    ring_mask: usize,
+    cq: &'a mut CompletionQueue,
+}
+
+impl<const SLOT: usize> CqCursor<'_, SLOT> {
+    /// The consumer index: the index of the CQE [`Self::next`] looks at.
+    #[inline(always)]
+    pub fn ci(&self) -> u32 {
+        (self.at >> self.cq.slot_log) as u32
+    }
+
+    /// Takes the CQE at the consumer index if it is software-owned, and
+    /// advances the consumer index. Ordering as rdma-core's (`cq.c`
+    /// `mlx5_get_next_cqe`, `udma_from_device_barrier`): `op_own` is read
+    /// first and tested (one compare: [`owned`]), then the from-device
+    /// barrier (`lfence` on x86_64), then the fields the caller reads
+    /// through the [`CqeRef`], only those (the others are never loaded).
+    #[inline(always)]
+    #[allow(clippy::should_implement_trait)] // borrows from the cursor: no Iterator
+    pub fn next(&mut self) -> Option<CqeRef<'_>> {
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; `CompletionQueue::new`'s contract).
+        let op_own = unsafe { mmio::read_op_own(p) };
+        let owner = (at & (self.ring_mask + 1) != 0) as u8;
+        debug_assert_eq!(
+            owned(op_own, owner),
+            sw_owned(op_own, self.ci(), self.cq.cqe_cnt())
+        );
+        if !owned(op_own, owner) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        self.at = at.wrapping_add(SLOT);
+        // SAFETY: the 64-byte CQE proper ends at `p` (its byte 63), inside
+        // the slot. The device wrote it before publishing its op_own, which
+        // we loaded before the barrier; it writes the slot again only a
+        // whole ring later, which the caller's CQ credits (or WR limits)
+        // keep from happening while the CqeRef (borrowing this cursor)
+        // lives.
+        Some(unsafe { CqeRef::new(p.wrapping_sub(CQE64 - 1), op_own) })
+    }
+}
+
+impl<const SLOT: usize> Drop for CqCursor<'_, SLOT> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.cq.at = self.at;
+    }
+}
 
 /// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
 /// opcode (bits 7:4) is not INVALID (0xF) and bit 0 equals `owner`. In one
@@ -47,7 +111,9 @@ pub(super) fn owned(op_own: u8, owner: u8) -> bool {
 unsafe impl Send for CompletionQueue {}
 
 impl CompletionQueue {
-    /// A poller over `cq`.
+    /// A poller over `cq`, which writes the consumer-index record after
+    /// every poll that consumed CQEs ([`Self::set_overrun_ignored`] for a
+    /// CQ that ignores overrun).
     ///
     /// # Safety
     /// `cq` must describe a live CQ that stays valid, and is polled by no one
@@ -64,18 +130,38 @@ impl CompletionQueue {
             return Err(DescError::Null { what: "cq.dbrec" });
         }
         Ok(Self {
-            // SAFETY: `cqe_size - 64` (0 or 64) is inside slot 0 of the CQ buffer.
-            first: unsafe { (cq.buf as *const u8).add(cq.cqe_size as usize - CQE64) },
-            cqe_cnt,
+            // SAFETY: `cqe_size - 1` (63 or 127), the op_own byte of the CQE
+            // proper, is inside slot 0 of the CQ buffer.
+            op_own0: unsafe { (cq.buf as *const u8).add(cq.cqe_size as usize - 1) },
             mask: cqe_cnt - 1,
-            stride: cq.cqe_size as usize,
+            slot_log: cq.cqe_size.trailing_zeros(),
             dbrec: cq.dbrec,
-            ci: 0,
-            ready_end: 0,
+            ring_mask: cqe_cnt as usize * cq.cqe_size as usize - 1,
+            at: 0,
+            lazy_ci: false,
             cqn: cq.cqn,
             uar: cq.cq_uar as *mut u8,
             arm_sn: 0,
         })
+    }
+
+    /// Tells the poller whether the CQ was created to ignore overrun
+    /// (`IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`; the sim's
+    /// `Device::create_cq_ex`). Then the device never reads the
+    /// consumer-index record, and [`Self::polled`] does not write it: the
+    /// caller keeps the CQ from overrunning (CQ credits). The record is still
+    /// written where something reads it: [`Self::update_ci`] (RESET, drain,
+    /// before arming). Switching back to `false` writes it at once.
+    pub fn set_overrun_ignored(&mut self, ignored: bool) {
+        if !ignored {
+            self.update_ci();
+        }
+        self.lazy_ci = ignored;
+    }
+
+    /// Whether [`Self::polled`] leaves the consumer-index record alone.
+    pub fn overrun_ignored(&self) -> bool {
+        self.lazy_ci
     }
 
     pub fn cqn(&self) -> u32 {
@@ -83,117 +169,150 @@ impl CompletionQueue {
     }
 
     /// Consumer index.
+    #[inline(always)]
     pub fn ci(&self) -> u32 {
-        self.ci
+        (self.at >> self.slot_log) as u32
     }
 
-    /// Takes the next software-owned CQE, if any, and advances the consumer
-    /// index (the doorbell record is updated by [`Self::update_ci`]).
-    ///
-    /// Ordering as rdma-core's: `op_own` is read first, then the acquire
-    /// barrier (`lfence` on x86_64), then the rest of the CQE. When it finds
-    /// the CQE at `ci` software-owned it also reads the `op_own` bytes of up to
-    /// 15 following CQEs (`POLL_AHEAD`) and stops at the first that is not,
-    /// so one barrier orders the reads of all of them: the later calls that
-    /// take those CQEs need no barrier of their own. The device does not write
-    /// a slot again until the consumer index has passed it, so what was seen
-    /// stays valid. With tracing on ([`crate::trace`]) it looks at one CQE at
-    /// a time, and the trace switch is read only when it looks: switched on
-    /// while CQEs are already seen, tracing starts at most 15 CQEs later.
+    /// The CQEs the CQ holds (`cqe_cnt`).
+    pub fn cqe_cnt(&self) -> u32 {
+        self.mask + 1
+    }
+
+    /// Address of the `op_own` byte of the CQE at index `i`.
+    #[inline(always)]
+    fn op_own_at(&self, i: u32) -> *const u8 {
+        // A masked slot index: inside the CQ buffer (constructor contract).
+        self.op_own0
+            .wrapping_add(((i & self.mask) as usize) << self.slot_log)
+    }
+
     /// Whether the `k` CQEs from the consumer index on are software-owned
     /// (`k` at most `cqe_cnt`): a look that consumes nothing, for tests and
     /// measurements that must know a poll will find them.
     pub fn ready(&self, k: u32) -> bool {
-        (0..k.min(self.cqe_cnt)).all(|j| {
-            let i = self.ci.wrapping_add(j);
-            // SAFETY: a masked slot index inside the CQ buffer (constructor
-            // contract); byte 63 of the CQE proper is op_own.
-            let op_own = unsafe {
-                mmio::read_op_own(self.first.add((i & self.mask) as usize * self.stride + 63))
-            };
-            sw_owned(op_own, i, self.cqe_cnt)
+        (0..k.min(self.cqe_cnt())).all(|j| {
+            let i = self.ci().wrapping_add(j);
+            // SAFETY: the op_own byte of a slot inside the CQ buffer
+            // (masked index, constructor contract).
+            let op_own = unsafe { mmio::read_op_own(self.op_own_at(i)) };
+            sw_owned(op_own, i, self.cqe_cnt())
         })
     }
 
-    #[inline]
-    pub fn poll_one(&mut self) -> Option<Cqe> {
-        let mask = self.mask;
-        let ci = self.ci;
-        let mut trace = false;
-        if ci == self.ready_end {
-            // Up to the end of the ring at most, so that every CQE looked at
-            // has the same software-owned value of the owner bit.
-            let ahead = POLL_AHEAD.min(self.cqe_cnt - (ci & mask));
-            let owner = ((ci & self.cqe_cnt) != 0) as u8;
-            // SAFETY: a masked slot index: `slot + cqe_size <= cqe_cnt *
-            // cqe_size`, inside the CQ buffer (constructor contract); `first`
-            // points at the CQE proper of slot 0; byte 63 is op_own.
-            let mut p = unsafe { self.first.add((ci & mask) as usize * self.stride + 63) };
-            let mut n = 0;
-            while n < ahead {
-                // SAFETY: `p` is the op_own byte of slot `(ci & mask) + n`,
-                // and `(ci & mask) + n < cqe_cnt` (`ahead` stops at the end).
-                let op_own = unsafe { mmio::read_op_own(p) };
-                debug_assert_eq!(
-                    owned(op_own, owner),
-                    sw_owned(op_own, ci.wrapping_add(n), self.cqe_cnt)
-                );
-                if !owned(op_own, owner) {
-                    break;
-                }
-                n += 1;
-                // Past the last slot only when the loop ends here (`n == ahead`).
-                p = p.wrapping_add(self.stride);
-            }
-            if n == 0 {
-                return None;
-            }
-            trace = crate::trace::enabled();
-            if trace {
-                n = 1;
-            }
-            mmio::from_device_barrier();
-            self.ready_end = ci.wrapping_add(n);
-        }
-        let slot = (ci & mask) as usize * self.stride;
-        // SAFETY: as above. The device wrote this CQE before publishing its
-        // op_own, which we loaded before the barrier; the slot is ours until
-        // the consumer index moves past it. Only the fields the CQE carries
-        // are read, not a copy of all 64 bytes.
-        let c = unsafe { Cqe::decode_raw(self.first.add(slot)) };
-        self.ci = ci.wrapping_add(1);
-        if trace {
-            // Decoded again inside, so that the fast path computes only the
-            // fields its caller uses.
-            // SAFETY: as above: the 64 bytes of the CQE just polled.
-            unsafe { crate::trace::polled(self.cqn, ci, slot, self.first.add(slot)) };
-        }
-        Some(c)
+    /// Whether the CQE at the consumer index is software-owned: one load of
+    /// its `op_own` and one compare, no barrier, nothing consumed. What an
+    /// empty poll costs.
+    #[inline(always)]
+    pub fn has_cqe(&self) -> bool {
+        let at = self.at;
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; constructor contract).
+        let op_own = unsafe { mmio::read_op_own(self.op_own0.wrapping_add(at & self.ring_mask)) };
+        owned(op_own, (at & (self.ring_mask + 1) != 0) as u8)
     }
 
-    /// Tells the device how far software has consumed (`dbrec[0] = ci & 0xffffff`).
+    /// Takes the CQE at the consumer index if it is software-owned (its
+    /// barrier as [`CqCursor::next`]'s), decoded, and advances the consumer
+    /// index (the doorbell record is written by [`Self::polled`] or
+    /// [`Self::update_ci`]).
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<Cqe> {
+        if self.slot_log == 6 {
+            self.cursor::<64>().next().map(|c| c.decode())
+        } else {
+            self.cursor::<128>().next().map(|c| c.decode())
+        }
+    }
+
+    /// A cursor over the CQEs from the consumer index on ([`CqCursor::next`]),
+    /// which holds a copy of what polling reads (ring address, sizes,
+    /// consumer index) so that a loop over it keeps them in registers
+    /// across its barriers; the consumer index goes back into the
+    /// `CompletionQueue` when the cursor is dropped (the doorbell record is
+    /// written by [`Self::polled`] or [`Self::update_ci`]).
+    ///
+    /// # Panics
+    /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
+    #[inline(always)]
+    pub fn cursor<const SLOT: usize>(&mut self) -> CqCursor<'_, SLOT> {
+        assert!(
+            SLOT.trailing_zeros() == self.slot_log,
+            "the cursor's slot size"
+        );
+        CqCursor {
+            op_own0: self.op_own0,
+            at: self.at,
+            ring_mask: self.ring_mask,
+            cq: self,
+        }
+    }
+
+    /// The CQ's slot size in bytes: 64, or 128 (the CQE proper is then the
+    /// second half).
+    #[inline(always)]
+    pub fn slot_size(&self) -> usize {
+        1 << self.slot_log
+    }
+
+    /// After a poll that consumed the CQEs from index `from` to the
+    /// consumer index: writes the consumer-index record (unless the CQ
+    /// ignores overrun: [`Self::set_overrun_ignored`]), and prints those
+    /// CQEs when tracing is on ([`crate::trace`]; the switch is one load
+    /// here, none per CQE). The slots are still as the device wrote them:
+    /// it writes a slot again only a whole ring later, and the caller's
+    /// credits (or WR limits) keep it from getting there during the poll.
+    #[inline(always)]
+    pub fn polled(&mut self, from: u32) {
+        if !self.lazy_ci {
+            self.update_ci();
+        }
+        if crate::trace::enabled() {
+            self.trace_polled(from);
+        }
+    }
+
+    /// Prints the CQEs from index `from` to the consumer index.
+    #[cold]
+    #[inline(never)]
+    fn trace_polled(&self, from: u32) {
+        let mut i = from;
+        while i != self.ci() {
+            let p = self.op_own_at(i);
+            let off = ((i & self.mask) as usize) << self.slot_log;
+            // SAFETY: the 64 bytes of a CQE just polled (see `polled`).
+            unsafe { crate::trace::polled(self.cqn, i, off, p.sub(CQE64 - 1)) };
+            i = i.wrapping_add(1);
+        }
+    }
+
+    /// Tells the device how far software has consumed (`dbrec[0] = ci &
+    /// 0xffffff`, after a to-device barrier), whether or not the CQ ignores
+    /// overrun: for whoever reads the record outside the poll (a CQ that
+    /// detects overrun; RESET; a drain).
     #[inline]
     pub fn update_ci(&mut self) {
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_CI), cq_ci(self.ci)) };
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_CI), cq_ci(self.ci())) };
     }
 
     /// Arms the CQ: the device raises one completion event for the next CQE
     /// written at or after the current consumer index (with `solicited_only`,
     /// only for a CQE with the `se` bit or an error CQE). As rdma-core's
-    /// `mlx5_arm_cq`: the arm word `sn << 28 | cmd | ci` goes to doorbell
-    /// record word 1, then, after a barrier, `arm word << 32 | cqn` is written
-    /// big-endian to `cq_uar + 0x20`. Call [`Self::update_ci`] first if
-    /// completions were polled, then poll once more after arming: a CQE
-    /// written before the arm raises no event.
+    /// `mlx5_arm_cq` (and UCX's `uct_ib_mlx5dv_arm_cq`): the arm word `sn <<
+    /// 28 | cmd | ci` goes to doorbell record word 1, then, after a barrier,
+    /// `arm word << 32 | cqn` is written big-endian to `cq_uar + 0x20`. The
+    /// arm word carries the consumer index, so arming needs no
+    /// consumer-index record (it writes none). Poll once more after arming:
+    /// a CQE written before the arm raises no event.
     ///
     /// Errors: [`DescError::Null`] when the description had no `cq_uar`.
     pub fn arm(&mut self, solicited_only: bool) -> Result<(), DescError> {
         if self.uar.is_null() {
             return Err(DescError::Null { what: "cq.cq_uar" });
         }
-        let word = cq_arm_word(self.arm_sn, solicited_only, self.ci);
+        let word = cq_arm_word(self.arm_sn, solicited_only, self.ci());
         // SAFETY: `dbrec` is the CQ's doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(CQ_DBREC_ARM), word) };
         mmio::to_device_barrier();

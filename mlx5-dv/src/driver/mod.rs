@@ -17,10 +17,10 @@ mod sq;
 #[cfg(test)]
 mod tests;
 
-pub use cq::CompletionQueue;
+pub use cq::{CompletionQueue, CqCursor};
 pub use fast::{Reserved, Seg};
 pub use rq::ReceiveQueue;
-pub use sq::{Retired, SendQueue};
+pub use sq::{Retired, Retirer, SendQueue};
 
 /// Why a ring description was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -62,6 +62,75 @@ impl Slot {
     }
 }
 
+/// See [`SendQueue::retirer`].
+pub struct Retirer<'a> {
+    /// `pi - 1`: the index of the last WQE posted.
+    last: u32,
+    /// `pi - tail`: WQEBBs outstanding.
+    inflight: u32,
+    retired: u32,
+    posted: u32,
+    /// `sq.slots`, `wqe_cnt` entries (not resized while borrowed).
+    slots: *const Slot,
+    slot_mask: u32,
+    sq: &'a mut SendQueue,
+}
+
+impl Retirer<'_> {
+    /// Retires every WQE up to and including the one a requester CQE names by
+    /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale
+    /// counter (one naming no outstanding WQE), which changes nothing.
+    #[inline(always)]
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
+        // The index is counted back from the last WQE posted, not forward from
+        // `tail`: the same index (the window `[tail, pi)` holds at most
+        // `wqe_cnt <= 2^16` WQEs, so a counter names at most one of them), but
+        // the new `tail` then does not depend on the old one, and retiring a
+        // run of CQEs is not one long chain of dependent loads.
+        let back = (self.last as u16).wrapping_sub(wqe_counter) as u32;
+        if back >= self.inflight {
+            return None;
+        }
+        debug_assert!({
+            let pi = self.last.wrapping_add(1);
+            let tail = pi.wrapping_sub(self.inflight);
+            self.inflight > 1 << 16
+                || Some(self.last.wrapping_sub(back)) == full_wqe_index(wqe_counter, tail, pi)
+        });
+        // The WQE's index is `last - back`, equal to `wqe_counter` modulo
+        // 2^16, so its slot is `wqe_counter & slot_mask` (`wqe_cnt <= 2^16`).
+        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`, never
+        // resized; the `SendQueue` is borrowed meanwhile), and the index is
+        // masked below `wqe_cnt`.
+        let s = unsafe {
+            &*self
+                .slots
+                .add((wqe_counter as u32 & self.slot_mask) as usize)
+        };
+        // The new tail, `last - back + wqebbs`, is `pi - (back + 1 - wqebbs)`.
+        self.inflight = (back + 1).wrapping_sub(s.wqebbs as u32);
+        self.retired = s.wr_seq.wrapping_add(1);
+        Some(Retired {
+            wr_id: s.wr_id,
+            hidden: s.hidden,
+        })
+    }
+
+    /// Work requests posted and not yet retired.
+    #[inline(always)]
+    pub fn outstanding(&self) -> u32 {
+        self.posted.wrapping_sub(self.retired)
+    }
+}
+
+impl Drop for Retirer<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.sq.tail = self.last.wrapping_add(1).wrapping_sub(self.inflight);
+        self.sq.retired = self.retired;
+    }
+}
+
 /// `SendQueue::force_after` for an auto-signal period of `n` WRs (0: off).
 fn force_after(n: u32) -> u64 {
     if n == 0 {
@@ -388,30 +457,24 @@ impl SendQueue {
     /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
     #[inline]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
-        // The index is counted back from the last WQE posted, not forward from
-        // `tail`: the same index (the window `[tail, pi)` holds at most
-        // `wqe_cnt <= 2^16` WQEs, so a counter names at most one of them), but
-        // the new `tail` then does not depend on the old one, and retiring a
-        // run of CQEs is not one long chain of dependent loads.
-        let last = self.pi.wrapping_sub(1);
-        let back = (last as u16).wrapping_sub(wqe_counter) as u32;
-        if back >= self.pi.wrapping_sub(self.tail) {
-            return None;
+        self.retirer().complete(wqe_counter)
+    }
+
+    /// A copy of what retiring reads and writes (indices, the slot table),
+    /// for a poll loop that retires many WQEs: it keeps them in registers
+    /// across the loop's barriers, and the `SendQueue` gets them back when
+    /// the `Retirer` is dropped.
+    #[inline(always)]
+    pub fn retirer(&mut self) -> Retirer<'_> {
+        Retirer {
+            last: self.pi.wrapping_sub(1),
+            inflight: self.pi.wrapping_sub(self.tail),
+            retired: self.retired,
+            posted: self.posted,
+            slots: self.slots.as_ptr(),
+            slot_mask: self.slot_mask,
+            sq: self,
         }
-        let idx = last.wrapping_sub(back);
-        debug_assert!(
-            self.pi.wrapping_sub(self.tail) > 1 << 16
-                || Some(idx) == full_wqe_index(wqe_counter, self.tail, self.pi)
-        );
-        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and the
-        // index is masked below `wqe_cnt`.
-        let s = unsafe { self.slots.get_unchecked((idx & self.slot_mask) as usize) };
-        self.tail = idx.wrapping_add(s.wqebbs as u32);
-        self.retired = s.wr_seq.wrapping_add(1);
-        Some(Retired {
-            wr_id: s.wr_id,
-            hidden: s.hidden,
-        })
     }
 
     /// Auto-signal every `n` work requests (0: off), counting from the next

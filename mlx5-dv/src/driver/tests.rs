@@ -10,7 +10,11 @@ use crate::wqe::SendWqe;
 /// A CQ in plain memory that the test plays the device for.
 struct FakeCq {
     buf: Vec<u8>,
-    dbrec: Box<[u32; 2]>,
+    /// (`Vec`s: their buffers are reached through one raw pointer, so the
+    /// test may read and write them while the poller holds its copy.)
+    dbrec: Vec<u32>,
+    /// The CQ's UAR page (the arm doorbell at 0x20: word 4).
+    uar: Vec<u64>,
     cqe_cnt: u32,
     cqe_size: u32,
     pi: u32,
@@ -24,7 +28,8 @@ impl FakeCq {
         }
         FakeCq {
             buf,
-            dbrec: Box::new([0; 2]),
+            dbrec: vec![0; 2],
+            uar: vec![0; 8],
             cqe_cnt,
             cqe_size,
             pi: 0,
@@ -37,7 +42,7 @@ impl FakeCq {
             dbrec: self.dbrec.as_mut_ptr(),
             cqe_cnt: self.cqe_cnt,
             cqe_size: self.cqe_size,
-            cq_uar: core::ptr::null_mut(),
+            cq_uar: self.uar.as_mut_ptr().cast(),
             cqn: 7,
             comp_mask: 0,
         }
@@ -170,5 +175,101 @@ fn poll_takes_every_cqe_once_in_order_whatever_the_bursts() {
             cq.update_ci();
         }
         assert!(produced > 3 * 32, "several passes of the ring");
+    }
+}
+
+/// On a CQ that ignores overrun, polls leave the consumer-index record
+/// alone: 20 CQEs polled (past a wrap of the ring of 8) and the record is
+/// still 0; arming then carries the consumer index in the arm word
+/// (`dbrec[1]` and the UAR doorbell), as rdma-core's `mlx5_arm_cq`, and
+/// writes no CI record either. `update_ci` and switching back to a CQ that
+/// detects overrun write it; then every poll does.
+#[test]
+fn lazy_ci_polls_write_no_record_and_the_arm_word_carries_the_ci() {
+    let mut f = FakeCq::new(8, 64);
+    // SAFETY: `f` outlives `cq`, and only this test touches the CQ.
+    let mut cq = unsafe { CompletionQueue::new(&f.dv()) }.unwrap();
+    assert!(!cq.overrun_ignored(), "eager by default");
+    cq.set_overrun_ignored(true);
+    let mut next = 0u16;
+    for burst in [5, 3, 8, 4] {
+        for _ in 0..burst {
+            f.push(next);
+            next += 1;
+        }
+        let from = cq.ci();
+        let mut got = 0;
+        let mut cur = cq.cursor::<64>();
+        while let Some(c) = cur.next() {
+            assert_eq!(c.wqe_counter(), from as u16 + got);
+            assert_eq!(c.byte_cnt(), c.wqe_counter() as u32 * 3);
+            got += 1;
+        }
+        drop(cur);
+        assert_eq!(got, burst);
+        cq.polled(from);
+        assert_eq!(f.dbrec[0], 0, "no CI record per poll");
+    }
+    assert_eq!(cq.ci(), 20);
+    cq.arm(true).unwrap();
+    let word = crate::doorbell::cq_arm_word(0, true, 20);
+    assert_eq!(u32::from_be(f.dbrec[1]), word);
+    assert_eq!(word & 0xff_ffff, 20, "the arm word carries the CI");
+    assert_eq!(u64::from_be(f.uar[4]), (word as u64) << 32 | 7);
+    assert_eq!(f.dbrec[0], 0, "arming writes no CI record");
+    cq.update_ci();
+    assert_eq!(u32::from_be(f.dbrec[0]), 20);
+    f.dbrec[0] = 0;
+    cq.set_overrun_ignored(false);
+    assert_eq!(u32::from_be(f.dbrec[0]), 20, "written when switched back");
+    f.push(20);
+    let from = cq.ci();
+    assert!(cq.poll_one().is_some());
+    cq.polled(from);
+    assert_eq!(u32::from_be(f.dbrec[0]), 21, "eager: written per poll");
+}
+
+/// A cursor must be made for the CQ's slot size: one of 128-byte slots over
+/// 64-byte ones would reach past the ring, so it panics instead.
+#[test]
+#[should_panic(expected = "the cursor's slot size")]
+fn a_cursor_of_the_wrong_slot_size_panics() {
+    let mut f = FakeCq::new(8, 64);
+    // SAFETY: `f` outlives `cq`, and only this test touches the CQ.
+    let mut cq = unsafe { CompletionQueue::new(&f.dv()) }.unwrap();
+    assert_eq!(cq.slot_size(), 64);
+    let _ = cq.cursor::<128>();
+}
+
+/// With tracing on, `polled` prints every CQE the poll took, in order, with
+/// its consumer index and slot offset (the switch is read once per poll,
+/// after the loop), across the end of the ring.
+#[test]
+fn polled_traces_every_cqe_taken() {
+    let mut f = FakeCq::new(4, 64);
+    // SAFETY: `f` outlives `cq`, and only this test touches the CQ.
+    let mut cq = unsafe { CompletionQueue::new(&f.dv()) }.unwrap();
+    cq.set_overrun_ignored(true);
+    for k in 0..3 {
+        f.push(k);
+    }
+    while cq.poll_one().is_some() {}
+    for k in 3..6 {
+        f.push(k);
+    }
+    let from = cq.ci();
+    let out = crate::trace::capture::run(|| {
+        let mut cur = cq.cursor::<64>();
+        while cur.next().is_some() {}
+        drop(cur);
+        cq.polled(from);
+    });
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (l, (ci, off)) in lines.iter().zip([(3, 192), (4, 0), (5, 64)]) {
+        assert!(
+            l.starts_with(&format!("rdma-direct trace: CQ 0x7 CQE ci {ci} offset {off}: REQ wqe_opcode RDMA_WRITE qpn 0x1234 wqe_counter {ci} ")),
+            "{l}"
+        );
     }
 }

@@ -11,8 +11,26 @@ use crate::prm::CQE64;
 use std::sync::Arc;
 
 impl Device {
-    /// Creates a CQ of `cqe_cnt` entries (power of two, 2..=4M) of `cqe_size` (64 or 128) bytes.
+    /// Creates a CQ of `cqe_cnt` entries (power of two, 2..=4M) of `cqe_size`
+    /// (64 or 128) bytes that detects overrun: a CQE that finds no slot
+    /// released through the consumer-index record stops the CQ.
     pub fn create_cq(&self, cqe_cnt: u32, cqe_size: u32) -> Result<Cq, SimError> {
+        self.create_cq_ex(cqe_cnt, cqe_size, false)
+    }
+
+    /// [`Self::create_cq`], and with `ignore_overrun` a CQ created as
+    /// `ibv_create_cq_ex` with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` makes one
+    /// on mlx5 (the CQ context's `oi` bit): the device never reads the
+    /// consumer-index record (word 0 of the CQ doorbell record) and writes
+    /// each CQE into the next slot whether or not the host has consumed it,
+    /// so the host need not write that record per poll; keeping the CQ from
+    /// overrunning is then the host's job (CQ credits).
+    pub fn create_cq_ex(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        ignore_overrun: bool,
+    ) -> Result<Cq, SimError> {
         if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) {
             return Err(SimError::BadSize {
                 what: "cqe_cnt",
@@ -63,6 +81,7 @@ impl Device {
                 cqe_cnt,
                 cqe_size,
                 pi: 0,
+                ignore_overrun,
                 overrun: false,
                 error_events: 0,
                 completion_events: 0,
@@ -94,8 +113,27 @@ impl Cq {
     /// Whether a CQE found no free slot (the consumer index in the doorbell
     /// record had not released it): the CQ then stopped, writing no more
     /// CQEs, and raised a CQ error event. QPs completing to it stop too.
+    /// Never on a CQ that ignores overrun (the device does not look).
     pub fn overrun(&self) -> bool {
         self.dev.lock().cqs[&self.cqn].overrun
+    }
+
+    /// Whether the CQ ignores overrun ([`Device::create_cq_ex`]).
+    pub fn ignores_overrun(&self) -> bool {
+        self.dev.lock().cqs[&self.cqn].ignore_overrun
+    }
+
+    /// Test hook (no verbs call does this on mlx5): from now on the CQ
+    /// ignores overrun or, with `false`, detects it as [`Device::create_cq`]'s
+    /// do, reading the consumer-index record before each CQE. The host must
+    /// have written that record first (a stale one reads as a full CQ).
+    pub fn set_ignore_overrun(&self, ignore: bool) {
+        self.dev
+            .lock()
+            .cqs
+            .get_mut(&self.cqn)
+            .expect("a live CQ")
+            .ignore_overrun = ignore;
     }
 
     /// A file descriptor that becomes readable when the CQ raises a
@@ -154,7 +192,13 @@ pub(super) fn release_cq(st: &mut State, cqn: u32) {
     }
 }
 
+/// Whether the next CQE finds no free slot: producer index minus the
+/// consumer index in the CQ doorbell record reaches `cqe_cnt`. Never for a
+/// CQ that ignores overrun, which does not read the record.
 fn cq_full(cq: &CqEntry) -> bool {
+    if cq.ignore_overrun {
+        return false;
+    }
     // SAFETY: the CQ dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the consumer index.
     let ci =
         unsafe { mmio::read_dbrec((cq.dbrec.ptr() as *const u32).add(CQ_DBREC_CI)) } & 0xff_ffff;
@@ -164,7 +208,7 @@ fn cq_full(cq: &CqEntry) -> bool {
 /// Writes CQE `c` into the next slot, unless that slot has not been released
 /// through the consumer index: then the CQ overruns (PRM: the CQ moves to
 /// error and raises a CQ error event) and neither this nor any later CQE is
-/// written.
+/// written. A CQ that ignores overrun writes the slot whatever it holds.
 pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
     if cq.overrun {
         return;

@@ -151,8 +151,13 @@ struct CqEntry {
     cqe_size: u32,
     /// Next CQE index the device produces.
     pi: u32,
+    /// Created to ignore overrun (`IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`, the
+    /// CQ context's `oi` bit): the device never reads the consumer-index
+    /// record and writes every CQE into the next slot, room or not.
+    ignore_overrun: bool,
     /// A CQE found no free slot: the CQ stopped (writes no more CQEs) and
-    /// raised a CQ error event (`IBV_EVENT_CQ_ERR`).
+    /// raised a CQ error event (`IBV_EVENT_CQ_ERR`). Never set on a CQ
+    /// that ignores overrun.
     overrun: bool,
     /// CQ error events raised.
     error_events: u64,

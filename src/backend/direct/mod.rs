@@ -9,19 +9,17 @@
     allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
 )]
 
+mod poll;
+
 #[cfg(feature = "verbs")]
 use super::ibv;
-use super::SharedQps;
-use crate::types::completion::{Completion, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
 use crate::types::mem::{Access, Buffer};
 use crate::types::mr::{MrInner, Registration};
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::SendWr;
-use mlx5_dv::cqe::Cqe;
-use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, Retired, SendQueue};
-use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
+use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue};
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -149,29 +147,39 @@ impl<'a> CqFor<'a> {
 }
 
 impl DirectCq {
-    /// A sim CQ of at least `depth` CQEs (a power of two, at least 2).
+    /// A sim CQ of at least `depth` CQEs (a power of two, at least 2),
+    /// created to ignore overrun (`sim::Device::create_cq_ex`), as
+    /// [`Self::create_mlx5`] makes them: CQ credits, or the WR limits of a
+    /// QP whose own CQ is deep enough, keep it from overrunning, so polls
+    /// need not write its consumer-index record.
     pub(crate) fn create_sim(dev: &sim::Device, depth: u32) -> Result<Self> {
-        let sim_cq = dev.create_cq(depth.next_power_of_two().max(2), 64)?;
+        let sim_cq = dev.create_cq_ex(depth.next_power_of_two().max(2), 64, true)?;
         // SAFETY: the description comes from `sim_cq`, which this struct
         // owns and drops after the poller (field order); nothing else on the
         // host polls this ring.
-        let cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
+        let mut cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
+        cq.set_overrun_ignored(true);
         Ok(Self {
             cq,
             dev: DirectCqDev::Sim(sim_cq),
         })
     }
 
-    /// A ConnectX CQ of at least `depth` CQEs (`ibv_create_cq`), described
-    /// by `mlx5dv_init_obj`.
+    /// A ConnectX CQ of at least `depth` CQEs, described by
+    /// `mlx5dv_init_obj`: made by `ibv_create_cq_ex` with
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (then polls write no
+    /// consumer-index record: CQ credits keep it from overrunning), or, where
+    /// the device refuses that, by `ibv_create_cq` (the record written per
+    /// poll, as before).
     #[cfg(feature = "verbs")]
     pub(crate) fn create_mlx5(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
-        let vcq = ibv::VerbsCq::create(ctx, depth)?;
+        let vcq = ibv::VerbsCq::create_ex(ctx, depth, true)?;
         let dv = ibv::describe_mlx5_cq(&vcq)?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on `vcq`,
         // which this struct keeps (dropped after the poller); the CQ is
         // never handed to `ibv_poll_cq`.
-        let cq = unsafe { CompletionQueue::new(&dv) }?;
+        let mut cq = unsafe { CompletionQueue::new(&dv) }?;
+        cq.set_overrun_ignored(vcq.ignores_overrun);
         Ok(Self {
             cq,
             dev: DirectCqDev::Mlx5(vcq),
@@ -187,11 +195,25 @@ impl DirectCq {
         }
     }
 
-    /// Arms the CQ for one completion event (driver `arm`: consumer index,
-    /// arm word, then the CQ doorbell on the UAR).
+    /// Arms the CQ for one completion event (driver `arm`: the arm word,
+    /// which carries the consumer index, then the CQ doorbell on the UAR).
     pub(crate) fn arm(&mut self, solicited_only: bool) -> Result<()> {
-        self.cq.update_ci();
         Ok(self.cq.arm(solicited_only)?)
+    }
+
+    /// Test hook: from now on the (sim) CQ detects overrun, as one created
+    /// without the ignore-overrun flag: the consumer-index record is
+    /// written now and after every poll, and the sim reads it before each
+    /// CQE. ConnectX CQs are left as they are.
+    fn detect_overrun(&mut self) {
+        match &self.dev {
+            DirectCqDev::Sim(c) => {
+                self.cq.set_overrun_ignored(false);
+                c.set_ignore_overrun(false);
+            }
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(_) => {}
+        }
     }
 
     /// Waits up to `timeout` for a completion event; consumes it (the next
@@ -244,140 +266,6 @@ impl DirectCq {
             DirectCqDev::Mlx5(_) => (false, 0),
         }
     }
-
-    /// Takes CQEs from a CQ that several direct-path QPs share, until
-    /// `max` completions were handed to `put` or the CQ is empty: each CQE
-    /// goes to the QP of `m` its QPN names, whose SQ or RQ retires the WR;
-    /// the credits of every retired WR go back once. CQEs of QP `skip` are
-    /// dropped unretired (a QP just moved to RESET). Returns the completions
-    /// handed over, and the first error: a CQE of a QP not among `m`
-    /// ([`Error::ForeignCqe`]) or a stale `wqe_counter`
-    /// ([`Error::StaleCqe`]), after which it stops.
-    #[inline]
-    pub(crate) fn take_shared(
-        &mut self,
-        m: &mut impl SharedQps<DirectQp>,
-        max: usize,
-        skip: Option<u32>,
-        put: impl FnMut(usize, Completion),
-    ) -> (usize, Result<()>) {
-        let mut freed = 0;
-        let r = take_cqes(
-            &mut self.cq,
-            max,
-            |cqe| {
-                if skip == Some(cqe.qpn) {
-                    return Ok(None);
-                }
-                let q = m.find(cqe.qpn).ok_or(Error::ForeignCqe { qpn: cqe.qpn })?;
-                let before = q.sq.free_wrs();
-                let mut recvs = 0;
-                let r = retire(&mut q.sq, &mut q.rq, cqe, &mut recvs);
-                freed += q.sq.free_wrs() - before + recvs;
-                q.publish_retired();
-                r
-            },
-            put,
-        );
-        m.credits().give(freed);
-        r
-    }
-}
-
-/// Takes CQEs from `cq` until `max` completions were handed to `put`, the
-/// CQ is empty, or `handle` fails (the error is returned with the count);
-/// `handle` turns a CQE into the completion to report, or none. The
-/// consumer index goes to the device once, if anything was taken.
-#[inline(always)]
-fn take_cqes(
-    cq: &mut CompletionQueue,
-    max: usize,
-    mut handle: impl FnMut(&Cqe) -> Result<Option<Completion>>,
-    mut put: impl FnMut(usize, Completion),
-) -> (usize, Result<()>) {
-    let mut n = 0;
-    let mut consumed = false;
-    let mut result = Ok(());
-    while n < max {
-        let Some(cqe) = cq.poll_one() else { break };
-        consumed = true;
-        match handle(&cqe) {
-            Ok(Some(c)) => {
-                put(n, c);
-                n += 1;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    if consumed {
-        cq.update_ci();
-    }
-    (n, result)
-}
-
-/// Retires what one CQE of a QP completes: the receive it names, or the
-/// send WQE it names with every unsignaled one before it (counts the
-/// receives in `recvs`). Returns the completion to report (`None`: the CQE
-/// was asked for by auto-signal only).
-///
-/// Errors: [`Error::StaleCqe`] when its `wqe_counter` names no outstanding WQE.
-#[inline(always)]
-fn retire(
-    sq: &mut SendQueue,
-    rq: &mut ReceiveQueue,
-    cqe: &Cqe,
-    recvs: &mut u32,
-) -> Result<Option<Completion>> {
-    let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
-    let retired = if requester {
-        sq.complete(cqe.wqe_counter)
-    } else {
-        rq.complete(cqe.wqe_counter).map(|wr_id| {
-            *recvs += 1;
-            Retired {
-                wr_id,
-                hidden: false,
-            }
-        })
-    };
-    let Some(Retired { wr_id, hidden }) = retired else {
-        return Err(Error::StaleCqe {
-            qpn: cqe.qpn,
-            counter: cqe.wqe_counter,
-        });
-    };
-    if hidden && !cqe.opcode.is_error() {
-        // Asked for by auto-signal only: it retired SQ space; nobody waits for it.
-        return Ok(None);
-    }
-    let opcode = match (cqe.opcode, cqe.wqe_opcode) {
-        (CqeOpcode::RESP_WR_IMM, _) => WcOpcode::RECV_RDMA_WITH_IMM,
-        (CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR, _) => {
-            WcOpcode::RECV
-        }
-        (_, WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM) => WcOpcode::RDMA_WRITE,
-        (_, WqeOpcode::RDMA_READ) => WcOpcode::RDMA_READ,
-        (_, WqeOpcode::ATOMIC_CS) => WcOpcode::COMP_SWAP,
-        (_, WqeOpcode::ATOMIC_FA) => WcOpcode::FETCH_ADD,
-        _ => WcOpcode::SEND,
-    };
-    let with_imm = matches!(
-        cqe.opcode,
-        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
-    );
-    Ok(Some(Completion {
-        wr_id,
-        status: WcStatus(cqe.wc_status()),
-        opcode,
-        imm: with_imm.then_some(cqe.imm),
-        byte_len: cqe.byte_cnt,
-        qp_num: cqe.qpn,
-        vendor_err: cqe.vendor_syndrome as u32,
-    }))
 }
 
 /// One RC QP on the direct path, with its own CQ or on a shared one.
@@ -745,11 +633,15 @@ impl DirectQp {
         Ok(())
     }
 
-    /// Test hook: posts stop taking CQ credits.
+    /// Test hook: posts stop taking CQ credits, and the QP's own CQ detects
+    /// overrun (`DirectCq::detect_overrun`), so that a test can reach one.
     pub(crate) fn ignore_credits(&mut self) {
         self.count_credits = false;
         if self.post_mode == POST_IN_PLACE_COUNTED {
             self.post_mode = POST_IN_PLACE;
+        }
+        if let Some(cq) = &mut self.cq {
+            cq.detect_overrun();
         }
     }
 
@@ -791,28 +683,5 @@ impl DirectQp {
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(_) => self.path,
         }
-    }
-
-    /// Polls up to `out.len()` completions of the QP's own CQ.
-    ///
-    /// Errors: [`Error::SharedCq`] when it completes into a shared CQ;
-    /// [`Error::StaleCqe`].
-    #[inline]
-    pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        let Some(cq) = &mut self.cq else {
-            return Err(Error::SharedCq { qpn: self.qpn });
-        };
-        let sq_free = self.sq.free_wrs();
-        let mut recvs = 0;
-        let (sq, rq) = (&mut self.sq, &mut self.rq);
-        let (n, result) = take_cqes(
-            &mut cq.cq,
-            out.len(),
-            |cqe| retire(sq, rq, cqe, &mut recvs),
-            |k, c| out[k] = c,
-        );
-        self.give_credits(self.sq.free_wrs() - sq_free + recvs);
-        self.publish_retired();
-        result.map(|()| n)
     }
 }

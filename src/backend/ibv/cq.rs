@@ -15,6 +15,9 @@ pub(crate) struct VerbsCq {
     channel: *mut ibv_comp_channel,
     /// CQEs the CQ holds, as the provider made it (`ibv_cq.cqe`).
     pub(crate) depth: u32,
+    /// Made with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` ([`Self::create_ex`]):
+    /// the device never reads its consumer-index record.
+    pub(crate) ignores_overrun: bool,
     _ctx: Arc<Ctx>,
 }
 
@@ -38,8 +41,28 @@ impl Drop for VerbsCq {
 
 impl VerbsCq {
     /// `ibv_create_comp_channel` (fd made non-blocking), then
-    /// `ibv_create_cq` of at least `depth` CQEs on it.
+    /// `ibv_create_cq` of at least `depth` CQEs on it (the verbs path: no
+    /// creation flag; rxe's kernel refuses every one).
     pub(crate) fn create(ctx: &Arc<Ctx>, depth: u32) -> Result<Arc<VerbsCq>> {
+        Self::create_ex(ctx, depth, false)
+    }
+
+    /// [`Self::create`], and with `ignore_overrun` first `ibv_create_cq_ex`
+    /// with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (`comp_mask`
+    /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`, no extended WC fields), then
+    /// `ibv_cq_ex_to_cq`: the CQ context's `oi` bit on mlx5, so the device
+    /// never reads the consumer-index record and a raw poller need not
+    /// write it per poll (UCX does the same). rdma-sys binds verbs.h's
+    /// static inline `ibv_create_cq_ex` in Rust (through the context's
+    /// `verbs_context` op, `EOPNOTSUPP` when the library has none). Where
+    /// that call fails (an older library or kernel, a device that refuses
+    /// the flag: EOPNOTSUPP or EINVAL) it falls back to `ibv_create_cq`;
+    /// `ignores_overrun` says which one made the CQ.
+    pub(crate) fn create_ex(
+        ctx: &Arc<Ctx>,
+        depth: u32,
+        ignore_overrun: bool,
+    ) -> Result<Arc<VerbsCq>> {
         // SAFETY: live context.
         let channel = unsafe { ibv_create_comp_channel(ctx.raw) };
         if channel.is_null() {
@@ -58,16 +81,34 @@ impl VerbsCq {
                 libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
             );
         }
-        // SAFETY: live context and channel.
-        let cq = unsafe {
-            ibv_create_cq(
-                ctx.raw,
-                depth.min(i32::MAX as u32) as i32,
-                std::ptr::null_mut(),
+        let cqe = depth.min(i32::MAX as u32);
+        let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        if ignore_overrun {
+            let mut attr = ibv_cq_init_attr_ex {
+                cqe,
+                cq_context: std::ptr::null_mut(),
                 channel,
-                0,
-            )
-        };
+                comp_vector: 0,
+                wc_flags: 0,
+                comp_mask: ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0,
+                flags: ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0,
+                parent_domain: std::ptr::null_mut(),
+            };
+            // SAFETY: live context and channel; `attr` is a valid
+            // `ibv_cq_init_attr_ex` for the call.
+            if let Some(ex) = unsafe { ibv_create_cq_ex(ctx.raw, &mut attr) } {
+                if !ex.is_null() {
+                    // SAFETY: `ex` is the CQ just made; `ibv_cq_ex_to_cq`
+                    // is a cast (an `ibv_cq_ex` starts with the `ibv_cq` fields).
+                    cq = unsafe { ibv_cq_ex_to_cq(ex) };
+                }
+            }
+        }
+        let ignores_overrun = !cq.is_null();
+        if cq.is_null() {
+            // SAFETY: live context and channel.
+            cq = unsafe { ibv_create_cq(ctx.raw, cqe as i32, std::ptr::null_mut(), channel, 0) };
+        }
         if cq.is_null() {
             let e = errno();
             // SAFETY: created above, unused.
@@ -84,6 +125,7 @@ impl VerbsCq {
             cq,
             channel,
             depth,
+            ignores_overrun,
             _ctx: ctx.clone(),
         }))
     }

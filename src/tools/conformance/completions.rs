@@ -309,9 +309,10 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         matches!(r, Err(Error::Invalid(_))),
         "reset_qp of a swapped-in QP: {r:?}"
     );
-    if let Some(overrun) = cq.sim_overrun() {
-        check!(!overrun, "the sim's shared CQ overran");
-    }
+    // (No look at the sim's overrun flag: the direct path creates its CQs to
+    // ignore overrun, so the device never reports one; a CQ the credits
+    // failed to protect would have lost completions, which the checks
+    // above count.)
     passed(vec![format!(
         "CQ of {full} CQEs for 2 x (32 + 16) WRs; 96 completions with their QP's qp_num; QP 0's 16 flushes only; reset_qp with 3 unsignaled WRITEs out; remove_qp"
     )])

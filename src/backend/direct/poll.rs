@@ -1,0 +1,295 @@
+//! The direct data path's poll: CQEs of a QP's own CQ ([`DirectQp::poll`])
+//! or of a CQ several QPs share ([`DirectCq::take_shared`]) retire their
+//! WRs in the SQ or RQ and become [`Completion`]s.
+//!
+//! Cost, per `Qp::poll` call: an empty CQ is one load of the `op_own` byte
+//! at the consumer index and one compare, before anything else. Each CQE:
+//! its ownership test, one from-device barrier, the fields the completion
+//! needs (decoded in place), the WR found by `wqe_counter`. Once per call
+//! that took CQEs: CQ credits back (if the QP counts them), the retired
+//! counts published for the PD's graves ([`WrProgress`]), and the CQ's
+//! consumer-index record only if the CQ detects overrun (ours are created
+//! to ignore it: `DirectCq::create_sim` / `create_mlx5`). No allocation,
+//! lock or syscall.
+//!
+//! [`WrProgress`]: crate::types::progress::WrProgress
+
+use super::{DirectCq, DirectQp};
+use crate::backend::SharedQps;
+use crate::types::completion::{Completion, WcOpcode, WcStatus};
+use crate::types::error::{Error, Result};
+use mlx5_dv::cqe::{Cqe, CqeRef};
+use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
+use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
+
+/// The [`WcOpcode`] of a requester completion, by the WQE opcode its CQE
+/// names (byte 56): one load instead of a chain of compares. WQE opcodes
+/// we never post read as SEND.
+static REQ_WC_OPCODE: [u8; 256] = {
+    let mut t = [WcOpcode::SEND.0 as u8; 256];
+    t[WqeOpcode::RDMA_WRITE.0 as usize] = WcOpcode::RDMA_WRITE.0 as u8;
+    t[WqeOpcode::RDMA_WRITE_IMM.0 as usize] = WcOpcode::RDMA_WRITE.0 as u8;
+    t[WqeOpcode::RDMA_READ.0 as usize] = WcOpcode::RDMA_READ.0 as u8;
+    t[WqeOpcode::ATOMIC_CS.0 as usize] = WcOpcode::COMP_SWAP.0 as u8;
+    t[WqeOpcode::ATOMIC_FA.0 as usize] = WcOpcode::FETCH_ADD.0 as u8;
+    t
+};
+
+/// The completion of a successful requester CQE (opcode REQ) of QP `qpn`
+/// whose WR is `wr_id`.
+#[inline(always)]
+fn sent(wr_id: u64, cqe: CqeRef<'_>, qpn: u32) -> Completion {
+    Completion {
+        wr_id,
+        status: WcStatus::SUCCESS,
+        opcode: WcOpcode(REQ_WC_OPCODE[cqe.wqe_opcode().0 as usize] as u32),
+        imm: None,
+        byte_len: cqe.byte_cnt(),
+        qp_num: qpn,
+        vendor_err: 0,
+    }
+}
+
+/// [`Error::StaleCqe`] for a CQE of QP `qpn` whose `wqe_counter` names no
+/// outstanding WR (inlined: see `completion`).
+#[inline(always)]
+fn stale(qpn: u32, counter: u16) -> Error {
+    Error::StaleCqe { qpn, counter }
+}
+
+/// Retires what one CQE of a QP completes, of any opcode: the receive it
+/// names, or the send WQE it names with every unsignaled one before it.
+/// Returns the completion to report (`None`: the CQE was asked for by
+/// auto-signal only).
+///
+/// Errors: [`Error::StaleCqe`] when its `wqe_counter` names no outstanding WQE.
+#[inline(always)]
+fn retire(sq: &mut Retirer<'_>, rq: &mut ReceiveQueue, cqe: &Cqe) -> Result<Option<Completion>> {
+    let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
+    let retired = if requester {
+        sq.complete(cqe.wqe_counter)
+    } else {
+        rq.complete(cqe.wqe_counter).map(|wr_id| Retired {
+            wr_id,
+            hidden: false,
+        })
+    };
+    match retired {
+        Some(r) => Ok(completion(cqe, r)),
+        None => Err(stale(cqe.qpn, cqe.wqe_counter)),
+    }
+}
+
+/// The completion to report for a CQE whose WR `retire` found (`None`: the
+/// CQE was asked for by auto-signal only). Inlined, but not on the poll
+/// loop's common path (a send's CQE without error): a call there would
+/// make the loop keep its state out of the registers the call clobbers.
+#[inline(always)]
+fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completion> {
+    if hidden && !cqe.opcode.is_error() {
+        // Asked for by auto-signal only: it retired SQ space; nobody waits for it.
+        return None;
+    }
+    let opcode = match cqe.opcode {
+        CqeOpcode::RESP_WR_IMM => WcOpcode::RECV_RDMA_WITH_IMM,
+        CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR => WcOpcode::RECV,
+        _ => WcOpcode(REQ_WC_OPCODE[cqe.wqe_opcode.0 as usize] as u32),
+    };
+    let with_imm = matches!(
+        cqe.opcode,
+        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
+    );
+    Some(Completion {
+        wr_id,
+        status: WcStatus(cqe.wc_status()),
+        opcode,
+        imm: with_imm.then_some(cqe.imm),
+        byte_len: cqe.byte_cnt,
+        qp_num: cqe.qpn,
+        vendor_err: cqe.vendor_syndrome as u32,
+    })
+}
+
+impl DirectQp {
+    /// Polls up to `out.len()` completions of the QP's own CQ. An empty CQ
+    /// costs one load and one compare ([`CompletionQueue::has_cqe`]).
+    ///
+    /// Errors: [`Error::SharedCq`] when it completes into a shared CQ;
+    /// [`Error::StaleCqe`] (the completions taken before it in this call
+    /// are dropped with their WRs retired, as before).
+    ///
+    /// [`CompletionQueue::has_cqe`]: mlx5_dv::driver::CompletionQueue::has_cqe
+    #[inline(always)]
+    pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        match &self.cq {
+            Some(c) if !c.cq.has_cqe() => Ok(0),
+            Some(c) if c.cq.slot_size() == 64 => self.poll_cqes::<64>(out),
+            Some(_) => self.poll_cqes::<128>(out),
+            None => Err(self.shared_cq()),
+        }
+    }
+
+    /// After a poll of the QP's own CQ: the CQ credits of what it retired
+    /// go back (if the QP counts them: the difference from the retired
+    /// counts published before, so nothing is counted during the loop),
+    /// and the new counts are published for the PD's graves.
+    #[inline(always)]
+    fn publish_polled(&self) {
+        let (_, sends, _, recvs) = self.seqs();
+        if self.count_credits {
+            let (s0, r0) = self.progress.retired_published();
+            let freed = sends.wrapping_sub(s0).wrapping_add(recvs.wrapping_sub(r0));
+            self.credits.give(freed as u32);
+        }
+        self.progress.retired(sends, recvs);
+    }
+
+    #[cold]
+    fn shared_cq(&self) -> Error {
+        Error::SharedCq { qpn: self.qpn }
+    }
+
+    /// [`Self::poll`] once the CQE at the consumer index is software-owned,
+    /// on a CQ of `SLOT`-byte slots. Out of line, so that the empty poll
+    /// inlined into the caller needs none of this loop's registers. The CQ
+    /// and SQ state the loop uses is copied into cursors ([`CqCursor`],
+    /// [`Retirer`]), kept in registers across its barriers, and written
+    /// back after it; nothing in the loop calls out but the rare CQEs'
+    /// `completion`.
+    ///
+    /// [`CqCursor`]: mlx5_dv::driver::CqCursor
+    #[inline(never)]
+    fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let Some(own) = &mut self.cq else {
+            return Err(self.shared_cq());
+        };
+        let qpn = self.qpn;
+        let from = own.cq.ci();
+        let mut cqes = own.cq.cursor::<SLOT>();
+        let mut sq = self.sq.retirer();
+        let rq = &mut self.rq;
+        let mut n = 0;
+        // The one error a QP's own CQ can give (`retire`'s), kept small.
+        let mut stale_at = None;
+        while n < out.len() {
+            let Some(cqe) = cqes.next() else { break };
+            if cqe.opcode() == CqeOpcode::REQ {
+                // The common CQE: a send completed without error.
+                match sq.complete(cqe.wqe_counter()) {
+                    Some(Retired {
+                        wr_id,
+                        hidden: false,
+                    }) => {
+                        out[n] = sent(wr_id, cqe, qpn);
+                        n += 1;
+                        continue;
+                    }
+                    // Asked for by auto-signal only.
+                    Some(_) => continue,
+                    // Stale: `retire` says so.
+                    None => {}
+                }
+            }
+            let cqe = cqe.decode();
+            match retire(&mut sq, rq, &cqe) {
+                Ok(Some(c)) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    stale_at = Some((cqe.qpn, cqe.wqe_counter));
+                    break;
+                }
+            }
+        }
+        drop((sq, cqes));
+        own.cq.polled(from);
+        self.publish_polled();
+        match stale_at {
+            None => Ok(n),
+            Some((qpn, counter)) => Err(stale(qpn, counter)),
+        }
+    }
+}
+
+impl DirectCq {
+    /// Whether the CQE at the consumer index is software-owned (one load
+    /// and one compare; nothing consumed): what an empty poll costs.
+    #[inline(always)]
+    pub(crate) fn has_cqe(&self) -> bool {
+        self.cq.has_cqe()
+    }
+
+    /// Takes CQEs from a CQ that several direct-path QPs share, until
+    /// `max` completions were handed to `put` or the CQ is empty: each CQE
+    /// goes to the QP of `m` its QPN names, whose SQ or RQ retires the WR;
+    /// the credits of every retired WR go back once. CQEs of QP `skip` are
+    /// dropped unretired (a QP just moved to RESET). Returns the completions
+    /// handed over, and the first error: a CQE of a QP not among `m`
+    /// ([`Error::ForeignCqe`]) or a stale `wqe_counter`
+    /// ([`Error::StaleCqe`]), after which it stops.
+    #[inline]
+    pub(crate) fn take_shared(
+        &mut self,
+        m: &mut impl SharedQps<DirectQp>,
+        max: usize,
+        skip: Option<u32>,
+        put: impl FnMut(usize, Completion),
+    ) -> (usize, Result<()>) {
+        let from = self.cq.ci();
+        if self.cq.slot_size() == 64 {
+            self.take_shared_in::<64>(m, max, skip, put, from)
+        } else {
+            self.take_shared_in::<128>(m, max, skip, put, from)
+        }
+    }
+
+    /// [`Self::take_shared`] on a CQ of `SLOT`-byte slots, from consumer
+    /// index `from`.
+    #[inline(always)]
+    fn take_shared_in<const SLOT: usize>(
+        &mut self,
+        m: &mut impl SharedQps<DirectQp>,
+        max: usize,
+        skip: Option<u32>,
+        mut put: impl FnMut(usize, Completion),
+        from: u32,
+    ) -> (usize, Result<()>) {
+        let mut cqes = self.cq.cursor::<SLOT>();
+        let mut freed = 0;
+        let mut n = 0;
+        let mut result = Ok(());
+        while n < max {
+            let Some(cqe) = cqes.next() else { break };
+            let cqe = cqe.decode();
+            if skip == Some(cqe.qpn) {
+                continue;
+            }
+            let Some(q) = m.find(cqe.qpn) else {
+                result = Err(Error::ForeignCqe { qpn: cqe.qpn });
+                break;
+            };
+            let held = q.outstanding();
+            let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
+            freed += held - q.outstanding();
+            q.publish_retired();
+            match r {
+                Ok(Some(c)) => {
+                    put(n, c);
+                    n += 1;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        drop(cqes);
+        let cq = &mut self.cq;
+        cq.polled(from);
+        m.credits().give(freed);
+        (n, result)
+    }
+}
