@@ -173,6 +173,9 @@ fn write_one_sge(
     flags: CtrlFlags,
     free: u32,
 ) -> Option<Result<Written, WqeError>> {
+    let Payload::Sges([d]) = wqe.payload else {
+        return None;
+    };
     let op = wqe.opcode;
     let raddr = match (op, wqe.remote) {
         (WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM | WqeOpcode::RDMA_READ, Some(r)) => {
@@ -180,9 +183,6 @@ fn write_one_sge(
         }
         (WqeOpcode::SEND | WqeOpcode::SEND_IMM, _) => None,
         _ => return None,
-    };
-    let Payload::Sges([d]) = wqe.payload else {
-        return None;
     };
     if d.len.wrapping_sub(1) >= INLINE_SEG - 1 {
         return None;
