@@ -540,3 +540,105 @@ fn what_the_review_found_is_refused() {
         "{r:?}"
     );
 }
+
+/// Polls until one completion comes.
+fn poll_one_of(qp: &mut Qp) -> Completion {
+    let mut wc = [Completion::default(); 1];
+    while qp.poll(&mut wc).unwrap() == 0 {
+        std::thread::yield_now();
+    }
+    wc[0]
+}
+
+/// The in-place posts (issue 14) under Miri: inline payloads of plain bytes
+/// and of an `Mr` wrapping the SQ's end, and a batch.
+#[test]
+fn inline_wrap_and_batches_under_miri() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = pd
+        .reg_mr(
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    let c = QpConfig {
+        max_send_wr: 2,
+        max_recv_wr: 2,
+        max_inline: 100,
+        ..QpConfig::default()
+    };
+    let (mut a, _b) = pd.create_connected_pair(&c).unwrap();
+    let to = RemoteAddr {
+        addr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let data: Vec<u8> = (0..100u8).collect();
+    src.write(0, &data).unwrap();
+    for (i, len) in [100usize, 37, 1, 65, 99, 0, 100, 64]
+        .into_iter()
+        .enumerate()
+    {
+        let by = [Sge::bytes(&data[..len]).unwrap()];
+        let mr = [Sge::new(&src, 0, len as u32).unwrap()];
+        let w = if i % 2 == 0 {
+            SendWr::rdma_write(i as u64, &by, to).inline().signaled()
+        } else {
+            SendWr::rdma_write(i as u64, &mr, to).inline().signaled()
+        };
+        a.post_send(&[w]).unwrap();
+        assert_eq!(poll_one_of(&mut a).wr_id, i as u64);
+        let mut got = vec![0u8; len];
+        dst.read(0, &mut got).unwrap();
+        assert_eq!(&got[..], &data[..len]);
+    }
+    let sg = [Sge::new(&src, 0, 8).unwrap()];
+    a.post_send(&[
+        SendWr::rdma_write(50, &sg, to),
+        SendWr::rdma_read(51, &sg, to).signaled(),
+    ])
+    .unwrap();
+    assert_eq!(poll_one_of(&mut a).wr_id, 51);
+}
+
+/// A QP of a `SharedCq` through the in-place posts and the shared poll.
+#[test]
+fn shared_cq_under_miri() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = pd
+        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let c = QpConfig {
+        max_send_wr: 2,
+        max_recv_wr: 2,
+        max_inline: 64,
+        ..QpConfig::default()
+    };
+    let mut cq = pd.create_shared_cq(4).unwrap();
+    let x = cq.create_qp(&c).unwrap();
+    let mut p = pd.create_qp(&c).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut p).unwrap();
+    let to = RemoteAddr {
+        addr: dst.addr(),
+        rkey: dst.rkey(),
+    };
+    let d = [7u8; 64];
+    let by = [Sge::bytes(&d).unwrap()];
+    let sg = [Sge::new(&src, 0, 8).unwrap()];
+    for i in 0..4u64 {
+        let w = if i % 2 == 0 {
+            SendWr::rdma_write(i, &by, to).inline().signaled()
+        } else {
+            SendWr::rdma_write(i, &sg, to).signaled()
+        };
+        cq.qp_mut(x).post_send(&[w]).unwrap();
+        let mut wc = [Completion::default(); 2];
+        while cq.poll(&mut wc).unwrap() == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(wc[0].wr_id, i);
+    }
+}

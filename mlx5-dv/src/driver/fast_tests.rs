@@ -328,3 +328,47 @@ fn refused_in_place_posts_write_nothing() {
     assert!(sq.reserve(1).is_err());
     assert_eq!(state(&m, &sq), before, "a refused post changed something");
 }
+
+/// `limit_wqe_size` with WQEs outstanding changes nothing (a break-it
+/// review found that it let a post skip the room check on a full ring):
+/// two 8-WQEBB WQEs fill a ring of 16, and an in-place post still finds
+/// no room.
+#[test]
+fn limit_wqe_size_waits_for_an_idle_queue() {
+    let mut m = Mem::new(16);
+    let mut sq = m.sq(16, 4);
+    let sges = [DataSeg {
+        addr: 0x1000,
+        len: 8,
+        lkey: 1,
+    }; 30];
+    let big = SendWqe {
+        opcode: WqeOpcode::RDMA_WRITE,
+        flags: CtrlFlags::CQ_UPDATE,
+        imm: 0,
+        remote: Some(RemoteSeg {
+            addr: 0x2000,
+            rkey: 2,
+        }),
+        atomic: None,
+        payload: Payload::Sges(&sges),
+    };
+    sq.post(&big, 1).unwrap();
+    sq.post(&big, 2).unwrap();
+    sq.ring_doorbell();
+    assert_eq!(sq.free_wqebbs(), 0, "two WQEs of 8 WQEBBs fill the ring");
+    assert!(!sq.limit_wqe_size(1), "refused with WRs outstanding");
+    let before = state(&m, &sq);
+    let r = sq.post_segs_bf(
+        WqeOpcode::RDMA_WRITE,
+        CtrlFlags::CQ_UPDATE,
+        0,
+        [Seg::raddr(0x3000, 3), Seg::data(0x4000, 8, 4)],
+        3,
+    );
+    assert!(matches!(r, Err(WqeError::QueueFull { .. })), "{r:?}");
+    assert_eq!(state(&m, &sq), before, "overwrote an outstanding WQE");
+    // Idle again: the limit applies.
+    assert!(sq.complete(8).is_some(), "the second WQE starts at WQEBB 8");
+    assert!(sq.limit_wqe_size(1));
+}

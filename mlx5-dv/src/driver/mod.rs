@@ -20,7 +20,7 @@ mod tests;
 pub use cq::{CompletionQueue, CqCursor};
 pub use fast::{Reserved, Seg};
 pub use rq::ReceiveQueue;
-pub use sq::{Retired, Retirer, SendQueue};
+pub use sq::{Retired, Retirer, SendQueue, SignalNext};
 
 /// Why a ring description was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -131,6 +131,11 @@ impl Drop for Retirer<'_> {
     }
 }
 
+/// The auto-signal count before a [`SendQueue::signal_next`], to undo it.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "undo it if the WR it was for is refused"]
+pub struct SignalNext(u64);
+
 /// `SendQueue::force_after` for an auto-signal period of `n` WRs (0: off).
 fn force_after(n: u32) -> u64 {
     if n == 0 {
@@ -264,8 +269,14 @@ impl SendQueue {
     /// [`WqeError::TooBig`]): the largest its QP's `max_send_sge` and
     /// `max_inline` make, as rdma-core sizes the SQ (`mlx5_calc_send_wqe`).
     /// When `max_post` such WQEs fit the ring, a post within `max_post`
-    /// needs no WQEBB room check.
-    pub fn limit_wqe_size(&mut self, max_wqebbs: u32) {
+    /// needs no WQEBB room check. Only before the first post, or with no WR
+    /// outstanding: otherwise it changes nothing and returns `false`.
+    pub fn limit_wqe_size(&mut self, max_wqebbs: u32) -> bool {
+        if self.outstanding() != 0 {
+            // WQEs larger than the new limit may be outstanding: `room_implied`
+            // would not hold for them.
+            return false;
+        }
         // Never below an inline WQE of `max_inline` bytes with a remote
         // address (ctrl, raddr, inline segment): the in-place inline post
         // relies on `len <= max_inline` keeping it within `max_wqebbs`.
@@ -273,6 +284,7 @@ impl SendQueue {
         self.geo.max_wqebbs = self.geo.max_wqebbs.min(max_wqebbs.max(1).max(inline));
         self.room_implied =
             self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
+        true
     }
 
     /// WQEBBs free for posting.
@@ -487,9 +499,17 @@ impl SendQueue {
     /// Makes the next WQE posted signaled even if its WR is not (a hidden
     /// CQE, as auto-signal's), whatever the auto-signal setting. For a
     /// caller that knows a CQE must come, e.g. when this WR takes the CQ's
-    /// last credit.
-    pub fn signal_next(&mut self) {
+    /// last credit. Returns what [`Self::undo_signal_next`] takes to undo
+    /// it when that WR is refused after all.
+    pub fn signal_next(&mut self) -> SignalNext {
+        let prev = self.unsignaled_left;
         self.unsignaled_left = 0;
+        SignalNext(prev)
+    }
+
+    /// Undoes a [`Self::signal_next`] (nothing was posted since).
+    pub fn undo_signal_next(&mut self, s: SignalNext) {
+        self.unsignaled_left = s.0;
     }
 
     /// Whether a WQE with these flags is signaled.

@@ -184,7 +184,9 @@ fn write_one_sge(
         (WqeOpcode::SEND | WqeOpcode::SEND_IMM, _) => None,
         _ => return None,
     };
-    if d.len.wrapping_sub(1) >= INLINE_SEG - 1 {
+    // (A geometry that allows no WQEBB per WQE refuses it: the general
+    // writer's `TooBig`.)
+    if d.len.wrapping_sub(1) >= INLINE_SEG - 1 || geo.max_wqebbs == 0 {
         return None;
     }
     if free == 0 {

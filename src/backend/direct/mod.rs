@@ -19,7 +19,7 @@ use crate::types::mr::{MrInner, Registration};
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::SendWr;
-use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue};
+use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -306,6 +306,13 @@ pub(crate) struct DirectQp {
     recvd: u64,
 }
 
+/// At most half of a CQ's credits are free: the send WR that took them
+/// makes a CQE ([`DirectQp::signal_if_credits_low`]).
+#[inline]
+pub(super) fn credits_low(c: &CqCredits) -> bool {
+    c.free() as u64 * 2 <= c.depth() as u64
+}
+
 /// Who owns the rings the driver runs on.
 pub(crate) enum DirectDev {
     /// The software mlx5 device.
@@ -439,13 +446,16 @@ impl DirectQp {
         }
     }
 
-    /// When the WR about to be posted took the CQ's last credit, it must
-    /// make a CQE: else no completion would ever give the credits back.
+    /// When the send WR about to be posted left at most half of the CQ's
+    /// credits free, it makes a CQE (hidden, as auto-signal's). So the last
+    /// send posted while credits run low always makes one: a later post
+    /// refused with [`Error::CqFull`] is cured by polling, not stuck behind
+    /// unsignaled WRs that hold credits and no CQE will ever retire (and
+    /// the WR that takes the last credit makes a CQE, or none would give
+    /// the credits back). Returns the undo, for a WR refused after all.
     #[inline]
-    fn signal_if_last_credit(&mut self) {
-        if self.count_credits && self.credits.free() == 0 {
-            self.sq.signal_next();
-        }
+    pub(super) fn signal_if_credits_low(&mut self) -> Option<SignalNext> {
+        (self.count_credits && credits_low(&self.credits)).then(|| self.sq.signal_next())
     }
 
     #[inline]
@@ -611,10 +621,13 @@ impl DirectQp {
         patch: impl FnOnce(&mut [u8]),
     ) -> Result<()> {
         self.take_credits(1)?;
-        self.signal_if_last_credit();
+        let undo = self.signal_if_credits_low();
         let start = self.sq.pi();
         if let Err(e) = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| Ok(r?)) {
             self.give_credits(1);
+            if let Some(u) = undo {
+                self.sq.undo_signal_next(u);
+            }
             return Err(e);
         }
         let wqebbs = self.sq.pi().wrapping_sub(start) as usize;

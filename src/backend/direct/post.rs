@@ -59,8 +59,8 @@ impl DirectQp {
         for w in head {
             push_in_place(&mut room, w);
         }
-        if counted && self.credits.free() == 0 {
-            // The WR that takes the CQ's last credit makes a CQE.
+        if counted && super::credits_low(&self.credits) {
+            // As `signal_if_credits_low`: the last WR makes a CQE.
             room.signal_next();
         }
         push_in_place(&mut room, last);
@@ -76,15 +76,15 @@ impl DirectQp {
         if self.post_mode != POST_IN_PLACE_COUNTED || !self.credits.take(1) {
             return false;
         }
-        if self.credits.free() == 0 {
-            // The WR that takes the last credit must make a CQE, else none
-            // would ever give the credits back (see `signal_if_last_credit`).
-            self.sq.signal_next();
-        }
+        let undo = self.signal_if_credits_low();
         if self.post_one_built(w, pd) {
             return true;
         }
+        // Refused after all: it leaves no trace.
         self.credits.give(1);
+        if let Some(u) = undo {
+            self.sq.undo_signal_next(u);
+        }
         false
     }
 
@@ -215,7 +215,7 @@ impl DirectQp {
             // One WR: the driver's own checks already write nothing on error,
             // so there is no batch to pre-check (no second encoding pass).
             self.take_credits(1)?;
-            self.signal_if_last_credit();
+            let undo = self.signal_if_credits_low();
             let r = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
                 r.map_err(|e| match e {
                     WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
@@ -224,6 +224,9 @@ impl DirectQp {
             });
             if let Err(e) = r {
                 self.give_credits(1);
+                if let Some(u) = undo {
+                    self.sq.undo_signal_next(u);
+                }
                 return Err(e);
             }
             self.sq.ring_doorbell();
@@ -246,7 +249,8 @@ impl DirectQp {
         for w in head {
             with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
         }
-        self.signal_if_last_credit();
+        // (Every WR was sized and fits: nothing below is refused.)
+        let _ = self.signal_if_credits_low();
         with_wqe(last, |wqe| self.sq.post(wqe, last.wr_id))??;
         self.sq.ring_doorbell();
         self.posted_sends(wrs.len());

@@ -327,9 +327,12 @@ impl VerbsQp {
         if !self.credits.take(wrs.len() as u32) {
             return Err(Error::CqFull);
         }
-        // When this batch took the CQ's last credit, its last WR must make a
-        // CQE: else no completion would ever give the credits back.
-        let last_credit = self.credits.free() == 0;
+        // When this batch left at most half of the CQ's credits free, its
+        // last WR makes a CQE: a later post refused with CqFull is then
+        // cured by polling, not stuck behind unsignaled WRs that hold credits
+        // and that no CQE will ever retire (and the WR that takes the last
+        // credit makes one, or none would give the credits back).
+        let last_credit = self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
         let before = self.posted;
         let n = wrs.len().div_ceil(CHUNK);
         for (i, chunk) in wrs.chunks(CHUNK).enumerate() {
