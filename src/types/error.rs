@@ -59,7 +59,10 @@ pub enum Error {
     RecvQueueFull,
     /// The QP's CQ has no room for the completions of the batch besides
     /// those of every outstanding WR (CQ credits); nothing was posted. Poll
-    /// completions and post again.
+    /// completions and post again: the sends outstanding always make a CQE
+    /// that gives their credits back (a send that leaves at most half of
+    /// the credits free is signaled, unseen), while a receive holds its
+    /// credit until a message arrives for it.
     #[error(
         "completion queue full: no CQ credits for the batch (poll completions, or size the CQ with CqSizing)"
     )]

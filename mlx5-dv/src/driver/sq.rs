@@ -498,8 +498,8 @@ impl SendQueue {
 
     /// Makes the next WQE posted signaled even if its WR is not (a hidden
     /// CQE, as auto-signal's), whatever the auto-signal setting. For a
-    /// caller that knows a CQE must come, e.g. when this WR takes the CQ's
-    /// last credit. Returns what [`Self::undo_signal_next`] takes to undo
+    /// caller that knows a CQE must come, e.g. when this WR leaves the CQ's
+    /// credits low. Returns what [`Self::undo_signal_next`] takes to undo
     /// it when that WR is refused after all.
     pub fn signal_next(&mut self) -> SignalNext {
         let prev = self.unsignaled_left;

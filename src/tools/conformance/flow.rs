@@ -152,8 +152,8 @@ pub(super) fn cq_credits_bound_what_is_outstanding(dev: &str) -> CaseResult {
 }
 
 /// A stream of unsignaled WRs through a CQ much smaller than the SQ keeps
-/// flowing: the WR that takes the CQ's last credit is signaled (a CQE the
-/// caller never sees), so credits always come back.
+/// flowing: a send that leaves at most half of the CQ's credits free is
+/// signaled (a CQE the caller never sees), so credits always come back.
 pub(super) fn unsignaled_streams_never_exhaust_cq_credits(dev: &str) -> CaseResult {
     let mut s = setup_with(
         dev,
