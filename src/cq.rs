@@ -134,6 +134,13 @@ impl SharedCq {
     /// Creates an RC QP, in RESET, whose sends and receives complete into
     /// this CQ; returns its index for [`Self::qp`] / [`Self::qp_mut`].
     ///
+    /// The QPs share the CQ's credits (one per WR outstanding, across all
+    /// of them), so a QP may join a CQ smaller than its own `max_send_wr +
+    /// max_recv_wr`: its posts are then refused with [`Error::CqFull`] (or
+    /// [`Error::Invalid`] for a batch larger than the CQ) while the CQ is
+    /// full, never an overrun. [`CqSizing`](crate::CqSizing) gives a depth
+    /// that never limits posting.
+    ///
     /// Errors: as [`Pd::create_qp`](crate::Pd::create_qp); [`Error::Invalid`] when `cfg.cq_depth`
     /// is set (the depth is the shared CQ's).
     pub fn create_qp(&mut self, cfg: &QpConfig) -> Result<usize> {

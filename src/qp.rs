@@ -504,13 +504,13 @@ impl Qp {
     fn never_fits(&self, n: usize, queue: u32, e: Error) -> Error {
         if n > queue as usize {
             return Error::Invalid(format!(
-                "a batch of {n} WRs can never fit a queue of {queue} ({e})"
+                "a batch of {n} WRs can never fit a queue of {queue} WRs: post it in parts"
             ));
         }
         let depth = self.cq_depth();
         if n > depth as usize {
             return Error::Invalid(format!(
-                "a batch of {n} WRs can never fit a CQ of {depth} CQEs ({e})"
+                "a batch of {n} WRs can never fit a CQ of {depth} CQEs: post it in parts, or size the CQ with CqSizing"
             ));
         }
         e

@@ -52,7 +52,7 @@ pub enum Error {
     },
     /// The send queue has no room for the batch (WQEBBs or `max_send_wr`
     /// outstanding); nothing was posted. Poll completions and post again.
-    #[error("send queue full")]
+    #[error("send queue full: max_send_wr WRs outstanding, or no room in the SQ (poll completions, then post again)")]
     QueueFull,
     /// The receive queue already holds `max_recv_wr` receives; nothing was posted.
     #[error("receive queue full")]

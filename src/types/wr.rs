@@ -130,7 +130,10 @@ pub struct SendWr<'a> {
     pub sges: &'a [Sge<'a>],
     /// Generate a completion (`IBV_SEND_SIGNALED`, mlx5 CQ_UPDATE).
     pub signaled: bool,
-    /// Copy the payload into the WQE at post time (`IBV_SEND_INLINE`).
+    /// Copy the payload into the WQE at post time (`IBV_SEND_INLINE`), up
+    /// to [`Qp::max_inline`](crate::Qp::max_inline) bytes: the SGEs may
+    /// then name any memory, [`Sge::bytes`] included (copied plainly; an
+    /// [`Mr`]'s bytes are read one atomic byte at a time).
     pub inline: bool,
     /// Ask for a solicited event at the responder (`IBV_SEND_SOLICITED`,
     /// mlx5 ctrl `SOLICITED`): its CQE carries the `se` bit, which wakes a CQ
@@ -247,10 +250,12 @@ impl<'a> SendWr<'a> {
         }
     }
 
+    /// See [`SendWr::signaled`](#structfield.signaled).
     pub fn signaled(mut self) -> Self {
         self.signaled = true;
         self
     }
+    /// See [`SendWr::inline`](#structfield.inline).
     pub fn inline(mut self) -> Self {
         self.inline = true;
         self
