@@ -541,15 +541,6 @@ fn what_the_review_found_is_refused() {
     );
 }
 
-/// Polls until one completion comes.
-fn poll_one_of(qp: &mut Qp) -> Completion {
-    let mut wc = [Completion::default(); 1];
-    while qp.poll(&mut wc).unwrap() == 0 {
-        std::thread::yield_now();
-    }
-    wc[0]
-}
-
 /// The in-place posts (issue 14) under Miri: inline payloads of plain bytes
 /// and of an `Mr` wrapping the SQ's end, and a batch.
 #[test]
@@ -570,10 +561,7 @@ fn inline_wrap_and_batches_under_miri() {
         ..QpConfig::default()
     };
     let (mut a, _b) = pd.create_connected_pair(&c).unwrap();
-    let to = RemoteAddr {
-        addr: dst.addr(),
-        rkey: dst.rkey(),
-    };
+    let to = remote(&dst, 0);
     let data: Vec<u8> = (0..100u8).collect();
     src.write(0, &data).unwrap();
     for (i, len) in [100usize, 37, 1, 65, 99, 0, 100, 64]
@@ -588,7 +576,7 @@ fn inline_wrap_and_batches_under_miri() {
             SendWr::rdma_write(i as u64, &mr, to).inline().signaled()
         };
         a.post_send(&[w]).unwrap();
-        assert_eq!(poll_one_of(&mut a).wr_id, i as u64);
+        assert_eq!(one_completion(&mut a).wr_id, i as u64);
         let mut got = vec![0u8; len];
         dst.read(0, &mut got).unwrap();
         assert_eq!(&got[..], &data[..len]);
@@ -599,7 +587,7 @@ fn inline_wrap_and_batches_under_miri() {
         SendWr::rdma_read(51, &sg, to).signaled(),
     ])
     .unwrap();
-    assert_eq!(poll_one_of(&mut a).wr_id, 51);
+    assert_eq!(one_completion(&mut a).wr_id, 51);
 }
 
 /// A QP of a `SharedCq` through the in-place posts and the shared poll.
@@ -621,10 +609,7 @@ fn shared_cq_under_miri() {
     let x = cq.create_qp(&c).unwrap();
     let mut p = pd.create_qp(&c).unwrap();
     Qp::connect_loopback(cq.qp_mut(x), &mut p).unwrap();
-    let to = RemoteAddr {
-        addr: dst.addr(),
-        rkey: dst.rkey(),
-    };
+    let to = remote(&dst, 0);
     let d = [7u8; 64];
     let by = [Sge::bytes(&d).unwrap()];
     let sg = [Sge::new(&src, 0, 8).unwrap()];

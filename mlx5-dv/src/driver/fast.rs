@@ -1,13 +1,13 @@
-//! Posting without staging: [`SendQueue::post_segs`] builds a WQE of one
+//! Posting without staging: [`SendQueue::post_segs_bf`] builds a WQE of one
 //! WQEBB in place in the SQ ring from segment values its caller computed in
-//! registers, and [`SendQueue::post_segs_bf`] then rings the doorbell with a
-//! BlueFlame copy of it. The bytes are exactly what [`crate::wqe::write_send_wqe`] writes
-//! for the same WR (`driver::tests` checks it), so the device cannot tell
-//! the two apart. UCX builds its WQEs the same way (`ib_mlx5.inl`).
+//! registers and rings the doorbell with a BlueFlame copy of it;
+//! [`SendQueue::post_inline_bf`] does the same for an inline WRITE or SEND;
+//! [`SendQueue::reserve`] and [`Reserved`] fill a batch and ring once. The
+//! bytes are exactly what [`SendQueue::post`] (the codec's writer) writes
+//! for the same WR (`driver/fast_tests.rs` checks it), so the device cannot
+//! tell the two apart. UCX builds its WQEs the same way (`ib_mlx5.inl`).
 
-use super::sq::{SendQueue, Slot};
-use crate::doorbell::{sq_dbrec, QP_DBREC_SQ};
-use crate::mmio;
+use super::sq::{auto_signal, SendQueue, Slot};
 use crate::prm::{CtrlFlags, WqeOpcode, WQEBB};
 use crate::wqe::WqeError;
 
@@ -60,6 +60,17 @@ impl Seg {
     }
 }
 
+/// The ctrl segment of WQE `pi` as a [`Seg`]: the codec's
+/// [`ctrl_words`](crate::wqe::ctrl_words) (`struct mlx5_wqe_ctrl_seg`).
+#[inline(always)]
+fn ctrl_seg(opcode: WqeOpcode, pi: u32, qpn: u32, ds: u32, flags: CtrlFlags, imm: u32) -> Seg {
+    let w = crate::wqe::ctrl_words(opcode, pi as u16, qpn, ds, flags, imm);
+    Seg {
+        hi: ((w[0] as u64) << 32) | w[1] as u64,
+        lo: ((w[2] as u64) << 32) | w[3] as u64,
+    }
+}
+
 /// Stores a 16-byte segment at `p`.
 ///
 /// # Safety
@@ -73,7 +84,11 @@ unsafe fn put(p: *mut u8, w: [u64; 2]) {
 impl SendQueue {
     /// Posts a WQE of the ctrl segment and the `N` segments given (`N` at
     /// most 3: DS `1 + N`, one WQEBB), written straight into the ring at
-    /// the producer index, without ringing the doorbell. Auto-signal applies
+    /// the producer index, then the doorbell: the doorbell record and a
+    /// BlueFlame copy of the WQEBB, in rdma-core's order (`post_send_db`);
+    /// when WQEs posted since the last doorbell precede it, the BlueFlame
+    /// registers are smaller than 64 bytes, or tracing is on, the doorbell
+    /// is [`Self::ring_doorbell`]'s. Auto-signal applies
     /// as in [`Self::post`]; `flags` are the ctrl segment's `fm_ce_se`, `imm`
     /// its immediate (0 unless `opcode` carries one). The caller vouches
     /// that the segments suit `opcode`: what the device reads is its own
@@ -84,25 +99,6 @@ impl SendQueue {
     /// Errors, with nothing written: [`WqeError::WrLimit`] when `max_post`
     /// WRs are outstanding, [`WqeError::QueueFull`] when no WQEBB is free.
     #[inline(always)]
-    pub fn post_segs<const N: usize>(
-        &mut self,
-        opcode: WqeOpcode,
-        flags: CtrlFlags,
-        imm: u32,
-        segs: [Seg; N],
-        wr_id: u64,
-    ) -> Result<(), WqeError> {
-        let (pi, _) = self.put_segs(opcode, flags, imm, segs, wr_id)?;
-        self.batch_last = pi;
-        Ok(())
-    }
-
-    /// [`Self::post_segs`], then the doorbell: the doorbell record, and a
-    /// BlueFlame copy of the WQEBB, in rdma-core's order (`post_send_db`).
-    /// When WQEs posted since the last doorbell precede it, the BlueFlame
-    /// registers are smaller than 64 bytes, or tracing is on, the doorbell
-    /// is [`Self::ring_doorbell`]'s.
-    #[inline(always)]
     pub fn post_segs_bf<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
@@ -112,31 +108,20 @@ impl SendQueue {
         wr_id: u64,
     ) -> Result<(), WqeError> {
         let first = self.batch_start;
-        let (pi, wqe) = self.put_segs(opcode, flags, imm, segs, wr_id)?;
+        let pi = self.put_segs(opcode, flags, imm, segs, wr_id)?;
         if first != pi || !self.bf_fits || crate::trace::enabled() {
             self.batch_last = pi;
             self.ring_doorbell();
             return Ok(());
         }
-        // (`batch_last` is not stored: with `batch_start` at `next` below,
-        // nothing reads it before the next post sets it.)
-        let next = pi.wrapping_add(1);
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the QP's doorbell record (`new`'s contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(next)) };
-        mmio::wc_start_barrier();
-        // SAFETY: `bf_reg + bf_offset` is one of the QP's two BlueFlame
-        // registers of `bf_size` bytes (`new`'s contract), at least 64
-        // (`bf_fits`); `wqe` is the WQEBB just written, inside the ring.
-        unsafe { mmio::copy_to_bf(self.bf_reg.add(self.bf_offset as usize), wqe) };
-        mmio::wc_flush_barrier();
-        self.bf_offset ^= self.bf_size;
-        self.batch_start = next;
+        // (`batch_last` is not stored: with `batch_start` at `pi` after the
+        // doorbell, nothing reads it before the next post sets it.)
+        self.ring_bf(pi, 1);
         Ok(())
     }
 
-    /// Checks, ring stores and bookkeeping of [`Self::post_segs`]; returns
-    /// the WQE's index and address.
+    /// Checks, ring stores and bookkeeping of [`Self::post_segs_bf`]; returns
+    /// the WQE's index.
     #[inline(always)]
     fn put_segs<const N: usize>(
         &mut self,
@@ -145,7 +130,7 @@ impl SendQueue {
         imm: u32,
         segs: [Seg; N],
         wr_id: u64,
-    ) -> Result<(u32, *mut u8), WqeError> {
+    ) -> Result<u32, WqeError> {
         const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
         let pi = self.pi;
         let posted = self.posted;
@@ -174,13 +159,8 @@ impl SendQueue {
         // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
         // the ring (`wqe_cnt * 64` bytes, `new`).
         let wqe = unsafe { self.buf.as_ptr().add(slot as usize * WQEBB) };
-        // The ctrl segment (`struct mlx5_wqe_ctrl_seg`): opmod 0, WQE index,
-        // opcode | QPN, DS | signature 0, reserved, fm_ce_se | immediate.
-        let ds = 1 + N as u64;
-        let ctrl = Seg {
-            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32) | self.ctrl_qpn as u64 | ds,
-            lo: ((flags.bits() as u64) << 32) | imm as u64,
-        };
+        let ds = 1 + N as u32;
+        let ctrl = ctrl_seg(opcode, pi, self.geo.qpn, ds, flags, imm);
         // SAFETY: the WQEBB is free (checked above) and ours (`new`); the
         // WQE's `(1 + N) * 16` bytes fit it.
         unsafe {
@@ -191,7 +171,7 @@ impl SendQueue {
         }
         self.posted = posted.wrapping_add(1);
         self.pi = pi.wrapping_add(1);
-        Ok((pi, wqe))
+        Ok(pi)
     }
 
     #[cold]
@@ -215,7 +195,7 @@ pub struct Reserved<'a> {
     ring: *mut u8,
     slots: *mut Slot,
     mask: u32,
-    ctrl_qpn: u32,
+    qpn: u32,
     pi: u32,
     posted: u32,
     left: u32,
@@ -245,7 +225,7 @@ impl SendQueue {
             ring: self.buf.as_ptr(),
             slots: self.slots.as_mut_ptr(),
             mask: self.slot_mask,
-            ctrl_qpn: self.ctrl_qpn,
+            qpn: self.geo.qpn,
             pi: self.pi,
             posted: self.posted,
             left: wrs,
@@ -257,7 +237,8 @@ impl SendQueue {
 }
 
 impl Reserved<'_> {
-    /// [`SendQueue::post_segs`] into the reserved room, without its checks.
+    /// [`SendQueue::post_segs_bf`]'s WQE, into the reserved room without its
+    /// checks, and no doorbell.
     ///
     /// Errors, with nothing written: [`WqeError::WrLimit`] once as many WRs
     /// as were reserved have been pushed.
@@ -277,22 +258,9 @@ impl Reserved<'_> {
         self.left -= 1;
         let pi = self.pi;
         let slot = (pi & self.mask) as usize;
-        // Auto-signal, as `SendQueue::auto_signal`.
-        let (flags, forced) = if flags.contains(CtrlFlags::CQ_UPDATE) {
-            self.unsignaled_left = self.force_after;
-            (flags, false)
-        } else if self.unsignaled_left == 0 {
-            self.unsignaled_left = self.force_after;
-            (flags | CtrlFlags::CQ_UPDATE, true)
-        } else {
-            self.unsignaled_left -= 1;
-            (flags, false)
-        };
-        let ds = 1 + N as u64;
-        let ctrl = Seg {
-            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32) | self.ctrl_qpn as u64 | ds,
-            lo: ((flags.bits() as u64) << 32) | imm as u64,
-        };
+        let (flags, forced) = auto_signal(&mut self.unsignaled_left, self.force_after, flags);
+        let ds = 1 + N as u32;
+        let ctrl = ctrl_seg(opcode, pi, self.qpn, ds, flags, imm);
         // SAFETY: `reserve` found this WQEBB free; a masked index inside the
         // ring of `mask + 1` WQEBBs, and the slot table of as many entries,
         // both the queue's (`new`); the WQE's `(1 + N) * 16` bytes fit it.
@@ -342,56 +310,6 @@ impl Drop for Reserved<'_> {
     }
 }
 
-/// Copies `len` bytes (at most a WQE's 1 KiB) from `src` to `dst`, not
-/// overlapping, with fixed-size moves and no call: up to 64 bytes as the
-/// first and last 32 (or 16, 8, 4), more as 32-byte blocks and then the
-/// last 32. (A `memcpy` call makes the caller keep its registers on the
-/// stack around it.)
-///
-/// # Safety
-/// `src` valid for `len` bytes of reads, `dst` for `len` bytes of writes,
-/// not overlapping.
-#[inline(always)]
-unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
-    /// Copies `N` bytes.
-    ///
-    /// # Safety
-    /// `src` and `dst` valid for `N` bytes, not overlapping.
-    #[inline(always)]
-    unsafe fn block<const N: usize>(src: *const u8, dst: *mut u8) {
-        // SAFETY: the caller's; fixed-size copies become plain moves.
-        unsafe { core::ptr::copy_nonoverlapping(src, dst, N) }
-    }
-    // SAFETY (every arm): each `block::<N>` covers `[0, N)` or
-    // `[len - N, len)` with `N <= len`, inside the caller's ranges.
-    unsafe {
-        if len > 64 {
-            let mut off = 0;
-            while len - off > 32 {
-                block::<32>(src.add(off), dst.add(off));
-                off += 32;
-            }
-            block::<32>(src.add(len - 32), dst.add(len - 32));
-        } else if len >= 32 {
-            block::<32>(src, dst);
-            block::<32>(src.add(len - 32), dst.add(len - 32));
-        } else if len >= 16 {
-            block::<16>(src, dst);
-            block::<16>(src.add(len - 16), dst.add(len - 16));
-        } else if len >= 8 {
-            block::<8>(src, dst);
-            block::<8>(src.add(len - 8), dst.add(len - 8));
-        } else if len >= 4 {
-            block::<4>(src, dst);
-            block::<4>(src.add(len - 4), dst.add(len - 4));
-        } else {
-            for i in 0..len {
-                *dst.add(i) = *src.add(i);
-            }
-        }
-    }
-}
-
 impl SendQueue {
     /// Posts a WQE of the ctrl segment, the remote-address segment `raddr`
     /// (if any) and an inline segment carrying the `len` bytes at `src`
@@ -402,8 +320,8 @@ impl SendQueue {
     /// last doorbell and fits the register ([`Self::post_segs_bf`]).
     ///
     /// Errors, with nothing written: [`WqeError::InlineTooLong`] above the
-    /// queue's `max_inline`, [`WqeError::TooBig`] above its largest WQE,
-    /// [`WqeError::WrLimit`], [`WqeError::QueueFull`].
+    /// queue's `max_inline` (which `new` and `limit_wqe_size` keep within
+    /// its largest WQE), [`WqeError::WrLimit`], [`WqeError::QueueFull`].
     ///
     /// # Safety
     /// `src..src + len` must be valid for reads during the call. When
@@ -469,7 +387,7 @@ impl SendQueue {
                     if shared {
                         crate::shared::load_into(s, core::slice::from_raw_parts_mut(d, n));
                     } else {
-                        copy_inline(s, d, n);
+                        crate::wqe::copy_inline(s, d, n);
                     }
                 };
                 copy(src, ring.add(at), first);
@@ -479,12 +397,7 @@ impl SendQueue {
             }
         }
         let (flags, forced) = self.auto_signal(flags);
-        let ctrl = Seg {
-            hi: (((pi as u64 & 0xffff) << 8 | opcode.0 as u64) << 32)
-                | self.ctrl_qpn as u64
-                | ds as u64,
-            lo: ((flags.bits() as u64) << 32) | imm as u64,
-        };
+        let ctrl = ctrl_seg(opcode, pi, self.geo.qpn, ds, flags, imm);
         let slot = pi & self.slot_mask;
         // SAFETY: as above; and `slots` has `wqe_cnt` entries, `slot` masked below it.
         unsafe {
@@ -508,26 +421,7 @@ impl SendQueue {
             self.ring_doorbell();
             return Ok(());
         }
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the QP's doorbell record (`new`'s contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(next)) };
-        mmio::wc_start_barrier();
-        for i in 0..wqebbs {
-            let at = (pi.wrapping_add(i) & self.slot_mask) as usize * WQEBB;
-            // SAFETY: `bf_reg + bf_offset` is one of the QP's BlueFlame
-            // registers of `bf_size >= wqebbs * 64` bytes (checked above);
-            // `at` is a masked WQEBB of the ring.
-            unsafe {
-                mmio::copy_to_bf(
-                    self.bf_reg
-                        .add(self.bf_offset as usize + i as usize * WQEBB),
-                    ring.add(at),
-                )
-            };
-        }
-        mmio::wc_flush_barrier();
-        self.bf_offset ^= self.bf_size;
-        self.batch_start = next;
+        self.ring_bf(pi, wqebbs);
         Ok(())
     }
 

@@ -136,6 +136,23 @@ impl Drop for Retirer<'_> {
 #[must_use = "undo it if the WR it was for is refused"]
 pub struct SignalNext(u64);
 
+/// [`SendQueue::auto_signal`] over the countdown `left` (unsignaled WRs that
+/// may still be posted before one is forced) and the period less one,
+/// `force_after`: the queue's own, or a [`Reserved`](super::Reserved) batch's copy.
+#[inline(always)]
+pub(super) fn auto_signal(left: &mut u64, force_after: u64, flags: CtrlFlags) -> (CtrlFlags, bool) {
+    if flags.contains(CtrlFlags::CQ_UPDATE) {
+        *left = force_after;
+        (flags, false)
+    } else if *left == 0 {
+        *left = force_after;
+        (flags | CtrlFlags::CQ_UPDATE, true)
+    } else {
+        *left -= 1;
+        (flags, false)
+    }
+}
+
 /// `SendQueue::force_after` for an auto-signal period of `n` WRs (0: off).
 fn force_after(n: u32) -> u64 {
     if n == 0 {
@@ -166,8 +183,6 @@ pub struct SendQueue {
     pub(super) slots: Box<[Slot]>,
     /// `wqe_cnt - 1`.
     pub(super) slot_mask: u32,
-    /// The QPN as the ctrl segment's bytes 4..7 hold it, `(qpn & 0xffffff) << 8`.
-    pub(super) ctrl_qpn: u32,
     /// `max_post` WQEs of `geo.max_wqebbs` WQEBBs fit the ring, so a WR
     /// within `max_post` always finds room ([`Self::limit_wqe_size`]).
     pub(super) room_implied: bool,
@@ -250,7 +265,6 @@ impl SendQueue {
             batch_last: 0,
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             slot_mask: wqe_cnt - 1,
-            ctrl_qpn: (qpn & 0xff_ffff) << 8,
             room_implied: max_post as u64 * 16.min(wqe_cnt) as u64 <= wqe_cnt as u64,
             bf_fits: qp.bf.size as usize >= WQEBB,
             unsignaled_left: force_after((max_post / 2).max(1)),
@@ -290,12 +304,6 @@ impl SendQueue {
     /// WQEBBs free for posting.
     pub fn free_wqebbs(&self) -> u32 {
         self.geo.wqe_cnt - self.pi.wrapping_sub(self.tail)
-    }
-
-    /// Whether `wrs` more work requests of `wqebbs` WQEBBs in all fit now.
-    #[inline]
-    pub fn has_room(&self, wrs: u32, wqebbs: u32) -> bool {
-        wrs <= self.free_wrs() && wqebbs <= self.free_wqebbs()
     }
 
     /// Work requests posted and not yet retired.
@@ -380,17 +388,7 @@ impl SendQueue {
     /// WR into the run: call it only once nothing can refuse the WR.
     #[inline(always)]
     pub(super) fn auto_signal(&mut self, flags: CtrlFlags) -> (CtrlFlags, bool) {
-        let left = self.unsignaled_left;
-        if flags.contains(CtrlFlags::CQ_UPDATE) {
-            self.unsignaled_left = self.force_after;
-            (flags, false)
-        } else if left == 0 {
-            self.unsignaled_left = self.force_after;
-            (flags | CtrlFlags::CQ_UPDATE, true)
-        } else {
-            self.unsignaled_left = left - 1;
-            (flags, false)
-        }
+        auto_signal(&mut self.unsignaled_left, self.force_after, flags)
     }
 
     /// Prints every WQE posted since the last doorbell (tracing is checked
@@ -425,40 +423,61 @@ impl SendQueue {
         if crate::trace::enabled() {
             self.trace_batch();
         }
+        let first = self.batch_start;
+        let wqebbs = self.pi.wrapping_sub(first);
+        // A single WQE since the last doorbell: it starts where the batch does.
+        if self.batch_last == first && self.bf_size >= wqebbs * WQEBB as u32 {
+            self.ring_bf(first, wqebbs);
+            return;
+        }
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(self.pi)) };
         mmio::wc_start_barrier();
-        let first = self.batch_start;
-        let wqebbs = self.pi.wrapping_sub(first) as usize;
-        let mask = (self.geo.wqe_cnt - 1) as usize;
-        let ring = self.buf.as_ptr() as *const u64;
-        // SAFETY (for both arms): `bf_reg + bf_offset` is within the QP's
-        // BlueFlame register pair, `bf_size` bytes each (constructor contract),
-        // and 8-byte aligned as every UAR register is.
-        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) } as *mut u64;
-        // A single WQE since the last doorbell: it starts where the batch does.
-        let single = self.batch_last == first;
-        if single && self.bf_size as usize >= wqebbs * WQEBB {
-            // BlueFlame: the single WQE, 64 bytes at a time; its WQEBBs may
-            // continue at the start of the ring.
-            for i in 0..wqebbs {
-                let at = ((first as usize + i) & mask) * (WQEBB / 8);
-                // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64`
-                // bytes, masked index); the ring is ours (constructor
-                // contract); unaligned reads need no alignment.
-                let chunk: [u64; WQEBB / 8] =
-                    unsafe { (ring.add(at) as *const [u64; WQEBB / 8]).read_unaligned() };
-                // SAFETY: see above; `i * 8 + 8 <= wqebbs * 8 <= bf_size / 8`.
-                unsafe { mmio::write_uar(reg.add(i * 8), &chunk) };
-            }
-        } else {
-            // rdma-core rings with the first 8 bytes of the last WQE's ctrl segment.
-            let at = (self.batch_last as usize & mask) * (WQEBB / 8);
-            // SAFETY: the first 8 bytes of a WQEBB inside the ring (masked index).
-            let last = unsafe { ring.add(at).read_unaligned() };
-            // SAFETY: see above.
-            unsafe { mmio::write_uar(reg, &[last]) };
+        // rdma-core rings with the first 8 bytes of the last WQE's ctrl segment.
+        let at = (self.batch_last & self.slot_mask) as usize * WQEBB;
+        // SAFETY: the first 8 bytes of a WQEBB inside the ring (masked
+        // index), which is ours; `bf_reg + bf_offset` is within the QP's
+        // BlueFlame register pair, `bf_size` bytes each (constructor
+        // contract), and 8-byte aligned as every UAR register is.
+        unsafe {
+            let last = self.buf.as_ptr().add(at).cast::<u64>().read_unaligned();
+            mmio::write_uar(self.bf_reg.add(self.bf_offset as usize).cast(), &[last]);
+        }
+        mmio::wc_flush_barrier();
+        self.bf_offset ^= self.bf_size;
+        self.batch_start = self.pi;
+    }
+
+    /// The doorbell for the one WQE posted since the last doorbell, of
+    /// `wqebbs` WQEBBs at index `first` (so `pi == first + wqebbs`), which
+    /// fits the BlueFlame register (`wqebbs * 64 <= bf_size`; the caller
+    /// checked both): the doorbell record, then **BlueFlame**, the WQE
+    /// copied 64 bytes at a time (`mmio::copy_to_bf`; its WQEBBs may
+    /// continue at the start of the ring), so the NIC need not read it
+    /// from the ring. In rdma-core's order (`post_send_db`).
+    #[inline(always)]
+    pub(super) fn ring_bf(&mut self, first: u32, wqebbs: u32) {
+        debug_assert!(
+            self.pi == first.wrapping_add(wqebbs) && self.bf_size >= wqebbs * WQEBB as u32
+        );
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(self.pi)) };
+        mmio::wc_start_barrier();
+        for i in 0..wqebbs {
+            let at = (first.wrapping_add(i) & self.slot_mask) as usize * WQEBB;
+            // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64` bytes,
+            // masked index), which is ours; `bf_reg + bf_offset` is one of
+            // the QP's BlueFlame registers of `bf_size >= wqebbs * 64` bytes
+            // (the caller's check; constructor contract).
+            unsafe {
+                mmio::copy_to_bf(
+                    self.bf_reg
+                        .add(self.bf_offset as usize + i as usize * WQEBB),
+                    self.buf.as_ptr().add(at),
+                )
+            };
         }
         mmio::wc_flush_barrier();
         self.bf_offset ^= self.bf_size;

@@ -249,45 +249,52 @@ pub(crate) fn write_sized(
     }
 }
 
-/// Copies `len` bytes from `src` to `dst` (not overlapping), with fixed-size
-/// moves for payloads up to 64 bytes (an inlined `memcpy` call costs more than
-/// the copy at these sizes).
+/// Copies `len` bytes (at most a WQE's 1 KiB) from `src` to `dst`, not
+/// overlapping, with fixed-size moves and no call: up to 64 bytes as the
+/// first and last 32 (or 16, 8, 4), more as 32-byte blocks and then the
+/// last 32. (A `memcpy` call makes the caller keep its registers on the
+/// stack around it.)
 ///
 /// # Safety
-/// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of
-/// writes, and the two must not overlap.
+/// `src` valid for `len` bytes of reads, `dst` for `len` bytes of writes,
+/// not overlapping.
 #[inline(always)]
-unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
-    /// Copies the first and last `N` bytes of `len` (`N <= len <= 2 * N`):
-    /// together they cover all `len` bytes.
+pub(crate) unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies `N` bytes.
     ///
     /// # Safety
-    /// As `copy_small`, with `N <= len`.
+    /// `src` and `dst` valid for `N` bytes, not overlapping.
     #[inline(always)]
-    unsafe fn two<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
-        // SAFETY: `N <= len`, so both `[0, N)` and `[len - N, len)` are inside
-        // the caller's ranges, which do not overlap. Fixed-size copies become
-        // plain moves.
-        unsafe {
-            core::ptr::copy_nonoverlapping(src, dst, N);
-            core::ptr::copy_nonoverlapping(src.add(len - N), dst.add(len - N), N);
-        }
+    unsafe fn block<const N: usize>(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's; fixed-size copies become plain moves.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, N) }
     }
-    // SAFETY (every arm): the size checks give each helper `N <= len <= 2N`;
-    // the caller guarantees the ranges.
+    // SAFETY (every arm): each `block::<N>` covers `[0, N)` or
+    // `[len - N, len)` with `N <= len`, inside the caller's ranges.
     unsafe {
-        match len {
-            0 => {}
-            1..=3 => {
-                for i in 0..len {
-                    *dst.add(i) = *src.add(i);
-                }
+        if len > 64 {
+            let mut off = 0;
+            while len - off > 32 {
+                block::<32>(src.add(off), dst.add(off));
+                off += 32;
             }
-            4..=7 => two::<4>(src, dst, len),
-            8..=15 => two::<8>(src, dst, len),
-            16..=31 => two::<16>(src, dst, len),
-            32..=64 => two::<32>(src, dst, len),
-            _ => core::ptr::copy_nonoverlapping(src, dst, len),
+            block::<32>(src.add(len - 32), dst.add(len - 32));
+        } else if len >= 32 {
+            block::<32>(src, dst);
+            block::<32>(src.add(len - 32), dst.add(len - 32));
+        } else if len >= 16 {
+            block::<16>(src, dst);
+            block::<16>(src.add(len - 16), dst.add(len - 16));
+        } else if len >= 8 {
+            block::<8>(src, dst);
+            block::<8>(src.add(len - 8), dst.add(len - 8));
+        } else if len >= 4 {
+            block::<4>(src, dst);
+            block::<4>(src.add(len - 4), dst.add(len - 4));
+        } else {
+            for i in 0..len {
+                *dst.add(i) = *src.add(i);
+            }
         }
     }
 }
@@ -329,7 +336,7 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize
         match wqe.payload {
             Payload::Inline(bytes) if !bytes.is_empty() => {
                 (p as *mut u32).write_unaligned((bytes.len() as u32 | INLINE_SEG).to_be());
-                copy_small(bytes.as_ptr(), p.add(4), bytes.len());
+                copy_inline(bytes.as_ptr(), p.add(4), bytes.len());
                 p = p.add(4 + bytes.len());
             }
             Payload::Inline(_) => {}

@@ -26,8 +26,9 @@ mod segments;
 mod tests;
 
 pub use decode::{decode_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
+pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
 pub use encode::{wqe_size, write_recv_wqe, write_send_wqe};
-pub(crate) use encode::{wqe_size_within, write_sized};
+pub(crate) use segments::ctrl_words;
 pub use segments::{atomic_seg, ctrl_seg, data_seg, inline_ds, raddr_seg, ATOMIC_SIZE};
 
 use crate::prm::{CtrlFlags, WqeOpcode};

@@ -26,7 +26,7 @@ pub fn ctrl_seg(
 /// The ctrl segment as four big-endian words (what [`ctrl_seg`] lays out),
 /// for writers that store them straight into the ring.
 #[inline(always)]
-pub(super) fn ctrl_words(
+pub(crate) fn ctrl_words(
     opcode: WqeOpcode,
     wqe_idx: u16,
     qpn: u32,

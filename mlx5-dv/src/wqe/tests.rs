@@ -482,7 +482,7 @@ fn wrapped_and_direct_writes_lay_out_the_same_bytes() {
         wqe(WqeOpcode::NOP, Payload::Inline(&[])),
     ];
     // Under Miri (where the whole set takes a minute) only the lengths at
-    // the edges of `copy_small`'s arms and the producer indices where a WQE
+    // the edges of `copy_inline`'s arms and the producer indices where a WQE
     // starts at the ring's start or may reach its end: the unsafe stores
     // Miri checks are the same, fewer shapes pass through them.
     let lens: &[usize] = if cfg!(miri) {

@@ -88,7 +88,11 @@ impl DirectQp {
         false
     }
 
-    /// [`Self::post_one`] without the CQ credits.
+    /// [`Self::post_one`] without the CQ credits. The opcode mapping is
+    /// written out per arm (here, in `post_inline` and `push_in_place`), so
+    /// that each opcode gets its own copy of the code: one shared
+    /// `WrOp -> (opcode, imm, remote)` mapping measured 9 to 27 instructions
+    /// more per WR (`scripts/insn-count`).
     #[inline(always)]
     fn post_one_built(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
         if w.inline {

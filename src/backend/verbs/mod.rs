@@ -332,11 +332,11 @@ impl VerbsQp {
         // cured by polling, not stuck behind unsignaled WRs that hold credits
         // and that no CQE will ever retire (and the WR that takes the last
         // credit makes one, or none would give the credits back).
-        let last_credit = self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
+        let credits_low = self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
         let before = self.posted;
         let n = wrs.len().div_ceil(CHUNK);
         for (i, chunk) in wrs.chunks(CHUNK).enumerate() {
-            if let Err(e) = self.post_chunk(chunk, last_credit && i + 1 == n) {
+            if let Err(e) = self.post_chunk(chunk, credits_low && i + 1 == n) {
                 // Credits of the WRs the provider did not take go back.
                 self.credits
                     .give(wrs.len() as u32 - (self.posted - before) as u32);
