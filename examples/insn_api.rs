@@ -15,7 +15,8 @@
 //!   connected QP on it).
 
 use rdma_direct::{
-    Access, Completion, Context, CqSizing, Qp, QpConfig, RemoteAddr, SendWr, Sge, SharedCq,
+    Access, Completion, Context, CqSizing, Qp, QpConfig, RemoteAddr, SendFlags, SendWr, Sge,
+    SharedCq,
 };
 use std::hint::black_box;
 
@@ -23,6 +24,33 @@ use std::hint::black_box;
 #[inline(never)]
 pub fn api_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()> {
     qp.post_send(wrs)
+}
+
+/// What `api_post_write` posts, read from memory as the C baseline reads
+/// its `struct cb_write`.
+pub struct Write<'a> {
+    wr_id: u64,
+    sge: Sge<'a>,
+    remote: RemoteAddr,
+    flags: SendFlags,
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_post_write(qp: &mut Qp, w: &Write<'_>) -> rdma_direct::Result<()> {
+    qp.post_write(w.wr_id, &w.sge, w.remote, w.flags)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_post_write_inline(
+    qp: &mut Qp,
+    wr_id: u64,
+    data: &[u8],
+    remote: &RemoteAddr,
+    flags: SendFlags,
+) -> rdma_direct::Result<()> {
+    qp.post_write_inline(wr_id, data, *remote, flags)
 }
 
 #[no_mangle]
@@ -79,6 +107,12 @@ fn main() -> rdma_direct::Result<()> {
     let payload = [0x5au8; 64];
     let bytes = [Sge::bytes(&payload)?];
     let inline = SendWr::rdma_write(2, &bytes, to).inline().signaled();
+    let write1 = Write {
+        wr_id: 1,
+        sge: sge[0],
+        remote: to,
+        flags: SendFlags::SIGNALED,
+    };
     let mut batch = [SendWr::rdma_write(3, &sge, to); 32];
     batch[31] = batch[31].signaled();
     let mut out = [Completion::default(); 16];
@@ -91,6 +125,15 @@ fn main() -> rdma_direct::Result<()> {
         match op.as_str() {
             "api_post_write" => {
                 api_post_send(&mut a, std::slice::from_ref(black_box(&write)))?;
+                drain(&mut a, 1);
+            }
+            "api_write1" => {
+                api_post_write(&mut a, black_box(&write1))?;
+                drain(&mut a, 1);
+            }
+            "api_write_inline1" => {
+                let (id, data, r, f) = black_box((2, &payload[..], &to, SendFlags::SIGNALED));
+                api_post_write_inline(&mut a, id, data, r, f)?;
                 drain(&mut a, 1);
             }
             "api_post_inline" => {

@@ -28,14 +28,14 @@ pub struct Qp {
     // Field order: the QP goes first; then the buffers its WRs held (no WR
     // can touch them once it is destroyed); then dropped MRs that waited
     // for its WRs are deregistered (`reclaim`).
-    kind: QpKind,
+    pub(crate) kind: QpKind,
     pub(crate) owned: Owned,
     /// Its completions go to a [`SharedCq`], which polls them (the tag that
     /// names that CQ).
     pub(crate) shared_cq: Option<usize>,
     state: QpState,
     /// Its PD's id (`PdInner::id`), which every SGE posted must carry.
-    pd_id: u32,
+    pub(crate) pd_id: u32,
     cfg: QpConfig,
     pub(crate) local: Endpoint,
     pd: Arc<PdInner>,
@@ -877,6 +877,9 @@ fn random_psn() -> u32 {
     (h.finish() as u32) & 0xff_ffff
 }
 
+// (Not boxed: the post and poll paths reach the direct QP's rings through
+// it, and a box would be one more dependent load on every call.)
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum QpKind {
     Direct(direct::DirectQp),
     #[cfg(feature = "verbs")]

@@ -11,7 +11,7 @@
 use rdma_direct::pool::{Pool, PoolConfig};
 use rdma_direct::{
     Access, Completion, Context, Error, LocalMr, Memory, Mr, Qp, QpAttr, QpConfig, QpState,
-    RegRefusal, RemoteAddr, SendWr, Sge, WcOpcode, WcStatus,
+    RegRefusal, RemoteAddr, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
 };
 
 /// Small rings: fewer bytes for Miri to set up and check.
@@ -542,7 +542,8 @@ fn what_the_review_found_is_refused() {
 }
 
 /// The in-place posts (issue 14) under Miri: inline payloads of plain bytes
-/// and of an `Mr` wrapping the SQ's end, and a batch.
+/// and of an `Mr` wrapping the SQ's end, `Qp::post_write_inline` and
+/// `Qp::post_write`, and a batch.
 #[test]
 fn inline_wrap_and_batches_under_miri() {
     let ctx = Context::open("sim").unwrap();
@@ -581,6 +582,18 @@ fn inline_wrap_and_batches_under_miri() {
         dst.read(0, &mut got).unwrap();
         assert_eq!(&got[..], &data[..len]);
     }
+    // The one-opcode posts: inline across the SQ's end, and a 1-SGE WRITE.
+    for (i, len) in [100usize, 65, 37].into_iter().enumerate() {
+        a.post_write_inline(20 + i as u64, &data[..len], to, SendFlags::SIGNALED)
+            .unwrap();
+        assert_eq!(one_completion(&mut a).wr_id, 20 + i as u64);
+        let mut got = vec![0u8; len];
+        dst.read(0, &mut got).unwrap();
+        assert_eq!(&got[..], &data[..len]);
+    }
+    let s8 = Sge::new(&src, 8, 8).unwrap();
+    a.post_write(30, &s8, to, SendFlags::SIGNALED).unwrap();
+    assert_eq!(one_completion(&mut a).wr_id, 30);
     let sg = [Sge::new(&src, 0, 8).unwrap()];
     a.post_send(&[
         SendWr::rdma_write(50, &sg, to),

@@ -27,6 +27,17 @@ pub fn enabled() -> bool {
     s != 1 && (s == 2 || init())
 }
 
+/// Whether this crate's unit tests capture the trace on this thread (the
+/// in-place posts, which read [`enabled`] once per queue, then trace too);
+/// `false` outside them.
+#[inline(always)]
+pub(crate) fn in_capture() -> bool {
+    #[cfg(test)]
+    return capture::active();
+    #[cfg(not(test))]
+    false
+}
+
 #[cold]
 #[inline(never)]
 fn init() -> bool {

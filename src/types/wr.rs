@@ -118,6 +118,28 @@ pub enum WrOp {
     AtomicFetchAdd { remote: RemoteAddr, add: u64 },
 }
 
+bitflags::bitflags! {
+    /// The flags of a WR posted by one of [`Qp`](crate::Qp)'s one-opcode
+    /// posts ([`Qp::post_write`](crate::Qp::post_write),
+    /// [`Qp::post_write_inline`](crate::Qp::post_write_inline)): the
+    /// `signaled`, `solicited` and `fence` of a [`SendWr`]. The values are
+    /// the mlx5 ctrl segment's `fm_ce_se` bits (byte 11 of `struct
+    /// mlx5_wqe_ctrl_seg`, rdma-core `mlx5dv.h`), so the direct path stores
+    /// them as they are; the verbs path maps them to `IBV_SEND_*`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct SendFlags: u8 {
+        /// Generate a completion (`IBV_SEND_SIGNALED`; mlx5
+        /// `MLX5_WQE_CTRL_CQ_UPDATE`, 0x08).
+        const SIGNALED = 0x08;
+        /// Ask for a solicited event at the responder (`IBV_SEND_SOLICITED`;
+        /// mlx5 `MLX5_WQE_CTRL_SOLICITED`, 0x02).
+        const SOLICITED = 0x02;
+        /// Start only after every earlier RDMA READ and atomic of this QP
+        /// has completed (`IBV_SEND_FENCE`; mlx5 `MLX5_WQE_CTRL_FENCE`, 0x80).
+        const FENCE = 0x80;
+    }
+}
+
 /// One send work request (`ibv_send_wr` without the linked list).
 ///
 /// `repr(C)`: the four flags are adjacent bytes in declaration order, so
@@ -289,6 +311,14 @@ impl<'a> SendWr<'a> {
         ]);
         let m = (v & 0x0101_0001) as u64;
         ((m * ((1 << 27) | (1 << 9) | (1 << 7))) >> 24) as u8
+    }
+
+    /// This WR with `signaled`, `solicited` and `fence` as `f` says.
+    pub(crate) fn with_flags(mut self, f: SendFlags) -> Self {
+        self.signaled = f.contains(SendFlags::SIGNALED);
+        self.solicited = f.contains(SendFlags::SOLICITED);
+        self.fence = f.contains(SendFlags::FENCE);
+        self
     }
 
     pub(crate) fn total_len(&self) -> u64 {

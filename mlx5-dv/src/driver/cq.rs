@@ -29,11 +29,28 @@ pub struct CompletionQueue {
     /// The CQ was created to ignore overrun: the device never reads the
     /// consumer-index record, so polls do not write it ([`Self::polled`]).
     lazy_ci: bool,
+    /// What [`Self::polled`] has to do, decided once (a poll then tests one
+    /// byte): [`AFTER_POLL_CI`], and [`AFTER_POLL_TRACE`] when tracing is on
+    /// (read from the environment when the CQ is made).
+    after_poll: u8,
     cqn: u32,
     /// The CQ's UAR page (`mlx5dv_cq.cq_uar`; null: arming unavailable), and
     /// the arm sequence number (2 bits used), advanced per completion event.
     uar: *mut u8,
     arm_sn: u32,
+}
+
+/// [`CompletionQueue::polled`] writes the consumer-index record.
+const AFTER_POLL_CI: u8 = 1;
+/// [`CompletionQueue::polled`] prints the CQEs polled.
+const AFTER_POLL_TRACE: u8 = 2;
+
+fn after_poll_trace() -> u8 {
+    if crate::trace::enabled() {
+        AFTER_POLL_TRACE
+    } else {
+        0
+    }
 }
 
 /// See [`CompletionQueue::cursor`].
@@ -139,6 +156,7 @@ impl CompletionQueue {
             ring_mask: cqe_cnt as usize * cq.cqe_size as usize - 1,
             at: 0,
             lazy_ci: false,
+            after_poll: AFTER_POLL_CI | after_poll_trace(),
             cqn: cq.cqn,
             uar: cq.cq_uar as *mut u8,
             arm_sn: 0,
@@ -157,6 +175,7 @@ impl CompletionQueue {
             self.update_ci();
         }
         self.lazy_ci = ignored;
+        self.after_poll = after_poll_trace() | if ignored { 0 } else { AFTER_POLL_CI };
     }
 
     /// Whether [`Self::polled`] leaves the consumer-index record alone.
@@ -264,10 +283,17 @@ impl CompletionQueue {
     /// credits (or WR limits) keep it from getting there during the poll.
     #[inline(always)]
     pub fn polled(&mut self, from: u32) {
-        if !self.lazy_ci {
+        if self.after_poll != 0 || crate::trace::in_capture() {
+            self.after_polled(from);
+        }
+    }
+
+    #[inline(never)]
+    fn after_polled(&mut self, from: u32) {
+        if self.after_poll & AFTER_POLL_CI != 0 {
             self.update_ci();
         }
-        if crate::trace::enabled() {
+        if self.after_poll & AFTER_POLL_TRACE != 0 || crate::trace::in_capture() {
             self.trace_polled(from);
         }
     }

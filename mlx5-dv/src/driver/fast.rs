@@ -60,15 +60,49 @@ impl Seg {
     }
 }
 
-/// The ctrl segment of WQE `pi` as a [`Seg`]: the codec's
-/// [`ctrl_words`](crate::wqe::ctrl_words) (`struct mlx5_wqe_ctrl_seg`).
+/// The ctrl segment of WQE `pi` (`struct mlx5_wqe_ctrl_seg`, the codec's
+/// `ctrl_words` in `wqe/segments.rs`) as the two 64-bit words stored
+/// at bytes 0..8 and 8..16. `qpn_be` is [`qpn_be`] of the QP's number,
+/// computed once per queue: so each word is a few shifts and ors, with no
+/// byte swap of its own.
 #[inline(always)]
-fn ctrl_seg(opcode: WqeOpcode, pi: u32, qpn: u32, ds: u32, flags: CtrlFlags, imm: u32) -> Seg {
-    let w = crate::wqe::ctrl_words(opcode, pi as u16, qpn, ds, flags, imm);
-    Seg {
-        hi: ((w[0] as u64) << 32) | w[1] as u64,
-        lo: ((w[2] as u64) << 32) | w[3] as u64,
+fn ctrl_seg(
+    opcode: WqeOpcode,
+    pi: u32,
+    qpn_be: u32,
+    ds: u32,
+    flags: CtrlFlags,
+    imm: u32,
+) -> [u64; 2] {
+    #[cfg(target_endian = "little")]
+    {
+        // Bytes 0..4, `opmod_idx_opcode` big-endian (0, the 16-bit index,
+        // the opcode), read little-endian; bytes 4..8 `qpn_ds`; byte 11
+        // `fm_ce_se`; bytes 12..16 the immediate.
+        let w0 = ((pi as u16).swap_bytes() as u32) << 8 | (opcode.0 as u32) << 24;
+        let w1 = qpn_be | (ds & 0x3f) << 24;
+        let w2 = (flags.bits() as u32) << 24;
+        [
+            w0 as u64 | (w1 as u64) << 32,
+            w2 as u64 | (imm.to_be() as u64) << 32,
+        ]
     }
+    #[cfg(target_endian = "big")]
+    {
+        let _ = qpn_be;
+        let w = crate::wqe::ctrl_words(opcode, pi as u16, 0, ds, flags, imm);
+        [
+            ((w[0] as u64) << 32) | (w[1] | qpn_be) as u64,
+            ((w[2] as u64) << 32) | w[3] as u64,
+        ]
+    }
+}
+
+/// The QP's number as bytes 4..7 of a ctrl segment (`qpn_ds` without the
+/// DS), read in host order: what [`ctrl_seg`] takes.
+#[inline]
+pub(super) fn qpn_be(qpn: u32) -> u32 {
+    ((qpn & 0xff_ffff) << 8).to_be()
 }
 
 /// Stores a 16-byte segment at `p`.
@@ -107,9 +141,10 @@ impl SendQueue {
         segs: [Seg; N],
         wr_id: u64,
     ) -> Result<(), WqeError> {
-        let first = self.batch_start;
         let pi = self.put_segs(opcode, flags, imm, segs, wr_id)?;
-        if first != pi || !self.bf_fits || crate::trace::enabled() {
+        // (`batch_start` read after the ring stores, so that it need not be
+        // held in a register across them.)
+        if self.batch_start != pi || self.bf_max < WQEBB as u32 || crate::trace::in_capture() {
             self.batch_last = pi;
             self.ring_doorbell();
             return Ok(());
@@ -143,9 +178,20 @@ impl SendQueue {
             return Err(self.no_room());
         }
         let slot = pi & self.slot_mask;
+        // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
+        // the ring (`wqe_cnt * 64` bytes, `new`).
+        let wqe = unsafe { self.buf.as_ptr().add(slot as usize * WQEBB) };
+        // The segments first, then the slot, then the ctrl segment: each
+        // value is stored as soon as it can be, which frees its register
+        // (the device reads none of it before the doorbell).
+        // SAFETY: the WQEBB is free (checked above) and ours (`new`); the
+        // WQE's `(1 + N) * 16` bytes fit it.
+        unsafe {
+            for (i, s) in segs.iter().enumerate() {
+                put(wqe.add(16 * (i + 1)), s.stored());
+            }
+        }
         let (flags, forced) = self.auto_signal(flags);
-        // The slot first, so that `wr_id` is stored and gone before the
-        // segments need the registers.
         // SAFETY: `slots` has `wqe_cnt` entries (`new`), `slot` is masked below it.
         unsafe {
             Slot::store(
@@ -156,19 +202,10 @@ impl SendQueue {
                 forced,
             )
         };
-        // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
-        // the ring (`wqe_cnt * 64` bytes, `new`).
-        let wqe = unsafe { self.buf.as_ptr().add(slot as usize * WQEBB) };
         let ds = 1 + N as u32;
-        let ctrl = ctrl_seg(opcode, pi, self.geo.qpn, ds, flags, imm);
-        // SAFETY: the WQEBB is free (checked above) and ours (`new`); the
-        // WQE's `(1 + N) * 16` bytes fit it.
-        unsafe {
-            put(wqe, ctrl.stored());
-            for (i, s) in segs.iter().enumerate() {
-                put(wqe.add(16 * (i + 1)), s.stored());
-            }
-        }
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
+        // SAFETY: as above.
+        unsafe { put(wqe, ctrl) };
         self.posted = posted.wrapping_add(1);
         self.pi = pi.wrapping_add(1);
         Ok(pi)
@@ -195,7 +232,7 @@ pub struct Reserved<'a> {
     ring: *mut u8,
     slots: *mut Slot,
     mask: u32,
-    qpn: u32,
+    qpn_be: u32,
     pi: u32,
     posted: u32,
     left: u32,
@@ -225,7 +262,7 @@ impl SendQueue {
             ring: self.buf.as_ptr(),
             slots: self.slots.as_mut_ptr(),
             mask: self.slot_mask,
-            qpn: self.geo.qpn,
+            qpn_be: self.qpn_be,
             pi: self.pi,
             posted: self.posted,
             left: wrs,
@@ -260,13 +297,13 @@ impl Reserved<'_> {
         let slot = (pi & self.mask) as usize;
         let (flags, forced) = auto_signal(&mut self.unsignaled_left, self.force_after, flags);
         let ds = 1 + N as u32;
-        let ctrl = ctrl_seg(opcode, pi, self.qpn, ds, flags, imm);
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
         // SAFETY: `reserve` found this WQEBB free; a masked index inside the
         // ring of `mask + 1` WQEBBs, and the slot table of as many entries,
         // both the queue's (`new`); the WQE's `(1 + N) * 16` bytes fit it.
         unsafe {
             let wqe = self.ring.add(slot * WQEBB);
-            put(wqe, ctrl.stored());
+            put(wqe, ctrl);
             for (i, s) in segs.iter().enumerate() {
                 put(wqe.add(16 * (i + 1)), s.stored());
             }
@@ -338,13 +375,15 @@ impl SendQueue {
         imm: u32,
         raddr: Option<Seg>,
         src: *const u8,
-        len: u32,
+        len: usize,
         shared: bool,
         wr_id: u64,
     ) -> Result<(), WqeError> {
-        if len > self.geo.max_inline {
+        if len > self.geo.max_inline as usize {
             return Err(self.inline_too_long(len));
         }
+        // (Within `max_inline`, a `u32`.)
+        let len = len as u32;
         let hdr = 16 * (1 + raddr.is_some() as u32);
         // ctrl, raddr, and `ceil((4 + len) / 16)` DS of inline segment.
         let ds = hdr / 16 + if len == 0 { 0 } else { (len + 4 + 15) >> 4 };
@@ -397,11 +436,11 @@ impl SendQueue {
             }
         }
         let (flags, forced) = self.auto_signal(flags);
-        let ctrl = ctrl_seg(opcode, pi, self.geo.qpn, ds, flags, imm);
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
         let slot = pi & self.slot_mask;
         // SAFETY: as above; and `slots` has `wqe_cnt` entries, `slot` masked below it.
         unsafe {
-            put(ring.add(base), ctrl.stored());
+            put(ring.add(base), ctrl);
             Slot::store(
                 self.slots.get_unchecked_mut(slot as usize),
                 wr_id,
@@ -415,8 +454,8 @@ impl SendQueue {
         let next = pi.wrapping_add(wqebbs);
         self.pi = next;
         if self.batch_start != pi
-            || (wqebbs * WQEBB as u32) > self.bf_size
-            || crate::trace::enabled()
+            || (wqebbs * WQEBB as u32) > self.bf_max
+            || crate::trace::in_capture()
         {
             self.ring_doorbell();
             return Ok(());
@@ -426,9 +465,9 @@ impl SendQueue {
     }
 
     #[cold]
-    fn inline_too_long(&self, len: u32) -> WqeError {
+    fn inline_too_long(&self, len: usize) -> WqeError {
         WqeError::InlineTooLong {
-            len: len as usize,
+            len,
             max: self.geo.max_inline,
         }
     }

@@ -145,7 +145,7 @@ impl Wr {
                 imm,
                 self.raddr(),
                 self.inline.as_ptr(),
-                self.inline.len() as u32,
+                self.inline.len(),
                 false,
                 self.wr_id,
             )

@@ -186,8 +186,14 @@ pub struct SendQueue {
     /// `max_post` WQEs of `geo.max_wqebbs` WQEBBs fit the ring, so a WR
     /// within `max_post` always finds room ([`Self::limit_wqe_size`]).
     pub(super) room_implied: bool,
-    /// The BlueFlame registers hold a WQEBB (`bf_size >= 64`).
-    pub(super) bf_fits: bool,
+    /// The largest WQE, in bytes, that the in-place posts (`fast.rs`) ring
+    /// with a BlueFlame copy from registers: `bf_size`, or 0 when tracing is
+    /// on (read once, from the environment, by `new`), so that every WQE
+    /// they post is rung, and traced, by [`Self::ring_doorbell`].
+    pub(super) bf_max: u32,
+    /// `qpn_ds` of a ctrl segment without its DS, as the in-place posts
+    /// store it (`fast::qpn_be`).
+    pub(super) qpn_be: u32,
     /// Unsignaled WRs that may still be posted before auto-signal forces
     /// a CQE: `force_after` after a signaled WR, one less per unsignaled one.
     pub(super) unsignaled_left: u64,
@@ -266,7 +272,12 @@ impl SendQueue {
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             slot_mask: wqe_cnt - 1,
             room_implied: max_post as u64 * 16.min(wqe_cnt) as u64 <= wqe_cnt as u64,
-            bf_fits: qp.bf.size as usize >= WQEBB,
+            bf_max: if crate::trace::enabled() {
+                0
+            } else {
+                qp.bf.size
+            },
+            qpn_be: super::fast::qpn_be(qpn),
             unsignaled_left: force_after((max_post / 2).max(1)),
             force_after: force_after((max_post / 2).max(1)),
             max_post,
@@ -461,27 +472,27 @@ impl SendQueue {
         debug_assert!(
             self.pi == first.wrapping_add(wqebbs) && self.bf_size >= wqebbs * WQEBB as u32
         );
+        // Everything read from and written to `self` first: the barriers
+        // below are compiler fences too, and would make each field a reload.
+        let (ring, mask, dbrec, pi) = (self.buf.as_ptr(), self.slot_mask, self.dbrec, self.pi);
+        // SAFETY: `bf_reg + bf_offset` is one of the QP's BlueFlame
+        // registers (constructor contract).
+        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) };
+        self.bf_offset ^= self.bf_size;
+        self.batch_start = pi;
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), sq_dbrec(self.pi)) };
+        unsafe { mmio::write_dbrec(dbrec.add(QP_DBREC_SQ), sq_dbrec(pi)) };
         mmio::wc_start_barrier();
         for i in 0..wqebbs {
-            let at = (first.wrapping_add(i) & self.slot_mask) as usize * WQEBB;
+            let at = (first.wrapping_add(i) & mask) as usize * WQEBB;
             // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64` bytes,
-            // masked index), which is ours; `bf_reg + bf_offset` is one of
-            // the QP's BlueFlame registers of `bf_size >= wqebbs * 64` bytes
-            // (the caller's check; constructor contract).
-            unsafe {
-                mmio::copy_to_bf(
-                    self.bf_reg
-                        .add(self.bf_offset as usize + i as usize * WQEBB),
-                    self.buf.as_ptr().add(at),
-                )
-            };
+            // masked index), which is ours; `reg` is a BlueFlame register of
+            // `bf_size >= wqebbs * 64` bytes (the caller's check; constructor
+            // contract).
+            unsafe { mmio::copy_to_bf(reg.add(i as usize * WQEBB), ring.add(at)) };
         }
         mmio::wc_flush_barrier();
-        self.bf_offset ^= self.bf_size;
-        self.batch_start = self.pi;
     }
 
     /// Retires every WQE up to and including the one a requester CQE names by

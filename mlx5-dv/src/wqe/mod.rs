@@ -28,6 +28,7 @@ mod tests;
 pub use decode::{decode_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
 pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
 pub use encode::{wqe_size, write_recv_wqe, write_send_wqe};
+#[cfg(target_endian = "big")]
 pub(crate) use segments::ctrl_words;
 pub use segments::{atomic_seg, ctrl_seg, data_seg, inline_ds, raddr_seg, ATOMIC_SIZE};
 

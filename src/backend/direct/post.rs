@@ -6,7 +6,7 @@
 use super::{DirectQp, MAX_INLINE, MAX_SGE};
 use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
-use crate::types::wr::{RecvWr, SendWr, Sge, WrOp};
+use crate::types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp};
 use mlx5_dv::driver::{Reserved, Seg};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode, INLINE_SEG};
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
@@ -66,6 +66,77 @@ impl DirectQp {
         push_in_place(&mut room, last);
         room.ring();
         self.posted_sends(wrs.len());
+        true
+    }
+
+    /// A 1-SGE RDMA WRITE posted by [`Qp::post_write`](crate::Qp::post_write):
+    /// [`Self::post_one`] for one opcode, so nothing is decoded. `false`,
+    /// having changed nothing, for anything [`Self::post_one`] would
+    /// refuse, and in the counted post mode (the caller's general path
+    /// then posts it with its CQ credit).
+    #[inline(always)]
+    pub(crate) fn post_write(
+        &mut self,
+        wr_id: u64,
+        s: &Sge<'_>,
+        remote: RemoteAddr,
+        flags: SendFlags,
+        pd: u32,
+    ) -> bool {
+        if self.post_mode != POST_IN_PLACE || s.pd != pd || s.len.wrapping_sub(1) >= INLINE_SEG - 1
+        {
+            return false;
+        }
+        let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+        let data = Seg::data(s.addr, s.len, s.lkey.0);
+        let flags = CtrlFlags::from_bits_retain(flags.bits());
+        if self
+            .sq
+            .post_segs_bf(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], wr_id)
+            .is_err()
+        {
+            return false;
+        }
+        self.posted_sends(1);
+        true
+    }
+
+    /// An inline RDMA WRITE of `data` posted by
+    /// [`Qp::post_write_inline`](crate::Qp::post_write_inline), built in
+    /// place as [`Self::post_one`] builds one. `false`, having changed
+    /// nothing, for anything [`Self::post_one`] would refuse, and in the
+    /// counted post mode.
+    #[inline(always)]
+    pub(crate) fn post_write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> bool {
+        if self.post_mode != POST_IN_PLACE {
+            return false;
+        }
+        let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+        let flags = CtrlFlags::from_bits_retain(flags.bits());
+        // SAFETY: `data` is borrowed for the call and, being a shared
+        // borrow of plain bytes, written by nothing meanwhile: copied plainly.
+        let r = unsafe {
+            self.sq.post_inline_bf(
+                WqeOpcode::RDMA_WRITE,
+                flags,
+                0,
+                Some(raddr),
+                data.as_ptr(),
+                data.len(),
+                false,
+                wr_id,
+            )
+        };
+        if r.is_err() {
+            return false;
+        }
+        self.posted_sends(1);
         true
     }
 
@@ -131,7 +202,7 @@ impl DirectQp {
         // else writes now, any other an Mr that a peer may write, read with
         // atomics. One call per opcode, so that each is built for it.
         let r = unsafe {
-            let (src, len, shared, id) = (s.addr as *const u8, s.len, !s.plain, w.wr_id);
+            let (src, len, shared, id) = (s.addr as *const u8, s.len as usize, !s.plain, w.wr_id);
             let sq = &mut self.sq;
             match w.op {
                 WrOp::RdmaWrite { remote } => sq.post_inline_bf(

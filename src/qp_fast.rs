@@ -1,0 +1,110 @@
+//! One-opcode posts: [`Qp::post_write`] and [`Qp::post_write_inline`], the
+//! two most common WRs of storage and RPC systems, each built for its one
+//! opcode, so that nothing is decoded per WR (rdma-core's `ibv_wr_rdma_write`
+//! with `ibv_wr_set_sge` / `ibv_wr_set_inline_data`; UCX's
+//! `uct_ep_put_zcopy` / `uct_ep_put_short`). Each posts exactly what
+//! [`Qp::post_send`] posts for the same [`SendWr`], with the same checks and
+//! errors: on the direct path the common case is built in place in the SQ,
+//! and anything else takes [`Qp::post_send`].
+
+use crate::qp::{Qp, QpKind};
+use crate::types::error::Result;
+use crate::types::keys::RemoteAddr;
+use crate::types::wr::{SendFlags, SendWr, Sge};
+
+impl Qp {
+    /// Posts one RDMA WRITE of `sge` to `remote`, with `flags`: what
+    /// [`Self::post_send`] posts for `SendWr::rdma_write(wr_id, &[sge],
+    /// remote)` with those flags, and the same errors ([`Error::QpState`],
+    /// [`Error::QueueFull`], [`Error::CqFull`], [`Error::Invalid`] for an SGE
+    /// of another PD). The WQE (rdma-core `mlx5dv.h`, one 64-byte WQEBB, DS 3):
+    /// the ctrl segment (opcode `MLX5_OPCODE_RDMA_WRITE` 0x08, `fm_ce_se` from
+    /// `flags`), `struct mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`, all
+    /// big-endian; on the direct path it is written in place and copied to
+    /// the BlueFlame register from registers. A zero-length `sge` is posted
+    /// as a WRITE of no data segment, as [`Self::post_send`] does.
+    ///
+    /// [`Error::QpState`]: crate::Error::QpState
+    /// [`Error::QueueFull`]: crate::Error::QueueFull
+    /// [`Error::CqFull`]: crate::Error::CqFull
+    /// [`Error::Invalid`]: crate::Error::Invalid
+    #[inline(always)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
+    pub fn post_write(
+        &mut self,
+        wr_id: u64,
+        sge: &Sge<'_>,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        let pd = self.pd_id;
+        if let QpKind::Direct(q) = &mut self.kind {
+            if q.post_write(wr_id, sge, remote, flags, pd) {
+                return Ok(());
+            }
+        }
+        self.post_write_general(wr_id, sge, remote, flags)
+    }
+
+    /// [`Self::post_write`] through [`Self::post_send`].
+    #[inline(never)]
+    fn post_write_general(
+        &mut self,
+        wr_id: u64,
+        sge: &Sge<'_>,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        let sges = [*sge];
+        let w = SendWr::rdma_write(wr_id, &sges, remote).with_flags(flags);
+        self.post_send(std::slice::from_ref(&w))
+    }
+}
+
+impl Qp {
+    /// Posts one RDMA WRITE of the bytes of `data` to `remote`, inline
+    /// (copied into the WQE now, so `data` may be any memory and is free
+    /// again when this returns), with `flags`: what [`Self::post_send`]
+    /// posts for `SendWr::rdma_write(wr_id, &[Sge::bytes(data)?],
+    /// remote).inline()` with those flags, and the same errors, and
+    /// [`Error::Invalid`] above [`Self::max_inline`] bytes. The WQE (rdma-core
+    /// `mlx5dv.h`): the ctrl segment, `struct mlx5_wqe_raddr_seg`, then
+    /// `struct mlx5_wqe_inl_data_seg` (`byte_count = len | MLX5_INLINE_SEG`,
+    /// big-endian) and the bytes, `ceil((36 + len) / 16)` DS in
+    /// `ceil((36 + len) / 64)` WQEBBs; on the direct path built in place and
+    /// copied to the BlueFlame register. (UCX's `uct_ep_put_short`.)
+    ///
+    /// [`Error::Invalid`]: crate::Error::Invalid
+    #[inline(always)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
+    pub fn post_write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        if let QpKind::Direct(q) = &mut self.kind {
+            if q.post_write_inline(wr_id, data, remote, flags) {
+                return Ok(());
+            }
+        }
+        self.post_write_inline_general(wr_id, data, remote, flags)
+    }
+
+    /// [`Self::post_write_inline`] through [`Self::post_send`].
+    #[inline(never)]
+    fn post_write_inline_general(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        let sges = [Sge::bytes(data)?];
+        let w = SendWr::rdma_write(wr_id, &sges, remote)
+            .inline()
+            .with_flags(flags);
+        self.post_send(std::slice::from_ref(&w))
+    }
+}
