@@ -16,7 +16,7 @@
 
 use rdma_direct::{
     Access, Completion, Context, CqSizing, Qp, QpConfig, RemoteAddr, SendFlags, SendWr, Sge,
-    SharedCq,
+    SharedCq, WriteWr,
 };
 use std::hint::black_box;
 
@@ -51,6 +51,12 @@ pub fn api_post_write_inline(
     flags: SendFlags,
 ) -> rdma_direct::Result<()> {
     qp.post_write_inline(wr_id, data, *remote, flags)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_post_writes(qp: &mut Qp, wrs: &[WriteWr<'_>]) -> rdma_direct::Result<()> {
+    qp.post_writes(wrs)
 }
 
 #[no_mangle]
@@ -115,6 +121,8 @@ fn main() -> rdma_direct::Result<()> {
     };
     let mut batch = [SendWr::rdma_write(3, &sge, to); 32];
     batch[31] = batch[31].signaled();
+    let mut writes = [WriteWr::new(3, sge[0], to); 32];
+    writes[31] = writes[31].signaled();
     let mut out = [Completion::default(); 16];
     // A shared CQ with one QP on it, connected to a QP of its own CQ.
     let mut shared = pd.create_shared_cq(CqSizing::new().qp(&cfg).depth()?)?;
@@ -138,6 +146,10 @@ fn main() -> rdma_direct::Result<()> {
             }
             "api_post_inline" => {
                 api_post_send(&mut a, std::slice::from_ref(black_box(&inline)))?;
+                drain(&mut a, 1);
+            }
+            "api_writes32" => {
+                api_post_writes(&mut a, black_box(&writes))?;
                 drain(&mut a, 1);
             }
             "api_batch32" => {

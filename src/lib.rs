@@ -92,4 +92,4 @@ pub use types::mr::{LocalMr, Mr, Refused};
 pub use types::qp_attr;
 pub use types::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo};
 pub use types::qp_state::QpState;
-pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp};
+pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp, WriteWr};

@@ -10,7 +10,7 @@
 use crate::qp::{Qp, QpKind};
 use crate::types::error::Result;
 use crate::types::keys::RemoteAddr;
-use crate::types::wr::{SendFlags, SendWr, Sge};
+use crate::types::wr::{SendFlags, SendWr, Sge, WriteWr};
 
 impl Qp {
     /// Posts one RDMA WRITE of `sge` to `remote`, with `flags`: what
@@ -106,5 +106,51 @@ impl Qp {
             .inline()
             .with_flags(flags);
         self.post_send(std::slice::from_ref(&w))
+    }
+}
+
+/// The batch size [`Qp::post_writes`] converts on the stack for
+/// [`Qp::post_send`]; above it, its general path allocates.
+const STACK_WRS: usize = 64;
+
+impl Qp {
+    /// Posts a batch of 1-SGE RDMA WRITEs with one doorbell: what
+    /// [`Self::post_send`] posts for their [`WriteWr::to_send_wr`]s, with
+    /// the same checks, errors and all-or-nothing rule (on any error
+    /// nothing is posted). On the direct path each WQE is built in place
+    /// (ctrl, `struct mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`: one
+    /// WQEBB, DS 3) and the last one's first 8 bytes ring the doorbell, as
+    /// rdma-core rings a batch. Where the in-place path cannot post them (the
+    /// verbs path; an error to report) they go through [`Self::post_send`],
+    /// converted on the stack, or, for more than 64 WRs, in one allocation.
+    #[inline(always)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
+    pub fn post_writes(&mut self, wrs: &[WriteWr<'_>]) -> Result<()> {
+        let pd = self.pd_id;
+        if let QpKind::Direct(q) = &mut self.kind {
+            if q.post_writes(wrs, pd) {
+                return Ok(());
+            }
+        }
+        self.post_writes_general(wrs)
+    }
+
+    /// [`Self::post_writes`] through [`Self::post_send`].
+    #[inline(never)]
+    fn post_writes_general(&mut self, wrs: &[WriteWr<'_>]) -> Result<()> {
+        if wrs.len() <= STACK_WRS {
+            let none = RemoteAddr {
+                addr: 0,
+                rkey: crate::types::keys::Rkey(0),
+            };
+            let mut conv = [SendWr::rdma_write(0, &[], none); STACK_WRS];
+            for (c, w) in conv.iter_mut().zip(wrs) {
+                *c = w.to_send_wr();
+            }
+            self.post_send(&conv[..wrs.len()])
+        } else {
+            let conv: Vec<SendWr<'_>> = wrs.iter().map(WriteWr::to_send_wr).collect();
+            self.post_send(&conv)
+        }
     }
 }

@@ -11,7 +11,7 @@
 use rdma_direct::pool::{Pool, PoolConfig};
 use rdma_direct::{
     Access, Completion, Context, Error, LocalMr, Memory, Mr, Qp, QpAttr, QpConfig, QpState,
-    RegRefusal, RemoteAddr, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
+    RegRefusal, RemoteAddr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WriteWr,
 };
 
 /// Small rings: fewer bytes for Miri to set up and check.
@@ -542,8 +542,8 @@ fn what_the_review_found_is_refused() {
 }
 
 /// The in-place posts (issue 14) under Miri: inline payloads of plain bytes
-/// and of an `Mr` wrapping the SQ's end, `Qp::post_write_inline` and
-/// `Qp::post_write`, and a batch.
+/// and of an `Mr` wrapping the SQ's end, `Qp::post_write_inline`,
+/// `Qp::post_write` and `Qp::post_writes`, and a batch.
 #[test]
 fn inline_wrap_and_batches_under_miri() {
     let ctx = Context::open("sim").unwrap();
@@ -594,6 +594,12 @@ fn inline_wrap_and_batches_under_miri() {
     let s8 = Sge::new(&src, 8, 8).unwrap();
     a.post_write(30, &s8, to, SendFlags::SIGNALED).unwrap();
     assert_eq!(one_completion(&mut a).wr_id, 30);
+    a.post_writes(&[
+        WriteWr::new(31, s8, to),
+        WriteWr::new(32, s8, to).signaled(),
+    ])
+    .unwrap();
+    assert_eq!(one_completion(&mut a).wr_id, 32);
     let sg = [Sge::new(&src, 0, 8).unwrap()];
     a.post_send(&[
         SendWr::rdma_write(50, &sg, to),

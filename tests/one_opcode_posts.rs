@@ -259,3 +259,134 @@ fn on_a_shared_cq() {
     }
     assert_eq!(got, (0..80).collect::<Vec<_>>());
 }
+
+/// `post_writes` writes the WQEs and rings the doorbell as `post_send` of
+/// the same batch does, and completes the same WRs.
+#[test]
+fn batches_as_post_send() {
+    let e = env();
+    let c = cfg(128, 64);
+    let (mut a, _pa) = e.pd.create_connected_pair(&c).unwrap();
+    let (mut b, _pb) = e.pd.create_connected_pair(&c).unwrap();
+    let flag_sets = [
+        SendFlags::empty(),
+        SendFlags::SIGNALED,
+        SendFlags::FENCE | SendFlags::SOLICITED,
+    ];
+    for (round, n) in [1usize, 2, 32, 70].into_iter().enumerate() {
+        let wrs: Vec<WriteWr<'_>> = (0..n)
+            .map(|i| WriteWr {
+                wr_id: (round * 1000 + i) as u64,
+                sge: Sge::new(&e.src, 8 * i, 8 + i as u32).unwrap(),
+                remote: to(&e.dst, 16 * i as u64),
+                flags: flag_sets[i % 3]
+                    | if i + 1 == n {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags::empty()
+                    },
+            })
+            .collect();
+        let sends: Vec<SendWr<'_>> = wrs.iter().map(WriteWr::to_send_wr).collect();
+        a.post_writes(&wrs).unwrap();
+        b.post_send(&sends).unwrap();
+        let want = wrs
+            .iter()
+            .filter(|w| w.flags.contains(SendFlags::SIGNALED))
+            .count();
+        let ids = |v: Vec<Completion>| v.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>();
+        assert_eq!(
+            ids(poll_n(&mut a, want)),
+            ids(poll_n(&mut b, want)),
+            "round {round}"
+        );
+    }
+    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
+    assert_eq!(sa.len(), sb.len());
+    for (k, (x, y)) in sa.chunks(64).zip(sb.chunks(64)).enumerate() {
+        let (mut x, mut y) = (x.to_vec(), y.to_vec());
+        if x.len() == 64 {
+            x[4..7].fill(0);
+            y[4..7].fill(0);
+        }
+        assert_eq!(x, y, "WQEBB {k}");
+    }
+}
+
+/// A batch with one bad WR, one too many for the SQ, or on a QP not in RTS
+/// is refused as `post_send` refuses it, whole: no ring byte written.
+#[test]
+fn batch_refusals_write_nothing() {
+    let e = env();
+    let other = e._ctx.alloc_pd().unwrap();
+    let foreign = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 64)).unwrap();
+    let mut idle = e.pd.create_qp(&cfg(128, 64)).unwrap();
+    let good = |i: u64| WriteWr::new(i, Sge::new(&e.src, 0, 8).unwrap(), to(&e.dst, 0));
+    let cases: Vec<(&str, Vec<WriteWr<'_>>)> = vec![
+        (
+            "foreign PD",
+            vec![
+                good(1),
+                WriteWr::new(2, Sge::new(&foreign, 0, 8).unwrap(), to(&e.dst, 0)),
+                good(3),
+            ],
+        ),
+        ("too many", (0..9).map(good).collect()),
+    ];
+    for (what, wrs) in &cases {
+        let before = a.sq_snapshot().unwrap();
+        let e1 = a.post_writes(wrs).expect_err(what);
+        assert_eq!(before, a.sq_snapshot().unwrap(), "{what}: wrote ring bytes");
+        let sends: Vec<SendWr<'_>> = wrs.iter().map(WriteWr::to_send_wr).collect();
+        let e2 = a.post_send(&sends).expect_err(what);
+        assert_eq!(format!("{e1:?}"), format!("{e2:?}"), "{what}");
+    }
+    // More than 64 (converted in one allocation) on a QP in RESET.
+    let many: Vec<WriteWr<'_>> = (0..100).map(good).collect();
+    let before = idle.sq_snapshot().unwrap();
+    let e1 = idle.post_writes(&many).expect_err("RESET");
+    assert!(matches!(e1, Error::QpState { .. }), "{e1:?}");
+    assert_eq!(before, idle.sq_snapshot().unwrap());
+    // And the QP still posts.
+    a.post_writes(&[good(7).signaled()]).unwrap();
+    assert_eq!(poll_n(&mut a, 1)[0].wr_id, 7);
+}
+
+/// On a shared CQ (credits counted), batches post and complete in order.
+#[test]
+fn batches_on_a_shared_cq() {
+    let e = env();
+    let c = cfg(16, 64);
+    let mut cq =
+        e.pd.create_shared_cq(CqSizing::new().qp(&c).depth().unwrap())
+            .unwrap();
+    let qa = cq.create_qp(&c).unwrap();
+    let mut peer = e.pd.create_qp(&c).unwrap();
+    Qp::connect_loopback(cq.qp_mut(qa), &mut peer).unwrap();
+    let mut got = Vec::new();
+    let mut wc = [Completion::default(); 16];
+    for round in 0..30u64 {
+        let wrs: Vec<WriteWr<'_>> = (0..4)
+            .map(|i| {
+                WriteWr::new(
+                    round * 4 + i,
+                    Sge::new(&e.src, 0, 16).unwrap(),
+                    to(&e.dst, 0),
+                )
+                .signaled()
+            })
+            .collect();
+        cq.qp_mut(qa).post_writes(&wrs).unwrap();
+        let t = Instant::now();
+        while got.len() < (round as usize + 1) * 4 {
+            let k = cq.poll(&mut wc).unwrap();
+            got.extend(wc[..k].iter().map(|c| c.wr_id));
+            if k == 0 {
+                std::thread::yield_now();
+            }
+            assert!(t.elapsed() < PATIENCE);
+        }
+    }
+    assert_eq!(got, (0..120).collect::<Vec<_>>());
+}

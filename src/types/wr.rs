@@ -140,6 +140,42 @@ bitflags::bitflags! {
     }
 }
 
+/// One RDMA WRITE of one SGE, for [`Qp::post_writes`](crate::Qp::post_writes):
+/// what `SendWr::rdma_write(wr_id, &[sge], remote)` with `flags` is, in a
+/// form that needs no decoding.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteWr<'a> {
+    pub wr_id: u64,
+    /// The local bytes written: an SGE of an [`Mr`] on the QP's PD.
+    pub sge: Sge<'a>,
+    pub remote: RemoteAddr,
+    pub flags: SendFlags,
+}
+
+impl<'a> WriteWr<'a> {
+    /// An unsignaled WRITE of `sge` to `remote`.
+    pub fn new(wr_id: u64, sge: Sge<'a>, remote: RemoteAddr) -> Self {
+        WriteWr {
+            wr_id,
+            sge,
+            remote,
+            flags: SendFlags::empty(),
+        }
+    }
+
+    /// The same WR, signaled.
+    pub fn signaled(mut self) -> Self {
+        self.flags |= SendFlags::SIGNALED;
+        self
+    }
+
+    /// The [`SendWr`] that posts the same WRITE.
+    pub fn to_send_wr(&self) -> SendWr<'_> {
+        SendWr::rdma_write(self.wr_id, std::slice::from_ref(&self.sge), self.remote)
+            .with_flags(self.flags)
+    }
+}
+
 /// One send work request (`ibv_send_wr` without the linked list).
 ///
 /// `repr(C)`: the four flags are adjacent bytes in declaration order, so

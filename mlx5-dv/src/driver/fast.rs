@@ -314,6 +314,49 @@ impl Reserved<'_> {
         Ok(())
     }
 
+    /// [`Self::push_segs`] for each of `items`, its WQE's opcode, flags,
+    /// immediate, segments and wr_id given by `wqe`; `false`, pushing
+    /// nothing, when more items than the room left were given. The room is
+    /// checked once for all of them, and the loop keeps the queue's indices
+    /// in registers.
+    #[inline(always)]
+    pub fn push_all<T, const N: usize>(
+        &mut self,
+        items: &[T],
+        wqe: impl Fn(&T) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64),
+    ) -> bool {
+        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
+        if items.len() > self.left as usize {
+            return false;
+        }
+        self.left -= items.len() as u32;
+        let (ring, slots, mask, qpn_be) = (self.ring, self.slots, self.mask, self.qpn_be);
+        let (mut pi, mut posted, mut left) = (self.pi, self.posted, self.unsignaled_left);
+        for it in items {
+            let (opcode, flags, imm, segs, wr_id) = wqe(it);
+            let slot = (pi & mask) as usize;
+            let (flags, forced) = auto_signal(&mut left, self.force_after, flags);
+            let ctrl = ctrl_seg(opcode, pi, qpn_be, 1 + N as u32, flags, imm);
+            // SAFETY: `reserve` found this WQEBB free (the room for
+            // `items.len()` more was checked above); a masked index inside
+            // the ring of `mask + 1` WQEBBs, and the slot table of as many
+            // entries, both the queue's (`new`); the WQE's `(1 + N) * 16`
+            // bytes fit it.
+            unsafe {
+                let wqe = ring.add(slot * WQEBB);
+                for (i, s) in segs.iter().enumerate() {
+                    put(wqe.add(16 * (i + 1)), s.stored());
+                }
+                put(wqe, ctrl);
+                Slot::store(slots.add(slot), wr_id, posted, 1, forced);
+            }
+            posted = posted.wrapping_add(1);
+            pi = pi.wrapping_add(1);
+        }
+        (self.pi, self.posted, self.unsignaled_left) = (pi, posted, left);
+        true
+    }
+
     /// Makes the next WR pushed signaled, as [`SendQueue::signal_next`].
     pub fn signal_next(&mut self) {
         self.unsignaled_left = 0;

@@ -6,7 +6,7 @@
 use super::{DirectQp, MAX_INLINE, MAX_SGE};
 use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
-use crate::types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp};
+use crate::types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp, WriteWr};
 use mlx5_dv::driver::{Reserved, Seg};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode, INLINE_SEG};
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
@@ -98,6 +98,54 @@ impl DirectQp {
             return false;
         }
         self.posted_sends(1);
+        true
+    }
+
+    /// A batch of 1-SGE RDMA WRITEs posted by
+    /// [`Qp::post_writes`](crate::Qp::post_writes): [`Self::post_many`] for
+    /// one opcode, built in place with one doorbell. `false`, having changed
+    /// nothing, when one would be refused or they do not all fit the SQ and
+    /// the CQ.
+    #[inline(always)]
+    pub(crate) fn post_writes(&mut self, wrs: &[WriteWr<'_>], pd: u32) -> bool {
+        let counted = match self.post_mode {
+            POST_IN_PLACE => false,
+            POST_IN_PLACE_COUNTED => true,
+            _ => return false,
+        };
+        if !wrs
+            .iter()
+            .all(|w| w.sge.pd == pd && w.sge.len.wrapping_sub(1) < INLINE_SEG - 1)
+        {
+            return false;
+        }
+        let n = wrs.len() as u32;
+        if counted && !self.credits.take(n) {
+            return false;
+        }
+        let Ok(mut room) = self.sq.reserve(n) else {
+            if counted {
+                self.credits.give(n);
+            }
+            return false;
+        };
+        let Some((last, head)) = wrs.split_last() else {
+            return true;
+        };
+        let wqe = |w: &WriteWr<'_>| {
+            let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
+            let data = Seg::data(w.sge.addr, w.sge.len, w.sge.lkey.0);
+            let flags = CtrlFlags::from_bits_retain(w.flags.bits());
+            (WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
+        };
+        let pushed = room.push_all(head, wqe);
+        if counted && super::credits_low(&self.credits) {
+            room.signal_next();
+        }
+        let pushed = pushed && room.push_all(std::slice::from_ref(last), wqe);
+        debug_assert!(pushed, "room was reserved for the whole batch");
+        room.ring();
+        self.posted_sends(wrs.len());
         true
     }
 
