@@ -26,19 +26,10 @@ pub fn api_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()>
     qp.post_send(wrs)
 }
 
-/// What `api_post_write` posts, read from memory as the C baseline reads
-/// its `struct cb_write`.
-pub struct Write<'a> {
-    wr_id: u64,
-    sge: Sge<'a>,
-    remote: RemoteAddr,
-    flags: SendFlags,
-}
-
 #[no_mangle]
 #[inline(never)]
-pub fn api_post_write(qp: &mut Qp, w: &Write<'_>) -> rdma_direct::Result<()> {
-    qp.post_write(w.wr_id, &w.sge, w.remote, w.flags)
+pub fn api_post_write(qp: &mut Qp, w: &WriteWr<'_>) -> rdma_direct::Result<()> {
+    qp.post_write(w)
 }
 
 #[no_mangle]
@@ -113,12 +104,7 @@ fn main() -> rdma_direct::Result<()> {
     let payload = [0x5au8; 64];
     let bytes = [Sge::bytes(&payload)?];
     let inline = SendWr::rdma_write(2, &bytes, to).inline().signaled();
-    let write1 = Write {
-        wr_id: 1,
-        sge: sge[0],
-        remote: to,
-        flags: SendFlags::SIGNALED,
-    };
+    let write1 = WriteWr::new(1, sge[0], to).signaled();
     let mut batch = [SendWr::rdma_write(3, &sge, to); 32];
     batch[31] = batch[31].signaled();
     let mut writes = [WriteWr::new(3, sge[0], to); 32];

@@ -13,16 +13,16 @@ use crate::types::keys::RemoteAddr;
 use crate::types::wr::{SendFlags, SendWr, Sge, WriteWr};
 
 impl Qp {
-    /// Posts one RDMA WRITE of `sge` to `remote`, with `flags`: what
-    /// [`Self::post_send`] posts for `SendWr::rdma_write(wr_id, &[sge],
-    /// remote)` with those flags, and the same errors ([`Error::QpState`],
-    /// [`Error::QueueFull`], [`Error::CqFull`], [`Error::Invalid`] for an SGE
-    /// of another PD). The WQE (rdma-core `mlx5dv.h`, one 64-byte WQEBB, DS 3):
-    /// the ctrl segment (opcode `MLX5_OPCODE_RDMA_WRITE` 0x08, `fm_ce_se` from
-    /// `flags`), `struct mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`, all
-    /// big-endian; on the direct path it is written in place and copied to
-    /// the BlueFlame register from registers. A zero-length `sge` is posted
-    /// as a WRITE of no data segment, as [`Self::post_send`] does.
+    /// Posts one RDMA WRITE of `w.sge` to `w.remote`, with `w.flags`: what
+    /// [`Self::post_send`] posts for [`WriteWr::to_send_wr`], and the same
+    /// errors ([`Error::QpState`], [`Error::QueueFull`], [`Error::CqFull`],
+    /// [`Error::Invalid`] for an SGE of another PD). The WQE (rdma-core
+    /// `mlx5dv.h`, one 64-byte WQEBB, DS 3): the ctrl segment (opcode
+    /// `MLX5_OPCODE_RDMA_WRITE` 0x08, `fm_ce_se` from the flags), `struct
+    /// mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`, all big-endian; on
+    /// the direct path it is written in place and copied to the BlueFlame
+    /// register from registers. A zero-length SGE is posted as a WRITE of
+    /// no data segment, as [`Self::post_send`] does.
     ///
     /// [`Error::QpState`]: crate::Error::QpState
     /// [`Error::QueueFull`]: crate::Error::QueueFull
@@ -30,34 +30,20 @@ impl Qp {
     /// [`Error::Invalid`]: crate::Error::Invalid
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
-    pub fn post_write(
-        &mut self,
-        wr_id: u64,
-        sge: &Sge<'_>,
-        remote: RemoteAddr,
-        flags: SendFlags,
-    ) -> Result<()> {
+    pub fn post_write(&mut self, w: &WriteWr<'_>) -> Result<()> {
         let pd = self.pd_id;
         if let QpKind::Direct(q) = &mut self.kind {
-            if q.post_write(wr_id, sge, remote, flags, pd) {
+            if q.post_write(w, pd) {
                 return Ok(());
             }
         }
-        self.post_write_general(wr_id, sge, remote, flags)
+        self.post_write_general(w)
     }
 
     /// [`Self::post_write`] through [`Self::post_send`].
     #[inline(never)]
-    fn post_write_general(
-        &mut self,
-        wr_id: u64,
-        sge: &Sge<'_>,
-        remote: RemoteAddr,
-        flags: SendFlags,
-    ) -> Result<()> {
-        let sges = [*sge];
-        let w = SendWr::rdma_write(wr_id, &sges, remote).with_flags(flags);
-        self.post_send(std::slice::from_ref(&w))
+    fn post_write_general(&mut self, w: &WriteWr<'_>) -> Result<()> {
+        self.post_send(std::slice::from_ref(&w.to_send_wr()))
     }
 }
 

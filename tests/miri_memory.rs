@@ -592,7 +592,13 @@ fn inline_wrap_and_batches_under_miri() {
         assert_eq!(&got[..], &data[..len]);
     }
     let s8 = Sge::new(&src, 8, 8).unwrap();
-    a.post_write(30, &s8, to, SendFlags::SIGNALED).unwrap();
+    a.post_write(&WriteWr {
+        wr_id: 30,
+        sge: s8,
+        remote: to,
+        flags: SendFlags::SIGNALED,
+    })
+    .unwrap();
     assert_eq!(one_completion(&mut a).wr_id, 30);
     a.post_writes(&[
         WriteWr::new(31, s8, to),

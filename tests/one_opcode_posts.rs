@@ -90,7 +90,13 @@ fn same_wqes_as_post_send() {
     for (i, &len) in lens.iter().enumerate() {
         let f = flag_sets[i % flag_sets.len()];
         let r = to(&e.dst, 64 * i as u64);
-        a.post_write(i as u64, &sg, r, f).unwrap();
+        a.post_write(&WriteWr {
+            wr_id: i as u64,
+            sge: sg,
+            remote: r,
+            flags: f,
+        })
+        .unwrap();
         b.post_send(&[with_flags(SendWr::rdma_write(i as u64, &sgs, r), f)])
             .unwrap();
         let by = [Sge::bytes(&data[..len]).unwrap()];
@@ -172,7 +178,14 @@ fn same_refusals_and_nothing_written() {
     let sgs = [sg];
     let e1 = check(
         &mut idle,
-        &|q| q.post_write(1, &sg, r, SendFlags::SIGNALED),
+        &|q| {
+            q.post_write(&WriteWr {
+                wr_id: 1,
+                sge: sg,
+                remote: r,
+                flags: SendFlags::SIGNALED,
+            })
+        },
         SendWr::rdma_write(1, &sgs, r).signaled(),
     );
     assert!(matches!(e1, Error::QpState { .. }), "{e1:?}");
@@ -187,7 +200,14 @@ fn same_refusals_and_nothing_written() {
     let fsgs = [fsg];
     let e1 = check(
         &mut a,
-        &|q| q.post_write(2, &fsg, r, SendFlags::empty()),
+        &|q| {
+            q.post_write(&WriteWr {
+                wr_id: 2,
+                sge: fsg,
+                remote: r,
+                flags: SendFlags::empty(),
+            })
+        },
         SendWr::rdma_write(2, &fsgs, r),
     );
     assert!(matches!(e1, Error::Invalid(_)), "{e1:?}");
@@ -200,11 +220,24 @@ fn same_refusals_and_nothing_written() {
     assert!(matches!(e1, Error::Invalid(_) | Error::Wqe(_)), "{e1:?}");
     // A full SQ (4 WRs outstanding, none polled): QueueFull from both.
     for i in 0..4 {
-        a.post_write(10 + i, &sg, r, SendFlags::SIGNALED).unwrap();
+        a.post_write(&WriteWr {
+            wr_id: 10 + i,
+            sge: sg,
+            remote: r,
+            flags: SendFlags::SIGNALED,
+        })
+        .unwrap();
     }
     let e1 = check(
         &mut a,
-        &|q| q.post_write(20, &sg, r, SendFlags::SIGNALED),
+        &|q| {
+            q.post_write(&WriteWr {
+                wr_id: 20,
+                sge: sg,
+                remote: r,
+                flags: SendFlags::SIGNALED,
+            })
+        },
         SendWr::rdma_write(20, &sgs, r).signaled(),
     );
     assert!(matches!(e1, Error::QueueFull), "{e1:?}");
@@ -242,7 +275,12 @@ fn on_a_shared_cq() {
     let mut wc = [Completion::default(); 8];
     for round in 0..40u64 {
         cq.qp_mut(qa)
-            .post_write(round * 2, &sg, r, SendFlags::SIGNALED)
+            .post_write(&WriteWr {
+                wr_id: round * 2,
+                sge: sg,
+                remote: r,
+                flags: SendFlags::SIGNALED,
+            })
             .unwrap();
         cq.qp_mut(qa)
             .post_write_inline(round * 2 + 1, &d, r, SendFlags::SIGNALED)

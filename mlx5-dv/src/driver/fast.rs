@@ -144,7 +144,7 @@ impl SendQueue {
         let pi = self.put_segs(opcode, flags, imm, segs, wr_id)?;
         // (`batch_start` read after the ring stores, so that it need not be
         // held in a register across them.)
-        if self.batch_start != pi || self.bf_max < WQEBB as u32 || crate::trace::in_capture() {
+        if self.batch_start != pi as u64 || crate::trace::in_capture() {
             self.batch_last = pi;
             self.ring_doorbell();
             return Ok(());
@@ -236,8 +236,8 @@ pub struct Reserved<'a> {
     pi: u32,
     posted: u32,
     left: u32,
-    unsignaled_left: u64,
-    force_after: u64,
+    last_signaled: u32,
+    force_after: u32,
 }
 
 impl SendQueue {
@@ -266,7 +266,7 @@ impl SendQueue {
             pi: self.pi,
             posted: self.posted,
             left: wrs,
-            unsignaled_left: self.unsignaled_left,
+            last_signaled: self.last_signaled,
             force_after: self.force_after,
             sq: self,
         })
@@ -295,7 +295,12 @@ impl Reserved<'_> {
         self.left -= 1;
         let pi = self.pi;
         let slot = (pi & self.mask) as usize;
-        let (flags, forced) = auto_signal(&mut self.unsignaled_left, self.force_after, flags);
+        let (flags, forced) = auto_signal(
+            &mut self.last_signaled,
+            self.force_after,
+            self.posted,
+            flags,
+        );
         let ds = 1 + N as u32;
         let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
         // SAFETY: `reserve` found this WQEBB free; a masked index inside the
@@ -331,11 +336,11 @@ impl Reserved<'_> {
         }
         self.left -= items.len() as u32;
         let (ring, slots, mask, qpn_be) = (self.ring, self.slots, self.mask, self.qpn_be);
-        let (mut pi, mut posted, mut left) = (self.pi, self.posted, self.unsignaled_left);
+        let (mut pi, mut posted, mut last) = (self.pi, self.posted, self.last_signaled);
         for it in items {
             let (opcode, flags, imm, segs, wr_id) = wqe(it);
             let slot = (pi & mask) as usize;
-            let (flags, forced) = auto_signal(&mut left, self.force_after, flags);
+            let (flags, forced) = auto_signal(&mut last, self.force_after, posted, flags);
             let ctrl = ctrl_seg(opcode, pi, qpn_be, 1 + N as u32, flags, imm);
             // SAFETY: `reserve` found this WQEBB free (the room for
             // `items.len()` more was checked above); a masked index inside
@@ -353,13 +358,13 @@ impl Reserved<'_> {
             posted = posted.wrapping_add(1);
             pi = pi.wrapping_add(1);
         }
-        (self.pi, self.posted, self.unsignaled_left) = (pi, posted, left);
+        (self.pi, self.posted, self.last_signaled) = (pi, posted, last);
         true
     }
 
     /// Makes the next WR pushed signaled, as [`SendQueue::signal_next`].
     pub fn signal_next(&mut self) {
-        self.unsignaled_left = 0;
+        self.last_signaled = self.posted;
     }
 
     /// Rings the doorbell for everything posted since the last one
@@ -379,7 +384,7 @@ impl Reserved<'_> {
         }
         self.sq.pi = self.pi;
         self.sq.posted = self.posted;
-        self.sq.unsignaled_left = self.unsignaled_left;
+        self.sq.last_signaled = self.last_signaled;
     }
 }
 
@@ -496,8 +501,8 @@ impl SendQueue {
         self.batch_last = pi;
         let next = pi.wrapping_add(wqebbs);
         self.pi = next;
-        if self.batch_start != pi
-            || (wqebbs * WQEBB as u32) > self.bf_max
+        if self.batch_start != pi as u64
+            || (wqebbs * WQEBB as u32) > self.bf_size
             || crate::trace::in_capture()
         {
             self.ring_doorbell();

@@ -194,9 +194,9 @@ fn state(m: &Mem, sq: &SendQueue) -> (Vec<u64>, [u32; 2], Vec<u64>, [u32; 6]) {
             sq.pi(),
             sq.outstanding(),
             sq.free_wqebbs(),
-            sq.batch_start,
+            sq.batch_start as u32,
             sq.bf_offset,
-            sq.unsignaled_left as u32,
+            sq.last_signaled,
         ],
     )
 }

@@ -131,36 +131,50 @@ impl Drop for Retirer<'_> {
     }
 }
 
-/// The auto-signal count before a [`SendQueue::signal_next`], to undo it.
+/// The auto-signal state before a [`SendQueue::signal_next`], to undo it.
 #[derive(Clone, Copy, Debug)]
 #[must_use = "undo it if the WR it was for is refused"]
-pub struct SignalNext(u64);
+pub struct SignalNext(u32);
 
-/// [`SendQueue::auto_signal`] over the countdown `left` (unsignaled WRs that
-/// may still be posted before one is forced) and the period less one,
-/// `force_after`: the queue's own, or a [`Reserved`](super::Reserved) batch's copy.
+/// [`SendQueue::auto_signal`] for the WR of sequence number `seq`, over
+/// `last`, the sequence number of the last signaled WR, and the period
+/// less one, `force_after`: the queue's own, or a
+/// [`Reserved`](super::Reserved) batch's copy. A signaled WR only stores
+/// its number (one store: the common case costs a test and a store); an
+/// unsignaled one is signaled by force when `force_after` unsignaled WRs
+/// precede it, `seq - last - 1 >= force_after` (wrapping: with auto-signal
+/// off, `force_after` is `u32::MAX`, which only `signal_next`'s
+/// `last = seq` reaches, and a WR 2^32 after the last signaled one, which
+/// is then signaled too: a harmless hidden CQE).
 #[inline(always)]
-pub(super) fn auto_signal(left: &mut u64, force_after: u64, flags: CtrlFlags) -> (CtrlFlags, bool) {
+pub(super) fn auto_signal(
+    last: &mut u32,
+    force_after: u32,
+    seq: u32,
+    flags: CtrlFlags,
+) -> (CtrlFlags, bool) {
     if flags.contains(CtrlFlags::CQ_UPDATE) {
-        *left = force_after;
+        *last = seq;
         (flags, false)
-    } else if *left == 0 {
-        *left = force_after;
+    } else if seq.wrapping_sub(*last).wrapping_sub(1) >= force_after {
+        *last = seq;
         (flags | CtrlFlags::CQ_UPDATE, true)
     } else {
-        *left -= 1;
         (flags, false)
     }
 }
 
 /// `SendQueue::force_after` for an auto-signal period of `n` WRs (0: off).
-fn force_after(n: u32) -> u64 {
+fn force_after(n: u32) -> u32 {
     if n == 0 {
-        u64::MAX
+        u32::MAX
     } else {
-        n as u64 - 1
+        n - 1
     }
 }
+
+/// Bit 32 of `SendQueue::batch_start`: no BlueFlame copy from registers.
+pub(super) const NO_BF_FROM_REGS: u64 = 1 << 32;
 
 /// Send queue of one QP.
 pub struct SendQueue {
@@ -175,8 +189,11 @@ pub struct SendQueue {
     /// Oldest outstanding WQE index.
     pub(super) tail: u32,
     /// Producer index at the last doorbell (the first WQE posted since, if
-    /// `pi` has moved), and the index of the last WQE posted.
-    pub(super) batch_start: u32,
+    /// `pi` has moved) in bits 0..32, and [`NO_BF_FROM_REGS`] in bit 32 when
+    /// the in-place posts (`fast.rs`) may not ring with a BlueFlame copy of
+    /// their own (so their one test, `batch_start == pi`, says both); and
+    /// the index of the last WQE posted.
+    pub(super) batch_start: u64,
     pub(super) batch_last: u32,
     /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
     /// so posting and retiring touch one cache line).
@@ -186,21 +203,21 @@ pub struct SendQueue {
     /// `max_post` WQEs of `geo.max_wqebbs` WQEBBs fit the ring, so a WR
     /// within `max_post` always finds room ([`Self::limit_wqe_size`]).
     pub(super) room_implied: bool,
-    /// The largest WQE, in bytes, that the in-place posts (`fast.rs`) ring
-    /// with a BlueFlame copy from registers: `bf_size`, or 0 when tracing is
-    /// on (read once, from the environment, by `new`), so that every WQE
-    /// they post is rung, and traced, by [`Self::ring_doorbell`].
-    pub(super) bf_max: u32,
+    /// [`NO_BF_FROM_REGS`] or 0, as `batch_start` carries it: set when the
+    /// BlueFlame registers hold less than a WQEBB, or tracing is on (read
+    /// once, from the environment, by `new`), so that every WQE the
+    /// in-place posts post is rung, and traced, by [`Self::ring_doorbell`].
+    pub(super) no_bf: u64,
     /// `qpn_ds` of a ctrl segment without its DS, as the in-place posts
     /// store it (`fast::qpn_be`).
     pub(super) qpn_be: u32,
-    /// Unsignaled WRs that may still be posted before auto-signal forces
-    /// a CQE: `force_after` after a signaled WR, one less per unsignaled one.
-    pub(super) unsignaled_left: u64,
-    /// The auto-signal period in WRs less one, or never (`u64::MAX`) when
+    /// The WR sequence number (`posted` when it was posted) of the last
+    /// signaled WR, as auto-signal counts from it ([`auto_signal`]).
+    pub(super) last_signaled: u32,
+    /// The auto-signal period in WRs less one, or never (`u32::MAX`) when
     /// auto-signal is off: a WR is signaled by force once this many unsignaled
     /// ones precede it.
-    pub(super) force_after: u64,
+    pub(super) force_after: u32,
     /// Most work requests outstanding at once (`max_send_wr`), and the WR
     /// counts posted and retired so far.
     pub(super) max_post: u32,
@@ -267,18 +284,22 @@ impl SendQueue {
             bf_offset: 0,
             pi: 0,
             tail: 0,
-            batch_start: 0,
+            batch_start: if crate::trace::enabled() || (qp.bf.size as usize) < WQEBB {
+                NO_BF_FROM_REGS
+            } else {
+                0
+            },
             batch_last: 0,
             slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
             slot_mask: wqe_cnt - 1,
             room_implied: max_post as u64 * 16.min(wqe_cnt) as u64 <= wqe_cnt as u64,
-            bf_max: if crate::trace::enabled() {
-                0
+            no_bf: if crate::trace::enabled() || (qp.bf.size as usize) < WQEBB {
+                NO_BF_FROM_REGS
             } else {
-                qp.bf.size
+                0
             },
             qpn_be: super::fast::qpn_be(qpn),
-            unsignaled_left: force_after((max_post / 2).max(1)),
+            last_signaled: u32::MAX,
             force_after: force_after((max_post / 2).max(1)),
             max_post,
             posted: 0,
@@ -399,7 +420,12 @@ impl SendQueue {
     /// WR into the run: call it only once nothing can refuse the WR.
     #[inline(always)]
     pub(super) fn auto_signal(&mut self, flags: CtrlFlags) -> (CtrlFlags, bool) {
-        auto_signal(&mut self.unsignaled_left, self.force_after, flags)
+        auto_signal(
+            &mut self.last_signaled,
+            self.force_after,
+            self.posted,
+            flags,
+        )
     }
 
     /// Prints every WQE posted since the last doorbell (tracing is checked
@@ -407,7 +433,7 @@ impl SendQueue {
     #[cold]
     #[inline(never)]
     pub(super) fn trace_batch(&self) {
-        let mut idx = self.batch_start;
+        let mut idx = self.batch_start as u32;
         while idx != self.pi {
             let s = self.slots[(idx & self.slot_mask) as usize];
             crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, idx, s.wr_id);
@@ -427,18 +453,21 @@ impl SendQueue {
     /// copy (single WQE that fits) or 8-byte doorbell, flush, offset toggle.
     #[inline]
     pub fn ring_doorbell(&mut self) {
-        if self.pi == self.batch_start {
+        if self.pi == self.batch_start as u32 {
             // Nothing posted since the last doorbell (every WQE takes a WQEBB).
             return;
         }
         if crate::trace::enabled() {
             self.trace_batch();
         }
-        let first = self.batch_start;
+        let first = self.batch_start as u32;
         let wqebbs = self.pi.wrapping_sub(first);
         // A single WQE since the last doorbell: it starts where the batch does.
         if self.batch_last == first && self.bf_size >= wqebbs * WQEBB as u32 {
             self.ring_bf(first, wqebbs);
+            // (`ring_bf` leaves bit 32 clear, as the in-place posts, which
+            // call it only when it is, need.)
+            self.batch_start |= self.no_bf;
             return;
         }
         mmio::to_device_barrier();
@@ -457,7 +486,7 @@ impl SendQueue {
         }
         mmio::wc_flush_barrier();
         self.bf_offset ^= self.bf_size;
-        self.batch_start = self.pi;
+        self.batch_start = self.pi as u64 | self.no_bf;
     }
 
     /// The doorbell for the one WQE posted since the last doorbell, of
@@ -479,7 +508,8 @@ impl SendQueue {
         // registers (constructor contract).
         let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) };
         self.bf_offset ^= self.bf_size;
-        self.batch_start = pi;
+        // (Bit 32 clear: see the callers.)
+        self.batch_start = pi as u64;
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(dbrec.add(QP_DBREC_SQ), sq_dbrec(pi)) };
@@ -523,7 +553,7 @@ impl SendQueue {
     /// one. Default: half of `max_post`.
     pub fn set_auto_signal(&mut self, n: u32) {
         self.force_after = force_after(n);
-        self.unsignaled_left = self.force_after;
+        self.last_signaled = self.posted.wrapping_sub(1);
     }
 
     /// Makes the next WQE posted signaled even if its WR is not (a hidden
@@ -532,14 +562,14 @@ impl SendQueue {
     /// credits low. Returns what [`Self::undo_signal_next`] takes to undo
     /// it when that WR is refused after all.
     pub fn signal_next(&mut self) -> SignalNext {
-        let prev = self.unsignaled_left;
-        self.unsignaled_left = 0;
+        let prev = self.last_signaled;
+        self.last_signaled = self.posted;
         SignalNext(prev)
     }
 
     /// Undoes a [`Self::signal_next`] (nothing was posted since).
     pub fn undo_signal_next(&mut self, s: SignalNext) {
-        self.unsignaled_left = s.0;
+        self.last_signaled = s.0;
     }
 
     /// Whether a WQE with these flags is signaled.
@@ -556,10 +586,10 @@ impl SendQueue {
     pub fn reset(&mut self) {
         self.pi = 0;
         self.tail = 0;
-        self.batch_start = 0;
+        self.batch_start = self.no_bf;
         self.batch_last = 0;
         self.bf_offset = 0;
-        self.unsignaled_left = self.force_after;
+        self.last_signaled = self.posted.wrapping_sub(1);
         self.retired = self.posted;
         // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };

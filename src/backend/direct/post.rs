@@ -75,24 +75,18 @@ impl DirectQp {
     /// refuse, and in the counted post mode (the caller's general path
     /// then posts it with its CQ credit).
     #[inline(always)]
-    pub(crate) fn post_write(
-        &mut self,
-        wr_id: u64,
-        s: &Sge<'_>,
-        remote: RemoteAddr,
-        flags: SendFlags,
-        pd: u32,
-    ) -> bool {
+    pub(crate) fn post_write(&mut self, w: &WriteWr<'_>, pd: u32) -> bool {
+        let s = &w.sge;
         if self.post_mode != POST_IN_PLACE || s.pd != pd || s.len.wrapping_sub(1) >= INLINE_SEG - 1
         {
             return false;
         }
-        let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+        let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
         let data = Seg::data(s.addr, s.len, s.lkey.0);
-        let flags = CtrlFlags::from_bits_retain(flags.bits());
+        let flags = CtrlFlags::from_bits_retain(w.flags.bits());
         if self
             .sq
-            .post_segs_bf(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], wr_id)
+            .post_segs_bf(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
             .is_err()
         {
             return false;
