@@ -335,18 +335,47 @@ impl Reserved<'_> {
             return false;
         }
         self.left -= items.len() as u32;
+        // When not even `items.len()` unsignaled WRs in a row would reach
+        // the auto-signal period, none of these is signaled by force (a
+        // signaled one only restarts the count): the loop then only notes
+        // the last signaled WR.
+        let since = self.posted.wrapping_sub(self.last_signaled).wrapping_sub(1);
+        let fa = self.force_after;
+        if since < fa && (items.len() as u32).wrapping_sub(1) < fa - since {
+            self.push_loop::<T, N, false>(items, wqe);
+        } else {
+            self.push_loop::<T, N, true>(items, wqe);
+        }
+        true
+    }
+
+    /// [`Self::push_all`]'s loop, with auto-signal (`FORCE`) or, when
+    /// none of `items` can be signaled by force, without.
+    #[inline(always)]
+    fn push_loop<T, const N: usize, const FORCE: bool>(
+        &mut self,
+        items: &[T],
+        wqe: impl Fn(&T) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64),
+    ) {
         let (ring, slots, mask, qpn_be) = (self.ring, self.slots, self.mask, self.qpn_be);
         let (mut pi, mut posted, mut last) = (self.pi, self.posted, self.last_signaled);
         for it in items {
             let (opcode, flags, imm, segs, wr_id) = wqe(it);
             let slot = (pi & mask) as usize;
-            let (flags, forced) = auto_signal(&mut last, self.force_after, posted, flags);
+            let (flags, forced) = if FORCE {
+                auto_signal(&mut last, self.force_after, posted, flags)
+            } else {
+                if flags.contains(CtrlFlags::CQ_UPDATE) {
+                    last = posted;
+                }
+                (flags, false)
+            };
             let ctrl = ctrl_seg(opcode, pi, qpn_be, 1 + N as u32, flags, imm);
             // SAFETY: `reserve` found this WQEBB free (the room for
-            // `items.len()` more was checked above); a masked index inside
-            // the ring of `mask + 1` WQEBBs, and the slot table of as many
-            // entries, both the queue's (`new`); the WQE's `(1 + N) * 16`
-            // bytes fit it.
+            // `items.len()` more was checked by `push_all`); a masked index
+            // inside the ring of `mask + 1` WQEBBs, and the slot table of as
+            // many entries, both the queue's (`new`); the WQE's `(1 + N) *
+            // 16` bytes fit it.
             unsafe {
                 let wqe = ring.add(slot * WQEBB);
                 for (i, s) in segs.iter().enumerate() {
@@ -359,7 +388,6 @@ impl Reserved<'_> {
             pi = pi.wrapping_add(1);
         }
         (self.pi, self.posted, self.last_signaled) = (pi, posted, last);
-        true
     }
 
     /// Makes the next WR pushed signaled, as [`SendQueue::signal_next`].

@@ -283,6 +283,51 @@ proptest! {
         room.ring();
         prop_assert_eq!(state(&a, &sa), state(&b, &sb));
     }
+
+    /// Batches through `Reserved::push_all` (its loop with auto-signal and
+    /// the one without, which it takes when no WR can be signaled by
+    /// force) against `post` of each and one `ring_doorbell`, over
+    /// several auto-signal periods: the same bytes, the same hidden CQEs.
+    #[test]
+    fn push_all_writes_what_posting_each_writes(
+        batches in prop::collection::vec(prop::collection::vec(wr(), 1..9), 1..6),
+        period in 0u32..6,
+    ) {
+        let (mut a, mut b) = (Mem::new(16), Mem::new(16));
+        let (mut sa, mut sb) = (a.sq(16, 16), b.sq(16, 16));
+        sa.set_auto_signal(period);
+        sb.set_auto_signal(period);
+        for wrs in &batches {
+            // One segment layout per batch: the remote-address ones.
+            let wrs: Vec<&Wr> = wrs.iter().filter(|w| w.raddr().is_some()).collect();
+            if wrs.is_empty() {
+                continue;
+            }
+            let last = sa.pi() + wrs.len() as u32 - 1;
+            for w in &wrs {
+                w.post_general(&mut sa, false).unwrap();
+            }
+            sa.ring_doorbell();
+            let mut room = sb.reserve(wrs.len() as u32).unwrap();
+            let pushed = room.push_all(&wrs, |w| {
+                let r = w.raddr().expect("filtered");
+                (opcode(w.op), w.flags(), w.imm(), [r, w.data()], w.wr_id)
+            });
+            prop_assert!(pushed);
+            prop_assert!(
+                !room.push_all::<_, 2>(&wrs[..1], |_| unreachable!()),
+                "no more than reserved"
+            );
+            room.ring();
+            prop_assert_eq!(state(&a, &sa), state(&b, &sb));
+            // Every slot's hidden flag and wr_id agree too.
+            for i in 0..16 {
+                prop_assert_eq!(sa.slots[i].fields(), sb.slots[i].fields());
+            }
+            retire_all(&mut sa, last);
+            retire_all(&mut sb, last);
+        }
+    }
 }
 
 /// Refusals write nothing: a full SQ (WR limit and WQEBBs), an inline

@@ -60,6 +60,12 @@ impl Slot {
         // `to` is writable.
         unsafe { (to as *mut [u64; 2]).write([wr_id, meta]) };
     }
+
+    /// wr_id, WR sequence number, WQEBBs, hidden: for tests.
+    #[cfg(test)]
+    pub(super) fn fields(&self) -> (u64, u32, u8, bool) {
+        (self.wr_id, self.wr_seq, self.wqebbs, self.hidden)
+    }
 }
 
 /// See [`SendQueue::retirer`].
