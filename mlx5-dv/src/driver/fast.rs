@@ -191,7 +191,34 @@ impl SendQueue {
                 put(wqe.add(16 * (i + 1)), s.stored());
             }
         }
-        let (flags, forced) = self.auto_signal(flags);
+        // A signaled WR (the common case of a single post) has its own copy
+        // of the rest, in which auto-signal is one store and the slot's
+        // `hidden` a constant.
+        if flags.contains(CtrlFlags::CQ_UPDATE) {
+            self.last_signaled = posted;
+            self.put_rest::<N>(opcode, flags, false, imm, wqe, slot, wr_id);
+        } else {
+            let (flags, forced) = self.auto_signal(flags);
+            self.put_rest::<N>(opcode, flags, forced, imm, wqe, slot, wr_id);
+        }
+        Ok(pi)
+    }
+
+    /// The slot and ctrl segment of [`Self::put_segs`]'s WQE, and the
+    /// indices.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn put_rest<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        forced: bool,
+        imm: u32,
+        wqe: *mut u8,
+        slot: u32,
+        wr_id: u64,
+    ) {
+        let (pi, posted) = (self.pi, self.posted);
         // SAFETY: `slots` has `wqe_cnt` entries (`new`), `slot` is masked below it.
         unsafe {
             Slot::store(
@@ -204,11 +231,10 @@ impl SendQueue {
         };
         let ds = 1 + N as u32;
         let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
-        // SAFETY: as above.
+        // SAFETY: `wqe` is the free WQEBB of `put_segs`, ours.
         unsafe { put(wqe, ctrl) };
         self.posted = posted.wrapping_add(1);
         self.pi = pi.wrapping_add(1);
-        Ok(pi)
     }
 
     #[cold]
