@@ -5,6 +5,11 @@
 //! of use: a measurement harness.
 //!
 //! `insn_api <op> <N>`, op one of:
+//! - `api_write1`: `Qp::post_write` of one signaled 1-SGE RDMA WRITE (its
+//!   `WriteWr` read from memory, as the C baseline reads its `cb_write`);
+//! - `api_write_inline1`: `Qp::post_write_inline` of 64 bytes, signaled
+//!   (the flags a run-time value, as the C baseline's);
+//! - `api_writes32`: `Qp::post_writes` of 32 1-SGE WRITEs, the last signaled;
 //! - `api_post_write`: `Qp::post_send` of one signaled 1-SGE RDMA WRITE;
 //! - `api_post_inline`: of one signaled 64-byte inline RDMA WRITE;
 //! - `api_batch32`: of 32 1-SGE WRITEs, the last signaled (one doorbell);
@@ -80,7 +85,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty> <N>");
+        eprintln!("usage: insn_api <api_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
