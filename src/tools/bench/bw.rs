@@ -2,6 +2,7 @@
 //! the report, and the sending loop the two-host runs share.
 
 use super::*;
+use rdma_direct::{SendFlags, WrOp, WriteWr};
 
 /// The bandwidth tests (perftest's `ib_write_bw`, `ib_read_bw`,
 /// `ib_send_bw`, `ib_atomic_bw`).
@@ -355,6 +356,9 @@ pub(super) fn bw_loop(
     let post_list = (cfg.post_list.max(1) as usize).min(cfg.tx_depth as usize);
     // Reserved here: the loop reuses it without allocating.
     let mut batch: Vec<SendWr<'_>> = Vec::with_capacity(post_list);
+    // A 1-SGE RDMA WRITE, not inline, is posted by `Qp::post_writes` (the
+    // same WQEs, nothing decoded per WR).
+    let mut writes: Vec<WriteWr<'_>> = Vec::with_capacity(post_list);
     let rate = ticks_per_ns();
     let limit = (WAIT_LIMIT.as_nanos() as f64 * rate) as u64;
     let start = ticks();
@@ -419,7 +423,27 @@ pub(super) fn bw_loop(
                 if timed {
                     l.posted_at.extend(std::iter::repeat(t).take(k));
                 }
-                if let Err(e) = m.post(k, || l.a.post_send(&batch)) {
+                let as_write = match (l.wr.op, l.wr.sges, l.wr.inline) {
+                    (WrOp::RdmaWrite { remote }, [sge], false) => Some((remote, *sge)),
+                    _ => None,
+                };
+                let r = if let Some((remote, sge)) = as_write {
+                    writes.clear();
+                    writes.extend(batch.iter().map(|w| WriteWr {
+                        wr_id: w.wr_id,
+                        sge,
+                        remote,
+                        flags: if w.signaled {
+                            SendFlags::SIGNALED
+                        } else {
+                            SendFlags::empty()
+                        },
+                    }));
+                    m.post(k, || l.a.post_writes(&writes))
+                } else {
+                    m.post(k, || l.a.post_send(&batch))
+                };
+                if let Err(e) = r {
                     if timed {
                         l.posted_at.truncate(i0);
                     }
