@@ -1,6 +1,7 @@
 //! The latency tests with both sides in this process (`run_lat`).
 
 use super::*;
+use rdma_direct::{WrOp, WriteWr};
 
 /// Runs a latency test with both sides in this process (two connected QPs on
 /// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
@@ -74,14 +75,14 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 stamps.push(ticks());
                 mr_a.store_u8(last, seq);
                 wr_a.wr_id = i as u64;
-                m.post(1, || a.post_send(&[wr_a]))?;
+                m.post(1, || post_one_write(&mut a, &wr_a))?;
                 spin_until(
                     || format!("iteration {i}: A's write never reached B"),
                     || Ok(mr_b.load_u8(size + last) == seq),
                 )?;
                 mr_b.store_u8(last, seq);
                 wr_b.wr_id = i as u64;
-                m.post(1, || b.post_send(&[wr_b]))?;
+                m.post(1, || post_one_write(&mut b, &wr_b))?;
                 spin_until(
                     || format!("iteration {i}: B's write never reached A"),
                     || Ok(mr_a.load_u8(size + last) == seq),
@@ -137,4 +138,22 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     drop(b);
     let report = lat_report(size_asked, &stamps, test.rtt_factor(), &m)?;
     Ok((info, report))
+}
+
+/// Posts the RDMA WRITE `w`: through `Qp::post_write` when it is one SGE and
+/// not inline (the same WQE, nothing decoded), else `Qp::post_send`.
+fn post_one_write(qp: &mut Qp, w: &SendWr<'_>) -> Result<()> {
+    match (w.op, w.sges, w.inline) {
+        (WrOp::RdmaWrite { remote }, [sge], false) => qp.post_write(&WriteWr {
+            wr_id: w.wr_id,
+            sge: *sge,
+            remote,
+            flags: if w.signaled {
+                rdma_direct::SendFlags::SIGNALED
+            } else {
+                rdma_direct::SendFlags::empty()
+            },
+        }),
+        _ => qp.post_send(std::slice::from_ref(w)),
+    }
 }
