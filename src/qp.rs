@@ -24,6 +24,9 @@ use std::time::Duration;
 
 /// An RC queue pair, with its own completion queue ([`Pd::create_qp`](crate::Pd::create_qp)) or
 /// on a [`SharedCq`](crate::SharedCq) ([`SharedCq::create_qp`](crate::SharedCq::create_qp)).
+// repr(C): `kind` at offset 0, so that a `&mut Qp` is the `&mut DirectQp`
+// the data path's out-of-line parts take (no second pointer kept live).
+#[repr(C)]
 pub struct Qp {
     // Field order: the QP goes first; then the buffers its WRs held (no WR
     // can touch them once it is destroyed); then dropped MRs that waited
@@ -615,7 +618,7 @@ impl Qp {
     ///
     /// Errors: [`Error::SharedCq`] when the QP completes into a [`SharedCq`](crate::SharedCq)
     /// (poll that); [`Error::StaleCqe`]; the device's.
-    #[inline]
+    #[inline(always)] // the empty poll, and the poll of one send's CQE, are inline
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         match &mut self.kind {
             QpKind::Direct(q) => q.poll(out),

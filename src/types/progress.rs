@@ -95,6 +95,12 @@ impl WrProgress {
         self.send_retired.store(sends, Ordering::Release);
         self.recv_retired.store(recvs, Ordering::Release);
     }
+    /// After a poll that retired sends only: sends retired in all (as
+    /// [`Self::retired`], the receives' count unchanged).
+    #[inline(always)]
+    pub(crate) fn sends_retired(&self, sends: u64) {
+        self.send_retired.store(sends, Ordering::Release);
+    }
     /// The sends and receives retired as last published (by this QP's own
     /// thread: relaxed loads of its own stores), so that a poll can tell
     /// how many it retired.

@@ -19,6 +19,9 @@ pub struct CompletionQueue {
     slot_log: u32,
     /// `cqe_cnt * slot size - 1`.
     ring_mask: usize,
+    /// `ring_mask + 1`: the owner bit of `at` (kept, so that a test of the
+    /// CQE at the consumer index tests it in memory, in one instruction).
+    ring_size: usize,
     dbrec: *mut u32,
     /// The consumer index in bytes of ring: `ci * slot size`, wrapping (the
     /// consumer index is `at >> slot_log`; its low 24 bits, all the
@@ -115,6 +118,37 @@ impl<const SLOT: usize> Drop for CqCursor<'_, SLOT> {
     }
 }
 
+/// The CQE [`CompletionQueue::take`] took (the consumer index is past it):
+/// read it ([`Self::cqe`]), or put it back ([`Self::put_back`]). It borrows
+/// the CQ, so nothing polls it meanwhile.
+pub struct Taken<'a, const SLOT: usize> {
+    /// Byte 0 of the 64-byte CQE proper, and its `op_own` as tested.
+    p: *const u8,
+    op_own: u8,
+    cq: &'a mut CompletionQueue,
+}
+
+impl<const SLOT: usize> Taken<'_, SLOT> {
+    /// The CQE's fields, where it lies.
+    #[inline(always)]
+    pub fn cqe(&self) -> CqeRef<'_> {
+        // SAFETY: as in `CqCursor::next`: the CQE proper starts at `p`,
+        // inside the slot, and was software-owned before `take`'s barrier;
+        // the device writes the slot again only a whole ring later, which
+        // the caller's CQ credits (or WR limits) keep from happening while
+        // the CqeRef (borrowing this, which borrows the CQ) lives.
+        unsafe { CqeRef::new(self.p, self.op_own) }
+    }
+
+    /// Puts the CQE back: the consumer index goes back to it, and the next
+    /// poll takes it again (its ownership tested again), for a caller that
+    /// hands it on to a poll of another kind.
+    #[inline(always)]
+    pub fn put_back(self) {
+        self.cq.at = self.cq.at.wrapping_sub(SLOT);
+    }
+}
+
 /// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
 /// opcode (bits 7:4) is not INVALID (0xF) and bit 0 equals `owner`. In one
 /// compare: with bit 0 rotated to bit 7 and bits 2:1 dropped, the byte is
@@ -154,6 +188,7 @@ impl CompletionQueue {
             slot_log: cq.cqe_size.trailing_zeros(),
             dbrec: cq.dbrec,
             ring_mask: cqe_cnt as usize * cq.cqe_size as usize - 1,
+            ring_size: cqe_cnt as usize * cq.cqe_size as usize,
             at: 0,
             lazy_ci: false,
             after_poll: AFTER_POLL_CI | after_poll_trace(),
@@ -228,7 +263,43 @@ impl CompletionQueue {
         // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
         // offset of a whole slot; constructor contract).
         let op_own = unsafe { mmio::read_op_own(self.op_own0.wrapping_add(at & self.ring_mask)) };
-        owned(op_own, (at & (self.ring_mask + 1) != 0) as u8)
+        owned(op_own, (at & self.ring_size != 0) as u8)
+    }
+
+    /// Takes the CQE at the consumer index if it is software-owned, as
+    /// [`CqCursor::next`] does (the same ownership test and barrier), on a
+    /// CQ of `SLOT`-byte slots: for a poll that takes one CQE in
+    /// straight-line code, which then keeps none of the CQ's state in
+    /// registers across the barrier (what it needs after it, it loads).
+    ///
+    /// # Panics
+    /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
+    #[inline(always)]
+    pub fn take<const SLOT: usize>(&mut self) -> Option<Taken<'_, SLOT>> {
+        assert!(SLOT == self.slot_size(), "the slot size taken");
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; constructor contract).
+        let op_own = unsafe { mmio::read_op_own(p) };
+        if !owned(op_own, (at & self.ring_size != 0) as u8) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        self.at = at.wrapping_add(SLOT);
+        Some(Taken {
+            p: p.wrapping_sub(CQE64 - 1),
+            op_own,
+            cq: self,
+        })
+    }
+
+    /// Whether [`Self::polled`] has something to do (one load and compare):
+    /// a caller that took CQEs without a loop, and keeps nothing live
+    /// across a call, can test this and call `polled` out of line.
+    #[inline(always)]
+    pub fn quiet_polls(&self) -> bool {
+        self.after_poll == 0 && !crate::trace::in_capture()
     }
 
     /// Takes the CQE at the consumer index if it is software-owned (its
@@ -255,10 +326,7 @@ impl CompletionQueue {
     /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
     #[inline(always)]
     pub fn cursor<const SLOT: usize>(&mut self) -> CqCursor<'_, SLOT> {
-        assert!(
-            SLOT.trailing_zeros() == self.slot_log,
-            "the cursor's slot size"
-        );
+        assert!(SLOT == self.slot_size(), "the cursor's slot size");
         CqCursor {
             op_own0: self.op_own0,
             at: self.at,
@@ -271,7 +339,12 @@ impl CompletionQueue {
     /// second half).
     #[inline(always)]
     pub fn slot_size(&self) -> usize {
-        1 << self.slot_log
+        // (a compare, not a shift: the constructor allows these two only)
+        if self.slot_log == 6 {
+            64
+        } else {
+            128
+        }
     }
 
     /// After a poll that consumed the CQEs from index `from` to the
@@ -288,6 +361,7 @@ impl CompletionQueue {
         }
     }
 
+    #[cold]
     #[inline(never)]
     fn after_polled(&mut self, from: u32) {
         if self.after_poll & AFTER_POLL_CI != 0 {

@@ -17,7 +17,7 @@ mod sq;
 #[cfg(test)]
 mod tests;
 
-pub use cq::{CompletionQueue, CqCursor};
+pub use cq::{CompletionQueue, CqCursor, Taken};
 pub use fast::{Reserved, Seg};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};

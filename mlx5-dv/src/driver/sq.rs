@@ -345,6 +345,7 @@ impl SendQueue {
     }
 
     /// Work requests posted and not yet retired.
+    #[inline]
     pub fn outstanding(&self) -> u32 {
         self.posted.wrapping_sub(self.retired)
     }
@@ -533,9 +534,37 @@ impl SendQueue {
 
     /// Retires every WQE up to and including the one a requester CQE names by
     /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
-    #[inline]
+    /// [`Retirer::complete`] for one CQE: the WQE's index counted forward
+    /// from `tail` (the window `[tail, pi)` holds at most `wqe_cnt <= 2^16`
+    /// WQEBBs, so a counter names at most one index in it), which keeps
+    /// fewer values live than counting back from the last WQE posted (what
+    /// a loop over many CQEs wants, to keep its iterations independent).
+    #[inline(always)]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<Retired> {
-        self.retirer().complete(wqe_counter)
+        let tail = self.tail;
+        let ahead = wqe_counter.wrapping_sub(tail as u16) as u32;
+        if ahead >= self.pi.wrapping_sub(tail) {
+            return None;
+        }
+        debug_assert_eq!(
+            Some(tail.wrapping_add(ahead)),
+            full_wqe_index(wqe_counter, tail, self.pi)
+        );
+        // The WQE's slot: its index is `wqe_counter` modulo 2^16, and
+        // `wqe_cnt <= 2^16`.
+        // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`, never
+        // resized) and the index is masked below `wqe_cnt`.
+        let s = unsafe {
+            *self
+                .slots
+                .get_unchecked((wqe_counter as u32 & self.slot_mask) as usize)
+        };
+        self.tail = tail.wrapping_add(ahead).wrapping_add(s.wqebbs as u32);
+        self.retired = s.wr_seq.wrapping_add(1);
+        Some(Retired {
+            wr_id: s.wr_id,
+            hidden: s.hidden,
+        })
     }
 
     /// A copy of what retiring reads and writes (indices, the slot table),

@@ -112,65 +112,138 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
 
 impl DirectQp {
     /// Polls up to `out.len()` completions of the QP's own CQ. An empty CQ
-    /// costs one load and one compare ([`CompletionQueue::has_cqe`]).
+    /// costs, once the CQ is found, one load of the `op_own` byte at the
+    /// consumer index and one compare.
     ///
     /// Errors: [`Error::SharedCq`] when it completes into a shared CQ;
     /// [`Error::StaleCqe`] (the completions taken before it in this call
     /// are dropped with their WRs retired, as before).
-    ///
-    /// [`CompletionQueue::has_cqe`]: mlx5_dv::driver::CompletionQueue::has_cqe
     #[inline(always)]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         match &self.cq {
-            Some(c) if !c.cq.has_cqe() => Ok(0),
             Some(c) if c.cq.slot_size() == 64 => self.poll_cqes::<64>(out),
-            Some(_) => self.poll_cqes::<128>(out),
-            None => Err(self.shared_cq()),
+            Some(_) => self.poll_128(out),
+            None => self.shared_cq(),
         }
     }
 
-    /// After a poll of the QP's own CQ: the CQ credits of what it retired
-    /// go back (if the QP counts them: the difference from the retired
-    /// counts published before, so nothing is counted during the loop),
-    /// and the new counts are published for the PD's graves.
-    #[inline(always)]
-    fn publish_polled(&self) {
-        let (_, sends, _, recvs) = self.seqs();
-        if self.count_credits {
-            let (s0, r0) = self.progress.retired_published();
-            let freed = sends.wrapping_sub(s0).wrapping_add(recvs.wrapping_sub(r0));
-            self.credits.give(freed as u32);
-        }
-        self.progress.retired(sends, recvs);
+    /// [`Self::poll`] on a CQ of 128-byte slots, out of line.
+    #[inline(never)]
+    fn poll_128(&mut self, out: &mut [Completion]) -> Result<usize> {
+        self.poll_cqes::<128>(out)
     }
 
+    /// [`Error::SharedCq`]: a poll of a QP that completes into a shared CQ.
     #[cold]
-    fn shared_cq(&self) -> Error {
-        Error::SharedCq { qpn: self.qpn }
+    #[inline(never)]
+    fn shared_cq(&self) -> Result<usize> {
+        Err(Error::SharedCq { qpn: self.qpn })
     }
 
-    /// [`Self::poll`] once the CQE at the consumer index is software-owned,
-    /// on a CQ of `SLOT`-byte slots. Out of line, so that the empty poll
-    /// inlined into the caller needs none of this loop's registers. The CQ
-    /// and SQ state the loop uses is copied into cursors ([`CqCursor`],
-    /// [`Retirer`]), kept in registers across its barriers, and written
-    /// back after it; nothing in the loop calls out but the rare CQEs'
-    /// `completion`.
+    /// [`Self::poll`] on a CQ of `SLOT`-byte slots, inlined into the caller
+    /// for its first CQE, whose ownership test is the empty poll's: a poll
+    /// that finds one common CQE (a send completed without error) takes it
+    /// and publishes what it retired in straight-line code, which reads the
+    /// CQ's and SQ's state where it lies and keeps none of it across the
+    /// barrier, and calls nothing but in tail position (so it needs few
+    /// registers, none the callee saves). A second CQE, and the poll goes
+    /// on out of line ([`Self::poll_more`]); an uncommon first CQE (an
+    /// error, a receive, a stale `wqe_counter`) is put back, and the poll
+    /// goes on in [`Self::poll_general`].
+    #[inline(always)]
+    fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let Some(own) = &mut self.cq else {
+            return self.shared_cq();
+        };
+        let Some(first) = out.first_mut() else {
+            return Ok(0);
+        };
+        let Some(taken) = own.cq.take::<SLOT>() else {
+            return Ok(0);
+        };
+        let cqe = taken.cqe();
+        let retired = match cqe.opcode() {
+            CqeOpcode::REQ => self.sq.complete(cqe.wqe_counter()),
+            _ => None,
+        };
+        let Some(Retired { wr_id, hidden }) = retired else {
+            // Another opcode, or stale (nothing retired): `retire`'s.
+            taken.put_back();
+            return self.poll_general::<SLOT>(out);
+        };
+        let n = if hidden {
+            // Asked for by auto-signal only.
+            0
+        } else {
+            *first = sent(wr_id, cqe, self.qpn);
+            1
+        };
+        if n < out.len() && own.cq.has_cqe() {
+            return self.poll_more::<SLOT>(out, n);
+        }
+        if self.count_credits || !own.cq.quiet_polls() {
+            return self.polled_one(n);
+        }
+        // Only a send retired.
+        let sends = self.sent.wrapping_sub(self.sq.outstanding() as u64);
+        self.progress.sends_retired(sends);
+        Ok(n)
+    }
+
+    /// The end of a poll that took one CQE, a send's ([`Self::poll_cqes`]),
+    /// when CQ credits go back or [`CompletionQueue::polled`] has something
+    /// to do: both, the retired sends published, and `Ok(n)`.
+    ///
+    /// [`CompletionQueue::polled`]: mlx5_dv::driver::CompletionQueue::polled
+    #[cold]
+    #[inline(never)]
+    fn polled_one(&mut self, n: usize) -> Result<usize> {
+        let sends = self.sent.wrapping_sub(self.sq.outstanding() as u64);
+        if self.count_credits {
+            let (s0, _) = self.progress.retired_published();
+            self.credits.give(sends.wrapping_sub(s0) as u32);
+        }
+        self.progress.sends_retired(sends);
+        if let Some(c) = &mut self.cq {
+            let from = c.cq.ci().wrapping_sub(1);
+            c.cq.polled(from);
+        }
+        Ok(n)
+    }
+
+    /// A poll whose first CQE (at the consumer index) is not a common one:
+    /// [`Self::poll_rest`].
+    #[cold]
+    #[inline(never)]
+    fn poll_general<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let from = match &self.cq {
+            Some(c) => c.cq.ci(),
+            None => return self.shared_cq(),
+        };
+        self.poll_rest::<SLOT>(out, 0, None, from)
+    }
+
+    /// The rest of a poll after [`Self::poll_cqes`] took one CQE, and `n`
+    /// completions: the common CQEs in a loop that keeps the CQ and SQ
+    /// state it uses in registers (copied into cursors, [`CqCursor`] and
+    /// [`Retirer`], and written back after it) and calls nothing; at any
+    /// other CQE (taken, decoded), the poll goes on in [`Self::poll_rest`].
     ///
     /// [`CqCursor`]: mlx5_dv::driver::CqCursor
     #[inline(never)]
-    fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+    fn poll_more<const SLOT: usize>(
+        &mut self,
+        out: &mut [Completion],
+        mut n: usize,
+    ) -> Result<usize> {
         let Some(own) = &mut self.cq else {
-            return Err(self.shared_cq());
+            return self.shared_cq();
         };
         let qpn = self.qpn;
-        let from = own.cq.ci();
+        let from = own.cq.ci().wrapping_sub(1);
         let mut cqes = own.cq.cursor::<SLOT>();
         let mut sq = self.sq.retirer();
-        let rq = &mut self.rq;
-        let mut n = 0;
-        // The one error a QP's own CQ can give (`retire`'s), kept small.
-        let mut stale_at = None;
+        let mut other = None;
         while n < out.len() {
             let Some(cqe) = cqes.next() else { break };
             if cqe.opcode() == CqeOpcode::REQ {
@@ -190,7 +263,55 @@ impl DirectQp {
                     None => {}
                 }
             }
-            let cqe = cqe.decode();
+            other = Some(cqe.decode());
+            break;
+        }
+        let outstanding = sq.outstanding();
+        drop((sq, cqes));
+        if other.is_some() {
+            return self.poll_rest::<SLOT>(out, n, other, from);
+        }
+        own.cq.polled(from);
+        // Only sends retired.
+        let sends = self.sent.wrapping_sub(outstanding as u64);
+        if self.count_credits {
+            let (s0, _) = self.progress.retired_published();
+            self.credits.give(sends.wrapping_sub(s0) as u32);
+        }
+        self.progress.sends_retired(sends);
+        Ok(n)
+    }
+
+    /// The rest of a poll that started at consumer index `from` and took
+    /// `n` completions, then `first` (a CQE of any kind, taken, not
+    /// retired), if any: every CQE by [`retire`], until `out` holds
+    /// `out.len()` completions or the CQ is empty.
+    #[cold]
+    #[inline(never)]
+    fn poll_rest<const SLOT: usize>(
+        &mut self,
+        out: &mut [Completion],
+        mut n: usize,
+        mut first: Option<Cqe>,
+        from: u32,
+    ) -> Result<usize> {
+        let Some(own) = &mut self.cq else {
+            return self.shared_cq();
+        };
+        let mut cqes = own.cq.cursor::<SLOT>();
+        let mut sq = self.sq.retirer();
+        let rq = &mut self.rq;
+        // The one error a QP's own CQ can give (`retire`'s).
+        let mut stale_at = None;
+        loop {
+            let cqe = match first.take() {
+                Some(c) => c,
+                None if n < out.len() => match cqes.next() {
+                    Some(c) => c.decode(),
+                    None => break,
+                },
+                None => break,
+            };
             match retire(&mut sq, rq, &cqe) {
                 Ok(Some(c)) => {
                     out[n] = c;
@@ -210,6 +331,21 @@ impl DirectQp {
             None => Ok(n),
             Some((qpn, counter)) => Err(stale(qpn, counter)),
         }
+    }
+
+    /// After a poll of the QP's own CQ: the CQ credits of what it retired
+    /// go back (if the QP counts them: the difference from the retired
+    /// counts published before, so nothing is counted during the loop),
+    /// and the new counts are published for the PD's graves.
+    #[inline(always)]
+    fn publish_polled(&self) {
+        let (_, sends, _, recvs) = self.seqs();
+        if self.count_credits {
+            let (s0, r0) = self.progress.retired_published();
+            let freed = sends.wrapping_sub(s0).wrapping_add(recvs.wrapping_sub(r0));
+            self.credits.give(freed as u32);
+        }
+        self.progress.retired(sends, recvs);
     }
 }
 
