@@ -52,6 +52,13 @@ pub enum Error {
     },
     /// The send queue has no room for the batch (WQEBBs or `max_send_wr`
     /// outstanding); nothing was posted. Poll completions and post again.
+    ///
+    /// Unsignaled WRs posted after the last signaled one (auto-signal
+    /// leaves up to `max_send_wr / 2 - 1` of them, a CQE being forced every
+    /// `max_send_wr / 2`) hold their room until a later signaled WR's CQE
+    /// retires them: a batch that needs their room is refused however long
+    /// one polls. Post a signaled WR (or a smaller batch whose last WR is
+    /// signaled), poll its completion, and post the batch again.
     #[error("send queue full: max_send_wr WRs outstanding, or no room in the SQ (poll completions, then post again)")]
     QueueFull,
     /// The receive queue already holds `max_recv_wr` receives; nothing was posted.
@@ -62,7 +69,10 @@ pub enum Error {
     /// completions and post again: the sends outstanding always make a CQE
     /// that gives their credits back (a send that leaves at most half of
     /// the credits free is signaled, unseen), while a receive holds its
-    /// credit until a message arrives for it.
+    /// credit until a message arrives for it. As with
+    /// [`Error::QueueFull`], unsignaled sends posted after a QP's last
+    /// signaled one keep their credits until a later signaled send of that
+    /// QP completes: a batch that needs them is refused until then.
     #[error(
         "completion queue full: no CQ credits for the batch (poll completions, or size the CQ with CqSizing)"
     )]

@@ -83,7 +83,7 @@ impl DirectQp {
         }
         let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
         let data = Seg::data(s.addr, s.len, s.lkey.0);
-        let flags = CtrlFlags::from_bits_retain(w.flags.bits());
+        let flags = ctrl_of(w.flags);
         if self
             .sq
             .post_segs_bf(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
@@ -129,7 +129,7 @@ impl DirectQp {
         let wqe = |w: &WriteWr<'_>| {
             let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
             let data = Seg::data(w.sge.addr, w.sge.len, w.sge.lkey.0);
-            let flags = CtrlFlags::from_bits_retain(w.flags.bits());
+            let flags = ctrl_of(w.flags);
             (WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
         };
         let pushed = room.push_all(head, wqe);
@@ -160,7 +160,7 @@ impl DirectQp {
             return false;
         }
         let raddr = Seg::raddr(remote.addr, remote.rkey.0);
-        let flags = CtrlFlags::from_bits_retain(flags.bits());
+        let flags = ctrl_of(flags);
         // SAFETY: `data` is borrowed for the call and, being a shared
         // borrow of plain bytes, written by nothing meanwhile: copied plainly.
         let r = unsafe {
@@ -492,6 +492,14 @@ fn push_in_place(room: &mut Reserved<'_>, w: &SendWr<'_>) {
         _ => Ok(()),
     };
     debug_assert!(r.is_ok(), "room was reserved for the whole batch: {r:?}");
+}
+
+/// The ctrl-segment flags of `f`: its SIGNALED, SOLICITED and FENCE bits
+/// (which are mlx5's), and no other bit a caller may have put in with
+/// `SendFlags::from_bits_retain`, as `SendWr` carries only those three.
+#[inline(always)]
+fn ctrl_of(f: SendFlags) -> CtrlFlags {
+    CtrlFlags::from_bits_retain(f.bits() & SendFlags::all().bits())
 }
 
 /// A WR's ctrl-segment flags: `signaled`, `solicited`, `fence`.

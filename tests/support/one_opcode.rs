@@ -1,0 +1,178 @@
+//! Helpers of the one-opcode review tests (`review_one_opcode*.rs`).
+#![allow(dead_code)]
+
+use rdma_direct::*;
+use std::time::{Duration, Instant};
+
+pub fn cfg(send: u32, max_inline: u32) -> QpConfig {
+    QpConfig {
+        max_send_wr: send,
+        max_inline,
+        ..QpConfig::default()
+    }
+}
+
+pub struct Env {
+    pub ctx: Context,
+    pub pd: Pd,
+    pub src: Mr,
+    pub dst: Mr,
+}
+
+pub fn env() -> Env {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let dst = pd
+        .reg_mr(
+            1 << 16,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )
+        .unwrap();
+    Env { ctx, pd, src, dst }
+}
+
+pub fn to(mr: &Mr, off: u64) -> RemoteAddr {
+    RemoteAddr {
+        addr: mr.addr() + off,
+        rkey: mr.rkey(),
+    }
+}
+
+/// How long a wait for the sim may take before it is called stuck: long,
+/// as the sim's device thread may get little CPU on a loaded machine.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn poll_n(qp: &mut Qp, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let t = Instant::now();
+    let mut wc = [Completion::default(); 16];
+    while got.len() < n {
+        let k = qp.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            std::thread::yield_now();
+        }
+        assert!(t.elapsed() < PATIENCE, "{} of {n}: {got:?}", got.len());
+    }
+    got
+}
+
+/// Polls for a while (not a timing assertion: only to see that nothing
+/// more comes).
+pub fn drain(qp: &mut Qp) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let mut wc = [Completion::default(); 16];
+    for _ in 0..2000 {
+        let k = qp.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..k]);
+        std::thread::yield_now();
+    }
+    got
+}
+
+pub fn with_flags(mut w: SendWr<'_>, f: SendFlags) -> SendWr<'_> {
+    w.signaled = f.contains(SendFlags::SIGNALED);
+    w.solicited = f.contains(SendFlags::SOLICITED);
+    w.fence = f.contains(SendFlags::FENCE);
+    w
+}
+
+/// The QPN bytes (4..7) of a ctrl segment.
+pub fn qpn_bytes(q: &Qp) -> [u8; 3] {
+    let n = q.qp_num();
+    [(n >> 16) as u8, (n >> 8) as u8, n as u8]
+}
+
+/// The SQ doorbell record (the producer index, 16 bits) of a snapshot.
+pub fn dbrec(s: &[u8]) -> u32 {
+    let n = s.len() - 4;
+    u32::from_be_bytes(s[n..].try_into().unwrap()) & 0xffff
+}
+
+/// Compares the WQEs two QPs posted since their producer index was `from`
+/// (the device reads the `ds * 16` bytes of each: those are compared,
+/// continuing at the ring's start, the QPN masked) and their doorbell
+/// records; returns the new producer index.
+pub fn same_wqes_since(a: &Qp, b: &Qp, from: u32, what: &str) -> u32 {
+    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
+    assert_eq!(sa.len(), sb.len(), "{what}: ring sizes");
+    let ring = sa.len() - 4;
+    assert_eq!(&sa[ring..], &sb[ring..], "{what}: doorbell records");
+    let wqe_cnt = (ring / 64) as u32;
+    let to_pi = dbrec(&sa);
+    let mut pi = from & 0xffff;
+    let mut k = 0;
+    while pi != to_pi {
+        let at = ((pi % wqe_cnt) * 64) as usize;
+        let ds = (sa[at + 7] & 0x3f) as usize;
+        assert_eq!(sa[at + 7], sb[at + 7], "{what}: WQE {k} (pi {pi}) ds");
+        assert!(ds >= 1, "{what}: WQE {k} (pi {pi}) ds 0");
+        let take = |s: &[u8]| -> Vec<u8> { (0..ds * 16).map(|i| s[(at + i) % ring]).collect() };
+        let (mut x, mut y) = (take(&sa), take(&sb));
+        x[4..7].fill(0);
+        y[4..7].fill(0);
+        // An inline WRITE's padding (after its bytes, to the DS end) is
+        // written by neither path: stale bytes of older WQEs.
+        if ds >= 3 && x[32] & 0x80 != 0 {
+            let len = u32::from_be_bytes(x[32..36].try_into().unwrap()) & 0x7fff_ffff;
+            let end = (36 + len as usize).min(x.len());
+            x.truncate(end);
+            y.truncate(end);
+        }
+        assert_eq!(x, y, "{what}: WQE {k} at pi {pi} (ds {ds})");
+        pi = (pi + (ds as u32 * 16).div_ceil(64) as u32) & 0xffff;
+        k += 1;
+        assert!(k <= wqe_cnt, "{what}: walked past the ring");
+    }
+    to_pi
+}
+
+/// Compares two fresh QPs' rings whole, WQEBB by WQEBB (QPNs masked where
+/// both hold their own): for rings that have not wrapped.
+pub fn same_ring(a: &Qp, b: &Qp, what: &str) {
+    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
+    assert_eq!(sa.len(), sb.len(), "{what}: ring sizes");
+    let ring = sa.len() - 4;
+    assert_eq!(&sa[ring..], &sb[ring..], "{what}: doorbell records");
+    let (qa, qb) = (qpn_bytes(a), qpn_bytes(b));
+    for (k, (x, y)) in sa[..ring].chunks(64).zip(sb[..ring].chunks(64)).enumerate() {
+        let (mut x, mut y) = (x.to_vec(), y.to_vec());
+        if x[4..7] == qa && y[4..7] == qb {
+            x[4..7].fill(0);
+            y[4..7].fill(0);
+        }
+        assert_eq!(x, y, "{what}: WQEBB {k}");
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Refused, nothing written; returns the error.
+pub fn refused_by(qp: &mut Qp, f: impl FnOnce(&mut Qp) -> Result<()>) -> Error {
+    refused_at(qp, "", f)
+}
+
+/// [`refused_by`], saying what was refused when it was not.
+pub fn refused_at(qp: &mut Qp, what: &str, f: impl FnOnce(&mut Qp) -> Result<()>) -> Error {
+    let before = qp.sq_snapshot().unwrap();
+    let e = f(qp).expect_err(&format!("must be refused: {what}"));
+    assert_eq!(
+        before,
+        qp.sq_snapshot().unwrap(),
+        "refusal wrote ring bytes: {e}"
+    );
+    e
+}
