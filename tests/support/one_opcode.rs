@@ -121,7 +121,7 @@ pub fn same_wqes_since(a: &Qp, b: &Qp, from: u32, what: &str) -> u32 {
             y.truncate(end);
         }
         assert_eq!(x, y, "{what}: WQE {k} at pi {pi} (ds {ds})");
-        pi = (pi + (ds as u32 * 16).div_ceil(64) as u32) & 0xffff;
+        pi = (pi + (ds as u32 * 16).div_ceil(64)) & 0xffff;
         k += 1;
         assert!(k <= wqe_cnt, "{what}: walked past the ring");
     }
