@@ -82,7 +82,7 @@ fn rand_op(rng: &mut Rng, id: &mut u64, max_batch: u64, max_inline: usize, p_sig
 
 /// Posts `op` on `a` with the new APIs (or post_send for `Op::Send`) and
 /// on `b` with post_send; returns both results.
-fn apply<'m>(e: &'m Env, data: &[u8], op: &Op, q: &mut Qp, reference: bool) -> Result<()> {
+fn apply(e: &Env, data: &[u8], op: &Op, q: &mut Qp, reference: bool) -> Result<()> {
     let r = |id: u64| to(&e.dst, (id % 64) * 512);
     let ww = |&(id, off, len, f): &(u64, usize, u32, SendFlags)| WriteWr {
         wr_id: id,
