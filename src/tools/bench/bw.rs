@@ -362,16 +362,18 @@ pub(super) fn bw_loop(
     let rate = ticks_per_ns();
     let limit = (WAIT_LIMIT.as_nanos() as f64 * rate) as u64;
     let start = ticks();
-    let deadline = cfg
-        .duration
-        .map(|d| start.wrapping_add((d.as_nanos() as f64 * rate) as u64));
+    let mut deadline = deadline_after(cfg.duration);
     let mut last_completion = start;
     let mut wc = [Completion::default(); 16];
     let mut last_progress = start;
     let mut idle = 0u32;
-    let done = |l: &Lane<'_, '_>| match deadline {
-        None => l.completed >= iters,
-        Some(_) => l.last.is_some_and(|x| l.completed > x),
+    let timed_run = cfg.duration.is_some();
+    let done = |l: &Lane<'_, '_>| {
+        if timed_run {
+            l.last.is_some_and(|x| l.completed > x)
+        } else {
+            l.completed >= iters
+        }
     };
     // Polls a lane's QP once; a completion retires every WR of its lane up
     // to its own. Returns how many came, and when.
@@ -400,7 +402,7 @@ pub(super) fn bw_loop(
             // Keep the send queue full, `post_list` WRs per post call.
             while l.posted < iters && l.last.is_none() {
                 let i0 = l.posted;
-                let over = deadline.is_some_and(|d| ticks().wrapping_sub(d) < u64::MAX / 2);
+                let over = past(&mut deadline);
                 let k = if over { 1 } else { post_list.min(iters - i0) };
                 if i0 - l.completed + k > cfg.tx_depth as usize {
                     break;

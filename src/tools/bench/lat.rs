@@ -58,7 +58,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let sge_a = [Sge::new(&mr_a, 0, size_asked)?];
     let sge_b = [Sge::new(&mr_b, 0, size_asked)?];
     let mut m = CpuMeter::new(cfg);
-    let deadline = deadline_after(cfg.duration);
+    let mut deadline = deadline_after(cfg.duration);
 
     match test {
         LatTest::Write => {
@@ -68,7 +68,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             wr_a.inline = inline;
             wr_b.inline = inline;
             for i in 0..rounds {
-                if past(deadline) {
+                if past(&mut deadline) {
                     break;
                 }
                 let seq = (i as u8).wrapping_add(1);
@@ -104,7 +104,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             wr_a.inline = inline;
             wr_b.inline = inline;
             for _ in 0..rounds {
-                if past(deadline) {
+                if past(&mut deadline) {
                     break;
                 }
                 stamps.push(ticks());
@@ -125,7 +125,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 cfg.atomic.wr(0, &sge_a, to_b).signaled()
             };
             for i in 0..rounds {
-                if past(deadline) {
+                if past(&mut deadline) {
                     break;
                 }
                 stamps.push(ticks());

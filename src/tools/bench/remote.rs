@@ -425,7 +425,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     let mut m = CpuMeter::new(&cfg.lat);
     // -D on a latency test: the client stops at its deadline, after a whole
     // round trip; the server stops when the client's closing byte arrives.
-    let deadline = if client {
+    let mut deadline = if client {
         deadline_after(lat.duration)
     } else {
         None
@@ -437,7 +437,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             wr.inline = inline;
             let last = size - 1;
             for i in 0..rounds {
-                if past(deadline) {
+                if past(&mut deadline) {
                     break;
                 }
                 let seq = (i as u8).wrapping_add(1);
@@ -481,7 +481,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             let mut wr = SendWr::send(0, &sge).signaled();
             wr.inline = inline;
             for i in 0..rounds {
-                if past(deadline) {
+                if past(&mut deadline) {
                     break;
                 }
                 if !client {
@@ -513,7 +513,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     lat.atomic.wr(0, &sge, to_peer).signaled()
                 };
                 for i in 0..rounds {
-                    if past(deadline) {
+                    if past(&mut deadline) {
                         break;
                     }
                     stamps.push(ticks());
