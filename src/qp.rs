@@ -15,7 +15,7 @@ use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{
     self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState,
 };
-use crate::types::wr::{RecvWr, SendWr, Sge, WrOp, BYTES_PD};
+use crate::types::wr::{RecvWr, SendWr, SendWrs, Sge, WrOp, BYTES_PD};
 use crate::wait::{wait_on, CqOps};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::sim;
@@ -440,7 +440,7 @@ impl Qp {
 
     /// [`Self::post_send`] with every check, for every WR and backend.
     #[inline(never)]
-    fn post_send_checked(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+    pub(crate) fn post_send_checked<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
         if !matches!(self.state, QpState::Rts | QpState::Err) {
             return Err(Error::QpState {
                 state: self.state,
@@ -448,7 +448,8 @@ impl Qp {
             });
         }
         let max_inline = self.max_inline();
-        for w in wrs {
+        for i in 0..wrs.count() {
+            let w = wrs.wr(i);
             if !w.inline {
                 // (Inline bytes are copied now: any memory will do.)
                 self.check_pd(w.sges)?;
@@ -493,7 +494,7 @@ impl Qp {
         };
         match r {
             Err(Error::QueueFull | Error::CqFull) => {
-                Err(self.never_fits(wrs.len(), self.cfg.max_send_wr, r.unwrap_err()))
+                Err(self.never_fits(wrs.count(), self.cfg.max_send_wr, r.unwrap_err()))
             }
             r => r,
         }

@@ -95,10 +95,6 @@ impl Qp {
     }
 }
 
-/// The batch size [`Qp::post_writes`] converts on the stack for
-/// [`Qp::post_send`]; above it, its general path allocates.
-const STACK_WRS: usize = 64;
-
 impl Qp {
     /// Posts a batch of 1-SGE RDMA WRITEs with one doorbell: what
     /// [`Self::post_send`] posts for their [`WriteWr::to_send_wr`]s, with
@@ -107,8 +103,9 @@ impl Qp {
     /// (ctrl, `struct mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`: one
     /// WQEBB, DS 3) and the last one's first 8 bytes ring the doorbell, as
     /// rdma-core rings a batch. Where the in-place path cannot post them (the
-    /// verbs path; an error to report) they go through [`Self::post_send`],
-    /// converted on the stack, or, for more than 64 WRs, in one allocation.
+    /// verbs path; an error to report) they go through [`Self::post_send`]'s
+    /// checks and backends, each `SendWr` made as it is read (no copy of the
+    /// batch, no allocation).
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_writes(&mut self, wrs: &[WriteWr<'_>]) -> Result<()> {
@@ -121,22 +118,10 @@ impl Qp {
         self.post_writes_general(wrs)
     }
 
-    /// [`Self::post_writes`] through [`Self::post_send`].
+    /// [`Self::post_writes`] through [`Self::post_send`]'s checked path,
+    /// which makes each WR's `SendWr` as it reads it (`SendWrs`).
     #[inline(never)]
     fn post_writes_general(&mut self, wrs: &[WriteWr<'_>]) -> Result<()> {
-        if wrs.len() <= STACK_WRS {
-            let none = RemoteAddr {
-                addr: 0,
-                rkey: crate::types::keys::Rkey(0),
-            };
-            let mut conv = [SendWr::rdma_write(0, &[], none); STACK_WRS];
-            for (c, w) in conv.iter_mut().zip(wrs) {
-                *c = w.to_send_wr();
-            }
-            self.post_send(&conv[..wrs.len()])
-        } else {
-            let conv: Vec<SendWr<'_>> = wrs.iter().map(WriteWr::to_send_wr).collect();
-            self.post_send(&conv)
-        }
+        self.post_send_checked(wrs)
     }
 }

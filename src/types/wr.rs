@@ -176,6 +176,36 @@ impl<'a> WriteWr<'a> {
     }
 }
 
+/// Send WRs read one at a time, by index: a `[SendWr]`, or a `[WriteWr]`
+/// whose `SendWr`s are made as they are read, so that a batch of those
+/// reaches the checked path with no copy into a buffer of its own.
+pub(crate) trait SendWrs {
+    fn count(&self) -> usize;
+    fn wr(&self, i: usize) -> SendWr<'_>;
+}
+
+impl SendWrs for [SendWr<'_>] {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn wr(&self, i: usize) -> SendWr<'_> {
+        self[i]
+    }
+}
+
+impl SendWrs for [WriteWr<'_>] {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn wr(&self, i: usize) -> SendWr<'_> {
+        self[i].to_send_wr()
+    }
+}
+
 /// One send work request (`ibv_send_wr` without the linked list).
 ///
 /// `repr(C)`: the four flags are adjacent bytes in declaration order, so

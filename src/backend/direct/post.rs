@@ -6,7 +6,7 @@
 use super::{DirectQp, MAX_INLINE, MAX_SGE};
 use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
-use crate::types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp, WriteWr};
+use crate::types::wr::{RecvWr, SendFlags, SendWr, SendWrs, Sge, WrOp, WriteWr};
 use mlx5_dv::driver::{Reserved, Seg};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode, INLINE_SEG};
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
@@ -318,8 +318,10 @@ impl DirectQp {
     /// Posts `wrs` and rings the doorbell once. Every WR is checked first
     /// (and the SQ room for all of them): on error nothing is written.
     #[inline]
-    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        for w in wrs {
+    pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+        let n = wrs.count();
+        for i in 0..n {
+            let w = wrs.wr(i);
             if w.sges.len() > self.max_send_sge as usize {
                 return Err(Error::Invalid(format!(
                     "{} SGEs exceed the QP's max_send_sge of {}",
@@ -328,12 +330,13 @@ impl DirectQp {
                 )));
             }
         }
-        if let [w] = wrs {
+        if n == 1 {
             // One WR: the driver's own checks already write nothing on error,
             // so there is no batch to pre-check (no second encoding pass).
+            let w = wrs.wr(0);
             self.take_credits(1)?;
             let undo = self.signal_if_credits_low();
-            let r = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
+            let r = with_wqe(&w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
                 r.map_err(|e| match e {
                     WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
                     e => Error::Wqe(e),
@@ -350,27 +353,28 @@ impl DirectQp {
             self.posted_sends(1);
             return Ok(());
         }
-        if wrs.is_empty() {
+        if n == 0 {
             return Ok(());
         }
         let mut need = 0u32;
-        for w in wrs {
-            let (_, wqebbs) = with_wqe(w, |wqe| wqe_size(self.sq.geometry(), wqe))??;
+        for i in 0..n {
+            let (_, wqebbs) = with_wqe(&wrs.wr(i), |wqe| wqe_size(self.sq.geometry(), wqe))??;
             need += wqebbs;
         }
-        if need > self.sq.free_wqebbs() || wrs.len() as u32 > self.sq.free_wrs() {
+        if need > self.sq.free_wqebbs() || n as u32 > self.sq.free_wrs() {
             return Err(Error::QueueFull);
         }
-        self.take_credits(wrs.len() as u32)?;
-        let (last, head) = wrs.split_last().expect("a batch of two or more");
-        for w in head {
-            with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id))??;
+        self.take_credits(n as u32)?;
+        for i in 0..n {
+            let w = wrs.wr(i);
+            if i + 1 == n {
+                // (Every WR was sized and fits: nothing here is refused.)
+                let _ = self.signal_if_credits_low();
+            }
+            with_wqe(&w, |wqe| self.sq.post(wqe, w.wr_id))??;
         }
-        // (Every WR was sized and fits: nothing below is refused.)
-        let _ = self.signal_if_credits_low();
-        with_wqe(last, |wqe| self.sq.post(wqe, last.wr_id))??;
         self.sq.ring_doorbell();
-        self.posted_sends(wrs.len());
+        self.posted_sends(n);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use crate::types::completion::{Completion, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
-use crate::types::wr::{RecvWr, SendWr, WrOp};
+use crate::types::wr::{RecvWr, SendWrs, WrOp};
 use mlx5_dv::driver::CqCredits;
 use rdma_sys::*;
 use std::sync::Arc;
@@ -300,8 +300,10 @@ impl VerbsQp {
     /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. Checked first (SGE
     /// count, inline size, length, and room for every WR under `max_send_wr`
     /// outstanding): on those errors nothing is posted.
-    pub(crate) fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        for w in wrs {
+    pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+        let count = wrs.count();
+        for i in 0..count {
+            let w = wrs.wr(i);
             if w.sges.len() > self.caps.max_send_sge as usize {
                 return Err(Error::Invalid(format!(
                     "{} SGEs exceed the QP's max_send_sge of {}",
@@ -318,13 +320,13 @@ impl VerbsQp {
             }
         }
         let outstanding = self.posted - self.retired;
-        if outstanding + wrs.len() as u64 > self.max_post as u64 {
+        if outstanding + count as u64 > self.max_post as u64 {
             return Err(Error::QueueFull);
         }
-        if wrs.is_empty() {
+        if count == 0 {
             return Ok(());
         }
-        if !self.credits.take(wrs.len() as u32) {
+        if !self.credits.take(count as u32) {
             return Err(Error::CqFull);
         }
         // When this batch left at most half of the CQ's credits free, its
@@ -334,12 +336,12 @@ impl VerbsQp {
         // credit makes one, or none would give the credits back).
         let credits_low = self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
         let before = self.posted;
-        let n = wrs.len().div_ceil(CHUNK);
-        for (i, chunk) in wrs.chunks(CHUNK).enumerate() {
-            if let Err(e) = self.post_chunk(chunk, credits_low && i + 1 == n) {
+        for start in (0..count).step_by(CHUNK) {
+            let end = (start + CHUNK).min(count);
+            if let Err(e) = self.post_chunk(wrs, start..end, credits_low && end == count) {
                 // Credits of the WRs the provider did not take go back.
                 self.credits
-                    .give(wrs.len() as u32 - (self.posted - before) as u32);
+                    .give(count as u32 - (self.posted - before) as u32);
                 return Err(e);
             }
         }
@@ -348,9 +350,15 @@ impl VerbsQp {
 
     /// One `ibv_post_send` of up to `CHUNK` WRs; with `signal_last`, the
     /// last one is signaled whatever its flags.
-    fn post_chunk(&mut self, wrs: &[SendWr<'_>], signal_last: bool) -> Result<()> {
+    fn post_chunk<W: SendWrs + ?Sized>(
+        &mut self,
+        all: &W,
+        range: std::ops::Range<usize>,
+        signal_last: bool,
+    ) -> Result<()> {
         use std::mem::MaybeUninit;
-        let nsge: usize = wrs.iter().map(|w| w.sges.len()).sum();
+        let len = range.len();
+        let nsge: usize = range.clone().map(|i| all.wr(i).sges.len()).sum();
         // Only the entries used are written (no zeroing of whole arrays on
         // every post: that showed in the latency under emulation).
         let mut sge_store = [const { MaybeUninit::<ibv_sge>::uninit() }; CHUNK * 4];
@@ -364,7 +372,8 @@ impl VerbsQp {
         };
         let mut wr_store = [const { MaybeUninit::<ibv_send_wr>::uninit() }; CHUNK];
         let mut s = 0;
-        for (i, w) in wrs.iter().enumerate() {
+        for (i, at) in range.clone().enumerate() {
+            let w = all.wr(at);
             let first = s;
             for g in w.sges {
                 // SAFETY: `sge_base` has room for `nsge` entries and `s < nsge`.
@@ -381,8 +390,7 @@ impl VerbsQp {
             // Auto-signal, as the direct path does: a hidden CQE every
             // `auto_signal` unsignaled WRs keeps the accounting moving.
             let forced = !w.signaled
-                && (self.unsignaled_run + 1 >= self.auto_signal
-                    || (signal_last && i + 1 == wrs.len()));
+                && (self.unsignaled_run + 1 >= self.auto_signal || (signal_last && i + 1 == len));
             self.unsignaled_run = if w.signaled || forced {
                 0
             } else {
@@ -463,10 +471,10 @@ impl VerbsQp {
                 }
             }
         }
-        // SAFETY: the first `wrs.len()` entries were written above.
+        // SAFETY: the first `len` entries were written above.
         let vwrs: &mut [ibv_send_wr] =
-            unsafe { std::slice::from_raw_parts_mut(wr_store.as_mut_ptr().cast(), wrs.len()) };
-        for i in 1..wrs.len() {
+            unsafe { std::slice::from_raw_parts_mut(wr_store.as_mut_ptr().cast(), len) };
+        for i in 1..len {
             let next: *mut ibv_send_wr = &mut vwrs[i];
             vwrs[i - 1].next = next;
         }
@@ -484,7 +492,7 @@ impl VerbsQp {
             e => Err(Error::Verbs {
                 call: "ibv_post_send",
                 errno: if e > 0 { e } else { errno() },
-                detail: format!(" ({posted} of a chunk of {} WRs were posted)", wrs.len()),
+                detail: format!(" ({posted} of a chunk of {len} WRs were posted)"),
             }),
         }
     }
