@@ -314,7 +314,6 @@ impl Reserved<'_> {
         segs: [Seg; N],
         wr_id: u64,
     ) -> Result<(), WqeError> {
-        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
         if self.left == 0 {
             return Err(self.sq.wr_limit());
         }
@@ -327,19 +326,21 @@ impl Reserved<'_> {
             self.posted,
             flags,
         );
-        let ds = 1 + N as u32;
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
-        // SAFETY: `reserve` found this WQEBB free; a masked index inside the
-        // ring of `mask + 1` WQEBBs, and the slot table of as many entries,
-        // both the queue's (`new`); the WQE's `(1 + N) * 16` bytes fit it.
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, 1 + N as u32, flags, imm);
+        // SAFETY: `reserve` found this WQEBB free (`left` counts what is
+        // left of it); `slot` is masked below the ring's WQEBBs.
         unsafe {
-            let wqe = self.ring.add(slot * WQEBB);
-            put(wqe, ctrl);
-            for (i, s) in segs.iter().enumerate() {
-                put(wqe.add(16 * (i + 1)), s.stored());
-            }
-            Slot::store(self.slots.add(slot), wr_id, self.posted, 1, forced);
-        }
+            put_wqebb(
+                self.ring,
+                self.slots,
+                slot,
+                ctrl,
+                segs,
+                wr_id,
+                self.posted,
+                forced,
+            )
+        };
         self.posted = self.posted.wrapping_add(1);
         self.pi = pi.wrapping_add(1);
         Ok(())
@@ -356,7 +357,6 @@ impl Reserved<'_> {
         items: &[T],
         wqe: impl Fn(&T) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64),
     ) -> bool {
-        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
         if items.len() > self.left as usize {
             return false;
         }
@@ -398,18 +398,9 @@ impl Reserved<'_> {
             };
             let ctrl = ctrl_seg(opcode, pi, qpn_be, 1 + N as u32, flags, imm);
             // SAFETY: `reserve` found this WQEBB free (the room for
-            // `items.len()` more was checked by `push_all`); a masked index
-            // inside the ring of `mask + 1` WQEBBs, and the slot table of as
-            // many entries, both the queue's (`new`); the WQE's `(1 + N) *
-            // 16` bytes fit it.
-            unsafe {
-                let wqe = ring.add(slot * WQEBB);
-                for (i, s) in segs.iter().enumerate() {
-                    put(wqe.add(16 * (i + 1)), s.stored());
-                }
-                put(wqe, ctrl);
-                Slot::store(slots.add(slot), wr_id, posted, 1, forced);
-            }
+            // `items.len()` more was checked by `push_all`); `slot` is masked
+            // below the ring's WQEBBs.
+            unsafe { put_wqebb(ring, slots, slot, ctrl, segs, wr_id, posted, forced) };
             posted = posted.wrapping_add(1);
             pi = pi.wrapping_add(1);
         }
@@ -439,6 +430,38 @@ impl Reserved<'_> {
         self.sq.pi = self.pi;
         self.sq.posted = self.posted;
         self.sq.last_signaled = self.last_signaled;
+    }
+}
+
+/// Stores a WQE of one WQEBB (the ctrl segment and `N` more, at most three)
+/// at WQEBB `slot` of `ring`, and its slot (`wr_id`, WR sequence number
+/// `posted`, one WQEBB, `forced`): a [`Reserved`] batch's WQE.
+///
+/// # Safety
+/// `slot` must be below the number of WQEBBs of `ring` and of entries of
+/// `slots` (the queue's, `SendQueue::new`), that WQEBB free and ours.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn put_wqebb<const N: usize>(
+    ring: *mut u8,
+    slots: *mut Slot,
+    slot: usize,
+    ctrl: [u64; 2],
+    segs: [Seg; N],
+    wr_id: u64,
+    posted: u32,
+    forced: bool,
+) {
+    const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
+    // SAFETY: the caller's guarantee: the WQEBB's 64 bytes, which
+    // `(1 + N) * 16` fit, and the slot are inside their buffers and ours.
+    unsafe {
+        let wqe = ring.add(slot * WQEBB);
+        for (i, s) in segs.iter().enumerate() {
+            put(wqe.add(16 * (i + 1)), s.stored());
+        }
+        put(wqe, ctrl);
+        Slot::store(slots.add(slot), wr_id, posted, 1, forced);
     }
 }
 
