@@ -401,7 +401,7 @@ fn shallow_cq_credits() {
 #[test]
 fn refused_post_changes_no_later_wqe() {
     let e = env();
-    let other = e._ctx.alloc_pd().unwrap();
+    let other = e.ctx.alloc_pd().unwrap();
     let omr = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     let run = |refuse: bool| -> Vec<u8> {
         let c = QpConfig {
@@ -463,7 +463,7 @@ fn repro_cqfull_forever() {
 #[test]
 fn mixed_batches_all_or_nothing() {
     let e = env();
-    let other = e._ctx.alloc_pd().unwrap();
+    let other = e.ctx.alloc_pd().unwrap();
     let omr = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     let c = QpConfig {
         max_send_sge: 2,
@@ -832,21 +832,7 @@ fn trace_child() {
 
 #[test]
 fn trace_shows_every_wqe_and_cqe() {
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "trace_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("FAST_PATHS_TRACE_CHILD", "1")
-        .env("RDMA_DIRECT_TRACE", "1")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = traced_child("trace_child", "FAST_PATHS_TRACE_CHILD");
     let posts = err
         .lines()
         .filter(|l| l.contains("rdma-direct trace: QP") && l.contains(" post wr_id"))

@@ -5,66 +5,9 @@
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 
-fn cfg(send: u32, max_inline: u32) -> QpConfig {
-    QpConfig {
-        max_send_wr: send,
-        max_inline,
-        ..QpConfig::default()
-    }
-}
-
-struct Env {
-    _ctx: Context,
-    pd: Pd,
-    src: Mr,
-    dst: Mr,
-}
-
-fn env() -> Env {
-    let ctx = Context::open("sim").unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
-    let dst = pd
-        .reg_mr(1 << 16, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    Env {
-        _ctx: ctx,
-        pd,
-        src,
-        dst,
-    }
-}
-
-fn to(mr: &Mr, off: u64) -> RemoteAddr {
-    RemoteAddr {
-        addr: mr.addr() + off,
-        rkey: mr.rkey(),
-    }
-}
-
-const PATIENCE: Duration = Duration::from_secs(30);
-
-fn poll_n(qp: &mut Qp, n: usize) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let t = Instant::now();
-    let mut wc = [Completion::default(); 16];
-    while got.len() < n {
-        let k = qp.poll(&mut wc).unwrap();
-        got.extend_from_slice(&wc[..k]);
-        if k == 0 {
-            std::thread::yield_now();
-        }
-        assert!(t.elapsed() < PATIENCE, "{} of {n}: {got:?}", got.len());
-    }
-    got
-}
-
-fn with_flags(mut w: SendWr<'_>, f: SendFlags) -> SendWr<'_> {
-    w.signaled = f.contains(SendFlags::SIGNALED);
-    w.solicited = f.contains(SendFlags::SOLICITED);
-    w.fence = f.contains(SendFlags::FENCE);
-    w
-}
+#[path = "support/one_opcode.rs"]
+mod support;
+use support::*;
 
 /// Every flag combination of a 1-SGE WRITE and of inline WRITEs of many
 /// sizes: the WQEs `post_write` / `post_write_inline` write on one QP are
@@ -159,7 +102,7 @@ fn same_wqes_as_post_send() {
 #[test]
 fn same_refusals_and_nothing_written() {
     let e = env();
-    let other_pd = e._ctx.alloc_pd().unwrap();
+    let other_pd = e.ctx.alloc_pd().unwrap();
     let foreign = other_pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     let mut idle = e.pd.create_qp(&cfg(4, 64)).unwrap();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(4, 64)).unwrap();
@@ -356,7 +299,7 @@ fn batches_as_post_send() {
 #[test]
 fn batch_refusals_write_nothing() {
     let e = env();
-    let other = e._ctx.alloc_pd().unwrap();
+    let other = e.ctx.alloc_pd().unwrap();
     let foreign = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 64)).unwrap();
     let mut idle = e.pd.create_qp(&cfg(128, 64)).unwrap();

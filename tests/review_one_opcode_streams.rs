@@ -639,21 +639,7 @@ fn review_trace_child() {
 
 #[test]
 fn trace_shows_every_one_opcode_wqe() {
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "review_trace_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("REVIEW_TRACE_CHILD", "1")
-        .env("RDMA_DIRECT_TRACE", "1")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = traced_child("review_trace_child", "REVIEW_TRACE_CHILD");
     let posts = err
         .lines()
         .filter(|l| l.contains("rdma-direct trace: QP") && l.contains(" post wr_id"))

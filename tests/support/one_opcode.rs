@@ -2,7 +2,11 @@
 #![allow(dead_code)]
 
 use rdma_direct::*;
-use std::time::{Duration, Instant};
+
+#[path = "sim.rs"]
+mod sim;
+pub use sim::remote as to;
+pub use sim::*;
 
 pub fn cfg(send: u32, max_inline: u32) -> QpConfig {
     QpConfig {
@@ -10,52 +14,6 @@ pub fn cfg(send: u32, max_inline: u32) -> QpConfig {
         max_inline,
         ..QpConfig::default()
     }
-}
-
-pub struct Env {
-    pub ctx: Context,
-    pub pd: Pd,
-    pub src: Mr,
-    pub dst: Mr,
-}
-
-pub fn env() -> Env {
-    let ctx = Context::open("sim").unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
-    let dst = pd
-        .reg_mr(
-            1 << 16,
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-        )
-        .unwrap();
-    Env { ctx, pd, src, dst }
-}
-
-pub fn to(mr: &Mr, off: u64) -> RemoteAddr {
-    RemoteAddr {
-        addr: mr.addr() + off,
-        rkey: mr.rkey(),
-    }
-}
-
-/// How long a wait for the sim may take before it is called stuck: long,
-/// as the sim's device thread may get little CPU on a loaded machine.
-pub const PATIENCE: Duration = Duration::from_secs(30);
-
-pub fn poll_n(qp: &mut Qp, n: usize) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let t = Instant::now();
-    let mut wc = [Completion::default(); 16];
-    while got.len() < n {
-        let k = qp.poll(&mut wc).unwrap();
-        got.extend_from_slice(&wc[..k]);
-        if k == 0 {
-            std::thread::yield_now();
-        }
-        assert!(t.elapsed() < PATIENCE, "{} of {n}: {got:?}", got.len());
-    }
-    got
 }
 
 /// Polls for a while (not a timing assertion: only to see that nothing

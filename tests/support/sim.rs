@@ -1,0 +1,89 @@
+//! What every sim test of the posts needs: a device, a PD and two MRs, a
+//! remote address, and a patient poll (`support/fast_paths.rs` and
+//! `support/one_opcode.rs` use it).
+#![allow(dead_code)]
+
+use rdma_direct::*;
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    pub ctx: Context,
+    pub pd: Pd,
+    /// 64 KiB, local write.
+    pub src: Mr,
+    /// 64 KiB, local and remote write, remote read and atomics.
+    pub dst: Mr,
+}
+
+/// The sim, a PD, and its `src` and `dst` MRs.
+pub fn env() -> Env {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let dst = pd
+        .reg_mr(
+            1 << 16,
+            Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+        )
+        .unwrap();
+    Env { ctx, pd, src, dst }
+}
+
+/// `mr`'s bytes from `off`, as a peer names them.
+pub fn remote(mr: &Mr, off: u64) -> RemoteAddr {
+    RemoteAddr {
+        addr: mr.addr() + off,
+        rkey: mr.rkey(),
+    }
+}
+
+/// How long a wait for the sim may take before it is called stuck: long,
+/// as the sim's device thread may get little CPU on a loaded machine.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Polls until `n` completions came (yielding to the sim's thread while
+/// none do), or fails after [`PATIENCE`].
+pub fn poll_n(qp: &mut Qp, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let t = Instant::now();
+    let mut wc = [Completion::default(); 16];
+    while got.len() < n {
+        let k = qp.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            std::thread::yield_now();
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "timed out: {} of {n}: {got:?}",
+            got.len()
+        );
+    }
+    got
+}
+
+/// Runs the ignored test `name` of this test binary in a child process,
+/// with `RDMA_DIRECT_TRACE=1` (read once per process, so a child is what
+/// can turn it on) and `marker=1` (the child's proof that it was started
+/// so, not run on its own); returns its stderr, where the trace goes,
+/// after checking that it passed.
+pub fn traced_child(name: &str, marker: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(marker, "1")
+        .env("RDMA_DIRECT_TRACE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
