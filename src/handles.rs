@@ -51,8 +51,10 @@ impl PdInner {
     pub(crate) fn next_id() -> u32 {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
         loop {
-            // Never 0, never `BYTES_PD`: after 2^32 PDs the count wraps.
-            let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Never 0, never `BYTES_PD`, below 2^31 (an SGE's tag bit,
+            // `NOT_ONE_SEG`): after 2^31 PDs the count wraps.
+            let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                & !crate::types::wr::NOT_ONE_SEG;
             if id != 0 && id != crate::types::wr::BYTES_PD {
                 return id;
             }

@@ -569,13 +569,13 @@ impl Qp {
     /// of another PD (or device) must never name one.
     #[inline]
     fn check_pd(&self, sges: &[Sge<'_>]) -> Result<()> {
-        if sges.iter().any(|s| s.pd == BYTES_PD) {
+        if sges.iter().any(|s| s.pd() == BYTES_PD) {
             return Err(Error::Invalid(
                 "an SGE of plain bytes (Sge::bytes) is inline data: only an inline send takes it"
                     .into(),
             ));
         }
-        if sges.iter().any(|s| s.pd != self.pd.id) {
+        if sges.iter().any(|s| s.pd() != self.pd.id) {
             return Err(Error::Invalid(
                 "an SGE names memory registered on another protection domain (or device)".into(),
             ));

@@ -7,13 +7,16 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// WRs posted and retired on one QP since it was created (monotonic: a
-/// RESET retires every outstanding WR, it does not rewind); and the lkeys
+/// RESET retires every outstanding WR, it does not rewind; sends counted
+/// modulo 2^32, as the SQ counts them, so that a post publishes the SQ's
+/// own count, and compared wrapping: at most `max_send_wr` sends, far
+/// below 2^31, are outstanding); and the lkeys
 /// of its posted receives, so that a receive kept posted for ever (a
 /// server's) holds only the MR it names.
 #[derive(Debug)]
 pub(crate) struct WrProgress {
-    send_posted: AtomicU64,
-    send_retired: AtomicU64,
+    send_posted: AtomicU32,
+    send_retired: AtomicU32,
     recv_posted: AtomicU64,
     recv_retired: AtomicU64,
     /// `recv_sges` lkeys per receive, receive `seq` at slot
@@ -28,7 +31,7 @@ pub(crate) struct WrProgress {
 /// deregistered once that QP has retired that many.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ticket {
-    send: u64,
+    send: u32,
     recv: u64,
 }
 
@@ -41,8 +44,8 @@ impl WrProgress {
             recv_keys: (0..slots * sges).map(|_| AtomicU32::new(0)).collect(),
             recv_slots: slots as u64,
             recv_sges: sges,
-            send_posted: AtomicU64::new(0),
-            send_retired: AtomicU64::new(0),
+            send_posted: AtomicU32::new(0),
+            send_retired: AtomicU32::new(0),
             recv_posted: AtomicU64::new(0),
             recv_retired: AtomicU64::new(0),
         }
@@ -74,9 +77,9 @@ impl WrProgress {
         })
     }
 
-    /// After a post call: sends posted in all.
+    /// After a post call: sends posted in all (modulo 2^32).
     #[inline(always)]
-    pub(crate) fn sends_posted(&self, n: u64) {
+    pub(crate) fn sends_posted(&self, n: u32) {
         // Relaxed: a WR can name an MR only while a handle to it lives, and
         // whoever drops the last handle is ordered after this store by the
         // handle's own synchronization (its `Arc`, or a thread join).
@@ -91,21 +94,21 @@ impl WrProgress {
     /// the device's accesses to the WRs' memory, which the CQEs' acquire
     /// ordered before this, come before any deregistration that reads it.
     #[inline(always)]
-    pub(crate) fn retired(&self, sends: u64, recvs: u64) {
+    pub(crate) fn retired(&self, sends: u32, recvs: u64) {
         self.send_retired.store(sends, Ordering::Release);
         self.recv_retired.store(recvs, Ordering::Release);
     }
     /// After a poll that retired sends only: sends retired in all (as
     /// [`Self::retired`], the receives' count unchanged).
     #[inline(always)]
-    pub(crate) fn sends_retired(&self, sends: u64) {
+    pub(crate) fn sends_retired(&self, sends: u32) {
         self.send_retired.store(sends, Ordering::Release);
     }
     /// The sends and receives retired as last published (by this QP's own
     /// thread: relaxed loads of its own stores), so that a poll can tell
     /// how many it retired.
     #[inline(always)]
-    pub(crate) fn retired_published(&self) -> (u64, u64) {
+    pub(crate) fn retired_published(&self) -> (u32, u64) {
         (
             self.send_retired.load(Ordering::Relaxed),
             self.recv_retired.load(Ordering::Relaxed),
@@ -127,9 +130,39 @@ impl WrProgress {
         Ticket { send, recv }
     }
 
-    /// Whether every WR counted in `t` has been retired.
+    /// Whether every WR counted in `t` has been retired (sends compared
+    /// wrapping: the retired count is at most `max_send_wr` behind the
+    /// posted one, so a ticket not yet reached is less than 2^31 ahead; one
+    /// reached and then left 2^31 behind reads as not reached, which only
+    /// delays a deregistration, and only until the count comes round).
     pub(crate) fn reached(&self, t: Ticket) -> bool {
-        self.send_retired.load(Ordering::Acquire) >= t.send
+        self.send_retired
+            .load(Ordering::Acquire)
+            .wrapping_sub(t.send) as i32
+            >= 0
             && self.recv_retired.load(Ordering::Acquire) >= t.recv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Send counts wrap at 2^32: a ticket taken just below it is reached
+    /// once the retired count has come round past it, and not before.
+    #[test]
+    fn send_tickets_compare_wrapping() {
+        let p = WrProgress::new(1, 1);
+        p.sends_posted(u32::MAX - 1);
+        p.retired(u32::MAX - 4, 0);
+        let t = p.ticket(99);
+        assert_eq!(t.send, u32::MAX - 1);
+        assert!(!p.reached(t), "3 sends still outstanding");
+        p.sends_retired(u32::MAX - 2);
+        assert!(!p.reached(t), "1 send still outstanding");
+        p.sends_retired(u32::MAX - 1);
+        assert!(p.reached(t));
+        p.sends_retired(3);
+        assert!(p.reached(t), "past the wrap");
     }
 }

@@ -8,17 +8,39 @@ use std::marker::PhantomData;
 /// A scatter/gather entry inside a registered memory region (checked when
 /// made). It borrows the [`Mr`], so the memory is live whenever a work request
 /// naming it is posted (inline payloads are copied from it at post time).
+// (`repr(C)`: `lkey` and then `len` in one 8-byte word, whose byte swap is
+// bytes 0..8 of the `struct mlx5_wqe_data_seg`, `byte_count` then `lkey`,
+// so the in-place posts load it once.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Sge<'mr> {
     pub(crate) addr: u64,
-    pub(crate) len: u32,
     pub(crate) lkey: Lkey,
+    pub(crate) len: u32,
     /// The memory is a [`LocalMr`](crate::LocalMr) the WR owns: an inline
     /// copy reads it plainly (else with atomic loads, as a peer may write it).
     pub(crate) plain: bool,
-    /// The PD of its MR: posted only on a QP of that PD.
-    pub(crate) pd: u32,
+    /// The PD of its MR (posted only on a QP of that PD), with
+    /// [`NOT_ONE_SEG`] set when `len` is not 1 to 2^31 - 1 bytes (what one
+    /// `struct mlx5_wqe_data_seg` carries): so the in-place posts check
+    /// the PD and the length with one compare ([`Self::one_seg_on`]), the
+    /// length having been looked at once, when the SGE was made.
+    pd_tag: u32,
     _mr: PhantomData<&'mr Mr>,
+}
+
+/// Bit 31 of an [`Sge`]'s PD tag: its length is 0 or 2^31 bytes or more.
+/// PD ids are below 2^31 (`PdInner::next_id`).
+pub(crate) const NOT_ONE_SEG: u32 = 1 << 31;
+
+/// The PD tag of an SGE of `len` bytes on PD `pd`.
+#[inline(always)]
+const fn pd_tag(pd: u32, len: u32) -> u32 {
+    if len.wrapping_sub(1) >= NOT_ONE_SEG - 1 {
+        pd | NOT_ONE_SEG
+    } else {
+        pd
+    }
 }
 
 impl<'mr> Sge<'mr> {
@@ -30,7 +52,7 @@ impl<'mr> Sge<'mr> {
             len,
             lkey: mr.lkey(),
             plain: false,
-            pd: mr.pd(),
+            pd_tag: pd_tag(mr.pd(), len),
             _mr: PhantomData,
         })
     }
@@ -57,7 +79,7 @@ impl<'mr> Sge<'mr> {
             len: data.len() as u32,
             lkey: Lkey(0),
             plain: true,
-            pd: BYTES_PD,
+            pd_tag: pd_tag(BYTES_PD, data.len() as u32),
             _mr: PhantomData,
         })
     }
@@ -70,7 +92,7 @@ impl<'mr> Sge<'mr> {
             len,
             lkey: buf.lkey(),
             plain: true,
-            pd: buf.pd(),
+            pd_tag: pd_tag(buf.pd(), len),
             _mr: PhantomData,
         }
     }
@@ -86,12 +108,23 @@ impl<'mr> Sge<'mr> {
     pub fn lkey(&self) -> Lkey {
         self.lkey
     }
+    /// The PD of its MR ([`BYTES_PD`] for [`Self::bytes`]).
+    #[inline(always)]
+    pub(crate) fn pd(&self) -> u32 {
+        self.pd_tag & !NOT_ONE_SEG
+    }
+    /// Whether it is on PD `pd` and fits one data segment (1 to 2^31 - 1
+    /// bytes): one compare.
+    #[inline(always)]
+    pub(crate) fn one_seg_on(&self, pd: u32) -> bool {
+        self.pd_tag == pd
+    }
 }
 
 /// The PD id an [`Sge::bytes`] carries: no PD has it
 /// (`PdInner::next_id` never hands it out), so no WR that is not inline
 /// takes it.
-pub(crate) const BYTES_PD: u32 = u32::MAX;
+pub(crate) const BYTES_PD: u32 = !NOT_ONE_SEG;
 
 /// What a send work request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -425,5 +458,35 @@ mod tests {
                 (w.signaled as u8 * 0x08) | (w.solicited as u8 * 0x02) | (w.fence as u8 * 0x80);
             assert_eq!(w.ctrl_bits(), want, "flags {k:#06b}");
         }
+    }
+
+    /// The PD tag: the PD alone for 1 to 2^31 - 1 bytes, with
+    /// `NOT_ONE_SEG` for 0 and for 2^31 or more, so that `one_seg_on` is
+    /// both checks in one compare; `pd` is the PD either way.
+    #[test]
+    fn the_pd_tag_says_pd_and_one_data_segment() {
+        for (len, one) in [
+            (0, false),
+            (1, true),
+            (4096, true),
+            ((1 << 31) - 1, true),
+            (1 << 31, false),
+            (u32::MAX, false),
+        ] {
+            let s = Sge {
+                addr: 0x1000,
+                lkey: Lkey(7),
+                len,
+                plain: false,
+                pd_tag: pd_tag(5, len),
+                _mr: PhantomData,
+            };
+            assert_eq!(s.pd(), 5, "len {len}");
+            assert_eq!(s.one_seg_on(5), one, "len {len}");
+            assert!(!s.one_seg_on(6), "len {len}");
+        }
+        let b = Sge::bytes(&[1, 2, 3]).unwrap();
+        assert_eq!(b.pd(), BYTES_PD);
+        assert!(!Sge::bytes(&[]).unwrap().one_seg_on(BYTES_PD));
     }
 }

@@ -62,14 +62,14 @@ impl Seg {
 
 /// The ctrl segment of WQE `pi` (`struct mlx5_wqe_ctrl_seg`, the codec's
 /// `ctrl_words` in `wqe/segments.rs`) as the two 64-bit words stored
-/// at bytes 0..8 and 8..16. `qpn_be` is [`qpn_be`] of the QP's number,
-/// computed once per queue: so each word is a few shifts and ors, with no
-/// byte swap of its own.
+/// at bytes 0..8 and 8..16. `qpn_word` is [`qpn_word`] of the QP's
+/// number, computed once per queue: so each word is a few shifts and ors,
+/// with no byte swap of its own.
 #[inline(always)]
 fn ctrl_seg(
     opcode: WqeOpcode,
     pi: u32,
-    qpn_be: u32,
+    qpn_word: u64,
     ds: u32,
     flags: CtrlFlags,
     imm: u32,
@@ -80,29 +80,73 @@ fn ctrl_seg(
         // the opcode), read little-endian; bytes 4..8 `qpn_ds`; byte 11
         // `fm_ce_se`; bytes 12..16 the immediate.
         let w0 = ((pi as u16).swap_bytes() as u32) << 8 | (opcode.0 as u32) << 24;
-        let w1 = qpn_be | (ds & 0x3f) << 24;
         let w2 = (flags.bits() as u32) << 24;
         [
-            w0 as u64 | (w1 as u64) << 32,
+            w0 as u64 | ((ds & 0x3f) as u64) << 56 | qpn_word,
             w2 as u64 | (imm.to_be() as u64) << 32,
         ]
     }
     #[cfg(target_endian = "big")]
     {
-        let _ = qpn_be;
         let w = crate::wqe::ctrl_words(opcode, pi as u16, 0, ds, flags, imm);
         [
-            ((w[0] as u64) << 32) | (w[1] | qpn_be) as u64,
+            ((w[0] as u64) << 32) | w[1] as u64 | qpn_word,
             ((w[2] as u64) << 32) | w[3] as u64,
         ]
     }
 }
 
 /// The QP's number as bytes 4..7 of a ctrl segment (`qpn_ds` without the
-/// DS), read in host order: what [`ctrl_seg`] takes.
+/// DS) in the first 8 bytes of the segment read as one host-order `u64`
+/// (its high half on a little-endian host): what [`ctrl_seg`] ORs in.
 #[inline]
-pub(super) fn qpn_be(qpn: u32) -> u32 {
-    ((qpn & 0xff_ffff) << 8).to_be()
+pub(super) fn qpn_word(qpn: u32) -> u64 {
+    let be = ((qpn & 0xff_ffff) << 8).to_be() as u64;
+    if cfg!(target_endian = "little") {
+        be << 32
+    } else {
+        be
+    }
+}
+
+/// A WQE of one WQEBB written and counted in its queue, which it borrows,
+/// not yet rung ([`SendQueue::put_segs_gated`]; [`Put::ring`]): its index
+/// and its place in the ring. Dropped without a ring, the WQE stays posted
+/// and the queue's next doorbell publishes it.
+#[must_use = "a WQE put is rung by Put::ring"]
+pub struct Put<'q> {
+    sq: &'q mut SendQueue,
+    pi: u32,
+    wqe: *mut u8,
+}
+
+impl Put<'_> {
+    /// Sends posted in all on the queue, this one included, modulo 2^32
+    /// ([`SendQueue::posted_count`]).
+    #[inline(always)]
+    pub fn posted_count(&self) -> u32 {
+        self.sq.posted
+    }
+
+    /// The doorbell: the doorbell record and the BlueFlame copy of the
+    /// WQE (or [`SendQueue::ring_doorbell`], as in
+    /// [`SendQueue::post_segs_bf`]).
+    #[inline(always)]
+    pub fn ring(self) {
+        let Put { sq, pi, wqe } = self;
+        // (`batch_start` read after the ring stores, so that it need not be
+        // held in a register across them.)
+        if sq.batch_start != pi as u64 || crate::trace::in_capture() {
+            sq.batch_last = pi;
+            sq.ring_doorbell();
+            return;
+        }
+        // (`batch_last` is not stored: with `batch_start` at `pi` after the
+        // doorbell, nothing reads it before the next post sets it.)
+        // SAFETY: `wqe` is WQE `pi`'s WQEBB in `sq`'s ring (`put_segs_unchecked`),
+        // borrowed with `sq` since.
+        unsafe { sq.ring_bf_one(wqe, pi.wrapping_add(1)) };
+    }
 }
 
 /// Stores a 16-byte segment at `p`.
@@ -141,22 +185,32 @@ impl SendQueue {
         segs: [Seg; N],
         wr_id: u64,
     ) -> Result<(), WqeError> {
-        let pi = self.put_segs(opcode, flags, imm, segs, wr_id)?;
-        // (`batch_start` read after the ring stores, so that it need not be
-        // held in a register across them.)
-        if self.batch_start != pi as u64 || crate::trace::in_capture() {
-            self.batch_last = pi;
-            self.ring_doorbell();
-            return Ok(());
-        }
-        // (`batch_last` is not stored: with `batch_start` at `pi` after the
-        // doorbell, nothing reads it before the next post sets it.)
-        self.ring_bf(pi, 1);
+        self.put_segs(opcode, flags, imm, segs, wr_id)?.ring();
         Ok(())
     }
 
-    /// Checks, ring stores and bookkeeping of [`Self::post_segs_bf`]; returns
-    /// the WQE's index.
+    /// [`Self::post_segs_bf`]'s WQE, written when the gate is open
+    /// ([`Self::set_gate`]) and fewer than `max_post` WRs are outstanding,
+    /// and not rung: [`Put::ring`] rings it. The one check is the
+    /// gate's (an open gate means the room check is implied). `None`, with
+    /// nothing written, when the gate is closed or `max_post` WRs are
+    /// outstanding.
+    #[inline(always)]
+    pub fn put_segs_gated<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Option<Put<'_>> {
+        if self.posted.wrapping_sub(self.retired) >= self.gate {
+            return None;
+        }
+        Some(self.put_segs_unchecked(opcode, flags, imm, segs, wr_id))
+    }
+
+    /// Checks of [`Self::post_segs_bf`], then [`Self::put_segs_unchecked`].
     #[inline(always)]
     fn put_segs<const N: usize>(
         &mut self,
@@ -165,18 +219,31 @@ impl SendQueue {
         imm: u32,
         segs: [Seg; N],
         wr_id: u64,
-    ) -> Result<u32, WqeError> {
-        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
-        let pi = self.pi;
-        let posted = self.posted;
-        if self.max_post == posted.wrapping_sub(self.retired) {
+    ) -> Result<Put<'_>, WqeError> {
+        if self.max_post == self.posted.wrapping_sub(self.retired) {
             return Err(self.wr_limit());
         }
         // With no more than `max_post` WRs of `max_wqebbs` each the ring
         // cannot be full (`room_implied`); else look.
-        if !self.room_implied && pi.wrapping_sub(self.tail) >= self.geo.wqe_cnt {
+        if !self.room_implied && self.pi.wrapping_sub(self.tail) >= self.geo.wqe_cnt {
             return Err(self.no_room());
         }
+        Ok(self.put_segs_unchecked(opcode, flags, imm, segs, wr_id))
+    }
+
+    /// The ring stores and bookkeeping of [`Self::post_segs_bf`], its checks
+    /// passed: fewer than `max_post` WRs outstanding, and a WQEBB free.
+    #[inline(always)]
+    fn put_segs_unchecked<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Put<'_> {
+        const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
+        let (pi, posted) = (self.pi, self.posted);
         let slot = pi & self.slot_mask;
         // SAFETY: a masked WQEBB index: the 64 bytes at `slot * 64` are inside
         // the ring (`wqe_cnt * 64` bytes, `new`).
@@ -196,12 +263,12 @@ impl SendQueue {
         // `hidden` a constant.
         if flags.contains(CtrlFlags::CQ_UPDATE) {
             self.last_signaled = posted;
-            self.put_rest::<N>(opcode, flags, false, imm, wqe, slot, wr_id);
+            self.put_rest::<N>(opcode, flags, false, imm, wqe, slot, wr_id, (pi, posted));
         } else {
             let (flags, forced) = self.auto_signal(flags);
-            self.put_rest::<N>(opcode, flags, forced, imm, wqe, slot, wr_id);
+            self.put_rest::<N>(opcode, flags, forced, imm, wqe, slot, wr_id, (pi, posted));
         }
-        Ok(pi)
+        Put { sq: self, pi, wqe }
     }
 
     /// The slot and ctrl segment of [`Self::put_segs`]'s WQE, and the
@@ -217,8 +284,8 @@ impl SendQueue {
         wqe: *mut u8,
         slot: u32,
         wr_id: u64,
+        (pi, posted): (u32, u32),
     ) {
-        let (pi, posted) = (self.pi, self.posted);
         // SAFETY: `slots` has `wqe_cnt` entries (`new`), `slot` is masked below it.
         unsafe {
             Slot::store(
@@ -230,7 +297,7 @@ impl SendQueue {
             )
         };
         let ds = 1 + N as u32;
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, ds, flags, imm);
         // SAFETY: `wqe` is the free WQEBB of `put_segs`, ours.
         unsafe { put(wqe, ctrl) };
         self.posted = posted.wrapping_add(1);
@@ -258,7 +325,7 @@ pub struct Reserved<'a> {
     ring: *mut u8,
     slots: *mut Slot,
     mask: u32,
-    qpn_be: u32,
+    qpn_word: u64,
     pi: u32,
     posted: u32,
     left: u32,
@@ -288,7 +355,7 @@ impl SendQueue {
             ring: self.buf.as_ptr(),
             slots: self.slots.as_mut_ptr(),
             mask: self.slot_mask,
-            qpn_be: self.qpn_be,
+            qpn_word: self.qpn_word,
             pi: self.pi,
             posted: self.posted,
             left: wrs,
@@ -326,7 +393,7 @@ impl Reserved<'_> {
             self.posted,
             flags,
         );
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, 1 + N as u32, flags, imm);
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, 1 + N as u32, flags, imm);
         // SAFETY: `reserve` found this WQEBB free (`left` counts what is
         // left of it); `slot` is masked below the ring's WQEBBs.
         unsafe {
@@ -383,7 +450,7 @@ impl Reserved<'_> {
         items: &[T],
         wqe: impl Fn(&T) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64),
     ) {
-        let (ring, slots, mask, qpn_be) = (self.ring, self.slots, self.mask, self.qpn_be);
+        let (ring, slots, mask, qpn_word) = (self.ring, self.slots, self.mask, self.qpn_word);
         let (mut pi, mut posted, mut last) = (self.pi, self.posted, self.last_signaled);
         for it in items {
             let (opcode, flags, imm, segs, wr_id) = wqe(it);
@@ -396,7 +463,7 @@ impl Reserved<'_> {
                 }
                 (flags, false)
             };
-            let ctrl = ctrl_seg(opcode, pi, qpn_be, 1 + N as u32, flags, imm);
+            let ctrl = ctrl_seg(opcode, pi, qpn_word, 1 + N as u32, flags, imm);
             // SAFETY: `reserve` found this WQEBB free (the room for
             // `items.len()` more was checked by `push_all`); `slot` is masked
             // below the ring's WQEBBs.
@@ -561,7 +628,7 @@ impl SendQueue {
             }
         }
         let (flags, forced) = self.auto_signal(flags);
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_be, ds, flags, imm);
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, ds, flags, imm);
         let slot = pi & self.slot_mask;
         // SAFETY: as above; and `slots` has `wqe_cnt` entries, `slot` masked below it.
         unsafe {

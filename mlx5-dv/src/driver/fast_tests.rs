@@ -126,6 +126,16 @@ impl Wr {
             None => sq.post_segs_bf(op, f, imm, [self.data()], self.wr_id),
         }
     }
+    /// Through `put_segs_gated` + `ring_put` (`Qp::post_write`'s path):
+    /// whether it posted.
+    fn post_gated(&self, sq: &mut SendQueue) -> bool {
+        let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
+        let put = match self.raddr() {
+            Some(r) => sq.put_segs_gated(op, f, imm, [r, self.data()], self.wr_id),
+            None => sq.put_segs_gated(op, f, imm, [self.data()], self.wr_id),
+        };
+        put.map(Put::ring).is_some()
+    }
     /// Into a reserved batch.
     fn push(&self, room: &mut Reserved<'_>) -> Result<(), WqeError> {
         let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
@@ -284,6 +294,49 @@ proptest! {
         prop_assert_eq!(state(&a, &sa), state(&b, &sb));
     }
 
+    /// The gated post against `post_segs_bf`, gate open, over auto-signal
+    /// periods, WR limits and producer indices: the same bytes and slots,
+    /// and where one refuses (the WR limit) the other does too.
+    #[test]
+    fn gated_posts_write_what_post_segs_bf_writes(
+        wrs in prop::collection::vec(wr(), 1..40),
+        period in 0u32..6,
+        max_post in 1u32..5,
+    ) {
+        let (mut a, mut b) = (Mem::new(16), Mem::new(16));
+        let (mut sa, mut sb) = (a.sq(16, max_post), b.sq(16, max_post));
+        for s in [&mut sa, &mut sb] {
+            // At most 4 WQEs of at most 3 WQEBBs (ctrl, raddr, 128 inline
+            // bytes): the room check is implied.
+            assert!(s.limit_wqe_size(1));
+            s.set_auto_signal(period);
+        }
+        sb.set_gate(true);
+        let mut last = None;
+        for (i, w) in wrs.iter().enumerate() {
+            let at = sa.pi();
+            let ra = w.post_bf(&mut sa);
+            let rb = w.post_gated(&mut sb);
+            prop_assert_eq!(ra.is_ok(), rb, "{:?}", ra);
+            if rb {
+                last = Some(at);
+            }
+            prop_assert_eq!(state(&a, &sa), state(&b, &sb));
+            for j in 0..16 {
+                prop_assert_eq!(sa.slots[j].fields(), sb.slots[j].fields());
+            }
+            prop_assert_eq!(sa.retired_count(), sb.retired_count());
+            prop_assert_eq!(sa.posted_count(), sb.posted_count());
+            // Retire now and then, so both the limit and room are reached.
+            if i % 3 == 2 {
+                if let Some(l) = last.take() {
+                    retire_all(&mut sa, l);
+                    retire_all(&mut sb, l);
+                }
+            }
+        }
+    }
+
     /// Batches through `Reserved::push_all` (its loop with auto-signal and
     /// the one without, which it takes when no WR can be signaled by
     /// force) against `post` of each and one `ring_doorbell`, over
@@ -372,6 +425,68 @@ fn refused_in_place_posts_write_nothing() {
     ));
     assert!(sq.reserve(1).is_err());
     assert_eq!(state(&m, &sq), before, "a refused post changed something");
+}
+
+/// The gate: closed when the queue is made, closed again by
+/// `set_gate(false)`, and closed whatever `set_gate` says while the room
+/// check is not implied by the WR limit (opened by `limit_wqe_size` once it
+/// is). A refused gated post writes nothing; so does one at the WR limit.
+#[test]
+fn a_closed_gate_refuses_and_writes_nothing() {
+    let w = Wr {
+        op: 0,
+        signaled: true,
+        solicited: false,
+        imm: 0,
+        raddr: 0x1000,
+        rkey: 1,
+        addr: 0x2000,
+        len: 64,
+        lkey: 2,
+        wr_id: 9,
+        inline: vec![],
+    };
+    let mut m = Mem::new(16);
+    // 8 WQEs of up to 16 WQEBBs do not fit 16: no room implied.
+    let mut sq = m.sq(16, 8);
+    let before = state(&m, &sq);
+    assert!(!w.post_gated(&mut sq), "closed when made");
+    sq.set_gate(true);
+    assert!(
+        !w.post_gated(&mut sq),
+        "open, but the room check is not implied"
+    );
+    assert_eq!(state(&m, &sq), before);
+    // 8 WQEs of 3 WQEBBs (128 inline bytes) still exceed 16: closed.
+    assert!(sq.limit_wqe_size(1));
+    assert!(!w.post_gated(&mut sq));
+    assert_eq!(state(&m, &sq), before);
+
+    let mut m = Mem::new(16);
+    let mut sq = m.sq(16, 4);
+    sq.set_gate(true);
+    assert!(
+        !w.post_gated(&mut sq),
+        "room not implied before limit_wqe_size"
+    );
+    // 4 x 3 WQEBBs fit 16: `limit_wqe_size` opens the gate asked for.
+    assert!(sq.limit_wqe_size(1));
+    for _ in 0..4 {
+        assert!(w.post_gated(&mut sq));
+    }
+    let full = state(&m, &sq);
+    assert!(!w.post_gated(&mut sq), "at the WR limit");
+    assert_eq!(
+        state(&m, &sq),
+        full,
+        "a refusal at the limit wrote something"
+    );
+    retire_all(&mut sq, 3);
+    sq.set_gate(false);
+    let idle = state(&m, &sq);
+    assert!(!w.post_gated(&mut sq), "closed again");
+    assert_eq!(state(&m, &sq), idle);
+    assert!(w.post_bf(&mut sq).is_ok(), "post_segs_bf needs no gate");
 }
 
 /// `limit_wqe_size` with WQEs outstanding changes nothing (a break-it

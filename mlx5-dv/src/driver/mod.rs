@@ -18,7 +18,7 @@ mod sq;
 mod tests;
 
 pub use cq::{CompletionQueue, CqCursor, Taken};
-pub use fast::{Reserved, Seg};
+pub use fast::{Put, Reserved, Seg};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
 

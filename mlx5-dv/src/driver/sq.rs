@@ -30,10 +30,12 @@ const PREFETCH_WQEBBS: u32 = 8;
 pub(super) struct Slot {
     /// wr_id the caller gave.
     wr_id: u64,
-    /// WR sequence number (`posted` when it was posted).
-    wr_seq: u32,
-    /// WQEBBs it occupies.
-    wqebbs: u8,
+    /// The retired count once it retires: its WR sequence number (`posted`
+    /// when it was posted) plus 1.
+    retires_to: u32,
+    /// WQEBBs it occupies, less 1 (so a WQE of one WQEBB, not hidden, has
+    /// the sequence number alone in its second word).
+    extra_wqebbs: u8,
     /// Whether its CQE was asked for by auto-signal, not the caller.
     hidden: bool,
     _pad: u16,
@@ -41,16 +43,19 @@ pub(super) struct Slot {
 
 impl Slot {
     /// Stores a slot as two 8-byte words (field by field it would be four
-    /// stores, on the hottest path there is).
+    /// stores, on the hottest path there is), for WR `wr_seq` of `wqebbs`
+    /// WQEBBs (at least 1).
     ///
     /// # Safety
     /// `to` must be valid for writes of a `Slot`.
     #[inline(always)]
     pub(super) unsafe fn store(to: *mut Slot, wr_id: u64, wr_seq: u32, wqebbs: u32, hidden: bool) {
-        // The second word in memory order: wr_seq, wqebbs, hidden, padding
-        // (built with shifts: assembling it from bytes costs a dozen
+        // The second word in memory order: retires_to, extra_wqebbs, hidden,
+        // padding (built with shifts: assembling it from bytes costs a dozen
         // instructions when `wqebbs` is not a constant).
-        let (seq, bbs, hid) = (wr_seq as u64, (wqebbs & 0xff) as u64, hidden as u64);
+        debug_assert!(wqebbs >= 1);
+        let seq = wr_seq.wrapping_add(1) as u64;
+        let (bbs, hid) = (((wqebbs - 1) & 0xff) as u64, hidden as u64);
         #[cfg(target_endian = "little")]
         let meta = seq | bbs << 32 | hid << 40;
         #[cfg(target_endian = "big")]
@@ -64,7 +69,12 @@ impl Slot {
     /// wr_id, WR sequence number, WQEBBs, hidden: for tests.
     #[cfg(test)]
     pub(super) fn fields(&self) -> (u64, u32, u8, bool) {
-        (self.wr_id, self.wr_seq, self.wqebbs, self.hidden)
+        (
+            self.wr_id,
+            self.retires_to.wrapping_sub(1),
+            self.extra_wqebbs + 1,
+            self.hidden,
+        )
     }
 }
 
@@ -114,8 +124,8 @@ impl Retirer<'_> {
                 .add((wqe_counter as u32 & self.slot_mask) as usize)
         };
         // The new tail, `last - back + wqebbs`, is `pi - (back + 1 - wqebbs)`.
-        self.inflight = (back + 1).wrapping_sub(s.wqebbs as u32);
-        self.retired = s.wr_seq.wrapping_add(1);
+        self.inflight = back.wrapping_sub(s.extra_wqebbs as u32);
+        self.retired = s.retires_to;
         Some(Retired {
             wr_id: s.wr_id,
             hidden: s.hidden,
@@ -214,9 +224,9 @@ pub struct SendQueue {
     /// once, from the environment, by `new`), so that every WQE the
     /// in-place posts post is rung, and traced, by [`Self::ring_doorbell`].
     pub(super) no_bf: u64,
-    /// `qpn_ds` of a ctrl segment without its DS, as the in-place posts
-    /// store it (`fast::qpn_be`).
-    pub(super) qpn_be: u32,
+    /// `qpn_ds` of a ctrl segment without its DS, where the in-place posts
+    /// OR it into the segment's first 8 bytes (`fast::qpn_word`).
+    pub(super) qpn_word: u64,
     /// The WR sequence number (`posted` when it was posted) of the last
     /// signaled WR, as auto-signal counts from it ([`auto_signal`]).
     pub(super) last_signaled: u32,
@@ -227,6 +237,12 @@ pub struct SendQueue {
     /// Most work requests outstanding at once (`max_send_wr`), and the WR
     /// counts posted and retired so far.
     pub(super) max_post: u32,
+    /// The WR limit of the gated posts (`fast::put_segs_gated`): `max_post`
+    /// when their owner opened the gate and the room check is implied
+    /// (`room_implied`), else 0 (every gated post refused).
+    pub(super) gate: u32,
+    /// Whether the owner opened the gate ([`Self::set_gate`]).
+    gate_open: bool,
     pub(super) posted: u32,
     pub(super) retired: u32,
 }
@@ -304,10 +320,12 @@ impl SendQueue {
             } else {
                 0
             },
-            qpn_be: super::fast::qpn_be(qpn),
+            qpn_word: super::fast::qpn_word(qpn),
             last_signaled: u32::MAX,
             force_after: force_after((max_post / 2).max(1)),
             max_post,
+            gate: 0,
+            gate_open: false,
             posted: 0,
             retired: 0,
         })
@@ -336,6 +354,7 @@ impl SendQueue {
         self.geo.max_wqebbs = self.geo.max_wqebbs.min(max_wqebbs.max(1).max(inline));
         self.room_implied =
             self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
+        self.set_gate(self.gate_open);
         true
     }
 
@@ -444,7 +463,7 @@ impl SendQueue {
         while idx != self.pi {
             let s = self.slots[(idx & self.slot_mask) as usize];
             crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, idx, s.wr_id);
-            idx = idx.wrapping_add((s.wqebbs as u32).max(1));
+            idx = idx.wrapping_add(s.extra_wqebbs as u32 + 1);
         }
     }
 
@@ -532,6 +551,31 @@ impl SendQueue {
         mmio::wc_flush_barrier();
     }
 
+    /// [`Self::ring_bf`] of the one WQEBB at `wqe`, the WQE just posted
+    /// (the caller's pointer into the ring, so it is not computed again),
+    /// `pi` the producer index after it.
+    ///
+    /// # Safety
+    /// `wqe` must be the WQEBB of the WQE just posted, in this queue's ring.
+    #[inline(always)]
+    pub(super) unsafe fn ring_bf_one(&mut self, wqe: *const u8, pi: u32) {
+        debug_assert!(self.bf_size >= WQEBB as u32 && pi == self.pi);
+        let dbrec = self.dbrec;
+        // SAFETY: as in `ring_bf`.
+        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) };
+        self.bf_offset ^= self.bf_size;
+        self.batch_start = pi as u64;
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(dbrec.add(QP_DBREC_SQ), sq_dbrec(pi)) };
+        mmio::wc_start_barrier();
+        // SAFETY: `wqe` is a WQEBB of the ring (the caller's guarantee); `reg`
+        // a BlueFlame register of at least 64 bytes (constructor contract;
+        // the callers ring from registers only when `bf_size >= 64`).
+        unsafe { mmio::copy_to_bf(reg, wqe) };
+        mmio::wc_flush_barrier();
+    }
+
     /// Retires every WQE up to and including the one a requester CQE names by
     /// its `wqe_counter`; returns that WQE's wr_id, or `None` for a stale counter.
     /// [`Retirer::complete`] for one CQE: the WQE's index counted forward
@@ -559,8 +603,10 @@ impl SendQueue {
                 .slots
                 .get_unchecked((wqe_counter as u32 & self.slot_mask) as usize)
         };
-        self.tail = tail.wrapping_add(ahead).wrapping_add(s.wqebbs as u32);
-        self.retired = s.wr_seq.wrapping_add(1);
+        self.tail = tail
+            .wrapping_add(ahead)
+            .wrapping_add(s.extra_wqebbs as u32 + 1);
+        self.retired = s.retires_to;
         Some(Retired {
             wr_id: s.wr_id,
             hidden: s.hidden,
@@ -614,6 +660,33 @@ impl SendQueue {
 }
 
 impl SendQueue {
+    /// Opens (or closes) the gate of [`Self::put_segs_gated`]: while it is
+    /// closed every gated post is refused, so that its owner need not check
+    /// a mode of its own on each post. It stays closed, whatever `open`,
+    /// when the room check is not implied by the WR limit.
+    pub fn set_gate(&mut self, open: bool) {
+        self.gate_open = open;
+        self.gate = if open && self.room_implied {
+            self.max_post
+        } else {
+            0
+        };
+    }
+
+    /// WRs posted since the queue was made, modulo 2^32 (a reset does
+    /// not rewind it).
+    #[inline(always)]
+    pub fn posted_count(&self) -> u32 {
+        self.posted
+    }
+
+    /// WRs retired since the queue was made, modulo 2^32: at most
+    /// `max_post` behind [`Self::posted_count`] (a reset retires them all).
+    #[inline(always)]
+    pub fn retired_count(&self) -> u32 {
+        self.retired
+    }
+
     /// The host side of moving the QP to RESET (after `ibv_modify_qp` to
     /// RESET, as rdma-core's `mlx5_modify_qp` does): the SQ doorbell record,
     /// producer and consumer indices, BlueFlame offset and every outstanding

@@ -471,13 +471,21 @@ impl DirectQp {
         self.modify_dev(from, to, attr)?;
         // Only RTS posts (and ERR, which flushes what it is given); a QP
         // with no send SGE posts nothing in place.
-        self.post_mode = match to {
+        self.set_post_mode(match to {
             _ if self.max_send_sge == 0 => POST_CHECKED,
             QpState::Rts | QpState::Err if self.count_credits => POST_IN_PLACE_COUNTED,
             QpState::Rts | QpState::Err => POST_IN_PLACE,
             _ => POST_CHECKED,
-        };
+        });
         Ok(())
+    }
+
+    /// Sets the post mode, and with it the SQ's gate for the one-opcode
+    /// posts (`SendQueue::set_gate`): open in [`POST_IN_PLACE`] alone, so
+    /// that their one check of the WR limit also says the mode.
+    fn set_post_mode(&mut self, mode: u8) {
+        self.post_mode = mode;
+        self.sq.set_gate(mode == POST_IN_PLACE);
     }
 
     /// [`Self::modify`] on the device.
@@ -539,14 +547,14 @@ impl DirectQp {
     #[inline(always)]
     fn posted_sends(&mut self, n: usize) {
         self.sent += n as u64;
-        self.progress.sends_posted(self.sent);
+        self.progress.sends_posted(self.sq.posted_count());
     }
 
     /// Publishes how many sends and receives have been retired.
     #[inline(always)]
     fn publish_retired(&self) {
-        let (_, sends, _, recvs) = self.seqs();
-        self.progress.retired(sends, recvs);
+        let (_, _, _, recvs) = self.seqs();
+        self.progress.retired(self.sq.retired_count(), recvs);
     }
 
     /// Sends posted, sends retired, receives posted, receives retired, in
@@ -651,7 +659,7 @@ impl DirectQp {
     pub(crate) fn ignore_credits(&mut self) {
         self.count_credits = false;
         if self.post_mode == POST_IN_PLACE_COUNTED {
-            self.post_mode = POST_IN_PLACE;
+            self.set_post_mode(POST_IN_PLACE);
         }
         if let Some(cq) = &mut self.cq {
             cq.detect_overrun();

@@ -185,8 +185,7 @@ impl DirectQp {
             return self.polled_one(n);
         }
         // Only a send retired.
-        let sends = self.sent.wrapping_sub(self.sq.outstanding() as u64);
-        self.progress.sends_retired(sends);
+        self.progress.sends_retired(self.sq.retired_count());
         Ok(n)
     }
 
@@ -198,10 +197,10 @@ impl DirectQp {
     #[cold]
     #[inline(never)]
     fn polled_one(&mut self, n: usize) -> Result<usize> {
-        let sends = self.sent.wrapping_sub(self.sq.outstanding() as u64);
+        let sends = self.sq.retired_count();
         if self.count_credits {
             let (s0, _) = self.progress.retired_published();
-            self.credits.give(sends.wrapping_sub(s0) as u32);
+            self.credits.give(sends.wrapping_sub(s0));
         }
         self.progress.sends_retired(sends);
         if let Some(c) = &mut self.cq {
@@ -266,17 +265,16 @@ impl DirectQp {
             other = Some(cqe.decode());
             break;
         }
-        let outstanding = sq.outstanding();
         drop((sq, cqes));
         if other.is_some() {
             return self.poll_rest::<SLOT>(out, n, other, from);
         }
         own.cq.polled(from);
         // Only sends retired.
-        let sends = self.sent.wrapping_sub(outstanding as u64);
+        let sends = self.sq.retired_count();
         if self.count_credits {
             let (s0, _) = self.progress.retired_published();
-            self.credits.give(sends.wrapping_sub(s0) as u32);
+            self.credits.give(sends.wrapping_sub(s0));
         }
         self.progress.sends_retired(sends);
         Ok(n)
@@ -339,11 +337,14 @@ impl DirectQp {
     /// and the new counts are published for the PD's graves.
     #[inline(always)]
     fn publish_polled(&self) {
-        let (_, sends, _, recvs) = self.seqs();
+        let (_, _, _, recvs) = self.seqs();
+        let sends = self.sq.retired_count();
         if self.count_credits {
             let (s0, r0) = self.progress.retired_published();
-            let freed = sends.wrapping_sub(s0).wrapping_add(recvs.wrapping_sub(r0));
-            self.credits.give(freed as u32);
+            let freed = sends
+                .wrapping_sub(s0)
+                .wrapping_add(recvs.wrapping_sub(r0) as u32);
+            self.credits.give(freed);
         }
         self.progress.retired(sends, recvs);
     }

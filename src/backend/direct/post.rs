@@ -8,7 +8,7 @@ use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
 use crate::types::wr::{RecvWr, SendFlags, SendWr, SendWrs, Sge, WrOp, WriteWr};
 use mlx5_dv::driver::{Reserved, Seg};
-use mlx5_dv::prm::{CtrlFlags, WqeOpcode, INLINE_SEG};
+use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
 
 impl DirectQp {
@@ -77,21 +77,25 @@ impl DirectQp {
     #[inline(always)]
     pub(crate) fn post_write(&mut self, w: &WriteWr<'_>, pd: u32) -> bool {
         let s = &w.sge;
-        if self.post_mode != POST_IN_PLACE || s.pd != pd || s.len.wrapping_sub(1) >= INLINE_SEG - 1
-        {
+        if !s.one_seg_on(pd) {
             return false;
         }
         let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
         let data = Seg::data(s.addr, s.len, s.lkey.0);
         let flags = ctrl_of(w.flags);
-        if self
-            .sq
-            .post_segs_bf(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
-            .is_err()
-        {
+        // The SQ's gate is open in the in-place post mode alone
+        // (`set_post_mode`): its WR-limit check says the mode too.
+        let Some(put) =
+            self.sq
+                .put_segs_gated(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
+        else {
             return false;
-        }
-        self.posted_sends(1);
+        };
+        // (Published before the doorbell, while the count is in a register:
+        // a count that takes in a WR not yet rung only holds an MR longer.)
+        self.sent += 1;
+        self.progress.sends_posted(put.posted_count());
+        put.ring();
         true
     }
 
@@ -107,10 +111,7 @@ impl DirectQp {
             POST_IN_PLACE_COUNTED => true,
             _ => return false,
         };
-        if !wrs
-            .iter()
-            .all(|w| w.sge.pd == pd && w.sge.len.wrapping_sub(1) < INLINE_SEG - 1)
-        {
+        if !wrs.iter().all(|w| w.sge.one_seg_on(pd)) {
             return false;
         }
         let n = wrs.len() as u32;
@@ -297,7 +298,7 @@ impl DirectQp {
         let [s] = w.sges else { return false };
         // A zero-length SGE makes no data segment, one of 2^31 or more
         // cannot be one: the general path's.
-        if s.pd != pd || s.len.wrapping_sub(1) >= INLINE_SEG - 1 {
+        if !s.one_seg_on(pd) {
             return false;
         }
         let flags = ctrl_flags(w);
@@ -455,7 +456,7 @@ pub(crate) fn max_wqebbs(max_send_sge: u32, max_inline: u32) -> u32 {
 fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32) -> Option<&'a Sge<'a>> {
     match (w.op, w.sges) {
         (WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }, _) => None,
-        (_, [s]) if !w.inline && s.pd == pd && s.len.wrapping_sub(1) < INLINE_SEG - 1 => Some(s),
+        (_, [s]) if !w.inline && s.one_seg_on(pd) => Some(s),
         _ => None,
     }
 }

@@ -286,7 +286,7 @@ impl VerbsQp {
             self.retired = self.posted;
             self.recv_done = self.recv_posted;
             self.unsignaled_run = 0;
-            self.progress.retired(self.retired, self.recv_done);
+            self.progress.retired(self.retired as u32, self.recv_done);
         }
         Ok(())
     }
@@ -485,7 +485,7 @@ impl VerbsQp {
         // WRs before `bad` were posted: count them, so their completions match.
         let posted = posted_count(rc, vwrs, bad);
         self.posted += posted as u64;
-        self.progress.sends_posted(self.posted);
+        self.progress.sends_posted(self.posted as u32);
         match rc {
             0 => Ok(()),
             libc::ENOMEM => Err(Error::QueueFull),
@@ -654,7 +654,7 @@ impl VerbsQp {
             let slot = (w.wr_id % self.max_post as u64) as usize;
             (self.wr_ids[slot], self.hidden[slot])
         };
-        self.progress.retired(self.retired, self.recv_done);
+        self.progress.retired(self.retired as u32, self.recv_done);
         if hidden && w.status == ibv_wc_status::IBV_WC_SUCCESS {
             return None; // asked for by auto-signal only
         }
