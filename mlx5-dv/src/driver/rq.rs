@@ -20,6 +20,10 @@ pub struct ReceiveQueue {
     tail: u32,
     pending: bool,
     wr_id: Box<[u64]>,
+    /// Per slot: completed ahead of `tail` (out of order), so its WQE is
+    /// no longer the device's but its room is not back yet: room comes
+    /// back only as the completed prefix from `tail` grows.
+    done: Box<[bool]>,
 }
 
 // SAFETY: as for SendQueue.
@@ -33,6 +37,7 @@ impl ReceiveQueue {
         self.head = 0;
         self.tail = 0;
         self.pending = false;
+        self.done.fill(false);
         // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(crate::doorbell::QP_DBREC_RQ), 0) };
     }
@@ -67,6 +72,7 @@ impl ReceiveQueue {
             tail: 0,
             pending: false,
             wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
+            done: vec![false; wqe_cnt as usize].into_boxed_slice(),
         })
     }
 
@@ -75,7 +81,9 @@ impl ReceiveQueue {
         self.wqe_cnt - self.outstanding()
     }
 
-    /// Receive WQEs posted and not yet completed.
+    /// Receive WQEs posted and not yet retired: from the oldest not yet
+    /// completed to the last posted (those completed out of order after
+    /// it included: their room is not back yet).
     pub fn outstanding(&self) -> u32 {
         self.head.wrapping_sub(self.tail)
     }
@@ -119,12 +127,138 @@ impl ReceiveQueue {
         self.pending = false;
     }
 
-    /// Retires the receive WQE a responder CQE names; returns its wr_id, or
-    /// `None` for a counter that names no outstanding receive.
+    /// Completes the receive WQE a responder CQE names; returns its wr_id, or
+    /// `None` for a counter that names no outstanding receive, or one
+    /// already completed. Completions may come out of order (an SRQ's do,
+    /// and a test hook of the sim makes an RQ's do): the oldest outstanding
+    /// WQE's completion retires it and every WQE after it that already
+    /// completed, so room comes back only as the completed prefix grows.
+    /// Completions for WQEs 1, 0, 3, 2 give their wr_ids in that order,
+    /// with no room back until WQE 0's; a WQE the device may still own is
+    /// never posted again before that.
     #[inline]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let idx = full_wqe_index(wqe_counter, self.tail, self.head)?;
-        self.tail = idx.wrapping_add(1);
-        Some(self.wr_id[(idx & (self.wqe_cnt - 1)) as usize])
+        let mask = self.wqe_cnt - 1;
+        let slot = (idx & mask) as usize;
+        if self.done[slot] {
+            return None;
+        }
+        let wr_id = self.wr_id[slot];
+        if idx != self.tail {
+            self.done[slot] = true;
+            return Some(wr_id);
+        }
+        let mut tail = idx.wrapping_add(1);
+        while tail != self.head && self.done[(tail & mask) as usize] {
+            self.done[(tail & mask) as usize] = false;
+            tail = tail.wrapping_add(1);
+        }
+        self.tail = tail;
+        Some(wr_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dv::{mlx5dv_qp, mlx5dv_wq};
+    use crate::wqe::DataSeg;
+
+    fn rq(ring: &mut [u64], dbrec: &mut [u32; 2], wqe_cnt: u32) -> ReceiveQueue {
+        let mut d = mlx5dv_qp::zeroed();
+        d.dbrec = dbrec.as_mut_ptr();
+        d.rq = mlx5dv_wq {
+            buf: ring.as_mut_ptr().cast(),
+            wqe_cnt,
+            stride: 16,
+        };
+        // SAFETY: `ring` holds `wqe_cnt * 16` bytes and `dbrec` two words,
+        // both outliving the queue, touched by nothing else meanwhile.
+        unsafe { ReceiveQueue::new(&d) }.expect("receive queue")
+    }
+
+    fn post(q: &mut ReceiveQueue, wr_id: u64) -> Result<(), WqeError> {
+        let sge = [DataSeg {
+            addr: 0x1000,
+            len: 64,
+            lkey: 1,
+        }];
+        q.post(&sge, wr_id)
+    }
+
+    /// Issue 15's rule: completions for WQEs 1, 0, 3, 2 (wr_ids 100..103 at
+    /// indices 0..3) report 101, 100, 103, 102, and no room comes back
+    /// until WQE 0 completes; a second completion of a WQE is refused.
+    #[test]
+    fn out_of_order_completions_give_room_back_as_the_prefix_grows() {
+        let (mut ring, mut db) = (vec![0u64; 8 * 2], [0u32; 2]);
+        let mut q = rq(&mut ring, &mut db, 8);
+        for w in 100..104 {
+            post(&mut q, w).unwrap();
+        }
+        assert_eq!(q.outstanding(), 4);
+        assert_eq!(q.complete(1), Some(101));
+        assert_eq!(q.outstanding(), 4, "WQE 0 is still the device's");
+        assert_eq!(q.complete(1), None, "completed already");
+        assert_eq!(q.complete(0), Some(100));
+        assert_eq!(q.outstanding(), 2, "WQEs 0 and 1 retired");
+        assert_eq!(q.complete(3), Some(103));
+        assert_eq!(q.outstanding(), 2);
+        assert_eq!(q.complete(2), Some(102));
+        assert_eq!(q.outstanding(), 0);
+        assert_eq!(q.complete(2), None, "nothing outstanding");
+    }
+
+    /// A full queue with one hole at its tail takes no post, however many
+    /// WQEs after it completed; in order, every completion gives its room.
+    #[test]
+    fn a_wqe_the_device_may_own_is_not_posted_again() {
+        let (mut ring, mut db) = (vec![0u64; 4 * 2], [0u32; 2]);
+        let mut q = rq(&mut ring, &mut db, 4);
+        for round in 0..3u64 {
+            for i in 0..4 {
+                post(&mut q, round * 10 + i).unwrap();
+            }
+            assert!(matches!(post(&mut q, 99), Err(WqeError::QueueFull { .. })));
+            let base = (round * 4) as u16;
+            for i in 1..4 {
+                assert_eq!(q.complete(base + i), Some(round * 10 + i as u64));
+                assert!(
+                    matches!(post(&mut q, 99), Err(WqeError::QueueFull { .. })),
+                    "the oldest WQE is still the device's"
+                );
+            }
+            assert_eq!(q.complete(base), Some(round * 10));
+            assert_eq!(q.free(), 4);
+        }
+        // In order: each completion gives its room back at once.
+        for i in 0..4 {
+            post(&mut q, 200 + i).unwrap();
+        }
+        for i in 0..4u16 {
+            assert_eq!(q.complete(12 + i), Some(200 + i as u64));
+            assert_eq!(q.outstanding(), 3 - i as u32);
+        }
+    }
+
+    /// RESET forgets WQEs completed out of order with the rest.
+    #[test]
+    fn reset_forgets_out_of_order_completions() {
+        let (mut ring, mut db) = (vec![0u64; 4 * 2], [0u32; 2]);
+        let mut q = rq(&mut ring, &mut db, 4);
+        for w in 0..3 {
+            post(&mut q, w).unwrap();
+        }
+        assert_eq!(q.complete(2), Some(2));
+        q.reset();
+        assert_eq!(q.outstanding(), 0);
+        for w in 10..14 {
+            post(&mut q, w).unwrap();
+        }
+        assert_eq!(q.complete(2), Some(12), "slot 2 is a new WQE's");
+        assert_eq!(q.outstanding(), 4);
+        assert_eq!(q.complete(0), Some(10));
+        assert_eq!(q.outstanding(), 3);
     }
 }
