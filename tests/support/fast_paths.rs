@@ -2,7 +2,6 @@
 #![allow(dead_code)]
 
 use rdma_direct::*;
-use std::time::{Duration, Instant};
 
 #[path = "sim.rs"]
 mod sim;
@@ -14,17 +13,6 @@ pub fn cfg(send: u32, recv: u32) -> QpConfig {
         max_recv_wr: recv,
         ..QpConfig::default()
     }
-}
-
-pub fn drain(qp: &mut Qp) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let mut wc = [Completion::default(); 16];
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(100) {
-        let k = qp.poll(&mut wc).unwrap();
-        got.extend_from_slice(&wc[..k]);
-    }
-    got
 }
 
 /// Refused, nothing written.

@@ -16,19 +16,6 @@ pub fn cfg(send: u32, max_inline: u32) -> QpConfig {
     }
 }
 
-/// Polls for a while (not a timing assertion: only to see that nothing
-/// more comes).
-pub fn drain(qp: &mut Qp) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let mut wc = [Completion::default(); 16];
-    for _ in 0..2000 {
-        let k = qp.poll(&mut wc).unwrap();
-        got.extend_from_slice(&wc[..k]);
-        std::thread::yield_now();
-    }
-    got
-}
-
 pub fn with_flags(mut w: SendWr<'_>, f: SendFlags) -> SendWr<'_> {
     w.signaled = f.contains(SendFlags::SIGNALED);
     w.solicited = f.contains(SendFlags::SOLICITED);

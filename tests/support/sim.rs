@@ -87,3 +87,19 @@ pub fn traced_child(name: &str, marker: &str) -> String {
     assert!(out.status.success(), "{err}");
     err
 }
+
+/// Polls for 100 ms and returns what came (not a timing assertion: only
+/// to see that nothing more comes, or to take what is left).
+pub fn drain(qp: &mut Qp) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let mut wc = [Completion::default(); 16];
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(100) {
+        let k = qp.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            std::thread::yield_now();
+        }
+    }
+    got
+}

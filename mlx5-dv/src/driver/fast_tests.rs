@@ -163,6 +163,23 @@ impl Wr {
     }
 }
 
+/// A signaled RDMA WRITE of 64 bytes, `inline` its inline payload.
+fn signaled_write(inline: Vec<u8>) -> Wr {
+    Wr {
+        op: 0,
+        signaled: true,
+        solicited: false,
+        imm: 0,
+        raddr: 0x1000,
+        rkey: 1,
+        addr: 0x2000,
+        len: 64,
+        lkey: 2,
+        wr_id: 9,
+        inline,
+    }
+}
+
 fn wr() -> impl Strategy<Value = Wr> {
     (
         (0u8..5, any::<bool>(), any::<bool>(), any::<u32>()),
@@ -389,19 +406,7 @@ proptest! {
 fn refused_in_place_posts_write_nothing() {
     let mut m = Mem::new(8);
     let mut sq = m.sq(8, 4);
-    let w = Wr {
-        op: 0,
-        signaled: true,
-        solicited: false,
-        imm: 0,
-        raddr: 0x1000,
-        rkey: 1,
-        addr: 0x2000,
-        len: 64,
-        lkey: 2,
-        wr_id: 9,
-        inline: vec![7; 200],
-    };
+    let w = signaled_write(vec![7; 200]);
     assert!(matches!(
         w.post_inline(&mut sq),
         Err(WqeError::InlineTooLong { len: 200, max: 128 })
@@ -433,19 +438,7 @@ fn refused_in_place_posts_write_nothing() {
 /// is). A refused gated post writes nothing; so does one at the WR limit.
 #[test]
 fn a_closed_gate_refuses_and_writes_nothing() {
-    let w = Wr {
-        op: 0,
-        signaled: true,
-        solicited: false,
-        imm: 0,
-        raddr: 0x1000,
-        rkey: 1,
-        addr: 0x2000,
-        len: 64,
-        lkey: 2,
-        wr_id: 9,
-        inline: vec![],
-    };
+    let w = signaled_write(vec![]);
     let mut m = Mem::new(16);
     // 8 WQEs of up to 16 WQEBBs do not fit 16: no room implied.
     let mut sq = m.sq(16, 8);

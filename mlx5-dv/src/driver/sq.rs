@@ -527,19 +527,10 @@ impl SendQueue {
         debug_assert!(
             self.pi == first.wrapping_add(wqebbs) && self.bf_size >= wqebbs * WQEBB as u32
         );
-        // Everything read from and written to `self` first: the barriers
-        // below are compiler fences too, and would make each field a reload.
-        let (ring, mask, dbrec, pi) = (self.buf.as_ptr(), self.slot_mask, self.dbrec, self.pi);
-        // SAFETY: `bf_reg + bf_offset` is one of the QP's BlueFlame
-        // registers (constructor contract).
-        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) };
-        self.bf_offset ^= self.bf_size;
-        // (Bit 32 clear: see the callers.)
-        self.batch_start = pi as u64;
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(dbrec.add(QP_DBREC_SQ), sq_dbrec(pi)) };
-        mmio::wc_start_barrier();
+        // Read before the barriers: they are compiler fences too, and would
+        // make each field a reload.
+        let (ring, mask, pi) = (self.buf.as_ptr(), self.slot_mask, self.pi);
+        let reg = self.bf_doorbell(pi);
         for i in 0..wqebbs {
             let at = (first.wrapping_add(i) & mask) as usize * WQEBB;
             // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64` bytes,
@@ -560,20 +551,33 @@ impl SendQueue {
     #[inline(always)]
     pub(super) unsafe fn ring_bf_one(&mut self, wqe: *const u8, pi: u32) {
         debug_assert!(self.bf_size >= WQEBB as u32 && pi == self.pi);
-        let dbrec = self.dbrec;
-        // SAFETY: as in `ring_bf`.
-        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) };
-        self.bf_offset ^= self.bf_size;
-        self.batch_start = pi as u64;
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(dbrec.add(QP_DBREC_SQ), sq_dbrec(pi)) };
-        mmio::wc_start_barrier();
+        let reg = self.bf_doorbell(pi);
         // SAFETY: `wqe` is a WQEBB of the ring (the caller's guarantee); `reg`
         // a BlueFlame register of at least 64 bytes (constructor contract;
         // the callers ring from registers only when `bf_size >= 64`).
         unsafe { mmio::copy_to_bf(reg, wqe) };
         mmio::wc_flush_barrier();
+    }
+
+    /// The doorbell of [`Self::ring_bf`] and [`Self::ring_bf_one`], producer
+    /// index `pi`, up to the BlueFlame copy: the BlueFlame offset toggled, a
+    /// to-device barrier, the doorbell record and the write-combining start
+    /// barrier. Returns the BlueFlame register to copy the WQE to; the
+    /// caller copies it, then `mmio::wc_flush_barrier`.
+    #[inline(always)]
+    fn bf_doorbell(&mut self, pi: u32) -> *mut u8 {
+        let dbrec = self.dbrec;
+        // SAFETY: `bf_reg + bf_offset` is one of the QP's BlueFlame
+        // registers (constructor contract).
+        let reg = unsafe { self.bf_reg.add(self.bf_offset as usize) };
+        self.bf_offset ^= self.bf_size;
+        // (Bit 32 clear: see the callers.)
+        self.batch_start = pi as u64;
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(dbrec.add(QP_DBREC_SQ), sq_dbrec(pi)) };
+        mmio::wc_start_barrier();
+        reg
     }
 
     /// Retires every WQE up to and including the one a requester CQE names by

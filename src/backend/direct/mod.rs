@@ -313,6 +313,15 @@ pub(super) fn credits_low(c: &CqCredits) -> bool {
     c.free() as u64 * 2 <= c.depth() as u64
 }
 
+/// After `n` sends were posted, the SQ's count now `posted`: the QP's own
+/// count, and the one its PD reads ([`DirectQp::posted_sends`], and a post
+/// that publishes while its WQE's doorbell is still to ring).
+#[inline(always)]
+fn count_sends(sent: &mut u64, progress: &WrProgress, n: usize, posted: u32) {
+    *sent += n as u64;
+    progress.sends_posted(posted);
+}
+
 /// Who owns the rings the driver runs on.
 pub(crate) enum DirectDev {
     /// The software mlx5 device.
@@ -546,8 +555,7 @@ impl DirectQp {
 
     #[inline(always)]
     fn posted_sends(&mut self, n: usize) {
-        self.sent += n as u64;
-        self.progress.sends_posted(self.sq.posted_count());
+        count_sends(&mut self.sent, &self.progress, n, self.sq.posted_count());
     }
 
     /// Publishes how many sends and receives have been retired.

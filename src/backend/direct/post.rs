@@ -93,8 +93,7 @@ impl DirectQp {
         };
         // (Published before the doorbell, while the count is in a register:
         // a count that takes in a WR not yet rung only holds an MR longer.)
-        self.sent += 1;
-        self.progress.sends_posted(put.posted_count());
+        super::count_sends(&mut self.sent, &self.progress, 1, put.posted_count());
         put.ring();
         true
     }
