@@ -4,8 +4,8 @@
 //!
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
-//! Files: `sq` ([`SendQueue`]), `rq` ([`ReceiveQueue`]) and `cq`
-//! ([`CompletionQueue`]); here, what they share ([`DescError`]) and the CQ
+//! Files: `sq` ([`SendQueue`]), `rq` ([`ReceiveQueue`]), `srq`
+//! ([`SharedReceiveQueue`], [`SrqSlots`]) and `cq` ([`CompletionQueue`]); here, what they share ([`DescError`]) and the CQ
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
 
 mod cq;
@@ -14,6 +14,7 @@ mod fast;
 mod fast_tests;
 mod rq;
 mod sq;
+mod srq;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +22,7 @@ pub use cq::{CompletionQueue, CqCursor, Taken};
 pub use fast::{Put, Reserved, Seg};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
+pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots, SRQ_NEXT_SEG};
 
 /// Why a ring description was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

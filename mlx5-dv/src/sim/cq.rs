@@ -161,6 +161,16 @@ impl Cq {
     }
 
     /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
+    /// Test hook: the 64-byte CQE proper in slot `i` (modulo the depth),
+    /// as the device wrote it.
+    pub fn hook_read_cqe(&self, i: u32) -> [u8; CQE64] {
+        let st = self.dev.lock();
+        let c = &st.cqs[&self.cqn];
+        let off =
+            (i & (c.cqe_cnt - 1)) as usize * c.cqe_size as usize + c.cqe_size as usize - CQE64;
+        c.buf.read_array(off)
+    }
+
     pub fn dv(&self) -> mlx5dv_cq {
         let st = self.dev.lock();
         let c = &st.cqs[&self.cqn];
@@ -209,7 +219,9 @@ fn cq_full(cq: &CqEntry) -> bool {
 /// through the consumer index: then the CQ overruns (PRM: the CQ moves to
 /// error and raises a CQ error event) and neither this nor any later CQE is
 /// written. A CQ that ignores overrun writes the slot whatever it holds.
-pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
+/// Writes CQE `c` of a QP whose user index is `uidx` (version-1 CQEs carry
+/// it in `srqn_uidx`, bytes 32..36, low 24 bits).
+pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
     if cq.overrun {
         return;
     }
@@ -218,7 +230,8 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe) {
         cq.error_events += 1;
         return;
     }
-    let bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    let mut bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
     let off =
         (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
     cq.buf.write(off, &bytes[..63]);

@@ -120,7 +120,8 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
             }
         };
         if let Some(c) = cqe {
-            push_cqe(st.cqs.get_mut(&send_cqn).expect("cq"), &c);
+            let uidx = st.qps[&qpn].uidx;
+            push_cqe(st.cqs.get_mut(&send_cqn).expect("cq"), &c, uidx);
         }
         done += 1;
     }

@@ -48,10 +48,12 @@ mod exec;
 mod ops;
 mod qp;
 mod recv;
+mod srq;
 mod thread;
 
 pub use cq::Cq;
 pub use qp::{Qp, BF_OFFSET, BF_SIZE};
+pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
 pub use thread::{device_cpu, device_threads};
 
 use crate::prm::INVALID_LKEY;
@@ -115,6 +117,8 @@ pub enum SimError {
     BadTransition { from: QpState, to: QpState },
     #[error("no QP {0:#x} on this device")]
     NoSuchQp(u32),
+    #[error("no SRQ {0:#x} on this device")]
+    NoSuchSrq(u32),
     #[error("CQ {0:#x} belongs to another device")]
     ForeignCq(u32),
     #[error("every {what} number is in use")]
@@ -203,6 +207,31 @@ struct QpEntry {
     /// A test hook rewrote its SQ ([`Qp::hook_write_sq`]): its WQEs may
     /// name an owned MR's lkey they do not own, so they may touch none.
     hooked: bool,
+    /// The SRQ its receives come from (then its own RQ is empty).
+    srq: Option<u32>,
+    /// Its user index, which version-1 CQEs carry in `srqn_uidx` (bytes
+    /// 32..36) where version 0 had the SRQN: never an SRQN of this device.
+    uidx: u32,
+    /// Test hook ([`Qp::hook_swap_recv_completions`]): its receive CQEs
+    /// are written in swapped pairs (the second WQE's first), as a device
+    /// completing out of order; the first of a pair waits here.
+    swap_recv: bool,
+    held_recv: Option<crate::cqe::Cqe>,
+}
+
+struct SrqEntry {
+    pd: u32,
+    buf: DmaBuf,
+    dbrec: DmaBuf,
+    /// WQEs in the ring, and bytes per WQE.
+    count: u32,
+    stride: u32,
+    /// The next WQE the device consumes, and how many it consumed (mod 2^16).
+    cur: u32,
+    consumed: u16,
+    /// The armed limit (0: none), and the limit events raised.
+    limit: u32,
+    limit_events: u64,
 }
 
 /// Hasher for the device's tables, keyed by QPN, CQN and MR key: a multiply
@@ -232,17 +261,22 @@ impl Hasher for KeyHasher {
 
 type Table<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
 
-#[derive(Default)]
 struct State {
     mrs: Table<MrEntry>,
     cqs: Table<CqEntry>,
     qps: Table<QpEntry>,
+    srqs: Table<SrqEntry>,
     /// QP numbers in creation order (the device walks them without allocating).
     qp_order: Vec<u32>,
     next_key: u32,
     next_cqn: u32,
     next_qpn: u32,
     next_pdn: u32,
+    next_srqn: u32,
+    next_uidx: u32,
+    /// Async events raised and not yet taken, and the fd that says so.
+    async_events: Vec<AsyncEvent>,
+    async_fd: Option<Arc<nix::sys::eventfd::EventFd>>,
     /// Reused buffer for SEND payloads.
     scratch: Vec<u8>,
 }
@@ -268,11 +302,23 @@ impl Default for Device {
 impl Device {
     pub fn new() -> Self {
         let state = State {
+            mrs: Table::default(),
+            cqs: Table::default(),
+            qps: Table::default(),
+            srqs: Table::default(),
+            qp_order: Vec::new(),
             // Never MLX5_INVALID_LKEY (0x100): it ends a receive WQE's segment list.
             next_key: 0x200,
             next_cqn: 0x80,
             next_qpn: 0x1000,
-            ..Default::default()
+            next_pdn: 0,
+            next_srqn: 0x40,
+            // User indices far from SRQNs: a driver that took a version-1
+            // CQE's user index for an SRQN would find no SRQ.
+            next_uidx: 0x80_0000,
+            async_events: Vec::new(),
+            async_fd: None,
+            scratch: Vec::new(),
         };
         Device {
             inner: Arc::new(Inner {
@@ -401,5 +447,7 @@ impl Device {
     }
 }
 
+#[cfg(test)]
+mod srq_tests;
 #[cfg(test)]
 mod tests;

@@ -43,7 +43,11 @@ fn deliver(
     let Some((idx, segs, n)) = next_recv(st, peer) else {
         return Exec::Rnr;
     };
-    let pd = st.qps[&peer].pd;
+    // A receive WQE's lkeys belong to its queue's PD: the SRQ's, on one.
+    let pd = match st.qps[&peer].srq.and_then(|n| st.srqs.get(&n)) {
+        Some(srq) => srq.pd,
+        None => st.qps[&peer].pd,
+    };
     let fail = |st: &mut State, resp: Syndrome, req: Syndrome| {
         complete_recv(st, peer, idx, resp_cqe(CqeOpcode::RESP_ERR, 0, 0, resp));
         st.qps.get_mut(&peer).expect("peer").state = QpState::Err;

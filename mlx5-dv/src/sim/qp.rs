@@ -26,6 +26,37 @@ impl Device {
         rq_wqe_cnt: u32,
         rq_stride: u32,
     ) -> Result<Qp, SimError> {
+        self.create_qp_in(pd, cq, sq_wqebbs, rq_wqe_cnt, rq_stride, None)
+    }
+
+    /// Creates an RC QP in RESET whose receives come from `srq` (its own
+    /// RQ is empty: `dv().rq.wqe_cnt` is 0, as libmlx5 describes such a
+    /// QP); send and receive completions both go to `cq`. A QP in ERR
+    /// leaves the SRQ's WQEs for the other QPs on it.
+    ///
+    /// Errors: as [`Self::create_qp`]; [`SimError::NoSuchSrq`].
+    pub fn create_qp_srq(
+        &self,
+        pd: u32,
+        cq: &Cq,
+        sq_wqebbs: u32,
+        srq: &super::Srq,
+    ) -> Result<Qp, SimError> {
+        if !self.lock().srqs.contains_key(&srq.srqn()) {
+            return Err(SimError::NoSuchSrq(srq.srqn()));
+        }
+        self.create_qp_in(pd, cq, sq_wqebbs, 1, 16, Some(srq.srqn()))
+    }
+
+    fn create_qp_in(
+        &self,
+        pd: u32,
+        cq: &Cq,
+        sq_wqebbs: u32,
+        rq_wqe_cnt: u32,
+        rq_stride: u32,
+        srq: Option<u32>,
+    ) -> Result<Qp, SimError> {
         if !rq_wqe_cnt.is_power_of_two() || rq_wqe_cnt > 1 << 15 {
             return Err(SimError::BadSize {
                 what: "rq_wqe_cnt",
@@ -65,6 +96,8 @@ impl Device {
             }
         }
         st.next_qpn = (qpn + 1) & 0xff_ffff;
+        let uidx = st.next_uidx;
+        st.next_uidx = 0x80_0000 | (uidx + 1) & 0x7f_ffff;
         st.cqs.get_mut(&send_cq.cqn).expect("live CQ").refs += 1;
         st.qp_order.push(qpn);
         st.qps.insert(
@@ -79,7 +112,7 @@ impl Device {
                 send_cqn: send_cq.cqn,
                 sq_ci: 0,
                 rq: DmaBuf::new(rq_wqe_cnt as usize * rq_stride as usize),
-                rq_wqe_cnt,
+                rq_wqe_cnt: if srq.is_some() { 0 } else { rq_wqe_cnt },
                 rq_stride,
                 rq_ci: 0,
                 peer: None,
@@ -89,6 +122,10 @@ impl Device {
                 rnr_wait_until: None,
                 min_rnr_delay: RNR_DELAY,
                 hooked: false,
+                srq,
+                uidx,
+                swap_recv: false,
+                held_recv: None,
             },
         );
         Ok(Qp {
@@ -137,6 +174,30 @@ impl Qp {
         d.sqn = self.qpn;
         d.rqn = self.qpn;
         d
+    }
+
+    /// The SRQ its receives come from, if any.
+    pub fn srqn(&self) -> Option<u32> {
+        self.dev.lock().qps[&self.qpn].srq
+    }
+
+    /// Its user index, which its version-1 CQEs carry in bytes 32..36.
+    pub fn user_index(&self) -> u32 {
+        self.dev.lock().qps[&self.qpn].uidx
+    }
+
+    /// Test hook: with `on`, the QP's receive CQEs are written in swapped
+    /// pairs (WQEs 1, 0, 3, 2 for receives into 0, 1, 2, 3), as a device
+    /// that completes receives out of order; the first of a pair waits for
+    /// the second (or for the hook to go off, or a flush). The data lands
+    /// in each WQE as always.
+    pub fn hook_swap_recv_completions(&self, on: bool) {
+        let mut st = self.dev.lock();
+        let q = st.qps.get_mut(&self.qpn).expect("a live QP's entry");
+        q.swap_recv = on;
+        if !on {
+            super::recv::release_held(&mut st, self.qpn);
+        }
     }
 
     /// The connected peer's QPN (set at RTR).

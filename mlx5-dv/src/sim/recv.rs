@@ -2,6 +2,7 @@
 //! completion, and the flush of a QP in ERR.
 
 use super::cq::push_cqe;
+use super::srq::{consume_srq_wqe, next_srq_wqe};
 use super::State;
 use crate::cqe::Cqe;
 use crate::doorbell::QP_DBREC_RQ;
@@ -14,8 +15,12 @@ const MAX_RECV_SGE: usize = 64;
 
 /// Receive WQE `rq_ci` of `qpn`, if the RQ doorbell record shows one posted:
 /// its index and data segments (up to the stride, ended by MLX5_INVALID_LKEY).
+/// On a QP of an SRQ, the SRQ's next WQE (`srq::next_srq_wqe`).
 pub(super) fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV_SGE], usize)> {
     let q = &st.qps[&qpn];
+    if let Some(srqn) = q.srq {
+        return next_srq_wqe::<MAX_RECV_SGE>(st, srqn);
+    }
     // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the RQ's.
     let head = unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_RQ)) } & 0xffff;
     if head == q.rq_ci & 0xffff {
@@ -44,19 +49,55 @@ pub(super) fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV
     Some((q.rq_ci as u16, segs, n))
 }
 
-/// Completes receive WQE `idx` of `qpn` on its CQ and moves past it.
+/// Completes receive WQE `idx` of `qpn` on its CQ and moves past it (on
+/// an SRQ: to the WQE its next segment names). The CQE is version 1: it
+/// carries the QP's user index. With the swap hook on, the first of each
+/// pair waits for the second.
 pub(super) fn complete_recv(st: &mut State, qpn: u32, idx: u16, c: Cqe) {
     let q = st.qps.get_mut(&qpn).expect("qp");
-    q.rq_ci = q.rq_ci.wrapping_add(1);
-    let cqn = q.send_cqn;
-    push_cqe(
-        st.cqs.get_mut(&cqn).expect("cq"),
-        &Cqe {
-            qpn,
-            wqe_counter: idx,
-            ..c
-        },
-    );
+    let srq = q.srq;
+    if srq.is_none() {
+        q.rq_ci = q.rq_ci.wrapping_add(1);
+    }
+    let c = Cqe {
+        qpn,
+        wqe_counter: idx,
+        ..c
+    };
+    let (cqn, uidx) = (q.send_cqn, q.uidx);
+    let first = if q.swap_recv {
+        match q.held_recv.take() {
+            None => {
+                q.held_recv = Some(c);
+                None
+            }
+            held => held,
+        }
+    } else {
+        None
+    };
+    if let Some(srqn) = srq {
+        consume_srq_wqe(st, srqn);
+    }
+    if first.is_none() && st.qps[&qpn].held_recv.is_some() {
+        return;
+    }
+    let cq = st.cqs.get_mut(&cqn).expect("cq");
+    push_cqe(cq, &c, uidx);
+    if let Some(f) = first {
+        push_cqe(cq, &f, uidx);
+    }
+}
+
+/// Writes the receive CQE the swap hook holds, if any.
+pub(super) fn release_held(st: &mut State, qpn: u32) {
+    let Some(q) = st.qps.get_mut(&qpn) else {
+        return;
+    };
+    if let Some(c) = q.held_recv.take() {
+        let (cqn, uidx) = (q.send_cqn, q.uidx);
+        push_cqe(st.cqs.get_mut(&cqn).expect("cq"), &c, uidx);
+    }
 }
 
 pub(super) fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syndrome) -> Cqe {
@@ -75,8 +116,14 @@ pub(super) fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syn
     }
 }
 
-/// Flushes every posted receive WQE of a QP in ERR (RESP_ERR, WR_FLUSH_ERR).
+/// Flushes every posted receive WQE of a QP in ERR (RESP_ERR,
+/// WR_FLUSH_ERR). A QP on an SRQ flushes none: the SRQ's WQEs stay for
+/// its other QPs (IB spec 10.2.9.5).
 pub(super) fn flush_recv(st: &mut State, qpn: u32) -> usize {
+    release_held(st, qpn);
+    if st.qps[&qpn].srq.is_some() {
+        return 0;
+    }
     let mut n = 0;
     while !st.cqs[&st.qps[&qpn].send_cqn].overrun {
         let Some((idx, _, _)) = next_recv(st, qpn) else {

@@ -1,0 +1,552 @@
+//! The shared receive queue (SRQ): the host side of an mlx5 SRQ's ring,
+//! and the slot table its completions go through.
+//!
+//! **The ring** (`struct mlx5_wqe_srq_next_seg`, rdma-core
+//! `providers/mlx5/srq.c`, PRM "SRQ"): WQE `i` is `stride` bytes at
+//! `i * stride` (a power of two, at least 32). Bytes 0..16 are the *next*
+//! segment (bytes 2..4: `next_wqe_index`, big-endian u16; the rest
+//! reserved), then `stride / 16 - 1` data segments (byte count, lkey,
+//! address; big-endian), the unused ones ended by one with lkey
+//! `MLX5_INVALID_LKEY` (0x100). The free WQEs form a list through
+//! `next_wqe_index`: software posts at `head` and moves `head` to that
+//! WQE's next; `tail` is the last free WQE and is never posted, so the SRQ
+//! is full when `head == tail` and holds one less than its WQE count. The
+//! device consumes posted WQEs in list order. The doorbell record is a
+//! 32-bit big-endian store of a 16-bit count of every WQE ever posted,
+//! after a to-device barrier.
+//!
+//! **Completions** name the WQE by its index (the CQE's `wqe_counter`),
+//! and may come in any order, on any QP's CQ: [`SrqSlots`] is shared by the
+//! poster ([`SharedReceiveQueue`]) and every poller, lock-free. A
+//! completed WQE is the host's again at once: the poll marks it and queues
+//! its index, and the next post relinks it at the tail before it takes a
+//! WQE (so no WQE the device may still own is ever handed out again).
+
+use super::DescError;
+use crate::mmio;
+use crate::prm::INVALID_LKEY;
+use crate::ring::RingBuf;
+use crate::wqe::{DataSeg, WqeError};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Bytes of the next segment at the start of every SRQ WQE.
+pub const SRQ_NEXT_SEG: usize = 16;
+
+/// The description of an SRQ's ring: `struct mlx5dv_srq`'s fields this
+/// driver uses (`mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`, or the sim's).
+#[derive(Clone, Copy, Debug)]
+pub struct SrqDesc {
+    pub buf: *mut u8,
+    /// The SRQ's doorbell record (one big-endian u32).
+    pub dbrec: *mut u32,
+    /// Bytes per WQE (a power of two, at least 32).
+    pub stride: u32,
+    /// The first free WQE, and the last (the list's tail, never posted).
+    pub head: u32,
+    pub tail: u32,
+}
+
+/// Per WQE of an SRQ: its wr_id, whether the device owns it (posted, not
+/// yet completed), and the lkeys it names; and the queue of completed WQE
+/// indices the poster relinks. Shared (`Arc`) by the poster and every QP
+/// that polls the SRQ's completions: atomics only, no lock.
+///
+/// The return queue is a bounded multi-producer ring with one consumer
+/// (the poster): a poll takes a position with one `fetch_add` and stores
+/// `(position + 1) << 32 | index` with release order; the poster takes
+/// position `p` once its word carries `p + 1`. It cannot overflow: a WQE
+/// is queued at most once between two posts of it, and at most `count - 1`
+/// are posted.
+#[derive(Debug)]
+pub struct SrqSlots {
+    wr_id: Box<[AtomicU64]>,
+    device: Box<[AtomicBool]>,
+    lkeys: Box<[AtomicU32]>,
+    max_sge: usize,
+    returned: Box<[AtomicU64]>,
+    returned_at: AtomicU64,
+    count: u32,
+}
+
+impl SrqSlots {
+    /// Slots for `count` WQEs of at most `max_sge` SGEs each.
+    pub fn new(count: u32, max_sge: u32) -> Self {
+        let ring = (count.max(1) as usize).next_power_of_two();
+        let max_sge = max_sge.max(1) as usize;
+        SrqSlots {
+            wr_id: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            device: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            lkeys: (0..count as usize * max_sge)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            max_sge,
+            returned: (0..ring).map(|_| AtomicU64::new(0)).collect(),
+            returned_at: AtomicU64::new(0),
+            count,
+        }
+    }
+
+    /// WQEs (slots).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The poster hands slot `idx` to the device, for `wr_id`, its SGEs
+    /// naming `lkeys` (past `max_sge` ignored). Before its doorbell.
+    #[inline]
+    pub fn give(&self, idx: u32, wr_id: u64, lkeys: impl Iterator<Item = u32>) {
+        let i = idx as usize;
+        self.wr_id[i].store(wr_id, Ordering::Relaxed);
+        let mut keys = lkeys.fuse();
+        for k in &self.lkeys[i * self.max_sge..(i + 1) * self.max_sge] {
+            k.store(keys.next().unwrap_or(0), Ordering::Relaxed);
+        }
+        // Release: a poller that sees the slot as the device's (after the
+        // CQE) sees its wr_id.
+        self.device[i].store(true, Ordering::Release);
+    }
+
+    /// A completion names WQE `idx`: returns its wr_id and queues the WQE
+    /// for relinking, or `None` for an index that names no WQE the device
+    /// holds (out of range, never posted, or completed already).
+    #[inline]
+    pub fn complete(&self, idx: u16) -> Option<u64> {
+        let i = idx as usize;
+        let slot = self.device.get(i)?;
+        // AcqRel: after the device's writes (ordered before by the CQE's
+        // acquire) and before whoever next reads the slot as free.
+        if !slot.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        let wr_id = self.wr_id[i].load(Ordering::Relaxed);
+        let at = self.returned_at.fetch_add(1, Ordering::Relaxed);
+        let mask = self.returned.len() as u64 - 1;
+        self.returned[(at & mask) as usize].store((at + 1) << 32 | idx as u64, Ordering::Release);
+        Some(wr_id)
+    }
+
+    /// The poster's next relinkable WQE index, at its position `*at` in
+    /// the return queue (advanced past it), if queued yet.
+    #[inline]
+    fn take_returned(&self, at: &mut u64) -> Option<u32> {
+        let mask = self.returned.len() as u64 - 1;
+        let w = self.returned[(*at & mask) as usize].load(Ordering::Acquire);
+        if w >> 32 != (*at + 1) & 0xffff_ffff {
+            return None;
+        }
+        *at += 1;
+        Some(w as u32)
+    }
+
+    /// Whether a WQE the device holds names `lkey` (for deregistration:
+    /// an MR dropped while one does waits for it).
+    pub fn names(&self, lkey: u32) -> bool {
+        (0..self.count as usize).any(|i| {
+            self.device[i].load(Ordering::Acquire)
+                && self.lkeys[i * self.max_sge..(i + 1) * self.max_sge]
+                    .iter()
+                    .any(|k| k.load(Ordering::Relaxed) == lkey)
+        })
+    }
+
+    /// WQEs the device holds now (a count for tests and for RESET checks;
+    /// walks every slot).
+    pub fn held(&self) -> u32 {
+        self.device
+            .iter()
+            .filter(|d| d.load(Ordering::Acquire))
+            .count() as u32
+    }
+}
+
+/// The poster's side of an SRQ: its ring, doorbell record and free list.
+/// One owner posts (`&mut self`); completions come through the shared
+/// [`SrqSlots`] ([`Self::slots`]) from any thread.
+pub struct SharedReceiveQueue {
+    buf: RingBuf<'static>,
+    count: u32,
+    stride: u32,
+    dbrec: *mut u32,
+    head: u32,
+    tail: u32,
+    /// WQEs that may be posted now (the list from `head` to `tail`,
+    /// without `tail`).
+    free: u32,
+    /// Every WQE ever posted, modulo 2^16 (the doorbell record's value).
+    counter: u16,
+    pending: bool,
+    /// The poster's position in the slots' return queue.
+    returned_at: u64,
+    slots: Arc<SrqSlots>,
+}
+
+// SAFETY: as for SendQueue: the ring and doorbell record are this
+// struct's alone on the host; moving it between threads is sound.
+unsafe impl Send for SharedReceiveQueue {}
+
+impl SharedReceiveQueue {
+    /// The host side of the SRQ `d` describes: walks the free list from
+    /// `head` to `tail` (as libmlx5 or the sim linked it) to find the WQE
+    /// count, which `mlx5dv_srq` does not give (libmlx5 may allocate more,
+    /// as a wait queue outside the list: those are never touched).
+    ///
+    /// Errors: a null pointer, a stride that is not a power of two of at
+    /// least 32, a list that does not cover exactly WQEs `0..n` for a
+    /// power-of-two `n` with `n * stride` at least 64 ([`DescError`]).
+    ///
+    /// # Safety
+    /// `d.buf` holds at least `(tail + 1) * stride` bytes, and `d.dbrec`
+    /// one u32, valid for the device and this queue for its lifetime;
+    /// nothing else on the host touches them meanwhile; the list is
+    /// initialized (every WQE's next segment) as the description says.
+    pub unsafe fn new(d: &SrqDesc, max_sge: u32) -> Result<Self, DescError> {
+        let buf = NonNull::new(d.buf).ok_or(DescError::Null { what: "srq.buf" })?;
+        if d.dbrec.is_null() {
+            return Err(DescError::Null { what: "srq.dbrec" });
+        }
+        if !d.stride.is_power_of_two() || d.stride < 32 {
+            return Err(DescError::NotPow2 {
+                what: "srq.stride (at least 32)",
+                value: d.stride,
+            });
+        }
+        let count = d.tail.wrapping_add(1);
+        let bad = DescError::NotPow2 {
+            what: "srq WQEs linked from head to tail",
+            value: count,
+        };
+        if !count.is_power_of_two() || count > 1 << 16 || (count as usize * d.stride as usize) < 64
+        {
+            return Err(bad);
+        }
+        // Walk the list: it must visit every WQE 0..count once, ending at tail.
+        let mut seen = vec![false; count as usize];
+        let mut at = d.head;
+        let mut free = 0;
+        loop {
+            if at >= count || seen[at as usize] {
+                return Err(bad);
+            }
+            seen[at as usize] = true;
+            if at == d.tail {
+                break;
+            }
+            free += 1;
+            // SAFETY: `at < count`, inside the `(tail + 1) * stride` bytes
+            // the caller vouches for; a 2-byte read of the next segment.
+            at = u16::from_be(unsafe {
+                core::ptr::read_volatile(
+                    d.buf.add(at as usize * d.stride as usize + 2).cast::<u16>(),
+                )
+            }) as u32;
+        }
+        if free + 1 != count {
+            return Err(bad);
+        }
+        Ok(SharedReceiveQueue {
+            // SAFETY: the caller's contract: `count * stride` bytes, ours.
+            buf: unsafe { RingBuf::from_raw(buf, count as usize * d.stride as usize) },
+            count,
+            stride: d.stride,
+            dbrec: d.dbrec,
+            head: d.head,
+            tail: d.tail,
+            free,
+            counter: 0,
+            pending: false,
+            returned_at: 0,
+            slots: Arc::new(SrqSlots::new(count, max_sge.min(d.stride / 16 - 1))),
+        })
+    }
+
+    /// The slot table the SRQ's pollers complete WQEs through.
+    pub fn slots(&self) -> &Arc<SrqSlots> {
+        &self.slots
+    }
+
+    /// WQEs in the ring (the list's length, its tail included).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Most data segments per WQE (`stride / 16 - 1`).
+    pub fn max_sge(&self) -> u32 {
+        self.stride / 16 - 1
+    }
+
+    /// WQEs that may be posted now, once completed ones are relinked.
+    pub fn free(&mut self) -> u32 {
+        self.relink();
+        self.free
+    }
+
+    /// Relinks every WQE completed since the last post at the tail.
+    #[inline]
+    fn relink(&mut self) {
+        while let Some(idx) = self.slots.take_returned(&mut self.returned_at) {
+            let off = self.tail as usize * self.stride as usize;
+            let mut next = [0u8; 16];
+            next[2..4].copy_from_slice(&(idx as u16).to_be_bytes());
+            // The tail WQE is never posted: the device does not read it.
+            self.buf.write_seg(off, &next);
+            self.tail = idx;
+            self.free += 1;
+        }
+    }
+
+    /// Checks that `n` WQEs of these SGEs may be posted now: the free list
+    /// holds `n` (after relinking), each fits. Nothing is written.
+    pub fn check(&mut self, n: usize) -> Result<(), WqeError> {
+        self.relink();
+        if n as u64 > self.free as u64 {
+            return Err(WqeError::QueueFull {
+                need: n as u32,
+                free: self.free,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes one WQE at the head without ringing the doorbell; returns
+    /// its index. On error nothing is written.
+    ///
+    /// Errors: [`WqeError::QueueFull`] (the free list is empty: poll);
+    /// [`WqeError::RecvTooManySges`] (more non-empty SGEs than
+    /// [`Self::max_sge`]); [`WqeError::LengthOverflow`] over 2^31 bytes.
+    pub fn post(&mut self, sges: &[DataSeg], wr_id: u64) -> Result<u32, WqeError> {
+        self.check(1)?;
+        let slots = self.max_sge() as usize;
+        let need = sges.iter().filter(|s| s.len != 0).count();
+        if need > slots {
+            return Err(WqeError::RecvTooManySges {
+                need,
+                stride: self.stride,
+            });
+        }
+        let total: u64 = sges.iter().map(|s| s.len as u64).sum();
+        if total > 1 << 31 {
+            return Err(WqeError::LengthOverflow { total });
+        }
+        let idx = self.head;
+        let base = idx as usize * self.stride as usize;
+        let mut off = base + SRQ_NEXT_SEG;
+        for s in sges.iter().filter(|s| s.len != 0) {
+            self.buf.write_seg(off, &crate::wqe::data_seg(*s));
+            off += 16;
+        }
+        if need < slots {
+            let end = DataSeg {
+                addr: 0,
+                len: 0,
+                lkey: INVALID_LKEY,
+            };
+            self.buf.write_seg(off, &crate::wqe::data_seg(end));
+        }
+        let mut next = [0u8; 2];
+        self.buf.read_wrapping(base + 2, &mut next);
+        self.slots.give(
+            idx,
+            wr_id,
+            sges.iter().filter(|s| s.len != 0).map(|s| s.lkey),
+        );
+        self.head = u16::from_be_bytes(next) as u32;
+        self.free -= 1;
+        self.counter = self.counter.wrapping_add(1);
+        self.pending = true;
+        Ok(idx)
+    }
+
+    /// Publishes what was posted: barrier, then `dbrec = be32(counter)`.
+    #[inline]
+    pub fn ring_doorbell(&mut self) {
+        if !self.pending {
+            return;
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec, self.counter as u32) };
+        self.pending = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring of `count` WQEs of `stride` bytes linked 0 -> 1 -> ... as
+    /// libmlx5's `set_srq_buf_ll` leaves it: head 0, tail `count - 1`.
+    fn ring(count: u32, stride: u32) -> (Vec<u64>, Box<u32>) {
+        let mut mem = vec![0u64; (count * stride / 8) as usize];
+        let bytes: &mut [u8] =
+            // SAFETY: a u64 vector viewed as its bytes.
+            unsafe { core::slice::from_raw_parts_mut(mem.as_mut_ptr().cast(), mem.len() * 8) };
+        for i in 0..count as usize {
+            let at = i * stride as usize + 2;
+            bytes[at..at + 2].copy_from_slice(&((i + 1) as u16).to_be_bytes());
+        }
+        (mem, Box::new(0))
+    }
+
+    fn srq(mem: &mut [u64], db: &mut u32, count: u32, stride: u32) -> SharedReceiveQueue {
+        let d = SrqDesc {
+            buf: mem.as_mut_ptr().cast(),
+            dbrec: db,
+            stride,
+            head: 0,
+            tail: count - 1,
+        };
+        // SAFETY: `mem` holds the ring, linked; both outlive the queue.
+        unsafe { SharedReceiveQueue::new(&d, stride / 16 - 1) }.expect("srq")
+    }
+
+    fn seg(len: u32) -> [DataSeg; 1] {
+        [DataSeg {
+            addr: 0x1000,
+            len,
+            lkey: 0x200,
+        }]
+    }
+
+    fn next_of(mem: &[u64], stride: u32, idx: u32) -> u16 {
+        // SAFETY: a u64 slice viewed as its bytes.
+        let b: &[u8] = unsafe { core::slice::from_raw_parts(mem.as_ptr().cast(), mem.len() * 8) };
+        let at = (idx * stride) as usize + 2;
+        u16::from_be_bytes([b[at], b[at + 1]])
+    }
+
+    /// A full SRQ holds one less than its WQEs; the doorbell record is the
+    /// big-endian count of WQEs posted; posts follow the list.
+    #[test]
+    fn holds_one_less_than_its_wqes_and_counts_posts() {
+        let (mut mem, mut db) = ring(4, 32);
+        let mut q = srq(&mut mem, &mut db, 4, 32);
+        assert_eq!(q.free(), 3);
+        for w in 0..3 {
+            assert_eq!(q.post(&seg(64), 100 + w).unwrap(), w as u32);
+        }
+        assert!(matches!(
+            q.post(&seg(64), 9),
+            Err(WqeError::QueueFull { .. })
+        ));
+        q.ring_doorbell();
+        assert_eq!(u32::from_be(*db), 3);
+    }
+
+    /// Completions out of order: each WQE goes back to the tail at once
+    /// (the next post takes it), a second completion is refused, and an
+    /// index the device does not hold is refused.
+    #[test]
+    fn out_of_order_completions_relink_at_once() {
+        let (mut mem, mut db) = ring(4, 32);
+        let mut q = srq(&mut mem, &mut db, 4, 32);
+        for w in 0..3 {
+            q.post(&seg(64), 100 + w).unwrap();
+        }
+        let slots = q.slots().clone();
+        assert_eq!(slots.complete(1), Some(101));
+        assert_eq!(slots.complete(1), None, "completed already");
+        assert_eq!(slots.complete(3), None, "the tail was never posted");
+        assert_eq!(slots.complete(9), None, "out of range");
+        assert_eq!(q.free(), 1, "WQE 1 is free again at once");
+        assert_eq!(next_of(&mem, 32, 3), 1, "linked after the old tail");
+        // The head was the old tail (3): it is posted; WQE 1 is the tail now.
+        assert_eq!(q.post(&seg(64), 200).unwrap(), 3);
+        assert!(q.post(&seg(64), 9).is_err(), "full: the tail stays");
+        assert_eq!(slots.complete(0), Some(100));
+        assert_eq!(q.post(&seg(64), 201).unwrap(), 1);
+        assert!(q.post(&seg(64), 9).is_err());
+        assert_eq!(slots.complete(1), Some(201));
+        assert_eq!(slots.complete(2), Some(102));
+        assert_eq!(slots.complete(3), Some(200));
+        assert_eq!(q.free(), 3);
+        assert_eq!(slots.held(), 0);
+    }
+
+    /// A refused post writes nothing: no ring byte, no slot, no doorbell.
+    #[test]
+    fn refusals_write_nothing() {
+        let (mut mem, mut db) = ring(4, 32);
+        let mut q = srq(&mut mem, &mut db, 4, 32);
+        let before = mem.clone();
+        let two = [seg(8)[0], seg(8)[0]];
+        assert!(matches!(
+            q.post(&two, 1),
+            Err(WqeError::RecvTooManySges { .. })
+        ));
+        let big = [DataSeg {
+            addr: 0,
+            len: u32::MAX,
+            lkey: 1,
+        }];
+        assert!(q.post(&big, 1).is_err());
+        q.ring_doorbell();
+        assert_eq!(mem, before);
+        assert_eq!(*db, 0);
+        assert_eq!(q.slots().held(), 0);
+    }
+
+    /// The descriptions `new` refuses.
+    #[test]
+    fn bad_descriptions_are_refused() {
+        let (mut mem, mut db) = ring(4, 32);
+        let mut d = SrqDesc {
+            buf: mem.as_mut_ptr().cast(),
+            dbrec: &mut *db,
+            stride: 32,
+            head: 0,
+            tail: 3,
+        };
+        // SAFETY (each): `mem` holds 4 linked WQEs of 32 bytes.
+        assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_ok());
+        d.stride = 24;
+        assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
+        d.stride = 32;
+        d.tail = 2; // 3 WQEs: not a power of two
+        assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
+        d.tail = 3;
+        d.head = 1; // the walk misses WQE 0
+        assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
+        d.head = 0;
+        d.buf = core::ptr::null_mut();
+        assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
+    }
+
+    /// The lkeys a held WQE names, for deregistration.
+    #[test]
+    fn slots_say_which_lkeys_held_wqes_name() {
+        let s = SrqSlots::new(4, 2);
+        s.give(2, 7, [0x300, 0x400].into_iter());
+        assert!(s.names(0x400));
+        assert!(!s.names(0x500));
+        assert_eq!(s.complete(2), Some(7));
+        assert!(!s.names(0x400), "completed: the device holds it no more");
+    }
+
+    /// Many pollers complete WQEs at once; the poster relinks each once.
+    #[test]
+    fn concurrent_completions_are_each_returned_once() {
+        let s = Arc::new(SrqSlots::new(64, 1));
+        for i in 0..64 {
+            s.give(i, i as u64, core::iter::empty());
+        }
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    (0..16u16).filter_map(|k| s.complete(t * 16 + k)).count()
+                })
+            })
+            .collect();
+        let done: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(done, 64);
+        let mut at = 0;
+        let mut back = Vec::new();
+        while let Some(i) = s.take_returned(&mut at) {
+            back.push(i);
+        }
+        back.sort();
+        assert_eq!(back, (0..64).collect::<Vec<_>>());
+    }
+}
