@@ -8,6 +8,7 @@ use crate::pd::Pd;
 use crate::reclaim::Graves;
 use crate::types::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
 use crate::types::error::{Error, Result};
+use crate::types::event::AsyncEvent;
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -51,10 +52,20 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
     Ok(v)
 }
 
+/// A sim async event as the crate reports it.
+fn from_sim(e: sim::AsyncEvent) -> AsyncEvent {
+    match e {
+        sim::AsyncEvent::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srq_num: srqn },
+        sim::AsyncEvent::CqError { cqn } => AsyncEvent::CqError { cq_num: cqn },
+    }
+}
+
 /// An open device.
 pub struct Context {
     kind: CtxKind,
     name: String,
+    /// Sim events taken from the device and not yet handed out.
+    pending: std::sync::Mutex<std::collections::VecDeque<AsyncEvent>>,
 }
 
 impl Context {
@@ -82,6 +93,7 @@ impl Context {
             return Ok(Context {
                 kind: CtxKind::Sim(dev),
                 name: name.into(),
+                pending: Default::default(),
             });
         }
         #[cfg(feature = "verbs")]
@@ -102,6 +114,7 @@ impl Context {
                     Ok(Context {
                         kind: CtxKind::Verbs(c, direct),
                         name: name.into(),
+                        pending: Default::default(),
                     })
                 }
                 None => Err(Error::NoSuchDevice { name: name.into() }),
@@ -124,6 +137,37 @@ impl Context {
             #[cfg(feature = "verbs")]
             CtxKind::Verbs(_, false) => "verbs",
         }
+    }
+
+    /// Waits up to `timeout` for the device's next async event (a port
+    /// going up or down, a CQ error, an SRQ's limit reached, ...), and
+    /// returns it; `None` when none came in time. A blocking reader: on
+    /// verbs `poll(2)` on the context's `async_fd` (made non-blocking),
+    /// then `ibv_get_async_event` and `ibv_ack_async_event` (every event
+    /// is acknowledged before this returns); on the sim, its event fd.
+    /// Which events each device raises: `docs/concepts.md`.
+    ///
+    /// Errors: the system's refusal of the wait or the read
+    /// ([`Error::Verbs`], [`Error::Invalid`]).
+    #[cfg_attr(not(feature = "verbs"), allow(clippy::infallible_destructuring_match))]
+    pub fn get_async_event(&self, timeout: std::time::Duration) -> Result<Option<AsyncEvent>> {
+        let dev = match &self.kind {
+            CtxKind::Sim(d) => d,
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(c, _) => return ibv::get_async_event(c, timeout),
+        };
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.is_empty() {
+            pending.extend(dev.take_async_events().into_iter().map(from_sim));
+        }
+        if pending.is_empty() {
+            let fd = dev.async_event_fd()?;
+            use std::os::fd::AsFd;
+            if crate::backend::wait_readable(fd.as_fd(), timeout, "the sim's async event fd")? {
+                pending.extend(dev.take_async_events().into_iter().map(from_sim));
+            }
+        }
+        Ok(pending.pop_front())
     }
 
     /// Allocates a protection domain.

@@ -145,7 +145,27 @@ impl SharedCq {
     /// is set (the depth is the shared CQ's).
     pub fn create_qp(&mut self, cfg: &QpConfig) -> Result<usize> {
         let m = &mut self.members;
-        let qp = Qp::create(&self.pd, cfg, Some((&self.kind, &m.credits, m.tag)))?;
+        let qp = Qp::create(&self.pd, cfg, Some((&self.kind, &m.credits, m.tag)), None)?;
+        m.qps.push(qp);
+        Ok(m.qps.len() - 1)
+    }
+
+    /// [`Self::create_qp`] for a QP whose receives come from `srq` (see
+    /// [`Pd::create_qp_on_srq`](crate::Pd::create_qp_on_srq)): the first
+    /// QP of this CQ on `srq` takes CQ credits for the SRQ's `max_wr`
+    /// receives (size the CQ with [`CqSizing::queue`](crate::CqSizing::queue)
+    /// of it), held until the last of them goes.
+    ///
+    /// Errors: as [`Self::create_qp`]; `srq` of another PD, or fewer CQ
+    /// credits free than the SRQ's `max_wr` ([`Error::Invalid`]).
+    pub fn create_qp_on_srq(&mut self, cfg: &QpConfig, srq: &crate::Srq) -> Result<usize> {
+        let m = &mut self.members;
+        let qp = Qp::create(
+            &self.pd,
+            cfg,
+            Some((&self.kind, &m.credits, m.tag)),
+            Some(srq),
+        )?;
         m.qps.push(qp);
         Ok(m.qps.len() - 1)
     }

@@ -66,6 +66,7 @@ mod qp;
 mod qp_fast;
 mod qp_owned;
 mod reclaim;
+mod srq;
 mod wait;
 
 /// RDMA's concepts (memory registration, QPs and their states, CQs and
@@ -81,11 +82,13 @@ pub use cq::SharedCq;
 pub use memmap2;
 pub use pd::Pd;
 pub use qp::{Qp, SimHook};
+pub use srq::Srq;
 pub use types::completion::{Completion, WcOpcode, WcStatus};
 pub use types::config::{CompletionMode, CqSizing, QpConfig};
 pub use types::device::{Backend, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
 pub use types::error::RegRefusal;
 pub use types::error::{Error, Result};
+pub use types::event::AsyncEvent;
 pub use types::keys::{Lkey, RemoteAddr, Rkey};
 pub use types::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
 pub use types::mr::{LocalMr, Mr, Refused};

@@ -219,7 +219,32 @@ impl Pd {
     /// over 7, `min_rnr_timer` over 31 or `cq_depth` not 1..=4194304; the
     /// device's own refusals as [`Error::Verbs`] naming the call.
     pub fn create_qp(&self, cfg: &QpConfig) -> Result<Qp> {
-        Qp::create(&self.inner, cfg, None)
+        Qp::create(&self.inner, cfg, None, None)
+    }
+
+    /// Creates a shared receive queue (SRQ) for up to `max_wr` receives
+    /// of up to `max_sge` SGEs each: QPs made on it
+    /// ([`Self::create_qp_on_srq`], [`SharedCq::create_qp_on_srq`]) take
+    /// their receives from it. See [`Srq`](crate::Srq).
+    ///
+    /// Errors: [`Error::Invalid`] when `max_wr` is not 1..=16384 or
+    /// `max_sge` not 1..=30, or the device granted less; the device's
+    /// refusal ([`Error::Verbs`], `ibv_create_srq`; [`Error::Sim`]).
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<crate::Srq> {
+        crate::Srq::create(&self.inner, max_wr, max_sge)
+    }
+
+    /// Creates an RC QP in RESET, with a CQ of its own, whose receives come
+    /// from `srq` ([`Qp::post_recv`] refuses: post to the SRQ). `cfg`'s
+    /// `max_recv_wr` and `max_recv_sge` are not used; the CQ's default
+    /// depth is [`CqSizing`](crate::CqSizing) of `max_send_wr` and the
+    /// SRQ's `max_wr`.
+    ///
+    /// Errors: as [`Self::create_qp`]; `srq` of another PD, or a `cq_depth`
+    /// with no room for the SRQ's `max_wr` receives besides the sends
+    /// ([`Error::Invalid`]).
+    pub fn create_qp_on_srq(&self, cfg: &QpConfig, srq: &crate::Srq) -> Result<Qp> {
+        Qp::create(&self.inner, cfg, None, Some(srq))
     }
 
     /// Creates a CQ of at least `depth` CQEs for several QPs to share

@@ -7,6 +7,7 @@ use crate::backend::{ibv, verbs};
 use crate::handles::{PdInner, PdKind, SharedKind};
 use crate::owned::{HeldQueue, Owned};
 use crate::reclaim::Graves;
+use crate::srq::{Srq, SrqKind, SrqLink};
 use crate::types::completion::Completion;
 use crate::types::config::{CompletionMode, CqSizing, QpConfig};
 use crate::types::error::{Error, Result};
@@ -41,6 +42,9 @@ pub struct Qp {
     pub(crate) pd_id: u32,
     cfg: QpConfig,
     pub(crate) local: Endpoint,
+    /// The SRQ its receives come from, and the CQ credits held there
+    /// (given back after the QP is destroyed: field order).
+    srq: Option<SrqLink>,
     pd: Arc<PdInner>,
     _reclaim: ReclaimOnDrop,
 }
@@ -529,6 +533,12 @@ impl Qp {
     /// A QP in RESET refuses every WR with [`Error::QpState`]; an SGE of an
     /// MR of another PD (or device) is [`Error::Invalid`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::Invalid(format!(
+                "QP {:#x} receives from an SRQ: post receives to the SRQ",
+                self.local.qpn
+            )));
+        }
         if self.state == QpState::Reset {
             return Err(Error::QpState {
                 state: self.state,
@@ -635,7 +645,28 @@ impl Qp {
         pd_inner: &Arc<PdInner>,
         cfg: &QpConfig,
         shared: Option<(&SharedKind, &CqCredits, usize)>,
+        srq: Option<&Srq>,
     ) -> Result<Qp> {
+        if let Some(s) = srq {
+            if !Arc::ptr_eq(s.pd(), pd_inner) {
+                return Err(Error::Invalid(
+                    "the SRQ belongs to another protection domain".into(),
+                ));
+            }
+        }
+        // On an SRQ the receive limits are the SRQ's (its CQ room, its SGEs).
+        let cfg = &match srq {
+            Some(s) => QpConfig {
+                max_recv_wr: s.max_wr(),
+                max_recv_sge: s.max_sge(),
+                ..*cfg
+            },
+            None => *cfg,
+        };
+        let direct_srq = match srq.map(Srq::kind) {
+            Some(SrqKind::Direct(d)) => Some(d),
+            _ => None,
+        };
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
             return Err(Error::Invalid(format!(
                 "max_send_wr {} must be 1..=16384",
@@ -682,7 +713,7 @@ impl Qp {
                 "a direct-path QP cannot complete into a verbs CQ".into(),
             )),
         };
-        let kind = match &pd_inner.kind {
+        let mut kind = match &pd_inner.kind {
             PdKind::Sim(dev, pdn) => {
                 if cfg.max_send_sge as usize > direct::MAX_SGE {
                     return Err(Error::Invalid(format!(
@@ -739,6 +770,7 @@ impl Qp {
                     cfg.max_send_sge,
                     cfg.max_recv_wr,
                     cfg.max_recv_sge,
+                    direct_srq,
                 )?)
             }
             #[cfg(feature = "verbs")]
@@ -761,7 +793,7 @@ impl Qp {
                             direct::MAX_INLINE
                         )));
                     }
-                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?)?;
+                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?, direct_srq)?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)
                 } else {
@@ -778,7 +810,16 @@ impl Qp {
                             ))
                         }
                     };
-                    let mut q = verbs::create_qp(pd, caps, choice)?;
+                    let verbs_srq = match srq.map(Srq::kind) {
+                        Some(SrqKind::Verbs(v)) => Some(v),
+                        Some(SrqKind::Direct(_)) => {
+                            return Err(Error::Invalid(
+                                "a verbs QP cannot receive from a direct-path SRQ".into(),
+                            ))
+                        }
+                        None => None,
+                    };
+                    let mut q = verbs::create_qp(pd, caps, choice, verbs_srq)?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Verbs(q)
                 }
@@ -813,6 +854,14 @@ impl Qp {
                 }
             }
         };
+        let srq = match srq {
+            Some(s) => Some(s.shared.link(match &mut kind {
+                QpKind::Direct(q) => q.srq_credits(),
+                #[cfg(feature = "verbs")]
+                QpKind::Verbs(q) => Some(q.credits().clone()),
+            })?),
+            None => None,
+        };
         let progress = match &kind {
             QpKind::Direct(q) => q.progress(),
             #[cfg(feature = "verbs")]
@@ -830,6 +879,7 @@ impl Qp {
             state: QpState::Reset,
             cfg: *cfg,
             local,
+            srq,
             pd: pd_inner.clone(),
             _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
         };
@@ -866,6 +916,14 @@ impl SimHook<'_> {
     /// Whether the QP's CQ overran, and the CQ error events it raised.
     pub fn cq_overrun(&self) -> (bool, u64) {
         self.q.cq_overrun()
+    }
+
+    /// With `on`, the device writes this QP's receive CQEs in swapped
+    /// pairs (the receives into WQEs 0, 1, 2, 3 complete as 1, 0, 3, 2),
+    /// as a device that completes receives out of order; the first of a
+    /// pair waits for the second, or for `false`.
+    pub fn swap_recv_completions(&mut self, on: bool) {
+        self.q.swap_recv_completions(on);
     }
 }
 

@@ -13,14 +13,18 @@
 
 use crate::types::mr::{Graveyard, MrInner};
 use crate::types::progress::{Ticket, WrProgress};
+use mlx5_dv::driver::SrqSlots;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-/// A dropped MR and the QPs whose outstanding WRs may still name it.
+/// A dropped MR and the QPs whose outstanding WRs may still name it; and
+/// the SRQs where a WQE the device holds named it when it was dropped.
 struct Grave {
+    lkey: u32,
     /// Deregistered when the grave is dropped.
     _mr: MrInner,
     waits: Vec<(Weak<WrProgress>, Ticket)>,
+    srq_waits: Vec<Weak<SrqSlots>>,
 }
 
 impl Grave {
@@ -28,6 +32,12 @@ impl Grave {
         self.waits
             .iter()
             .all(|(q, t)| q.upgrade().map_or(true, |p| p.reached(*t)))
+            // No new WQE can name the MR once it was dropped: it is free of
+            // an SRQ once no WQE the device holds there names it.
+            && self
+                .srq_waits
+                .iter()
+                .all(|s| s.upgrade().map_or(true, |s| !s.names(self.lkey)))
     }
 }
 
@@ -36,6 +46,8 @@ struct State {
     graves: Vec<Grave>,
     /// Every QP of the PD (dead ones are pruned at each sweep).
     qps: Vec<Weak<WrProgress>>,
+    /// Every SRQ of the PD: the WQEs its device holds.
+    srqs: Vec<Weak<SrqSlots>>,
 }
 
 /// One PD's dropped MRs and its QPs' progress.
@@ -59,6 +71,13 @@ impl Graves {
         st.qps.push(Arc::downgrade(p));
     }
 
+    /// A new SRQ of the PD: its held WQEs are looked at when MRs are dropped.
+    pub(crate) fn add_srq(&self, s: &Arc<SrqSlots>) {
+        let mut st = self.lock();
+        st.srqs.retain(|q| q.strong_count() > 0);
+        st.srqs.push(Arc::downgrade(s));
+    }
+
     /// Deregisters every waiting MR no outstanding WR can name any more;
     /// returns how many still wait.
     pub(crate) fn sweep(&self) -> usize {
@@ -67,6 +86,7 @@ impl Graves {
         {
             let mut st = self.lock();
             st.qps.retain(|q| q.strong_count() > 0);
+            st.srqs.retain(|q| q.strong_count() > 0);
             let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut st.graves)
                 .into_iter()
                 .partition(Grave::ready);
@@ -98,10 +118,21 @@ impl Graveyard for Graves {
                     (!p.reached(t)).then(|| (q.clone(), t))
                 })
                 .collect();
-            if waits.is_empty() {
+            let srq_waits: Vec<_> = st
+                .srqs
+                .iter()
+                .filter(|s| s.upgrade().is_some_and(|s| s.names(mr.lkey)))
+                .cloned()
+                .collect();
+            if waits.is_empty() && srq_waits.is_empty() {
                 Some(mr)
             } else {
-                st.graves.push(Grave { _mr: mr, waits });
+                st.graves.push(Grave {
+                    lkey: mr.lkey,
+                    _mr: mr,
+                    waits,
+                    srq_waits,
+                });
                 None
             }
         };
@@ -110,10 +141,15 @@ impl Graveyard for Graves {
     }
 
     fn idle_for(&self, lkey: u32) -> bool {
-        self.lock()
-            .qps
+        let st = self.lock();
+        st.qps
             .iter()
             .filter_map(Weak::upgrade)
             .all(|p| p.reached(p.ticket(lkey)))
+            && st
+                .srqs
+                .iter()
+                .filter_map(Weak::upgrade)
+                .all(|s| !s.names(lkey))
     }
 }

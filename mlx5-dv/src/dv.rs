@@ -126,7 +126,7 @@ impl<I, O> Copy for mlx5dv_obj_pair<I, O> {}
 pub struct mlx5dv_obj {
     pub qp: mlx5dv_obj_pair<c_void, mlx5dv_qp>,
     pub cq: mlx5dv_obj_pair<c_void, mlx5dv_cq>,
-    pub srq: mlx5dv_obj_pair<c_void, c_void>,
+    pub srq: mlx5dv_obj_pair<c_void, mlx5dv_srq>,
     pub rwq: mlx5dv_obj_pair<c_void, c_void>,
     pub dm: mlx5dv_obj_pair<c_void, c_void>,
     pub ah: mlx5dv_obj_pair<c_void, c_void>,
@@ -136,6 +136,49 @@ pub struct mlx5dv_obj {
 /// `enum mlx5dv_obj_type`.
 pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+
+/// `struct mlx5dv_srq` (rdma-core `mlx5dv.h`): the SRQ ring (`stride`
+/// bytes per WQE, linked from `head` to `tail` through `next_wqe_index`;
+/// the WQE count is not given), its doorbell record (one big-endian u32)
+/// and number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct mlx5dv_srq {
+    pub buf: *mut c_void,
+    pub dbrec: *mut u32,
+    pub stride: u32,
+    pub head: u32,
+    pub tail: u32,
+    pub comp_mask: u64,
+    pub srqn: u32,
+}
+
+impl mlx5dv_srq {
+    /// An all-null description, for `mlx5dv_init_obj` to fill.
+    pub fn zeroed() -> Self {
+        Self {
+            buf: core::ptr::null_mut(),
+            dbrec: core::ptr::null_mut(),
+            stride: 0,
+            head: 0,
+            tail: 0,
+            comp_mask: 0,
+            srqn: 0,
+        }
+    }
+
+    /// The fields the ring driver takes.
+    pub fn desc(&self) -> crate::driver::SrqDesc {
+        crate::driver::SrqDesc {
+            buf: self.buf.cast(),
+            dbrec: self.dbrec,
+            stride: self.stride,
+            head: self.head,
+            tail: self.tail,
+        }
+    }
+}
 
 /// `struct mlx5dv_cqe_comp_caps`.
 #[repr(C)]

@@ -22,6 +22,11 @@ int main(void) {
     printf("mlx5dv_cq %zu\n", sizeof(struct mlx5dv_cq));
     F(mlx5dv_cq, buf); F(mlx5dv_cq, dbrec); F(mlx5dv_cq, cqe_cnt); F(mlx5dv_cq, cqe_size);
     F(mlx5dv_cq, cq_uar); F(mlx5dv_cq, cqn); F(mlx5dv_cq, comp_mask);
+    printf("mlx5dv_srq %zu\n", sizeof(struct mlx5dv_srq));
+    F(mlx5dv_srq, buf); F(mlx5dv_srq, dbrec); F(mlx5dv_srq, stride); F(mlx5dv_srq, head);
+    F(mlx5dv_srq, tail); F(mlx5dv_srq, comp_mask); F(mlx5dv_srq, srqn);
+    printf("mlx5_wqe_srq_next_seg.next_wqe_index %zu\n", offsetof(struct mlx5_wqe_srq_next_seg, next_wqe_index));
+    printf("mlx5_wqe_srq_next_seg %zu\n", sizeof(struct mlx5_wqe_srq_next_seg));
     printf("mlx5dv_obj %zu\n", sizeof(struct mlx5dv_obj));
     F(mlx5dv_obj, qp.in); F(mlx5dv_obj, qp.out); F(mlx5dv_obj, cq.in); F(mlx5dv_obj, cq.out);
     F(mlx5dv_obj, srq); F(mlx5dv_obj, rwq); F(mlx5dv_obj, dm); F(mlx5dv_obj, ah); F(mlx5dv_obj, pd);
@@ -43,6 +48,7 @@ int main(void) {
     printf("MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE %u\n", (unsigned)MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
     printf("MLX5DV_OBJ_QP %u\n", (unsigned)MLX5DV_OBJ_QP);
     printf("MLX5DV_OBJ_CQ %u\n", (unsigned)MLX5DV_OBJ_CQ);
+    printf("MLX5DV_OBJ_SRQ %u\n", (unsigned)MLX5DV_OBJ_SRQ);
     return 0;
 }
 "#;
@@ -78,6 +84,20 @@ fn ours() -> Vec<(String, usize)> {
     f!(v, mlx5dv_cq, cq_uar);
     f!(v, mlx5dv_cq, cqn);
     f!(v, mlx5dv_cq, comp_mask);
+    v.push(("mlx5dv_srq".to_string(), size_of::<mlx5dv_srq>()));
+    f!(v, mlx5dv_srq, buf);
+    f!(v, mlx5dv_srq, dbrec);
+    f!(v, mlx5dv_srq, stride);
+    f!(v, mlx5dv_srq, head);
+    f!(v, mlx5dv_srq, tail);
+    f!(v, mlx5dv_srq, comp_mask);
+    f!(v, mlx5dv_srq, srqn);
+    // Bytes 2..4 of every SRQ WQE, and the next segment's size.
+    v.push(("mlx5_wqe_srq_next_seg.next_wqe_index".into(), 2));
+    v.push((
+        "mlx5_wqe_srq_next_seg".into(),
+        mlx5_dv::driver::SRQ_NEXT_SEG,
+    ));
     v.push(("mlx5dv_obj".to_string(), size_of::<mlx5dv_obj>()));
     v.push(("mlx5dv_obj.qp.in".into(), offset_of!(mlx5dv_obj, qp.in_)));
     v.push(("mlx5dv_obj.qp.out".into(), offset_of!(mlx5dv_obj, qp.out)));
@@ -130,6 +150,7 @@ fn ours() -> Vec<(String, usize)> {
     ));
     v.push(("MLX5DV_OBJ_QP".into(), MLX5DV_OBJ_QP as usize));
     v.push(("MLX5DV_OBJ_CQ".into(), MLX5DV_OBJ_CQ as usize));
+    v.push(("MLX5DV_OBJ_SRQ".into(), MLX5DV_OBJ_SRQ as usize));
     v
 }
 

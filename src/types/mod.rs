@@ -7,6 +7,7 @@ pub mod completion;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod event;
 pub mod keys;
 pub mod mem;
 pub mod mr;

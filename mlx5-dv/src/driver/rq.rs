@@ -1,17 +1,21 @@
 //! The receive queue: posting receive WQEs, their doorbell, retiring them by
 //! a responder CQE's `wqe_counter`, RESET.
 
-use super::{pow2, DescError};
+use super::{pow2, DescError, SrqSlots};
 use crate::doorbell::full_wqe_index;
 use crate::dv::mlx5dv_qp;
 use crate::mmio;
 use crate::ring::RingBuf;
 use crate::wqe::WqeError;
 use core::ptr::NonNull;
+use std::sync::Arc;
 
 /// Receive queue of one QP (`mlx5dv_qp.rq`, doorbell record word 0).
 pub struct ReceiveQueue {
-    buf: RingBuf<'static>,
+    /// `None` for a QP on an SRQ ([`Self::on_srq`]): it has no RQ ring.
+    buf: Option<RingBuf<'static>>,
+    /// The SRQ its receives come from: completions go to its slots.
+    srq: Option<Arc<SrqSlots>>,
     wqe_cnt: u32,
     stride: u32,
     dbrec: *mut u32,
@@ -38,8 +42,36 @@ impl ReceiveQueue {
         self.tail = 0;
         self.pending = false;
         self.done.fill(false);
+        if self.dbrec.is_null() {
+            return;
+        }
         // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(crate::doorbell::QP_DBREC_RQ), 0) };
+    }
+
+    /// The receive side of a QP whose receives come from an SRQ: it has no
+    /// ring and takes no post ([`Self::free`] is 0); a responder CQE's
+    /// `wqe_counter` is an index into the SRQ, completed through `slots`
+    /// (in any order; [`Self::outstanding`] is always 0: the SRQ's WQEs
+    /// are not the QP's).
+    pub fn on_srq(slots: Arc<SrqSlots>) -> Self {
+        ReceiveQueue {
+            buf: None,
+            srq: Some(slots),
+            wqe_cnt: 0,
+            stride: 16,
+            dbrec: core::ptr::null_mut(),
+            head: 0,
+            tail: 0,
+            pending: false,
+            wr_id: Box::new([]),
+            done: Box::new([]),
+        }
+    }
+
+    /// Whether the QP's receives come from an SRQ.
+    pub fn is_srq(&self) -> bool {
+        self.srq.is_some()
     }
 
     /// A receive queue over `qp`'s RQ.
@@ -64,7 +96,8 @@ impl ReceiveQueue {
         Ok(Self {
             // SAFETY: the caller guarantees `rq.buf` holds `wqe_cnt * stride`
             // bytes for our lifetime and nobody else on the host touches them.
-            buf: unsafe { RingBuf::from_raw(buf, len) },
+            buf: Some(unsafe { RingBuf::from_raw(buf, len) }),
+            srq: None,
             wqe_cnt,
             stride,
             dbrec: qp.dbrec,
@@ -88,18 +121,25 @@ impl ReceiveQueue {
         self.head.wrapping_sub(self.tail)
     }
 
-    /// Most data segments per receive WQE (`stride / 16`).
+    /// Most data segments per receive WQE (`stride / 16`; 0 on an SRQ).
     pub fn max_sge(&self) -> u32 {
+        if self.buf.is_none() {
+            return 0;
+        }
         self.stride / 16
     }
 
     /// Writes one receive WQE without ringing the doorbell. On error nothing is written.
     #[inline]
     pub fn post(&mut self, sges: &[crate::wqe::DataSeg], wr_id: u64) -> Result<(), WqeError> {
-        if self.free() == 0 {
+        let Some(buf) = self
+            .buf
+            .as_mut()
+            .filter(|_| self.head.wrapping_sub(self.tail) < self.wqe_cnt)
+        else {
             return Err(WqeError::QueueFull { need: 1, free: 0 });
-        }
-        crate::wqe::write_recv_wqe(&mut self.buf, self.wqe_cnt, self.stride, self.head, sges)?;
+        };
+        crate::wqe::write_recv_wqe(buf, self.wqe_cnt, self.stride, self.head, sges)?;
         self.wr_id[(self.head & (self.wqe_cnt - 1)) as usize] = wr_id;
         if crate::trace::enabled() {
             let off = (self.head & (self.wqe_cnt - 1)) as usize * self.stride as usize;
@@ -113,7 +153,7 @@ impl ReceiveQueue {
     /// Publishes what was posted: barrier, then `dbrec[0] = be32(head & 0xffff)`.
     #[inline]
     pub fn ring_doorbell(&mut self) {
-        if !self.pending {
+        if !self.pending || self.dbrec.is_null() {
             return;
         }
         mmio::to_device_barrier();
@@ -138,6 +178,9 @@ impl ReceiveQueue {
     /// never posted again before that.
     #[inline]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
+        if let Some(s) = &self.srq {
+            return s.complete(wqe_counter);
+        }
         let idx = full_wqe_index(wqe_counter, self.tail, self.head)?;
         let mask = self.wqe_cnt - 1;
         let slot = (idx & mask) as usize;

@@ -128,9 +128,10 @@ impl SrqSlots {
     }
 
     /// The poster's next relinkable WQE index, at its position `*at` in
-    /// the return queue (advanced past it), if queued yet.
+    /// the return queue (advanced past it), if queued yet. One consumer:
+    /// the poster, with its own `at` (starting at 0).
     #[inline]
-    fn take_returned(&self, at: &mut u64) -> Option<u32> {
+    pub fn take_returned(&self, at: &mut u64) -> Option<u32> {
         let mask = self.returned.len() as u64 - 1;
         let w = self.returned[(*at & mask) as usize].load(Ordering::Acquire);
         if w >> 32 != (*at + 1) & 0xffff_ffff {
@@ -138,6 +139,12 @@ impl SrqSlots {
         }
         *at += 1;
         Some(w as u32)
+    }
+
+    /// The poster takes slot `idx` back before the device saw it (a post
+    /// the device refused): not queued for relinking.
+    pub fn take_back(&self, idx: u32) {
+        self.device[idx as usize].store(false, Ordering::Release);
     }
 
     /// Whether a WQE the device holds names `lkey` (for deregistration:

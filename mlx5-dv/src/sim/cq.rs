@@ -219,6 +219,17 @@ fn cq_full(cq: &CqEntry) -> bool {
 /// through the consumer index: then the CQ overruns (PRM: the CQ moves to
 /// error and raises a CQ error event) and neither this nor any later CQE is
 /// written. A CQ that ignores overrun writes the slot whatever it holds.
+/// Writes CQE `c` of a QP whose user index is `uidx` into CQ `cqn`; an
+/// overrun it causes raises `AsyncEvent::CqError` too.
+pub(super) fn push_cqe_to(st: &mut State, cqn: u32, c: &Cqe, uidx: u32) {
+    let cq = st.cqs.get_mut(&cqn).expect("cq");
+    let before = cq.error_events;
+    push_cqe(cq, c, uidx);
+    if cq.error_events != before {
+        super::srq::raise(st, super::AsyncEvent::CqError { cqn });
+    }
+}
+
 /// Writes CQE `c` of a QP whose user index is `uidx` (version-1 CQEs carry
 /// it in `srqn_uidx`, bytes 32..36, low 24 bits).
 pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {

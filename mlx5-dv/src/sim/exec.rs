@@ -2,7 +2,7 @@
 //! doorbell record, one at a time (malformed ones, RNR retries, ERR flushes),
 //! with the requester's CQEs; each WQE decoded and handed to its opcode.
 
-use super::cq::push_cqe;
+use super::cq::push_cqe_to;
 use super::ops::{atomic, rdma_read, rdma_write, rdma_write_imm, send, Exec, MAX_WQE};
 use super::recv::flush_recv;
 use super::{QpState, State, RNR_DELAY};
@@ -121,7 +121,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         };
         if let Some(c) = cqe {
             let uidx = st.qps[&qpn].uidx;
-            push_cqe(st.cqs.get_mut(&send_cqn).expect("cq"), &c, uidx);
+            push_cqe_to(st, send_cqn, &c, uidx);
         }
         done += 1;
     }

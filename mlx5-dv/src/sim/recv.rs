@@ -1,7 +1,7 @@
 //! The responder's receive queue: the next posted receive WQE, its
 //! completion, and the flush of a QP in ERR.
 
-use super::cq::push_cqe;
+use super::cq::push_cqe_to;
 use super::srq::{consume_srq_wqe, next_srq_wqe};
 use super::State;
 use crate::cqe::Cqe;
@@ -82,10 +82,9 @@ pub(super) fn complete_recv(st: &mut State, qpn: u32, idx: u16, c: Cqe) {
     if first.is_none() && st.qps[&qpn].held_recv.is_some() {
         return;
     }
-    let cq = st.cqs.get_mut(&cqn).expect("cq");
-    push_cqe(cq, &c, uidx);
+    push_cqe_to(st, cqn, &c, uidx);
     if let Some(f) = first {
-        push_cqe(cq, &f, uidx);
+        push_cqe_to(st, cqn, &f, uidx);
     }
 }
 
@@ -96,7 +95,7 @@ pub(super) fn release_held(st: &mut State, qpn: u32) {
     };
     if let Some(c) = q.held_recv.take() {
         let (cqn, uidx) = (q.send_cqn, q.uidx);
-        push_cqe(st.cqs.get_mut(&cqn).expect("cq"), &c, uidx);
+        push_cqe_to(st, cqn, &c, uidx);
     }
 }
 

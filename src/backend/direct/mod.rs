@@ -10,6 +10,9 @@
 )]
 
 mod poll;
+mod srq;
+
+pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]
 use super::ibv;
@@ -297,6 +300,9 @@ pub(crate) struct DirectQp {
     post_mode: u8,
     /// The device objects that own the rings (dropped after the drivers).
     dev: DirectDev,
+    /// The SRQ its receives come from (its ring's owner, dropped after the
+    /// QP: a device destroys no SRQ a QP names).
+    _srq: Option<Arc<DirectSrqDev>>,
     /// The path facts the last modify set (for `path`).
     path: PathInfo,
     /// WRs posted and retired, for the PD's deregistration of dropped MRs:
@@ -304,6 +310,8 @@ pub(crate) struct DirectQp {
     progress: Arc<WrProgress>,
     sent: u64,
     recvd: u64,
+    /// CQ credits of its own CQ held for its SRQ's receives (0 without).
+    srq_reserved: u32,
 }
 
 /// At most half of a CQ's credits are free: the send WR that took them
@@ -345,6 +353,7 @@ impl DirectQp {
         max_send_sge: u32,
         max_recv_wr: u32,
         max_recv_sge: u32,
+        srq: Option<&DirectSrq>,
     ) -> Result<Self> {
         let (own, credits) = cq.resolve(|depth| DirectCq::create_sim(dev, depth))?;
         let sim_cq = match &cq.in_use(&own).dev {
@@ -358,15 +367,26 @@ impl DirectQp {
         };
         let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
-        let sim_qp = dev.create_qp_rq(pd, sim_cq, sq_wqebbs, rq_cnt, stride)?;
+        let sim_qp = match srq.and_then(DirectSrq::sim) {
+            Some(s) => dev.create_qp_srq(pd, sim_cq, sq_wqebbs, s)?,
+            None if srq.is_some() => {
+                return Err(Error::Invalid(
+                    "a sim QP cannot receive from a ConnectX SRQ".into(),
+                ))
+            }
+            None => dev.create_qp_rq(pd, sim_cq, sq_wqebbs, rq_cnt, stride)?,
+        };
         // SAFETY: the descriptions come from `sim_qp`, which this struct owns
         // and drops after the drivers (field order); nothing else on the host
         // uses these rings.
         let mut sq =
             unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
         sq.limit_wqe_size(max_wqebbs(max_send_sge, max_inline));
-        // SAFETY: as above.
-        let rq = unsafe { ReceiveQueue::new(&sim_qp.dv()) }?;
+        let rq = match srq {
+            Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
+            // SAFETY: as above.
+            None => unsafe { ReceiveQueue::new(&sim_qp.dv()) }?,
+        };
         Ok(Self {
             sq,
             rq,
@@ -379,10 +399,12 @@ impl DirectQp {
             post_mode: POST_CHECKED,
             credits,
             dev: DirectDev::Sim(sim_qp),
+            _srq: srq.map(|s| s.dev().clone()),
             path: PathInfo::unconnected("sim"),
             progress: Arc::new(WrProgress::new(max_recv_wr, max_recv_sge)),
             sent: 0,
             recvd: 0,
+            srq_reserved: 0,
         })
     }
 
@@ -394,6 +416,7 @@ impl DirectQp {
         pd: &std::sync::Arc<ibv::Pd>,
         caps: ibv::QpCaps,
         cq: CqFor<'_>,
+        srq: Option<&DirectSrq>,
     ) -> Result<Self> {
         let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
         let vcq = match &cq.in_use(&own).dev {
@@ -404,7 +427,16 @@ impl DirectQp {
                 ))
             }
         };
-        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq)?;
+        let vsrq = match srq.map(|s| &**s.dev()) {
+            Some(DirectSrqDev::Mlx5(v)) => Some(v),
+            Some(DirectSrqDev::Sim(_)) => {
+                return Err(Error::Invalid(
+                    "a ConnectX QP cannot receive from a sim SRQ".into(),
+                ))
+            }
+            None => None,
+        };
+        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq)?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
         // that `objs` owns; this struct drops the drivers before `objs`
         // (field order), and no one else posts to it (the QP is never
@@ -412,8 +444,11 @@ impl DirectQp {
         let mut sq =
             unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
         sq.limit_wqe_size(max_wqebbs(caps.max_send_sge, objs.max_inline));
-        // SAFETY: as above.
-        let rq = unsafe { ReceiveQueue::new(&dv_qp) }?;
+        let rq = match srq {
+            Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
+            // SAFETY: as above.
+            None => unsafe { ReceiveQueue::new(&dv_qp) }?,
+        };
         Ok(Self {
             sq,
             rq,
@@ -427,9 +462,11 @@ impl DirectQp {
             credits,
             path: PathInfo::unconnected(""),
             dev: DirectDev::Mlx5(objs),
+            _srq: srq.map(|s| s.dev().clone()),
             progress: Arc::new(WrProgress::new(caps.max_recv_wr, caps.max_recv_sge)),
             sent: 0,
             recvd: 0,
+            srq_reserved: 0,
         })
     }
 
@@ -547,6 +584,8 @@ impl DirectQp {
             // sees to it.)
             cq.drain();
             self.credits = CqCredits::new(self.credits.depth());
+            // (The SRQ's share: taken at creation from a CQ that had it.)
+            self.credits.take(self.srq_reserved);
         }
         self.sq.reset();
         self.rq.reset();
@@ -674,6 +713,15 @@ impl DirectQp {
         }
     }
 
+    /// Test hook: see `SimHook::swap_recv_completions`.
+    pub(crate) fn swap_recv_completions(&mut self, on: bool) {
+        match &self.dev {
+            DirectDev::Sim(q) => q.hook_swap_recv_completions(on),
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(_) => {}
+        }
+    }
+
     /// Whether the CQ overran, and its CQ error events.
     pub(crate) fn cq_overrun(&self) -> (bool, u64) {
         self.cq.as_ref().map_or((false, 0), DirectCq::overrun)
@@ -687,6 +735,16 @@ impl DirectQp {
     /// Whether the QP runs on the sim (its test hooks apply).
     pub(crate) fn is_sim(&self) -> bool {
         matches!(self.dev, DirectDev::Sim(_))
+    }
+
+    /// The CQ credits the QP counts, if it counts them (a QP on an SRQ
+    /// holds the SRQ's receives' share there).
+    pub(crate) fn srq_credits(&mut self) -> Option<CqCredits> {
+        if self.rq.is_srq() && self.cq.is_some() {
+            // Its own CQ's credits are made anew at RESET: take them again.
+            self.srq_reserved = self.max_recv_wr;
+        }
+        self.count_credits.then(|| self.credits.clone())
     }
 
     /// CQEs the QP's CQ holds.

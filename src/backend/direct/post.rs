@@ -388,6 +388,12 @@ impl DirectQp {
     }
 
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.rq.is_srq() && !wrs.is_empty() {
+            return Err(Error::Invalid(format!(
+                "QP {:#x} receives from an SRQ: post receives to the SRQ",
+                self.qpn
+            )));
+        }
         let max = self.max_recv_sge as usize;
         for w in wrs {
             if w.sges.len() > max {

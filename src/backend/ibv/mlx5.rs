@@ -56,6 +56,7 @@ pub(crate) fn create_mlx5_qp(
     pd: &Arc<Pd>,
     caps: QpCaps,
     cq: &Arc<VerbsCq>,
+    srq: Option<&super::VerbsSrq>,
 ) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp)> {
     use mlx5_dv::dv::*;
     // SAFETY: plain data; zero is valid.
@@ -65,9 +66,12 @@ pub(crate) fn create_mlx5_qp(
     attr.qp_type = ibv_qp_type::IBV_QPT_RC;
     attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     attr.pd = pd.raw;
+    if let Some(s) = srq {
+        attr.srq = s.raw;
+    }
     attr.cap = ibv_qp_cap {
         max_send_wr: caps.max_send_wr,
-        max_recv_wr: caps.max_recv_wr,
+        max_recv_wr: if srq.is_some() { 0 } else { caps.max_recv_wr },
         max_send_sge: caps.max_send_sge,
         max_recv_sge: caps.max_recv_sge,
         max_inline_data: caps.max_inline,
@@ -125,6 +129,43 @@ pub(crate) fn describe_mlx5_cq(cq: &VerbsCq) -> Result<mlx5_dv::dv::mlx5dv_cq> {
     Ok(dv_cq)
 }
 
+/// An `{in, out}` pair that names no object.
+fn none_pair<I, O>() -> mlx5_dv::dv::mlx5dv_obj_pair<I, O> {
+    mlx5_dv::dv::mlx5dv_obj_pair {
+        in_: std::ptr::null_mut(),
+        out: std::ptr::null_mut(),
+    }
+}
+
+/// Describes an SRQ for the direct path with `mlx5dv_init_obj`
+/// (`MLX5DV_OBJ_SRQ`).
+pub(crate) fn describe_mlx5_srq(srq: &super::VerbsSrq) -> Result<mlx5_dv::driver::SrqDesc> {
+    use mlx5_dv::dv::*;
+    let mut out = mlx5dv_srq::zeroed();
+    let mut obj = mlx5dv_obj {
+        qp: none_pair(),
+        cq: none_pair(),
+        srq: mlx5dv_obj_pair {
+            in_: srq.raw.cast(),
+            out: &mut out,
+        },
+        rwq: none_pair(),
+        dm: none_pair(),
+        ah: none_pair(),
+        pd: none_pair(),
+    };
+    // SAFETY: `obj` names a live SRQ and points at a writable output.
+    let rc = unsafe { mlx5dv_init_obj(&mut obj, MLX5DV_OBJ_SRQ) };
+    if rc != 0 {
+        return Err(Error::Verbs {
+            call: "mlx5dv_init_obj",
+            errno: if rc > 0 { rc } else { errno() },
+            detail: " (MLX5DV_OBJ_SRQ)".into(),
+        });
+    }
+    Ok(out.desc())
+}
+
 /// `mlx5dv_init_obj` for a QP and/or a CQ (a null `in` pointer leaves that
 /// one out).
 fn init_obj(
@@ -134,10 +175,6 @@ fn init_obj(
     dv_cq: *mut mlx5_dv::dv::mlx5dv_cq,
 ) -> Result<()> {
     use mlx5_dv::dv::*;
-    let none = || mlx5dv_obj_pair {
-        in_: std::ptr::null_mut(),
-        out: std::ptr::null_mut(),
-    };
     let mut obj = mlx5dv_obj {
         qp: mlx5dv_obj_pair {
             in_: qp,
@@ -147,11 +184,11 @@ fn init_obj(
             in_: cq,
             out: dv_cq,
         },
-        srq: none(),
-        rwq: none(),
-        dm: none(),
-        ah: none(),
-        pd: none(),
+        srq: none_pair(),
+        rwq: none_pair(),
+        dm: none_pair(),
+        ah: none_pair(),
+        pd: none_pair(),
     };
     let mut types = 0;
     if !qp.is_null() {

@@ -2,7 +2,9 @@
 //! `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`, over the control path
 //! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
 
-use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq};
+mod srq;
+
+use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq, VerbsSrq};
 use super::SharedQps;
 use crate::types::completion::{Completion, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
@@ -10,7 +12,10 @@ use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::{RecvWr, SendWrs, WrOp};
 use mlx5_dv::driver::CqCredits;
+use mlx5_dv::driver::SrqSlots;
 use rdma_sys::*;
+pub(crate) use srq::VerbsSrqPost;
+use srq::SRQ_TAG;
 use std::sync::Arc;
 
 /// How many WRs of a chain a post call took: all on success; on failure
@@ -115,6 +120,9 @@ pub(crate) struct VerbsQp {
     retired: u64,
     /// The counts above, for the PD's deregistration of dropped MRs.
     progress: Arc<WrProgress>,
+    /// The SRQ its receives come from (destroyed after the QP), and the
+    /// slot table its receive completions name (`SRQ_TAG | slot`).
+    srq: Option<(Arc<VerbsSrq>, Arc<SrqSlots>)>,
     _pd: Arc<Pd>,
 }
 
@@ -151,16 +159,25 @@ impl CqChoice<'_> {
     }
 }
 
-pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<VerbsQp> {
+pub(crate) fn create_qp(
+    pd: &Arc<Pd>,
+    caps: QpCaps,
+    cq: CqChoice<'_>,
+    srq: Option<&VerbsSrqPost>,
+) -> Result<VerbsQp> {
     let (cq, credits, shared) = cq.resolve(&pd.ctx)?;
+    let srq = srq.map(VerbsSrqPost::parts);
     // SAFETY: plain data; zero is valid.
     let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
     init.send_cq = cq.cq;
     init.recv_cq = cq.cq;
     init.qp_type = ibv_qp_type::IBV_QPT_RC;
+    if let Some((s, _)) = &srq {
+        init.srq = s.raw;
+    }
     init.cap = ibv_qp_cap {
         max_send_wr: caps.max_send_wr,
-        max_recv_wr: caps.max_recv_wr,
+        max_recv_wr: if srq.is_some() { 0 } else { caps.max_recv_wr },
         max_send_sge: caps.max_send_sge,
         max_recv_sge: caps.max_recv_sge,
         max_inline_data: caps.max_inline,
@@ -208,6 +225,7 @@ pub(crate) fn create_qp(pd: &Arc<Pd>, caps: QpCaps, cq: CqChoice<'_>) -> Result<
             init.cap.max_recv_wr.min(caps.max_recv_wr).max(1),
             caps.max_recv_sge,
         )),
+        srq,
         _pd: pd.clone(),
     })
 }
@@ -232,6 +250,11 @@ impl VerbsQp {
     }
 
     /// Depth of the CQ the device gave, in CQEs.
+    /// The CQ credits its posts take (every verbs QP counts them).
+    pub(crate) fn credits(&self) -> &CqCredits {
+        &self.credits
+    }
+
     pub(crate) fn cq_depth(&self) -> u32 {
         self.cq.depth
     }
@@ -506,6 +529,12 @@ impl VerbsQp {
     }
 
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.srq.is_some() && !wrs.is_empty() {
+            return Err(Error::Invalid(format!(
+                "QP {:#x} receives from an SRQ: post receives to the SRQ",
+                self.qpn
+            )));
+        }
         for w in wrs {
             if w.sges.len() > self.caps.max_recv_sge as usize {
                 return Err(Error::Invalid(format!(
@@ -631,7 +660,11 @@ impl VerbsQp {
     #[inline]
     fn retire(&mut self, w: &ibv_wc, freed: &mut u32) -> Option<Completion> {
         // Our wr_id is the WR's sequence number (see `VerbsQp`).
-        let (wr_id, hidden) = if w.wr_id & RECV_TAG != 0 {
+        let (wr_id, hidden) = if w.wr_id & SRQ_TAG != 0 {
+            // A receive of the SRQ: its slot (its CQ credits are the SRQ's).
+            let slots = &self.srq.as_ref()?.1;
+            (slots.complete(w.wr_id as u16)?, false)
+        } else if w.wr_id & RECV_TAG != 0 {
             let seq = w.wr_id & !RECV_TAG;
             if seq >= self.recv_posted || seq < self.recv_done {
                 // Names no receive this QP posted, or one already retired

@@ -144,6 +144,7 @@ mod device_errors;
 mod flow;
 mod memory;
 mod refusals;
+mod srq;
 pub mod two_host;
 
 use benchmarks::*;
@@ -153,6 +154,7 @@ use device_errors::*;
 use flow::*;
 use memory::*;
 use refusals::*;
+use srq::*;
 
 fn passed(notes: Vec<String>) -> CaseResult {
     Ok(Outcome::Passed(notes.join("; ")))
@@ -349,4 +351,11 @@ const ONE_SIDED: &[Case] = &[
     case!(a_dropped_remote_target_refuses_the_next_write),
     case!(local_write_on_read_only_memory_is_refused),
     case!(posted_receives_hold_only_the_mr_they_name),
+    case!(srq_scatters_a_send_over_two_sges),
+    case!(one_srq_feeds_four_qps_on_one_cq),
+    case!(srq_limit_event_is_raised_once_then_rearmed),
+    case!(out_of_order_receive_completions_on_rq_and_srq),
+    case!(a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others),
+    case!(srq_refusals_post_nothing),
+    case!(an_srq_receive_holds_only_the_mr_it_names),
 ];

@@ -1,0 +1,164 @@
+//! SRQs on the direct path: our driver over the SRQ ring
+//! (`mlx5_dv::driver::SharedReceiveQueue`), on the sim or on a ConnectX
+//! (`ibv_create_srq`, then `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`).
+
+#[cfg(feature = "verbs")]
+use super::ibv;
+use crate::types::error::{Error, Result};
+use crate::types::wr::RecvWr;
+use mlx5_dv::driver::{SharedReceiveQueue, SrqSlots};
+use mlx5_dv::sim;
+use mlx5_dv::wqe::DataSeg;
+use std::sync::Arc;
+
+/// Who owns an SRQ's ring: kept by the SRQ's poster and by every QP on it,
+/// so the ring outlives both.
+pub(crate) enum DirectSrqDev {
+    Sim(sim::Srq),
+    #[cfg(feature = "verbs")]
+    Mlx5(ibv::VerbsSrq),
+}
+
+/// The poster's side of a direct-path SRQ.
+pub(crate) struct DirectSrq {
+    // Field order: the driver drops before the device object (whose last
+    // handle may be this one).
+    ring: SharedReceiveQueue,
+    dev: Arc<DirectSrqDev>,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+impl DirectSrq {
+    /// A sim SRQ in PD `pdn` for `max_wr` receives of `max_sge` SGEs.
+    pub(crate) fn create_sim(
+        dev: &sim::Device,
+        pdn: u32,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Self> {
+        let s = dev.create_srq(pdn, max_wr, max_sge)?;
+        // SAFETY: the description comes from `s`, which this struct keeps
+        // (behind `dev`, dropped after the driver); nothing else on the
+        // host posts to it.
+        let ring = unsafe { SharedReceiveQueue::new(&s.dv(), max_sge) }?;
+        Self::with(ring, DirectSrqDev::Sim(s), max_wr, max_sge)
+    }
+
+    /// A ConnectX SRQ: `ibv_create_srq`, described by `mlx5dv_init_obj`.
+    #[cfg(feature = "verbs")]
+    pub(crate) fn create_mlx5(pd: &Arc<ibv::Pd>, max_wr: u32, max_sge: u32) -> Result<Self> {
+        let v = ibv::VerbsSrq::create(pd, max_wr, max_sge)?;
+        let d = ibv::describe_mlx5_srq(&v)?;
+        // SAFETY: the description comes from `mlx5dv_init_obj` on `v`,
+        // kept behind `dev`; the SRQ is never handed to `ibv_post_srq_recv`.
+        let ring = unsafe { SharedReceiveQueue::new(&d, max_sge) }?;
+        Self::with(ring, DirectSrqDev::Mlx5(v), max_wr, max_sge)
+    }
+
+    fn with(
+        ring: SharedReceiveQueue,
+        dev: DirectSrqDev,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Self> {
+        if ring.count() <= max_wr || ring.max_sge() < max_sge {
+            return Err(Error::Invalid(format!(
+                "the device's SRQ ({} WQEs of {} SGEs) is smaller than asked ({max_wr} of {max_sge})",
+                ring.count(),
+                ring.max_sge()
+            )));
+        }
+        Ok(DirectSrq {
+            ring,
+            dev: Arc::new(dev),
+            max_wr,
+            max_sge,
+        })
+    }
+
+    /// What QPs on this SRQ keep: the device object.
+    pub(crate) fn dev(&self) -> &Arc<DirectSrqDev> {
+        &self.dev
+    }
+
+    /// The slot table completions go through.
+    pub(crate) fn slots(&self) -> &Arc<SrqSlots> {
+        self.ring.slots()
+    }
+
+    /// The SRQ number.
+    pub(crate) fn srqn(&self) -> u32 {
+        match &*self.dev {
+            DirectSrqDev::Sim(s) => s.srqn(),
+            #[cfg(feature = "verbs")]
+            DirectSrqDev::Mlx5(v) => v.srqn(),
+        }
+    }
+
+    /// Receives posted and not yet polled back (completed ones count until
+    /// a post relinks them).
+    pub(crate) fn outstanding(&mut self) -> u32 {
+        self.ring.count() - 1 - self.ring.free()
+    }
+
+    /// Posts `wrs` with one doorbell, all or nothing: each at most
+    /// `max_sge` SGEs and 2^31 bytes, and at most `max_wr` outstanding
+    /// after it ([`Error::RecvQueueFull`]: poll, then post again).
+    pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let max = self.max_sge as usize;
+        for w in wrs {
+            if w.sges.len() > max {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the SRQ's max_sge of {max}",
+                    w.sges.len()
+                )));
+            }
+            let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
+            if total > 1 << 31 {
+                return Err(Error::Invalid(format!(
+                    "receive of {total} bytes exceeds 2^31"
+                )));
+            }
+        }
+        if self.outstanding() as usize + wrs.len() > self.max_wr as usize {
+            return Err(Error::RecvQueueFull);
+        }
+        for w in wrs {
+            let mut segs = [DataSeg {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; super::MAX_SGE];
+            for (d, s) in segs.iter_mut().zip(w.sges) {
+                *d = DataSeg {
+                    addr: s.addr,
+                    len: s.len,
+                    lkey: s.lkey.0,
+                };
+            }
+            // Checked above (SGE count, length, room): cannot fail.
+            self.ring.post(&segs[..w.sges.len()], w.wr_id)?;
+        }
+        self.ring.ring_doorbell();
+        Ok(())
+    }
+
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).
+    pub(crate) fn set_limit(&mut self, limit: u32) -> Result<()> {
+        match &*self.dev {
+            DirectSrqDev::Sim(s) => Ok(s.set_limit(limit)?),
+            #[cfg(feature = "verbs")]
+            DirectSrqDev::Mlx5(v) => v.set_limit(limit),
+        }
+    }
+
+    /// The sim SRQ behind this one, if it is one (its test hooks).
+    pub(crate) fn sim(&self) -> Option<&sim::Srq> {
+        match &*self.dev {
+            DirectSrqDev::Sim(s) => Some(s),
+            #[cfg(feature = "verbs")]
+            DirectSrqDev::Mlx5(_) => None,
+        }
+    }
+}

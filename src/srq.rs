@@ -1,0 +1,250 @@
+//! Shared receive queues: one pool of receives that many QPs take from
+//! ([`Srq`], made by [`Pd::create_srq`](crate::Pd::create_srq)), and what a
+//! QP on one keeps ([`SrqLink`]).
+
+use crate::backend::direct;
+#[cfg(feature = "verbs")]
+use crate::backend::verbs;
+use crate::handles::{PdInner, PdKind};
+use crate::types::error::{Error, Result};
+use crate::types::wr::{RecvWr, BYTES_PD};
+use mlx5_dv::driver::CqCredits;
+use std::sync::{Arc, Mutex};
+
+/// A shared receive queue (SRQ): receives posted here go to whichever QP
+/// on it ([`Pd::create_qp_on_srq`](crate::Pd::create_qp_on_srq),
+/// [`SharedCq::create_qp_on_srq`](crate::SharedCq::create_qp_on_srq))
+/// takes the next incoming SEND (or WRITE_IMM), so a server's receive
+/// memory grows with its load, not with its connections (IB spec 10.2.9).
+/// Each receive completes on the CQ of the QP that took it, with that QP's
+/// `qp_num`; its `wr_id` is the one posted here.
+///
+/// On mlx5 (the sim, ConnectX) our driver writes the SRQ's WQEs: a 16-byte
+/// next segment (`next_wqe_index`, big-endian, bytes 2..4), then the data
+/// segments, the unused ones ended by lkey `MLX5_INVALID_LKEY` (0x100);
+/// the doorbell record is the count of WQEs posted, modulo 2^16, big-endian
+/// (rdma-core `providers/mlx5/srq.c`). Completions may come out of order; a
+/// completed WQE is free again at once. Elsewhere: `ibv_post_srq_recv`.
+///
+/// CQ room: each CQ that QPs on an SRQ complete into keeps room for
+/// `max_wr` of its receive completions (CQ credits taken when its first QP
+/// on the SRQ is made, given back when its last goes), since any of them
+/// may take every receive.
+///
+/// `Send`, not `Sync`: one thread posts. The QPs on it may be on others.
+pub struct Srq {
+    // Field order: the poster (the ring driver) goes before the device
+    // object it keeps; QPs on the SRQ keep that object too.
+    kind: SrqKind,
+    pub(crate) shared: Arc<SrqShared>,
+    pd: Arc<PdInner>,
+}
+
+pub(crate) enum SrqKind {
+    Direct(direct::DirectSrq),
+    #[cfg(feature = "verbs")]
+    Verbs(verbs::VerbsSrqPost),
+}
+
+/// What an SRQ's QPs share with it: its limits, and the CQ credits held
+/// for its receives, per CQ.
+pub(crate) struct SrqShared {
+    pub(crate) max_wr: u32,
+    pub(crate) max_sge: u32,
+    /// The PD id its receives' SGEs must carry.
+    pub(crate) pd_id: u32,
+    reserved: Mutex<Vec<(CqCredits, u32)>>,
+}
+
+/// A QP's tie to its SRQ: the CQ credits it holds there, given back when
+/// the last QP of its CQ on the SRQ goes.
+pub(crate) struct SrqLink {
+    pub(crate) shared: Arc<SrqShared>,
+    credits: Option<CqCredits>,
+}
+
+impl SrqShared {
+    /// Holds `max_wr` of `credits` for this SRQ's receives, once per CQ.
+    ///
+    /// Errors: [`Error::Invalid`] when the CQ has fewer free.
+    pub(crate) fn link(self: &Arc<Self>, credits: Option<CqCredits>) -> Result<SrqLink> {
+        if let Some(c) = &credits {
+            let mut r = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+            match r.iter_mut().find(|(k, _)| k.id() == c.id()) {
+                Some((_, refs)) => *refs += 1,
+                None if c.take(self.max_wr) => r.push((c.clone(), 1)),
+                None => {
+                    return Err(Error::Invalid(format!(
+                        "the QP's CQ has {} CQEs free; a QP on an SRQ of max_wr {} needs room for \
+                         them all (size the CQ with CqSizing::queue(max_wr))",
+                        c.free(),
+                        self.max_wr
+                    )))
+                }
+            }
+        }
+        Ok(SrqLink {
+            shared: self.clone(),
+            credits,
+        })
+    }
+}
+
+impl Drop for SrqLink {
+    fn drop(&mut self) {
+        let Some(c) = &self.credits else { return };
+        let mut r = self
+            .shared
+            .reserved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = r.iter().position(|(k, _)| k.id() == c.id()) {
+            r[i].1 -= 1;
+            if r[i].1 == 0 {
+                r.remove(i);
+                c.give(self.shared.max_wr);
+            }
+        }
+    }
+}
+
+impl Srq {
+    /// See [`Pd::create_srq`](crate::Pd::create_srq).
+    pub(crate) fn create(pd: &Arc<PdInner>, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        if !(1..=1 << 14).contains(&max_wr) {
+            return Err(Error::Invalid(format!(
+                "SRQ max_wr {max_wr} must be 1..=16384"
+            )));
+        }
+        if max_sge == 0 || max_sge as usize > direct::MAX_SGE {
+            return Err(Error::Invalid(format!(
+                "SRQ max_sge {max_sge} must be 1..={}",
+                direct::MAX_SGE
+            )));
+        }
+        let kind = match &pd.kind {
+            PdKind::Sim(dev, pdn) => {
+                SrqKind::Direct(direct::DirectSrq::create_sim(dev, *pdn, max_wr, max_sge)?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(p, true) => {
+                SrqKind::Direct(direct::DirectSrq::create_mlx5(p, max_wr, max_sge)?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(p, false) => {
+                SrqKind::Verbs(verbs::VerbsSrqPost::create(p, max_wr, max_sge)?)
+            }
+        };
+        let slots = match &kind {
+            SrqKind::Direct(d) => d.slots(),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(v) => v.slots(),
+        };
+        pd.graves.add_srq(slots);
+        Ok(Srq {
+            kind,
+            shared: Arc::new(SrqShared {
+                max_wr,
+                max_sge,
+                pd_id: pd.id,
+                reserved: Mutex::new(Vec::new()),
+            }),
+            pd: pd.clone(),
+        })
+    }
+
+    pub(crate) fn kind(&self) -> &SrqKind {
+        &self.kind
+    }
+
+    pub(crate) fn pd(&self) -> &Arc<PdInner> {
+        &self.pd
+    }
+
+    /// Most receives the SRQ holds at once.
+    pub fn max_wr(&self) -> u32 {
+        self.shared.max_wr
+    }
+
+    /// Most SGEs per receive.
+    pub fn max_sge(&self) -> u32 {
+        self.shared.max_sge
+    }
+
+    /// The SRQ number (0 where a verbs provider does not say).
+    pub fn srq_num(&self) -> u32 {
+        match &self.kind {
+            SrqKind::Direct(d) => d.srqn(),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(v) => v.srqn(),
+        }
+    }
+
+    /// Receives posted whose completions have not been polled yet.
+    pub fn outstanding(&mut self) -> u32 {
+        match &mut self.kind {
+            SrqKind::Direct(d) => d.outstanding(),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(v) => v.outstanding(),
+        }
+    }
+
+    /// Posts a batch of receives with one doorbell; every WR is checked
+    /// first, and on any error nothing is posted.
+    ///
+    /// Errors: [`Error::RecvQueueFull`] when the SRQ would hold more than
+    /// `max_wr` receives not yet polled back (poll the QPs' CQs, then post
+    /// again); [`Error::Invalid`] for more SGEs than `max_sge`, over 2^31
+    /// bytes, a batch larger than `max_wr` (it could never fit), an SGE of
+    /// another PD or of plain bytes; a verbs device's refusal
+    /// ([`Error::Verbs`], `ibv_post_srq_recv`).
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        for w in wrs {
+            if w.sges.iter().any(|s| s.pd() == BYTES_PD) {
+                return Err(Error::Invalid(
+                    "an SGE of plain bytes (Sge::bytes) is inline data: only an inline send takes it"
+                        .into(),
+                ));
+            }
+            if w.sges.iter().any(|s| s.pd() != self.shared.pd_id) {
+                return Err(Error::Invalid(
+                    "an SGE names memory registered on another protection domain (or device)"
+                        .into(),
+                ));
+            }
+        }
+        if wrs.len() > self.shared.max_wr as usize {
+            return Err(Error::Invalid(format!(
+                "a batch of {} receives can never fit an SRQ of max_wr {}: post it in parts",
+                wrs.len(),
+                self.shared.max_wr
+            )));
+        }
+        match &mut self.kind {
+            SrqKind::Direct(d) => d.post_recv(wrs),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(v) => v.post_recv(wrs),
+        }
+    }
+
+    /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when a
+    /// receive taken leaves fewer than `limit` posted, the device raises
+    /// one [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent) (read it with
+    /// [`Context::get_async_event`](crate::Context::get_async_event)) and
+    /// the limit is disarmed: arm it again for the next. 0 disarms.
+    ///
+    /// Errors: `limit` above `max_wr` ([`Error::Invalid`]); the device's.
+    pub fn set_limit(&mut self, limit: u32) -> Result<()> {
+        if limit > self.shared.max_wr {
+            return Err(Error::Invalid(format!(
+                "srq_limit {limit} exceeds the SRQ's max_wr of {}",
+                self.shared.max_wr
+            )));
+        }
+        match &mut self.kind {
+            SrqKind::Direct(d) => d.set_limit(limit),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(v) => v.set_limit(limit),
+        }
+    }
+}
