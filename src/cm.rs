@@ -308,6 +308,7 @@ fn attr_from_raw(a: &ibv_qp_attr, mask: u32) -> QpAttr {
         timeout: has(M::TIMEOUT).then_some(a.timeout),
         retry_cnt: has(M::RETRY_CNT).then_some(a.retry_cnt),
         rnr_retry: has(M::RNR_RETRY).then_some(a.rnr_retry),
+        qkey: has(M::QKEY).then_some(a.qkey),
         max_rd_atomic: has(M::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
     }
 }

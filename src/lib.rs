@@ -93,6 +93,8 @@ pub use types::keys::{Lkey, RemoteAddr, Rkey};
 pub use types::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
 pub use types::mr::{LocalMr, Mr, Refused};
 pub use types::qp_attr;
-pub use types::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo};
+pub use types::qp_attr::{
+    AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo, QpType,
+};
 pub use types::qp_state::QpState;
 pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp, WriteWr};

@@ -14,7 +14,7 @@ use crate::types::error::{Error, Result};
 use crate::types::mem::Access;
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{
-    self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState,
+    self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState, QpType,
 };
 use crate::types::wr::{RecvWr, SendWr, SendWrs, Sge, WrOp, BYTES_PD};
 use crate::wait::{wait_on, CqOps};
@@ -98,9 +98,23 @@ impl Qp {
     /// `peer_psn` or `my_psn` is out of range: refused before any change.
     /// A transition the device refuses: the QP is put back in RESET.
     pub fn connect_remote(&mut self, my_psn: u32, peer: &Endpoint, peer_psn: u32) -> Result<()> {
-        let init = QpAttr::init(self.cfg.port, Access::all());
+        let (init, rts) = match self.cfg.qp_type {
+            QpType::Rc => (
+                QpAttr::init(self.cfg.port, Access::all()),
+                QpAttr::rts(my_psn, self.cfg.rnr_retry),
+            ),
+            // UC takes no READ or atomic: REMOTE_WRITE alone.
+            QpType::Uc => (
+                QpAttr::init(self.cfg.port, Access::LOCAL_WRITE | Access::REMOTE_WRITE),
+                QpAttr::rts_unreliable(my_psn),
+            ),
+            QpType::Ud => {
+                return Err(Error::Invalid(
+                    "a UD QP connects to no peer: bring it up with Qp::ready_ud".into(),
+                ))
+            }
+        };
         let rtr = self.rtr_attr(peer, peer_psn);
-        let rts = QpAttr::rts(my_psn, self.cfg.rnr_retry);
         self.connect_steps(init, rtr, rts)
     }
 
@@ -119,7 +133,7 @@ impl Qp {
             (QpState::Rtr, QpState::Rts, rts),
         ];
         for (from, to, attr) in &steps {
-            qp_attr::check_rc_modify(*from, *to, attr, self.local.roce)?;
+            qp_attr::check_modify(self.cfg.qp_type, *from, *to, attr, self.local.roce)?;
         }
         for (_, to, attr) in &steps {
             if let Err(e) = self.modify(*to, attr) {
@@ -221,6 +235,9 @@ impl Qp {
             (0, m) | (m, 0) => m,
             (a, b) => a.min(b),
         };
+        if self.cfg.qp_type != QpType::Rc {
+            return QpAttr::rtr_uc(av, mtu, peer.qpn, peer_psn);
+        }
         QpAttr {
             min_rnr_timer: Some(self.cfg.min_rnr_timer),
             ..QpAttr::rtr(av, mtu, peer.qpn, peer_psn)
@@ -260,7 +277,7 @@ impl Qp {
         attr: &QpAttr,
         cq_drained: bool,
     ) -> Result<()> {
-        qp_attr::check_rc_modify(self.state, to, attr, self.local.roce)?;
+        qp_attr::check_modify(self.cfg.qp_type, self.state, to, attr, self.local.roce)?;
         if to == QpState::Reset && self.shared_cq.is_some() && !cq_drained {
             let outstanding = self.outstanding();
             if outstanding > 0 {
@@ -452,8 +469,20 @@ impl Qp {
             });
         }
         let max_inline = self.max_inline();
+        let reliable = self.cfg.qp_type == QpType::Rc;
         for i in 0..wrs.count() {
             let w = wrs.wr(i);
+            if !reliable
+                && matches!(
+                    w.op,
+                    WrOp::RdmaRead { .. } | WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }
+                )
+            {
+                return Err(Error::Invalid(format!(
+                    "a {} QP takes no RDMA READ or atomic (IB spec 9.8.3)",
+                    self.cfg.qp_type.name()
+                )));
+            }
             if !w.inline {
                 // (Inline bytes are copied now: any memory will do.)
                 self.check_pd(w.sges)?;
@@ -771,11 +800,13 @@ impl Qp {
                     cfg.max_recv_wr,
                     cfg.max_recv_sge,
                     direct_srq,
+                    cfg.qp_type,
                 )?)
             }
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, direct) => {
                 let caps = ibv::QpCaps {
+                    qp_type: cfg.qp_type,
                     max_send_wr: cfg.max_send_wr,
                     max_send_sge: cfg.max_send_sge,
                     max_inline: cfg.max_inline,

@@ -6,6 +6,8 @@ use super::error::{Error, Result};
 /// Sizes and path facts for a QP pair.
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
+    /// The transport: RC (the default), UC or UD.
+    pub qp_type: super::qp_attr::QpType,
     /// Send queue depth in work requests.
     pub max_send_wr: u32,
     /// Most SGEs per send WR.
@@ -42,6 +44,7 @@ pub struct QpConfig {
 impl Default for QpConfig {
     fn default() -> Self {
         QpConfig {
+            qp_type: super::qp_attr::QpType::Rc,
             max_send_wr: 128,
             max_send_sge: 1,
             max_inline: 220,

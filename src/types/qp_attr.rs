@@ -1,4 +1,4 @@
-//! QP attributes and the RC state machine as typed steps: which attributes a
+//! QP attributes and the RC, UC and UD state machines as typed steps: which attributes a
 //! transition requires, which it allows, and the values each may take.
 //!
 //! Sources: IB spec 1.4 vol. 1, 11.2.4.2 (Modify QP) and the table of
@@ -127,6 +127,35 @@ pub struct QpAttr {
     pub rnr_retry: Option<u8>,
     /// RDMA READs and atomics we keep in flight.
     pub max_rd_atomic: Option<u8>,
+    /// UD: the queue key datagrams to this QP must carry (32 bits; one with
+    /// bit 31 set is a controlled qkey, which only privileged users set).
+    pub qkey: Option<u32>,
+}
+
+/// The transport of a QP (`enum ibv_qp_type`): reliable connected (RC),
+/// unreliable connected (UC: WRITE, WRITE_WITH_IMM, SEND and
+/// SEND_WITH_IMM; no ACK, no retry, no RNR: a message the responder cannot
+/// take is dropped and the requester still succeeds), unreliable datagram
+/// (UD: SENDs to any UD QP named per WR by an address handle, QPN and
+/// qkey; at most the port's active MTU each; receives start with a 40-byte
+/// GRH slot). IB spec 9.8 (transport services), 11.2.4.2 (attributes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QpType {
+    #[default]
+    Rc,
+    Uc,
+    Ud,
+}
+
+impl QpType {
+    /// perftest's `-c` name: `RC`, `UC`, `UD`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "RC",
+            QpType::Uc => "UC",
+            QpType::Ud => "UD",
+        }
+    }
 }
 
 impl QpAttr {
@@ -151,7 +180,39 @@ impl QpAttr {
         set(self.retry_cnt.is_some(), QpAttrMask::RETRY_CNT);
         set(self.rnr_retry.is_some(), QpAttrMask::RNR_RETRY);
         set(self.max_rd_atomic.is_some(), QpAttrMask::MAX_QP_RD_ATOMIC);
+        set(self.qkey.is_some(), QpAttrMask::QKEY);
         m
+    }
+
+    /// RESET -> INIT of a UD QP: P_Key index 0, `port`, `qkey`.
+    pub fn init_ud(port: u8, qkey: u32) -> Self {
+        QpAttr {
+            pkey_index: Some(0),
+            port: Some(port),
+            qkey: Some(qkey),
+            ..Default::default()
+        }
+    }
+
+    /// INIT -> RTR of a UC QP toward `dest_qpn`: the address vector, path
+    /// MTU, peer QPN and first PSN (no READ/atomic or RNR attributes: UC
+    /// has neither).
+    pub fn rtr_uc(av: AddressVector, path_mtu: u32, dest_qpn: u32, rq_psn: u32) -> Self {
+        QpAttr {
+            av: Some(av),
+            path_mtu: Some(path_mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            ..Default::default()
+        }
+    }
+
+    /// RTR -> RTS of a UC or UD QP: the first PSN alone.
+    pub fn rts_unreliable(sq_psn: u32) -> Self {
+        QpAttr {
+            sq_psn: Some(sq_psn),
+            ..Default::default()
+        }
     }
 
     /// RESET -> INIT with the usual values: P_Key index 0, `port`, `access`.
@@ -192,6 +253,45 @@ impl QpAttr {
     }
 }
 
+/// The attributes a transition of a QP of type `t` requires and those it
+/// may carry besides (STATE is implied); `None`: the transition does not
+/// exist. The kernel's `qp_state_table` (`drivers/infiniband/core/verbs.c`).
+pub fn transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMask)> {
+    use QpAttrMask as M;
+    use QpState::*;
+    let none = M::empty();
+    match t {
+        QpType::Rc => rc_transition(from, to),
+        QpType::Uc => Some(match (from, to) {
+            (_, Reset) | (_, Err) => (none, none),
+            (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, none),
+            (Init, Init) => (none, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+            (Init, Rtr) => (
+                M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+                M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX,
+            ),
+            (Rtr, Rts) => (
+                M::SQ_PSN,
+                M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
+            ),
+            (Rts, Rts) => (
+                none,
+                M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
+            ),
+            _ => return None,
+        }),
+        QpType::Ud => Some(match (from, to) {
+            (_, Reset) | (_, Err) => (none, none),
+            (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::QKEY, none),
+            (Init, Init) => (none, M::PKEY_INDEX | M::PORT | M::QKEY),
+            (Init, Rtr) => (none, M::PKEY_INDEX | M::QKEY),
+            (Rtr, Rts) => (M::SQ_PSN, M::CUR_STATE | M::QKEY),
+            (Rts, Rts) => (none, M::CUR_STATE | M::QKEY),
+            _ => return None,
+        }),
+    }
+}
+
 /// The attributes an RC QP transition requires and those it may carry
 /// besides (STATE is implied). `None`: the transition does not exist.
 pub fn rc_transition(from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMask)> {
@@ -228,12 +328,23 @@ pub fn rc_transition(from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMa
 /// nothing else is, each value is in range, and on RoCE (`roce`) the address
 /// vector is global. The error names the attribute.
 pub fn check_rc_modify(from: QpState, to: QpState, attr: &QpAttr, roce: bool) -> Result<()> {
+    check_modify(QpType::Rc, from, to, attr, roce)
+}
+
+/// [`check_rc_modify`] for a QP of type `t`: its own table ([`transition`]).
+pub fn check_modify(
+    t: QpType,
+    from: QpState,
+    to: QpState,
+    attr: &QpAttr,
+    roce: bool,
+) -> Result<()> {
     let transition = || format!("{from:?} -> {to:?}");
-    let Some((required, optional)) = rc_transition(from, to) else {
+    let Some((required, optional)) = self::transition(t, from, to) else {
         return Err(Error::QpAttr {
             transition: transition(),
             attr: "STATE",
-            problem: "is not a transition of an RC QP".into(),
+            problem: format!("is not a transition of a {} QP", t.name()),
         });
     };
     let mask = attr.mask();

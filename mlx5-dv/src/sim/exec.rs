@@ -5,7 +5,7 @@
 use super::cq::push_cqe_to;
 use super::ops::{atomic, rdma_read, rdma_write, rdma_write_imm, send, Exec, MAX_WQE};
 use super::recv::flush_recv;
-use super::{QpState, State, RNR_DELAY};
+use super::{QpState, QpType, State, RNR_DELAY};
 use crate::cqe::Cqe;
 use crate::doorbell::QP_DBREC_SQ;
 use crate::mmio;
@@ -68,6 +68,20 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
             execute(st, qpn, slot, ds)
         };
         let q = st.qps.get_mut(&qpn).expect("qp");
+        if q.qp_type == QpType::Uc {
+            // No ACK, no NAK: what the responder could not take is dropped,
+            // and the requester succeeds (its own local errors aside).
+            result = match result {
+                Exec::Rnr
+                | Exec::Err(
+                    Syndrome::REMOTE_ACCESS_ERR
+                    | Syndrome::REMOTE_INVAL_REQ_ERR
+                    | Syndrome::REMOTE_OP_ERR
+                    | Syndrome::TRANSPORT_RETRY_EXC_ERR,
+                ) if state != QpState::Err => Exec::Ok { byte_cnt: 0 },
+                r => r,
+            };
+        }
         if matches!(result, Exec::Rnr) {
             if q.rnr_retry == 7 || q.rnr_left > 0 {
                 // RNR NAK: try this WQE again after the responder's timer.
@@ -156,6 +170,14 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
     let b = &wqe[..];
+    let connected_only = matches!(
+        w.opcode,
+        WqeOpcode::RDMA_READ | WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA
+    );
+    if connected_only && st.qps[&qpn].qp_type != QpType::Rc {
+        // UC has no READ or atomics (IB spec 9.8.3, table 38).
+        return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+    }
     match w.opcode {
         WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, b),
         WqeOpcode::RDMA_WRITE_IMM => rdma_write_imm(st, qpn, &w, b),

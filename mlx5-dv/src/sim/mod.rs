@@ -85,6 +85,22 @@ pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
 /// rdma-core's `ibv_rc_pingpong` and perftest ask for.
 pub const RNR_DELAY: std::time::Duration = std::time::Duration::from_micros(640);
 
+/// The transports the sim models (`enum ibv_qp_type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QpType {
+    /// Reliable connected: ACKs, RNR retries, remote errors reported.
+    #[default]
+    Rc,
+    /// Unreliable connected: no ACK, no retry, no RNR. A message the
+    /// responder cannot take (no receive posted, an access it refuses, a
+    /// responder not in RTR or RTS) is dropped, nothing at the responder
+    /// changes, and the requester completes it successfully. READ and the
+    /// atomics are local QP operation errors.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
 /// RC QP states the sim models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -180,6 +196,7 @@ struct CqEntry {
 
 struct QpEntry {
     pd: u32,
+    qp_type: QpType,
     state: QpState,
     sq: DmaBuf,
     sq_wqe_cnt: u32,

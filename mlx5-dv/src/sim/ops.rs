@@ -4,7 +4,7 @@
 
 use super::dma;
 use super::recv::{complete_recv, next_recv, resp_cqe};
-use super::{Access, QpState, State};
+use super::{Access, QpState, QpType, State};
 use crate::cqe::Cqe;
 use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, DS, WQEBB};
 use crate::wqe::{DataSeg, DecodedPayload, DecodedWqe};
@@ -48,7 +48,12 @@ fn deliver(
         Some(srq) => srq.pd,
         None => st.qps[&peer].pd,
     };
+    let reliable = st.qps[&qpn].qp_type == QpType::Rc;
     let fail = |st: &mut State, resp: Syndrome, req: Syndrome| {
+        if !reliable {
+            // UC: the responder drops the message; nothing changes there.
+            return Exec::Err(req);
+        }
         complete_recv(st, peer, idx, resp_cqe(CqeOpcode::RESP_ERR, 0, 0, resp));
         st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
         Exec::Err(req)
@@ -273,7 +278,10 @@ fn responder_check(
     if ok {
         return Ok(());
     }
-    st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+    if st.qps[&qpn].qp_type == QpType::Rc {
+        // (UC: the responder drops the packet; its state does not change.)
+        st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+    }
     Err(Syndrome::REMOTE_ACCESS_ERR)
 }
 

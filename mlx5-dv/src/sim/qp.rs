@@ -3,7 +3,7 @@
 
 use super::cq::release_cq;
 use super::dma::DmaBuf;
-use super::{Access, Cq, Device, QpEntry, QpState, SimError, MAX_SQ_WQEBBS, RNR_DELAY};
+use super::{Access, Cq, Device, QpEntry, QpState, QpType, SimError, MAX_SQ_WQEBBS, RNR_DELAY};
 use crate::dv::{mlx5dv_bf, mlx5dv_qp, mlx5dv_wq};
 use crate::prm::WQEBB;
 use std::sync::Arc;
@@ -26,7 +26,29 @@ impl Device {
         rq_wqe_cnt: u32,
         rq_stride: u32,
     ) -> Result<Qp, SimError> {
-        self.create_qp_in(pd, cq, sq_wqebbs, rq_wqe_cnt, rq_stride, None)
+        self.create_qp_in(pd, cq, sq_wqebbs, rq_wqe_cnt, rq_stride, None, QpType::Rc)
+    }
+
+    /// Creates a QP of type `qp_type` in RESET (otherwise as
+    /// [`Self::create_qp_rq`], or [`Self::create_qp_srq`] with `srq`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_of(
+        &self,
+        qp_type: QpType,
+        pd: u32,
+        cq: &Cq,
+        sq_wqebbs: u32,
+        rq_wqe_cnt: u32,
+        rq_stride: u32,
+        srq: Option<&super::Srq>,
+    ) -> Result<Qp, SimError> {
+        if let Some(s) = srq {
+            if !self.lock().srqs.contains_key(&s.srqn()) {
+                return Err(SimError::NoSuchSrq(s.srqn()));
+            }
+        }
+        let srqn = srq.map(super::Srq::srqn);
+        self.create_qp_in(pd, cq, sq_wqebbs, rq_wqe_cnt, rq_stride, srqn, qp_type)
     }
 
     /// Creates an RC QP in RESET whose receives come from `srq` (its own
@@ -45,9 +67,10 @@ impl Device {
         if !self.lock().srqs.contains_key(&srq.srqn()) {
             return Err(SimError::NoSuchSrq(srq.srqn()));
         }
-        self.create_qp_in(pd, cq, sq_wqebbs, 1, 16, Some(srq.srqn()))
+        self.create_qp_in(pd, cq, sq_wqebbs, 1, 16, Some(srq.srqn()), QpType::Rc)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn create_qp_in(
         &self,
         pd: u32,
@@ -56,6 +79,7 @@ impl Device {
         rq_wqe_cnt: u32,
         rq_stride: u32,
         srq: Option<u32>,
+        qp_type: QpType,
     ) -> Result<Qp, SimError> {
         if !rq_wqe_cnt.is_power_of_two() || rq_wqe_cnt > 1 << 15 {
             return Err(SimError::BadSize {
@@ -104,6 +128,7 @@ impl Device {
             qpn,
             QpEntry {
                 pd,
+                qp_type,
                 state: QpState::Reset,
                 sq: DmaBuf::new(sq_wqebbs as usize * WQEBB),
                 sq_wqe_cnt: sq_wqebbs,

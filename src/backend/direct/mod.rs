@@ -20,7 +20,7 @@ use crate::types::error::{Error, Result};
 use crate::types::mem::{Access, Buffer};
 use crate::types::mr::{MrInner, Registration};
 use crate::types::progress::WrProgress;
-use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState};
+use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
 use crate::types::wr::SendWr;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
 use mlx5_dv::sim;
@@ -312,6 +312,9 @@ pub(crate) struct DirectQp {
     recvd: u64,
     /// CQ credits of its own CQ held for its SRQ's receives (0 without).
     srq_reserved: u32,
+    /// RDMA READ is a WR this QP takes (RC; UC has none): the in-place
+    /// posts build one only then.
+    reads: bool,
 }
 
 /// At most half of a CQ's credits are free: the send WR that took them
@@ -354,6 +357,7 @@ impl DirectQp {
         max_recv_wr: u32,
         max_recv_sge: u32,
         srq: Option<&DirectSrq>,
+        qp_type: QpType,
     ) -> Result<Self> {
         let (own, credits) = cq.resolve(|depth| DirectCq::create_sim(dev, depth))?;
         let sim_cq = match &cq.in_use(&own).dev {
@@ -367,15 +371,25 @@ impl DirectQp {
         };
         let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
-        let sim_qp = match srq.and_then(DirectSrq::sim) {
-            Some(s) => dev.create_qp_srq(pd, sim_cq, sq_wqebbs, s)?,
-            None if srq.is_some() => {
-                return Err(Error::Invalid(
-                    "a sim QP cannot receive from a ConnectX SRQ".into(),
-                ))
-            }
-            None => dev.create_qp_rq(pd, sim_cq, sq_wqebbs, rq_cnt, stride)?,
+        if srq.is_some() && srq.and_then(DirectSrq::sim).is_none() {
+            return Err(Error::Invalid(
+                "a sim QP cannot receive from a ConnectX SRQ".into(),
+            ));
+        }
+        let sim_type = match qp_type {
+            QpType::Rc => sim::QpType::Rc,
+            QpType::Uc => sim::QpType::Uc,
+            QpType::Ud => sim::QpType::Ud,
         };
+        let sim_qp = dev.create_qp_of(
+            sim_type,
+            pd,
+            sim_cq,
+            sq_wqebbs,
+            rq_cnt,
+            stride,
+            srq.and_then(DirectSrq::sim),
+        )?;
         // SAFETY: the descriptions come from `sim_qp`, which this struct owns
         // and drops after the drivers (field order); nothing else on the host
         // uses these rings.
@@ -405,6 +419,7 @@ impl DirectQp {
             sent: 0,
             recvd: 0,
             srq_reserved: 0,
+            reads: qp_type == QpType::Rc,
         })
     }
 
@@ -418,6 +433,7 @@ impl DirectQp {
         cq: CqFor<'_>,
         srq: Option<&DirectSrq>,
     ) -> Result<Self> {
+        let qp_type = caps.qp_type;
         let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
         let vcq = match &cq.in_use(&own).dev {
             DirectCqDev::Mlx5(v) => v,
@@ -467,6 +483,7 @@ impl DirectQp {
             sent: 0,
             recvd: 0,
             srq_reserved: 0,
+            reads: qp_type == QpType::Rc,
         })
     }
 

@@ -41,7 +41,8 @@ impl DirectQp {
             POST_IN_PLACE_COUNTED => true,
             _ => return false,
         };
-        if !wrs.iter().all(|w| in_place_sge(w, pd).is_some()) {
+        let reads = self.reads;
+        if !wrs.iter().all(|w| in_place_sge(w, pd, reads).is_some()) {
             return false;
         }
         // One WQEBB each.
@@ -222,7 +223,7 @@ impl DirectQp {
             WrOp::SendWithImm { imm } => {
                 self.post_sge::<false>(WqeOpcode::SEND_IMM, imm, NO_REMOTE, w, pd)
             }
-            WrOp::RdmaRead { remote } => {
+            WrOp::RdmaRead { remote } if self.reads => {
                 self.post_sge::<true>(WqeOpcode::RDMA_READ, 0, remote, w, pd)
             }
             _ => false,
@@ -456,11 +457,13 @@ pub(crate) fn max_wqebbs(max_send_sge: u32, max_inline: u32) -> u32 {
 }
 
 /// The one SGE of a WR that [`DirectQp::post_many`] builds in place: not
-/// inline, not an atomic, one SGE of 1 to 2^31 - 1 bytes on PD `pd`.
+/// inline, not an atomic, not a READ unless `reads` (the QP is RC), one
+/// SGE of 1 to 2^31 - 1 bytes on PD `pd`.
 #[inline(always)]
-fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32) -> Option<&'a Sge<'a>> {
+fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32, reads: bool) -> Option<&'a Sge<'a>> {
     match (w.op, w.sges) {
         (WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }, _) => None,
+        (WrOp::RdmaRead { .. }, _) if !reads => None,
         (_, [s]) if !w.inline && s.one_seg_on(pd) => Some(s),
         _ => None,
     }

@@ -63,7 +63,7 @@ pub(crate) fn create_mlx5_qp(
     let mut attr: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
     attr.send_cq = cq.cq;
     attr.recv_cq = cq.cq;
-    attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+    attr.qp_type = super::ibv_type(caps.qp_type);
     attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     attr.pd = pd.raw;
     if let Some(s) = srq {

@@ -2,17 +2,27 @@
 
 use super::check_detail;
 use crate::types::error::Result;
-use crate::types::qp_attr::{QpAttr, QpAttrMask, QpInfo, QpState};
+use crate::types::qp_attr::{QpAttr, QpAttrMask, QpInfo, QpState, QpType};
 use rdma_sys::*;
 
 /// Sizes of one QP.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpCaps {
+    pub(crate) qp_type: QpType,
     pub(crate) max_send_wr: u32,
     pub(crate) max_send_sge: u32,
     pub(crate) max_inline: u32,
     pub(crate) max_recv_wr: u32,
     pub(crate) max_recv_sge: u32,
+}
+
+/// The `enum ibv_qp_type` of a transport.
+pub(crate) fn ibv_type(t: QpType) -> ibv_qp_type::Type {
+    match t {
+        QpType::Rc => ibv_qp_type::IBV_QPT_RC,
+        QpType::Uc => ibv_qp_type::IBV_QPT_UC,
+        QpType::Ud => ibv_qp_type::IBV_QPT_UD,
+    }
 }
 
 /// `ibv_modify_qp` of `qp` to `to` with the attributes `attr` carries.
@@ -77,6 +87,9 @@ pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) 
     }
     if let Some(v) = attr.max_rd_atomic {
         a.max_rd_atomic = v;
+    }
+    if let Some(v) = attr.qkey {
+        a.qkey = v;
     }
     let mask = (attr.mask() | QpAttrMask::STATE).bits();
     // SAFETY: the caller's QP is live; `a` is valid for the call.

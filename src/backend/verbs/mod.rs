@@ -171,7 +171,7 @@ pub(crate) fn create_qp(
     let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
     init.send_cq = cq.cq;
     init.recv_cq = cq.cq;
-    init.qp_type = ibv_qp_type::IBV_QPT_RC;
+    init.qp_type = super::ibv::ibv_type(caps.qp_type);
     if let Some((s, _)) = &srq {
         init.srq = s.raw;
     }

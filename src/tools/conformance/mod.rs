@@ -145,6 +145,7 @@ mod flow;
 mod memory;
 mod refusals;
 mod srq;
+mod transports;
 pub mod two_host;
 
 use benchmarks::*;
@@ -155,6 +156,7 @@ use flow::*;
 use memory::*;
 use refusals::*;
 use srq::*;
+use transports::*;
 
 fn passed(notes: Vec<String>) -> CaseResult {
     Ok(Outcome::Passed(notes.join("; ")))
@@ -358,4 +360,7 @@ const ONE_SIDED: &[Case] = &[
     case!(a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others),
     case!(srq_refusals_post_nothing),
     case!(an_srq_receive_holds_only_the_mr_it_names),
+    case!(uc_write_lands_and_read_is_refused),
+    case!(uc_drops_what_the_responder_cannot_take),
+    case!(uc_transitions_check_their_own_attributes),
 ];
