@@ -63,8 +63,10 @@ mod owned;
 mod pd;
 pub mod pool;
 mod qp;
+mod qp_create;
 mod qp_fast;
 mod qp_owned;
+mod qp_ud;
 mod reclaim;
 mod srq;
 mod wait;
@@ -83,7 +85,8 @@ pub use memmap2;
 pub use pd::Pd;
 pub use qp::{Qp, SimHook};
 pub use srq::Srq;
-pub use types::completion::{Completion, WcOpcode, WcStatus};
+pub use types::ah::Ah;
+pub use types::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 pub use types::config::{CompletionMode, CqSizing, QpConfig};
 pub use types::device::{Backend, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
 pub use types::error::RegRefusal;
@@ -97,4 +100,4 @@ pub use types::qp_attr::{
     AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo, QpType,
 };
 pub use types::qp_state::QpState;
-pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, WrOp, WriteWr};
+pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};

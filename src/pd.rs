@@ -222,6 +222,43 @@ impl Pd {
         Qp::create(&self.inner, cfg, None, None)
     }
 
+    /// Creates an address handle toward `av` (`ibv_create_ah`; on mlx5 its
+    /// AV is then read once with `mlx5dv_init_obj(MLX5DV_OBJ_AH)`, and each
+    /// UD WQE copies it, as rdma-core does). The sim routes by QPN alone:
+    /// its AHs carry no path.
+    ///
+    /// Errors: port 0 ([`Error::Invalid`]); the device's refusal
+    /// ([`Error::Verbs`], `ibv_create_ah`: on RoCE, an `av` without a GRH).
+    pub fn create_ah(&self, av: &crate::AddressVector) -> Result<crate::Ah> {
+        use crate::types::ah::{Ah, AhInner};
+        if av.port == 0 {
+            return Err(Error::Invalid(
+                "port 0 does not exist (ports count from 1)".into(),
+            ));
+        }
+        let inner = match &self.inner.kind {
+            PdKind::Sim(..) => AhInner {
+                av: [0; 48],
+                raw: 0,
+                pd: self.inner.id,
+                _owner: None,
+            },
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, direct) => {
+                let v = ibv::VerbsAh::create(pd, av)?;
+                AhInner {
+                    av: if *direct { v.mlx5_av()? } else { [0; 48] },
+                    raw: v.raw as usize,
+                    pd: self.inner.id,
+                    _owner: Some(Box::new(v)),
+                }
+            }
+        };
+        Ok(Ah {
+            inner: Arc::new(inner),
+        })
+    }
+
     /// Creates a shared receive queue (SRQ) for up to `max_wr` receives
     /// of up to `max_sge` SGEs each: QPs made on it
     /// ([`Self::create_qp_on_srq`], [`SharedCq::create_qp_on_srq`]) take

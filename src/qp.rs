@@ -3,13 +3,13 @@
 
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
-use crate::backend::{ibv, verbs};
-use crate::handles::{PdInner, PdKind, SharedKind};
-use crate::owned::{HeldQueue, Owned};
+use crate::backend::verbs;
+use crate::handles::{PdInner, PdKind};
+use crate::owned::Owned;
 use crate::reclaim::Graves;
-use crate::srq::{Srq, SrqKind, SrqLink};
+use crate::srq::SrqLink;
 use crate::types::completion::Completion;
-use crate::types::config::{CompletionMode, CqSizing, QpConfig};
+use crate::types::config::{CompletionMode, QpConfig};
 use crate::types::error::{Error, Result};
 use crate::types::mem::Access;
 use crate::types::progress::WrProgress;
@@ -18,8 +18,6 @@ use crate::types::qp_attr::{
 };
 use crate::types::wr::{RecvWr, SendWr, SendWrs, Sge, WrOp, BYTES_PD};
 use crate::wait::{wait_on, CqOps};
-use mlx5_dv::driver::CqCredits;
-use mlx5_dv::sim;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,20 +35,20 @@ pub struct Qp {
     /// Its completions go to a [`SharedCq`], which polls them (the tag that
     /// names that CQ).
     pub(crate) shared_cq: Option<usize>,
-    state: QpState,
+    pub(crate) state: QpState,
     /// Its PD's id (`PdInner::id`), which every SGE posted must carry.
     pub(crate) pd_id: u32,
-    cfg: QpConfig,
+    pub(crate) cfg: QpConfig,
     pub(crate) local: Endpoint,
     /// The SRQ its receives come from, and the CQ credits held there
     /// (given back after the QP is destroyed: field order).
-    srq: Option<SrqLink>,
-    pd: Arc<PdInner>,
-    _reclaim: ReclaimOnDrop,
+    pub(crate) srq: Option<SrqLink>,
+    pub(crate) pd: Arc<PdInner>,
+    pub(crate) _reclaim: ReclaimOnDrop,
 }
 
 /// Looks at the PD's dropped MRs once the QP is gone (its WRs with it).
-struct ReclaimOnDrop(Arc<Graves>);
+pub(crate) struct ReclaimOnDrop(pub(crate) Arc<Graves>);
 
 impl Drop for ReclaimOnDrop {
     fn drop(&mut self) {
@@ -217,19 +215,7 @@ impl Qp {
     /// hop limit 64), path MTU the smaller of the two active MTUs,
     /// `min_rnr_timer` from the QP's config, one READ/atomic in flight.
     pub fn rtr_attr(&self, peer: &Endpoint, peer_psn: u32) -> QpAttr {
-        let grh = self.local.roce.then(|| Grh {
-            dgid: peer.gid,
-            sgid_index: self.local.gid_index.unwrap_or(0),
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-        });
-        let av = AddressVector {
-            dlid: peer.lid,
-            port: self.cfg.port,
-            grh,
-            service_level: 0,
-        };
+        let av = self.av_to(peer);
         let mtu = match (self.local.active_mtu, peer.active_mtu) {
             (0, 0) => 1,
             (0, m) | (m, 0) => m,
@@ -241,6 +227,25 @@ impl Qp {
         QpAttr {
             min_rnr_timer: Some(self.cfg.min_rnr_timer),
             ..QpAttr::rtr(av, mtu, peer.qpn, peer_psn)
+        }
+    }
+
+    /// The address vector toward `peer`'s port: global on RoCE (our GID
+    /// index, the peer's GID, hop limit 64), from the QP's config port. For
+    /// an RTR, or for [`Pd::create_ah`](crate::Pd::create_ah) (UD).
+    pub fn av_to(&self, peer: &Endpoint) -> AddressVector {
+        let grh = self.local.roce.then(|| Grh {
+            dgid: peer.gid,
+            sgid_index: self.local.gid_index.unwrap_or(0),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        });
+        AddressVector {
+            dlid: peer.lid,
+            port: self.cfg.port,
+            grh,
+            service_level: 0,
         }
     }
 
@@ -472,6 +477,7 @@ impl Qp {
         let reliable = self.cfg.qp_type == QpType::Rc;
         for i in 0..wrs.count() {
             let w = wrs.wr(i);
+            self.check_transport(&w)?;
             if !reliable
                 && matches!(
                     w.op,
@@ -665,257 +671,6 @@ impl Qp {
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.poll(out),
         }
-    }
-}
-
-impl Qp {
-    /// [`Self::create_qp`], completing into its own CQ or into `shared`'s.
-    pub(crate) fn create(
-        pd_inner: &Arc<PdInner>,
-        cfg: &QpConfig,
-        shared: Option<(&SharedKind, &CqCredits, usize)>,
-        srq: Option<&Srq>,
-    ) -> Result<Qp> {
-        if let Some(s) = srq {
-            if !Arc::ptr_eq(s.pd(), pd_inner) {
-                return Err(Error::Invalid(
-                    "the SRQ belongs to another protection domain".into(),
-                ));
-            }
-        }
-        // On an SRQ the receive limits are the SRQ's (its CQ room, its SGEs).
-        let cfg = &match srq {
-            Some(s) => QpConfig {
-                max_recv_wr: s.max_wr(),
-                max_recv_sge: s.max_sge(),
-                ..*cfg
-            },
-            None => *cfg,
-        };
-        let direct_srq = match srq.map(Srq::kind) {
-            Some(SrqKind::Direct(d)) => Some(d),
-            _ => None,
-        };
-        if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
-            return Err(Error::Invalid(format!(
-                "max_send_wr {} must be 1..=16384",
-                cfg.max_send_wr
-            )));
-        }
-        if cfg.max_recv_wr > 1 << 14 {
-            return Err(Error::Invalid(format!(
-                "max_recv_wr {} must be at most 16384",
-                cfg.max_recv_wr
-            )));
-        }
-        if cfg.rnr_retry > 7 {
-            return Err(Error::Invalid(format!(
-                "rnr_retry {} must be 0..=7 (7: retry forever)",
-                cfg.rnr_retry
-            )));
-        }
-        if cfg.min_rnr_timer > 31 {
-            return Err(Error::Invalid(format!(
-                "min_rnr_timer {} must be 0..=31 (IB spec table 45 code)",
-                cfg.min_rnr_timer
-            )));
-        }
-        let cq_depth = match cfg.cq_depth {
-            Some(_) if shared.is_some() => {
-                return Err(Error::Invalid(
-                    "cq_depth is the shared CQ's: leave QpConfig::cq_depth None".into(),
-                ))
-            }
-            Some(d) if d == 0 || d > 1 << 22 => {
-                return Err(Error::Invalid(format!("cq_depth {d} must be 1..=4194304")))
-            }
-            Some(d) => d,
-            // Default: room for a completion of every outstanding send and
-            // posted receive, with the sizing helper's headroom.
-            None => CqSizing::new().qp(cfg).depth()?,
-        };
-        let direct_cq = || match shared {
-            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
-            Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
-            #[cfg(feature = "verbs")]
-            Some((SharedKind::Verbs(..), ..)) => Err(Error::Invalid(
-                "a direct-path QP cannot complete into a verbs CQ".into(),
-            )),
-        };
-        let mut kind = match &pd_inner.kind {
-            PdKind::Sim(dev, pdn) => {
-                if cfg.max_send_sge as usize > direct::MAX_SGE {
-                    return Err(Error::Invalid(format!(
-                        "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
-                        cfg.max_send_sge,
-                        direct::MAX_SGE
-                    )));
-                }
-                if cfg.max_recv_sge as usize > direct::MAX_SGE {
-                    return Err(Error::Invalid(format!(
-                        "max_recv_sge {} exceeds the direct path's {} SGEs per receive WQE",
-                        cfg.max_recv_sge,
-                        direct::MAX_SGE
-                    )));
-                }
-                if cfg.max_inline as usize > direct::MAX_INLINE {
-                    return Err(Error::Invalid(format!(
-                        "max_inline {} exceeds the direct path's {} inline bytes per WQE",
-                        cfg.max_inline,
-                        direct::MAX_INLINE
-                    )));
-                }
-                if cfg.port != 1 {
-                    return Err(Error::Invalid(format!(
-                        "the sim has one port, 1 (asked for port {})",
-                        cfg.port
-                    )));
-                }
-                if let Some(i) = cfg.gid_index {
-                    return Err(Error::Invalid(format!(
-                        "the sim has no GID table (asked for GID index {i}); GID indices apply to RoCE devices"
-                    )));
-                }
-                // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
-                let per_wqe = direct::max_wqebbs(cfg.max_send_sge, cfg.max_inline);
-                let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
-                if wqebbs > sim::MAX_SQ_WQEBBS {
-                    return Err(Error::Invalid(format!(
-                        "max_send_wr {} of WQEs up to {per_wqe} WQEBBs (max_send_sge {}, max_inline {}) needs \
-                         {wqebbs} WQEBBs; the sim's SQ holds at most {}",
-                        cfg.max_send_wr,
-                        cfg.max_send_sge,
-                        cfg.max_inline,
-                        sim::MAX_SQ_WQEBBS
-                    )));
-                }
-                QpKind::Direct(direct::DirectQp::create_sim(
-                    dev,
-                    *pdn,
-                    wqebbs,
-                    cfg.max_send_wr,
-                    direct_cq()?,
-                    cfg.max_inline,
-                    cfg.max_send_sge,
-                    cfg.max_recv_wr,
-                    cfg.max_recv_sge,
-                    direct_srq,
-                    cfg.qp_type,
-                )?)
-            }
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, direct) => {
-                let caps = ibv::QpCaps {
-                    qp_type: cfg.qp_type,
-                    max_send_wr: cfg.max_send_wr,
-                    max_send_sge: cfg.max_send_sge,
-                    max_inline: cfg.max_inline,
-                    max_recv_wr: cfg.max_recv_wr.max(1),
-                    max_recv_sge: cfg.max_recv_sge.max(1),
-                };
-                if *direct {
-                    if cfg.max_send_sge as usize > direct::MAX_SGE
-                        || cfg.max_recv_sge as usize > direct::MAX_SGE
-                        || cfg.max_inline as usize > direct::MAX_INLINE
-                    {
-                        return Err(Error::Invalid(format!(
-                            "the direct path takes at most {} SGEs and {} inline bytes per WQE",
-                            direct::MAX_SGE,
-                            direct::MAX_INLINE
-                        )));
-                    }
-                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?, direct_srq)?;
-                    q.limit_recv_sge(cfg.max_recv_sge);
-                    QpKind::Direct(q)
-                } else {
-                    // The device is asked for at least one receive SGE;
-                    // receives are held to what the caller asked.
-                    let choice = match shared {
-                        None => verbs::CqChoice::Own(cq_depth),
-                        Some((SharedKind::Verbs(c), credits, _)) => {
-                            verbs::CqChoice::Shared(c, credits)
-                        }
-                        Some((SharedKind::Direct(_), ..)) => {
-                            return Err(Error::Invalid(
-                                "a verbs QP cannot complete into a direct-path CQ".into(),
-                            ))
-                        }
-                    };
-                    let verbs_srq = match srq.map(Srq::kind) {
-                        Some(SrqKind::Verbs(v)) => Some(v),
-                        Some(SrqKind::Direct(_)) => {
-                            return Err(Error::Invalid(
-                                "a verbs QP cannot receive from a direct-path SRQ".into(),
-                            ))
-                        }
-                        None => None,
-                    };
-                    let mut q = verbs::create_qp(pd, caps, choice, verbs_srq)?;
-                    q.limit_recv_sge(cfg.max_recv_sge);
-                    QpKind::Verbs(q)
-                }
-            }
-        };
-        let local = match &pd_inner.kind {
-            PdKind::Sim(..) => Endpoint {
-                qpn: 0,
-                lid: 0,
-                gid: [0; 16],
-                gid_index: None,
-                active_mtu: 0,
-                roce: false,
-            },
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, _) => {
-                let port = pd.ctx.query_port(cfg.port)?;
-                let roce = port.link_layer == 2;
-                let (gid_index, gid) = if roce {
-                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
-                    (Some(i), g)
-                } else {
-                    (None, [0; 16])
-                };
-                Endpoint {
-                    qpn: 0,
-                    lid: port.lid,
-                    gid,
-                    gid_index,
-                    active_mtu: port.active_mtu,
-                    roce,
-                }
-            }
-        };
-        let srq = match srq {
-            Some(s) => Some(s.shared.link(match &mut kind {
-                QpKind::Direct(q) => q.srq_credits(),
-                #[cfg(feature = "verbs")]
-                QpKind::Verbs(q) => Some(q.credits().clone()),
-            })?),
-            None => None,
-        };
-        let progress = match &kind {
-            QpKind::Direct(q) => q.progress(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.progress(),
-        };
-        pd_inner.graves.add_qp(progress);
-        let mut qp = Qp {
-            pd_id: pd_inner.id,
-            kind,
-            owned: Owned {
-                send: HeldQueue::new(cfg.max_send_wr),
-                recv: HeldQueue::new(cfg.max_recv_wr),
-            },
-            shared_cq: shared.map(|(_, _, tag)| tag),
-            state: QpState::Reset,
-            cfg: *cfg,
-            local,
-            srq,
-            pd: pd_inner.clone(),
-            _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
-        };
-        qp.local.qpn = qp.qp_num();
-        Ok(qp)
     }
 }
 

@@ -47,6 +47,7 @@ fuzz_target!(|inp: Input| {
         None => Payload::Sges(&sges),
     };
     let wqe = SendWqe {
+        datagram: None,
         atomic: inp
             .atomic
             .map(|(swap_add, compare)| AtomicSeg { swap_add, compare }),

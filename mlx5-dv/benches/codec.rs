@@ -23,6 +23,7 @@ fn encode(c: &mut Criterion) {
         lkey: 0x11,
     }];
     let write = SendWqe {
+        datagram: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
@@ -42,6 +43,7 @@ fn encode(c: &mut Criterion) {
     });
     let bytes = [0x5au8; 64];
     let send = SendWqe {
+        datagram: None,
         opcode: WqeOpcode::SEND,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
@@ -69,6 +71,7 @@ fn decode(c: &mut Criterion) {
         format: 0,
         syndrome: Syndrome(0),
         vendor_syndrome: 0,
+        flags_rqpn: 0,
         owner: false,
     }
     .encode(0);
@@ -127,6 +130,7 @@ fn c_baseline(c: &mut Criterion) {
         format: 0,
         syndrome: Syndrome(0),
         vendor_syndrome: 0,
+        flags_rqpn: 0,
         owner: false,
     }
     .encode(0);

@@ -90,6 +90,7 @@ fn post(c: &mut Criterion) {
                     let t = Instant::now();
                     for k in 0..batch {
                         let w = SendWqe {
+                            datagram: None,
                             opcode: WqeOpcode::RDMA_WRITE,
                             flags: if k == batch - 1 {
                                 CtrlFlags::CQ_UPDATE
@@ -128,6 +129,7 @@ fn poll(c: &mut Criterion) {
                 let n = left.min(256);
                 for k in 0..n {
                     let w = SendWqe {
+                        datagram: None,
                         opcode: WqeOpcode::RDMA_WRITE,
                         flags: CtrlFlags::CQ_UPDATE,
                         imm: 0,
@@ -169,6 +171,7 @@ fn sim_rate(c: &mut Criterion) {
                 r.drain();
                 for k in 0..256u64 {
                     let w = SendWqe {
+                        datagram: None,
                         opcode: WqeOpcode::RDMA_WRITE,
                         flags: if k == 255 {
                             CtrlFlags::CQ_UPDATE

@@ -42,6 +42,7 @@ fn main() {
         lkey: 0x11,
     }];
     let write = SendWqe {
+        datagram: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
@@ -54,6 +55,7 @@ fn main() {
     };
     let bytes = [0x5au8; 64];
     let send = SendWqe {
+        datagram: None,
         opcode: WqeOpcode::SEND,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
@@ -72,6 +74,7 @@ fn main() {
         format: 0,
         syndrome: Syndrome(0),
         vendor_syndrome: 0,
+        flags_rqpn: 0,
         owner: false,
     }
     .encode(0);
@@ -145,6 +148,7 @@ fn main() {
                     .expect("send queue");
                 sq.set_auto_signal(0);
                 let w = SendWqe {
+                    datagram: None,
                     opcode: WqeOpcode::RDMA_WRITE,
                     flags: CtrlFlags::CQ_UPDATE,
                     imm: 0,
@@ -266,6 +270,7 @@ fn c_driver(op: &str, n: u32) {
             format: 0,
             syndrome: Syndrome(0),
             vendor_syndrome: 0,
+            flags_rqpn: 0,
             owner: false,
         }
         .encode(owner)

@@ -4,6 +4,7 @@
 //! `struct mlx5_err_cqe`), big-endian:
 //!
 //! ```text
+//! 24 flags_rqpn: GRH 29:28, SL 27:24, source QPN 23:0 (responder CQEs)
 //! 36 imm_inval_pkey (4)   44 byte_cnt (4)   48 timestamp (8)
 //! 54 vendor syndrome (1, error CQEs)        55 syndrome (1, error CQEs)
 //! 56 sop_drop_qpn: WQE opcode in 31:24 (requester), QPN in 23:0
@@ -51,6 +52,23 @@ pub struct Cqe {
     /// For REQ_ERR / RESP_ERR: the error syndrome; otherwise 0.
     pub syndrome: Syndrome,
     pub vendor_syndrome: u8,
+    /// Responder CQEs (`flags_rqpn`, bytes 24..28): the sender's QPN in
+    /// 23:0 (UD), its SL in 27:24, and in 29:28 whether a GRH came (then the
+    /// receive buffer's first 40 bytes hold it); 0 in requester CQEs.
+    pub flags_rqpn: u32,
+}
+
+impl Cqe {
+    /// The source QPN of a responder CQE (UD: the sender's QP).
+    pub fn src_qp(&self) -> u32 {
+        self.flags_rqpn & 0xff_ffff
+    }
+
+    /// Whether the received message came with a GRH (its 40 bytes lead the
+    /// receive buffer): rdma-core `cq.c` `(flags_rqpn >> 28) & 3`.
+    pub fn grh(&self) -> bool {
+        (self.flags_rqpn >> 28) & 3 != 0
+    }
 }
 
 impl Cqe {
@@ -62,7 +80,7 @@ impl Cqe {
     }
 
     /// Decodes the 64-byte CQE proper at `p`, reading only the bytes it
-    /// needs (36..48, 54..62, 63), not copying all 64 first.
+    /// needs (24..28, 36..48, 54..62, 63), not copying all 64 first.
     ///
     /// # Safety
     /// `p` must be valid for reads of 64 bytes (no alignment needed).
@@ -90,6 +108,7 @@ impl Cqe {
             owner: op_own & 1 != 0,
             syndrome: Syndrome(if err { byte(55) } else { 0 }),
             vendor_syndrome: if err { byte(54) } else { 0 },
+            flags_rqpn: be32(24),
         }
     }
 
@@ -107,6 +126,7 @@ impl Cqe {
     /// the owner bit given (not `self.owner`); the caller publishes byte 63 last.
     pub fn encode(&self, owner: u8) -> [u8; CQE64] {
         let mut b = [0u8; CQE64];
+        b[24..28].copy_from_slice(&self.flags_rqpn.to_be_bytes());
         b[36..40].copy_from_slice(&self.imm.to_be_bytes());
         b[44..48].copy_from_slice(&self.byte_cnt.to_be_bytes());
         if self.opcode.is_error() {
@@ -268,9 +288,12 @@ mod tests {
             format: 0,
             syndrome: Syndrome(0),
             vendor_syndrome: 0,
+            flags_rqpn: 0x1123_4567,
             owner: false,
         };
         let b = c.encode(0);
+        assert_eq!(&b[24..28], &[0x11, 0x23, 0x45, 0x67]);
+        assert_eq!(Cqe::decode(&b).flags_rqpn, 0x1123_4567);
         assert_eq!(&b[36..40], &[1, 2, 3, 4]);
         assert_eq!(&b[44..48], &[0, 0, 0x10, 0]);
         assert_eq!(b[63], 0x02);

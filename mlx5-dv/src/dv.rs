@@ -129,7 +129,7 @@ pub struct mlx5dv_obj {
     pub srq: mlx5dv_obj_pair<c_void, mlx5dv_srq>,
     pub rwq: mlx5dv_obj_pair<c_void, c_void>,
     pub dm: mlx5dv_obj_pair<c_void, c_void>,
-    pub ah: mlx5dv_obj_pair<c_void, c_void>,
+    pub ah: mlx5dv_obj_pair<c_void, mlx5dv_ah>,
     pub pd: mlx5dv_obj_pair<c_void, c_void>,
 }
 
@@ -137,6 +137,16 @@ pub struct mlx5dv_obj {
 pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
 pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
+
+/// `struct mlx5dv_ah` (rdma-core `mlx5dv.h`): the AH's 48-byte AV
+/// (`struct mlx5_wqe_av`), which a UD WQE's datagram segment copies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct mlx5dv_ah {
+    pub av: *mut c_void,
+    pub comp_mask: u64,
+}
 
 /// `struct mlx5dv_srq` (rdma-core `mlx5dv.h`): the SRQ ring (`stride`
 /// bytes per WQE, linked from `head` to `tail` through `next_wqe_index`;

@@ -276,6 +276,7 @@ mod tests {
             max_wqebbs: 4,
         };
         let wqe = SendWqe {
+            datagram: None,
             opcode: WqeOpcode::RDMA_WRITE_IMM,
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0xbeef,
@@ -299,6 +300,7 @@ mod tests {
             owner: false,
             syndrome: Syndrome(0),
             vendor_syndrome: 0,
+            flags_rqpn: 0,
         }
         .encode(0);
         let out = capture::run(|| {

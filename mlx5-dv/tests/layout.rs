@@ -27,6 +27,12 @@ int main(void) {
     F(mlx5dv_srq, tail); F(mlx5dv_srq, comp_mask); F(mlx5dv_srq, srqn);
     printf("mlx5_wqe_srq_next_seg.next_wqe_index %zu\n", offsetof(struct mlx5_wqe_srq_next_seg, next_wqe_index));
     printf("mlx5_wqe_srq_next_seg %zu\n", sizeof(struct mlx5_wqe_srq_next_seg));
+    printf("mlx5dv_ah %zu\n", sizeof(struct mlx5dv_ah));
+    F(mlx5dv_ah, av); F(mlx5dv_ah, comp_mask);
+    printf("mlx5_wqe_av %zu\n", sizeof(struct mlx5_wqe_av));
+    printf("mlx5_wqe_av.dqp_dct %zu\n", offsetof(struct mlx5_wqe_av, dqp_dct));
+    printf("MLX5_EXTENDED_UD_AV %u\n", (unsigned)MLX5_EXTENDED_UD_AV);
+    printf("mlx5_cqe64.flags_rqpn %zu\n", offsetof(struct mlx5_cqe64, flags_rqpn));
     printf("mlx5dv_obj %zu\n", sizeof(struct mlx5dv_obj));
     F(mlx5dv_obj, qp.in); F(mlx5dv_obj, qp.out); F(mlx5dv_obj, cq.in); F(mlx5dv_obj, cq.out);
     F(mlx5dv_obj, srq); F(mlx5dv_obj, rwq); F(mlx5dv_obj, dm); F(mlx5dv_obj, ah); F(mlx5dv_obj, pd);
@@ -49,6 +55,7 @@ int main(void) {
     printf("MLX5DV_OBJ_QP %u\n", (unsigned)MLX5DV_OBJ_QP);
     printf("MLX5DV_OBJ_CQ %u\n", (unsigned)MLX5DV_OBJ_CQ);
     printf("MLX5DV_OBJ_SRQ %u\n", (unsigned)MLX5DV_OBJ_SRQ);
+    printf("MLX5DV_OBJ_AH %u\n", (unsigned)MLX5DV_OBJ_AH);
     return 0;
 }
 "#;
@@ -98,6 +105,18 @@ fn ours() -> Vec<(String, usize)> {
         "mlx5_wqe_srq_next_seg".into(),
         mlx5_dv::driver::SRQ_NEXT_SEG,
     ));
+    v.push(("mlx5dv_ah".to_string(), size_of::<mlx5dv_ah>()));
+    f!(v, mlx5dv_ah, av);
+    f!(v, mlx5dv_ah, comp_mask);
+    // The datagram segment the UD writer copies, its QPN word, the CQE's
+    // source-QPN word.
+    v.push(("mlx5_wqe_av".into(), mlx5_dv::wqe::DATAGRAM_SEG));
+    v.push(("mlx5_wqe_av.dqp_dct".into(), mlx5_dv::wqe::AV_DQP_DCT));
+    v.push((
+        "MLX5_EXTENDED_UD_AV".into(),
+        mlx5_dv::wqe::EXTENDED_UD_AV as usize,
+    ));
+    v.push(("mlx5_cqe64.flags_rqpn".into(), 24));
     v.push(("mlx5dv_obj".to_string(), size_of::<mlx5dv_obj>()));
     v.push(("mlx5dv_obj.qp.in".into(), offset_of!(mlx5dv_obj, qp.in_)));
     v.push(("mlx5dv_obj.qp.out".into(), offset_of!(mlx5dv_obj, qp.out)));
@@ -151,6 +170,7 @@ fn ours() -> Vec<(String, usize)> {
     v.push(("MLX5DV_OBJ_QP".into(), MLX5DV_OBJ_QP as usize));
     v.push(("MLX5DV_OBJ_CQ".into(), MLX5DV_OBJ_CQ as usize));
     v.push(("MLX5DV_OBJ_SRQ".into(), MLX5DV_OBJ_SRQ as usize));
+    v.push(("MLX5DV_OBJ_AH".into(), MLX5DV_OBJ_AH as usize));
     v
 }
 

@@ -79,6 +79,7 @@ proptest! {
         let sges: Vec<DataSeg> = sges.into_iter().map(|(addr, len, lkey)| DataSeg { addr, len, lkey }).collect();
         let flags = if signaled { CtrlFlags::CQ_UPDATE } else { CtrlFlags::empty() };
         let wqe = SendWqe {
+            datagram: None,
             opcode: WqeOpcode::RDMA_WRITE,
             flags,
             imm: 0,
@@ -132,6 +133,7 @@ proptest! {
         let mut theirs = vec![0u8; CNT as usize * WQEBB];
         let sge = [DataSeg { addr, len, lkey }];
         let wqe = SendWqe {
+            datagram: None,
             opcode: WqeOpcode::RDMA_WRITE,
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
@@ -151,6 +153,7 @@ proptest! {
         let mut ours = vec![0u8; CNT as usize * WQEBB];
         let mut theirs = vec![0u8; CNT as usize * WQEBB];
         let send = SendWqe {
+            datagram: None,
             opcode: WqeOpcode::SEND,
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
@@ -187,6 +190,7 @@ proptest! {
             format: 0,
             syndrome: Syndrome(if err { 0x13 } else { 0 }),
             vendor_syndrome: 0,
+            flags_rqpn: 0,
             owner: false,
         }
         .encode(((ci & 256) != 0) as u8);
@@ -276,6 +280,7 @@ fn the_c_driver_baseline_writes_our_wqes() {
         rkey: w.rkey,
     });
     let mk = |payload| SendWqe {
+        datagram: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
@@ -303,6 +308,7 @@ fn the_c_driver_baseline_writes_our_wqes() {
         format: 0,
         syndrome: Syndrome(0),
         vendor_syndrome: 0,
+        flags_rqpn: 0,
         owner: false,
     };
     cqes[..64].copy_from_slice(&cqe.encode(0));

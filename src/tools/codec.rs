@@ -222,6 +222,7 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
         None => Payload::Sges(&a.sges),
     };
     let wqe = SendWqe {
+        datagram: None,
         opcode,
         flags,
         imm: a.imm.unwrap_or(0),

@@ -136,7 +136,8 @@ impl WcOpcode {
 /// `repr(C)`, 40 bytes, the fields in this order so that the three a
 /// successful completion leaves at zero (status, `vendor_err`, `imm`'s tag)
 /// are adjacent: a poll writes them with two stores (wr_id at 0, status 8,
-/// vendor_err 12, imm 16 (tag) and 20, byte_len 24, qp_num 28, opcode 32).
+/// vendor_err 12, imm 16 (tag) and 20, byte_len 24, qp_num 28, opcode 32,
+/// src_qp 36).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Completion {
@@ -150,6 +151,37 @@ pub struct Completion {
     pub byte_len: u32,
     pub qp_num: u32,
     pub opcode: WcOpcode,
+    /// The sender of a received message (UD: its QPN, and whether a GRH
+    /// came); zero in send completions.
+    pub src_qp: SrcQp,
+}
+
+/// The sender of a received message, one 32-bit word: its QP number in
+/// bits 0..24 (`ibv_wc.src_qp`; for UD receives) and, in bit 31, whether
+/// the receive buffer's first 40 bytes hold a GRH (`IBV_WC_GRH`;
+/// meaningful for UD receives, though rxe sets it on every receive). On
+/// mlx5 both come from the CQE's `flags_rqpn` (bytes 24..28).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SrcQp(pub u32);
+
+impl SrcQp {
+    /// Bit 31: a GRH came.
+    pub const GRH: u32 = 1 << 31;
+
+    /// The sender's QPN and GRH flag.
+    pub fn new(qpn: u32, grh: bool) -> Self {
+        SrcQp(qpn & 0xff_ffff | if grh { Self::GRH } else { 0 })
+    }
+
+    /// The sender's QP number (24 bits).
+    pub fn qpn(self) -> u32 {
+        self.0 & 0xff_ffff
+    }
+
+    /// Whether the receive buffer begins with a 40-byte GRH.
+    pub fn grh(self) -> bool {
+        self.0 & Self::GRH != 0
+    }
 }
 
 impl Default for WcStatus {

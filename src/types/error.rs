@@ -64,6 +64,12 @@ pub enum Error {
     /// The receive queue already holds `max_recv_wr` receives; nothing was posted.
     #[error("receive queue full")]
     RecvQueueFull,
+    /// A UD send of `len` bytes, more than the port's active MTU of `mtu`
+    /// bytes: refused at post, nothing written. (Verbs and the IB spec,
+    /// C10-93.1.1, let such a send complete successfully with nothing
+    /// sent; rdma-direct refuses it instead, on every path.)
+    #[error("a UD message of {len} bytes exceeds the port's active MTU of {mtu} bytes")]
+    MessageTooLong { len: u64, mtu: u32 },
     /// The QP's CQ has no room for the completions of the batch besides
     /// those of every outstanding WR (CQ credits); nothing was posted. Poll
     /// completions and post again: the sends outstanding always make a CQE

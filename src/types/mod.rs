@@ -3,6 +3,7 @@
 //! attributes, configurations, device facts. Nothing here names a backend
 //! or a handle of the front end.
 
+pub mod ah;
 pub mod completion;
 pub mod config;
 pub mod device;

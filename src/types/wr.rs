@@ -1,5 +1,6 @@
 //! Backend-neutral work requests: SGEs, send and receive WRs.
 
+use super::ah::Ah;
 use super::error::Result;
 use super::keys::{Lkey, RemoteAddr};
 use super::mr::Mr;
@@ -149,6 +150,19 @@ pub enum WrOp {
     /// Add `add` to the 8-byte-aligned u64 at `remote`; the old value lands in
     /// the (8-byte) local SGE, host byte order.
     AtomicFetchAdd { remote: RemoteAddr, add: u64 },
+    /// UD: a SEND (with immediate data when `imm` is `Some`) to the
+    /// destination in [`SendWr::ud`] ([`SendWr::ud_send`] makes both).
+    UdSend { imm: Option<u32> },
+}
+
+/// Where a UD send goes: an address handle, the remote QP number and the
+/// qkey the remote QP expects (IB spec 9.8.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest<'a> {
+    pub ah: &'a Ah,
+    /// 24 bits.
+    pub remote_qpn: u32,
+    pub qkey: u32,
 }
 
 bitflags::bitflags! {
@@ -263,9 +277,23 @@ pub struct SendWr<'a> {
     /// Start only after every earlier RDMA READ and atomic of this QP has
     /// completed (`IBV_SEND_FENCE`, mlx5 ctrl `FENCE`).
     pub fence: bool,
+    /// The destination of a [`WrOp::UdSend`] (read with that op only).
+    pub ud: Option<UdDest<'a>>,
 }
 
 impl<'a> SendWr<'a> {
+    /// A UD SEND of `sges` to `dest` (with immediate data when `imm` is
+    /// `Some`), unsignaled, not inline. At most the port's active MTU of
+    /// payload ([`Error::MessageTooLong`](crate::Error::MessageTooLong)
+    /// otherwise); the receiver's buffer needs 40 bytes more, for the GRH.
+    pub fn ud_send(wr_id: u64, sges: &'a [Sge<'a>], dest: UdDest<'a>, imm: Option<u32>) -> Self {
+        SendWr {
+            op: WrOp::UdSend { imm },
+            ud: Some(dest),
+            ..SendWr::send(wr_id, sges)
+        }
+    }
+
     /// An RDMA WRITE of `sges` to `remote`, unsignaled, not inline.
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge<'a>], remote: RemoteAddr) -> Self {
         SendWr {
@@ -276,6 +304,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
     /// A SEND of `sges`, unsignaled, not inline.
@@ -288,6 +317,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
 
@@ -301,6 +331,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
 
@@ -319,6 +350,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
 
@@ -332,6 +364,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
 
@@ -355,6 +388,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
 
@@ -368,6 +402,7 @@ impl<'a> SendWr<'a> {
             inline: false,
             solicited: false,
             fence: false,
+            ud: None,
         }
     }
 

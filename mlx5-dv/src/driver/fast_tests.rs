@@ -94,6 +94,7 @@ impl Wr {
             lkey: self.lkey,
         }];
         let w = SendWqe {
+            datagram: None,
             opcode: op,
             flags: self.flags(),
             imm: self.imm(),
@@ -256,6 +257,7 @@ proptest! {
             // Move the producer index (NOPs of one WQEBB), then retire them.
             for _ in 0..skip {
                 let nop = SendWqe {
+                    datagram: None,
                     opcode: WqeOpcode::NOP,
                     flags: CtrlFlags::empty(),
                     imm: 0,
@@ -496,6 +498,7 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
         lkey: 1,
     }; 30];
     let big = SendWqe {
+        datagram: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,

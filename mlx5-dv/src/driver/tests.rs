@@ -62,6 +62,7 @@ impl FakeCq {
             owner: false,
             syndrome: Syndrome(0),
             vendor_syndrome: 0,
+            flags_rqpn: 0,
         };
         let b = c.encode(owner_bit(self.pi, self.cqe_cnt));
         let end = ((self.pi & (self.cqe_cnt - 1)) + 1) as usize * self.cqe_size as usize;
@@ -96,6 +97,7 @@ fn doorbell_writes_dbrec_and_bf_and_traces_the_batch() {
     let mut q = unsafe { SendQueue::new(&d, 0x42, 256, 0) }.unwrap();
     let bytes = [7u8; 100];
     let w = |n: usize| SendWqe {
+        datagram: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,

@@ -11,7 +11,7 @@ use crate::doorbell::QP_DBREC_SQ;
 use crate::mmio;
 use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, DS, WQEBB};
 use crate::ring::RingBuf;
-use crate::wqe::decode_send_wqe;
+use crate::wqe::{decode_send_wqe, decode_ud_send_wqe};
 
 /// One pass over every QP; returns how many WQEs ran.
 pub(super) fn run_all(st: &mut State) -> usize {
@@ -113,6 +113,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                 format: 0,
                 syndrome: Syndrome(0),
                 vendor_syndrome: 0,
+                flags_rqpn: 0,
                 owner: false,
             }),
             Exec::Ok { .. } | Exec::Rnr => None,
@@ -129,6 +130,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
                     format: 0,
                     syndrome: syn,
                     vendor_syndrome: 0,
+                    flags_rqpn: 0,
                     owner: false,
                 })
             }
@@ -162,14 +164,24 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
     let q = &st.qps[&qpn];
     let n = (ds * DS).min(N).min(q.sq_wqe_cnt as usize * WQEBB);
     q.sq.read_wrapping(slot, &mut wqe[..n]);
-    let decoded = {
+    let ud = q.qp_type == QpType::Ud;
+    let (decoded, av) = {
         let ring = RingBuf::from_slice(&mut wqe).expect("a power of two of at least 64 bytes");
-        decode_send_wqe(&ring, (N / WQEBB) as u32, 0)
+        let d = if ud {
+            decode_ud_send_wqe(&ring, (N / WQEBB) as u32, 0)
+        } else {
+            decode_send_wqe(&ring, (N / WQEBB) as u32, 0)
+        };
+        let av = d.ok().and_then(|w| w.av(&ring));
+        (d, av)
     };
     let Ok(w) = decoded else {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
     let b = &wqe[..];
+    if let Some(av) = av {
+        return super::ud::ud_send(st, qpn, &w, b, &av);
+    }
     let connected_only = matches!(
         w.opcode,
         WqeOpcode::RDMA_READ | WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA

@@ -50,11 +50,13 @@ mod qp;
 mod recv;
 mod srq;
 mod thread;
+mod ud;
 
 pub use cq::Cq;
 pub use qp::{Qp, BF_OFFSET, BF_SIZE};
 pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
 pub use thread::{device_cpu, device_threads};
+pub use ud::{GRH_BYTES, UD_MTU};
 
 use crate::prm::INVALID_LKEY;
 use bitflags::bitflags;
@@ -226,6 +228,8 @@ struct QpEntry {
     hooked: bool,
     /// The SRQ its receives come from (then its own RQ is empty).
     srq: Option<u32>,
+    /// UD: the qkey datagrams to it must carry (set at RESET -> INIT).
+    qkey: u32,
     /// Its user index, which version-1 CQEs carry in `srqn_uidx` (bytes
     /// 32..36) where version 0 had the SRQN: never an SRQN of this device.
     uidx: u32,

@@ -81,29 +81,7 @@ fn deliver(
                 Syndrome::REMOTE_INVAL_REQ_ERR,
             );
         }
-        // Scatter in order, publishing the final byte last.
-        let mut left = data;
-        for s in &segs[..n] {
-            if left.is_empty() {
-                break;
-            }
-            let k = left.len().min(s.len as usize);
-            let (now, rest) = left.split_at(k);
-            let body = if rest.is_empty() { &now[..k - 1] } else { now };
-            // SAFETY: `s` was checked against a registered MR of the peer's
-            // PD; an owned one only this receive touches now.
-            unsafe {
-                if owned(st, s.lkey) {
-                    dma::write_owned(s.addr, body);
-                } else {
-                    dma::write_from(s.addr, body);
-                }
-                if rest.is_empty() {
-                    dma::store_last_byte(s.addr + k as u64 - 1, now[k - 1]);
-                }
-            }
-            left = rest;
-        }
+        scatter(st, &segs[..n], data);
     }
     complete_recv(
         st,
@@ -117,8 +95,36 @@ fn deliver(
     Exec::Ok { byte_cnt }
 }
 
+/// Scatters `data` over receive segments `segs` (checked against
+/// registered MRs of the receive queue's PD, with room for it all), in
+/// order, publishing the final byte last (pollers watch it).
+pub(super) fn scatter(st: &State, segs: &[DataSeg], data: &[u8]) {
+    let mut left = data;
+    for s in segs {
+        if left.is_empty() {
+            break;
+        }
+        let k = left.len().min(s.len as usize);
+        let (now, rest) = left.split_at(k);
+        let body = if rest.is_empty() { &now[..k - 1] } else { now };
+        // SAFETY: `s` was checked against a registered MR of the receive
+        // queue's PD (the caller's); an owned one only this receive touches now.
+        unsafe {
+            if owned(st, s.lkey) {
+                dma::write_owned(s.addr, body);
+            } else {
+                dma::write_from(s.addr, body);
+            }
+            if rest.is_empty() {
+                dma::store_last_byte(s.addr + k as u64 - 1, now[k - 1]);
+            }
+        }
+        left = rest;
+    }
+}
+
 /// Copies a WQE's payload (inline bytes or checked local SGEs) into `out`.
-fn gather(
+pub(super) fn gather(
     st: &State,
     qpn: u32,
     w: &DecodedWqe,
@@ -239,7 +245,7 @@ fn sq_local_ok(st: &State, qpn: u32, s: DataSeg, write: bool) -> bool {
 
 /// Whether `lkey` names an MR of `pd` holding `addr..addr+len` (with LOCAL_WRITE
 /// when the device will write there).
-fn local_ok(st: &State, pd: u32, s: DataSeg, write: bool) -> bool {
+pub(super) fn local_ok(st: &State, pd: u32, s: DataSeg, write: bool) -> bool {
     st.mrs.get(&s.lkey).is_some_and(|mr| {
         mr.pd == pd
             && (!write || mr.access.contains(Access::LOCAL_WRITE))

@@ -148,6 +148,7 @@ impl Device {
                 min_rnr_delay: RNR_DELAY,
                 hooked: false,
                 srq,
+                qkey: 0,
                 uidx,
                 swap_recv: false,
                 held_recv: None,
@@ -271,6 +272,27 @@ impl Qp {
         }
         f(q);
         q.state = to;
+        Ok(())
+    }
+
+    /// RESET -> INIT of a UD QP with its qkey.
+    pub fn to_init_ud(&self, qkey: u32) -> Result<(), SimError> {
+        self.modify(QpState::Init, |q| q.qkey = qkey)
+    }
+
+    /// INIT -> RTR of a UD QP (no peer: each WQE names its destination).
+    pub fn to_rtr_ud(&self) -> Result<(), SimError> {
+        self.modify(QpState::Rtr, |_| {})
+    }
+
+    /// A UD QP's qkey (INIT -> INIT, RTR and RTS may change it).
+    pub fn set_qkey(&self, qkey: u32) -> Result<(), SimError> {
+        let mut st = self.dev.lock();
+        let q = st
+            .qps
+            .get_mut(&self.qpn)
+            .ok_or(SimError::NoSuchQp(self.qpn))?;
+        q.qkey = qkey;
         Ok(())
     }
 

@@ -100,6 +100,17 @@ pub(super) fn release_held(st: &mut State, qpn: u32) {
 }
 
 pub(super) fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syndrome) -> Cqe {
+    resp_cqe_with(opcode, byte_cnt, imm, syndrome, 0)
+}
+
+/// [`resp_cqe`] with `flags_rqpn` (UD: GRH flag and source QPN).
+pub(super) fn resp_cqe_with(
+    opcode: CqeOpcode,
+    byte_cnt: u32,
+    imm: u32,
+    syndrome: Syndrome,
+    flags_rqpn: u32,
+) -> Cqe {
     Cqe {
         opcode,
         wqe_opcode: WqeOpcode(0),
@@ -111,6 +122,7 @@ pub(super) fn resp_cqe(opcode: CqeOpcode, byte_cnt: u32, imm: u32, syndrome: Syn
         format: 0,
         syndrome,
         vendor_syndrome: 0,
+        flags_rqpn,
         owner: false,
     }
 }

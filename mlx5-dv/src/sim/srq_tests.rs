@@ -75,6 +75,7 @@ impl Rig {
             lkey: self.ks.lkey,
         }];
         let w = SendWqe {
+            datagram: None,
             atomic: None,
             opcode: WqeOpcode::SEND,
             flags: CtrlFlags::empty(),

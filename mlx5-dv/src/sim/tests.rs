@@ -42,6 +42,7 @@ fn pair(dev: &Device) -> (Side, Side) {
 
 fn write_wqe<'a>(payload: Payload<'a>, raddr: u64, rkey: u32) -> SendWqe<'a> {
     SendWqe {
+        datagram: None,
         atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
@@ -441,6 +442,7 @@ fn auto_signal_keeps_an_unsignaled_stream_flowing() {
 /// A signaled SEND gathering `sge`.
 fn send_wqe(sge: &[DataSeg]) -> SendWqe<'_> {
     SendWqe {
+        datagram: None,
         atomic: None,
         opcode: WqeOpcode::SEND,
         flags: CtrlFlags::CQ_UPDATE,

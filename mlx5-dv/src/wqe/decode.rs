@@ -32,9 +32,19 @@ pub struct DecodedWqe {
     pub remote: Option<RemoteSeg>,
     pub atomic: Option<AtomicSeg>,
     pub payload: DecodedPayload,
+    /// A UD WQE's datagram segment: its ring offset (48 bytes, wrapping).
+    pub datagram: Option<usize>,
 }
 
 impl DecodedWqe {
+    /// The datagram segment of a UD WQE (`None` for others).
+    pub fn av(&self, sq: &RingBuf<'_>) -> Option<[u8; super::DATAGRAM_SEG]> {
+        let off = self.datagram?;
+        let mut b = [0u8; super::DATAGRAM_SEG];
+        sq.read_wrapping(off, &mut b);
+        Some(b)
+    }
+
     /// WQEBBs this WQE occupies.
     pub fn wqebbs(&self) -> u32 {
         (self.ds * DS as u32).div_ceil(WQEBB as u32)
@@ -83,6 +93,20 @@ pub enum DecodeError {
 /// Reads the send WQE at producer index `pi` of an SQ of `wqe_cnt` WQEBBs
 /// (the inverse of [`write_send_wqe`](super::write_send_wqe)).
 pub fn decode_send_wqe(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32) -> Result<DecodedWqe, DecodeError> {
+    decode_in(sq, wqe_cnt, pi, false)
+}
+
+/// [`decode_send_wqe`] of a UD QP's SQ: a datagram segment (3 DS) follows
+/// the ctrl segment.
+pub fn decode_ud_send_wqe(
+    sq: &RingBuf<'_>,
+    wqe_cnt: u32,
+    pi: u32,
+) -> Result<DecodedWqe, DecodeError> {
+    decode_in(sq, wqe_cnt, pi, true)
+}
+
+fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<DecodedWqe, DecodeError> {
     let base = (pi & (wqe_cnt.max(1) - 1)) as usize * WQEBB;
     let seg = |k: usize| {
         let mut b = [0u8; 16];
@@ -100,7 +124,12 @@ pub fn decode_send_wqe(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32) -> Result<Decode
     }
     let atomic_op = matches!(opcode, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
     let raddr = opcode.has_raddr() as u32;
-    let min = 1 + raddr + if atomic_op { 2 } else { 0 };
+    let av = if ud {
+        (super::DATAGRAM_SEG / DS) as u32
+    } else {
+        0
+    };
+    let min = 1 + av + raddr + if atomic_op { 2 } else { 0 };
     if ds < min {
         return Err(DecodeError::TooFewDs {
             ds,
@@ -109,14 +138,14 @@ pub fn decode_send_wqe(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32) -> Result<Decode
         });
     }
     let remote = (raddr == 1).then(|| {
-        let r = seg(1);
+        let r = seg(1 + av as usize);
         RemoteSeg {
             addr: u64::from_be_bytes(r[0..8].try_into().unwrap()),
             rkey: be32(&r, 8),
         }
     });
     let mut atomic = None;
-    let first = 1 + raddr as usize + if atomic_op { 1 } else { 0 };
+    let first = 1 + av as usize + raddr as usize + if atomic_op { 1 } else { 0 };
     if atomic_op {
         let a = seg(first - 1);
         atomic = Some(AtomicSeg {
@@ -157,5 +186,6 @@ pub fn decode_send_wqe(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32) -> Result<Decode
         remote,
         atomic,
         payload,
+        datagram: ud.then(|| (base + DS) % sq.len()),
     })
 }

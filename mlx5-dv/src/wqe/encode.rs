@@ -37,6 +37,12 @@ pub(crate) fn wqe_size_within(
         return Err(WqeError::UnsupportedOpcode(op.0));
     }
     let mut ds = 1u32;
+    if wqe.datagram.is_some() {
+        if !matches!(op, WqeOpcode::SEND | WqeOpcode::SEND_IMM) {
+            return Err(WqeError::UnsupportedOpcode(op.0));
+        }
+        ds += (super::DATAGRAM_SEG / DS) as u32;
+    }
     if op.has_raddr() {
         let Some(r) = wqe.remote else {
             return Err(WqeError::MissingRemote(op.0));
@@ -176,6 +182,9 @@ fn write_one_sge(
     let Payload::Sges([d]) = wqe.payload else {
         return None;
     };
+    if wqe.datagram.is_some() {
+        return None;
+    }
     let op = wqe.opcode;
     let raddr = match (op, wqe.remote) {
         (WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM | WqeOpcode::RDMA_READ, Some(r)) => {
@@ -309,7 +318,8 @@ pub(crate) unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
 #[inline(always)]
 unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize {
     // SAFETY (whole body): each segment is written at the offset, and with
-    // the length, that `wqe_size` counted into `ds`: ctrl, then raddr when
+    // the length, that `wqe_size` counted into `ds`: ctrl, the datagram
+    // segment of a UD WQE (3 DS), then raddr when
     // the opcode has one, then atomic + data, or the inline segment (4-byte
     // header and the bytes), or one data segment per non-empty SGE. So every
     // write is inside `dst[..ds * 16]`. Layouts as `ctrl_seg`, `raddr_seg`,
@@ -317,6 +327,10 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize
     unsafe {
         put_be32x4(dst, ctrl);
         let mut p = dst.add(DS);
+        if let Some(av) = wqe.datagram {
+            core::ptr::copy_nonoverlapping(av.as_ptr(), p, super::DATAGRAM_SEG);
+            p = p.add(super::DATAGRAM_SEG);
+        }
         if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
             put_be64x2(p, r.addr, (r.rkey as u64) << 32);
             p = p.add(DS);

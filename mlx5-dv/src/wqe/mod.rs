@@ -9,6 +9,9 @@
 //! ```text
 //! ctrl   0: opmod<<24 | wqe_idx<<8 | opcode   4: qpn<<8 | ds   8: signature, rsvd, rsvd
 //!       11: fm_ce_se                         12: immediate
+//! av     0: qkey (4)  4: rsvd (4)  8: dqp_dct: 0x80000000 | remote QPN  12: stat_rate_sl
+//!       13: fl_mlid  14: rlid (2)  16: rsvd (4)  20: rmac (6)  26: tclass  27: hop_limit
+//!       28: grh_gid_fl (4)  32: rgid (16)
 //! raddr  0: remote address (8)    8: rkey (4)    12: reserved 0 (4)
 //! atomic 0: swap or add value (8)  8: compare value (8)
 //! data   0: byte_count (4)        4: lkey (4)     8: local address (8)
@@ -25,7 +28,7 @@ mod segments;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
+pub use decode::{decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
 pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
 pub use encode::{wqe_size, write_recv_wqe, write_send_wqe};
 #[cfg(target_endian = "big")]
@@ -92,7 +95,22 @@ pub struct SendWqe<'a> {
     pub remote: Option<RemoteSeg>,
     pub atomic: Option<AtomicSeg>,
     pub payload: Payload<'a>,
+    /// UD: the 48-byte datagram segment (`struct mlx5_wqe_datagram_seg`,
+    /// the AV: qkey at 0, remote QPN | `MLX5_EXTENDED_UD_AV` at 8, ...),
+    /// written right after the ctrl segment (3 DS).
+    pub datagram: Option<&'a [u8; DATAGRAM_SEG]>,
 }
+
+/// Bytes of a UD WQE's datagram segment (`struct mlx5_wqe_av`, 3 DS).
+pub const DATAGRAM_SEG: usize = 48;
+
+/// Offset of the AV's `dqp_dct` word (the remote QPN, big-endian): after
+/// the 8-byte key union (qkey in bytes 0..4).
+pub const AV_DQP_DCT: usize = 8;
+
+/// `MLX5_EXTENDED_UD_AV`: OR-ed into the AV's `dqp_dct` word, the
+/// 48-byte AV form.
+pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
 
 /// The fixed facts of one send queue that the encoder needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,6 +21,7 @@ fn inline_write_wraps_the_ring() {
     let mut sq = RingBuf::from_slice(&mut mem).unwrap();
     let payload: Vec<u8> = (0u8..100).collect();
     let wqe = SendWqe {
+        datagram: None,
         atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
@@ -76,6 +77,7 @@ fn sge_write_layout_and_zero_length_sges_left_out() {
         },
     ];
     let wqe = SendWqe {
+        datagram: None,
         atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::empty(),
@@ -122,6 +124,7 @@ fn bad_input_writes_nothing() {
     let cases: Vec<(SendWqe<'_>, WqeError)> = vec![
         (
             SendWqe {
+                datagram: None,
                 opcode: WqeOpcode::RDMA_WRITE,
                 flags: CtrlFlags::empty(),
                 imm: 0,
@@ -133,6 +136,7 @@ fn bad_input_writes_nothing() {
         ),
         (
             SendWqe {
+                datagram: None,
                 opcode: WqeOpcode::SEND,
                 flags: CtrlFlags::empty(),
                 imm: 0,
@@ -144,6 +148,7 @@ fn bad_input_writes_nothing() {
         ),
         (
             SendWqe {
+                datagram: None,
                 opcode: WqeOpcode::SEND,
                 flags: CtrlFlags::empty(),
                 imm: 0,
@@ -155,6 +160,7 @@ fn bad_input_writes_nothing() {
         ),
         (
             SendWqe {
+                datagram: None,
                 opcode: WqeOpcode::SEND,
                 flags: CtrlFlags::empty(),
                 imm: 0,
@@ -168,6 +174,7 @@ fn bad_input_writes_nothing() {
         ),
         (
             SendWqe {
+                datagram: None,
                 opcode: WqeOpcode::SEND,
                 flags: CtrlFlags::empty(),
                 imm: 0,
@@ -186,6 +193,7 @@ fn bad_input_writes_nothing() {
 
 fn wqe<'a>(opcode: WqeOpcode, payload: Payload<'a>) -> SendWqe<'a> {
     SendWqe {
+        datagram: None,
         opcode,
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
@@ -565,4 +573,64 @@ fn an_sge_of_2_pow_31_bytes_is_refused() {
         Err(WqeError::SgeTooLong { len: 1 << 31 })
     );
     assert!(mem.iter().all(|&b| b == 0));
+}
+
+/// A UD SEND: ctrl, the 48-byte datagram segment as given, then the data
+/// segment; 5 DS, 2 WQEBBs. It wraps the ring at its last WQEBB, decodes
+/// back (the AV and the SGE), and the RC decoder does not take it for RC.
+#[test]
+fn ud_send_carries_its_datagram_segment() {
+    let mut mem = vec![0u8; 512];
+    let mut sq = RingBuf::from_slice(&mut mem).unwrap();
+    let mut av = [0u8; DATAGRAM_SEG];
+    for (i, b) in av.iter_mut().enumerate() {
+        *b = i as u8 + 1;
+    }
+    av[AV_DQP_DCT..AV_DQP_DCT + 4].copy_from_slice(&(EXTENDED_UD_AV | 0x4321).to_be_bytes());
+    let d = [DataSeg {
+        addr: 0x1000,
+        len: 256,
+        lkey: 0x77,
+    }];
+    let wqe = SendWqe {
+        datagram: Some(&av),
+        atomic: None,
+        opcode: WqeOpcode::SEND,
+        flags: CtrlFlags::CQ_UPDATE,
+        imm: 0,
+        remote: None,
+        payload: Payload::Sges(&d),
+    };
+    let w = write_send_wqe(&mut sq, &geo8(), 7, &wqe, 8).unwrap();
+    assert_eq!((w.ds, w.wqebbs), (5, 2));
+    let _ = sq;
+    assert_eq!(
+        &mem[7 * WQEBB + 16..7 * WQEBB + 64],
+        &av[..],
+        "the AV after ctrl"
+    );
+    assert_eq!(
+        &mem[0..4],
+        &256u32.to_be_bytes(),
+        "the data segment wrapped"
+    );
+    let sq = RingBuf::from_slice(&mut mem).unwrap();
+    let back = decode_ud_send_wqe(&sq, 8, 7).unwrap();
+    assert_eq!(back.av(&sq), Some(av));
+    assert_eq!(back.sge(&sq, 0), Some(d[0]));
+    assert_eq!(back.ds, 5);
+    // A UD WQE is SEND or SEND_IMM only.
+    let mut mem2 = vec![0u8; 512];
+    let mut sq2 = RingBuf::from_slice(&mut mem2).unwrap();
+    let write = SendWqe {
+        opcode: WqeOpcode::RDMA_WRITE,
+        remote: Some(RemoteSeg { addr: 0, rkey: 1 }),
+        ..wqe
+    };
+    assert!(matches!(
+        write_send_wqe(&mut sq2, &geo8(), 0, &write, 8),
+        Err(WqeError::UnsupportedOpcode(_))
+    ));
+    let _ = sq2;
+    assert!(mem2.iter().all(|&b| b == 0), "nothing written");
 }

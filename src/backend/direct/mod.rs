@@ -30,7 +30,7 @@ use std::sync::Arc;
 /// DS, a 512-byte WQE of 8 WQEBBs).
 mod post;
 
-pub(crate) use post::max_wqebbs;
+pub(crate) use post::max_wqebbs_of;
 use post::{with_wqe, POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED};
 
 pub(crate) const MAX_SGE: usize = 30;
@@ -315,6 +315,9 @@ pub(crate) struct DirectQp {
     /// RDMA READ is a WR this QP takes (RC; UC has none): the in-place
     /// posts build one only then.
     reads: bool,
+    /// A UD QP: every post takes the checked path (its WQEs carry a
+    /// datagram segment), and its transitions are UD's.
+    ud: bool,
 }
 
 /// At most half of a CQ's credits are free: the send WR that took them
@@ -395,7 +398,7 @@ impl DirectQp {
         // uses these rings.
         let mut sq =
             unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
-        sq.limit_wqe_size(max_wqebbs(max_send_sge, max_inline));
+        sq.limit_wqe_size(post::max_wqebbs_of(qp_type, max_send_sge, max_inline));
         let rq = match srq {
             Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
             // SAFETY: as above.
@@ -420,6 +423,7 @@ impl DirectQp {
             recvd: 0,
             srq_reserved: 0,
             reads: qp_type == QpType::Rc,
+            ud: qp_type == QpType::Ud,
         })
     }
 
@@ -459,7 +463,11 @@ impl DirectQp {
         // handed to `ibv_post_*`).
         let mut sq =
             unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
-        sq.limit_wqe_size(max_wqebbs(caps.max_send_sge, objs.max_inline));
+        sq.limit_wqe_size(post::max_wqebbs_of(
+            qp_type,
+            caps.max_send_sge,
+            objs.max_inline,
+        ));
         let rq = match srq {
             Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
             // SAFETY: as above.
@@ -484,6 +492,7 @@ impl DirectQp {
             recvd: 0,
             srq_reserved: 0,
             reads: qp_type == QpType::Rc,
+            ud: qp_type == QpType::Ud,
         })
     }
 
@@ -535,7 +544,7 @@ impl DirectQp {
         // Only RTS posts (and ERR, which flushes what it is given); a QP
         // with no send SGE posts nothing in place.
         self.set_post_mode(match to {
-            _ if self.max_send_sge == 0 => POST_CHECKED,
+            _ if self.max_send_sge == 0 || self.ud => POST_CHECKED,
             QpState::Rts | QpState::Err if self.count_credits => POST_IN_PLACE_COUNTED,
             QpState::Rts | QpState::Err => POST_IN_PLACE,
             _ => POST_CHECKED,
@@ -566,6 +575,23 @@ impl DirectQp {
             }
         };
         let timer = attr.min_rnr_timer.map(qp_attr::rnr_timer);
+        if self.ud {
+            if let (Some(k), false) = (attr.qkey, from == S::Reset) {
+                sim_qp.set_qkey(k)?;
+            }
+            match (from, to) {
+                (S::Reset, S::Init) => sim_qp.to_init_ud(attr.qkey.unwrap_or(0))?,
+                (S::Init, S::Rtr) => sim_qp.to_rtr_ud()?,
+                (S::Rtr, S::Rts) => sim_qp.to_rts()?,
+                (_, S::Err) => sim_qp.to_err()?,
+                (_, S::Reset) => {
+                    sim_qp.to_reset()?;
+                    self.reset_host();
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
         match (from, to) {
             (S::Reset, S::Init) => sim_qp.to_init(attr.access.unwrap_or(sim::Access::empty()))?,
             (S::Init, S::Init) | (S::Rts, S::Rts) => sim_qp.set_optional(attr.access, timer)?,

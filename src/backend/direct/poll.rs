@@ -16,7 +16,7 @@
 
 use super::{DirectCq, DirectQp};
 use crate::backend::SharedQps;
-use crate::types::completion::{Completion, WcOpcode, WcStatus};
+use crate::types::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef};
 use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
@@ -47,6 +47,7 @@ fn sent(wr_id: u64, cqe: CqeRef<'_>, qpn: u32) -> Completion {
         byte_len: cqe.byte_cnt(),
         qp_num: qpn,
         vendor_err: 0,
+        src_qp: SrcQp(0),
     }
 }
 
@@ -107,6 +108,7 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         byte_len: cqe.byte_cnt,
         qp_num: cqe.qpn,
         vendor_err: cqe.vendor_syndrome as u32,
+        src_qp: SrcQp::new(cqe.src_qp(), cqe.grh()),
     })
 }
 

@@ -6,10 +6,14 @@
 use super::{DirectQp, MAX_INLINE, MAX_SGE};
 use crate::types::error::{Error, Result};
 use crate::types::keys::RemoteAddr;
+use crate::types::qp_attr::QpType;
 use crate::types::wr::{RecvWr, SendFlags, SendWr, SendWrs, Sge, WrOp, WriteWr};
 use mlx5_dv::driver::{Reserved, Seg};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
-use mlx5_dv::wqe::{wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
+use mlx5_dv::wqe::{
+    wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError, AV_DQP_DCT, DATAGRAM_SEG,
+    EXTENDED_UD_AV,
+};
 
 impl DirectQp {
     /// Posts one WR of the common kinds, built in place in the SQ (no
@@ -456,13 +460,23 @@ pub(crate) fn max_wqebbs(max_send_sge: u32, max_inline: u32) -> u32 {
     (32 + payload).div_ceil(64) as u32
 }
 
+/// [`max_wqebbs`] for a QP of type `t`: a UD WQE has the 48-byte datagram
+/// segment after its ctrl segment, and no remote-address segment.
+pub(crate) fn max_wqebbs_of(t: QpType, max_send_sge: u32, max_inline: u32) -> u32 {
+    if t != QpType::Ud {
+        return max_wqebbs(max_send_sge, max_inline);
+    }
+    let payload = (max_send_sge as usize * 16).max((max_inline as usize + 4).div_ceil(16) * 16);
+    (16 + DATAGRAM_SEG + payload).div_ceil(64) as u32
+}
+
 /// The one SGE of a WR that [`DirectQp::post_many`] builds in place: not
 /// inline, not an atomic, not a READ unless `reads` (the QP is RC), one
 /// SGE of 1 to 2^31 - 1 bytes on PD `pd`.
 #[inline(always)]
 fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32, reads: bool) -> Option<&'a Sge<'a>> {
     match (w.op, w.sges) {
-        (WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }, _) => None,
+        (WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. } | WrOp::UdSend { .. }, _) => None,
         (WrOp::RdmaRead { .. }, _) if !reads => None,
         (_, [s]) if !w.inline && s.one_seg_on(pd) => Some(s),
         _ => None,
@@ -568,6 +582,26 @@ pub(super) fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> 
                 compare: 0,
             }),
         ),
+        WrOp::UdSend { imm: None } => (WqeOpcode::SEND, None, None),
+        WrOp::UdSend { imm: Some(_) } => (WqeOpcode::SEND_IMM, None, None),
+    };
+    // UD: the AH's AV with the remote QPN and qkey patched in (rdma-core
+    // `set_datagram_seg`), the WQE's datagram segment.
+    let mut av: [u8; DATAGRAM_SEG];
+    let datagram = match (w.op, w.ud) {
+        (WrOp::UdSend { .. }, Some(d)) => {
+            av = d.ah.inner.av;
+            av[0..4].copy_from_slice(&d.qkey.to_be_bytes());
+            av[AV_DQP_DCT..AV_DQP_DCT + 4]
+                .copy_from_slice(&(d.remote_qpn & 0xff_ffff | EXTENDED_UD_AV).to_be_bytes());
+            Some(&av)
+        }
+        (WrOp::UdSend { .. }, None) => {
+            return Err(Error::Invalid(
+                "a UD send names its destination (SendWr::ud_send)".into(),
+            ))
+        }
+        _ => None,
     };
     let mut flags = CtrlFlags::empty();
     flags.set(CtrlFlags::CQ_UPDATE, w.signaled);
@@ -615,10 +649,13 @@ pub(super) fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> 
         Payload::Sges(&segs[..w.sges.len()])
     };
     let imm = match w.op {
-        WrOp::RdmaWriteWithImm { imm, .. } | WrOp::SendWithImm { imm } => imm,
+        WrOp::RdmaWriteWithImm { imm, .. }
+        | WrOp::SendWithImm { imm }
+        | WrOp::UdSend { imm: Some(imm) } => imm,
         _ => 0,
     };
     Ok(f(&SendWqe {
+        datagram,
         opcode,
         flags,
         imm,

@@ -130,7 +130,7 @@ pub(crate) fn describe_mlx5_cq(cq: &VerbsCq) -> Result<mlx5_dv::dv::mlx5dv_cq> {
 }
 
 /// An `{in, out}` pair that names no object.
-fn none_pair<I, O>() -> mlx5_dv::dv::mlx5dv_obj_pair<I, O> {
+pub(super) fn none_pair<I, O>() -> mlx5_dv::dv::mlx5dv_obj_pair<I, O> {
     mlx5_dv::dv::mlx5dv_obj_pair {
         in_: std::ptr::null_mut(),
         out: std::ptr::null_mut(),

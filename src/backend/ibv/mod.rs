@@ -8,11 +8,13 @@
 //! attribute masks per transition, also in `docs/prm.md`), perftest
 //! `perftest_communication.c` (GID choice, RTR/RTS attributes).
 
+mod ah;
 mod cq;
 mod mlx5;
 mod qp;
 mod srq;
 
+pub(crate) use ah::VerbsAh;
 pub(crate) use cq::VerbsCq;
 pub(crate) use mlx5::{
     create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mlx5_supported, Mlx5Objs,

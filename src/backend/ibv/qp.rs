@@ -2,7 +2,7 @@
 
 use super::check_detail;
 use crate::types::error::Result;
-use crate::types::qp_attr::{QpAttr, QpAttrMask, QpInfo, QpState, QpType};
+use crate::types::qp_attr::{AddressVector, QpAttr, QpAttrMask, QpInfo, QpState, QpType};
 use rdma_sys::*;
 
 /// Sizes of one QP.
@@ -23,6 +23,24 @@ pub(crate) fn ibv_type(t: QpType) -> ibv_qp_type::Type {
         QpType::Uc => ibv_qp_type::IBV_QPT_UC,
         QpType::Ud => ibv_qp_type::IBV_QPT_UD,
     }
+}
+
+/// `struct ibv_ah_attr` of an address vector.
+pub(crate) fn ah_attr(av: &AddressVector) -> ibv_ah_attr {
+    // SAFETY: plain data; zero is valid.
+    let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    a.dlid = av.dlid;
+    a.port_num = av.port;
+    a.sl = av.service_level;
+    if let Some(g) = av.grh {
+        a.is_global = 1;
+        a.grh.dgid = ibv_gid { raw: g.dgid };
+        a.grh.sgid_index = g.sgid_index;
+        a.grh.hop_limit = g.hop_limit;
+        a.grh.traffic_class = g.traffic_class;
+        a.grh.flow_label = g.flow_label;
+    }
+    a
 }
 
 /// `ibv_modify_qp` of `qp` to `to` with the attributes `attr` carries.
@@ -46,17 +64,7 @@ pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) 
         a.qp_access_flags = v.bits();
     }
     if let Some(av) = attr.av {
-        a.ah_attr.dlid = av.dlid;
-        a.ah_attr.port_num = av.port;
-        a.ah_attr.sl = av.service_level;
-        if let Some(g) = av.grh {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid = ibv_gid { raw: g.dgid };
-            a.ah_attr.grh.sgid_index = g.sgid_index;
-            a.ah_attr.grh.hop_limit = g.hop_limit;
-            a.ah_attr.grh.traffic_class = g.traffic_class;
-            a.ah_attr.grh.flow_label = g.flow_label;
-        }
+        a.ah_attr = ah_attr(&av);
     }
     if let Some(v) = attr.path_mtu {
         a.path_mtu = v;

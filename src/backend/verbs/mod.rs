@@ -6,7 +6,7 @@ mod srq;
 
 use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq, VerbsSrq};
 use super::SharedQps;
-use crate::types::completion::{Completion, WcOpcode, WcStatus};
+use crate::types::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::types::error::{Error, Result};
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
@@ -492,6 +492,24 @@ impl VerbsQp {
                         rkey: remote.rkey.0,
                     };
                 }
+                WrOp::UdSend { imm } => {
+                    v.opcode = match imm {
+                        None => ibv_wr_opcode::IBV_WR_SEND,
+                        Some(i) => {
+                            v.imm_data_invalidated_rkey_union.imm_data = i.to_be();
+                            ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+                        }
+                    };
+                    // (Checked by the caller: a UD WR has its destination,
+                    // an AH of this PD, which it borrows for the call.)
+                    if let Some(d) = w.ud {
+                        v.wr.ud = ud_t {
+                            ah: d.ah.inner.raw as *mut ibv_ah,
+                            remote_qpn: d.remote_qpn,
+                            remote_qkey: d.qkey,
+                        };
+                    }
+                }
             }
         }
         // SAFETY: the first `len` entries were written above.
@@ -702,6 +720,7 @@ impl VerbsQp {
             byte_len: w.byte_len,
             qp_num: w.qp_num,
             vendor_err: w.vendor_err,
+            src_qp: SrcQp::new(w.src_qp, w.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0),
         })
     }
 }

@@ -363,4 +363,8 @@ const ONE_SIDED: &[Case] = &[
     case!(uc_write_lands_and_read_is_refused),
     case!(uc_drops_what_the_responder_cannot_take),
     case!(uc_transitions_check_their_own_attributes),
+    case!(ud_send_lands_after_the_grh_slot),
+    case!(ud_drops_and_refusals),
+    case!(ud_receive_too_small),
+    case!(ud_transitions_check_their_own_attributes),
 ];

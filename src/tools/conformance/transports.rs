@@ -174,3 +174,234 @@ pub(super) fn uc_transitions_check_their_own_attributes(dev: &str) -> CaseResult
     drop(b);
     passed(vec![])
 }
+
+/// The qkey the UD cases use (bit 31 clear: not a controlled qkey).
+const QKEY: u32 = 0x1111_2222;
+
+/// Two UD QPs of one PD, up (`ready_ud` with [`QKEY`]), and an AH from
+/// `a` toward `b`'s port.
+struct UdPair {
+    _ctx: Context,
+    pd: Pd,
+    a: Qp,
+    b: Qp,
+    ah: rdma_direct::Ah,
+}
+
+fn ud_pair(dev: &str) -> Result<UdPair, Failure> {
+    let ctx = Context::open(dev).map_err(|e| Failure(format!("open {dev}: {e}")))?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig {
+        qp_type: QpType::Ud,
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        max_inline: 0,
+        ..QpConfig::default()
+    };
+    let mut a = pd.create_qp(&cfg)?;
+    let mut b = pd.create_qp(&cfg)?;
+    a.ready_ud(QKEY)?;
+    b.ready_ud(QKEY)?;
+    let ah = pd.create_ah(&a.av_to(&b.endpoint()))?;
+    Ok(UdPair {
+        _ctx: ctx,
+        pd,
+        a,
+        b,
+        ah,
+    })
+}
+
+/// Toward QP `remote_qpn` through `ah`, with `qkey`.
+fn dest(ah: &rdma_direct::Ah, remote_qpn: u32, qkey: u32) -> rdma_direct::UdDest<'_> {
+    rdma_direct::UdDest {
+        ah,
+        remote_qpn,
+        qkey,
+    }
+}
+
+/// A UD SEND of 1000 bytes into a receive of 1040 completes with byte_len
+/// 1040 (the 40-byte GRH slot first), the payload at offset 40, and the
+/// sender's QPN as the source; the sender's completion is a SEND.
+pub(super) fn ud_send_lands_after_the_grh_slot(dev: &str) -> CaseResult {
+    let mut u = ud_pair(dev)?;
+    let src = u.pd.reg_mr(1000, Access::LOCAL_WRITE)?;
+    let dst = u.pd.reg_mr(1040, Access::LOCAL_WRITE)?;
+    src.write(0, &pattern(1000, 11))?;
+    u.b.post_recv(&[RecvWr::new(5, &[Sge::new(&dst, 0, 1040)?])])?;
+    let sge = [Sge::new(&src, 0, 1000)?];
+    let w = SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY), Some(0x77)).signaled();
+    u.a.post_send(&[w])?;
+    let s = poll_one(&mut u.a)?;
+    check_eq!(
+        (s.wr_id, s.status, s.opcode),
+        (1, WcStatus::SUCCESS, WcOpcode::SEND),
+        "the sender's"
+    );
+    let r = poll_one(&mut u.b)?;
+    check_eq!(
+        (r.wr_id, r.status, r.opcode, r.byte_len, r.imm),
+        (5, WcStatus::SUCCESS, WcOpcode::RECV, 1040, Some(0x77)),
+        "the receive"
+    );
+    check_eq!(r.src_qp.qpn(), u.a.qp_num(), "the source QPN");
+    check!(r.src_qp.grh(), "a UD receive carries the GRH flag");
+    check_eq!(
+        &contents(&dst)?[40..],
+        &pattern(1000, 11)[..],
+        "the payload at offset 40"
+    );
+    passed(vec![format!("UD MTU {} bytes", u.a.ud_mtu())])
+}
+
+/// A UD SEND over the port's active MTU is refused at post with
+/// `MessageTooLong`, nothing written; a wrong qkey and a missing receive
+/// each lose the datagram while the sender succeeds.
+pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
+    let mut u = ud_pair(dev)?;
+    let mtu = u.a.ud_mtu();
+    let src = u.pd.reg_mr(mtu as usize + 1, Access::LOCAL_WRITE)?;
+    let dst = u.pd.reg_mr(mtu as usize + 64, Access::LOCAL_WRITE)?;
+    let over = [Sge::new(&src, 0, mtu + 1)?];
+    let before = ring_snapshot(&u.a);
+    match u
+        .a
+        .post_send(&[SendWr::ud_send(1, &over, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])
+    {
+        Err(Error::MessageTooLong { len, mtu: m }) => {
+            check_eq!((len, m), (mtu as u64 + 1, mtu), "the refusal's figures")
+        }
+        other => return Err(Failure(format!("a UD SEND of MTU + 1 bytes: {other:?}"))),
+    }
+    check_eq!(ring_snapshot(&u.a), before, "the SQ after the refusal");
+    // Not a UD send, and an RC WR's fields, on a UD QP.
+    let one = [Sge::new(&src, 0, 8)?];
+    check!(
+        matches!(
+            u.a.post_send(&[SendWr::send(2, &one)]),
+            Err(Error::Invalid(_))
+        ),
+        "a plain SEND on a UD QP"
+    );
+    nothing_completes(&mut u.a)?;
+    // No receive posted: dropped, the sender succeeds.
+    u.a.post_send(&[SendWr::ud_send(3, &one, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    check!(
+        poll_one(&mut u.a)?.status.is_ok(),
+        "a datagram with no receive posted"
+    );
+    // The wrong qkey: dropped, though a receive waits.
+    u.b.post_recv(&[RecvWr::new(9, &[Sge::new(&dst, 0, 64)?])])?;
+    u.a.post_send(&[
+        SendWr::ud_send(4, &one, dest(&u.ah, u.b.qp_num(), QKEY ^ 1), None).signaled(),
+    ])?;
+    check!(
+        poll_one(&mut u.a)?.status.is_ok(),
+        "a datagram with the wrong qkey"
+    );
+    nothing_completes(&mut u.b)?;
+    // The receive still waits for a datagram with the right qkey.
+    u.a.post_send(&[SendWr::ud_send(5, &one, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    check!(poll_one(&mut u.a)?.status.is_ok(), "the right qkey");
+    let r = poll_one(&mut u.b)?;
+    check_eq!((r.wr_id, r.byte_len), (9, 48), "the receive that waited");
+    // At the MTU exactly: sent.
+    u.b.post_recv(&[RecvWr::new(10, &[Sge::new(&dst, 0, mtu + 40)?])])?;
+    let at = [Sge::new(&src, 0, mtu)?];
+    u.a.post_send(&[SendWr::ud_send(6, &at, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    check!(poll_one(&mut u.a)?.status.is_ok(), "a datagram of the MTU");
+    check_eq!(poll_one(&mut u.b)?.byte_len, mtu + 40, "its receive");
+    passed(vec![])
+}
+
+/// A UD receive too small for the datagram: on the sim a local length
+/// error, on rxe (Linux 6.1) a local QP operation error, and the QP in
+/// ERR; newer kernels drop the datagram (no completion, the QP in RTS).
+/// Either way the sender succeeds.
+pub(super) fn ud_receive_too_small(dev: &str) -> CaseResult {
+    let mut u = ud_pair(dev)?;
+    let src = u.pd.reg_mr(200, Access::LOCAL_WRITE)?;
+    let dst = u.pd.reg_mr(100, Access::LOCAL_WRITE)?;
+    u.b.post_recv(&[RecvWr::new(1, &[Sge::new(&dst, 0, 100)?])])?;
+    let sge = [Sge::new(&src, 0, 200)?];
+    u.a.post_send(&[SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    check!(poll_one(&mut u.a)?.status.is_ok(), "the sender");
+    std::thread::sleep(Duration::from_millis(100));
+    let mut wc = [Completion::default(); 2];
+    let n = u.b.poll(&mut wc)?;
+    let state = u.b.query()?.state;
+    match (n, wc[0].status, state) {
+        (1, WcStatus::LOC_LEN_ERR | WcStatus::LOC_QP_OP_ERR, QpState::Err) => {
+            passed(vec![format!("{} and the QP in ERR", wc[0].status.ident())])
+        }
+        (0, _, QpState::Rts) => passed(vec!["dropped; the QP in RTS".into()]),
+        _ => Err(Failure(format!(
+            "a receive too small: {:?}, the QP in {state:?}",
+            &wc[..n]
+        ))),
+    }
+}
+
+/// UD's state machine: RESET -> INIT needs QKEY (and refuses ACCESS_FLAGS),
+/// INIT -> RTR takes no path (an AV is refused), RTR -> RTS needs SQ_PSN
+/// alone; `connect_remote` and RC WRs are refused on a UD QP.
+pub(super) fn ud_transitions_check_their_own_attributes(dev: &str) -> CaseResult {
+    let ctx = Context::open(dev).map_err(|e| Failure(format!("open {dev}: {e}")))?;
+    let pd = ctx.alloc_pd()?;
+    let cfg = QpConfig {
+        qp_type: QpType::Ud,
+        ..QpConfig::default()
+    };
+    let mut q = pd.create_qp(&cfg)?;
+    let other = pd.create_qp(&QpConfig::default())?;
+    let names = |r: rdma_direct::Result<()>| match r {
+        Err(Error::QpAttr { attr, .. }) => Some(attr),
+        _ => None,
+    };
+    check_eq!(
+        names(q.modify(QpState::Init, &QpAttr::init(cfg.port, RW))),
+        Some("QKEY"),
+        "RESET -> INIT with RC's attributes"
+    );
+    let with_access = QpAttr {
+        access: Some(RW),
+        ..QpAttr::init_ud(cfg.port, QKEY)
+    };
+    check_eq!(
+        names(q.modify(QpState::Init, &with_access)),
+        Some("ACCESS_FLAGS"),
+        "RESET -> INIT with ACCESS_FLAGS"
+    );
+    check!(
+        matches!(
+            q.connect_remote(1, &other.endpoint(), 1),
+            Err(Error::Invalid(_))
+        ),
+        "connect_remote of a UD QP"
+    );
+    q.modify(QpState::Init, &QpAttr::init_ud(cfg.port, QKEY))?;
+    let av = q.av_to(&other.endpoint());
+    let with_av = QpAttr {
+        av: Some(av),
+        ..Default::default()
+    };
+    check_eq!(
+        names(q.modify(QpState::Rtr, &with_av)),
+        Some("AV"),
+        "INIT -> RTR with an AV"
+    );
+    q.modify(QpState::Rtr, &QpAttr::default())?;
+    check_eq!(
+        names(q.modify(QpState::Rts, &QpAttr::rts_unreliable(0))).or(Some("ok")),
+        Some("ok"),
+        "RTR -> RTS with SQ_PSN"
+    );
+    check_eq!(q.query()?.state, QpState::Rts, "RTS");
+    check!(
+        matches!(q.ready_ud(QKEY), Err(Error::Invalid(_))),
+        "ready_ud of a QP not in RESET"
+    );
+    drop(other);
+    passed(vec![])
+}

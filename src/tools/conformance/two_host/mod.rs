@@ -292,6 +292,7 @@ impl Peer for RemotePeer {
                 },
                 qp_num: 0,
                 vendor_err: 0,
+                src_qp: Default::default(),
             });
         }
         if v.len() < count {

@@ -1,0 +1,267 @@
+//! Creating a QP: the configuration checked, the backend's QP made (the
+//! sim, ConnectX, verbs), its own CQ or a shared one, an SRQ's receives.
+
+use crate::backend::direct;
+#[cfg(feature = "verbs")]
+use crate::backend::{ibv, verbs};
+use crate::handles::{PdInner, PdKind, SharedKind};
+use crate::owned::{HeldQueue, Owned};
+use crate::qp::{Qp, QpKind, ReclaimOnDrop};
+use crate::srq::{Srq, SrqKind};
+use crate::types::config::{CqSizing, QpConfig};
+use crate::types::error::{Error, Result};
+use crate::types::qp_attr::{Endpoint, QpState};
+use mlx5_dv::driver::CqCredits;
+use mlx5_dv::sim;
+use std::sync::Arc;
+
+impl Qp {
+    /// [`Self::create_qp`], completing into its own CQ or into `shared`'s.
+    pub(crate) fn create(
+        pd_inner: &Arc<PdInner>,
+        cfg: &QpConfig,
+        shared: Option<(&SharedKind, &CqCredits, usize)>,
+        srq: Option<&Srq>,
+    ) -> Result<Qp> {
+        if let Some(s) = srq {
+            if !Arc::ptr_eq(s.pd(), pd_inner) {
+                return Err(Error::Invalid(
+                    "the SRQ belongs to another protection domain".into(),
+                ));
+            }
+        }
+        // On an SRQ the receive limits are the SRQ's (its CQ room, its SGEs).
+        let cfg = &match srq {
+            Some(s) => QpConfig {
+                max_recv_wr: s.max_wr(),
+                max_recv_sge: s.max_sge(),
+                ..*cfg
+            },
+            None => *cfg,
+        };
+        let direct_srq = match srq.map(Srq::kind) {
+            Some(SrqKind::Direct(d)) => Some(d),
+            _ => None,
+        };
+        if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
+            return Err(Error::Invalid(format!(
+                "max_send_wr {} must be 1..=16384",
+                cfg.max_send_wr
+            )));
+        }
+        if cfg.max_recv_wr > 1 << 14 {
+            return Err(Error::Invalid(format!(
+                "max_recv_wr {} must be at most 16384",
+                cfg.max_recv_wr
+            )));
+        }
+        if cfg.rnr_retry > 7 {
+            return Err(Error::Invalid(format!(
+                "rnr_retry {} must be 0..=7 (7: retry forever)",
+                cfg.rnr_retry
+            )));
+        }
+        if cfg.min_rnr_timer > 31 {
+            return Err(Error::Invalid(format!(
+                "min_rnr_timer {} must be 0..=31 (IB spec table 45 code)",
+                cfg.min_rnr_timer
+            )));
+        }
+        let cq_depth = match cfg.cq_depth {
+            Some(_) if shared.is_some() => {
+                return Err(Error::Invalid(
+                    "cq_depth is the shared CQ's: leave QpConfig::cq_depth None".into(),
+                ))
+            }
+            Some(d) if d == 0 || d > 1 << 22 => {
+                return Err(Error::Invalid(format!("cq_depth {d} must be 1..=4194304")))
+            }
+            Some(d) => d,
+            // Default: room for a completion of every outstanding send and
+            // posted receive, with the sizing helper's headroom.
+            None => CqSizing::new().qp(cfg).depth()?,
+        };
+        let direct_cq = || match shared {
+            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
+            Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
+            #[cfg(feature = "verbs")]
+            Some((SharedKind::Verbs(..), ..)) => Err(Error::Invalid(
+                "a direct-path QP cannot complete into a verbs CQ".into(),
+            )),
+        };
+        let mut kind = match &pd_inner.kind {
+            PdKind::Sim(dev, pdn) => {
+                if cfg.max_send_sge as usize > direct::MAX_SGE {
+                    return Err(Error::Invalid(format!(
+                        "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
+                        cfg.max_send_sge,
+                        direct::MAX_SGE
+                    )));
+                }
+                if cfg.max_recv_sge as usize > direct::MAX_SGE {
+                    return Err(Error::Invalid(format!(
+                        "max_recv_sge {} exceeds the direct path's {} SGEs per receive WQE",
+                        cfg.max_recv_sge,
+                        direct::MAX_SGE
+                    )));
+                }
+                if cfg.max_inline as usize > direct::MAX_INLINE {
+                    return Err(Error::Invalid(format!(
+                        "max_inline {} exceeds the direct path's {} inline bytes per WQE",
+                        cfg.max_inline,
+                        direct::MAX_INLINE
+                    )));
+                }
+                if cfg.port != 1 {
+                    return Err(Error::Invalid(format!(
+                        "the sim has one port, 1 (asked for port {})",
+                        cfg.port
+                    )));
+                }
+                if let Some(i) = cfg.gid_index {
+                    return Err(Error::Invalid(format!(
+                        "the sim has no GID table (asked for GID index {i}); GID indices apply to RoCE devices"
+                    )));
+                }
+                // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
+                let per_wqe = direct::max_wqebbs_of(cfg.qp_type, cfg.max_send_sge, cfg.max_inline);
+                let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
+                if wqebbs > sim::MAX_SQ_WQEBBS {
+                    return Err(Error::Invalid(format!(
+                        "max_send_wr {} of WQEs up to {per_wqe} WQEBBs (max_send_sge {}, max_inline {}) needs \
+                         {wqebbs} WQEBBs; the sim's SQ holds at most {}",
+                        cfg.max_send_wr,
+                        cfg.max_send_sge,
+                        cfg.max_inline,
+                        sim::MAX_SQ_WQEBBS
+                    )));
+                }
+                QpKind::Direct(direct::DirectQp::create_sim(
+                    dev,
+                    *pdn,
+                    wqebbs,
+                    cfg.max_send_wr,
+                    direct_cq()?,
+                    cfg.max_inline,
+                    cfg.max_send_sge,
+                    cfg.max_recv_wr,
+                    cfg.max_recv_sge,
+                    direct_srq,
+                    cfg.qp_type,
+                )?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, direct) => {
+                let caps = ibv::QpCaps {
+                    qp_type: cfg.qp_type,
+                    max_send_wr: cfg.max_send_wr,
+                    max_send_sge: cfg.max_send_sge,
+                    max_inline: cfg.max_inline,
+                    max_recv_wr: cfg.max_recv_wr.max(1),
+                    max_recv_sge: cfg.max_recv_sge.max(1),
+                };
+                if *direct {
+                    if cfg.max_send_sge as usize > direct::MAX_SGE
+                        || cfg.max_recv_sge as usize > direct::MAX_SGE
+                        || cfg.max_inline as usize > direct::MAX_INLINE
+                    {
+                        return Err(Error::Invalid(format!(
+                            "the direct path takes at most {} SGEs and {} inline bytes per WQE",
+                            direct::MAX_SGE,
+                            direct::MAX_INLINE
+                        )));
+                    }
+                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?, direct_srq)?;
+                    q.limit_recv_sge(cfg.max_recv_sge);
+                    QpKind::Direct(q)
+                } else {
+                    // The device is asked for at least one receive SGE;
+                    // receives are held to what the caller asked.
+                    let choice = match shared {
+                        None => verbs::CqChoice::Own(cq_depth),
+                        Some((SharedKind::Verbs(c), credits, _)) => {
+                            verbs::CqChoice::Shared(c, credits)
+                        }
+                        Some((SharedKind::Direct(_), ..)) => {
+                            return Err(Error::Invalid(
+                                "a verbs QP cannot complete into a direct-path CQ".into(),
+                            ))
+                        }
+                    };
+                    let verbs_srq = match srq.map(Srq::kind) {
+                        Some(SrqKind::Verbs(v)) => Some(v),
+                        Some(SrqKind::Direct(_)) => {
+                            return Err(Error::Invalid(
+                                "a verbs QP cannot receive from a direct-path SRQ".into(),
+                            ))
+                        }
+                        None => None,
+                    };
+                    let mut q = verbs::create_qp(pd, caps, choice, verbs_srq)?;
+                    q.limit_recv_sge(cfg.max_recv_sge);
+                    QpKind::Verbs(q)
+                }
+            }
+        };
+        let local = match &pd_inner.kind {
+            PdKind::Sim(..) => Endpoint {
+                qpn: 0,
+                lid: 0,
+                gid: [0; 16],
+                gid_index: None,
+                active_mtu: 0,
+                roce: false,
+            },
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, _) => {
+                let port = pd.ctx.query_port(cfg.port)?;
+                let roce = port.link_layer == 2;
+                let (gid_index, gid) = if roce {
+                    let (i, g) = pd.ctx.choose_gid(cfg.port, &port, cfg.gid_index)?;
+                    (Some(i), g)
+                } else {
+                    (None, [0; 16])
+                };
+                Endpoint {
+                    qpn: 0,
+                    lid: port.lid,
+                    gid,
+                    gid_index,
+                    active_mtu: port.active_mtu,
+                    roce,
+                }
+            }
+        };
+        let srq = match srq {
+            Some(s) => Some(s.shared.link(match &mut kind {
+                QpKind::Direct(q) => q.srq_credits(),
+                #[cfg(feature = "verbs")]
+                QpKind::Verbs(q) => Some(q.credits().clone()),
+            })?),
+            None => None,
+        };
+        let progress = match &kind {
+            QpKind::Direct(q) => q.progress(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.progress(),
+        };
+        pd_inner.graves.add_qp(progress);
+        let mut qp = Qp {
+            pd_id: pd_inner.id,
+            kind,
+            owned: Owned {
+                send: HeldQueue::new(cfg.max_send_wr),
+                recv: HeldQueue::new(cfg.max_recv_wr),
+            },
+            shared_cq: shared.map(|(_, _, tag)| tag),
+            state: QpState::Reset,
+            cfg: *cfg,
+            local,
+            srq,
+            pd: pd_inner.clone(),
+            _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
+        };
+        qp.local.qpn = qp.qp_num();
+        Ok(qp)
+    }
+}

@@ -1,0 +1,84 @@
+//! UD on a [`Qp`]: bringing a UD QP up ([`Qp::ready_ud`]), and what a send
+//! must be on each transport (`Qp::check_transport`).
+
+use crate::handles::PdKind;
+use crate::qp::Qp;
+use crate::types::error::{Error, Result};
+use crate::types::qp_attr::{QpAttr, QpType};
+use crate::types::wr::{SendWr, WrOp};
+use mlx5_dv::sim;
+
+impl Qp {
+    /// Brings a UD QP (in RESET) to RTS: RESET -> INIT (P_Key index 0, the
+    /// config's port, `qkey`: the key datagrams to this QP must carry) ->
+    /// RTR -> RTS (a random first PSN). A UD QP is connected to no peer:
+    /// each send names its destination ([`SendWr::ud_send`]).
+    ///
+    /// Errors: the QP is not UD or not in RESET ([`Error::Invalid`]); the
+    /// device's refusal (the QP is put back in RESET).
+    pub fn ready_ud(&mut self, qkey: u32) -> Result<()> {
+        if self.cfg.qp_type != QpType::Ud {
+            return Err(Error::Invalid(format!(
+                "ready_ud brings up a UD QP; this one is {}",
+                self.cfg.qp_type.name()
+            )));
+        }
+        let init = QpAttr::init_ud(self.cfg.port, qkey);
+        let rts = QpAttr::rts_unreliable(Qp::random_psn());
+        self.connect_steps(init, QpAttr::default(), rts)
+    }
+
+    /// The largest UD message in bytes: the port's active MTU (the sim's
+    /// [`sim::UD_MTU`]).
+    #[cfg_attr(not(feature = "verbs"), allow(unreachable_patterns))]
+    pub fn ud_mtu(&self) -> u32 {
+        match (&self.pd.kind, self.local.active_mtu) {
+            (PdKind::Sim(..), _) => sim::UD_MTU,
+            (_, m @ 1..=5) => 128 << m,
+            _ => 4096,
+        }
+    }
+
+    /// What a send WR must be on this QP's transport: on UD a
+    /// [`WrOp::UdSend`] with its destination, an AH of this QP's PD, at
+    /// most [`Self::ud_mtu`] bytes; elsewhere no UD send.
+    ///
+    /// Errors: [`Error::Invalid`]; [`Error::MessageTooLong`].
+    pub(crate) fn check_transport(&self, w: &SendWr<'_>) -> Result<()> {
+        let ud_op = matches!(w.op, WrOp::UdSend { .. });
+        if self.cfg.qp_type != QpType::Ud {
+            if ud_op {
+                return Err(Error::Invalid(format!(
+                    "a UD send on a {} QP",
+                    self.cfg.qp_type.name()
+                )));
+            }
+            return Ok(());
+        }
+        let Some(d) = w.ud.filter(|_| ud_op) else {
+            return Err(Error::Invalid(
+                "a UD QP takes UD sends only (SendWr::ud_send: an AH, the remote QPN and qkey)"
+                    .into(),
+            ));
+        };
+        if d.ah.inner.pd != self.pd.id {
+            return Err(Error::Invalid(
+                "the address handle belongs to another protection domain".into(),
+            ));
+        }
+        if d.remote_qpn > 0xff_ffff {
+            return Err(Error::Invalid(format!(
+                "remote QPN {:#x} is more than 24 bits",
+                d.remote_qpn
+            )));
+        }
+        let mtu = self.ud_mtu();
+        if w.total_len() > mtu as u64 {
+            return Err(Error::MessageTooLong {
+                len: w.total_len(),
+                mtu,
+            });
+        }
+        Ok(())
+    }
+}
