@@ -210,6 +210,35 @@ struct BenchArgs {
     /// direct, or verbs (the fallback even on mlx5, for comparison).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+    /// Connection type, as perftest's -c: RC; UC (write_lat, write_bw,
+    /// send_lat, send_bw); UD (send_lat, send_bw; at most the port's MTU
+    /// per message).
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = ConnArg::Rc)]
+    connection: ConnArg,
+    /// The receiving side takes its receives from an SRQ (send_lat,
+    /// send_bw), as perftest's --use-srq.
+    #[arg(long = "use-srq")]
+    use_srq: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ConnArg {
+    #[value(name = "RC")]
+    Rc,
+    #[value(name = "UC")]
+    Uc,
+    #[value(name = "UD")]
+    Ud,
+}
+
+impl From<ConnArg> for rdma_direct::QpType {
+    fn from(c: ConnArg) -> Self {
+        match c {
+            ConnArg::Rc => rdma_direct::QpType::Rc,
+            ConnArg::Uc => rdma_direct::QpType::Uc,
+            ConnArg::Ud => rdma_direct::QpType::Ud,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -721,6 +750,10 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         device: a.device.clone(),
         size: size.unwrap_or(if lat.is_some() {
             2
+        } else if matches!(a.connection, ConnArg::Ud) {
+            // A UD message is at most the port's MTU: 1024 is every RoCE
+            // port's least (perftest lowers its default to the MTU).
+            1024
         } else {
             bw_defaults.lat.size
         }),
@@ -741,7 +774,21 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         },
         rdma_cm: a.rdma_cm,
         duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
+        qp_type: a.connection.into(),
+        use_srq: a.use_srq,
     };
+    let test_name = match a.test {
+        Test::Write => "write_lat",
+        Test::Send => "send_lat",
+        Test::Read => "read_lat",
+        Test::Atomic => "atomic_lat",
+        Test::WriteBw => "write_bw",
+        Test::ReadBw => "read_bw",
+        Test::SendBw => "send_bw",
+        Test::AtomicBw => "atomic_bw",
+        Test::RegMr => "reg_mr",
+    };
+    bench::check_transport(test_name, base.qp_type, base.use_srq)?;
     let role = match (&a.host, a.server) {
         (Some(_), true) => {
             return Err(Error::Invalid(
@@ -761,6 +808,12 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     if a.rdma_cm && role.is_none() {
         return Err(Error::Invalid(
             "-R (rdma_cm) connects two hosts: give --server or the server's address".into(),
+        ));
+    }
+    if role.is_some() && (base.qp_type != rdma_direct::QpType::Rc || base.use_srq) {
+        return Err(Error::Invalid(
+            "-c UC, -c UD and --use-srq run with both sides in this process (no --server, no host)"
+                .into(),
         ));
     }
     if let Some(role) = &role {

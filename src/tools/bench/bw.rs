@@ -189,8 +189,9 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     let pd = ctx.alloc_pd()?;
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mr_a = pd.reg_mr(size as usize, access)?;
-    let mr_b = pd.reg_mr(size as usize, access)?;
+    // (40 more on UD: a receive begins with the GRH slot.)
+    let mr_a = pd.reg_mr(size as usize + 40, access)?;
+    let mr_b = pd.reg_mr(size as usize + 40, access)?;
     let inline = matches!(test, BwTest::Write | BwTest::Send) && size <= cfg.lat.inline_size;
     // perftest's send_bw: 512 receives posted (`-r`), at most `iters`, and
     // never fewer than the sends in flight.
@@ -200,6 +201,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         0
     };
     let qcfg = QpConfig {
+        qp_type: cfg.lat.qp_type,
         max_send_wr: cfg.tx_depth,
         max_recv_wr: rx_depth,
         max_inline: if inline { cfg.lat.inline_size } else { 0 },
@@ -208,10 +210,19 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         ..QpConfig::default()
     };
     let mut pairs = Vec::with_capacity(cfg.qps as usize);
+    let mut dests = Vec::with_capacity(cfg.qps as usize);
     for _ in 0..cfg.qps {
-        pairs.push(pd.create_connected_pair(&qcfg)?);
+        let (p, d) = transport::Pair::new(&pd, &qcfg, cfg.lat.use_srq)?;
+        pairs.push(p);
+        dests.push(d);
     }
-    let (a, b) = &pairs[0];
+    let (a, b) = (&pairs[0].a, &pairs[0].b);
+    if cfg.lat.qp_type == rdma_direct::QpType::Ud && size > a.ud_mtu() {
+        return Err(Error::Invalid(format!(
+            "-s {size}: a UD message is at most the port's active MTU, {} bytes",
+            a.ud_mtu()
+        )));
+    }
     let side = |qp: &Qp, mr: &Mr| SideInfo {
         qpn: qp.qp_num(),
         path: qp.path(),
@@ -228,34 +239,44 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         inline: qcfg.max_inline,
         tx_depth: cfg.tx_depth,
         sides: [side(a, &mr_a), side(b, &mr_b)],
+        qp_type: cfg.lat.qp_type,
+        use_srq: cfg.lat.use_srq,
     };
     let to_b = RemoteAddr {
         addr: mr_b.addr(),
         rkey: mr_b.rkey(),
     };
     let sge = [Sge::new(&mr_a, 0, size)?];
-    let mut wr = match test {
-        BwTest::Write => SendWr::rdma_write(0, &sge, to_b),
-        BwTest::Read => SendWr::rdma_read(0, &sge, to_b),
-        BwTest::Send => SendWr::send(0, &sge),
-        BwTest::Atomic => cfg.lat.atomic.wr(0, &sge, to_b),
-    };
-    wr.inline = inline;
     let mut m = CpuMeter::new(&cfg.lat);
     // Send: B keeps `rx_depth` receives posted and reposts each one consumed.
-    let rsge = [Sge::new(&mr_b, 0, size)?];
+    let rsge = [Sge::new(
+        &mr_b,
+        0,
+        transport::recv_len(cfg.lat.qp_type, size),
+    )?];
     let recv = [RecvWr::new(0, &rsge)];
     let mut lanes = Vec::with_capacity(pairs.len());
-    for (a, b) in pairs.iter_mut() {
+    for (p, d) in pairs.iter_mut().zip(&dests) {
+        let mut wr = match test {
+            BwTest::Write => SendWr::rdma_write(0, &sge, to_b),
+            BwTest::Read => SendWr::rdma_read(0, &sge, to_b),
+            BwTest::Send => d.send_wr(true, &sge),
+            BwTest::Atomic => cfg.lat.atomic.wr(0, &sge, to_b),
+        };
+        wr.inline = inline;
         for _ in 0..rx_depth {
-            m.post(1, || b.post_recv(&recv))?;
+            m.post(1, || transport::post_recv(&mut p.b, &mut p.srq_b, &recv))?;
         }
         let receiver = (rx_depth > 0).then_some(Receiver {
-            qp: b,
+            qp: &mut p.b,
+            srq: &mut p.srq_b,
             recv: &recv,
             rx_depth,
+            // UD and UC drop a SEND that finds no receive: post no more
+            // than the receives posted.
+            windowed: cfg.lat.qp_type != rdma_direct::QpType::Rc,
         });
-        lanes.push(Lane::new(a, wr, receiver, cfg.lat.iters)?);
+        lanes.push(Lane::new(&mut p.a, wr, receiver, cfg.lat.iters)?);
     }
     let count = bw_loop(&mut lanes, cfg, &mut m)?;
     let mut report = match cfg.duration {
@@ -272,8 +293,13 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
 /// the receive it reposts, and how many it keeps posted.
 pub(super) struct Receiver<'a, 'b> {
     qp: &'a mut Qp,
+    /// Its SRQ, when its receives come from one (`--use-srq`).
+    srq: &'a mut Option<rdma_direct::Srq>,
     recv: &'a [RecvWr<'b>],
     rx_depth: u32,
+    /// The sender posts only as many SENDs as receives are posted (UD, UC:
+    /// no RNR retry saves one that finds none).
+    windowed: bool,
 }
 
 /// One sender of a bandwidth test (`-q` runs several): its QP, the WR it
@@ -407,6 +433,11 @@ pub(super) fn bw_loop(
                 if i0 - l.completed + k > cfg.tx_depth as usize {
                     break;
                 }
+                if let Some(r) = l.receiver.as_ref().filter(|r| r.windowed) {
+                    if i0 + k > l.received + r.rx_depth as usize {
+                        break;
+                    }
+                }
                 // When no further list fits behind this one, its last WR is
                 // signaled whatever -Q says: else nothing would come back to
                 // make room (with -l near -t and -Q not dividing -t).
@@ -473,7 +504,7 @@ pub(super) fn bw_loop(
                         }
                         l.received += 1;
                         if l.received.saturating_add(r.rx_depth as usize) <= iters {
-                            m.post(1, || r.qp.post_recv(r.recv))?;
+                            m.post(1, || transport::post_recv(r.qp, r.srq, r.recv))?;
                         }
                     }
                 }

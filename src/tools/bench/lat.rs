@@ -21,17 +21,31 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     // land), [size, 2 size) what the peer writes, reads or adds to.
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mr_a = pd.reg_mr(2 * size, access)?;
-    let mr_b = pd.reg_mr(2 * size, access)?;
+    // (40 more on UD: a receive begins with the GRH slot.)
+    let mr_a = pd.reg_mr(2 * size + 40, access)?;
+    let mr_b = pd.reg_mr(2 * size + 40, access)?;
     let inline = matches!(test, LatTest::Write | LatTest::Send) && size_asked <= cfg.inline_size;
     let qcfg = QpConfig {
+        qp_type: cfg.qp_type,
         max_send_wr: 16,
         max_inline: if inline { cfg.inline_size } else { 0 },
         port: cfg.port,
         gid_index: cfg.gid_index,
         ..QpConfig::default()
     };
-    let (mut a, mut b) = pd.create_connected_pair(&qcfg)?;
+    let (pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq)?;
+    let transport::Pair {
+        mut a,
+        mut b,
+        mut srq_a,
+        mut srq_b,
+    } = pair;
+    if cfg.qp_type == rdma_direct::QpType::Ud && size_asked > a.ud_mtu() {
+        return Err(Error::Invalid(format!(
+            "-s {size_asked}: a UD message is at most the port's active MTU, {} bytes",
+            a.ud_mtu()
+        )));
+    }
     let side = |qp: &Qp, mr: &Mr| SideInfo {
         qpn: qp.qp_num(),
         path: qp.path(),
@@ -49,6 +63,8 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         // One WR in flight at a time, as perftest's latency tests print.
         tx_depth: 1,
         sides: [side(&a, &mr_a), side(&b, &mr_b)],
+        qp_type: cfg.qp_type,
+        use_srq: cfg.use_srq,
     };
     let remote = |mr: &Mr| RemoteAddr {
         addr: mr.addr() + size as u64,
@@ -95,12 +111,15 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             // perftest's send latency: each side keeps a receive posted into
             // [size, 2 size) of its buffer; A sends, B waits for the receive,
             // reposts and sends back; A waits for its receive and reposts.
-            let rbuf_a = [Sge::new(&mr_a, size, size_asked)?];
-            let rbuf_b = [Sge::new(&mr_b, size, size_asked)?];
-            m.post(1, || a.post_recv(&[RecvWr::new(0, &rbuf_a)]))?;
-            m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
-            let mut wr_a = SendWr::send(0, &sge_a).signaled();
-            let mut wr_b = SendWr::send(0, &sge_b).signaled();
+            let rlen = transport::recv_len(cfg.qp_type, size_asked);
+            let rbuf_a = [Sge::new(&mr_a, size, rlen)?];
+            let rbuf_b = [Sge::new(&mr_b, size, rlen)?];
+            let ra = [RecvWr::new(0, &rbuf_a)];
+            let rb = [RecvWr::new(0, &rbuf_b)];
+            m.post(1, || transport::post_recv(&mut a, &mut srq_a, &ra))?;
+            m.post(1, || transport::post_recv(&mut b, &mut srq_b, &rb))?;
+            let mut wr_a = dests.send_wr(true, &sge_a).signaled();
+            let mut wr_b = dests.send_wr(false, &sge_b).signaled();
             wr_a.inline = inline;
             wr_b.inline = inline;
             for _ in 0..rounds {
@@ -110,10 +129,10 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 stamps.push(ticks());
                 m.post(1, || a.post_send(&[wr_a]))?;
                 wait_recv(&mut b, "B", &mut m)?;
-                m.post(1, || b.post_recv(&[RecvWr::new(0, &rbuf_b)]))?;
+                m.post(1, || transport::post_recv(&mut b, &mut srq_b, &rb))?;
                 m.post(1, || b.post_send(&[wr_b]))?;
                 wait_recv(&mut a, "A", &mut m)?;
-                m.post(1, || a.post_recv(&[RecvWr::new(0, &rbuf_a)]))?;
+                m.post(1, || transport::post_recv(&mut a, &mut srq_a, &ra))?;
             }
         }
         LatTest::Read | LatTest::Atomic => {
@@ -135,7 +154,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             }
         }
     }
-    drop(b);
+    drop((b, srq_b, srq_a));
     let report = lat_report(size_asked, &stamps, test.rtt_factor(), &m)?;
     Ok((info, report))
 }

@@ -54,6 +54,12 @@ pub struct LatConfig {
     /// (perftest `-D`), keeping at most [`DURATION_SAMPLES`] samples.
     /// Bandwidth tests use [`BwConfig::duration`].
     pub duration: Option<Duration>,
+    /// The transport (perftest `-c`): RC, UC (WRITE and SEND tests), UD
+    /// (SEND tests; at most the port's MTU per message).
+    pub qp_type: rdma_direct::QpType,
+    /// The receiving sides take their receives from an SRQ (perftest
+    /// `--use-srq`; SEND tests).
+    pub use_srq: bool,
 }
 
 /// Most round trips a latency test with a duration keeps (their stamps are
@@ -142,6 +148,8 @@ impl Default for LatConfig {
             atomic: AtomicKind::FetchAndAdd,
             rdma_cm: false,
             duration: None,
+            qp_type: rdma_direct::QpType::Rc,
+            use_srq: false,
         }
     }
 }
@@ -534,7 +542,12 @@ fn wait_recv(qp: &mut Qp, side: &str, m: &mut CpuMeter) -> Result<()> {
     poll_wait(
         qp,
         m,
-        || format!("no receive completion on side {side} within {WAIT_LIMIT:?}"),
+        || {
+            format!(
+                "no receive completion on side {side} within {WAIT_LIMIT:?} \
+                 (on UD or UC a lost message is not resent)"
+            )
+        },
         recv_among,
     )
 }
@@ -594,6 +607,9 @@ pub struct RunInfo {
     pub tx_depth: u32,
     /// Side A (timestamps) and side B.
     pub sides: [SideInfo; 2],
+    /// The transport (`-c`) and whether receives come from an SRQ.
+    pub qp_type: rdma_direct::QpType,
+    pub use_srq: bool,
 }
 
 /// One side's address, as perftest prints "local address" / "remote address".
@@ -627,7 +643,11 @@ impl RunInfo {
             self.qps,
             if p.link_layer == "sim" { "sim" } else { "IB" }
         ));
-        line(" Connection type : RC\t\tUsing SRQ      : OFF".to_string());
+        line(format!(
+            " Connection type : {}\t\tUsing SRQ      : {}",
+            self.qp_type.name(),
+            if self.use_srq { "ON" } else { "OFF" }
+        ));
         line(format!(
             " Data path       : {}\t\tSides          : {}",
             self.data_path,
@@ -819,8 +839,10 @@ mod bw;
 mod lat;
 mod reg;
 mod remote;
+mod transport;
 
 pub use bw::*;
 pub use lat::*;
 pub use reg::*;
 pub use remote::*;
+pub use transport::check_transport;

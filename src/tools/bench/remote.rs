@@ -186,6 +186,8 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
             AnyTest::Lat(_) => 1,
             AnyTest::Bw(_) => cfg.tx_depth,
         },
+        qp_type: rdma_direct::QpType::Rc,
+        use_srq: false,
         sides: [
             SideInfo {
                 qpn: qp.qp_num(),

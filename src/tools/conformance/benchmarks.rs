@@ -142,3 +142,77 @@ pub(super) fn bandwidth_benchmarks_run(dev: &str) -> CaseResult {
     }
     passed(vec![])
 }
+
+/// The benchmarks on the other transports and with an SRQ, as perftest
+/// runs them: send_lat and send_bw with `-c UD` and with `--use-srq`
+/// (and both), write_lat and write_bw with `-c UC`; the tests perftest does
+/// not run on a transport are refused by name.
+pub(super) fn transport_benchmarks_run(dev: &str) -> CaseResult {
+    use crate::tools::bench::{
+        check_transport, run_bw, run_lat, BwConfig, BwTest, LatConfig, LatTest,
+    };
+    use rdma_direct::QpType;
+    let mut notes = Vec::new();
+    for (qp_type, use_srq, lat, bw) in [
+        (QpType::Ud, false, LatTest::Send, BwTest::Send),
+        (QpType::Rc, true, LatTest::Send, BwTest::Send),
+        (QpType::Ud, true, LatTest::Send, BwTest::Send),
+        (QpType::Uc, true, LatTest::Send, BwTest::Send),
+        (QpType::Uc, false, LatTest::Write, BwTest::Write),
+    ] {
+        let what = format!("{lat:?}/{bw:?} -c {} srq {use_srq}", qp_type.name());
+        let cfg = LatConfig {
+            device: dev.to_string(),
+            iters: 50,
+            qp_type,
+            use_srq,
+            ..Default::default()
+        };
+        let (info, r) = run_lat(lat, &cfg)?;
+        check_eq!((r.bytes, r.iterations), (2, 50), "{what}");
+        check!(
+            info.banner("t").contains(qp_type.name()),
+            "{what}: the banner"
+        );
+        let bcfg = BwConfig {
+            lat: LatConfig {
+                size: 1024,
+                iters: 2000,
+                ..cfg.clone()
+            },
+            tx_depth: 64,
+            cq_mod: 16,
+            post_list: 1,
+            qps: 1,
+            duration: None,
+        };
+        let (_, r) = run_bw(bw, &bcfg)?;
+        check_eq!((r.bytes, r.iterations), (1024, 2000), "{what}");
+        check!(r.bw_average > 0.0, "{what}: {r:?}");
+        notes.push(format!("{what}: {:.1} MB/s", r.bw_average));
+    }
+    for (test, qp_type, srq) in [
+        ("read_lat", QpType::Uc, false),
+        ("write_lat", QpType::Ud, false),
+        ("atomic_bw", QpType::Ud, false),
+        ("write_bw", QpType::Rc, true),
+    ] {
+        check!(
+            matches!(check_transport(test, qp_type, srq), Err(Error::Invalid(_))),
+            "{test} -c {} srq {srq}",
+            qp_type.name()
+        );
+    }
+    let over = LatConfig {
+        device: dev.to_string(),
+        size: 8192,
+        iters: 10,
+        qp_type: QpType::Ud,
+        ..Default::default()
+    };
+    check!(
+        matches!(run_lat(LatTest::Send, &over), Err(Error::Invalid(_))),
+        "a UD send_lat over the MTU"
+    );
+    passed(notes)
+}

@@ -367,4 +367,5 @@ const ONE_SIDED: &[Case] = &[
     case!(ud_drops_and_refusals),
     case!(ud_receive_too_small),
     case!(ud_transitions_check_their_own_attributes),
+    case!(transport_benchmarks_run),
 ];
