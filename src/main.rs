@@ -8,6 +8,8 @@ use tools::bench::{
 
 mod tools;
 
+use tools::args::{AtomicArg, BackendArg, ConnArg};
+
 use tools::output::OutputFile;
 use tools::{codec, compare, progress, soak};
 
@@ -219,51 +221,6 @@ struct BenchArgs {
     /// send_bw), as perftest's --use-srq.
     #[arg(long = "use-srq")]
     use_srq: bool,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ConnArg {
-    #[value(name = "RC")]
-    Rc,
-    #[value(name = "UC")]
-    Uc,
-    #[value(name = "UD")]
-    Ud,
-}
-
-impl From<ConnArg> for rdma_direct::QpType {
-    fn from(c: ConnArg) -> Self {
-        match c {
-            ConnArg::Rc => rdma_direct::QpType::Rc,
-            ConnArg::Uc => rdma_direct::QpType::Uc,
-            ConnArg::Ud => rdma_direct::QpType::Ud,
-        }
-    }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum AtomicArg {
-    #[value(name = "FETCH_AND_ADD")]
-    FetchAndAdd,
-    #[value(name = "CMP_AND_SWAP")]
-    CmpAndSwap,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum BackendArg {
-    Auto,
-    Direct,
-    Verbs,
-}
-
-impl From<BackendArg> for rdma_direct::Backend {
-    fn from(b: BackendArg) -> Self {
-        match b {
-            BackendArg::Auto => rdma_direct::Backend::Auto,
-            BackendArg::Direct => rdma_direct::Backend::Direct,
-            BackendArg::Verbs => rdma_direct::Backend::Verbs,
-        }
-    }
 }
 
 /// MB/sec (2^20 bytes) to Gb/sec (10^9 bits), as perftest's --report_gbits.

@@ -6,6 +6,7 @@
 //! crates with `#[path]`, so the suite runs under `cargo test` without the
 //! library exporting it (`docs/architecture.md`, "Layers").
 
+pub mod args;
 pub mod bench;
 pub mod codec;
 pub mod compare;

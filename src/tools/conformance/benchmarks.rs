@@ -188,7 +188,7 @@ pub(super) fn transport_benchmarks_run(dev: &str) -> CaseResult {
         };
         let (_, r) = run_bw(bw, &bcfg)?;
         check_eq!((r.bytes, r.iterations), (1024, 2000), "{what}");
-        check!(r.bw_average > 0.0, "{what}: {r:?}");
+        check!(r.bw_average > 0.0 && r.msg_rate > 0.0, "{what}: {r:?}");
         notes.push(format!("{what}: {:.1} MB/s", r.bw_average));
     }
     for (test, qp_type, srq) in [
