@@ -20,8 +20,8 @@
 //!   connected QP on it).
 
 use rdma_direct::{
-    Access, Completion, Context, CqSizing, Qp, QpConfig, RemoteAddr, SendFlags, SendWr, Sge,
-    SharedCq, WriteWr,
+    Access, Completion, Context, CqSizing, Qp, QpConfig, QpType, RecvWr, RemoteAddr, SendFlags,
+    SendWr, Sge, SharedCq, UdDest, WriteWr,
 };
 use std::hint::black_box;
 
@@ -85,7 +85,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty> <N>");
+        eprintln!("usage: insn_api <api_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
@@ -120,6 +120,33 @@ fn main() -> rdma_direct::Result<()> {
     let on_shared = shared.create_qp(&cfg)?;
     let mut peer = pd.create_qp(&cfg)?;
     Qp::connect_loopback(shared.qp_mut(on_shared), &mut peer)?;
+    // Issue 15's rows: a UD pair, and a receiver on an SRQ with its sender.
+    let ud_cfg = QpConfig {
+        qp_type: QpType::Ud,
+        max_inline: 0,
+        ..cfg
+    };
+    let (mut ud_a, mut ud_b) = (pd.create_qp(&ud_cfg)?, pd.create_qp(&ud_cfg)?);
+    ud_a.ready_ud(0x1111_1111)?;
+    ud_b.ready_ud(0x1111_1111)?;
+    let ah = pd.create_ah(&ud_a.av_to(&ud_b.endpoint()))?;
+    let ud_wr = SendWr::ud_send(
+        4,
+        &sge,
+        UdDest {
+            ah: &ah,
+            remote_qpn: ud_b.qp_num(),
+            qkey: 0x1111_1111,
+        },
+        None,
+    )
+    .signaled();
+    let mut srq = pd.create_srq(64, 1)?;
+    let mut srq_rx = pd.create_qp_on_srq(&cfg, &srq)?;
+    let mut srq_tx = pd.create_qp(&cfg)?;
+    Qp::connect_loopback(&mut srq_rx, &mut srq_tx)?;
+    let rbuf = [Sge::new(&dst, 0, 64)?];
+    let send = SendWr::send(5, &sge).signaled();
     for _ in 0..n {
         match op.as_str() {
             "api_post_write" => {
@@ -156,6 +183,21 @@ fn main() -> rdma_direct::Result<()> {
                 }
                 let got = api_poll(&mut a, black_box(&mut out))?;
                 assert_eq!(got, k, "the CQEs were there");
+            }
+            "api_ud_post" => {
+                api_post_send(&mut ud_a, std::slice::from_ref(black_box(&ud_wr)))?;
+                drain(&mut ud_a, 1);
+            }
+            "api_srq_poll" => {
+                srq.post_recv(&[RecvWr::new(9, &rbuf)])?;
+                srq_tx.post_send(&[send])?;
+                let hook = srq_rx.sim_hook().expect("the sim");
+                while !hook.cqes_ready(1) {
+                    std::thread::yield_now();
+                }
+                let got = api_poll(&mut srq_rx, black_box(&mut out))?;
+                assert_eq!((got, out[0].wr_id), (1, 9), "the receive's CQE was there");
+                drain(&mut srq_tx, 1);
             }
             "api_poll_empty" => {
                 assert_eq!(api_poll(&mut a, black_box(&mut out))?, 0);

@@ -262,6 +262,10 @@ impl Qp {
             _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
         };
         qp.local.qpn = qp.qp_num();
+        let mtu = qp.ud_mtu();
+        if let Some(d) = qp.direct_mut() {
+            d.set_ud_mtu(mtu);
+        }
         Ok(qp)
     }
 }

@@ -286,6 +286,41 @@ fn c_driver(op: &str, n: u32) {
         }
     };
     let batch = [w; 32];
+    let av = [0u8; 48];
+    // An SRQ of 64 WQEs of 32 bytes (issue 15's receive-completion row).
+    let mut srq_ring = vec![0u8; 64 * 32];
+    let mut srq_wrid: Vec<u64> = (0..64).collect();
+    let mut srq = driver::Srq {
+        buf: srq_ring.as_mut_ptr(),
+        stride: 32,
+        tail: 63,
+        wrid: srq_wrid.as_mut_ptr(),
+    };
+    // A responder CQE (a SEND of 64 bytes into SRQ WQE `idx`, from QPN
+    // 0x99 with a GRH), with owner bit `owner`.
+    let recv_cqe = |owner: u8, idx: u16| {
+        Cqe {
+            opcode: CqeOpcode::RESP_SEND,
+            wqe_opcode: WqeOpcode(0),
+            qpn: 0x1234,
+            wqe_counter: idx,
+            byte_cnt: 64,
+            imm: 0,
+            solicited: false,
+            format: 0,
+            syndrome: Syndrome(0),
+            vendor_syndrome: 0,
+            flags_rqpn: 1 << 28 | 0x99,
+            owner: false,
+        }
+        .encode(owner)
+    };
+    if op == "cb_ud_send" || op == "cb_poll_srq" {
+        assert!(
+            driver::available15(),
+            "driver_ud_srq.c built without mlx5dv.h"
+        );
+    }
     for _ in 0..n {
         match op {
             "cb_post_write" => {
@@ -317,6 +352,35 @@ fn c_driver(op: &str, n: u32) {
                 assert_eq!(r, 0);
                 sq.tail = sq.head;
             }
+            "cb_ud_send" => {
+                // SAFETY: as for cb_post_write; `av` holds 48 bytes.
+                let r = unsafe {
+                    driver::cb_post_ud_send(
+                        &mut sq,
+                        black_box(av.as_ptr()),
+                        0x4321,
+                        0x1111_1111,
+                        7,
+                        0x7f00_0000_1000,
+                        0x11,
+                        64,
+                    )
+                };
+                assert_eq!(r, 0);
+                sq.tail = sq.head;
+            }
+            "cb_poll_srq" => {
+                let i = cq.ci;
+                let at = (i & (CQES - 1)) as usize * 64;
+                let c = recv_cqe(((i / CQES) & 1) as u8, (i % 64) as u16);
+                cqes[at..at + 64].copy_from_slice(&c);
+                let mut rwc = driver::RecvWc::default();
+                // SAFETY: `cq` and `srq` describe the vectors here, which
+                // live to the end of this function.
+                let got = unsafe { driver::cb_poll_srq(&mut cq, &mut srq, &mut rwc) };
+                assert_eq!(got, 1);
+                black_box(rwc);
+            }
             "cb_poll1" | "cb_poll16" | "cb_poll_empty" => {
                 let k = match op {
                     "cb_poll1" => 1,
@@ -335,5 +399,5 @@ fn c_driver(op: &str, n: u32) {
             }
         }
     }
-    black_box((&ring, &bf, &dbrec, &cq_dbrec, &wc));
+    black_box((&ring, &bf, &dbrec, &cq_dbrec, &wc, &srq_ring, &srq_wrid));
 }

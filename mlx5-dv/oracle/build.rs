@@ -1,9 +1,11 @@
 fn main() {
     println!("cargo:rerun-if-changed=oracle.c");
     println!("cargo:rerun-if-changed=driver.c");
+    println!("cargo:rerun-if-changed=driver_ud_srq.c");
     cc::Build::new()
         .file("oracle.c")
         .file("driver.c")
+        .file("driver_ud_srq.c")
         .warnings(false)
         .compile("mlx5dv_oracle");
 }

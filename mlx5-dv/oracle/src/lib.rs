@@ -325,6 +325,60 @@ pub mod driver {
         /// # Safety
         /// As [`cb_post_write`], for both queues; `wc` holds `max` entries.
         pub fn cb_poll(cq: *mut Cq, sq: *mut Sq, wc: *mut Wc, max: i32) -> i32;
+        fn cb15_available() -> i32;
+        /// One UD SEND of one SGE through the 48-byte AV `av` (issue 15's
+        /// baseline, `driver_ud_srq.c`); 0, or -1 when `max_post` WRs are
+        /// outstanding.
+        ///
+        /// # Safety
+        /// As [`cb_post_write`]; `av` points at 48 readable bytes.
+        #[allow(clippy::too_many_arguments)]
+        pub fn cb_post_ud_send(
+            sq: *mut Sq,
+            av: *const u8,
+            remote_qpn: u32,
+            qkey: u32,
+            wr_id: u64,
+            addr: u64,
+            lkey: u32,
+            len: u32,
+        ) -> i32;
+        /// One responder CQE of a QP on `srq` (relinked at the SRQ's tail);
+        /// 1, or 0 when the CQ holds none.
+        ///
+        /// # Safety
+        /// `cq` and `srq` describe live rings; `wc` is writable.
+        pub fn cb_poll_srq(cq: *mut Cq, srq: *mut Srq, wc: *mut RecvWc) -> i32;
+    }
+
+    /// An SRQ as libmlx5 keeps it (`struct cb_srq`).
+    #[repr(C)]
+    pub struct Srq {
+        pub buf: *mut u8,
+        /// Bytes per WQE.
+        pub stride: u32,
+        /// The list's tail.
+        pub tail: u32,
+        /// The wr_id of each WQE.
+        pub wrid: *mut u64,
+    }
+
+    /// A receive completion (`struct cb_rwc`).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct RecvWc {
+        pub wr_id: u64,
+        pub status: u32,
+        pub byte_len: u32,
+        pub qp_num: u32,
+        pub src_qp: u32,
+        pub grh: u32,
+    }
+
+    /// Whether `driver_ud_srq.c` was built with `<infiniband/mlx5dv.h>`.
+    pub fn available15() -> bool {
+        // SAFETY: no arguments, no side effects.
+        unsafe { cb15_available() != 0 }
     }
 
     /// Whether the baseline was built against the real header.

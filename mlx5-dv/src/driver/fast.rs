@@ -656,6 +656,91 @@ impl SendQueue {
         Ok(())
     }
 
+    /// Posts a UD SEND (or SEND_IMM) of one data segment, built in place:
+    /// the ctrl segment, the 48-byte datagram segment (`av`, the AH's AV,
+    /// with `qkey` at byte 0 and `remote_qpn | MLX5_EXTENDED_UD_AV` at byte
+    /// 8 patched in, as rdma-core's `set_datagram_seg`), which fills the
+    /// first WQEBB, and `data` at the start of the second (5 DS, 2 WQEBBs,
+    /// continuing at the ring's start past its end). Then the doorbell, with
+    /// a BlueFlame copy of both WQEBBs when it is the only WQE since the last
+    /// doorbell and they fit the register ([`Self::post_segs_bf`]).
+    ///
+    /// Errors, with nothing written: [`WqeError::WrLimit`],
+    /// [`WqeError::QueueFull`], [`WqeError::TooBig`] on a queue whose
+    /// largest WQE is one WQEBB.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn post_ud_bf(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        av: &[u8; crate::wqe::DATAGRAM_SEG],
+        remote_qpn: u32,
+        qkey: u32,
+        data: Seg,
+        wr_id: u64,
+    ) -> Result<(), WqeError> {
+        const WQEBBS: u32 = 2;
+        let (pi, posted) = (self.pi, self.posted);
+        if self.max_post == posted.wrapping_sub(self.retired) {
+            return Err(self.wr_limit());
+        }
+        if self.geo.max_wqebbs < WQEBBS {
+            return Err(WqeError::TooBig {
+                wqebbs: WQEBBS,
+                max: self.geo.max_wqebbs,
+            });
+        }
+        if !self.room_implied && WQEBBS > self.free_wqebbs() {
+            return Err(WqeError::QueueFull {
+                need: WQEBBS,
+                free: self.free_wqebbs(),
+            });
+        }
+        let ring = self.buf.as_ptr();
+        let slot = pi & self.slot_mask;
+        let second = pi.wrapping_add(1) & self.slot_mask;
+        let at = crate::wqe::AV_DQP_DCT;
+        // SAFETY: both WQEBBs are free (checked above: `room_implied`, or
+        // the free count) and the ring's (`new`); each index is masked
+        // below `wqe_cnt`, so each 64-byte WQEBB lies inside the ring.
+        unsafe {
+            let wqe = ring.add(slot as usize * WQEBB);
+            core::ptr::copy_nonoverlapping(av.as_ptr(), wqe.add(16), crate::wqe::DATAGRAM_SEG);
+            wqe.add(16).cast::<u32>().write_unaligned(qkey.to_be());
+            wqe.add(16 + at)
+                .cast::<u32>()
+                .write_unaligned((remote_qpn & 0xff_ffff | crate::wqe::EXTENDED_UD_AV).to_be());
+            put(ring.add(second as usize * WQEBB), data.stored());
+        }
+        let (flags, forced) = self.auto_signal(flags);
+        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, 5, flags, imm);
+        // SAFETY: as above; `slots` has `wqe_cnt` entries, `slot` masked below it.
+        unsafe {
+            put(ring.add(slot as usize * WQEBB), ctrl);
+            Slot::store(
+                self.slots.get_unchecked_mut(slot as usize),
+                wr_id,
+                posted,
+                WQEBBS,
+                forced,
+            );
+        }
+        self.posted = posted.wrapping_add(1);
+        self.batch_last = pi;
+        self.pi = pi.wrapping_add(WQEBBS);
+        if self.batch_start != pi as u64
+            || (WQEBBS * WQEBB as u32) > self.bf_size
+            || crate::trace::in_capture()
+        {
+            self.ring_doorbell();
+            return Ok(());
+        }
+        self.ring_bf(pi, WQEBBS);
+        Ok(())
+    }
+
     #[cold]
     fn inline_too_long(&self, len: usize) -> WqeError {
         WqeError::InlineTooLong {

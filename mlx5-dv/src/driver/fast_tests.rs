@@ -528,3 +528,82 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
     assert!(sq.complete(8).is_some(), "the second WQE starts at WQEBB 8");
     assert!(sq.limit_wqe_size(1));
 }
+
+/// A UD SEND built in place (`post_ud_bf`) is the general writer's WQE for
+/// the same WR (ctrl, the AV with the qkey and remote QPN patched in, the
+/// data segment), at every producer index of a small ring (so its second
+/// WQEBB wraps), signaled or not, with the same doorbell record and
+/// BlueFlame copy.
+#[test]
+fn ud_sends_in_place_write_what_the_writer_writes() {
+    let mut av = [0u8; crate::wqe::DATAGRAM_SEG];
+    for (i, b) in av.iter_mut().enumerate() {
+        *b = 0x80 | i as u8;
+    }
+    for start in 0..8u32 {
+        for signaled in [true, false] {
+            let (mut ma, mut mb) = (Mem::new(8), Mem::new(8));
+            let (mut a, mut b) = (ma.sq(8, 4), mb.sq(8, 4));
+            a.limit_wqe_size(2);
+            b.limit_wqe_size(2);
+            // Both at producer index `start` first (NOPs, retired).
+            for _ in 0..start {
+                let nop = SendWqe {
+                    datagram: None,
+                    opcode: WqeOpcode::NOP,
+                    flags: CtrlFlags::CQ_UPDATE,
+                    imm: 0,
+                    remote: None,
+                    atomic: None,
+                    payload: Payload::Sges(&[]),
+                };
+                a.post(&nop, 0).unwrap();
+                b.post(&nop, 0).unwrap();
+                a.ring_doorbell();
+                b.ring_doorbell();
+                let (ca, cb) = (a.pi().wrapping_sub(1) as u16, b.pi().wrapping_sub(1) as u16);
+                a.retirer().complete(ca);
+                b.retirer().complete(cb);
+            }
+            let flags = if signaled {
+                CtrlFlags::CQ_UPDATE
+            } else {
+                CtrlFlags::empty()
+            };
+            let mut patched = av;
+            patched[0..4].copy_from_slice(&0x1111_2222u32.to_be_bytes());
+            patched[8..12].copy_from_slice(&(0x4321 | crate::wqe::EXTENDED_UD_AV).to_be_bytes());
+            let d = [DataSeg {
+                addr: 0x1000,
+                len: 100,
+                lkey: 0x77,
+            }];
+            let wqe = SendWqe {
+                datagram: Some(&patched),
+                opcode: WqeOpcode::SEND_IMM,
+                flags,
+                imm: 9,
+                remote: None,
+                atomic: None,
+                payload: Payload::Sges(&d),
+            };
+            a.post(&wqe, 42).unwrap();
+            a.ring_doorbell();
+            b.post_ud_bf(
+                WqeOpcode::SEND_IMM,
+                flags,
+                9,
+                &av,
+                0x4321,
+                0x1111_2222,
+                Seg::data(0x1000, 100, 0x77),
+                42,
+            )
+            .unwrap();
+            assert_eq!(ma.ring, mb.ring, "ring, start {start}");
+            assert_eq!(ma.dbrec, mb.dbrec, "doorbell record, start {start}");
+            assert_eq!(ma.bf, mb.bf, "BlueFlame register, start {start}");
+            assert_eq!((a.pi(), a.posted_count()), (b.pi(), b.posted_count()));
+        }
+    }
+}

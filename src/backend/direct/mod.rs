@@ -31,7 +31,7 @@ use std::sync::Arc;
 mod post;
 
 pub(crate) use post::max_wqebbs_of;
-use post::{with_wqe, POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED};
+use post::{with_wqe, POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED, POST_UD};
 
 pub(crate) const MAX_SGE: usize = 30;
 /// Largest inline payload the direct path copies (bytes).
@@ -315,9 +315,11 @@ pub(crate) struct DirectQp {
     /// RDMA READ is a WR this QP takes (RC; UC has none): the in-place
     /// posts build one only then.
     reads: bool,
-    /// A UD QP: every post takes the checked path (its WQEs carry a
-    /// datagram segment), and its transitions are UD's.
+    /// A UD QP: its posts are [`POST_UD`]'s or the checked path's (its
+    /// WQEs carry a datagram segment), and its transitions are UD's.
     ud: bool,
+    /// UD: the largest message, bytes (the port's active MTU).
+    pub(super) ud_mtu: u32,
 }
 
 /// At most half of a CQ's credits are free: the send WR that took them
@@ -424,6 +426,7 @@ impl DirectQp {
             srq_reserved: 0,
             reads: qp_type == QpType::Rc,
             ud: qp_type == QpType::Ud,
+            ud_mtu: 0,
         })
     }
 
@@ -493,6 +496,7 @@ impl DirectQp {
             srq_reserved: 0,
             reads: qp_type == QpType::Rc,
             ud: qp_type == QpType::Ud,
+            ud_mtu: 0,
         })
     }
 
@@ -544,7 +548,9 @@ impl DirectQp {
         // Only RTS posts (and ERR, which flushes what it is given); a QP
         // with no send SGE posts nothing in place.
         self.set_post_mode(match to {
-            _ if self.max_send_sge == 0 || self.ud => POST_CHECKED,
+            _ if self.max_send_sge == 0 => POST_CHECKED,
+            QpState::Rts | QpState::Err if self.ud => POST_UD,
+            _ if self.ud => POST_CHECKED,
             QpState::Rts | QpState::Err if self.count_credits => POST_IN_PLACE_COUNTED,
             QpState::Rts | QpState::Err => POST_IN_PLACE,
             _ => POST_CHECKED,
@@ -778,6 +784,12 @@ impl DirectQp {
     /// Whether the QP runs on the sim (its test hooks apply).
     pub(crate) fn is_sim(&self) -> bool {
         matches!(self.dev, DirectDev::Sim(_))
+    }
+
+    /// UD: the port's active MTU, the largest message the in-place UD post
+    /// takes (set once the port is known; 0 until then: none).
+    pub(crate) fn set_ud_mtu(&mut self, mtu: u32) {
+        self.ud_mtu = mtu;
     }
 
     /// The CQ credits the QP counts, if it counts them (a QP on an SRQ

@@ -191,6 +191,9 @@ impl DirectQp {
     /// `false` in the checked post mode.
     #[inline(never)]
     fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+        if self.post_mode == POST_UD {
+            return self.post_ud_one(w, pd);
+        }
         if self.post_mode != POST_IN_PLACE_COUNTED || !self.credits.take(1) {
             return false;
         }
@@ -444,6 +447,58 @@ impl DirectQp {
     }
 }
 
+impl DirectQp {
+    /// [`Self::post_one`] on a UD QP: a UD SEND (or SEND_IMM) of one SGE of
+    /// 1 byte to the port's MTU on the QP's PD, through an AH of that PD,
+    /// not inline, built in place (`SendQueue::post_ud_bf`). `false`,
+    /// having changed nothing, for anything else: the checked path posts it
+    /// or says why not. (Inlined into `post_one_counted`, the out-of-line
+    /// half of `post_one`: one call from `Qp::post_send`.)
+    #[inline(always)]
+    fn post_ud_one(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+        let (WrOp::UdSend { imm }, Some(d), [s], false) = (w.op, w.ud, w.sges, w.inline) else {
+            return false;
+        };
+        if !s.one_seg_on(pd)
+            || s.len > self.ud_mtu
+            || d.ah.inner.pd != pd
+            || d.remote_qpn > 0xff_ffff
+        {
+            return false;
+        }
+        if self.count_credits && !self.credits.take(1) {
+            return false;
+        }
+        let undo = self.signal_if_credits_low();
+        let (opcode, imm) = match imm {
+            None => (WqeOpcode::SEND, 0),
+            Some(i) => (WqeOpcode::SEND_IMM, i),
+        };
+        let data = Seg::data(s.addr, s.len, s.lkey.0);
+        let r = self.sq.post_ud_bf(
+            opcode,
+            ctrl_flags(w),
+            imm,
+            &d.ah.inner.av,
+            d.remote_qpn,
+            d.qkey,
+            data,
+            w.wr_id,
+        );
+        if r.is_ok() {
+            self.posted_sends(1);
+            return true;
+        }
+        if self.count_credits {
+            self.credits.give(1);
+        }
+        if let Some(u) = undo {
+            self.sq.undo_signal_next(u);
+        }
+        false
+    }
+}
+
 /// [`DirectQp::post_one`] posts nothing: every WR takes the checked path
 /// (a QP not in RTS or ERR, or with no send SGE).
 pub(super) const POST_CHECKED: u8 = 0;
@@ -451,6 +506,9 @@ pub(super) const POST_CHECKED: u8 = 0;
 pub(super) const POST_IN_PLACE: u8 = 1;
 /// As [`POST_IN_PLACE`], taking a CQ credit per WR.
 pub(super) const POST_IN_PLACE_COUNTED: u8 = 2;
+/// A UD QP in RTS or ERR: [`DirectQp::post_one`] builds a UD SEND of one
+/// SGE in place (`DirectQp::post_ud_one`).
+pub(super) const POST_UD: u8 = 3;
 
 /// The largest send WQE of a QP with these limits, in WQEBBs: ctrl, raddr
 /// and the larger of the SGE list and the inline segment (an atomic WQE,
