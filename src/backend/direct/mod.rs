@@ -23,6 +23,7 @@ use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
 use crate::types::wr::SendWr;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
+use mlx5_dv::prm::CqeOpcode;
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -242,8 +243,9 @@ impl DirectCq {
         Ok(true)
     }
 
-    /// Discards the events raised and the CQEs written so far.
-    fn drain(&mut self) {
+    /// Discards the events raised and the CQEs written so far, each CQE
+    /// handed to `each` first.
+    fn drain(&mut self, mut each: impl FnMut(&mlx5_dv::cqe::Cqe)) {
         match &self.dev {
             // The sim's event fd is non-blocking: read it, no poll(2) (which
             // Miri cannot run either).
@@ -257,7 +259,9 @@ impl DirectCq {
                 while self.wait_event(std::time::Duration::ZERO).unwrap_or(false) {}
             }
         }
-        while self.cq.poll_one().is_some() {}
+        while let Some(c) = self.cq.poll_one() {
+            each(&c);
+        }
         self.cq.update_ci();
     }
 
@@ -631,7 +635,13 @@ impl DirectQp {
             // Events and CQEs from before RESET are stale now. (A QP on a
             // shared CQ reaches RESET with none outstanding: `Qp::modify`
             // sees to it.)
-            cq.drain();
+            // A receive of an SRQ completed here is the SRQ's again.
+            let rq = &mut self.rq;
+            cq.drain(|c| {
+                if rq.is_srq() && !matches!(c.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+                    rq.complete(c.wqe_counter);
+                }
+            });
             self.credits = CqCredits::new(self.credits.depth());
             // (The SRQ's share: taken at creation from a CQ that had it.)
             self.credits.take(self.srq_reserved);

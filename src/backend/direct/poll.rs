@@ -403,6 +403,13 @@ impl DirectCq {
             let Some(cqe) = cqes.next() else { break };
             let cqe = cqe.decode();
             if skip == Some(cqe.qpn) {
+                // Dropped unretired; but a receive of an SRQ is the SRQ's
+                // again.
+                if let Some(q) = m.find(cqe.qpn) {
+                    if q.rq.is_srq() && !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+                        q.rq.complete(cqe.wqe_counter);
+                    }
+                }
                 continue;
             }
             let Some(q) = m.find(cqe.qpn) else {

@@ -166,12 +166,18 @@ impl VerbsCq {
 
     /// Discards the events raised and the completions written so far (a QP
     /// with its own CQ going to RESET).
-    pub(crate) fn drain(&self) {
+    pub(crate) fn drain(&self, mut each: impl FnMut(&ibv_wc)) {
         while self.wait(std::time::Duration::ZERO).unwrap_or(false) {}
         // SAFETY: plain data; zero is valid.
         let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-        // SAFETY: live CQ; `wc` holds 16 entries.
-        while unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) } > 0 {}
+        loop {
+            // SAFETY: live CQ; `wc` holds 16 entries.
+            let n = unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) };
+            if n <= 0 {
+                break;
+            }
+            wc[..n as usize].iter().for_each(&mut each);
+        }
     }
 }
 

@@ -63,6 +63,13 @@ pub(crate) fn take_shared(
         };
         for w in wc {
             if skip == Some(w.qp_num) {
+                // Dropped unretired; but a receive of an SRQ is the SRQ's
+                // again.
+                if let Some((_, s)) = m.find(w.qp_num).and_then(|q| q.srq.as_ref()) {
+                    if w.wr_id & SRQ_TAG != 0 {
+                        s.complete(w.wr_id as u16);
+                    }
+                }
                 continue;
             }
             let found = m.find(w.qp_num);
@@ -303,7 +310,13 @@ impl VerbsQp {
                 // Events and completions from before RESET are stale now.
                 // (A QP on a shared CQ reaches RESET with none outstanding:
                 // `Qp::modify` sees to it.)
-                self.cq.drain();
+                // A receive of an SRQ completed here is the SRQ's again.
+                let slots = self.srq.as_ref().map(|(_, s)| s.clone());
+                self.cq.drain(|w| {
+                    if let (Some(s), true) = (&slots, w.wr_id & SRQ_TAG != 0) {
+                        s.complete(w.wr_id as u16);
+                    }
+                });
                 self.credits = CqCredits::new(self.credits.depth());
             }
             self.retired = self.posted;

@@ -454,3 +454,41 @@ pub(super) fn an_srq_receive_holds_only_the_mr_it_names(dev: &str) -> CaseResult
     );
     passed(vec![])
 }
+
+/// A receive an SRQ gave a QP whose completion was never polled goes back
+/// to the SRQ when that QP moves to RESET (its CQ's stale completions are
+/// discarded): with its own CQ, and on a shared CQ (`SharedCq::reset_qp`).
+pub(super) fn a_reset_gives_unpolled_srq_receives_back(dev: &str) -> CaseResult {
+    let mut r = rig(dev, 1, 4, 1)?;
+    let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
+    let bufs: Vec<[Sge; 1]> = (0..4)
+        .map(|k| Sge::new(&dst, k * 64, 64).map(|s| [s]))
+        .collect::<Result<_, _>>()?;
+    let wrs: Vec<RecvWr> = bufs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr::new(k as u64, s))
+        .collect();
+    r.srq.post_recv(&wrs)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    send(&mut r.tx[0], 1, &sge)?;
+    send(&mut r.tx[0], 2, &sge)?;
+    poll_until(&mut r.tx[0], 2)?;
+    check_eq!(r.srq.outstanding(), 4, "two consumed, not polled");
+    r.rx[0].modify(QpState::Reset, &QpAttr::default())?;
+    check_eq!(r.srq.outstanding(), 2, "after RESET (own CQ)");
+    // The same on a shared CQ.
+    let cfg = QpConfig::default();
+    let depth = CqSizing::new().queue(r.srq.max_wr()).queue(64).depth()?;
+    let mut cq = r.pd.create_shared_cq(depth)?;
+    let i = cq.create_qp_on_srq(&cfg, &r.srq)?;
+    let mut t = r.pd.create_qp(&cfg)?;
+    Qp::connect_loopback(cq.qp_mut(i), &mut t)?;
+    send(&mut t, 3, &sge)?;
+    poll_until(&mut t, 1)?;
+    check_eq!(r.srq.outstanding(), 2, "one more consumed, not polled");
+    cq.reset_qp(i)?;
+    check_eq!(r.srq.outstanding(), 1, "after SharedCq::reset_qp");
+    passed(vec![])
+}
