@@ -2,6 +2,8 @@
 //! remote QPN and qkey) to any UD QP of the device.
 //!
 //! What the sim models (IB spec 9.8.4; rxe `rxe_resp.c`):
+//! - A WR's qkey with bit 31 set stands for the sending QP's own qkey
+//!   (IB spec C10-15: a controlled qkey).
 //! - No RNR and no retry: a datagram to no QP, to a QP not in RTR or RTS,
 //!   with the wrong qkey, longer than [`UD_MTU`], or finding no receive
 //!   posted, is dropped; the requester completes it successfully.
@@ -38,6 +40,12 @@ pub(super) fn ud_send(
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     }
     let qkey = u32::from_be_bytes(av[0..4].try_into().unwrap());
+    // A qkey with bit 31 set asks for the sending QP's own (IB spec C10-15).
+    let qkey = if qkey & 0x8000_0000 != 0 {
+        st.qps[&qpn].qkey
+    } else {
+        qkey
+    };
     let at = crate::wqe::AV_DQP_DCT;
     let dqpn = u32::from_be_bytes(av[at..at + 4].try_into().unwrap()) & 0xff_ffff;
     let mut data = std::mem::take(&mut st.scratch);

@@ -326,6 +326,19 @@ pub(crate) struct DirectQp {
     pub(super) ud_mtu: u32,
 }
 
+impl Drop for DirectQp {
+    /// A QP on an SRQ with a CQ of its own: moved to RESET first, so that
+    /// the receives the SRQ gave it whose completions were never polled go
+    /// back to the SRQ (the RESET's drain), as rdma-core's `mlx5_cq_clean`
+    /// frees them when a QP is destroyed. (Its other fields then drop in
+    /// order: the drivers before the device objects.)
+    fn drop(&mut self) {
+        if self.rq.is_srq() && self.cq.is_some() {
+            let _ = self.modify_dev(QpState::Err, QpState::Reset, &QpAttr::default());
+        }
+    }
+}
+
 /// At most half of a CQ's credits are free: the send WR that took them
 /// makes a CQE ([`DirectQp::signal_if_credits_low`]).
 #[inline]

@@ -142,6 +142,16 @@ impl Drop for VerbsQp {
         // SAFETY: created in `create_qp`; the QP goes before its CQ (the
         // `Arc<VerbsCq>` field is dropped after this).
         unsafe { ibv_destroy_qp(self.qp) };
+        // The receives an SRQ gave this QP whose completions were never
+        // polled go back to the SRQ (as rdma-core's `mlx5_cq_clean` frees
+        // them): the QP is gone, so its own CQ holds all there will be.
+        if let (false, Some((_, slots))) = (self.shared, &self.srq) {
+            self.cq.drain(|w| {
+                if w.wr_id & SRQ_TAG != 0 {
+                    slots.complete(w.wr_id as u16);
+                }
+            });
+        }
     }
 }
 

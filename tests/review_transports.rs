@@ -1,0 +1,1468 @@
+//! A break-it review of the transports (UC, UD), shared receive queues and
+//! device async events (issue 15), on the sim, through the public API.
+
+use rdma_direct::*;
+use std::time::{Duration, Instant};
+
+#[path = "support/one_opcode.rs"]
+mod support;
+use support::*;
+
+const QKEY: u32 = 0x1234;
+
+fn ud_cfg() -> QpConfig {
+    QpConfig {
+        qp_type: QpType::Ud,
+        ..QpConfig::default()
+    }
+}
+
+fn uc_cfg() -> QpConfig {
+    QpConfig {
+        qp_type: QpType::Uc,
+        ..QpConfig::default()
+    }
+}
+
+/// Two UD QPs in RTS with qkey [`QKEY`], and an AH from `a` to `b`.
+fn ud_pair(pd: &Pd) -> (Qp, Qp, Ah) {
+    let (mut a, mut b) = (
+        pd.create_qp(&ud_cfg()).unwrap(),
+        pd.create_qp(&ud_cfg()).unwrap(),
+    );
+    a.ready_ud(QKEY).unwrap();
+    b.ready_ud(QKEY).unwrap();
+    let ah = pd.create_ah(&a.av_to(&b.endpoint())).unwrap();
+    (a, b, ah)
+}
+
+fn dest<'a>(ah: &'a Ah, qpn: u32) -> UdDest<'a> {
+    UdDest {
+        ah,
+        remote_qpn: qpn,
+        qkey: QKEY,
+    }
+}
+
+fn drain_shared(cq: &mut SharedCq) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let mut wc = [Completion::default(); 16];
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(100) {
+        let k = cq.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            std::thread::yield_now();
+        }
+    }
+    got
+}
+
+/// Waits (up to PATIENCE) until `f` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < PATIENCE, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+// ---------------------------------------------------------------- UD
+
+/// An AH of another PD, a remote QPN over 24 bits, an RC WR on a UD QP
+/// (every post API), a UD op without its destination: each refused with
+/// Invalid, nothing written.
+#[test]
+fn ud_bad_destinations_refused_nothing_written() {
+    let e = env();
+    let (mut a, b, ah) = ud_pair(&e.pd);
+    let pd2 = e.ctx.alloc_pd().unwrap();
+    let ah2 = pd2.create_ah(&a.av_to(&b.endpoint())).unwrap();
+    let s = [Sge::new(&e.src, 0, 64).unwrap()];
+    let inv = |e: Error, what: &str| assert!(matches!(e, Error::Invalid(_)), "{what}: {e:?}");
+    for signaled in [false, true] {
+        fn sig_(w: SendWr<'_>, s: bool) -> SendWr<'_> {
+            if s {
+                w.signaled()
+            } else {
+                w
+            }
+        }
+        let sig = |w| sig_(w, signaled);
+        let w = sig(SendWr::ud_send(1, &s, dest(&ah2, b.qp_num()), None));
+        inv(
+            refused_by(&mut a, |q| q.post_send(&[w])),
+            "AH of another PD",
+        );
+        let w = sig(SendWr::ud_send(
+            1,
+            &s,
+            dest(&ah, 0x100_0000 | b.qp_num()),
+            None,
+        ));
+        inv(refused_by(&mut a, |q| q.post_send(&[w])), "QPN > 24 bits");
+        let w = sig(SendWr::ud_send(1, &s, dest(&ah, u32::MAX), Some(3)));
+        inv(refused_by(&mut a, |q| q.post_send(&[w])), "QPN u32::MAX");
+        // Batches: a good one first, the bad one second: nothing posted.
+        let good = sig(SendWr::ud_send(1, &s, dest(&ah, b.qp_num()), None));
+        let bad = sig(SendWr::ud_send(2, &s, dest(&ah2, b.qp_num()), None));
+        inv(
+            refused_by(&mut a, |q| q.post_send(&[good, bad])),
+            "batch, AH of another PD",
+        );
+        // RC WRs on a UD QP.
+        let r = to(&e.dst, 0);
+        for w in [
+            SendWr::send(3, &s),
+            SendWr::send_with_imm(3, &s, 9),
+            SendWr::rdma_write(3, &s, r),
+            SendWr::rdma_write_with_imm(3, &s, r, 1),
+            SendWr::rdma_read(3, &s, r),
+        ] {
+            let w = sig(w);
+            inv(
+                refused_by(&mut a, |q| q.post_send(&[w])),
+                &format!("{:?} on UD", w.op),
+            );
+            inv(
+                refused_by(&mut a, |q| q.post_send(&[good, w])),
+                "batch with an RC WR",
+            );
+            let wi = w.inline();
+            inv(
+                refused_by(&mut a, |q| q.post_send(&[wi])),
+                "inline RC WR on UD",
+            );
+        }
+        // A UD op without its destination, and a SEND carrying one.
+        let mut w = sig(SendWr::ud_send(4, &s, dest(&ah, b.qp_num()), None));
+        w.ud = None;
+        inv(
+            refused_by(&mut a, |q| q.post_send(&[w])),
+            "UdSend without ud",
+        );
+        let mut w = sig(SendWr::send(4, &s));
+        w.ud = Some(dest(&ah, b.qp_num()));
+        inv(
+            refused_by(&mut a, |q| q.post_send(&[w])),
+            "Send op with ud set",
+        );
+    }
+    let sg = Sge::new(&e.src, 0, 8).unwrap();
+    let ww = WriteWr::new(5, sg, to(&e.dst, 0));
+    inv(
+        refused_by(&mut a, |q| q.post_write(&ww)),
+        "post_write on UD",
+    );
+    inv(
+        refused_by(&mut a, |q| q.post_write(&ww.signaled())),
+        "post_write signaled on UD",
+    );
+    inv(
+        refused_by(&mut a, |q| q.post_writes(&[ww, ww])),
+        "post_writes on UD",
+    );
+    inv(
+        refused_by(&mut a, |q| {
+            q.post_write_inline(6, b"abc", to(&e.dst, 0), SendFlags::SIGNALED)
+        }),
+        "post_write_inline on UD",
+    );
+    // Nothing went out: no completion at all.
+    assert!(drain(&mut a).is_empty());
+}
+
+/// A UD send on an RC QP and on a UC QP: Invalid, nothing written.
+#[test]
+fn ud_send_on_rc_and_uc_refused() {
+    let e = env();
+    let (_x, y, ah) = ud_pair(&e.pd);
+    let s = [Sge::new(&e.src, 0, 64).unwrap()];
+    for cfg in [QpConfig::default(), uc_cfg()] {
+        let mut a = e.pd.create_qp(&cfg).unwrap();
+        let mut b = e.pd.create_qp(&cfg).unwrap();
+        Qp::connect_loopback(&mut a, &mut b).unwrap();
+        for w in [
+            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), None),
+            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), Some(5)).signaled(),
+            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), None).inline(),
+        ] {
+            let err = refused_by(&mut a, |q| q.post_send(&[w]));
+            assert!(
+                matches!(err, Error::Invalid(_)),
+                "{:?}: {err:?}",
+                cfg.qp_type
+            );
+            let ok = SendWr::rdma_write(2, &s, to(&e.dst, 0));
+            let err = refused_by(&mut a, |q| q.post_send(&[ok, w]));
+            assert!(
+                matches!(err, Error::Invalid(_)),
+                "{:?}: {err:?}",
+                cfg.qp_type
+            );
+        }
+        assert!(drain(&mut a).is_empty());
+        // ready_ud is for UD QPs.
+        let mut c = e.pd.create_qp(&cfg).unwrap();
+        assert!(matches!(c.ready_ud(QKEY), Err(Error::Invalid(_))));
+        assert_eq!(c.state(), QpState::Reset);
+    }
+}
+
+/// The MTU boundary: 4096 bytes (one SGE, several SGEs) go and land after
+/// the GRH slot; 4097 is MessageTooLong (one SGE, several SGEs, with imm),
+/// nothing written; inline sends over max_inline are refused.
+#[test]
+fn ud_mtu_boundary() {
+    let e = env();
+    let cfg = QpConfig {
+        max_send_sge: 4,
+        max_inline: 512,
+        ..ud_cfg()
+    };
+    let (mut a, mut b) = (e.pd.create_qp(&cfg).unwrap(), e.pd.create_qp(&cfg).unwrap());
+    a.ready_ud(QKEY).unwrap();
+    b.ready_ud(QKEY).unwrap();
+    let ah = e.pd.create_ah(&a.av_to(&b.endpoint())).unwrap();
+    let mtu = a.ud_mtu();
+    assert_eq!(mtu, 4096);
+    let pat: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+    e.src.write(0, &pat).unwrap();
+    let d = dest(&ah, b.qp_num());
+    let one = [Sge::new(&e.src, 0, mtu).unwrap()];
+    let over = [Sge::new(&e.src, 0, mtu + 1).unwrap()];
+    let split = [
+        Sge::new(&e.src, 0, 1000).unwrap(),
+        Sge::new(&e.src, 1000, 0).unwrap(),
+        Sge::new(&e.src, 1000, 3096).unwrap(),
+    ];
+    let split_over = [
+        Sge::new(&e.src, 0, 1000).unwrap(),
+        Sge::new(&e.src, 1000, 3097).unwrap(),
+    ];
+    for (sg, imm) in [
+        (&over[..], None),
+        (&split_over[..], Some(7)),
+        (&over[..], Some(1)),
+    ] {
+        for sig in [false, true] {
+            let mut w = SendWr::ud_send(9, sg, d, imm);
+            w.signaled = sig;
+            let err = refused_by(&mut a, |q| q.post_send(&[w]));
+            assert!(
+                matches!(
+                    err,
+                    Error::MessageTooLong {
+                        len: 4097,
+                        mtu: 4096
+                    }
+                ),
+                "{err:?}"
+            );
+        }
+    }
+    // Inline: the QP's max_inline (512) bounds it first.
+    let big = vec![1u8; 513];
+    let bs = [Sge::bytes(&big).unwrap()];
+    let err = refused_by(&mut a, |q| {
+        q.post_send(&[SendWr::ud_send(9, &bs, d, None).inline()])
+    });
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    let huge = vec![1u8; 5000];
+    let hs = [Sge::bytes(&huge).unwrap()];
+    let err = refused_by(&mut a, |q| {
+        q.post_send(&[SendWr::ud_send(9, &hs, d, None).inline()])
+    });
+    assert!(
+        matches!(err, Error::MessageTooLong { .. } | Error::Invalid(_)),
+        "{err:?}"
+    );
+    // Exactly the MTU goes, both ways; an inline of 512 too.
+    let rbuf = e.pd.reg_mr(3 * 8192, Access::LOCAL_WRITE).unwrap();
+    let rs: Vec<[Sge; 1]> = (0..3)
+        .map(|k| [Sge::new(&rbuf, k * 8192, 40 + mtu).unwrap()])
+        .collect();
+    let rws: Vec<RecvWr> = rs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr::new(100 + k as u64, s))
+        .collect();
+    b.post_recv(&rws).unwrap();
+    let inl = [Sge::bytes(&pat[..512]).unwrap()];
+    a.post_send(&[
+        SendWr::ud_send(1, &one, d, None).signaled(),
+        SendWr::ud_send(2, &split, d, Some(0xabcd)).signaled(),
+        SendWr::ud_send(3, &inl, d, None).inline().signaled(),
+    ])
+    .unwrap();
+    let sent = poll_n(&mut a, 3);
+    assert_eq!(
+        sent.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(sent.iter().all(|c| c.status == WcStatus::SUCCESS));
+    let got = poll_n(&mut b, 3);
+    for (k, c) in got.iter().enumerate() {
+        assert_eq!(c.status, WcStatus::SUCCESS, "{c:?}");
+        assert_eq!(c.wr_id, 100 + k as u64);
+        assert_eq!(c.src_qp.qpn(), a.qp_num());
+        assert!(c.src_qp.grh());
+        assert_eq!(c.qp_num, b.qp_num());
+    }
+    assert_eq!(got[0].byte_len, 40 + 4096);
+    assert_eq!(got[1].byte_len, 40 + 4096);
+    assert_eq!(got[1].imm, Some(0xabcd));
+    assert_eq!(got[2].byte_len, 40 + 512);
+    let mut buf = vec![0u8; 4096];
+    for k in 0..2 {
+        rbuf.read(k * 8192 + 40, &mut buf).unwrap();
+        assert!(buf == pat[..4096], "message {k} payload");
+    }
+    rbuf.read(2 * 8192 + 40, &mut buf[..512]).unwrap();
+    assert!(buf[..512] == pat[..512]);
+    assert!(drain(&mut a).is_empty() && drain(&mut b).is_empty());
+}
+
+/// A datagram to a QP in RESET, INIT, ERR, of another type, to no QP, with
+/// the wrong qkey, or to a QP with no receive: the sender completes
+/// successfully, nothing lands, the receiver's posted receive stays and
+/// takes the next good datagram.
+#[test]
+fn ud_undeliverable_dropped_sender_succeeds() {
+    let e = env();
+    let (mut a, mut b, ah) = ud_pair(&e.pd);
+    let s = [Sge::new(&e.src, 0, 32).unwrap()];
+    e.src.write(0, &[0x5a; 32]).unwrap();
+    let reset = e.pd.create_qp(&ud_cfg()).unwrap();
+    let mut init = e.pd.create_qp(&ud_cfg()).unwrap();
+    init.modify(QpState::Init, &QpAttr::init_ud(1, QKEY))
+        .unwrap();
+    let mut err = e.pd.create_qp(&ud_cfg()).unwrap();
+    err.ready_ud(QKEY).unwrap();
+    err.modify(QpState::Err, &QpAttr::default()).unwrap();
+    let (rc, _rc2) = e.pd.create_connected_pair(&QpConfig::default()).unwrap();
+    let (uc, _uc2) = {
+        let mut x = e.pd.create_qp(&uc_cfg()).unwrap();
+        let mut y = e.pd.create_qp(&uc_cfg()).unwrap();
+        Qp::connect_loopback(&mut x, &mut y).unwrap();
+        (x, y)
+    };
+    let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    // No receive posted on b yet: dropped.
+    a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, b.qp_num()), None).signaled()])
+        .unwrap();
+    let c = poll_n(&mut a, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::SUCCESS));
+    let rsg = [Sge::new(&rb, 0, 4096).unwrap()];
+    b.post_recv(&[RecvWr::new(77, &rsg)]).unwrap();
+    let targets = [
+        (reset.qp_num(), QKEY),
+        (init.qp_num(), QKEY),
+        (err.qp_num(), QKEY),
+        (rc.qp_num(), QKEY),
+        (uc.qp_num(), QKEY),
+        (0xff_ffff, QKEY),
+        (0, QKEY),
+        (b.qp_num(), QKEY + 1),
+        (b.qp_num(), 0),
+    ];
+    for (i, (qpn, qkey)) in targets.iter().enumerate() {
+        let d = UdDest {
+            ah: &ah,
+            remote_qpn: *qpn,
+            qkey: *qkey,
+        };
+        a.post_send(&[SendWr::ud_send(10 + i as u64, &s, d, None).signaled()])
+            .unwrap();
+    }
+    let c = poll_n(&mut a, targets.len());
+    for (i, c) in c.iter().enumerate() {
+        assert_eq!(
+            (c.wr_id, c.status),
+            (10 + i as u64, WcStatus::SUCCESS),
+            "{c:?}"
+        );
+    }
+    assert!(drain(&mut b).is_empty(), "nothing for b");
+    let mut got = [0u8; 72];
+    rb.read(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0), "nothing landed");
+    // The receive is still there for the next good one.
+    a.post_send(&[SendWr::ud_send(50, &s, dest(&ah, b.qp_num()), None).signaled()])
+        .unwrap();
+    assert_eq!(poll_n(&mut a, 1)[0].wr_id, 50);
+    let c = poll_n(&mut b, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].byte_len, c[0].status),
+        (77, 72, WcStatus::SUCCESS)
+    );
+    rb.read(0, &mut got).unwrap();
+    assert!(got[40..].iter().all(|&x| x == 0x5a));
+    for q in [&reset, &init, &err] {
+        let _ = q.query().unwrap();
+    }
+}
+
+/// A UD post on a QP in RESET, INIT or RTR: QpState, nothing written.
+#[test]
+fn ud_post_outside_rts_refused() {
+    let e = env();
+    let (_x, y, ah) = ud_pair(&e.pd);
+    let s = [Sge::new(&e.src, 0, 32).unwrap()];
+    let w = SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), None).signaled();
+    let mut q = e.pd.create_qp(&ud_cfg()).unwrap();
+    let err = refused_by(&mut q, |q| q.post_send(&[w]));
+    assert!(matches!(err, Error::QpState { .. }), "{err:?}");
+    q.modify(QpState::Init, &QpAttr::init_ud(1, QKEY)).unwrap();
+    let err = refused_by(&mut q, |q| q.post_send(&[w]));
+    assert!(matches!(err, Error::QpState { .. }), "{err:?}");
+    q.modify(QpState::Rtr, &QpAttr::default()).unwrap();
+    let err = refused_by(&mut q, |q| q.post_send(&[w]));
+    assert!(matches!(err, Error::QpState { .. }), "{err:?}");
+    q.modify(QpState::Rts, &QpAttr::rts_unreliable(0)).unwrap();
+    q.post_send(&[w]).unwrap();
+    assert_eq!(poll_n(&mut q, 1)[0].wr_id, 1);
+    // Back to RESET: refused again, then ready_ud again works.
+    q.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    let err = refused_by(&mut q, |q| q.post_send(&[w]));
+    assert!(matches!(err, Error::QpState { .. }), "{err:?}");
+    q.ready_ud(QKEY).unwrap();
+    q.post_send(&[w]).unwrap();
+    assert_eq!(poll_n(&mut q, 1)[0].wr_id, 1);
+    // ready_ud on a QP not in RESET: Invalid, state unchanged.
+    assert!(matches!(q.ready_ud(QKEY), Err(Error::Invalid(_))));
+    assert_eq!(q.state(), QpState::Rts);
+}
+
+/// A UD receive too small for GRH + payload: a local length error, then
+/// the QP's other receives are flushed, each wr_id once; the sender
+/// succeeds.
+#[test]
+fn ud_receive_too_small_errors_once_and_flushes() {
+    let e = env();
+    let (mut a, mut b, ah) = ud_pair(&e.pd);
+    let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let small = [Sge::new(&rb, 0, 40 + 99).unwrap()];
+    let big = [Sge::new(&rb, 1024, 1024).unwrap()];
+    b.post_recv(&[
+        RecvWr::new(1, &small),
+        RecvWr::new(2, &big),
+        RecvWr::new(3, &big),
+    ])
+    .unwrap();
+    let s = [Sge::new(&e.src, 0, 100).unwrap()];
+    a.post_send(&[SendWr::ud_send(9, &s, dest(&ah, b.qp_num()), None).signaled()])
+        .unwrap();
+    assert_eq!(poll_n(&mut a, 1)[0].status, WcStatus::SUCCESS);
+    let got = poll_n(&mut b, 3);
+    assert_eq!(
+        got.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(got[0].status, WcStatus::LOC_LEN_ERR, "{:?}", got[0]);
+    assert!(
+        got[1..].iter().all(|c| c.status == WcStatus::WR_FLUSH_ERR),
+        "{got:?}"
+    );
+    assert!(drain(&mut b).is_empty());
+    // An exact fit (40 + 100) is fine on a fresh QP.
+    let (mut a, mut b, ah) = ud_pair(&e.pd);
+    let fit = [Sge::new(&rb, 0, 140).unwrap()];
+    b.post_recv(&[RecvWr::new(5, &fit)]).unwrap();
+    a.post_send(&[SendWr::ud_send(9, &s, dest(&ah, b.qp_num()), None).signaled()])
+        .unwrap();
+    poll_n(&mut a, 1);
+    let c = poll_n(&mut b, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].byte_len),
+        (5, WcStatus::SUCCESS, 140)
+    );
+}
+
+/// IB spec C10-15 / 10.2.5 (and rxe, mlx5): a WR's qkey with its high bit
+/// set means "use the sending QP's own qkey".
+#[test]
+fn ud_controlled_qkey_in_wr_uses_qp_qkey() {
+    let e = env();
+    let (mut a, mut b, ah) = ud_pair(&e.pd);
+    let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let r = [Sge::new(&rb, 0, 4096).unwrap()];
+    b.post_recv(&[RecvWr::new(1, &r)]).unwrap();
+    let s = [Sge::new(&e.src, 0, 10).unwrap()];
+    let d = UdDest {
+        ah: &ah,
+        remote_qpn: b.qp_num(),
+        qkey: 0x8000_0000,
+    };
+    a.post_send(&[SendWr::ud_send(1, &s, d, None).signaled()])
+        .unwrap();
+    poll_n(&mut a, 1);
+    let c = drain(&mut b);
+    assert_eq!(
+        c.len(),
+        1,
+        "the datagram with qkey 0x80000000 was dropped: {c:?}"
+    );
+}
+
+/// Modifies of a UD and a UC QP with the wrong attributes: QpAttr naming
+/// the attribute, nothing changed.
+#[test]
+fn uc_ud_modify_wrong_attributes_named() {
+    let e = env();
+    let named = |r: Result<()>| match r {
+        Err(Error::QpAttr { attr, .. }) => attr,
+        other => panic!("not a QpAttr error: {other:?}"),
+    };
+    // UD.
+    let mut u = e.pd.create_qp(&ud_cfg()).unwrap();
+    let peer = e.pd.create_qp(&ud_cfg()).unwrap();
+    assert_eq!(
+        named(u.modify(QpState::Init, &QpAttr::init(1, Access::LOCAL_WRITE))),
+        "QKEY"
+    );
+    let with_access = QpAttr {
+        access: Some(Access::LOCAL_WRITE),
+        ..QpAttr::init_ud(1, QKEY)
+    };
+    assert_eq!(named(u.modify(QpState::Init, &with_access)), "ACCESS_FLAGS");
+    assert_eq!(named(u.modify(QpState::Rtr, &QpAttr::default())), "STATE");
+    assert_eq!(u.state(), QpState::Reset);
+    u.modify(QpState::Init, &QpAttr::init_ud(1, QKEY)).unwrap();
+    let rtr = u.rtr_attr(&peer.endpoint(), 1);
+    let a = named(u.modify(QpState::Rtr, &rtr));
+    assert!(
+        [
+            "AV",
+            "PATH_MTU",
+            "DEST_QPN",
+            "RQ_PSN",
+            "MAX_DEST_RD_ATOMIC",
+            "MIN_RNR_TIMER"
+        ]
+        .contains(&a),
+        "{a}"
+    );
+    assert_eq!(u.state(), QpState::Init);
+    u.modify(QpState::Rtr, &QpAttr::default()).unwrap();
+    assert_eq!(named(u.modify(QpState::Rts, &QpAttr::rts(1, 7))), "TIMEOUT");
+    assert_eq!(named(u.modify(QpState::Rts, &QpAttr::default())), "SQ_PSN");
+    let bad_psn = QpAttr::rts_unreliable(0x100_0000);
+    assert_eq!(named(u.modify(QpState::Rts, &bad_psn)), "SQ_PSN");
+    assert_eq!(u.state(), QpState::Rtr);
+    u.modify(QpState::Rts, &QpAttr::rts_unreliable(5)).unwrap();
+    // UC.
+    let mut c = e.pd.create_qp(&uc_cfg()).unwrap();
+    let mut d = e.pd.create_qp(&uc_cfg()).unwrap();
+    assert_eq!(
+        named(c.modify(QpState::Init, &QpAttr::init_ud(1, QKEY))),
+        "ACCESS_FLAGS"
+    );
+    c.modify(QpState::Init, &QpAttr::init(1, Access::all()))
+        .unwrap();
+    d.modify(QpState::Init, &QpAttr::init(1, Access::all()))
+        .unwrap();
+    let rc_rtr = c.rtr_attr(&d.endpoint(), 1);
+    // rtr_attr of a UC QP: whatever it is, it must be accepted or named.
+    let av = c.av_to(&d.endpoint());
+    let rd = QpAttr::rtr(av, 3, d.qp_num(), 1);
+    let n = named(c.modify(QpState::Rtr, &rd));
+    assert!(n == "MAX_DEST_RD_ATOMIC" || n == "MIN_RNR_TIMER", "{n}");
+    let no_psn = QpAttr {
+        rq_psn: None,
+        ..QpAttr::rtr_uc(av, 3, d.qp_num(), 1)
+    };
+    assert_eq!(named(c.modify(QpState::Rtr, &no_psn)), "RQ_PSN");
+    assert_eq!(c.state(), QpState::Init);
+    c.modify(QpState::Rtr, &rc_rtr).unwrap();
+    assert_eq!(named(c.modify(QpState::Rts, &QpAttr::rts(1, 7))), "TIMEOUT");
+    let qk = QpAttr {
+        qkey: Some(1),
+        ..QpAttr::rts_unreliable(1)
+    };
+    assert_eq!(named(c.modify(QpState::Rts, &qk)), "QKEY");
+    assert_eq!(c.state(), QpState::Rtr);
+    c.modify(QpState::Rts, &QpAttr::rts_unreliable(1)).unwrap();
+}
+
+// ---------------------------------------------------------------- UC
+
+fn uc_pair(pd: &Pd) -> (Qp, Qp) {
+    let mut a = pd.create_qp(&uc_cfg()).unwrap();
+    let mut b = pd.create_qp(&uc_cfg()).unwrap();
+    Qp::connect_loopback(&mut a, &mut b).unwrap();
+    (a, b)
+}
+
+/// READ and atomics on UC: Invalid at post (alone, in a batch, inline),
+/// nothing written; WRITE and SEND go.
+#[test]
+fn uc_read_and_atomics_refused() {
+    let e = env();
+    let (mut a, mut b) = uc_pair(&e.pd);
+    let s8 = [Sge::new(&e.src, 0, 8).unwrap()];
+    let r = to(&e.dst, 0);
+    let ok = SendWr::rdma_write(1, &s8, r);
+    for w in [
+        SendWr::rdma_read(2, &s8, r),
+        SendWr::rdma_read(2, &s8, r).signaled(),
+        SendWr::atomic_cmp_swp(2, &s8, r, 0, 1),
+        SendWr::atomic_fetch_add(2, &s8, r, 1).signaled(),
+    ] {
+        let err = refused_by(&mut a, |q| q.post_send(&[w]));
+        assert!(matches!(err, Error::Invalid(_)), "{:?}: {err:?}", w.op);
+        let err = refused_by(&mut a, |q| q.post_send(&[ok, w]));
+        assert!(
+            matches!(err, Error::Invalid(_)),
+            "batch {:?}: {err:?}",
+            w.op
+        );
+        let err = refused_by(&mut a, |q| q.post_send(&[ok, ok, w, ok]));
+        assert!(
+            matches!(err, Error::Invalid(_)),
+            "batch {:?}: {err:?}",
+            w.op
+        );
+    }
+    assert!(drain(&mut a).is_empty());
+    // WRITE, WRITE_IMM, SEND, SEND_IMM go.
+    let rb = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rs = [Sge::new(&rb, 0, 64).unwrap()];
+    b.post_recv(&[
+        RecvWr::new(10, &rs),
+        RecvWr::new(11, &rs),
+        RecvWr::new(12, &rs),
+    ])
+    .unwrap();
+    a.post_send(&[
+        SendWr::rdma_write(1, &s8, r).signaled(),
+        SendWr::rdma_write_with_imm(2, &s8, r, 7).signaled(),
+        SendWr::send(3, &s8).signaled(),
+        SendWr::send_with_imm(4, &s8, 8).signaled(),
+    ])
+    .unwrap();
+    let c = poll_n(&mut a, 4);
+    assert_eq!(
+        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    let c = poll_n(&mut b, 3);
+    assert_eq!(
+        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![10, 11, 12]
+    );
+    assert_eq!(c[0].imm, Some(7));
+    assert_eq!(c[2].imm, Some(8));
+    assert!(drain(&mut b).is_empty());
+}
+
+/// A UC SEND with no receive posted is dropped: the sender succeeds, the
+/// responder stays RTS, and the next SEND takes the receive posted later.
+#[test]
+fn uc_send_without_receive_dropped() {
+    let e = env();
+    let (mut a, mut b) = uc_pair(&e.pd);
+    let s = [Sge::new(&e.src, 0, 16).unwrap()];
+    for i in 0..5 {
+        a.post_send(&[SendWr::send(i, &s).signaled()]).unwrap();
+    }
+    let c = poll_n(&mut a, 5);
+    assert!(c.iter().all(|c| c.status == WcStatus::SUCCESS), "{c:?}");
+    assert_eq!(b.query().unwrap().state, QpState::Rts);
+    assert_eq!(a.query().unwrap().state, QpState::Rts);
+    assert!(drain(&mut b).is_empty());
+    let rb = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rs = [Sge::new(&rb, 0, 64).unwrap()];
+    b.post_recv(&[RecvWr::new(42, &rs)]).unwrap();
+    a.post_send(&[SendWr::send(6, &s).signaled()]).unwrap();
+    assert_eq!(poll_n(&mut a, 1)[0].wr_id, 6);
+    let c = poll_n(&mut b, 1);
+    assert_eq!((c[0].wr_id, c[0].byte_len), (42, 16));
+    // A SEND longer than the receive: dropped on UC? or error: the
+    // receiver must not scribble past its buffer, and each wr_id once.
+    let big = [Sge::new(&e.src, 0, 128).unwrap()];
+    b.post_recv(&[RecvWr::new(43, &rs)]).unwrap();
+    a.post_send(&[SendWr::send(7, &big).signaled()]).unwrap();
+    assert_eq!(poll_n(&mut a, 1)[0].status, WcStatus::SUCCESS);
+    let got = drain(&mut b);
+    assert!(
+        got.len() <= 1 && got.iter().all(|c| c.wr_id == 43),
+        "{got:?}"
+    );
+}
+
+/// A UC WRITE with a bad rkey (or out of range, or to an MR without
+/// REMOTE_WRITE): completes successfully, nothing lands, the responder
+/// stays RTS and takes the next good WRITE.
+#[test]
+fn uc_write_bad_rkey_dropped_responder_stays_rts() {
+    let e = env();
+    let (mut a, b) = uc_pair(&e.pd);
+    e.src.write(0, &[0xee; 64]).unwrap();
+    let ro = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let s = [Sge::new(&e.src, 0, 64).unwrap()];
+    let good = to(&e.dst, 0);
+    let bads = [
+        RemoteAddr {
+            addr: good.addr,
+            rkey: Rkey(good.rkey.0 ^ 0x55_5500),
+        },
+        RemoteAddr {
+            addr: good.addr + (1 << 16) - 8,
+            rkey: good.rkey,
+        },
+        RemoteAddr {
+            addr: good.addr.wrapping_sub(4096),
+            rkey: good.rkey,
+        },
+        to(&ro, 0),
+    ];
+    for (i, r) in bads.iter().enumerate() {
+        a.post_send(&[SendWr::rdma_write(i as u64, &s, *r).signaled()])
+            .unwrap();
+        a.post_write(&WriteWr::new(100 + i as u64, s[0], *r).signaled())
+            .unwrap();
+        a.post_write_inline(200 + i as u64, &[0xee; 16], *r, SendFlags::SIGNALED)
+            .unwrap();
+    }
+    let c = poll_n(&mut a, 3 * bads.len());
+    assert!(c.iter().all(|c| c.status == WcStatus::SUCCESS), "{c:?}");
+    let mut ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+    ids.sort();
+    let mut want: Vec<u64> = (0..bads.len() as u64)
+        .flat_map(|i| [i, 100 + i, 200 + i])
+        .collect();
+    want.sort();
+    assert_eq!(ids, want);
+    let mut got = vec![0u8; 1 << 16];
+    e.dst.read(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0), "a bad WRITE landed");
+    let mut got = vec![0u8; 4096];
+    ro.read(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0),
+        "a WRITE landed in a local-only MR"
+    );
+    assert_eq!(b.query().unwrap().state, QpState::Rts);
+    a.post_write(&WriteWr::new(9, s[0], good).signaled())
+        .unwrap();
+    assert_eq!(poll_n(&mut a, 1)[0].wr_id, 9);
+    let mut got = [0u8; 64];
+    eventually("the good WRITE lands", || {
+        e.dst.read(0, &mut got).unwrap();
+        got == [0xee; 64]
+    });
+}
+
+// ---------------------------------------------------------------- SRQ
+
+fn srq_sges(mr: &Mr, n: usize, len: u32) -> Vec<[Sge<'_>; 1]> {
+    (0..n)
+        .map(|k| [Sge::new(mr, k * len as usize, len).unwrap()])
+        .collect()
+}
+
+fn recvs<'a>(sges: &'a [[Sge<'a>; 1]], base: u64) -> Vec<RecvWr<'a>> {
+    sges.iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr::new(base + k as u64, s))
+        .collect()
+}
+
+/// Creation limits, and post_recv's refusals: each typed, nothing posted
+/// (outstanding unchanged; the next good post takes exactly max_wr).
+#[test]
+fn srq_bad_input_refused_nothing_posted() {
+    let e = env();
+    for (w, s) in [
+        (0, 1),
+        (16385, 1),
+        (1, 0),
+        (1, 31),
+        (u32::MAX, 1),
+        (1, u32::MAX),
+    ] {
+        assert!(
+            matches!(e.pd.create_srq(w, s), Err(Error::Invalid(_))),
+            "{w} {s}"
+        );
+    }
+    let pd2 = e.ctx.alloc_pd().unwrap();
+    let other = pd2.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    for max_wr in [1u32, 2, 3, 7, 8, 16, 63, 64] {
+        let mut srq = e.pd.create_srq(max_wr, 2).unwrap();
+        assert_eq!(srq.outstanding(), 0);
+        let sg = srq_sges(&rb, max_wr as usize + 1, 64);
+        let all = recvs(&sg, 0);
+        let err = srq.post_recv(&all).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "max_wr+1: {err:?}");
+        assert_eq!(srq.outstanding(), 0);
+        let three = [
+            Sge::new(&rb, 0, 8).unwrap(),
+            Sge::new(&rb, 8, 8).unwrap(),
+            Sge::new(&rb, 16, 8).unwrap(),
+        ];
+        let os = [Sge::new(&other, 0, 8).unwrap()];
+        let data = [1u8; 8];
+        let bs = [Sge::bytes(&data).unwrap()];
+        for bad in [&three[..], &os[..], &bs[..]] {
+            let mut b = all[..max_wr as usize - 1].to_vec();
+            b.push(RecvWr::new(99, bad));
+            let err = srq.post_recv(&b).unwrap_err();
+            assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+            assert_eq!(srq.outstanding(), 0);
+        }
+        srq.post_recv(&all[..max_wr as usize]).unwrap();
+        assert_eq!(srq.outstanding(), max_wr);
+        let err = srq.post_recv(&all[..1]).unwrap_err();
+        assert!(matches!(err, Error::RecvQueueFull), "{err:?}");
+        srq.post_recv(&[]).unwrap();
+        assert_eq!(srq.outstanding(), max_wr);
+        // Limits.
+        assert!(matches!(srq.set_limit(max_wr + 1), Err(Error::Invalid(_))));
+        srq.set_limit(max_wr).unwrap();
+        srq.set_limit(0).unwrap();
+    }
+    // A QP on an SRQ of another PD; post_recv on a QP on an SRQ.
+    let srq2 = pd2.create_srq(4, 1).unwrap();
+    assert!(matches!(
+        e.pd.create_qp_on_srq(&QpConfig::default(), &srq2),
+        Err(Error::Invalid(_))
+    ));
+    let srq = e.pd.create_srq(4, 1).unwrap();
+    let mut q = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut p = e.pd.create_qp(&QpConfig::default()).unwrap();
+    let s = [Sge::new(&rb, 0, 8).unwrap()];
+    assert!(matches!(
+        q.post_recv(&[RecvWr::new(1, &s)]),
+        Err(Error::Invalid(_))
+    ));
+    Qp::connect_loopback(&mut q, &mut p).unwrap();
+    assert!(matches!(
+        q.post_recv(&[RecvWr::new(1, &s)]),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(q.post_recv(&[]), Err(Error::Invalid(_))));
+    // An own CQ too small for the SRQ's receives.
+    let srq = e.pd.create_srq(64, 1).unwrap();
+    let small = QpConfig {
+        cq_depth: Some(32),
+        ..QpConfig::default()
+    };
+    assert!(matches!(
+        e.pd.create_qp_on_srq(&small, &srq),
+        Err(Error::Invalid(_))
+    ));
+    let mut cq = e.pd.create_shared_cq(32).unwrap();
+    assert!(matches!(
+        cq.create_qp_on_srq(&QpConfig::default(), &srq),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(cq.credits_free(), 32);
+    assert!(cq.is_empty());
+}
+
+/// SRQ limit: 0 raises nothing; max_wr raises on the first receive taken;
+/// an event once per arming; re-arming raises again; events are typed with
+/// the SRQ's number.
+#[test]
+fn srq_limit_events_once_per_arming() {
+    let e = env();
+    let mut srq = e.pd.create_srq(8, 1).unwrap();
+    let rb = e.pd.reg_mr(8 * 64, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 8, 64);
+    let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    assert_eq!(e.ctx.get_async_event(Duration::ZERO).unwrap(), None);
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    srq.set_limit(0).unwrap();
+    let send = |client: &mut Qp, server: &mut Qp, id: u64| {
+        client
+            .post_send(&[SendWr::send(id, &s).signaled()])
+            .unwrap();
+        poll_n(client, 1);
+        poll_n(server, 1)[0]
+    };
+    send(&mut client, &mut server, 1);
+    assert_eq!(
+        e.ctx.get_async_event(Duration::from_millis(50)).unwrap(),
+        None
+    );
+    // 7 posted; limit 8: the next one taken raises it.
+    srq.set_limit(8).unwrap();
+    send(&mut client, &mut server, 2);
+    let ev = e.ctx.get_async_event(PATIENCE).unwrap();
+    assert_eq!(
+        ev,
+        Some(AsyncEvent::SrqLimitReached {
+            srq_num: srq.srq_num()
+        })
+    );
+    send(&mut client, &mut server, 3);
+    assert_eq!(
+        e.ctx.get_async_event(Duration::from_millis(50)).unwrap(),
+        None
+    );
+    // Re-arm at 2 with 5 posted: nothing until fewer than 2 are left.
+    srq.set_limit(2).unwrap();
+    for id in 4..7 {
+        send(&mut client, &mut server, id);
+        assert_eq!(
+            e.ctx.get_async_event(Duration::ZERO).unwrap(),
+            None,
+            "id {id}"
+        );
+    }
+    send(&mut client, &mut server, 7); // 1 left
+    let ev = e.ctx.get_async_event(PATIENCE).unwrap();
+    assert_eq!(
+        ev,
+        Some(AsyncEvent::SrqLimitReached {
+            srq_num: srq.srq_num()
+        })
+    );
+    assert_eq!(e.ctx.get_async_event(Duration::ZERO).unwrap(), None);
+    // Re-filled to max_wr: the limit at max_wr raises once.
+    srq.post_recv(&recvs(&sg[..7], 100)).unwrap();
+    assert_eq!(srq.outstanding(), 8);
+    srq.set_limit(8).unwrap();
+    send(&mut client, &mut server, 8);
+    send(&mut client, &mut server, 9);
+    assert!(e.ctx.get_async_event(PATIENCE).unwrap().is_some());
+    assert_eq!(
+        e.ctx.get_async_event(Duration::from_millis(50)).unwrap(),
+        None
+    );
+}
+
+/// Exactly max_wr receives are taken and each completes once (on the QP
+/// that took it), then the SRQ takes max_wr again; SENDs beyond its
+/// receives get RNR and complete once a receive is posted.
+#[test]
+fn srq_several_qps_every_wr_id_once() {
+    let e = env();
+    let max_wr = 16u32;
+    let mut srq = e.pd.create_srq(max_wr, 1).unwrap();
+    let rb =
+        e.pd.reg_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
+            .unwrap();
+    let sg = srq_sges(&rb, max_wr as usize, 64);
+    let cfg = QpConfig {
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        ..QpConfig::default()
+    };
+    let mut servers: Vec<Qp> = Vec::new();
+    let mut clients: Vec<Qp> = Vec::new();
+    for _ in 0..4 {
+        let mut s = e.pd.create_qp_on_srq(&cfg, &srq).unwrap();
+        let mut c = e.pd.create_qp(&cfg).unwrap();
+        Qp::connect_loopback(&mut s, &mut c).unwrap();
+        servers.push(s);
+        clients.push(c);
+    }
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    for round in 0..3u64 {
+        srq.post_recv(&recvs(&sg, round * 100)).unwrap();
+        assert_eq!(srq.outstanding(), max_wr);
+        assert!(matches!(
+            srq.post_recv(&recvs(&sg[..1], 0)),
+            Err(Error::RecvQueueFull)
+        ));
+        for i in 0..max_wr as u64 {
+            let k = (i % 4) as usize;
+            clients[k]
+                .post_send(&[SendWr::send(i, &s).signaled()])
+                .unwrap();
+        }
+        let mut ids = Vec::new();
+        for (k, srv) in servers.iter_mut().enumerate() {
+            let got = poll_n(srv, max_wr as usize / 4);
+            assert!(got
+                .iter()
+                .all(|c| c.qp_num == srv.qp_num() && c.status == WcStatus::SUCCESS));
+            ids.extend(got.iter().map(|c| c.wr_id));
+            assert!(drain(srv).is_empty(), "server {k}");
+        }
+        for c in clients.iter_mut() {
+            poll_n(c, max_wr as usize / 4);
+        }
+        ids.sort();
+        assert_eq!(
+            ids,
+            (round * 100..round * 100 + max_wr as u64).collect::<Vec<_>>()
+        );
+        assert_eq!(srq.outstanding(), 0);
+    }
+    // One more SEND than receives: it waits (RNR), then takes the next.
+    clients[0]
+        .post_send(&[SendWr::send(7, &s).signaled()])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(drain(&mut servers[0]).is_empty());
+    srq.post_recv(&recvs(&sg[..1], 1000)).unwrap();
+    assert_eq!(poll_n(&mut servers[0], 1)[0].wr_id, 1000);
+    assert_eq!(poll_n(&mut clients[0], 1)[0].status, WcStatus::SUCCESS);
+}
+
+/// Dropping the Srq handle while QPs use it: they keep taking the
+/// receives posted, each completes once, and then SENDs get RNR (RC) or
+/// are dropped (UD); nothing panics.
+#[test]
+fn srq_handle_dropped_while_qps_use_it() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let rb = e.pd.reg_mr(4 * 256, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 4, 256);
+    let cfg = QpConfig {
+        rnr_retry: 1,
+        min_rnr_timer: 1,
+        ..QpConfig::default()
+    };
+    let mut server = e.pd.create_qp_on_srq(&cfg, &srq).unwrap();
+    let mut client = e.pd.create_qp(&cfg).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    let mut udq = e.pd.create_qp_on_srq(&ud_cfg(), &srq).unwrap();
+    udq.ready_ud(QKEY).unwrap();
+    let mut uds = e.pd.create_qp(&ud_cfg()).unwrap();
+    uds.ready_ud(QKEY).unwrap();
+    let ah = e.pd.create_ah(&uds.av_to(&udq.endpoint())).unwrap();
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    drop(srq);
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    client
+        .post_send(&[
+            SendWr::send(1, &s).signaled(),
+            SendWr::send(2, &s).signaled(),
+        ])
+        .unwrap();
+    uds.post_send(&[
+        SendWr::ud_send(3, &s, dest(&ah, udq.qp_num()), None).signaled(),
+        SendWr::ud_send(4, &s, dest(&ah, udq.qp_num()), None).signaled(),
+    ])
+    .unwrap();
+    let mut ids: Vec<u64> = poll_n(&mut server, 2).iter().map(|c| c.wr_id).collect();
+    let ud = poll_n(&mut udq, 2);
+    assert!(
+        ud.iter()
+            .all(|c| c.byte_len == 48 && c.src_qp.qpn() == uds.qp_num()),
+        "{ud:?}"
+    );
+    ids.extend(ud.iter().map(|c| c.wr_id));
+    ids.sort();
+    assert_eq!(ids, vec![0, 1, 2, 3]);
+    poll_n(&mut client, 2);
+    poll_n(&mut uds, 2);
+    // No receive left: UD dropped, RC RNR retries exhausted.
+    uds.post_send(&[SendWr::ud_send(5, &s, dest(&ah, udq.qp_num()), None).signaled()])
+        .unwrap();
+    assert_eq!(poll_n(&mut uds, 1)[0].status, WcStatus::SUCCESS);
+    assert!(drain(&mut udq).is_empty());
+    client.post_send(&[SendWr::send(6, &s).signaled()]).unwrap();
+    let c = poll_n(&mut client, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status),
+        (6, WcStatus::RNR_RETRY_EXC_ERR),
+        "{c:?}"
+    );
+    assert!(drain(&mut server).is_empty());
+}
+
+/// RESET of a QP on an SRQ (own CQ) whose CQ holds completions of SRQ
+/// receives not yet polled: those WQEs were consumed, and the CQ drained
+/// at RESET; the SRQ must get them back (as libmlx5's `mlx5_cq_clean`
+/// frees them with `mlx5_free_srq_wqe`), or it shrinks for ever.
+#[test]
+fn srq_qp_reset_with_unpolled_receives_frees_srq_wqes() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 4, 64);
+    let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    for i in 0..4 {
+        client.post_send(&[SendWr::send(i, &s).signaled()]).unwrap();
+    }
+    poll_n(&mut client, 4);
+    eventually("4 CQEs on the server's CQ", || {
+        server.sim_hook().unwrap().cqes_ready(4)
+    });
+    server.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    // Polling anything anywhere cannot cure it: the CQEs are gone.
+    client.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    assert!(drain(&mut server).is_empty());
+    let (left, post) = (srq.outstanding(), srq.post_recv(&recvs(&sg, 10)));
+    assert!(
+        left == 0 && post.is_ok(),
+        "SRQ WQEs completed into a reset QP's CQ are lost: outstanding {left}, post {post:?}"
+    );
+}
+
+/// The held case beside it: RESET after polling, then the QP reused on the
+/// SRQ (own CQ), every wr_id once; unconsumed SRQ receives outlive a QP
+/// dropped and go to another QP.
+#[test]
+fn srq_qp_reset_after_poll_and_reuse_and_drop_with_posted_receives() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 4, 64);
+    let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    client
+        .post_send(&[
+            SendWr::send(1, &s).signaled(),
+            SendWr::send(2, &s).signaled(),
+        ])
+        .unwrap();
+    poll_n(&mut client, 2);
+    let ids: Vec<u64> = poll_n(&mut server, 2).iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![0, 1]);
+    server.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    client.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    assert_eq!(srq.outstanding(), 2);
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    client.post_send(&[SendWr::send(3, &s).signaled()]).unwrap();
+    poll_n(&mut client, 1);
+    assert_eq!(poll_n(&mut server, 1)[0].wr_id, 2);
+    // Drop the server with one receive still posted: another QP takes it.
+    drop(server);
+    let mut s2 = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut c2 = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(&mut s2, &mut c2).unwrap();
+    c2.post_send(&[SendWr::send(4, &s).signaled()]).unwrap();
+    poll_n(&mut c2, 1);
+    assert_eq!(poll_n(&mut s2, 1)[0].wr_id, 3);
+    assert_eq!(srq.outstanding(), 0);
+    assert!(drain(&mut s2).is_empty());
+}
+
+/// As above, for a QP dropped with SRQ completions unpolled: the SRQ gets
+/// the WQEs back, and an MR named only by them is deregistered.
+#[test]
+fn srq_qp_dropped_with_unpolled_receives_frees_srq_wqes() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    {
+        let sg = srq_sges(&rb, 4, 64);
+        srq.post_recv(&recvs(&sg, 0)).unwrap();
+    }
+    let live = e.pd.live_mrs();
+    drop(rb);
+    assert_eq!(e.pd.live_mrs(), live, "named by posted SRQ receives: kept");
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    for i in 0..4 {
+        client.post_send(&[SendWr::send(i, &s).signaled()]).unwrap();
+    }
+    poll_n(&mut client, 4);
+    eventually("4 CQEs on the server's CQ", || {
+        server.sim_hook().unwrap().cqes_ready(4)
+    });
+    drop(server);
+    e.pd.reclaim();
+    let (left, mrs) = (srq.outstanding(), e.pd.live_mrs());
+    assert!(
+        left == 0 && mrs == live - 1,
+        "SRQ WQEs completed into a dropped QP's CQ are lost: outstanding {left}, live MRs {mrs} (want {})",
+        live - 1
+    );
+}
+
+/// SharedCq::reset_qp / remove_qp of a QP on an SRQ with SRQ completions
+/// in the shared CQ: the SRQ gets the WQEs back.
+#[test]
+fn srq_shared_cq_reset_qp_with_unpolled_receives_frees_srq_wqes() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 4, 64);
+    let mut cq =
+        e.pd.create_shared_cq(CqSizing::new().queue(4).queue(256).depth().unwrap())
+            .unwrap();
+    let x = cq.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut client).unwrap();
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    for i in 0..4 {
+        client.post_send(&[SendWr::send(i, &s).signaled()]).unwrap();
+    }
+    poll_n(&mut client, 4);
+    std::thread::sleep(Duration::from_millis(50));
+    cq.reset_qp(x).unwrap();
+    let (left, post) = (srq.outstanding(), srq.post_recv(&recvs(&sg, 10)));
+    assert!(
+        left == 0 && post.is_ok(),
+        "SRQ WQEs drained by reset_qp are lost: outstanding {left}, post {post:?}"
+    );
+}
+
+/// remove_qp of the same: the SRQ gets its WQEs back.
+#[test]
+fn srq_shared_cq_remove_qp_with_unpolled_receives_frees_srq_wqes() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 4, 64);
+    let mut cq = e.pd.create_shared_cq(512).unwrap();
+    let x = cq.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut client).unwrap();
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    client.post_send(&[SendWr::send(1, &s).signaled()]).unwrap();
+    poll_n(&mut client, 1);
+    std::thread::sleep(Duration::from_millis(50));
+    cq.remove_qp(x).unwrap();
+    assert_eq!(srq.outstanding(), 3, "SRQ WQE drained by remove_qp is lost");
+}
+
+/// Many QPs on one SRQ, on two shared CQs sized for the SRQ and the sends
+/// (CqSizing), and on own CQs: every receive completes once, on the QP
+/// that took it, with no CQ overrun and no CqFull beyond what polling
+/// cures; creation beyond the CQ's credits is refused.
+#[test]
+fn srq_many_qps_small_shared_cqs() {
+    let e = env();
+    let max_wr = 32u32;
+    let mut srq = e.pd.create_srq(max_wr, 1).unwrap();
+    let cfg = QpConfig {
+        max_send_wr: 4,
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        ..QpConfig::default()
+    };
+    // A CQ exactly big enough for the SRQ's share plus 4 QPs' sends.
+    let depth = max_wr + 4 * cfg.max_send_wr;
+    let mut cqs = [
+        e.pd.create_shared_cq(depth).unwrap(),
+        e.pd.create_shared_cq(depth).unwrap(),
+    ];
+    let depth = cqs[0].depth();
+    let mut clients = Vec::new();
+    for cq in cqs.iter_mut() {
+        for _ in 0..4 {
+            let i = cq.create_qp_on_srq(&cfg, &srq).unwrap();
+            let mut c = e.pd.create_qp(&cfg).unwrap();
+            Qp::connect_loopback(cq.qp_mut(i), &mut c).unwrap();
+            clients.push(c);
+        }
+        assert_eq!(
+            cq.credits_free(),
+            depth - max_wr,
+            "one share of max_wr per CQ"
+        );
+    }
+    let mut own = Vec::new();
+    for _ in 0..2 {
+        let mut s = e.pd.create_qp_on_srq(&cfg, &srq).unwrap();
+        let mut c = e.pd.create_qp(&cfg).unwrap();
+        Qp::connect_loopback(&mut s, &mut c).unwrap();
+        own.push(s);
+        clients.push(c);
+    }
+    let rb =
+        e.pd.reg_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
+            .unwrap();
+    let sg = srq_sges(&rb, max_wr as usize, 64);
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let mut seen = Vec::new();
+    let mut wc = [Completion::default(); 64];
+    let total = 200u64;
+    let mut posted_recv = 0u64;
+    let mut sent = 0u64;
+    let mut client_done = 0u64;
+    let t = Instant::now();
+    while (seen.len() as u64) < total || client_done < total {
+        assert!(
+            t.elapsed() < PATIENCE,
+            "stuck: {} received, {client_done} sent",
+            seen.len()
+        );
+        // Keep the SRQ full.
+        let room = (max_wr - srq.outstanding()) as usize;
+        if room > 0 && posted_recv < total {
+            let n = room.min((total - posted_recv) as usize);
+            let ws: Vec<RecvWr> = sg[..n]
+                .iter()
+                .enumerate()
+                .map(|(k, s)| RecvWr::new(posted_recv + k as u64, s))
+                .collect();
+            // The sges are reused: only their wr_ids matter here.
+            srq.post_recv(&ws).unwrap();
+            posted_recv += n as u64;
+        }
+        for c in clients.iter_mut() {
+            if sent < total {
+                match c.post_send(&[SendWr::send(sent, &s).signaled()]) {
+                    Ok(()) => sent += 1,
+                    Err(Error::QueueFull | Error::CqFull) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            let k = c.poll(&mut wc).unwrap();
+            assert!(wc[..k].iter().all(|c| c.status == WcStatus::SUCCESS));
+            client_done += k as u64;
+        }
+        for cq in cqs.iter_mut() {
+            let k = cq.poll(&mut wc).unwrap();
+            assert!(
+                wc[..k].iter().all(|c| c.status == WcStatus::SUCCESS),
+                "{:?}",
+                &wc[..k]
+            );
+            seen.extend(wc[..k].iter().map(|c| c.wr_id));
+        }
+        for q in own.iter_mut() {
+            let k = q.poll(&mut wc).unwrap();
+            assert!(wc[..k].iter().all(|c| c.status == WcStatus::SUCCESS));
+            seen.extend(wc[..k].iter().map(|c| c.wr_id));
+            assert!(!q.sim_hook().unwrap().cq_overrun().0);
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, (0..total).collect::<Vec<_>>());
+    for cq in cqs.iter_mut() {
+        assert!(drain_shared(cq).is_empty());
+    }
+    // One more QP on a CQ left with fewer credits than max_wr: refused,
+    // nothing changed; QPs removed give the share back when the last goes.
+    let mut small = e.pd.create_shared_cq(max_wr / 2).unwrap();
+    assert!(small.depth() < max_wr, "{}", small.depth());
+    let before = small.credits_free();
+    assert!(matches!(
+        small.create_qp_on_srq(&cfg, &srq),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(small.credits_free(), before);
+    let free = cqs[0].credits_free();
+    while !cqs[0].is_empty() {
+        cqs[0].remove_qp(0).unwrap();
+    }
+    assert_eq!(cqs[0].credits_free(), cqs[0].depth(), "was {free}");
+}
+
+/// An MR dropped while an SRQ receive names it is kept until the receive
+/// completes, though the QP that takes it polls in another thread; then
+/// reclaim frees it, and the bytes landed in it, not in freed memory.
+#[test]
+fn srq_mr_dropped_then_consumed_in_another_thread() {
+    let e = env();
+    let mut srq = e.pd.create_srq(8, 1).unwrap();
+    let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    let keep = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let gone = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let live = e.pd.live_mrs();
+    {
+        let a = [Sge::new(&gone, 0, 64).unwrap()];
+        let b = [Sge::new(&keep, 0, 64).unwrap()];
+        srq.post_recv(&[RecvWr::new(1, &a), RecvWr::new(2, &b)])
+            .unwrap();
+    }
+    drop(gone);
+    assert_eq!(e.pd.live_mrs(), live);
+    assert_eq!(e.pd.reclaim(), 1);
+    let h = std::thread::spawn(move || {
+        let c = poll_n(&mut server, 2);
+        (server, c)
+    });
+    e.src.write(0, b"0123456789").unwrap();
+    let s = [Sge::new(&e.src, 0, 10).unwrap()];
+    client
+        .post_send(&[
+            SendWr::send(1, &s).signaled(),
+            SendWr::send(2, &s).signaled(),
+        ])
+        .unwrap();
+    poll_n(&mut client, 2);
+    let (_server, c) = h.join().unwrap();
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(e.pd.reclaim(), 0);
+    assert_eq!(e.pd.live_mrs(), live - 1);
+    let mut got = [0u8; 10];
+    keep.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"0123456789");
+    // The SRQ's WQEs are free again, and the dropped MR's lkey is no
+    // longer named.
+    assert_eq!(srq.outstanding(), 0);
+}
+
+/// A UD QP on an SRQ: datagrams take SRQ receives with the GRH slot;
+/// a receive too small errors once (wr_id once), and the SRQ WQE is free
+/// again.
+#[test]
+fn srq_ud_qp_receives() {
+    let e = env();
+    let mut srq = e.pd.create_srq(4, 1).unwrap();
+    let mut r = e.pd.create_qp_on_srq(&ud_cfg(), &srq).unwrap();
+    r.ready_ud(QKEY).unwrap();
+    let mut a = e.pd.create_qp(&ud_cfg()).unwrap();
+    a.ready_ud(QKEY).unwrap();
+    let ah = e.pd.create_ah(&a.av_to(&r.endpoint())).unwrap();
+    let rb = e.pd.reg_mr(4 * 256, Access::LOCAL_WRITE).unwrap();
+    let sg = srq_sges(&rb, 4, 256);
+    srq.post_recv(&recvs(&sg, 0)).unwrap();
+    e.src.write(0, &[3; 100]).unwrap();
+    let s = [Sge::new(&e.src, 0, 100).unwrap()];
+    a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, r.qp_num()), Some(9)).signaled()])
+        .unwrap();
+    poll_n(&mut a, 1);
+    let c = poll_n(&mut r, 1);
+    assert_eq!((c[0].wr_id, c[0].byte_len, c[0].imm), (0, 140, Some(9)));
+    assert_eq!(c[0].src_qp.qpn(), a.qp_num());
+    let mut got = [0u8; 140];
+    rb.read(0, &mut got).unwrap();
+    assert!(got[40..].iter().all(|&x| x == 3));
+    assert_eq!(srq.outstanding(), 3);
+}
+
+/// A QP on an SRQ with an own CQ that counts credits (cq_depth given):
+/// the SRQ's share is held before and after a RESET; CqFull, nothing
+/// written, exactly where the rest runs out.
+#[test]
+fn srq_own_counted_cq_share_survives_reset() {
+    let e = env();
+    let max_wr = 8;
+    let srq = e.pd.create_srq(max_wr, 1).unwrap();
+    let cfg = QpConfig {
+        max_send_wr: 16,
+        cq_depth: Some(max_wr + 2),
+        ..QpConfig::default()
+    };
+    let mut server = e.pd.create_qp_on_srq(&cfg, &srq).unwrap();
+    let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
+    let s = Sge::new(&e.src, 0, 8).unwrap();
+    let r = to(&e.dst, 0);
+    for round in 0..2 {
+        Qp::connect_loopback(&mut server, &mut client).unwrap();
+        let room = server.cq_depth() - max_wr;
+        for i in 0..room as u64 {
+            server
+                .post_write(&WriteWr::new(i, s, r).signaled())
+                .unwrap();
+        }
+        let err = refused_by(&mut server, |q| {
+            q.post_write(&WriteWr::new(99, s, r).signaled())
+        });
+        assert!(matches!(err, Error::CqFull), "round {round}: {err:?}");
+        assert_eq!(poll_n(&mut server, room as usize).len(), room as usize);
+        server.modify(QpState::Reset, &QpAttr::default()).unwrap();
+        client.modify(QpState::Reset, &QpAttr::default()).unwrap();
+    }
+}
