@@ -1,6 +1,7 @@
 //! A UD RPC echo: one UD QP per side; the client keeps `-w` requests
-//! outstanding, the server SENDs each request's bytes back to the QP it came
-//! from, and the client checks every reply against its request. UD neither
+//! outstanding, the server SENDs each request's bytes back to the client's
+//! QP (through an AH built from the client's endpoint, which came over the
+//! TCP exchange), and the client checks every reply against its request. UD neither
 //! acknowledges nor retries, so the client resends a request whose reply has
 //! not come within 200 ms (the server echoes a resent request again; a
 //! second reply is counted once), and gives up after 5 s with a message

@@ -197,9 +197,11 @@ impl Pd {
         Ok(mr)
     }
 
-    /// Creates two RC QPs on this device, each with its own CQ, and takes both
-    /// RESET -> INIT -> RTR -> RTS connected to each other (loopback):
-    /// [`Pd::create_qp`] twice, then [`Qp::connect_loopback`].
+    /// Creates two QPs (RC or UC, `cfg.qp_type`) on this device, each with
+    /// its own CQ, and takes both RESET -> INIT -> RTR -> RTS connected to
+    /// each other (loopback): [`Pd::create_qp`] twice, then
+    /// [`Qp::connect_loopback`]. A UD config is [`Error::Invalid`] (UD
+    /// connects to no peer: [`Qp::ready_ud`]).
     pub fn create_connected_pair(&self, cfg: &QpConfig) -> Result<(Qp, Qp)> {
         let mut a = self.create_qp(cfg)?;
         let mut b = self.create_qp(cfg)?;
@@ -207,8 +209,9 @@ impl Pd {
         Ok((a, b))
     }
 
-    /// Creates an RC QP with its own CQ, in RESET: it takes no work request
-    /// until it is connected ([`Qp::connect_loopback`]).
+    /// Creates a QP of `cfg.qp_type` (RC by default, UC, UD) with its own
+    /// CQ, in RESET: it takes no work request until it is connected
+    /// ([`Qp::connect_loopback`]; a UD QP: [`Qp::ready_ud`]).
     ///
     /// The CQ has room for a completion of every outstanding send and every
     /// posted receive (what a flush after an error produces), so it cannot
@@ -271,15 +274,16 @@ impl Pd {
         crate::Srq::create(&self.inner, max_wr, max_sge)
     }
 
-    /// Creates an RC QP in RESET, with a CQ of its own, whose receives come
+    /// Creates a QP (of `cfg.qp_type`) in RESET, with a CQ of its own, whose receives come
     /// from `srq` ([`Qp::post_recv`] refuses: post to the SRQ). `cfg`'s
     /// `max_recv_wr` and `max_recv_sge` are not used; the CQ's default
     /// depth is [`CqSizing`](crate::CqSizing) of `max_send_wr` and the
     /// SRQ's `max_wr`.
     ///
-    /// Errors: as [`Self::create_qp`]; `srq` of another PD, or a `cq_depth`
-    /// with no room for the SRQ's `max_wr` receives besides the sends
-    /// ([`Error::Invalid`]).
+    /// Errors: as [`Self::create_qp`]; `srq` of another PD, or a CQ whose
+    /// free CQ credits are fewer than the SRQ's `max_wr` (a `cq_depth` too
+    /// small: size it with [`CqSizing`](crate::CqSizing)`::new().queue(srq.max_wr())`
+    /// and the sends) ([`Error::Invalid`]).
     pub fn create_qp_on_srq(&self, cfg: &QpConfig, srq: &crate::Srq) -> Result<Qp> {
         Qp::create(&self.inner, cfg, None, Some(srq))
     }

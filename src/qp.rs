@@ -21,7 +21,7 @@ use crate::wait::{wait_on, CqOps};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An RC queue pair, with its own completion queue ([`Pd::create_qp`](crate::Pd::create_qp)) or
+/// A queue pair (RC, UC or UD: [`QpConfig::qp_type`]), with its own completion queue ([`Pd::create_qp`](crate::Pd::create_qp)) or
 /// on a [`SharedCq`](crate::SharedCq) ([`SharedCq::create_qp`](crate::SharedCq::create_qp)).
 // repr(C): `kind` at offset 0, so that a `&mut Qp` is the `&mut DirectQp`
 // the data path's out-of-line parts take (no second pointer kept live).
@@ -250,7 +250,7 @@ impl Qp {
     }
 
     /// Moves the QP to `to` with `attr` (IB spec 11.2.4.2). The attributes
-    /// are checked first ([`qp_attr::check_rc_modify`]): every one the
+    /// are checked first ([`qp_attr::check_modify`], the QP type's table): every one the
     /// transition requires must be there, no other, each in range, and on
     /// RoCE the address vector must be global; otherwise
     /// [`Error::QpAttr`] names the attribute and nothing changes.
@@ -444,6 +444,12 @@ impl Qp {
     /// A QP that is not connected (RTS) refuses every WR with
     /// [`Error::QpState`]; an SGE of an MR of another PD (or device) is
     /// [`Error::Invalid`] (only its own PD's QPs hold a dropped MR back).
+    ///
+    /// By transport: a UC QP refuses RDMA READ and atomics; a UD QP takes
+    /// only UD sends ([`SendWr::ud_send`]) through an AH of its PD to a
+    /// 24-bit QPN, each at most [`Self::ud_mtu`] bytes
+    /// ([`Error::MessageTooLong`]); an RC or UC QP refuses a UD send (the
+    /// others are [`Error::Invalid`]).
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {

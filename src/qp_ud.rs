@@ -14,8 +14,9 @@ impl Qp {
     /// RTR -> RTS (a random first PSN). A UD QP is connected to no peer:
     /// each send names its destination ([`SendWr::ud_send`]).
     ///
-    /// Errors: the QP is not UD or not in RESET ([`Error::Invalid`]); the
-    /// device's refusal (the QP is put back in RESET).
+    /// Errors: the QP is not UD or not in RESET ([`Error::Invalid`]); an
+    /// attribute out of range ([`Error::QpAttr`]); the device's refusal (the
+    /// QP is put back in RESET).
     pub fn ready_ud(&mut self, qkey: u32) -> Result<()> {
         if self.cfg.qp_type != QpType::Ud {
             return Err(Error::Invalid(format!(

@@ -24,7 +24,8 @@ use std::sync::{Arc, Mutex};
 /// segments, the unused ones ended by lkey `MLX5_INVALID_LKEY` (0x100);
 /// the doorbell record is the count of WQEs posted, modulo 2^16, big-endian
 /// (rdma-core `providers/mlx5/srq.c`). Completions may come out of order; a
-/// completed WQE is free again at once. Elsewhere: `ibv_post_srq_recv`.
+/// WQE is free again as soon as its completion is polled (or discarded by
+/// a RESET or destroy of its QP). Elsewhere: `ibv_post_srq_recv`.
 ///
 /// CQ room: each CQ that QPs on an SRQ complete into keeps room for
 /// `max_wr` of its receive completions (CQ credits taken when its first QP
@@ -73,14 +74,13 @@ impl SrqShared {
             match r.iter_mut().find(|(k, _)| k.id() == c.id()) {
                 Some((_, refs)) => *refs += 1,
                 None if c.take(self.max_wr) => r.push((c.clone(), 1)),
-                None => {
-                    return Err(Error::Invalid(format!(
-                        "the QP's CQ has {} CQEs free; a QP on an SRQ of max_wr {} needs room for \
-                         them all (size the CQ with CqSizing::queue(max_wr))",
-                        c.free(),
-                        self.max_wr
-                    )))
-                }
+                None => return Err(Error::Invalid(format!(
+                    "the QP's CQ has {} CQ credits free; a QP on an SRQ of max_wr {} needs room \
+                         for that many receives besides its sends (size the CQ with \
+                         CqSizing::new().queue(srq.max_wr()).queue(the sends of its QPs))",
+                    c.free(),
+                    self.max_wr
+                ))),
             }
         }
         Ok(SrqLink {
@@ -171,7 +171,8 @@ impl Srq {
         self.shared.max_sge
     }
 
-    /// The SRQ number (0 where a verbs provider does not say).
+    /// The SRQ number (`ibv_get_srq_num`; where a verbs provider does not
+    /// give one, the SRQ's kernel handle, which async events name too).
     pub fn srq_num(&self) -> u32 {
         match &self.kind {
             SrqKind::Direct(d) => d.srqn(),
@@ -180,7 +181,9 @@ impl Srq {
         }
     }
 
-    /// Receives posted whose completions have not been polled yet.
+    /// Receives posted whose completions have not been polled yet (a
+    /// receive is free again once its completion is polled, whatever the
+    /// order).
     pub fn outstanding(&mut self) -> u32 {
         match &mut self.kind {
             SrqKind::Direct(d) => d.outstanding(),

@@ -85,7 +85,8 @@ pub struct Grh {
     pub flow_label: u32,
 }
 
-/// Where an RC QP's packets go (`struct ibv_ah_attr`).
+/// Where a QP's packets go (`struct ibv_ah_attr`): an RC or UC QP's path
+/// at RTR, or a UD destination's address handle (`Pd::create_ah`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddressVector {
     /// The peer's LID (InfiniBand; 0 on RoCE).
@@ -255,7 +256,8 @@ impl QpAttr {
 
 /// The attributes a transition of a QP of type `t` requires and those it
 /// may carry besides (STATE is implied); `None`: the transition does not
-/// exist. The kernel's `qp_state_table` (`drivers/infiniband/core/verbs.c`).
+/// exist. The kernel's `qp_state_table` (`drivers/infiniband/core/verbs.c`),
+/// for the states this crate moves a QP through (not SQD or SQE).
 pub fn transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMask)> {
     use QpAttrMask as M;
     use QpState::*;

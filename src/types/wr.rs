@@ -156,7 +156,11 @@ pub enum WrOp {
 }
 
 /// Where a UD send goes: an address handle, the remote QP number and the
-/// qkey the remote QP expects (IB spec 9.8.4).
+/// qkey the remote QP expects (IB spec 9.8.4). A `qkey` with bit 31 set
+/// stands for the sending QP's own qkey (a controlled qkey, IB spec C10-15).
+/// The qkey travels out of band: the exchange (`rdma_direct::exchange`)
+/// does not carry one, so both sides agree on it (perftest uses
+/// 0x11111111) or send it in their own protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdDest<'a> {
     pub ah: &'a Ah,
@@ -283,9 +287,12 @@ pub struct SendWr<'a> {
 
 impl<'a> SendWr<'a> {
     /// A UD SEND of `sges` to `dest` (with immediate data when `imm` is
-    /// `Some`), unsignaled, not inline. At most the port's active MTU of
-    /// payload ([`Error::MessageTooLong`](crate::Error::MessageTooLong)
-    /// otherwise); the receiver's buffer needs 40 bytes more, for the GRH.
+    /// `Some`), unsignaled, not inline. Posting it takes at most the port's
+    /// active MTU of payload (`Qp::post_send` returns
+    /// [`Error::MessageTooLong`](crate::Error::MessageTooLong) otherwise);
+    /// the receiver's buffer needs 40 bytes more, for the GRH (a smaller one
+    /// fails: a local length error, or on rxe 6.1 a local QP operation
+    /// error, and the receiving QP goes to ERR).
     pub fn ud_send(wr_id: u64, sges: &'a [Sge<'a>], dest: UdDest<'a>, imm: Option<u32>) -> Self {
         SendWr {
             op: WrOp::UdSend { imm },
