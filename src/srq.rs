@@ -74,13 +74,15 @@ impl SrqShared {
             match r.iter_mut().find(|(k, _)| k.id() == c.id()) {
                 Some((_, refs)) => *refs += 1,
                 None if c.take(self.max_wr) => r.push((c.clone(), 1)),
-                None => return Err(Error::Invalid(format!(
+                None => {
+                    return Err(Error::Invalid(format!(
                     "the QP's CQ has {} CQ credits free; a QP on an SRQ of max_wr {} needs room \
                          for that many receives besides its sends (size the CQ with \
                          CqSizing::new().queue(srq.max_wr()).queue(the sends of its QPs))",
                     c.free(),
                     self.max_wr
-                ))),
+                )))
+                }
             }
         }
         Ok(SrqLink {
