@@ -69,6 +69,19 @@ impl ReceiveQueue {
         }
     }
 
+    /// A CQE of this QP thrown away unpolled (a RESET's or a destroy's
+    /// drain): on an SRQ, a receive's WQE goes back to the SRQ (rdma-core's
+    /// `mlx5_cq_clean` frees it too); anything else needs nothing here (the
+    /// RQ's own indices are reset).
+    pub fn discarded(&mut self, cqe: &crate::cqe::Cqe) {
+        use crate::prm::CqeOpcode;
+        if let Some(s) = &self.srq {
+            if !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+                s.complete(cqe.wqe_counter);
+            }
+        }
+    }
+
     /// Whether the QP's receives come from an SRQ.
     pub fn is_srq(&self) -> bool {
         self.srq.is_some()

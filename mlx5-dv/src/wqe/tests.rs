@@ -603,7 +603,6 @@ fn ud_send_carries_its_datagram_segment() {
     };
     let w = write_send_wqe(&mut sq, &geo8(), 7, &wqe, 8).unwrap();
     assert_eq!((w.ds, w.wqebbs), (5, 2));
-    let _ = sq;
     assert_eq!(
         &mem[7 * WQEBB + 16..7 * WQEBB + 64],
         &av[..],
@@ -631,6 +630,5 @@ fn ud_send_carries_its_datagram_segment() {
         write_send_wqe(&mut sq2, &geo8(), 0, &write, 8),
         Err(WqeError::UnsupportedOpcode(_))
     ));
-    let _ = sq2;
     assert!(mem2.iter().all(|&b| b == 0), "nothing written");
 }

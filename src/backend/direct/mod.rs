@@ -23,7 +23,6 @@ use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
 use crate::types::wr::SendWr;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
-use mlx5_dv::prm::CqeOpcode;
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -316,12 +315,10 @@ pub(crate) struct DirectQp {
     recvd: u64,
     /// CQ credits of its own CQ held for its SRQ's receives (0 without).
     srq_reserved: u32,
-    /// RDMA READ is a WR this QP takes (RC; UC has none): the in-place
-    /// posts build one only then.
-    reads: bool,
-    /// A UD QP: its posts are [`POST_UD`]'s or the checked path's (its
-    /// WQEs carry a datagram segment), and its transitions are UD's.
-    ud: bool,
+    /// The transport: only RC takes an RDMA READ in place (UC has none);
+    /// a UD QP posts through [`POST_UD`] or the checked path (its WQEs
+    /// carry a datagram segment), and its transitions are UD's.
+    qp_type: QpType,
     /// UD: the largest message, bytes (the port's active MTU).
     pub(super) ud_mtu: u32,
 }
@@ -441,8 +438,7 @@ impl DirectQp {
             sent: 0,
             recvd: 0,
             srq_reserved: 0,
-            reads: qp_type == QpType::Rc,
-            ud: qp_type == QpType::Ud,
+            qp_type,
             ud_mtu: 0,
         })
     }
@@ -511,8 +507,7 @@ impl DirectQp {
             sent: 0,
             recvd: 0,
             srq_reserved: 0,
-            reads: qp_type == QpType::Rc,
-            ud: qp_type == QpType::Ud,
+            qp_type,
             ud_mtu: 0,
         })
     }
@@ -566,8 +561,8 @@ impl DirectQp {
         // with no send SGE posts nothing in place.
         self.set_post_mode(match to {
             _ if self.max_send_sge == 0 => POST_CHECKED,
-            QpState::Rts | QpState::Err if self.ud => POST_UD,
-            _ if self.ud => POST_CHECKED,
+            QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => POST_UD,
+            _ if self.qp_type == QpType::Ud => POST_CHECKED,
             QpState::Rts | QpState::Err if self.count_credits => POST_IN_PLACE_COUNTED,
             QpState::Rts | QpState::Err => POST_IN_PLACE,
             _ => POST_CHECKED,
@@ -598,7 +593,7 @@ impl DirectQp {
             }
         };
         let timer = attr.min_rnr_timer.map(qp_attr::rnr_timer);
-        if self.ud {
+        if self.qp_type == QpType::Ud {
             if let (Some(k), false) = (attr.qkey, from == S::Reset) {
                 sim_qp.set_qkey(k)?;
             }
@@ -648,13 +643,8 @@ impl DirectQp {
             // Events and CQEs from before RESET are stale now. (A QP on a
             // shared CQ reaches RESET with none outstanding: `Qp::modify`
             // sees to it.)
-            // A receive of an SRQ completed here is the SRQ's again.
             let rq = &mut self.rq;
-            cq.drain(|c| {
-                if rq.is_srq() && !matches!(c.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
-                    rq.complete(c.wqe_counter);
-                }
-            });
+            cq.drain(|c| rq.discarded(c));
             self.credits = CqCredits::new(self.credits.depth());
             // (The SRQ's share: taken at creation from a CQ that had it.)
             self.credits.take(self.srq_reserved);

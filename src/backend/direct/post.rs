@@ -45,7 +45,7 @@ impl DirectQp {
             POST_IN_PLACE_COUNTED => true,
             _ => return false,
         };
-        let reads = self.reads;
+        let reads = self.qp_type == QpType::Rc;
         if !wrs.iter().all(|w| in_place_sge(w, pd, reads).is_some()) {
             return false;
         }
@@ -230,7 +230,7 @@ impl DirectQp {
             WrOp::SendWithImm { imm } => {
                 self.post_sge::<false>(WqeOpcode::SEND_IMM, imm, NO_REMOTE, w, pd)
             }
-            WrOp::RdmaRead { remote } if self.reads => {
+            WrOp::RdmaRead { remote } if self.qp_type == QpType::Rc => {
                 self.post_sge::<true>(WqeOpcode::RDMA_READ, 0, remote, w, pd)
             }
             _ => false,
@@ -402,21 +402,7 @@ impl DirectQp {
                 self.qpn
             )));
         }
-        let max = self.max_recv_sge as usize;
-        for w in wrs {
-            if w.sges.len() > max {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_recv_sge of {max}",
-                    w.sges.len()
-                )));
-            }
-            let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
-            if total > 1 << 31 {
-                return Err(Error::Invalid(format!(
-                    "receive of {total} bytes exceeds 2^31"
-                )));
-            }
-        }
+        check_recvs(wrs, self.max_recv_sge, "the QP's max_recv_sge")?;
         let held = self.rq.outstanding();
         if held as usize + wrs.len() > self.max_recv_wr as usize
             || wrs.len() as u32 > self.rq.free()
@@ -425,20 +411,9 @@ impl DirectQp {
         }
         self.take_credits(wrs.len() as u32)?;
         for w in wrs {
-            let mut segs = [DataSeg {
-                addr: 0,
-                len: 0,
-                lkey: 0,
-            }; MAX_SGE];
-            for (d, s) in segs.iter_mut().zip(w.sges) {
-                *d = DataSeg {
-                    addr: s.addr,
-                    len: s.len,
-                    lkey: s.lkey.0,
-                };
-            }
+            let (segs, n) = recv_segs(w);
             // Checked above (SGE count, length, room): cannot fail.
-            self.rq.post(&segs[..w.sges.len()], w.wr_id)?;
+            self.rq.post(&segs[..n], w.wr_id)?;
         }
         self.rq.ring_doorbell();
         self.recvd += wrs.len() as u64;
@@ -497,6 +472,47 @@ impl DirectQp {
         }
         false
     }
+}
+
+/// Checks each receive of `wrs` against a limit of `max_sge` SGEs (`what`
+/// names it in the error) and 2^31 bytes: the checks an RQ's and an SRQ's
+/// posts make before writing anything.
+///
+/// Errors: [`Error::Invalid`].
+pub(super) fn check_recvs(wrs: &[RecvWr<'_>], max_sge: u32, what: &str) -> Result<()> {
+    for w in wrs {
+        if w.sges.len() > max_sge as usize {
+            return Err(Error::Invalid(format!(
+                "{} SGEs exceed {what} of {max_sge}",
+                w.sges.len()
+            )));
+        }
+        let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
+        if total > 1 << 31 {
+            return Err(Error::Invalid(format!(
+                "receive of {total} bytes exceeds 2^31"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A receive's SGEs as data segments (at most [`MAX_SGE`]: `check_recvs`
+/// saw to it), and how many.
+pub(super) fn recv_segs(w: &RecvWr<'_>) -> ([DataSeg; MAX_SGE], usize) {
+    let mut segs = [DataSeg {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; MAX_SGE];
+    for (d, s) in segs.iter_mut().zip(w.sges) {
+        *d = DataSeg {
+            addr: s.addr,
+            len: s.len,
+            lkey: s.lkey.0,
+        };
+    }
+    (segs, w.sges.len().min(MAX_SGE))
 }
 
 /// [`DirectQp::post_one`] posts nothing: every WR takes the checked path

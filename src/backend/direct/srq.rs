@@ -8,7 +8,6 @@ use crate::types::error::{Error, Result};
 use crate::types::wr::RecvWr;
 use mlx5_dv::driver::{SharedReceiveQueue, SrqSlots};
 use mlx5_dv::sim;
-use mlx5_dv::wqe::DataSeg;
 use std::sync::Arc;
 
 /// Who owns an SRQ's ring: kept by the SRQ's poster and by every QP on it,
@@ -106,39 +105,14 @@ impl DirectSrq {
     /// `max_sge` SGEs and 2^31 bytes, and at most `max_wr` outstanding
     /// after it ([`Error::RecvQueueFull`]: poll, then post again).
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        let max = self.max_sge as usize;
-        for w in wrs {
-            if w.sges.len() > max {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the SRQ's max_sge of {max}",
-                    w.sges.len()
-                )));
-            }
-            let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
-            if total > 1 << 31 {
-                return Err(Error::Invalid(format!(
-                    "receive of {total} bytes exceeds 2^31"
-                )));
-            }
-        }
+        super::post::check_recvs(wrs, self.max_sge, "the SRQ's max_sge")?;
         if self.outstanding() as usize + wrs.len() > self.max_wr as usize {
             return Err(Error::RecvQueueFull);
         }
         for w in wrs {
-            let mut segs = [DataSeg {
-                addr: 0,
-                len: 0,
-                lkey: 0,
-            }; super::MAX_SGE];
-            for (d, s) in segs.iter_mut().zip(w.sges) {
-                *d = DataSeg {
-                    addr: s.addr,
-                    len: s.len,
-                    lkey: s.lkey.0,
-                };
-            }
+            let (segs, n) = super::post::recv_segs(w);
             // Checked above (SGE count, length, room): cannot fail.
-            self.ring.post(&segs[..w.sges.len()], w.wr_id)?;
+            self.ring.post(&segs[..n], w.wr_id)?;
         }
         self.ring.ring_doorbell();
         Ok(())

@@ -63,12 +63,9 @@ pub(crate) fn take_shared(
         };
         for w in wc {
             if skip == Some(w.qp_num) {
-                // Dropped unretired; but a receive of an SRQ is the SRQ's
-                // again.
-                if let Some((_, s)) = m.find(w.qp_num).and_then(|q| q.srq.as_ref()) {
-                    if w.wr_id & SRQ_TAG != 0 {
-                        s.complete(w.wr_id as u16);
-                    }
+                // Dropped unretired (an SRQ's receive goes back to it).
+                if let Some(q) = m.find(w.qp_num) {
+                    discarded(&q.srq, w);
                 }
                 continue;
             }
@@ -90,6 +87,15 @@ pub(crate) fn take_shared(
     }
     m.credits().give(freed);
     (k, result)
+}
+
+/// A work completion of a QP on `srq` thrown away unpolled (a RESET's or
+/// a destroy's drain): an SRQ receive's slot goes back to the SRQ (as
+/// rdma-core's `mlx5_cq_clean` frees it).
+fn discarded(srq: &Option<(Arc<VerbsSrq>, Arc<SrqSlots>)>, w: &ibv_wc) {
+    if let (Some((_, slots)), true) = (srq, w.wr_id & SRQ_TAG != 0) {
+        slots.complete(w.wr_id as u16);
+    }
 }
 
 /// An RC QP driven through `ibv_post_send` / `ibv_poll_cq`, with its own CQ
@@ -145,12 +151,8 @@ impl Drop for VerbsQp {
         // The receives an SRQ gave this QP whose completions were never
         // polled go back to the SRQ (as rdma-core's `mlx5_cq_clean` frees
         // them): the QP is gone, so its own CQ holds all there will be.
-        if let (false, Some((_, slots))) = (self.shared, &self.srq) {
-            self.cq.drain(|w| {
-                if w.wr_id & SRQ_TAG != 0 {
-                    slots.complete(w.wr_id as u16);
-                }
-            });
+        if !self.shared && self.srq.is_some() {
+            self.cq.drain(|w| discarded(&self.srq, w));
         }
     }
 }
@@ -320,13 +322,8 @@ impl VerbsQp {
                 // Events and completions from before RESET are stale now.
                 // (A QP on a shared CQ reaches RESET with none outstanding:
                 // `Qp::modify` sees to it.)
-                // A receive of an SRQ completed here is the SRQ's again.
-                let slots = self.srq.as_ref().map(|(_, s)| s.clone());
-                self.cq.drain(|w| {
-                    if let (Some(s), true) = (&slots, w.wr_id & SRQ_TAG != 0) {
-                        s.complete(w.wr_id as u16);
-                    }
-                });
+                let srq = &self.srq;
+                self.cq.drain(|w| discarded(srq, w));
                 self.credits = CqCredits::new(self.credits.depth());
             }
             self.retired = self.posted;

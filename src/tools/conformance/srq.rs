@@ -43,6 +43,19 @@ fn rig(dev: &str, n: usize, max_wr: u32, max_sge: u32) -> Result<SrqRig, Failure
     })
 }
 
+/// One-SGE receive buffers of 64 bytes at slots `0..n` of `mr`.
+fn slots(mr: &Mr, n: usize) -> Result<Vec<[Sge<'_>; 1]>, Failure> {
+    (0..n).map(|k| Ok([Sge::new(mr, k * 64, 64)?])).collect()
+}
+
+/// A receive over each of `bufs`, wr_ids `first`, `first + 1`, ...
+fn recvs<'a>(bufs: &'a [[Sge<'a>; 1]], first: u64) -> Vec<RecvWr<'a>> {
+    bufs.iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr::new(first + k as u64, s))
+        .collect()
+}
+
 fn send(qp: &mut Qp, wr_id: u64, sge: &[Sge<'_>]) -> Result<(), Failure> {
     qp.post_send(&[SendWr::send(wr_id, sge).signaled()])?;
     Ok(())
@@ -186,14 +199,8 @@ pub(super) fn srq_limit_event_is_raised_once_then_rearmed(dev: &str) -> CaseResu
     let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
     let dst = r.pd.reg_mr(64 * 16, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
-    let bufs: Vec<[Sge; 1]> = (0..6)
-        .map(|k| Sge::new(&dst, k * 64, 64).map(|s| [s]))
-        .collect::<Result<_, _>>()?;
-    let wrs: Vec<RecvWr> = bufs
-        .iter()
-        .enumerate()
-        .map(|(k, s)| RecvWr::new(k as u64, s))
-        .collect();
+    let bufs = slots(&dst, 6)?;
+    let wrs = recvs(&bufs, 0);
     r.srq.post_recv(&wrs)?;
     // Events from before (a port coming up) are not this case's.
     while r.ctx.get_async_event(Duration::ZERO)?.is_some() {}
@@ -253,14 +260,8 @@ pub(super) fn out_of_order_receive_completions_on_rq_and_srq(dev: &str) -> CaseR
     let dst = s.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     s.b.sim_hook().expect("sim").swap_recv_completions(true);
-    let bufs: Vec<[Sge; 1]> = (0..4)
-        .map(|k| Sge::new(&dst, k * 64, 64).map(|s| [s]))
-        .collect::<Result<_, _>>()?;
-    let wrs: Vec<RecvWr> = bufs
-        .iter()
-        .enumerate()
-        .map(|(k, s)| RecvWr::new(100 + k as u64, s))
-        .collect();
+    let bufs = slots(&dst, 4)?;
+    let wrs = recvs(&bufs, 100);
     s.b.post_recv(&wrs)?;
     send(&mut s.a, 0, &sge)?;
     send(&mut s.a, 1, &sge)?;
@@ -289,14 +290,8 @@ pub(super) fn out_of_order_receive_completions_on_rq_and_srq(dev: &str) -> CaseR
     let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     r.rx[0].sim_hook().expect("sim").swap_recv_completions(true);
-    let bufs: Vec<[Sge; 1]> = (0..3)
-        .map(|k| Sge::new(&dst, k * 64, 64).map(|s| [s]))
-        .collect::<Result<_, _>>()?;
-    let wrs: Vec<RecvWr> = bufs
-        .iter()
-        .enumerate()
-        .map(|(k, s)| RecvWr::new(100 + k as u64, s))
-        .collect();
+    let bufs = slots(&dst, 3)?;
+    let wrs = recvs(&bufs, 100);
     r.srq.post_recv(&wrs)?;
     send(&mut r.tx[0], 0, &sge)?;
     send(&mut r.tx[0], 1, &sge)?;
@@ -318,14 +313,8 @@ pub(super) fn a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others(dev: &str) -> C
     let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
     let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
-    let bufs: Vec<[Sge; 1]> = (0..4)
-        .map(|k| Sge::new(&dst, k * 64, 64).map(|s| [s]))
-        .collect::<Result<_, _>>()?;
-    let wrs: Vec<RecvWr> = bufs
-        .iter()
-        .enumerate()
-        .map(|(k, s)| RecvWr::new(k as u64, s))
-        .collect();
+    let bufs = slots(&dst, 4)?;
+    let wrs = recvs(&bufs, 0);
     r.srq.post_recv(&wrs)?;
     r.rx[0].modify(QpState::Err, &QpAttr::default())?;
     r.rx[0].post_send(&[SendWr::send(50, &sge).signaled()])?;
@@ -462,14 +451,8 @@ pub(super) fn a_reset_gives_unpolled_srq_receives_back(dev: &str) -> CaseResult 
     let mut r = rig(dev, 1, 4, 1)?;
     let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
     let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
-    let bufs: Vec<[Sge; 1]> = (0..4)
-        .map(|k| Sge::new(&dst, k * 64, 64).map(|s| [s]))
-        .collect::<Result<_, _>>()?;
-    let wrs: Vec<RecvWr> = bufs
-        .iter()
-        .enumerate()
-        .map(|(k, s)| RecvWr::new(k as u64, s))
-        .collect();
+    let bufs = slots(&dst, 4)?;
+    let wrs = recvs(&bufs, 0);
     r.srq.post_recv(&wrs)?;
     let sge = [Sge::new(&src, 0, 8)?];
     send(&mut r.tx[0], 1, &sge)?;
