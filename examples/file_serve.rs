@@ -336,6 +336,7 @@ fn run(a: Args) -> Result<(), Failure> {
         rkey: file.as_ref().map_or(Rkey(0), Mr::rkey),
         addr: file.as_ref().map_or(0, Mr::addr),
         len: file.as_ref().map_or(0, |f| f.len() as u64),
+        qkey: 0,
     };
     let (peer, mut tcp) = match &host {
         None => exchange::serve(port, &mine)?,

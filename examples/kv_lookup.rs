@@ -213,6 +213,7 @@ fn run(a: Args) -> rdma_direct::Result<()> {
         rkey: table.as_ref().map_or(Rkey(0), |t| t.rkey()),
         addr: table.as_ref().map_or(0, |t| t.addr()),
         len: (SLOTS * SLOT) as u64,
+        qkey: 0,
     };
     let (peer, mut tcp) = match &host {
         None => exchange::serve(port, &mine)?,

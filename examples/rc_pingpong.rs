@@ -349,6 +349,7 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
         rkey: Rkey(0),
         addr: 0,
         len: 0,
+        qkey: 0,
     };
     let (peer, mut tcp) = match &a.host {
         None => exchange::serve(a.port, &mine)?,

@@ -265,6 +265,7 @@ fn info(qp: &Qp) -> ConnInfo {
         rkey: Rkey(0),
         addr: 0,
         len: 0,
+        qkey: 0,
     }
 }
 

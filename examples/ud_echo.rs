@@ -9,8 +9,10 @@
 //!
 //! Each request is `-s` bytes: its 8-byte id, then a pattern of the id.
 //! Each receive is 40 bytes more: a UD receive begins with the GRH slot.
-//! The qkey is a well-known one (perftest's `0x11111111`); the QPs, LIDs and
-//! GIDs travel over the TCP exchange (`rdma_direct::exchange`).
+//! Each side's QP has its own qkey (the server `0x11111111`, perftest's
+//! `DEF_QKEY`; the client `0x11112222`); the QPNs, qkeys, LIDs and GIDs
+//! travel over the TCP exchange (`rdma_direct::exchange`, the qkey at bytes
+//! 44..48), and each side sends with the qkey the other said.
 //!
 //! ```text
 //! cargo run --example ud_echo                          # the sim: two threads of this process
@@ -42,8 +44,11 @@ usage: ud_echo [-d DEV] [-p PORT] [-n REQUESTS] [-w WINDOW] [-s SIZE] [-g GID_IN
   HOST                 connect to the server on HOST (without: be the server)
 ";
 
-/// The qkey both sides use (perftest's `DEF_QKEY`).
-const QKEY: u32 = 0x1111_1111;
+/// The server QP's qkey (perftest's `DEF_QKEY`).
+const SERVER_QKEY: u32 = 0x1111_1111;
+/// The client QP's qkey: not the server's, so that a side sending with its
+/// own qkey rather than the one the exchange gave would be dropped.
+const CLIENT_QKEY: u32 = 0x1111_2222;
 /// A request id that tells the server the run is over.
 const DONE: u64 = u64::MAX;
 /// Bytes of the GRH slot at the start of every UD receive.
@@ -113,20 +118,29 @@ fn fill(buf: &mut [u8], id: u64) {
     }
 }
 
-/// One side: its UD QP, an AH toward the peer and the peer's QPN, and one
+/// One side: its UD QP, an AH toward the peer, the peer's QPN and qkey, and one
 /// MR of `slots` send slots then `slots` receive slots (each `40 + size`).
 struct Side {
     qp: Qp,
     ah: Ah,
     peer_qpn: u32,
+    peer_qkey: u32,
     mr: Mr,
     size: usize,
     slots: usize,
 }
 
 impl Side {
-    fn new(pd: &Pd, mut qp: Qp, peer: &Endpoint, a: &Args) -> Result<Side> {
-        qp.ready_ud(QKEY)?;
+    /// `qkey` is this side's; `peer_qkey` the one the peer's QP takes.
+    fn new(
+        pd: &Pd,
+        mut qp: Qp,
+        qkey: u32,
+        peer: &Endpoint,
+        peer_qkey: u32,
+        a: &Args,
+    ) -> Result<Side> {
+        qp.ready_ud(qkey)?;
         let mtu = qp.ud_mtu();
         if a.size > mtu {
             return Err(Error::Invalid(format!(
@@ -142,6 +156,7 @@ impl Side {
             qp,
             ah,
             peer_qpn: peer.qpn,
+            peer_qkey,
             mr,
             size,
             slots,
@@ -173,7 +188,7 @@ impl Side {
         let to = UdDest {
             ah: &self.ah,
             remote_qpn: self.peer_qpn,
-            qkey: QKEY,
+            qkey: self.peer_qkey,
         };
         let wr = SendWr::ud_send(k as u64, &sge, to, None).signaled();
         self.qp.post_send(&[wr])
@@ -362,8 +377,8 @@ fn run(a: &Args) -> Result<()> {
         // The sim lives in this process: the two sides are two threads.
         let (qa, qb) = (pd.create_qp(&cfg)?, pd.create_qp(&cfg)?);
         let (ea, eb) = (qa.endpoint(), qb.endpoint());
-        let mut sa = Side::new(&pd, qa, &eb, a)?;
-        let mut sb = Side::new(&pd, qb, &ea, a)?;
+        let mut sa = Side::new(&pd, qa, CLIENT_QKEY, &eb, SERVER_QKEY, a)?;
+        let mut sb = Side::new(&pd, qb, SERVER_QKEY, &ea, CLIENT_QKEY, a)?;
         let server = std::thread::spawn(move || serve(&mut sb));
         let c = client(&mut sa, a.requests, a.window);
         let echoed = server
@@ -375,12 +390,18 @@ fn run(a: &Args) -> Result<()> {
         return Ok(());
     }
     let qp = pd.create_qp(&cfg)?;
+    let qkey = if a.host.is_none() {
+        SERVER_QKEY
+    } else {
+        CLIENT_QKEY
+    };
     let mine = ConnInfo {
         endpoint: qp.endpoint(),
         psn: 0,
         rkey: Rkey(0),
         addr: 0,
         len: 0,
+        qkey,
     };
     let (peer, _tcp) = match &a.host {
         None => {
@@ -389,7 +410,12 @@ fn run(a: &Args) -> Result<()> {
         }
         Some(h) => exchange::connect(h, a.port, Duration::from_secs(60), &mine)?,
     };
-    let mut side = Side::new(&pd, qp, &peer.endpoint, a)?;
+    if peer.qkey == 0 {
+        return Err(Error::Exchange(
+            "the peer sent qkey 0: is it an RC program, or a build before the qkey field?".into(),
+        ));
+    }
+    let mut side = Side::new(&pd, qp, qkey, &peer.endpoint, peer.qkey, a)?;
     match &a.host {
         None => {
             let echoed = serve(&mut side)?;

@@ -16,7 +16,7 @@
 //! | 23 | 1 | flags: bit 0 RoCE (the address vector must be global) |
 //! | 24 | 16 | GID |
 //! | 40 | 4 | rkey of the buffer offered |
-//! | 44 | 4 | reserved, 0 |
+//! | 44 | 4 | qkey of a UD QP (0 for RC and UC; a build before the field sent 0) |
 //! | 48 | 8 | address of the buffer offered |
 //! | 56 | 8 | length of the buffer offered, bytes |
 //!
@@ -45,6 +45,11 @@ pub struct ConnInfo {
     pub rkey: Rkey,
     pub addr: u64,
     pub len: u64,
+    /// The qkey a datagram to this side's UD QP must carry (IB spec
+    /// 10.2.5); 0 when the QP is RC or UC. Bytes 44..48, big-endian: the
+    /// field was reserved and sent as 0 before, so the layout's
+    /// [`VERSION`] is unchanged.
+    pub qkey: u32,
 }
 
 impl ConnInfo {
@@ -61,6 +66,7 @@ impl ConnInfo {
         m[23] = e.roce as u8;
         m[24..40].copy_from_slice(&e.gid);
         m[40..44].copy_from_slice(&self.rkey.0.to_be_bytes());
+        m[44..48].copy_from_slice(&self.qkey.to_be_bytes());
         m[48..56].copy_from_slice(&self.addr.to_be_bytes());
         m[56..64].copy_from_slice(&self.len.to_be_bytes());
         m
@@ -105,6 +111,7 @@ impl ConnInfo {
             rkey: Rkey(u32_at(40)),
             addr: u64_at(48),
             len: u64_at(56),
+            qkey: u32_at(44),
         })
     }
 }
@@ -304,6 +311,7 @@ mod tests {
             rkey: Rkey(0xdead_beef),
             addr: 0x1122_3344_5566_7788,
             len: 4096,
+            qkey: 0x8000_1234,
         }
     }
 
@@ -315,6 +323,7 @@ mod tests {
         assert_eq!(&m[8..10], &[0, 1]);
         assert_eq!(&m[12..16], &[0x00, 0xab, 0xcd, 0xef]);
         assert_eq!(&m[40..44], &[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(&m[44..48], &[0x80, 0x00, 0x12, 0x34], "the qkey");
         assert_eq!(m[23], 1);
         assert_eq!(ConnInfo::decode(&m).unwrap(), i);
     }

@@ -413,12 +413,13 @@ fn conformance(a: &ConformanceArgs) -> ExitCode {
         );
         let width = two_host::two_host_cases()
             .iter()
-            .map(|(n, _)| n.len())
+            .map(|c| c.name.len())
             .max()
             .unwrap_or(0);
         let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-        for (name, case) in two_host::two_host_cases() {
-            let line = match two_host::run_remote(&a.device, host, a.tcp_port, how, *case) {
+        for case in two_host::two_host_cases() {
+            let name = case.name;
+            let line = match two_host::run_remote(&a.device, host, a.tcp_port, how, case) {
                 Ok(Outcome::Passed(n)) => {
                     passed += 1;
                     if n.is_empty() {

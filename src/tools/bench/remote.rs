@@ -128,6 +128,7 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         rkey: mr.rkey(),
         addr: mr.addr() + size as u64,
         len: size as u64,
+        qkey: 0,
     };
     let (peer, mut tcp, role_name, client) = match role {
         Role::Server { listener } => {

@@ -55,7 +55,7 @@ enum CaseFn {
     OneSided(fn(&str) -> CaseResult),
     /// A two-sided case (`two_host`): here with side B a second QP in this
     /// process; `--peer` runs the same code against another host.
-    TwoSided(two_host::TwoHostFn),
+    TwoSided(&'static two_host::TwoHostCase),
 }
 
 impl Case {
@@ -303,9 +303,9 @@ pub fn cases() -> &'static [Case] {
     static ALL: std::sync::OnceLock<Vec<Case>> = std::sync::OnceLock::new();
     ALL.get_or_init(|| {
         let mut v = ONE_SIDED.to_vec();
-        v.extend(two_host::two_host_cases().iter().map(|&(name, f)| Case {
-            name,
-            run: CaseFn::TwoSided(f),
+        v.extend(two_host::two_host_cases().iter().map(|c| Case {
+            name: c.name,
+            run: CaseFn::TwoSided(c),
         }));
         v
     })

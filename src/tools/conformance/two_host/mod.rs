@@ -22,11 +22,18 @@
 //! | `BYE` | `OK` (the server ends this case) |
 //!
 //! Errors are `ERR <message>`.
+//!
+//! The UD, UC and SRQ cases ([`TwoHostRun::Built`]) build other QPs on
+//! each side and speak a protocol of their own to side B: see [`far`].
 
+mod built_cases;
 mod cases;
+pub mod far;
 
 use super::{pattern, poll_one, poll_until, CaseResult, Failure, Outcome};
+use built_cases::*;
 use cases::*;
+pub use far::Build;
 use rdma_direct::exchange::{self, ConnInfo};
 use rdma_direct::{
     Access, Completion, Context, Error, Mr, Pd, Qp, QpConfig, QpState, RecvWr, RemoteAddr, Rkey,
@@ -181,6 +188,7 @@ fn endpoint_msg(e: &rdma_direct::Endpoint, psn: u32) -> String {
         rkey: Rkey(0),
         addr: 0,
         len: 0,
+        qkey: 0,
     }
     .encode())
 }
@@ -404,6 +412,7 @@ fn connect_over(
         rkey: mr.rkey(),
         addr: mr.addr(),
         len: 64,
+        qkey: 0,
     };
     let (peer, mut tcp) = match side {
         Side::Server(listener, _) => listener.accept(&mine)?,
@@ -486,8 +495,12 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
         Connect::Tcp => None,
         Connect::RdmaCm => return Err(Error::Invalid("rdma_cm needs the `verbs` feature".into())),
     };
-    for _ in two_host_cases() {
+    for case in two_host_cases() {
         let pd = ctx.alloc_pd()?;
+        if let TwoHostRun::Built(build, _) = case.run {
+            far::serve_built(&ctx, &pd, listener, case.name, build)?;
+            continue;
+        }
         let (mut qp, tcp, _mr, _cm) =
             connect_over(&pd, Side::Server(listener, cm_listener.as_ref()))?;
         let mut out = tcp
@@ -515,6 +528,50 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
     Ok(())
 }
 
+/// The MR commands both protocols share (`REG`, `WRITE`, `READ`,
+/// `DEREG`); `None` for any other.
+pub(super) fn mr_command(
+    line: &str,
+    pd: &Pd,
+    mrs: &mut Vec<Option<Mr>>,
+) -> Option<Result<String, Failure>> {
+    let f: Vec<&str> = line.split(' ').collect();
+    let num = |i: usize| -> Result<u64, Failure> {
+        f.get(i)
+            .and_then(|x| x.parse().ok())
+            .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
+    };
+    let r = (|| match f.first().copied().unwrap_or("") {
+        "REG" => {
+            let access =
+                Access::from_bits(num(2)? as u32).ok_or_else(|| Failure("access bits".into()))?;
+            let m = pd.reg_mr(num(1)? as usize, access)?;
+            let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
+            mrs.push(Some(m));
+            Ok(Some(a))
+        }
+        "WRITE" => {
+            let data =
+                unhex(f.get(3).copied().unwrap_or("")).ok_or_else(|| Failure("hex".into()))?;
+            peer_mr(mrs, num(1)?)?.write(num(2)? as usize, &data)?;
+            Ok(Some(String::new()))
+        }
+        "READ" => {
+            let m = peer_mr(mrs, num(1)?)?;
+            let len = num(3)? as usize;
+            if len > 16 << 20 {
+                return Err(Failure("READ of more than 16 MiB".into()));
+            }
+            let mut v = vec![0; len];
+            m.read(num(2)? as usize, &mut v)?;
+            Ok(Some(hex(&v)))
+        }
+        "DEREG" => Ok(Some(dereg(pd, mrs, num(1)?)?.to_string())),
+        _ => Ok(None),
+    })();
+    r.transpose()
+}
+
 fn serve_one(
     line: &str,
     pd: &Pd,
@@ -527,32 +584,10 @@ fn serve_one(
             .and_then(|x| x.parse().ok())
             .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
     };
+    if let Some(r) = mr_command(line, pd, mrs) {
+        return r;
+    }
     match f.first().copied().unwrap_or("") {
-        "REG" => {
-            let access =
-                Access::from_bits(num(2)? as u32).ok_or_else(|| Failure("access bits".into()))?;
-            let m = pd.reg_mr(num(1)? as usize, access)?;
-            let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
-            mrs.push(Some(m));
-            Ok(a)
-        }
-        "WRITE" => {
-            let data =
-                unhex(f.get(3).copied().unwrap_or("")).ok_or_else(|| Failure("hex".into()))?;
-            peer_mr(mrs, num(1)?)?.write(num(2)? as usize, &data)?;
-            Ok(String::new())
-        }
-        "READ" => {
-            let m = peer_mr(mrs, num(1)?)?;
-            let len = num(3)? as usize;
-            if len > 16 << 20 {
-                return Err(Failure("READ of more than 16 MiB".into()));
-            }
-            let mut v = vec![0; len];
-            m.read(num(2)? as usize, &mut v)?;
-            Ok(hex(&v))
-        }
-        "DEREG" => Ok(dereg(pd, mrs, num(1)?)?.to_string()),
         "RECV" => {
             let wr_id = num(1)?;
             let list = f.get(2).copied().unwrap_or("-");
@@ -619,52 +654,88 @@ fn serve_one(
 /// A two-sided case: side A's QP and PD, side B behind [`Peer`].
 pub type TwoHostFn = fn(&mut Qp, &Pd, &mut dyn Peer) -> CaseResult;
 
-/// The two-sided cases.
-pub fn two_host_cases() -> &'static [(&'static str, TwoHostFn)] {
+/// One two-sided case: its name, and what it runs over.
+#[derive(Clone, Copy)]
+pub struct TwoHostCase {
+    pub name: &'static str,
+    pub run: TwoHostRun,
+}
+
+/// What a two-sided case runs over.
+#[derive(Clone, Copy)]
+pub enum TwoHostRun {
+    /// One RC QP a side, connected through the exchange or rdma_cm.
+    Rc(TwoHostFn),
+    /// What [`Build`] says, connected through the exchange ([`far`]).
+    Built(Build, far::BuiltFn),
+}
+
+macro_rules! rc {
+    ($f:ident) => {
+        TwoHostCase {
+            name: stringify!($f),
+            run: TwoHostRun::Rc($f),
+        }
+    };
+}
+
+macro_rules! built {
+    ($f:ident, $b:expr) => {
+        TwoHostCase {
+            name: stringify!($f),
+            run: TwoHostRun::Built($b, $f),
+        }
+    };
+}
+
+/// The two-sided cases, in the order the client runs them and the server
+/// serves them.
+pub fn two_host_cases() -> &'static [TwoHostCase] {
+    const SRQ1: Build = Build::Srq {
+        qps: 1,
+        max_wr: 16,
+        max_sge: 2,
+    };
     &[
-        ("th_write_4096_lands", th_write_4096_lands),
-        ("th_read_lands", th_read_lands),
-        (
-            "th_wrong_rkey_leaves_memory_alone",
-            th_wrong_rkey_leaves_memory_alone,
+        rc!(th_write_4096_lands),
+        rc!(th_read_lands),
+        rc!(th_wrong_rkey_leaves_memory_alone),
+        rc!(th_send_and_imm_land_in_receives),
+        rc!(th_fetch_and_add),
+        rc!(th_error_flushes_and_both_go_to_err),
+        rc!(th_every_opcode_at_every_size),
+        rc!(th_too_small_receive_fails_both_sides),
+        rc!(th_rnr_waits_for_a_late_receive),
+        rc!(th_err_reset_reconnect),
+        rc!(th_gather_and_scatter_sges),
+        rc!(th_compare_and_swap),
+        rc!(th_rnr_without_a_receive_exhausts_retries),
+        rc!(th_solicited_event_wakes_b),
+        rc!(th_inline_at_the_limit_lands),
+        rc!(th_unsignaled_stream_lands_in_order),
+        rc!(th_dropped_target_refuses_the_next_write),
+        built!(th_ud_send_lands_after_the_grh_slot, Build::Ud),
+        built!(th_ud_drops_what_it_cannot_deliver, Build::Ud),
+        built!(th_ud_receive_too_small, Build::Ud),
+        built!(th_uc_write_lands_and_read_is_refused, Build::Uc),
+        built!(th_uc_drops_what_the_responder_cannot_take, Build::Uc),
+        built!(th_srq_scatters_a_send_over_two_sges, SRQ1),
+        built!(
+            th_one_srq_feeds_four_qps,
+            Build::Srq {
+                qps: 4,
+                max_wr: 1024,
+                max_sge: 1
+            }
         ),
-        (
-            "th_send_and_imm_land_in_receives",
-            th_send_and_imm_land_in_receives,
-        ),
-        ("th_fetch_and_add", th_fetch_and_add),
-        (
-            "th_error_flushes_and_both_go_to_err",
-            th_error_flushes_and_both_go_to_err,
-        ),
-        (
-            "th_every_opcode_at_every_size",
-            th_every_opcode_at_every_size,
-        ),
-        (
-            "th_too_small_receive_fails_both_sides",
-            th_too_small_receive_fails_both_sides,
-        ),
-        (
-            "th_rnr_waits_for_a_late_receive",
-            th_rnr_waits_for_a_late_receive,
-        ),
-        ("th_err_reset_reconnect", th_err_reset_reconnect),
-        ("th_gather_and_scatter_sges", th_gather_and_scatter_sges),
-        ("th_compare_and_swap", th_compare_and_swap),
-        (
-            "th_rnr_without_a_receive_exhausts_retries",
-            th_rnr_without_a_receive_exhausts_retries,
-        ),
-        ("th_solicited_event_wakes_b", th_solicited_event_wakes_b),
-        ("th_inline_at_the_limit_lands", th_inline_at_the_limit_lands),
-        (
-            "th_unsignaled_stream_lands_in_order",
-            th_unsignaled_stream_lands_in_order,
-        ),
-        (
-            "th_dropped_target_refuses_the_next_write",
-            th_dropped_target_refuses_the_next_write,
+        built!(th_srq_limit_event_is_raised_once_then_rearmed, SRQ1),
+        built!(
+            th_a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others,
+            Build::Srq {
+                qps: 2,
+                max_wr: 16,
+                max_sge: 1
+            }
         ),
     ]
 }
@@ -675,7 +746,19 @@ pub const NOT_CONNECTED: &str = "not connected: ";
 
 /// Runs one two-sided case against a server on `host:port`, the QPs
 /// connected as `how` says (the server must use the same).
-pub fn run_remote(dev: &str, host: &str, port: u16, how: Connect, case: TwoHostFn) -> CaseResult {
+pub fn run_remote(
+    dev: &str,
+    host: &str,
+    port: u16,
+    how: Connect,
+    case: &TwoHostCase,
+) -> CaseResult {
+    let case = match case.run {
+        TwoHostRun::Rc(f) => f,
+        TwoHostRun::Built(build, f) => {
+            return far::run_built_remote(dev, host, port, how, case.name, build, f)
+        }
+    };
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
     let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Client(host, port, how))
@@ -693,7 +776,11 @@ pub fn run_remote(dev: &str, host: &str, port: u16, how: Connect, case: TwoHostF
 }
 
 /// Runs one two-sided case with side B a second QP in this process.
-pub fn run_local(dev: &str, case: TwoHostFn) -> CaseResult {
+pub fn run_local(dev: &str, case: &TwoHostCase) -> CaseResult {
+    let case = match case.run {
+        TwoHostRun::Rc(f) => f,
+        TwoHostRun::Built(build, f) => return far::run_built_local(dev, build, f),
+    };
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
     let (mut a, mut b) = pd.create_connected_pair(&two_host_config())?;

@@ -1,0 +1,676 @@
+//! The two-sided cases that build something other than one RC QP a side:
+//! UC, UD, and RC QPs on a shared receive queue. [`Build`] says what each
+//! side builds. Side A is a [`Near`] here; side B is a [`Far`], driven by
+//! the text commands below through a [`FarPeer`]: over TCP to
+//! `conformance --server` on another host, or handed to a `Far` in this
+//! process. The same code answers both, so the in-process run tests the
+//! server's side too.
+//!
+//! | command | answer |
+//! |---|---|
+//! | `REG`, `WRITE`, `READ`, `DEREG` | as in the RC cases' protocol ([`super`]) |
+//! | `RECV <wr_id> <id>:<offset>:<len>,...` | `OK` (posted to B's SRQ when it has one, else to its QP) |
+//! | `RECVN <first wr_id> <n> <id>:<offset>:<len>` | `OK` (`n` receives, wr_ids `first..first + n`, each over the one SGE) |
+//! | `POLL <count> <timeout ms>` | `OK` and per completion `<wr_id>:<status>:<opcode>:<byte_len>:<imm or ->:<qp_num>:<src_qp>`; fewer than `count` when the time ran out |
+//! | `QUERY <i>` | `OK <state of B's QP i>` |
+//! | `ERR <i>` | `OK` (B's QP `i` moved to ERR) |
+//! | `LIMIT <n>` | `OK` (B's pending device events dropped, then its SRQ's limit armed at `n`) |
+//! | `EVENT <timeout ms>` | `OK -`, or `OK <event>` (an [`AsyncEvent`] in Rust's debug form) |
+//! | `OUTSTANDING` | `OK <receives B's SRQ holds>` |
+//! | `SRQN` | `OK <B's SRQ's number>` |
+//! | `BYE` | `OK` (the server ends this case) |
+//!
+//! The QPs are connected through the TCP exchange ([`exchange`]): QP 0's
+//! facts in the first message, each further QP's in one more
+//! ([`exchange::swap`]), a UD QP's qkey in the message's qkey field. Then
+//! each side says the case it runs and how it connects (one line each); a
+//! mismatch fails both sides at once.
+
+use super::{mr_command, two_host_config, CaseResult, Connect, Failure, PeerMr, NOT_CONNECTED};
+use rdma_direct::exchange::{self, ConnInfo};
+use rdma_direct::{
+    Ah, AsyncEvent, Completion, Context, CqSizing, Mr, Pd, Qp, QpConfig, QpState, QpType, RecvWr,
+    Rkey, Sge, SharedCq, SrcQp, Srq, WcOpcode, WcStatus,
+};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// What each side of a case builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// One UC QP a side.
+    Uc,
+    /// One UD QP a side, each with its own qkey ([`QKEY_A`], [`QKEY_B`])
+    /// and side A an AH toward B's port.
+    Ud,
+    /// `qps` RC QPs a side; side B's all on one SRQ of `max_wr` receives
+    /// of `max_sge` SGEs, completing into one shared CQ.
+    Srq {
+        qps: usize,
+        max_wr: u32,
+        max_sge: u32,
+    },
+}
+
+/// Side A's qkey on UD: B's and A's differ, so a side that sent with its
+/// own rather than the one the exchange gave would be dropped.
+pub const QKEY_A: u32 = 0x0a0a_0001;
+/// Side B's qkey on UD.
+pub const QKEY_B: u32 = 0x0b0b_0002;
+
+/// A case over a [`Build`]: side A here, side B behind a [`FarPeer`].
+pub type BuiltFn = fn(&mut Near<'_>, &mut FarPeer<'_>) -> CaseResult;
+
+/// Side A of a built case.
+pub struct Near<'a> {
+    pub pd: &'a Pd,
+    pub qps: Vec<Qp>,
+    /// Side B's QPs' facts (QPN, qkey, ...), in the order of `qps`.
+    pub far: Vec<ConnInfo>,
+    /// Toward side B's port (UD only).
+    pub ah: Option<Ah>,
+}
+
+impl Near<'_> {
+    /// Side A's QP 0 and a UD send's destination: B's QP 0, through the AH,
+    /// with the qkey B's exchange message gave.
+    pub fn ud(&mut self) -> Result<(&mut Qp, rdma_direct::UdDest<'_>), Failure> {
+        let ah = self
+            .ah
+            .as_ref()
+            .ok_or_else(|| Failure("no AH: not a UD case".into()))?;
+        let dest = rdma_direct::UdDest {
+            ah,
+            remote_qpn: self.far[0].endpoint.qpn,
+            qkey: self.far[0].qkey,
+        };
+        Ok((&mut self.qps[0], dest))
+    }
+}
+
+/// Side B's QPs.
+// One of each lives per case: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum FarQps {
+    Own(Qp),
+    Srq { srq: Srq, cq: SharedCq },
+}
+
+/// Side B of a built case: its QPs and the MRs the cases register there.
+pub struct Far {
+    qps: FarQps,
+    mrs: Vec<Option<Mr>>,
+}
+
+/// What one side builds, before it is connected.
+// One of each lives per case: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Made {
+    Own(Vec<Qp>),
+    Srq(Srq, SharedCq),
+}
+
+fn config(build: Build) -> QpConfig {
+    match build {
+        Build::Uc => QpConfig {
+            qp_type: QpType::Uc,
+            ..two_host_config()
+        },
+        Build::Ud => QpConfig {
+            qp_type: QpType::Ud,
+            max_inline: 0,
+            ..two_host_config()
+        },
+        Build::Srq { .. } => two_host_config(),
+    }
+}
+
+fn make(pd: &Pd, build: Build, side_b: bool) -> rdma_direct::Result<Made> {
+    let cfg = config(build);
+    match build {
+        Build::Srq {
+            qps,
+            max_wr,
+            max_sge,
+        } if side_b => {
+            let srq = pd.create_srq(max_wr, max_sge)?;
+            let depth = CqSizing::new()
+                .queue(srq.max_wr())
+                .queue(qps as u32 * cfg.max_send_wr)
+                .depth()?;
+            let mut cq = pd.create_shared_cq(depth)?;
+            for _ in 0..qps {
+                cq.create_qp_on_srq(&cfg, &srq)?;
+            }
+            Ok(Made::Srq(srq, cq))
+        }
+        Build::Srq { qps, .. } => Ok(Made::Own(
+            (0..qps)
+                .map(|_| pd.create_qp(&cfg))
+                .collect::<rdma_direct::Result<_>>()?,
+        )),
+        Build::Uc | Build::Ud => Ok(Made::Own(vec![pd.create_qp(&cfg)?])),
+    }
+}
+
+impl Made {
+    fn qps(&mut self) -> &mut [Qp] {
+        match self {
+            Made::Own(v) => v,
+            Made::Srq(_, cq) => cq.qps_mut(),
+        }
+    }
+
+    /// Each QP's facts, with a fresh first PSN, and `qkey` on UD.
+    fn infos(&mut self, build: Build, qkey: u32) -> Vec<ConnInfo> {
+        self.qps()
+            .iter()
+            .map(|q| ConnInfo {
+                endpoint: q.endpoint(),
+                psn: Qp::random_psn(),
+                rkey: Rkey(0),
+                addr: 0,
+                len: 0,
+                qkey: if build == Build::Ud { qkey } else { 0 },
+            })
+            .collect()
+    }
+
+    /// Connects QP `i` to `peer[i]` (UD: brought up with `mine[0].qkey`;
+    /// the AH toward the peer's port is returned).
+    fn connect(
+        &mut self,
+        pd: &Pd,
+        build: Build,
+        mine: &[ConnInfo],
+        peer: &[ConnInfo],
+    ) -> rdma_direct::Result<Option<Ah>> {
+        let qps = self.qps();
+        if build == Build::Ud {
+            qps[0].ready_ud(mine[0].qkey)?;
+            return Ok(Some(pd.create_ah(&qps[0].av_to(&peer[0].endpoint))?));
+        }
+        for ((q, m), p) in qps.iter_mut().zip(mine).zip(peer) {
+            q.connect_remote(m.psn, &p.endpoint, p.psn)?;
+        }
+        Ok(None)
+    }
+
+    fn into_far(self) -> Far {
+        let qps = match self {
+            Made::Own(mut v) => FarQps::Own(v.remove(0)),
+            Made::Srq(srq, cq) => FarQps::Srq { srq, cq },
+        };
+        Far {
+            qps,
+            mrs: Vec::new(),
+        }
+    }
+}
+
+/// Side A's and side B's [`Build`] and the case, one line each way.
+fn agree(tcp: &mut TcpStream, name: &str, build: Build) -> rdma_direct::Result<()> {
+    let mine = format!("{name} {build:?}");
+    let theirs = exchange::swap_line(tcp, &mine)?;
+    if theirs != mine {
+        return Err(rdma_direct::Error::Exchange(format!(
+            "this side runs `{mine}`, the peer `{theirs}`: are both the same build of rdma-direct?"
+        )));
+    }
+    Ok(())
+}
+
+/// Builds `build` on one side, swaps the QPs' facts over `first` (the
+/// exchange that makes the TCP connection, given QP 0's facts) and one
+/// [`exchange::swap`] per further QP, agrees on the case, and connects.
+fn connect_side(
+    pd: &Pd,
+    name: &str,
+    build: Build,
+    side_b: bool,
+    first: impl FnOnce(&ConnInfo) -> rdma_direct::Result<(ConnInfo, TcpStream)>,
+) -> rdma_direct::Result<(Made, Vec<ConnInfo>, Option<Ah>, TcpStream)> {
+    let mut made = make(pd, build, side_b)?;
+    let mine = made.infos(build, if side_b { QKEY_B } else { QKEY_A });
+    let (p0, mut tcp) = first(&mine[0])?;
+    let mut peer = vec![p0];
+    for m in &mine[1..] {
+        peer.push(exchange::swap(&mut tcp, m)?);
+    }
+    agree(&mut tcp, name, build)?;
+    if build == Build::Ud && peer[0].qkey == 0 {
+        return Err(rdma_direct::Error::Exchange(
+            "the peer's UD QP sent qkey 0".into(),
+        ));
+    }
+    let ah = made.connect(pd, build, &mine, &peer)?;
+    exchange::barrier(&mut tcp)?;
+    Ok((made, peer, ah, tcp))
+}
+
+/// Serves one built case to the client on `listener`: builds side B,
+/// connects, and answers commands until `BYE` or the client goes away.
+pub fn serve_built(
+    ctx: &Context,
+    pd: &Pd,
+    listener: &exchange::Listener,
+    name: &str,
+    build: Build,
+) -> rdma_direct::Result<()> {
+    let (made, _, _, tcp) = connect_side(pd, name, build, true, |m| listener.accept(m))?;
+    let mut far = made.into_far();
+    let mut out = tcp
+        .try_clone()
+        .map_err(|e| rdma_direct::Error::Exchange(format!("socket: {e}")))?;
+    let mut inp = BufReader::new(tcp);
+    loop {
+        let mut line = String::new();
+        if inp.read_line(&mut line).unwrap_or(0) == 0 {
+            return Ok(()); // the client went away: next case
+        }
+        let line = line.trim_end();
+        let text = match far.answer(line, ctx, pd) {
+            Ok(a) if a.is_empty() => "OK".to_string(),
+            Ok(a) => format!("OK {a}"),
+            Err(e) => format!("ERR {}", e.0),
+        };
+        if writeln!(out, "{text}").is_err() || line.starts_with("BYE") {
+            return Ok(());
+        }
+    }
+}
+
+/// Runs built case `f` against a server on `host:port`.
+pub fn run_built_remote(
+    dev: &str,
+    host: &str,
+    port: u16,
+    how: Connect,
+    name: &str,
+    build: Build,
+    f: BuiltFn,
+) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let (mut made, far, ah, tcp) = connect_side(&pd, name, build, false, |m| {
+        exchange::connect(host, port, Duration::from_secs(60), m)
+    })
+    .map_err(|e| Failure(format!("{NOT_CONNECTED}{e}")))?;
+    let out = tcp
+        .try_clone()
+        .map_err(|e| Failure(format!("socket: {e}")))?;
+    let mut near = Near {
+        pd: &pd,
+        qps: std::mem::take(match &mut made {
+            Made::Own(v) => v,
+            Made::Srq(..) => unreachable!("side A builds no SRQ"),
+        }),
+        far,
+        ah,
+    };
+    let mut peer = FarPeer {
+        link: Link::Tcp {
+            out,
+            inp: BufReader::new(tcp),
+        },
+    };
+    let r = f(&mut near, &mut peer);
+    let _ = peer.call("BYE");
+    with_cm_note(r, how)
+}
+
+/// Under `-R` a built case still connects through the exchange, and says so.
+fn with_cm_note(r: CaseResult, how: Connect) -> CaseResult {
+    match (r, how) {
+        (Ok(super::Outcome::Passed(n)), Connect::RdmaCm) => {
+            let note = "QPs connected through the TCP exchange: -R connects the RC cases";
+            Ok(super::Outcome::Passed(if n.is_empty() {
+                note.into()
+            } else {
+                format!("{n}; {note}")
+            }))
+        }
+        (r, _) => r,
+    }
+}
+
+/// Runs built case `f` with side B in this process.
+pub fn run_built_local(dev: &str, build: Build, f: BuiltFn) -> CaseResult {
+    let ctx = Context::open(dev)?;
+    let pd = ctx.alloc_pd()?;
+    let mut a = make(&pd, build, false)?;
+    let mut b = make(&pd, build, true)?;
+    let (ia, ib) = (a.infos(build, QKEY_A), b.infos(build, QKEY_B));
+    let ah = a.connect(&pd, build, &ia, &ib)?;
+    b.connect(&pd, build, &ib, &ia)?;
+    let mut near = Near {
+        pd: &pd,
+        qps: match a {
+            Made::Own(v) => v,
+            Made::Srq(..) => unreachable!("side A builds no SRQ"),
+        },
+        far: ib,
+        ah,
+    };
+    let mut peer = FarPeer {
+        link: Link::Here {
+            far: b.into_far(),
+            ctx: &ctx,
+            pd: &pd,
+        },
+    };
+    f(&mut near, &mut peer)
+}
+
+impl Far {
+    fn qp(&mut self, i: u64) -> Result<&mut Qp, Failure> {
+        match &mut self.qps {
+            FarQps::Own(q) if i == 0 => Ok(q),
+            FarQps::Srq { cq, .. } if (i as usize) < cq.len() => Ok(cq.qp_mut(i as usize)),
+            _ => Err(Failure(format!("side B has no QP {i}"))),
+        }
+    }
+
+    fn srq(&mut self) -> Result<&mut Srq, Failure> {
+        match &mut self.qps {
+            FarQps::Srq { srq, .. } => Ok(srq),
+            FarQps::Own(_) => Err(Failure("side B has no SRQ".into())),
+        }
+    }
+
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Failure> {
+        match &mut self.qps {
+            FarQps::Own(q) => q.post_recv(wrs)?,
+            FarQps::Srq { srq, .. } => srq.post_recv(wrs)?,
+        }
+        Ok(())
+    }
+
+    /// Answers one command (the table above).
+    fn answer(&mut self, line: &str, ctx: &Context, pd: &Pd) -> Result<String, Failure> {
+        if let Some(r) = mr_command(line, pd, &mut self.mrs) {
+            return r;
+        }
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |i: usize| -> Result<u64, Failure> {
+            f.get(i)
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
+        };
+        let sge = |mrs: &[Option<Mr>], p: &str| -> Result<(usize, usize, u32), Failure> {
+            let x: Vec<u64> = p.split(':').filter_map(|v| v.parse().ok()).collect();
+            let [id, off, len] = x[..] else {
+                return Err(Failure(format!("SGE `{p}`")));
+            };
+            super::peer_mr(mrs, id)?;
+            Ok((id as usize, off as usize, len as u32))
+        };
+        match f.first().copied().unwrap_or("") {
+            "RECV" => {
+                let mut parts = Vec::new();
+                for p in f.get(2).copied().unwrap_or("-").split(',') {
+                    if p != "-" {
+                        parts.push(sge(&self.mrs, p)?);
+                    }
+                }
+                let mrs = std::mem::take(&mut self.mrs);
+                let r = (|| {
+                    let sges = parts
+                        .iter()
+                        .map(|&(id, o, l)| Sge::new(mrs[id].as_ref().expect("checked"), o, l))
+                        .collect::<rdma_direct::Result<Vec<_>>>()?;
+                    self.post(&[RecvWr::new(num(1)?, &sges)])
+                })();
+                self.mrs = mrs;
+                r.map(|()| String::new())
+            }
+            "RECVN" => {
+                let (first, n) = (num(1)?, num(2)?);
+                if n > 65_536 {
+                    return Err(Failure("RECVN of more than 65,536".into()));
+                }
+                let (id, o, l) = sge(&self.mrs, f.get(3).copied().unwrap_or(""))?;
+                let mrs = std::mem::take(&mut self.mrs);
+                let r = (|| {
+                    let s = [Sge::new(mrs[id].as_ref().expect("checked"), o, l)?];
+                    let wrs: Vec<RecvWr> = (0..n).map(|k| RecvWr::new(first + k, &s)).collect();
+                    self.post(&wrs)
+                })();
+                self.mrs = mrs;
+                r.map(|()| String::new())
+            }
+            "POLL" => {
+                let count = num(1)? as usize;
+                let deadline = Instant::now() + Duration::from_millis(num(2)?.min(60_000));
+                let mut got = Vec::new();
+                let mut wc = [Completion::default(); 32];
+                while got.len() < count && Instant::now() < deadline {
+                    let room = (count - got.len()).min(wc.len());
+                    let n = match &mut self.qps {
+                        FarQps::Own(q) => q.poll(&mut wc[..room])?,
+                        FarQps::Srq { cq, .. } => cq.poll(&mut wc[..room])?,
+                    };
+                    got.extend_from_slice(&wc[..n]);
+                    if n == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                Ok(got
+                    .iter()
+                    .map(completion_text)
+                    .collect::<Vec<_>>()
+                    .join(" "))
+            }
+            "QUERY" => Ok(format!("{:?}", self.qp(num(1)?)?.query()?.state)),
+            "ERR" => {
+                self.qp(num(1)?)?
+                    .modify(QpState::Err, &rdma_direct::QpAttr::default())?;
+                Ok(String::new())
+            }
+            "LIMIT" => {
+                let n = num(1)? as u32;
+                while ctx.get_async_event(Duration::ZERO)?.is_some() {}
+                self.srq()?.set_limit(n)?;
+                Ok(String::new())
+            }
+            "EVENT" => {
+                let ms = num(1)?.min(60_000);
+                Ok(match ctx.get_async_event(Duration::from_millis(ms))? {
+                    Some(e) => format!("{e:?}"),
+                    None => "-".into(),
+                })
+            }
+            "OUTSTANDING" => Ok(self.srq()?.outstanding().to_string()),
+            "SRQN" => Ok(self.srq()?.srq_num().to_string()),
+            "BYE" => Ok(String::new()),
+            other => Err(Failure(format!("unknown command `{other}`"))),
+        }
+    }
+}
+
+fn completion_text(c: &Completion) -> String {
+    format!(
+        "{}:{}:{}:{}:{}:{}:{}",
+        c.wr_id,
+        c.status.0,
+        c.opcode.0,
+        c.byte_len,
+        c.imm.map_or("-".to_string(), |i| i.to_string()),
+        c.qp_num,
+        c.src_qp.0
+    )
+}
+
+fn parse_completion(s: &str) -> Option<Completion> {
+    let f: Vec<&str> = s.split(':').collect();
+    let [wr_id, status, opcode, byte_len, imm, qp_num, src_qp] = f[..] else {
+        return None;
+    };
+    let n = |x: &str| x.parse::<u64>().ok();
+    Some(Completion {
+        wr_id: n(wr_id)?,
+        status: WcStatus(n(status)? as u32),
+        opcode: WcOpcode(n(opcode)? as u32),
+        byte_len: n(byte_len)? as u32,
+        imm: if imm == "-" {
+            None
+        } else {
+            Some(n(imm)? as u32)
+        },
+        qp_num: n(qp_num)? as u32,
+        vendor_err: 0,
+        src_qp: SrcQp(n(src_qp)? as u32),
+    })
+}
+
+// One of each lives per case: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Link<'a> {
+    Tcp {
+        out: TcpStream,
+        inp: BufReader<TcpStream>,
+    },
+    Here {
+        far: Far,
+        ctx: &'a Context,
+        pd: &'a Pd,
+    },
+}
+
+/// Side B of a built case, on another host or in this process.
+pub struct FarPeer<'a> {
+    link: Link<'a>,
+}
+
+impl FarPeer<'_> {
+    fn call(&mut self, line: &str) -> Result<String, Failure> {
+        let answer = match &mut self.link {
+            Link::Here { far, ctx, pd } => return far.answer(line, ctx, pd),
+            Link::Tcp { out, inp } => {
+                writeln!(out, "{line}").map_err(|e| Failure(format!("peer: send: {e}")))?;
+                let mut a = String::new();
+                inp.read_line(&mut a)
+                    .map_err(|e| Failure(format!("peer: receive: {e}")))?;
+                a
+            }
+        };
+        let answer = answer.trim_end();
+        match answer.strip_prefix("OK") {
+            Some(rest) => Ok(rest.trim_start().to_string()),
+            None => Err(Failure(format!(
+                "peer refused `{}`: {answer}",
+                line.split(' ').next().unwrap_or("")
+            ))),
+        }
+    }
+
+    pub fn reg_mr(&mut self, len: usize, access: rdma_direct::Access) -> Result<PeerMr, Failure> {
+        let a = self.call(&format!("REG {len} {}", access.bits()))?;
+        let f: Vec<u64> = a.split(' ').filter_map(|x| x.parse().ok()).collect();
+        match f[..] {
+            [id, addr, rkey] => Ok(PeerMr {
+                id: id as u32,
+                addr,
+                rkey: Rkey(rkey as u32),
+            }),
+            _ => Err(super::bad("REG")),
+        }
+    }
+
+    pub fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
+        let a = self.call(&format!("READ {} {offset} {len}", mr.id))?;
+        super::unhex(&a).ok_or_else(|| super::bad("READ"))
+    }
+
+    /// One receive over `(mr, offset, len)` pieces (to B's SRQ if it has one).
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
+        let list: Vec<String> = sges
+            .iter()
+            .map(|(m, o, l)| format!("{}:{o}:{l}", m.id))
+            .collect();
+        let list = if list.is_empty() {
+            "-".into()
+        } else {
+            list.join(",")
+        };
+        self.call(&format!("RECV {wr_id} {list}")).map(|_| ())
+    }
+
+    /// `n` receives, wr_ids `first..first + n`, each over `(mr, offset, len)`.
+    pub fn post_recvs(
+        &mut self,
+        first: u64,
+        n: u64,
+        (mr, offset, len): (PeerMr, usize, u32),
+    ) -> Result<(), Failure> {
+        self.call(&format!("RECVN {first} {n} {}:{offset}:{len}", mr.id))
+            .map(|_| ())
+    }
+
+    /// Up to `count` completions of side B's, waiting up to `timeout`.
+    pub fn poll_for(
+        &mut self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Completion>, Failure> {
+        let a = self.call(&format!("POLL {count} {}", timeout.as_millis()))?;
+        a.split(' ')
+            .filter(|x| !x.is_empty())
+            .map(|c| parse_completion(c).ok_or_else(|| super::bad("POLL")))
+            .collect()
+    }
+
+    /// Exactly `count` completions, within 20 s.
+    pub fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
+        let v = self.poll_for(count, Duration::from_secs(20))?;
+        check_eq!(v.len(), count, "completions at side B within 20 s: {v:?}");
+        Ok(v)
+    }
+
+    /// The state of side B's QP `i`.
+    pub fn state(&mut self, i: usize) -> Result<QpState, Failure> {
+        match self.call(&format!("QUERY {i}"))?.as_str() {
+            "Reset" => Ok(QpState::Reset),
+            "Init" => Ok(QpState::Init),
+            "Rtr" => Ok(QpState::Rtr),
+            "Rts" => Ok(QpState::Rts),
+            "Err" => Ok(QpState::Err),
+            _ => Err(super::bad("QUERY")),
+        }
+    }
+
+    /// Moves side B's QP `i` to ERR.
+    pub fn move_to_err(&mut self, i: usize) -> Result<(), Failure> {
+        self.call(&format!("ERR {i}")).map(|_| ())
+    }
+
+    /// Drops side B's pending device events, then arms its SRQ's limit.
+    pub fn set_limit(&mut self, n: u32) -> Result<(), Failure> {
+        self.call(&format!("LIMIT {n}")).map(|_| ())
+    }
+
+    /// Side B's next device event within `timeout`, in Rust's debug form.
+    pub fn event(&mut self, timeout: Duration) -> Result<Option<String>, Failure> {
+        let a = self.call(&format!("EVENT {}", timeout.as_millis()))?;
+        Ok((a != "-").then_some(a))
+    }
+
+    /// Side B's SRQ's number (what its limit event names).
+    pub fn srq_num(&mut self) -> Result<u32, Failure> {
+        self.call("SRQN")?.parse().map_err(|_| super::bad("SRQN"))
+    }
+
+    /// The receives side B's SRQ holds.
+    pub fn outstanding(&mut self) -> Result<u32, Failure> {
+        self.call("OUTSTANDING")?
+            .parse()
+            .map_err(|_| super::bad("OUTSTANDING"))
+    }
+}
+
+/// The debug form of the SRQ limit event of SRQ `srq_num`, as
+/// [`FarPeer::event`] gives it.
+pub fn limit_event(srq_num: u32) -> String {
+    format!("{:?}", AsyncEvent::SrqLimitReached { srq_num })
+}
