@@ -26,8 +26,20 @@
 //!
 //! The port is the CM's own port space (`RDMA_PS_TCP`), apart from the
 //! kernel's TCP ports, so the same number as the TCP exchange may be used.
+//!
+//! **UD** (`RDMA_PS_UDP`, [`CmListener::bind_ud`], [`connect_ud`]): no
+//! connection, a service ID resolution (SIDR) instead. The active side's
+//! `ESTABLISHED` event carries the passive side's address, QPN and qkey
+//! ([`UdPeer`]); the passive side learns nothing but the private data, so
+//! it answers the first datagram through an AH built from its receive
+//! ([`crate::Pd::create_ah_from_recv`], `ibv_create_ah_from_wc`, as
+//! rdma-core's `udaddy` does) to the completion's source QPN. Both QPs
+//! take the CM's qkey, [`UDP_QKEY`]. Each UD QP goes RESET -> INIT with the
+//! CM's INIT attributes (pkey index, port, qkey), INIT -> RTR with none,
+//! RTR -> RTS with SQ_PSN 0 (librdmacm's own `ucma_init_ud_qp`).
+//!
 //! Sources: librdmacm `rdma_cma.h` and `rdma_connect(3)`, `rdma_accept(3)`,
-//! `rdma_init_qp_attr(3)` (QPs not attached to an id).
+//! `rdma_init_qp_attr(3)` (QPs not attached to an id), `udaddy.c`.
 
 use crate::qp_attr::{AddressVector, Grh, QpAttr};
 use crate::{Access, Error, Qp, Result, Rkey};
@@ -40,6 +52,9 @@ pub const VERSION: u16 = 1;
 /// Size of the private data in bytes (at most 56 fit a connect request).
 pub const OFFER_LEN: usize = 28;
 const MAGIC: [u8; 4] = *b"rdcm";
+/// The qkey the CM gives every UD QP in the `RDMA_PS_UDP` port space
+/// (`RDMA_UDP_QKEY`, librdmacm `rdma_cma.h`).
+pub const UDP_QKEY: u32 = 0x0123_4567;
 
 /// The buffer one side offers the other for RDMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +115,8 @@ struct Id {
 unsafe impl Send for Id {}
 
 impl Id {
-    fn new() -> Result<Id> {
+    /// A new id in port space `ps` (`RDMA_PS_TCP` or `RDMA_PS_UDP`).
+    fn new(ps: rdma_port_space::Type) -> Result<Id> {
         // SAFETY: no arguments; a null return sets errno.
         let ch = unsafe { rdma_create_event_channel() };
         if ch.is_null() {
@@ -112,14 +128,7 @@ impl Id {
         }
         let mut id = std::ptr::null_mut();
         // SAFETY: `ch` is live; `id` receives the new id.
-        let rc = unsafe {
-            rdma_create_id(
-                ch,
-                &mut id,
-                std::ptr::null_mut(),
-                rdma_port_space::RDMA_PS_TCP,
-            )
-        };
+        let rc = unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), ps) };
         if let Err(e) = check("rdma_create_id", rc, String::new) {
             // SAFETY: `ch` is live and has no ids.
             unsafe { rdma_destroy_event_channel(ch) };
@@ -179,11 +188,15 @@ impl Id {
                 )
                 .to_vec()
             };
+            // The union's UD member: meaningful on a UDP id's ESTABLISHED
+            // (any bit pattern of its pointer and integers is valid).
+            let ud = e.param.ud;
             Event {
                 kind: e.event,
                 status: e.status,
                 id: e.id,
                 private,
+                ud: (ud.ah_attr, ud.qp_num, ud.qkey),
             }
         };
         // SAFETY: `ev` came from rdma_get_cm_event and is acked once.
@@ -254,6 +267,8 @@ struct Event {
     status: i32,
     id: *mut rdma_cm_id,
     private: Vec<u8>,
+    /// `param.ud`'s AH attributes, QPN and qkey (UDP ids' ESTABLISHED).
+    ud: (ibv_ah_attr, u32, u32),
 }
 
 fn event_name(kind: u32) -> &'static str {
@@ -276,29 +291,33 @@ fn event_name(kind: u32) -> &'static str {
     }
 }
 
+/// `ibv_ah_attr` as our address vector.
+fn av_from_raw(ah: &ibv_ah_attr) -> AddressVector {
+    AddressVector {
+        dlid: ah.dlid,
+        port: ah.port_num,
+        service_level: ah.sl,
+        grh: (ah.is_global != 0).then_some(Grh {
+            // SAFETY: every bit pattern of the GID union is valid.
+            dgid: unsafe { ah.grh.dgid.raw },
+            sgid_index: ah.grh.sgid_index,
+            hop_limit: ah.grh.hop_limit,
+            traffic_class: ah.grh.traffic_class,
+            flow_label: ah.grh.flow_label,
+        }),
+    }
+}
+
 /// `ibv_qp_attr` with `mask` as our attributes (the fields the mask names).
 fn attr_from_raw(a: &ibv_qp_attr, mask: u32) -> QpAttr {
     use crate::qp_attr::QpAttrMask as M;
     let m = M::from_bits_truncate(mask);
     let has = |b: M| m.contains(b);
-    let ah = &a.ah_attr;
     QpAttr {
         pkey_index: has(M::PKEY_INDEX).then_some(a.pkey_index),
         port: has(M::PORT).then_some(a.port_num),
         access: has(M::ACCESS_FLAGS).then(|| Access::from_bits_truncate(a.qp_access_flags)),
-        av: has(M::AV).then(|| AddressVector {
-            dlid: ah.dlid,
-            port: ah.port_num,
-            service_level: ah.sl,
-            grh: (ah.is_global != 0).then_some(Grh {
-                // SAFETY: every bit pattern of the GID union is valid.
-                dgid: unsafe { ah.grh.dgid.raw },
-                sgid_index: ah.grh.sgid_index,
-                hop_limit: ah.grh.hop_limit,
-                traffic_class: ah.grh.traffic_class,
-                flow_label: ah.grh.flow_label,
-            }),
-        }),
+        av: has(M::AV).then(|| av_from_raw(&a.ah_attr)),
         path_mtu: has(M::PATH_MTU).then_some(a.path_mtu),
         dest_qpn: has(M::DEST_QPN).then_some(a.dest_qp_num),
         rq_psn: has(M::RQ_PSN).then_some(a.rq_psn),
@@ -327,6 +346,13 @@ fn steps_from(id: &Id, qp: &Qp) -> Result<[QpAttr; 3]> {
     Ok([init, rtr, rts])
 }
 
+/// A UD QP's steps: the CM's INIT attributes (pkey index, port, qkey),
+/// RTR with none, RTS with SQ_PSN 0 (librdmacm's `ucma_init_ud_qp`).
+fn ud_steps_from(id: &Id) -> Result<[QpAttr; 3]> {
+    let init = id.qp_attr(ibv_qp_state::IBV_QPS_INIT)?;
+    Ok([init, QpAttr::default(), QpAttr::rts_unreliable(0)])
+}
+
 fn conn_param(qp: &Qp, private: &[u8; OFFER_LEN]) -> rdma_conn_param {
     rdma_conn_param {
         private_data: private.as_ptr().cast(),
@@ -341,13 +367,25 @@ fn conn_param(qp: &Qp, private: &[u8; OFFER_LEN]) -> rdma_conn_param {
     }
 }
 
-/// `qp` must be a verbs QP in RESET on the device the CM picks.
-fn check_qp(qp: &Qp, id: &Id, peer: &str) -> Result<()> {
+/// `qp` must be a verbs QP in RESET on the device the CM picks, UD when
+/// `ud` says so (the UDP port space) and RC or UC when not.
+fn check_qp(qp: &Qp, id: &Id, peer: &str, ud: bool) -> Result<()> {
     let Some(ours) = qp.verbs_device() else {
         return Err(Error::Invalid(
             "rdma_cm needs a kernel RDMA device (the sim has no connection manager)".into(),
         ));
     };
+    let is_ud = qp.config().qp_type == crate::QpType::Ud;
+    if is_ud != ud {
+        return Err(Error::Invalid(if ud {
+            format!(
+                "a UD connection through rdma_cm needs a UD QP (this one is {})",
+                qp.config().qp_type.name()
+            )
+        } else {
+            "a UD QP connects through rdma_cm with cm::connect_ud / CmListener::bind_ud".into()
+        }));
+    }
     if qp.state() != crate::qp_attr::QpState::Reset {
         return Err(Error::Invalid(format!(
             "connecting through rdma_cm needs the QP in RESET (it is in {:?})",
@@ -374,14 +412,18 @@ fn sockaddr(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
 
 /// A connection made through the CM. Dropping it disconnects (a DREQ to
 /// the peer) and frees the id; the QP is left as it is.
+/// For UD (no connection) dropping it frees the id only.
 pub struct CmConnection {
     id: Id,
+    ud: bool,
 }
 
 impl Drop for CmConnection {
     fn drop(&mut self) {
-        // SAFETY: live id; with no QP attached the CM only sends the DREQ.
-        unsafe { rdma_disconnect(self.id.id) };
+        if !self.ud {
+            // SAFETY: live id; with no QP attached the CM only sends the DREQ.
+            unsafe { rdma_disconnect(self.id.id) };
+        }
     }
 }
 
@@ -389,6 +431,7 @@ impl Drop for CmConnection {
 pub struct CmListener {
     id: Id,
     port: u16,
+    ud: bool,
 }
 
 impl CmListener {
@@ -397,7 +440,25 @@ impl CmListener {
     /// Errors: [`Error::Verbs`] naming `rdma_bind_addr` (e.g. `EADDRINUSE`)
     /// or `rdma_listen`.
     pub fn bind(port: u16) -> Result<CmListener> {
-        let id = Id::new()?;
+        Self::bind_in(port, false)
+    }
+
+    /// Binds `0.0.0.0:port` in the CM's UDP port space (`RDMA_PS_UDP`: UD
+    /// QPs, [`Self::accept_ud`]) and listens. The UDP and TCP port spaces
+    /// are apart: one port number may be bound in each.
+    ///
+    /// Errors: as [`Self::bind`].
+    pub fn bind_ud(port: u16) -> Result<CmListener> {
+        Self::bind_in(port, true)
+    }
+
+    fn bind_in(port: u16, ud: bool) -> Result<CmListener> {
+        let ps = if ud {
+            rdma_port_space::RDMA_PS_UDP
+        } else {
+            rdma_port_space::RDMA_PS_TCP
+        };
+        let id = Id::new(ps)?;
         let mut sa = sockaddr(std::net::SocketAddrV4::new(
             std::net::Ipv4Addr::UNSPECIFIED,
             port,
@@ -409,7 +470,7 @@ impl CmListener {
         check("rdma_listen", unsafe { rdma_listen(id.id, 8) }, || {
             format!(" (port {port})")
         })?;
-        Ok(CmListener { id, port })
+        Ok(CmListener { id, port, ud })
     }
 
     /// Waits up to `timeout` for one connection request, takes `qp` (in
@@ -427,6 +488,62 @@ impl CmListener {
         timeout: Duration,
     ) -> Result<(CmConnection, CmOffer)> {
         let deadline = Instant::now() + timeout;
+        let (conn, peer) = self.request(qp, false, deadline)?;
+        let [init, rtr, rts] = steps_from(&conn, qp)?;
+        qp.connect_steps(init, rtr, rts)?;
+        let private = offer.encode();
+        let mut param = conn_param(qp, &private);
+        // SAFETY: live id of a request; `param` and `private` outlive the call.
+        let rc = unsafe { rdma_accept(conn.id, &mut param) };
+        check("rdma_accept", rc, String::new)?;
+        conn.expect(rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, deadline)?;
+        Ok((
+            CmConnection {
+                id: conn,
+                ud: false,
+            },
+            peer,
+        ))
+    }
+
+    /// On a [`Self::bind_ud`] listener: waits up to `timeout` for one
+    /// request, brings the UD `qp` (in RESET) to RTS with the CM's qkey
+    /// ([`UDP_QKEY`]), and answers with its QPN and `offer`. Returns the
+    /// id (kept until the caller is done) and the peer's offer. The
+    /// request names no QP: the peer's QPN and address come with its first
+    /// datagram ([`crate::Completion::src_qp`],
+    /// [`crate::Pd::create_ah_from_recv`]).
+    ///
+    /// Errors: as [`Self::accept`]; a listener of the TCP space, or a QP
+    /// not UD ([`Error::Invalid`]).
+    pub fn accept_ud(
+        &self,
+        qp: &mut Qp,
+        offer: &CmOffer,
+        timeout: Duration,
+    ) -> Result<(CmConnection, CmOffer)> {
+        let deadline = Instant::now() + timeout;
+        let (conn, peer) = self.request(qp, true, deadline)?;
+        let [init, rtr, rts] = ud_steps_from(&conn)?;
+        qp.connect_steps(init, rtr, rts)?;
+        let private = offer.encode();
+        let mut param = conn_param(qp, &private);
+        // SAFETY: live id of a request; `param` and `private` outlive the call.
+        let rc = unsafe { rdma_accept(conn.id, &mut param) };
+        check("rdma_accept", rc, String::new)?;
+        Ok((CmConnection { id: conn, ud: true }, peer))
+    }
+
+    /// The next connection request, on an id of its own, with the peer's
+    /// offer; a request this side cannot take is rejected.
+    fn request(&self, qp: &Qp, ud: bool, deadline: Instant) -> Result<(Id, CmOffer)> {
+        if ud != self.ud {
+            return Err(Error::Invalid(if ud {
+                "accept_ud needs a listener of CmListener::bind_ud".into()
+            } else {
+                "a CmListener::bind_ud listener takes UD QPs: accept_ud".into()
+            }));
+        }
         let req = loop {
             let ev = self.id.next_event(deadline, "CONNECT_REQUEST")?;
             if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
@@ -437,27 +554,32 @@ impl CmListener {
         };
         let conn = Id::adopt(req.id)?;
         let peer = CmOffer::decode(&req.private).and_then(|p| {
-            check_qp(qp, &conn, &format!("port {}", self.port))?;
+            check_qp(qp, &conn, &format!("port {}", self.port), ud)?;
             Ok(p)
         });
-        let peer = match peer {
-            Ok(p) => p,
+        match peer {
+            Ok(p) => Ok((conn, p)),
             Err(e) => {
                 // SAFETY: live id of an unanswered request.
                 unsafe { rdma_reject(conn.id, std::ptr::null(), 0) };
-                return Err(e);
+                Err(e)
             }
-        };
-        let [init, rtr, rts] = steps_from(&conn, qp)?;
-        qp.connect_steps(init, rtr, rts)?;
-        let private = offer.encode();
-        let mut param = conn_param(qp, &private);
-        // SAFETY: live id of a request; `param` and `private` outlive the call.
-        let rc = unsafe { rdma_accept(conn.id, &mut param) };
-        check("rdma_accept", rc, String::new)?;
-        conn.expect(rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, deadline)?;
-        Ok((CmConnection { id: conn }, peer))
+        }
     }
+}
+
+/// What the active side of a UD "connection" learns from the CM
+/// ([`connect_ud`]): where to send, as the passive side answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdPeer {
+    /// The path to the peer's port ([`crate::Pd::create_ah`] makes the AH).
+    pub av: AddressVector,
+    /// The peer's UD QPN.
+    pub qpn: u32,
+    /// The qkey its QP takes ([`UDP_QKEY`]).
+    pub qkey: u32,
+    /// The buffer the peer offered.
+    pub offer: CmOffer,
 }
 
 /// Connects `qp` (in RESET) to a [`CmListener`] at `host:port`, resolving
@@ -477,6 +599,47 @@ pub fn connect(
     offer: &CmOffer,
     timeout: Duration,
 ) -> Result<(CmConnection, CmOffer)> {
+    let (c, p, _) = connect_in(qp, host, port, offer, timeout, false)?;
+    Ok((c, p))
+}
+
+/// Resolves a UD peer through the CM's UDP port space (SIDR) at
+/// `host:port`, a [`CmListener::bind_ud`] listener, and brings the UD `qp`
+/// (in RESET) to RTS with the CM's qkey ([`UDP_QKEY`]). Returns the id
+/// (kept until the caller is done) and what the peer answered: its
+/// address, QPN and qkey. Retried as [`connect`] is.
+///
+/// Errors: as [`connect`]; a QP not UD ([`Error::Invalid`]).
+pub fn connect_ud(
+    qp: &mut Qp,
+    host: &str,
+    port: u16,
+    offer: &CmOffer,
+    timeout: Duration,
+) -> Result<(CmConnection, UdPeer)> {
+    let (c, offer, ud) = connect_in(qp, host, port, offer, timeout, true)?;
+    let (ah, qpn, qkey) = ud;
+    Ok((
+        c,
+        UdPeer {
+            av: av_from_raw(&ah),
+            qpn,
+            qkey,
+            offer,
+        },
+    ))
+}
+
+type Connected = (CmConnection, CmOffer, (ibv_ah_attr, u32, u32));
+
+fn connect_in(
+    qp: &mut Qp,
+    host: &str,
+    port: u16,
+    offer: &CmOffer,
+    timeout: Duration,
+    ud: bool,
+) -> Result<Connected> {
     use std::net::{SocketAddr, ToSocketAddrs};
     let dst = (host, port)
         .to_socket_addrs()
@@ -488,7 +651,7 @@ pub fn connect(
         .ok_or_else(|| Error::Exchange(format!("{host} has no IPv4 address")))?;
     let deadline = Instant::now() + timeout;
     loop {
-        match connect_once(qp, dst, offer, deadline) {
+        match connect_once(qp, dst, offer, deadline, ud) {
             Err(Error::Exchange(e))
                 if e.starts_with("rdma_cm: REJECTED") || e.starts_with("rdma_cm: UNREACHABLE") =>
             {
@@ -509,9 +672,14 @@ fn connect_once(
     dst: std::net::SocketAddrV4,
     offer: &CmOffer,
     deadline: Instant,
-) -> Result<(CmConnection, CmOffer)> {
+    ud: bool,
+) -> Result<Connected> {
     use rdma_cm_event_type::*;
-    let id = Id::new()?;
+    let id = Id::new(if ud {
+        rdma_port_space::RDMA_PS_UDP
+    } else {
+        rdma_port_space::RDMA_PS_TCP
+    })?;
     let mut sa = sockaddr(dst);
     // SAFETY: live id; `sa` is a valid sockaddr_in for the call.
     let rc = unsafe {
@@ -524,7 +692,7 @@ fn connect_once(
     };
     check("rdma_resolve_addr", rc, || format!(" ({dst})"))?;
     id.expect(RDMA_CM_EVENT_ADDR_RESOLVED, deadline)?;
-    check_qp(qp, &id, &dst.to_string())?;
+    check_qp(qp, &id, &dst.to_string(), ud)?;
     // SAFETY: live id with its address resolved.
     check(
         "rdma_resolve_route",
@@ -533,6 +701,11 @@ fn connect_once(
     )?;
     id.expect(RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)?;
     let private = offer.encode();
+    if ud {
+        // The QP first: the peer may send as soon as it answers.
+        let [init, rtr, rts] = ud_steps_from(&id)?;
+        qp.connect_steps(init, rtr, rts)?;
+    }
     let mut param = conn_param(qp, &private);
     // SAFETY: live id with its route resolved; `param` and `private` outlive the call.
     check(
@@ -540,6 +713,20 @@ fn connect_once(
         unsafe { rdma_connect(id.id, &mut param) },
         || format!(" ({dst})"),
     )?;
+    if ud {
+        // SIDR: the answer is ESTABLISHED, carrying the peer's AH, QPN and qkey.
+        let ev = id.next_event(deadline, "ESTABLISHED")?;
+        if ev.kind != RDMA_CM_EVENT_ESTABLISHED {
+            qp.modify(crate::qp_attr::QpState::Reset, &QpAttr::default())?;
+            return Err(Error::Exchange(format!(
+                "rdma_cm: {} (status {}) from {dst}",
+                event_name(ev.kind),
+                ev.status
+            )));
+        }
+        let peer = CmOffer::decode(&ev.private)?;
+        return Ok((CmConnection { id, ud: true }, peer, ev.ud));
+    }
     let rep = id.next_event(deadline, "CONNECT_RESPONSE")?;
     if rep.kind != RDMA_CM_EVENT_CONNECT_RESPONSE {
         return Err(Error::Exchange(format!(
@@ -563,7 +750,7 @@ fn connect_once(
     check("rdma_establish", unsafe { rdma_establish(id.id) }, || {
         format!(" ({dst})")
     })?;
-    Ok((CmConnection { id }, peer))
+    Ok((CmConnection { id, ud: false }, peer, rep.ud))
 }
 
 #[cfg(test)]

@@ -262,6 +262,69 @@ impl Pd {
         })
     }
 
+    /// Creates an address handle back to the sender of a UD receive: `c`
+    /// is its completion, `grh` the receive's first 40 bytes (the GRH
+    /// slot), `port` the port it came in on. This is
+    /// `ibv_create_ah_from_wc` (rdma-core `verbs.c`: the path from the
+    /// GRH's source GID; on RoCE v2 over IPv4 from the IPv4 header in
+    /// bytes 20..40); reply to `c.src_qp.qpn()`. A server that learned of
+    /// its client through rdma_cm's UDP port space answers it this way
+    /// ([`crate::cm::CmListener::accept_ud`]). On the sim the AH carries
+    /// no path, as [`Self::create_ah`]'s.
+    ///
+    /// Errors: port 0, a completion that is not a successful receive, or a
+    /// receive without a GRH ([`Error::Invalid`]: [`Completion`](crate::Completion)
+    /// carries no source LID, which InfiniBand without a GRH would need);
+    /// the device's refusal ([`Error::Verbs`], `ibv_create_ah_from_wc`).
+    pub fn create_ah_from_recv(
+        &self,
+        port: u8,
+        c: &crate::Completion,
+        grh: &[u8; 40],
+    ) -> Result<crate::Ah> {
+        use crate::types::ah::{Ah, AhInner};
+        if port == 0 {
+            return Err(Error::Invalid(
+                "port 0 does not exist (ports count from 1)".into(),
+            ));
+        }
+        if !c.status.is_ok() || c.opcode != crate::WcOpcode::RECV {
+            return Err(Error::Invalid(format!(
+                "an AH from a receive needs a successful RECV completion, not {} {:?}",
+                c.status.ident(),
+                c.opcode
+            )));
+        }
+        if !c.src_qp.grh() {
+            return Err(Error::Invalid(
+                "the receive carries no GRH: without one the path needs the source LID, which a Completion does not carry; build the AV with Qp::av_to".into(),
+            ));
+        }
+        let inner = match &self.inner.kind {
+            PdKind::Sim(..) => AhInner {
+                av: [0; 48],
+                raw: 0,
+                pd: self.inner.id,
+                _owner: None,
+            },
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, direct) => {
+                let v = ibv::VerbsAh::from_recv(pd, port, c, grh)?;
+                AhInner {
+                    av: if *direct { v.mlx5_av()? } else { [0; 48] },
+                    raw: v.raw as usize,
+                    pd: self.inner.id,
+                    _owner: Some(Box::new(v)),
+                }
+            }
+        };
+        #[cfg(not(feature = "verbs"))]
+        let _ = grh;
+        Ok(Ah {
+            inner: Arc::new(inner),
+        })
+    }
+
     /// Creates a shared receive queue (SRQ) for up to `max_wr` receives
     /// of up to `max_sge` SGEs each: QPs made on it
     /// ([`Self::create_qp_on_srq`], [`SharedCq::create_qp_on_srq`]) take

@@ -46,6 +46,47 @@ impl VerbsAh {
         })
     }
 
+    /// `ibv_create_ah_from_wc` on `pd`: the path back to the sender of the
+    /// UD receive `c` took on `port`, from the GRH slot `grh` (the
+    /// receive's first 40 bytes). Only the fields libibverbs reads are
+    /// filled: the GRH flag, the source QPN; the source LID, SL and path
+    /// bits are 0 (the caller refuses a receive without a GRH).
+    pub(crate) fn from_recv(
+        pd: &Arc<Pd>,
+        port: u8,
+        c: &crate::Completion,
+        grh: &[u8; 40],
+    ) -> Result<Self> {
+        // SAFETY: plain data; zero is valid.
+        let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
+        wc.wr_id = c.wr_id;
+        wc.status = ibv_wc_status::IBV_WC_SUCCESS;
+        wc.opcode = ibv_wc_opcode::IBV_WC_RECV;
+        wc.byte_len = c.byte_len;
+        wc.qp_num = c.qp_num;
+        wc.src_qp = c.src_qp.qpn();
+        wc.wc_flags = if c.src_qp.grh() {
+            ibv_wc_flags::IBV_WC_GRH.0
+        } else {
+            0
+        };
+        let mut g = *grh;
+        // SAFETY: live PD; `wc` and the 40-byte `g` (a `struct ibv_grh`)
+        // are valid for the call, which only reads them.
+        let raw = unsafe { ibv_create_ah_from_wc(pd.raw, &mut wc, g.as_mut_ptr().cast(), port) };
+        if raw.is_null() {
+            return Err(Error::Verbs {
+                call: "ibv_create_ah_from_wc",
+                errno: errno(),
+                detail: format!(" (port {port}, source QPN {:#x})", c.src_qp.qpn()),
+            });
+        }
+        Ok(VerbsAh {
+            raw,
+            _pd: pd.clone(),
+        })
+    }
+
     /// The AH's 48-byte AV, as `mlx5dv_init_obj(MLX5DV_OBJ_AH)` gives it
     /// (mlx5 only).
     pub(crate) fn mlx5_av(&self) -> Result<[u8; 48]> {

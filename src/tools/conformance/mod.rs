@@ -367,6 +367,7 @@ const ONE_SIDED: &[Case] = &[
     case!(ud_send_lands_after_the_grh_slot),
     case!(ud_drops_and_refusals),
     case!(ud_receive_too_small),
+    case!(an_ah_from_a_receive_answers_its_sender),
     case!(ud_transitions_check_their_own_attributes),
     case!(transport_benchmarks_run),
 ];

@@ -315,6 +315,63 @@ pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
     passed(vec![])
 }
 
+/// `Pd::create_ah_from_recv` (`ibv_create_ah_from_wc`): an AH from B's
+/// receive of A's datagram sends B's reply to A's QP; port 0, a
+/// completion that is not a receive, and one without the GRH flag are
+/// refused with `Invalid`.
+pub(super) fn an_ah_from_a_receive_answers_its_sender(dev: &str) -> CaseResult {
+    let mut u = ud_pair(dev)?;
+    let src = u.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let rb = u.pd.reg_mr(104, Access::LOCAL_WRITE)?;
+    let ra = u.pd.reg_mr(104, Access::LOCAL_WRITE)?;
+    src.write(0, &pattern(64, 9))?;
+    u.b.post_recv(&[RecvWr::new(1, &[Sge::new(&rb, 0, 104)?])])?;
+    u.a.post_recv(&[RecvWr::new(2, &[Sge::new(&ra, 0, 104)?])])?;
+    let sge = [Sge::new(&src, 0, 64)?];
+    u.a.post_send(&[SendWr::ud_send(3, &sge, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    check!(poll_one(&mut u.a)?.status.is_ok(), "A's SEND");
+    let c = poll_one(&mut u.b)?;
+    let mut grh = [0u8; 40];
+    rb.read(0, &mut grh)?;
+    let port = QpConfig::default().port;
+    let invalid = |r: rdma_direct::Result<rdma_direct::Ah>| matches!(r, Err(Error::Invalid(_)));
+    check!(invalid(u.pd.create_ah_from_recv(0, &c, &grh)), "port 0");
+    let send = Completion {
+        opcode: WcOpcode::SEND,
+        ..c
+    };
+    check!(
+        invalid(u.pd.create_ah_from_recv(port, &send, &grh)),
+        "a SEND's completion"
+    );
+    let no_grh = Completion {
+        src_qp: rdma_direct::SrcQp::new(c.src_qp.qpn(), false),
+        ..c
+    };
+    check!(
+        invalid(u.pd.create_ah_from_recv(port, &no_grh, &grh)),
+        "no GRH"
+    );
+    let back = u.pd.create_ah_from_recv(port, &c, &grh)?;
+    let reply = [Sge::new(&rb, 40, 64)?];
+    u.b.post_send(&[
+        SendWr::ud_send(4, &reply, dest(&back, c.src_qp.qpn(), QKEY), None).signaled(),
+    ])?;
+    check!(poll_one(&mut u.b)?.status.is_ok(), "B's reply");
+    let r = poll_one(&mut u.a)?;
+    check_eq!(
+        (r.wr_id, r.byte_len, r.src_qp.qpn()),
+        (2, 104, u.b.qp_num()),
+        "A's receive of the reply"
+    );
+    check_eq!(
+        &contents(&ra)?[40..],
+        &pattern(64, 9)[..],
+        "the reply's payload"
+    );
+    passed(vec![])
+}
+
 /// A UD receive too small for the datagram: on the sim a local length
 /// error, on rxe (Linux 6.1) a local QP operation error, and the QP in
 /// ERR; newer kernels drop the datagram (no completion, the QP in RTS).

@@ -75,6 +75,44 @@ pub(super) fn th_ud_send_lands_after_the_grh_slot(
     )])
 }
 
+/// B answers A's datagram through an AH built from its receive
+/// (`ibv_create_ah_from_wc`): the reply lands at A with B's QPN as the
+/// source, the payload A sent at offset 40. This is how a server that
+/// learned of its client through rdma_cm (`-R`) answers it.
+pub(super) fn th_ud_reply_through_an_ah_from_the_receive(
+    a: &mut Near<'_>,
+    b: &mut FarPeer<'_>,
+) -> CaseResult {
+    let pd = a.pd;
+    let b_qpn = a.far[0].endpoint.qpn;
+    let src = pd.reg_mr(200, Access::LOCAL_WRITE)?;
+    src.write(0, &pattern(200, 21))?;
+    let back = pd.reg_mr(240, Access::LOCAL_WRITE)?;
+    let dst = b.reg_mr(240, Access::LOCAL_WRITE)?;
+    b.post_recv(1, &[(dst, 0, 240)])?;
+    let (q, dest) = a.ud()?;
+    q.post_recv(&[rdma_direct::RecvWr::new(2, &[Sge::new(&back, 0, 240)?])])?;
+    let out = [Sge::new(&src, 0, 200)?];
+    q.post_send(&[SendWr::ud_send(3, &out, dest, None).signaled()])?;
+    let sender = b.echo(&dst, 0)?;
+    check_eq!(sender, q.qp_num(), "the QPN B answered");
+    let got = poll_until(q, 2)?;
+    let recv = got
+        .iter()
+        .find(|c| c.opcode == WcOpcode::RECV)
+        .ok_or_else(|| Failure(format!("no reply at A: {got:?}")))?;
+    check_eq!(
+        (recv.wr_id, recv.status, recv.byte_len),
+        (2, WcStatus::SUCCESS, 240),
+        "A's receive of the reply"
+    );
+    check_eq!(recv.src_qp.qpn(), b_qpn, "the reply's source QPN");
+    let mut got = vec![0u8; 200];
+    back.read(40, &mut got)?;
+    check_eq!(got, pattern(200, 21), "the reply's payload at offset 40");
+    passed(vec![])
+}
+
 /// Over the MTU: refused at A's post with `MessageTooLong`, nothing
 /// written. No receive posted at B, and the wrong qkey: each datagram is
 /// lost while A's send succeeds; the receive B posts after them takes the

@@ -16,6 +16,7 @@
 //! | `ERR <i>` | `OK` (B's QP `i` moved to ERR) |
 //! | `LIMIT <n>` | `OK` (B's pending device events dropped, then its SRQ's limit armed at `n`) |
 //! | `EVENT <timeout ms>` | `OK -`, or `OK <event>` (an [`AsyncEvent`] in Rust's debug form) |
+//! | `ECHO <id> <offset>` | `OK <source QPN>`: B takes one UD receive (its buffer at `offset` of MR `id`) and sends the payload back through an AH built from it, to its source QPN |
 //! | `OUTSTANDING` | `OK <receives B's SRQ holds>` |
 //! | `SRQN` | `OK <B's SRQ's number>` |
 //! | `BYE` | `OK` (the server ends this case) |
@@ -101,6 +102,8 @@ enum FarQps {
 pub struct Far {
     qps: FarQps,
     mrs: Vec<Option<Mr>>,
+    /// The qkey side A's UD QP takes.
+    peer_qkey: u32,
 }
 
 /// What one side builds, before it is connected.
@@ -197,7 +200,8 @@ impl Made {
         Ok(None)
     }
 
-    fn into_far(self) -> Far {
+    /// Side B, sending to side A with `peer_qkey` (UD).
+    fn into_far(self, peer_qkey: u32) -> Far {
         let qps = match self {
             Made::Own(mut v) => FarQps::Own(v.remove(0)),
             Made::Srq(srq, cq) => FarQps::Srq { srq, cq },
@@ -205,32 +209,66 @@ impl Made {
         Far {
             qps,
             mrs: Vec::new(),
+            peer_qkey,
         }
     }
 }
 
-/// Side A's and side B's [`Build`] and the case, one line each way.
-fn agree(tcp: &mut TcpStream, name: &str, build: Build) -> rdma_direct::Result<()> {
-    let mine = format!("{name} {build:?}");
+/// Side A's and side B's case, [`Build`] and way of connecting, one line
+/// each way.
+fn agree(tcp: &mut TcpStream, name: &str, build: Build, how: Connect) -> rdma_direct::Result<()> {
+    let mine = format!("{name} {build:?} {how:?}");
     let theirs = exchange::swap_line(tcp, &mine)?;
     if theirs != mine {
         return Err(rdma_direct::Error::Exchange(format!(
-            "this side runs `{mine}`, the peer `{theirs}`: are both the same build of rdma-direct?"
+            "this side runs `{mine}`, the peer `{theirs}`: the same build of rdma-direct on both, and -R on both or on neither?"
         )));
     }
     Ok(())
 }
 
+/// Under `-R`, how a UD case's QPs find each other through rdma_cm's UDP
+/// port space (the other builds connect through the exchange).
+pub(super) enum CmUd<'a> {
+    /// Not through the CM.
+    No(std::marker::PhantomData<&'a ()>),
+    /// Side B: answer the request on this listener ([`rdma_direct::cm::CmListener::bind_ud`]).
+    #[cfg(feature = "verbs")]
+    Accept(&'a rdma_direct::cm::CmListener),
+    /// Side A: resolve the peer at this host and port.
+    #[cfg(feature = "verbs")]
+    Connect(&'a str, u16),
+}
+
+impl CmUd<'_> {
+    fn how(&self) -> Connect {
+        match self {
+            CmUd::No(_) => Connect::Tcp,
+            #[cfg(feature = "verbs")]
+            _ => Connect::RdmaCm,
+        }
+    }
+}
+
+/// What keeps a CM id alive for the case.
+type Keep = Option<Box<dyn std::any::Any>>;
+
+/// One side, connected: its QPs, the peer's facts, the AH toward the peer
+/// (UD), the TCP connection, and what keeps a CM id alive.
+type Sided = (Made, Vec<ConnInfo>, Option<Ah>, TcpStream, Keep);
+
 /// Builds `build` on one side, swaps the QPs' facts over `first` (the
 /// exchange that makes the TCP connection, given QP 0's facts) and one
-/// [`exchange::swap`] per further QP, agrees on the case, and connects.
+/// [`exchange::swap`] per further QP, agrees on the case, and connects:
+/// through the CM when `cm` says so (UD), else with the exchanged facts.
 fn connect_side(
     pd: &Pd,
     name: &str,
     build: Build,
     side_b: bool,
+    cm: CmUd<'_>,
     first: impl FnOnce(&ConnInfo) -> rdma_direct::Result<(ConnInfo, TcpStream)>,
-) -> rdma_direct::Result<(Made, Vec<ConnInfo>, Option<Ah>, TcpStream)> {
+) -> rdma_direct::Result<Sided> {
     let mut made = make(pd, build, side_b)?;
     let mine = made.infos(build, if side_b { QKEY_B } else { QKEY_A });
     let (p0, mut tcp) = first(&mine[0])?;
@@ -238,28 +276,73 @@ fn connect_side(
     for m in &mine[1..] {
         peer.push(exchange::swap(&mut tcp, m)?);
     }
-    agree(&mut tcp, name, build)?;
+    let how = if build == Build::Ud {
+        cm.how()
+    } else {
+        Connect::Tcp
+    };
+    agree(&mut tcp, name, build, how)?;
     if build == Build::Ud && peer[0].qkey == 0 {
         return Err(rdma_direct::Error::Exchange(
             "the peer's UD QP sent qkey 0".into(),
         ));
     }
-    let ah = made.connect(pd, build, &mine, &peer)?;
+    let (ah, keep): (Option<Ah>, Keep) = match cm {
+        CmUd::No(_) => (made.connect(pd, build, &mine, &peer)?, None),
+        #[cfg(feature = "verbs")]
+        _ if build != Build::Ud => (made.connect(pd, build, &mine, &peer)?, None),
+        #[cfg(feature = "verbs")]
+        CmUd::Accept(l) => {
+            let (c, _) = l.accept_ud(&mut made.qps()[0], &no_offer(), Duration::from_secs(60))?;
+            // The CM gives both QPs its qkey.
+            peer[0].qkey = rdma_direct::cm::UDP_QKEY;
+            (None, Some(Box::new(c)))
+        }
+        #[cfg(feature = "verbs")]
+        CmUd::Connect(host, port) => {
+            let (c, u) = rdma_direct::cm::connect_ud(
+                &mut made.qps()[0],
+                host,
+                port,
+                &no_offer(),
+                Duration::from_secs(60),
+            )?;
+            if u.qpn != peer[0].endpoint.qpn {
+                return Err(rdma_direct::Error::Exchange(format!(
+                    "rdma_cm answered for QPN {:#x}, the exchange named {:#x}",
+                    u.qpn, peer[0].endpoint.qpn
+                )));
+            }
+            peer[0].qkey = u.qkey;
+            (Some(pd.create_ah(&u.av)?), Some(Box::new(c)))
+        }
+    };
     exchange::barrier(&mut tcp)?;
-    Ok((made, peer, ah, tcp))
+    Ok((made, peer, ah, tcp, keep))
+}
+
+#[cfg(feature = "verbs")]
+fn no_offer() -> rdma_direct::cm::CmOffer {
+    rdma_direct::cm::CmOffer {
+        rkey: Rkey(0),
+        addr: 0,
+        len: 0,
+    }
 }
 
 /// Serves one built case to the client on `listener`: builds side B,
 /// connects, and answers commands until `BYE` or the client goes away.
-pub fn serve_built(
+pub(super) fn serve_built(
     ctx: &Context,
     pd: &Pd,
     listener: &exchange::Listener,
+    cm: CmUd<'_>,
     name: &str,
     build: Build,
 ) -> rdma_direct::Result<()> {
-    let (made, _, _, tcp) = connect_side(pd, name, build, true, |m| listener.accept(m))?;
-    let mut far = made.into_far();
+    let (made, peer, _, tcp, _keep) =
+        connect_side(pd, name, build, true, cm, |m| listener.accept(m))?;
+    let mut far = made.into_far(peer[0].qkey);
     let mut out = tcp
         .try_clone()
         .map_err(|e| rdma_direct::Error::Exchange(format!("socket: {e}")))?;
@@ -293,7 +376,15 @@ pub fn run_built_remote(
 ) -> CaseResult {
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
-    let (mut made, far, ah, tcp) = connect_side(&pd, name, build, false, |m| {
+    let cm = match how {
+        Connect::Tcp => CmUd::No(Default::default()),
+        #[cfg(feature = "verbs")]
+        Connect::RdmaCm => CmUd::Connect(host, port),
+        #[cfg(not(feature = "verbs"))]
+        Connect::RdmaCm => return Err(Failure("rdma_cm needs the `verbs` feature".into())),
+    };
+    let ud_cm = build == Build::Ud && how == Connect::RdmaCm;
+    let (mut made, far, ah, tcp, _keep) = connect_side(&pd, name, build, false, cm, |m| {
         exchange::connect(host, port, Duration::from_secs(60), m)
     })
     .map_err(|e| Failure(format!("{NOT_CONNECTED}{e}")))?;
@@ -317,6 +408,9 @@ pub fn run_built_remote(
     };
     let r = f(&mut near, &mut peer);
     let _ = peer.call("BYE");
+    if ud_cm {
+        return r;
+    }
     with_cm_note(r, how)
 }
 
@@ -324,7 +418,7 @@ pub fn run_built_remote(
 fn with_cm_note(r: CaseResult, how: Connect) -> CaseResult {
     match (r, how) {
         (Ok(super::Outcome::Passed(n)), Connect::RdmaCm) => {
-            let note = "QPs connected through the TCP exchange: -R connects the RC cases";
+            let note = "QPs connected through the TCP exchange: -R connects the RC and UD cases";
             Ok(super::Outcome::Passed(if n.is_empty() {
                 note.into()
             } else {
@@ -344,6 +438,7 @@ pub fn run_built_local(dev: &str, build: Build, f: BuiltFn) -> CaseResult {
     let (ia, ib) = (a.infos(build, QKEY_A), b.infos(build, QKEY_B));
     let ah = a.connect(&pd, build, &ia, &ib)?;
     b.connect(&pd, build, &ib, &ia)?;
+    let a_qkey = ia[0].qkey;
     let mut near = Near {
         pd: &pd,
         qps: match a {
@@ -355,7 +450,7 @@ pub fn run_built_local(dev: &str, build: Build, f: BuiltFn) -> CaseResult {
     };
     let mut peer = FarPeer {
         link: Link::Here {
-            far: b.into_far(),
+            far: b.into_far(a_qkey),
             ctx: &ctx,
             pd: &pd,
         },
@@ -385,6 +480,41 @@ impl Far {
             FarQps::Srq { srq, .. } => srq.post_recv(wrs)?,
         }
         Ok(())
+    }
+
+    /// `ECHO`: takes one UD receive (waiting up to 20 s) whose buffer
+    /// starts at `offset` of MR `id`, and sends its payload back to its
+    /// sender through an AH built from the receive
+    /// ([`Pd::create_ah_from_recv`]), to its source QPN, with A's qkey.
+    fn echo(&mut self, id: u64, offset: usize, pd: &Pd) -> Result<String, Failure> {
+        let Far {
+            qps,
+            mrs,
+            peer_qkey,
+        } = self;
+        let FarQps::Own(q) = qps else {
+            return Err(Failure("ECHO needs side B's UD QP".into()));
+        };
+        let mr = super::peer_mr(mrs, id)?;
+        let c = super::super::poll_one(q)?;
+        if !c.status.is_ok() || c.opcode != WcOpcode::RECV || c.byte_len < 40 {
+            return Err(Failure(format!("ECHO: the receive completed {c:?}")));
+        }
+        let mut grh = [0u8; 40];
+        mr.read(offset, &mut grh)?;
+        let ah = pd.create_ah_from_recv(q.config().port, &c, &grh)?;
+        let sge = [Sge::new(mr, offset + 40, c.byte_len - 40)?];
+        let to = rdma_direct::UdDest {
+            ah: &ah,
+            remote_qpn: c.src_qp.qpn(),
+            qkey: *peer_qkey,
+        };
+        q.post_send(&[rdma_direct::SendWr::ud_send(u64::MAX, &sge, to, None).signaled()])?;
+        let s = super::super::poll_one(q)?;
+        if !s.status.is_ok() || s.wr_id != u64::MAX {
+            return Err(Failure(format!("ECHO: the reply completed {s:?}")));
+        }
+        Ok(c.src_qp.qpn().to_string())
     }
 
     /// Answers one command (the table above).
@@ -481,6 +611,7 @@ impl Far {
                     None => "-".into(),
                 })
             }
+            "ECHO" => self.echo(num(1)?, num(2)? as usize, pd),
             "OUTSTANDING" => Ok(self.srq()?.outstanding().to_string()),
             "SRQN" => Ok(self.srq()?.srq_num().to_string()),
             "BYE" => Ok(String::new()),
@@ -659,6 +790,15 @@ impl FarPeer<'_> {
     /// Side B's SRQ's number (what its limit event names).
     pub fn srq_num(&mut self) -> Result<u32, Failure> {
         self.call("SRQN")?.parse().map_err(|_| super::bad("SRQN"))
+    }
+
+    /// Side B takes one UD receive whose buffer starts at `offset` of `mr`
+    /// and sends its payload back through an AH built from it; returns the
+    /// source QPN it answered.
+    pub fn echo(&mut self, mr: &PeerMr, offset: usize) -> Result<u32, Failure> {
+        self.call(&format!("ECHO {} {offset}", mr.id))?
+            .parse()
+            .map_err(|_| super::bad("ECHO"))
     }
 
     /// The receives side B's SRQ holds.

@@ -490,6 +490,12 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
         Connect::Tcp => None,
         Connect::RdmaCm => Some(rdma_direct::cm::CmListener::bind(listener.port())?),
     };
+    // UD cases resolve through the UDP port space, on the same number.
+    #[cfg(feature = "verbs")]
+    let ud_listener = match how {
+        Connect::Tcp => None,
+        Connect::RdmaCm => Some(rdma_direct::cm::CmListener::bind_ud(listener.port())?),
+    };
     #[cfg(not(feature = "verbs"))]
     let cm_listener: Option<()> = match how {
         Connect::Tcp => None,
@@ -498,7 +504,14 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
     for case in two_host_cases() {
         let pd = ctx.alloc_pd()?;
         if let TwoHostRun::Built(build, _) = case.run {
-            far::serve_built(&ctx, &pd, listener, case.name, build)?;
+            let cm = match how {
+                Connect::Tcp => far::CmUd::No(Default::default()),
+                #[cfg(feature = "verbs")]
+                Connect::RdmaCm => far::CmUd::Accept(ud_listener.as_ref().expect("bound above")),
+                #[cfg(not(feature = "verbs"))]
+                Connect::RdmaCm => unreachable!("refused above"),
+            };
+            far::serve_built(&ctx, &pd, listener, cm, case.name, build)?;
             continue;
         }
         let (mut qp, tcp, _mr, _cm) =
@@ -715,6 +728,7 @@ pub fn two_host_cases() -> &'static [TwoHostCase] {
         rc!(th_unsignaled_stream_lands_in_order),
         rc!(th_dropped_target_refuses_the_next_write),
         built!(th_ud_send_lands_after_the_grh_slot, Build::Ud),
+        built!(th_ud_reply_through_an_ah_from_the_receive, Build::Ud),
         built!(th_ud_drops_what_it_cannot_deliver, Build::Ud),
         built!(th_ud_receive_too_small, Build::Ud),
         built!(th_uc_write_lands_and_read_is_refused, Build::Uc),
