@@ -768,11 +768,11 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             "-R (rdma_cm) connects two hosts: give --server or the server's address".into(),
         ));
     }
-    if role.is_some() && (base.qp_type != rdma_direct::QpType::Rc || base.use_srq) {
-        return Err(Error::Invalid(
-            "-c UC, -c UD and --use-srq run with both sides in this process (no --server, no host)"
-                .into(),
-        ));
+    if role.is_some() && base.qp_type != rdma_direct::QpType::Rc && a.rdma_cm {
+        return Err(Error::Invalid(format!(
+            "-c {} with -R: the two-host benchmarks connect RC QPs through rdma_cm; connect UC and UD through the TCP exchange (no -R)",
+            base.qp_type.name()
+        )));
     }
     if let Some(role) = &role {
         // The device is checked before anything is said about waiting.

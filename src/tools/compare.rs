@@ -11,6 +11,7 @@ use super::bench::{self, AnyTest, BwConfig, BwTest, LatConfig, LatTest};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use rdma_direct::QpType;
 use rdma_direct::{Backend, Error, Result};
 use std::path::PathBuf;
 
@@ -25,8 +26,12 @@ pub struct CompareArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "write_lat,read_lat,send_lat,atomic_lat,write_bw,read_bw,send_bw,atomic_bw"
+        default_value = "write_lat,read_lat,send_lat,atomic_lat,write_bw,read_bw,send_bw,atomic_bw,send_lat:UD,send_bw:UD,write_lat:UC,write_bw:UC,send_lat:SRQ,send_bw:SRQ"
     )]
+    /// A test on another transport is `<test>:UD`, `<test>:UC` or
+    /// `<test>:SRQ` (perftest's `-c UD`, `-c UC`, `--use-srq`), on the
+    /// tests perftest runs them on; UD sizes over the port's MTU are
+    /// skipped.
     tests: Vec<String>,
     /// Message sizes in bytes, comma-separated (atomics always move 8).
     #[arg(long, value_delimiter = ',', default_value = "2,64,1024,4096,65536")]
@@ -69,19 +74,65 @@ pub struct Row {
     pub poll_ns: f64,
 }
 
-fn parse_test(name: &str) -> Result<AnyTest> {
-    AnyTest::ALL
-        .into_iter()
-        .find(|t| t.name() == name)
-        .ok_or_else(|| {
-            let all: Vec<&str> = AnyTest::ALL.iter().map(|t| t.name()).collect();
-            Error::Invalid(format!("unknown test {name:?} ({})", all.join(", ")))
-        })
+/// One test of the matrix: a bench test on a transport.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    /// Its row name: the test's, with `:UD`, `:UC` or `:SRQ` off RC.
+    name: &'static str,
+    test: AnyTest,
+    qp_type: QpType,
+    use_srq: bool,
+}
+
+/// The rows off RC: (row name, test, transport, SRQ), where perftest runs
+/// `-c UD`, `-c UC` and `--use-srq`.
+const TRANSPORT_ROWS: [(&str, &str, QpType, bool); 8] = [
+    ("send_lat:UD", "send_lat", QpType::Ud, false),
+    ("send_bw:UD", "send_bw", QpType::Ud, false),
+    ("write_lat:UC", "write_lat", QpType::Uc, false),
+    ("write_bw:UC", "write_bw", QpType::Uc, false),
+    ("send_lat:UC", "send_lat", QpType::Uc, false),
+    ("send_bw:UC", "send_bw", QpType::Uc, false),
+    ("send_lat:SRQ", "send_lat", QpType::Rc, true),
+    ("send_bw:SRQ", "send_bw", QpType::Rc, true),
+];
+
+fn parse_test(name: &str) -> Result<Spec> {
+    let by_name = |n: &str| AnyTest::ALL.into_iter().find(|t| t.name() == n);
+    if let Some(test) = by_name(name) {
+        return Ok(Spec {
+            name: test.name(),
+            test,
+            qp_type: QpType::Rc,
+            use_srq: false,
+        });
+    }
+    if let Some(&(row, t, qp_type, use_srq)) = TRANSPORT_ROWS.iter().find(|r| r.0 == name) {
+        return Ok(Spec {
+            name: row,
+            test: by_name(t).expect("a bench test"),
+            qp_type,
+            use_srq,
+        });
+    }
+    let all: Vec<&str> = AnyTest::ALL
+        .iter()
+        .map(|t| t.name())
+        .chain(TRANSPORT_ROWS.iter().map(|r| r.0))
+        .collect();
+    Err(Error::Invalid(format!(
+        "unknown test {name:?} ({})",
+        all.join(", ")
+    )))
 }
 
 /// The (device, backend) pairs to run: the sim's direct path; an ibverbs
 /// device through `auto`'s path, and ConnectX through verbs as well.
-fn targets(asked: &[String]) -> Result<Vec<(String, Backend, &'static str)>> {
+/// A (device, backend, data path) to run, with its port 1's active MTU in
+/// bytes (`None`: the sim, 4096).
+type Target = (String, Backend, &'static str, Option<u32>);
+
+fn targets(asked: &[String]) -> Result<Vec<Target>> {
     let list = rdma_direct::list_devices()?;
     let mut out = Vec::new();
     for d in &list {
@@ -99,9 +150,10 @@ fn targets(asked: &[String]) -> Result<Vec<(String, Backend, &'static str)>> {
             );
             continue;
         }
-        out.push((d.name.clone(), Backend::Auto, d.data_path));
+        let mtu = d.ports.first().and_then(|p| p.active_mtu);
+        out.push((d.name.clone(), Backend::Auto, d.data_path, mtu));
         if d.kind == "verbs" && d.data_path == "direct" {
-            out.push((d.name.clone(), Backend::Verbs, "verbs"));
+            out.push((d.name.clone(), Backend::Verbs, "verbs", mtu));
         }
     }
     for a in asked {
@@ -160,10 +212,10 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     }
     let targets = targets(&a.devices)?;
     let mut plan = Vec::new();
-    for (dev, backend, path) in &targets {
+    for (dev, backend, path, mtu) in &targets {
         for &t in &tests {
             let sizes: Vec<u32> = if matches!(
-                t,
+                t.test,
                 AnyTest::Lat(LatTest::Atomic) | AnyTest::Bw(BwTest::Atomic)
             ) {
                 vec![8]
@@ -171,6 +223,15 @@ pub fn run(a: &CompareArgs) -> Result<()> {
                 a.sizes.clone()
             };
             for s in sizes {
+                // The sim lists no active MTU; its UD messages go to 4096 B.
+                let mtu = mtu.unwrap_or(4096);
+                if t.qp_type == QpType::Ud && s > mtu {
+                    eprintln!(
+                        "rdma-direct compare: skipping {} at {s} B on {dev}: a UD message is at most the port's MTU, {mtu} B",
+                        t.name
+                    );
+                    continue;
+                }
                 plan.push((dev.clone(), *backend, *path, t, s));
             }
         }
@@ -178,16 +239,18 @@ pub fn run(a: &CompareArgs) -> Result<()> {
     let bar = crate::progress::bar(plan.len() as u64, "compare");
     let mut rows = Vec::new();
     for (dev, backend, path, t, size) in plan {
-        bar.set_message(format!("{} {size} B on {dev}/{path}", t.name()));
+        bar.set_message(format!("{} {size} B on {dev}/{path}", t.name));
         let lat = LatConfig {
             device: dev.clone(),
             size,
             iters: a.lat_iters,
             backend,
+            qp_type: t.qp_type,
+            use_srq: t.use_srq,
             ..LatConfig::default()
         };
         let mut row = Row {
-            test: t.name(),
+            test: t.name,
             bytes: size,
             device: dev.clone(),
             data_path: path,
@@ -196,7 +259,7 @@ pub fn run(a: &CompareArgs) -> Result<()> {
             post_ns: 0.0,
             poll_ns: 0.0,
         };
-        match t {
+        match t.test {
             AnyTest::Lat(lt) => {
                 let (_, r) = bench::run_lat(lt, &lat)?;
                 row.lat = Some((r.t_typical, r.t_avg, r.p99));
@@ -340,7 +403,7 @@ fn rows_from_json(text: &str) -> std::result::Result<Vec<Row>, String> {
             (Some(a), Some(b)) => Some((a, b)),
             _ => None,
         };
-        let (fits, needs) = match test {
+        let (fits, needs) = match test.test {
             AnyTest::Lat(_) => (
                 lat.is_some() && bw.is_none(),
                 "t_typical_us, t_avg_us and p99_us, and no bandwidth figures",
@@ -351,10 +414,10 @@ fn rows_from_json(text: &str) -> std::result::Result<Vec<Row>, String> {
             ),
         };
         if !fits {
-            return Err(format!("{} needs {needs}", test.name()));
+            return Err(format!("{} needs {needs}", test.name));
         }
         Ok(Row {
-            test: test.name(),
+            test: test.name,
             bytes: bytes as u32,
             device: text("device")?.to_string(),
             data_path,

@@ -91,6 +91,10 @@ pub enum AnyReport {
 /// connection for the closing handshake.
 struct Link {
     qp: Qp,
+    /// The SRQ this side's QP receives from (`--use-srq`, on a side that receives).
+    srq: Option<rdma_direct::Srq>,
+    /// UD: the AH toward the peer's port.
+    ah: Option<rdma_direct::Ah>,
     /// The other QPs of a `-q` run, connected in the same order on both sides.
     more: Vec<Qp>,
     mr: Mr,
@@ -116,11 +120,37 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     }
     let size = if test.moves_8_bytes() { 8 } else { lat.size } as usize;
     let pd = ctx.alloc_pd()?;
+    // [0, size) what this side sends; from size, the peer's half (on UD
+    // 40 bytes more: a receive starts with the GRH slot).
     let mr = pd.reg_mr(
-        2 * size,
+        2 * size + 40,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     )?;
-    let mut qp = pd.create_qp(qcfg)?;
+    // --use-srq: a side that receives takes its receives from an SRQ (as
+    // perftest, the receiving side makes it: both for send_lat, the
+    // server for send_bw).
+    let client = matches!(role, Role::Client { .. });
+    let receives = matches!(test, AnyTest::Lat(LatTest::Send))
+        || (matches!(test, AnyTest::Bw(BwTest::Send)) && !client);
+    let srq = if lat.use_srq && receives {
+        Some(pd.create_srq(qcfg.max_recv_wr.max(1), 1)?)
+    } else {
+        None
+    };
+    let mut qp = match &srq {
+        Some(s) => pd.create_qp_on_srq(qcfg, s)?,
+        None => pd.create_qp(qcfg)?,
+    };
+    let ud = qcfg.qp_type == rdma_direct::QpType::Ud;
+    if ud {
+        qp.ready_ud(super::transport::UD_QKEY)?;
+        if size as u32 > qp.ud_mtu() {
+            return Err(Error::Invalid(format!(
+                "-c UD -s {size}: a UD message is at most the port's active MTU, {} bytes",
+                qp.ud_mtu()
+            )));
+        }
+    }
     let psn = Qp::random_psn();
     let mine = ConnInfo {
         endpoint: qp.endpoint(),
@@ -128,7 +158,7 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         rkey: mr.rkey(),
         addr: mr.addr() + size as u64,
         len: size as u64,
-        qkey: 0,
+        qkey: if ud { super::transport::UD_QKEY } else { 0 },
     };
     let (peer, mut tcp, role_name, client) = match role {
         Role::Server { listener } => {
@@ -158,7 +188,19 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
         )));
     }
     // The connection through the CM lives until the run's closing barrier.
-    let cm = connect_qp(&mut qp, lat.rdma_cm, role, psn, &peer, &mine)?;
+    let (cm, ah) = if ud {
+        if peer.qkey == 0 {
+            return Err(Error::Exchange(
+                "the peer's UD QP sent qkey 0 (a build before the exchange's qkey field?)".into(),
+            ));
+        }
+        (None, Some(pd.create_ah(&qp.av_to(&peer.endpoint))?))
+    } else {
+        (
+            connect_qp(&mut qp, lat.rdma_cm, role, psn, &peer, &mine)?,
+            None,
+        )
+    };
     // -q: the other QPs swap their facts over the same connection.
     let mut more = Vec::new();
     for _ in 1..cfg.qps {
@@ -187,8 +229,8 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
             AnyTest::Lat(_) => 1,
             AnyTest::Bw(_) => cfg.tx_depth,
         },
-        qp_type: rdma_direct::QpType::Rc,
-        use_srq: false,
+        qp_type: qcfg.qp_type,
+        use_srq: lat.use_srq,
         sides: [
             SideInfo {
                 qpn: qp.qp_num(),
@@ -212,6 +254,8 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
     };
     Ok(Link {
         qp,
+        srq,
+        ah,
         more,
         mr,
         peer,
@@ -225,7 +269,8 @@ fn connect_link(test: AnyTest, cfg: &BwConfig, qcfg: &QpConfig, role: &Role) -> 
 /// The settings both sides of a two-host run must share, as one line for
 /// [`rdma_direct::exchange::swap_line`]: the test's name, then `FLAG=VALUE`
 /// for `-s` (bytes; 8 for the atomics), `-n`, `-t`, `-Q`, `-l`, `-q`, `-D`
-/// (seconds, or `none`), `-A` and `-R` (`yes`/`no`), flags spelled as the
+/// (seconds, or `none`), `-A`, `-R` (`yes`/`no`), `-c` and `--use-srq`
+/// (`yes`/`no`), flags spelled as the
 /// CLI spells them. [`settings_mismatch`] compares two.
 pub fn settings_line(test: AnyTest, cfg: &BwConfig) -> String {
     let lat = &cfg.lat;
@@ -236,14 +281,16 @@ pub fn settings_line(test: AnyTest, cfg: &BwConfig) -> String {
         .map_or("none".to_string(), |d| d.as_secs().to_string());
     let atomic = lat.atomic.name();
     format!(
-        "{} -s={size} -n={} -t={} -Q={} -l={} -q={} -D={duration} -A={atomic} -R={}",
+        "{} -s={size} -n={} -t={} -Q={} -l={} -q={} -D={duration} -A={atomic} -R={} -c={} --use-srq={}",
         test.name(),
         lat.iters,
         cfg.tx_depth,
         cfg.cq_mod,
         cfg.post_list,
         cfg.qps,
-        if lat.rdma_cm { "yes" } else { "no" }
+        if lat.rdma_cm { "yes" } else { "no" },
+        lat.qp_type.name(),
+        if lat.use_srq { "yes" } else { "no" }
     )
 }
 
@@ -265,8 +312,8 @@ pub fn settings_mismatch(mine: &str, theirs: &str) -> Option<String> {
     }
     fn spell(flag: &str, value: &str) -> String {
         match (flag, value) {
-            ("-R", "yes") => "-R".into(),
-            ("-R", _) | ("-D", "none") => format!("no {flag}"),
+            ("-R" | "--use-srq", "yes") => flag.into(),
+            ("-R" | "--use-srq", _) | ("-D", "none") => format!("no {flag}"),
             _ => format!("{flag} {value}"),
         }
     }
@@ -365,8 +412,18 @@ fn connect_qp(
 ///   at most `iters`, as perftest's `-r`), and reports
 ///   [`AnyReport::Served`]. SENDs retry RNR forever (`rnr_retry` 7, as
 ///   perftest), since the server reposts at its own pace.
+/// - `-c UC` / `-c UD` (`lat.qp_type`): UC connects as RC does; UD brings
+///   both QPs up with [`super::transport::UD_QKEY`], sends through an AH
+///   toward the peer's port, to the QPN and qkey its exchange message
+///   gave, into receives 40 bytes longer (the GRH slot). Neither retries:
+///   a latency round whose message is lost fails after the wait limit;
+///   the server of an unreliable send_bw serves until the client is done
+///   and prints how many SENDs arrived.
+/// - `--use-srq`: the receiving side's QP takes its receives from an SRQ
+///   it makes (both sides of send_lat, the server of send_bw).
 ///
-/// Errors: as the one-process runs; [`Error::Exchange`] when the two sides
+/// Errors: as the one-process runs; `-q` over 1 with `-c UC|UD` or
+/// `--use-srq`, a UD size over the port's MTU ([`Error::Invalid`]); [`Error::Exchange`] when the two sides
 /// disagree on the test or a flag of [`settings_line`], naming each flag
 /// that differs ([`settings_mismatch`]).
 pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo, AnyReport)> {
@@ -379,12 +436,18 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     };
     let mut stamps: Vec<u64> = checked_run(size_asked, rounds)?;
     check_bw(cfg)?;
-    if cfg.qps > 1 && (matches!(test, AnyTest::Lat(_)) || lat.rdma_cm) {
+    if cfg.qps > 1
+        && (matches!(test, AnyTest::Lat(_))
+            || lat.rdma_cm
+            || lat.qp_type != rdma_direct::QpType::Rc
+            || lat.use_srq)
+    {
         return Err(Error::Invalid(
-            "-q over 1 runs the bandwidth tests over the TCP exchange (not latency tests, not -R)"
+            "-q over 1 runs the bandwidth tests on RC over the TCP exchange (not latency tests, not -R, -c UC or UD, --use-srq)"
                 .into(),
         ));
     }
+    let unreliable = lat.qp_type != rdma_direct::QpType::Rc;
     let size = size_asked as usize;
     let sends = matches!(
         test,
@@ -406,10 +469,13 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         port: lat.port,
         gid_index: lat.gid_index,
         rnr_retry: if rx_depth > 0 { 7 } else { 6 },
+        qp_type: lat.qp_type,
         ..QpConfig::default()
     };
     let Link {
         mut qp,
+        mut srq,
+        ah,
         mut more,
         mr,
         peer,
@@ -423,8 +489,27 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         rkey: peer.rkey,
     };
     let sge = [Sge::new(&mr, 0, size_asked)?];
-    let rsge = [Sge::new(&mr, size, size_asked)?];
+    let rsge = [Sge::new(
+        &mr,
+        size,
+        super::transport::recv_len(lat.qp_type, size_asked),
+    )?];
     let recv = [RecvWr::new(0, &rsge)];
+    // A SEND to the peer: on UD through the AH, to its QPN with its qkey.
+    let send_wr = |sge| match &ah {
+        Some(ah) => SendWr::ud_send(
+            0,
+            sge,
+            rdma_direct::UdDest {
+                ah,
+                remote_qpn: peer.endpoint.qpn,
+                qkey: peer.qkey,
+            },
+            None,
+        ),
+        None => SendWr::send(0, sge),
+    };
+    let post_recv = super::transport::post_recv;
     let mut m = CpuMeter::new(&cfg.lat);
     // -D on a latency test: the client stops at its deadline, after a whole
     // round trip; the server stops when the client's closing byte arrives.
@@ -479,9 +564,9 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             None
         }
         AnyTest::Lat(LatTest::Send) => {
-            m.post(1, || qp.post_recv(&recv))?;
+            m.post(1, || post_recv(&mut qp, &mut srq, &recv))?;
             rdma_direct::exchange::barrier(&mut tcp)?; // both receives posted before the first SEND
-            let mut wr = SendWr::send(0, &sge).signaled();
+            let mut wr = send_wr(&sge).signaled();
             wr.inline = inline;
             for i in 0..rounds {
                 if past(&mut deadline) {
@@ -495,14 +580,14 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     } else {
                         wait_recv(&mut qp, "this", &mut m)?;
                     }
-                    m.post(1, || qp.post_recv(&recv))?;
+                    m.post(1, || post_recv(&mut qp, &mut srq, &recv))?;
                 }
                 stamps.push(ticks());
                 wr.wr_id = i as u64;
                 m.post(1, || qp.post_send(&[wr]))?;
                 if client {
                     wait_recv(&mut qp, "this", &mut m)?;
-                    m.post(1, || qp.post_recv(&recv))?;
+                    m.post(1, || post_recv(&mut qp, &mut srq, &recv))?;
                 }
             }
             // Send completions not yet seen are drained with the QP.
@@ -535,7 +620,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 let mut wr = match t {
                     BwTest::Write => SendWr::rdma_write(0, &sge, to_peer),
                     BwTest::Read => SendWr::rdma_read(0, &sge, to_peer),
-                    BwTest::Send => SendWr::send(0, &sge),
+                    BwTest::Send => send_wr(&sge),
                     BwTest::Atomic => lat.atomic.wr(0, &sge, to_peer),
                 };
                 wr.inline = inline;
@@ -551,13 +636,22 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 r.cpu = m.report();
                 Some(AnyReport::Bw(r))
             } else if t == BwTest::Send {
-                let until = match cfg.duration {
-                    None => ServeUntil::Received(lat.iters),
-                    Some(_) => ServeUntil::PeerDone,
+                // UC and UD drop a SEND that finds no receive: the client
+                // decides the count, and the server says what arrived.
+                let until = match (cfg.duration, unreliable) {
+                    (None, false) => ServeUntil::Received(lat.iters),
+                    _ => ServeUntil::PeerDone,
                 };
                 let mut qps: Vec<&mut Qp> =
                     std::iter::once(&mut qp).chain(more.iter_mut()).collect();
-                serve_send_bw(&mut qps, &recv, rx_depth, until, &mut m, &mut tcp)?;
+                let got =
+                    serve_send_bw(&mut qps, &mut srq, &recv, rx_depth, until, &mut m, &mut tcp)?;
+                if unreliable {
+                    eprintln!(
+                        "rdma-direct: server: {got} SENDs arrived ({} drops what finds no receive posted)",
+                        lat.qp_type.name()
+                    );
+                }
                 None
             } else {
                 None
@@ -663,19 +757,21 @@ fn wait_recv_unless_done(
     Ok(!stopped)
 }
 
-/// The server of send_bw: keeps `rx_depth` receives posted, reposting each
-/// one consumed, until `until` says it is over.
+/// The server of send_bw: keeps `rx_depth` receives posted (to `srq` when
+/// there is one), reposting each one consumed, until `until` says it is
+/// over. Returns how many SENDs arrived.
 fn serve_send_bw(
     qps: &mut [&mut Qp],
+    srq: &mut Option<rdma_direct::Srq>,
     recv: &[RecvWr<'_>],
     rx_depth: u32,
     until: ServeUntil,
     m: &mut CpuMeter,
     tcp: &mut std::net::TcpStream,
-) -> Result<()> {
+) -> Result<u32> {
     for qp in qps.iter_mut() {
         for _ in 0..rx_depth {
-            m.post(1, || qp.post_recv(recv))?;
+            m.post(1, || super::transport::post_recv(qp, srq, recv))?;
         }
     }
     rdma_direct::exchange::barrier(tcp)?;
@@ -699,7 +795,7 @@ fn serve_send_bw(
                 }
                 *rcv += 1;
                 if rcv.saturating_add(rx_depth) <= iters {
-                    m.post(1, || qp.post_recv(recv))?;
+                    m.post(1, || super::transport::post_recv(qp, srq, recv))?;
                 }
             }
             got += n;
@@ -709,7 +805,7 @@ fn serve_send_bw(
             last_progress = t;
         } else {
             if matches!(until, ServeUntil::PeerDone) && check.due() && peer_done(tcp)? {
-                return Ok(());
+                return Ok(received.iter().sum());
             }
             if t.wrapping_sub(last_progress) > limit && !matches!(until, ServeUntil::PeerDone) {
                 let total: u32 = received.iter().sum();
@@ -720,5 +816,5 @@ fn serve_send_bw(
             }
         }
     }
-    Ok(())
+    Ok(received.iter().sum())
 }

@@ -76,6 +76,20 @@ fn a_settings_mismatch_names_the_flags_that_differ() {
     for debug in ["None", "Some", "FetchAndAdd", "false", "true"] {
         assert!(!m.contains(debug), "{m}");
     }
+    // The transport and the SRQ, in the CLI's words.
+    let ud = BwConfig {
+        lat: LatConfig {
+            qp_type: rdma_direct::QpType::Ud,
+            use_srq: true,
+            ..cfg(128, false, None).lat
+        },
+        ..cfg(128, false, None)
+    };
+    let m = settings_mismatch(&mine, &settings_line(write, &ud)).unwrap();
+    assert_eq!(
+        m,
+        "the two sides differ: -c RC here, -c UD on the peer; no --use-srq here, --use-srq on the peer"
+    );
     // A line from another version is said to be one.
     let m = settings_mismatch(&mine, "ib_write_lat size 2 iters 1000").unwrap();
     assert!(m.contains("not one this version reads"), "{m}");
