@@ -14,15 +14,25 @@
 //! travel over the TCP exchange (`rdma_direct::exchange`, the qkey at bytes
 //! 44..48), and each side sends with the qkey the other said.
 //!
+//! With `-R` the two sides find each other through rdma_cm's UDP port
+//! space instead (no TCP): the client's resolution answers with the
+//! server's address, QPN and qkey (`cm::connect_ud`); the server learns
+//! nothing of the client until its first request, and answers it through
+//! an AH built from that receive (`Pd::create_ah_from_recv`,
+//! `ibv_create_ah_from_wc`) to the completion's source QPN. Both QPs take
+//! the CM's qkey (`cm::UDP_QKEY`).
+//!
 //! ```text
 //! cargo run --example ud_echo                          # the sim: two threads of this process
 //! cargo run --example ud_echo -- -d rxe0               # server: waits on TCP port 18515
 //! cargo run --example ud_echo -- -d rxe0 SERVER_HOST   # client
+//! cargo run --example ud_echo -- -d rxe0 -R            # server, through rdma_cm (port 18515 of its UDP space)
+//! cargo run --example ud_echo -- -d rxe0 -R SERVER_IP  # client, through rdma_cm
 //! ```
 //!
 //! Flags: `-d DEV`, `-p PORT`, `-n REQUESTS` (default 10000), `-w WINDOW`
 //! (outstanding requests, default 32), `-s SIZE` (8 to the port's MTU,
-//! default 64), `-g GID_INDEX`; `-h` prints the usage. A bad argument exits
+//! default 64), `-g GID_INDEX`, `-R` (rdma_cm); `-h` prints the usage. A bad argument exits
 //! 2, a failed run 1.
 
 use rdma_direct::exchange::{self, ConnInfo};
@@ -33,13 +43,14 @@ use rdma_direct::{
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
-usage: ud_echo [-d DEV] [-p PORT] [-n REQUESTS] [-w WINDOW] [-s SIZE] [-g GID_INDEX] [HOST]
+usage: ud_echo [-d DEV] [-p PORT] [-n REQUESTS] [-w WINDOW] [-s SIZE] [-g GID_INDEX] [-R] [HOST]
   -d, --ib-dev DEV     device (default: sim; both sides run as two threads of this process)
   -p, --port PORT      TCP port of the QP exchange (default 18515)
   -n, --requests N     requests the client makes (default 10000)
   -w, --window W       requests outstanding at once, 1..=256 (default 32)
   -s, --size SIZE      bytes per request, 8 to the port's MTU (default 64)
   -g, --gid-idx INDEX  local GID index (default: the device's)
+  -R, --rdma_cm        find the peer through rdma_cm's UDP port space, not the TCP exchange
   -h, --help           print this and exit
   HOST                 connect to the server on HOST (without: be the server)
 ";
@@ -64,6 +75,7 @@ struct Args {
     size: u32,
     gid: Option<u8>,
     host: Option<String>,
+    rdma_cm: bool,
 }
 
 fn args() -> std::result::Result<Option<Args>, String> {
@@ -75,6 +87,7 @@ fn args() -> std::result::Result<Option<Args>, String> {
         size: 64,
         gid: None,
         host: None,
+        rdma_cm: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -88,6 +101,7 @@ fn args() -> std::result::Result<Option<Args>, String> {
             "-w" | "--window" => a.window = val("-w")?.parse().map_err(|e| format!("-w: {e}"))?,
             "-s" | "--size" => a.size = val("-s")?.parse().map_err(|e| format!("-s: {e}"))?,
             "-g" | "--gid-idx" => a.gid = Some(val("-g")?.parse().map_err(|e| format!("-g: {e}"))?),
+            "-R" | "--rdma_cm" => a.rdma_cm = true,
             "-h" | "--help" => return Ok(None),
             h if !h.starts_with('-') && a.host.is_none() => a.host = Some(h.into()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -95,6 +109,11 @@ fn args() -> std::result::Result<Option<Args>, String> {
     }
     if a.requests == 0 || !(1..=256).contains(&a.window) || a.size < 8 || a.size > 4096 {
         return Err("-n must be at least 1, -w 1..=256, -s 8..=4096".into());
+    }
+    if a.rdma_cm && a.dev == rdma_direct::SIM_DEVICE {
+        return Err(
+            "-R needs a kernel RDMA device (-d rxe0): the sim has no connection manager".into(),
+        );
     }
     Ok(Some(a))
 }
@@ -122,7 +141,8 @@ fn fill(buf: &mut [u8], id: u64) {
 /// MR of `slots` send slots then `slots` receive slots (each `40 + size`).
 struct Side {
     qp: Qp,
-    ah: Ah,
+    /// `None` on a server through rdma_cm until the first request.
+    ah: Option<Ah>,
     peer_qpn: u32,
     peer_qkey: u32,
     mr: Mr,
@@ -141,6 +161,19 @@ impl Side {
         a: &Args,
     ) -> Result<Side> {
         qp.ready_ud(qkey)?;
+        let ah = pd.create_ah(&qp.av_to(peer))?;
+        Side::up(pd, qp, Some(ah), peer.qpn, peer_qkey, a)
+    }
+
+    /// A side whose QP is up (in RTS), sending through `ah` to `peer_qpn`.
+    fn up(
+        pd: &Pd,
+        qp: Qp,
+        ah: Option<Ah>,
+        peer_qpn: u32,
+        peer_qkey: u32,
+        a: &Args,
+    ) -> Result<Side> {
         let mtu = qp.ud_mtu();
         if a.size > mtu {
             return Err(Error::Invalid(format!(
@@ -148,14 +181,13 @@ impl Side {
                 a.size
             )));
         }
-        let ah = pd.create_ah(&qp.av_to(peer))?;
         let slots = 2 * a.window as usize;
         let size = a.size as usize;
         let mr = pd.reg_mr(2 * slots * (GRH + size), Access::LOCAL_WRITE)?;
         let mut s = Side {
             qp,
             ah,
-            peer_qpn: peer.qpn,
+            peer_qpn,
             peer_qkey,
             mr,
             size,
@@ -185,8 +217,11 @@ impl Side {
         let at = k * (GRH + self.size);
         self.mr.write(at, bytes)?;
         let sge = [Sge::new(&self.mr, at, bytes.len() as u32)?];
+        let ah = self.ah.as_ref().ok_or(Error::Invalid(
+            "no AH toward the peer yet (no request has come)".into(),
+        ))?;
         let to = UdDest {
-            ah: &self.ah,
+            ah,
             remote_qpn: self.peer_qpn,
             qkey: self.peer_qkey,
         };
@@ -209,7 +244,9 @@ impl Side {
 }
 
 /// The server: echoes every request back until the client says it is done.
-fn serve(s: &mut Side) -> Result<u64> {
+/// With no AH yet (rdma_cm), the first request's receive makes one, and its
+/// source QPN is where the replies go (`pd` is then needed).
+fn serve(s: &mut Side, pd: Option<&Pd>) -> Result<u64> {
     let mut wc = [Completion::default(); 16];
     let mut buf = vec![0u8; s.size];
     let mut next = 0usize;
@@ -232,6 +269,17 @@ fn serve(s: &mut Side) -> Result<u64> {
                 }
                 inflight -= 1;
                 continue;
+            }
+            if s.ah.is_none() && c.status.is_ok() {
+                let pd = pd.ok_or(Error::Invalid("no AH and no PD to make one".into()))?;
+                let mut grh = [0u8; GRH];
+                s.mr.read(s.recv_at(c.wr_id as usize), &mut grh)?;
+                s.ah = Some(pd.create_ah_from_recv(s.qp.config().port, c, &grh)?);
+                s.peer_qpn = c.src_qp.qpn();
+                eprintln!(
+                    "ud_echo: the first request came from QPN {:#x}: answering it through an AH built from its receive",
+                    s.peer_qpn
+                );
             }
             let len = s.take(c, &mut buf)?;
             if len >= 8 && u64::from_le_bytes(buf[..8].try_into().unwrap()) == DONE {
@@ -379,7 +427,7 @@ fn run(a: &Args) -> Result<()> {
         let (ea, eb) = (qa.endpoint(), qb.endpoint());
         let mut sa = Side::new(&pd, qa, CLIENT_QKEY, &eb, SERVER_QKEY, a)?;
         let mut sb = Side::new(&pd, qb, SERVER_QKEY, &ea, CLIENT_QKEY, a)?;
-        let server = std::thread::spawn(move || serve(&mut sb));
+        let server = std::thread::spawn(move || serve(&mut sb, None));
         let c = client(&mut sa, a.requests, a.window);
         let echoed = server
             .join()
@@ -390,6 +438,9 @@ fn run(a: &Args) -> Result<()> {
         return Ok(());
     }
     let qp = pd.create_qp(&cfg)?;
+    if a.rdma_cm {
+        return through_cm(a, &pd, qp);
+    }
     let qkey = if a.host.is_none() {
         SERVER_QKEY
     } else {
@@ -418,17 +469,60 @@ fn run(a: &Args) -> Result<()> {
     let mut side = Side::new(&pd, qp, qkey, &peer.endpoint, peer.qkey, a)?;
     match &a.host {
         None => {
-            let echoed = serve(&mut side)?;
+            let echoed = serve(&mut side, Some(&pd))?;
             println!("server echoed {echoed} requests");
         }
         Some(_) => {
             // (The server posts its receives after the exchange: requests
-            // that come before are dropped, and resent.)
+            // that come before are dropped, and resent; likewise with -R.)
             let (t, resent) = client(&mut side, a.requests, a.window)?;
             report(a, t, resent);
         }
     }
     Ok(())
+}
+
+/// `-R`: the server answers the CM's request (`CmListener::bind_ud`,
+/// `accept_ud`) and builds its AH from the first request; the client
+/// resolves the server (`cm::connect_ud`) and sends through an AH of the
+/// address the answer gave.
+#[cfg(feature = "verbs")]
+fn through_cm(a: &Args, pd: &Pd, mut qp: Qp) -> Result<()> {
+    use rdma_direct::cm;
+    let offer = cm::CmOffer {
+        rkey: Rkey(0),
+        addr: 0,
+        len: 0,
+    };
+    let wait = Duration::from_secs(60);
+    match &a.host {
+        None => {
+            let l = cm::CmListener::bind_ud(a.port)?;
+            eprintln!(
+                "ud_echo: waiting for a client through rdma_cm (UDP port space, port {})",
+                a.port
+            );
+            let (_id, _) = l.accept_ud(&mut qp, &offer, wait)?;
+            let mut side = Side::up(pd, qp, None, 0, cm::UDP_QKEY, a)?;
+            let echoed = serve(&mut side, Some(pd))?;
+            println!("server echoed {echoed} requests");
+        }
+        Some(h) => {
+            let (_id, peer) = cm::connect_ud(&mut qp, h, a.port, &offer, wait)?;
+            let ah = pd.create_ah(&peer.av)?;
+            let mut side = Side::up(pd, qp, Some(ah), peer.qpn, peer.qkey, a)?;
+            let (t, resent) = client(&mut side, a.requests, a.window)?;
+            report(a, t, resent);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "verbs"))]
+fn through_cm(_: &Args, _: &Pd, _: Qp) -> Result<()> {
+    Err(Error::Invalid(
+        "-R (rdma_cm) needs the `verbs` feature".into(),
+    ))
 }
 
 fn main() -> std::process::ExitCode {

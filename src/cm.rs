@@ -585,7 +585,9 @@ pub struct UdPeer {
 /// Connects `qp` (in RESET) to a [`CmListener`] at `host:port`, resolving
 /// the address and route (2 s each), and takes it to RTS with the CM's
 /// attributes; a rejected or unreachable request (the listener is not up
-/// yet) is tried again every 100 ms until `timeout`. Returns the connection
+/// yet), or an address or route not resolved in time (the peer host is not
+/// up yet, or ARP under emulation is slow), is tried again every 100 ms
+/// until `timeout`. Returns the connection
 /// and the peer's offer.
 ///
 /// Errors: [`Error::Exchange`] when `host` resolves to no IPv4 address or
@@ -653,7 +655,14 @@ fn connect_in(
     loop {
         match connect_once(qp, dst, offer, deadline, ud) {
             Err(Error::Exchange(e))
-                if e.starts_with("rdma_cm: REJECTED") || e.starts_with("rdma_cm: UNREACHABLE") =>
+                if [
+                    "rdma_cm: REJECTED",
+                    "rdma_cm: UNREACHABLE",
+                    "rdma_cm: ADDR_ERROR",
+                    "rdma_cm: ROUTE_ERROR",
+                ]
+                .iter()
+                .any(|p| e.starts_with(p)) =>
             {
                 if Instant::now() >= deadline {
                     return Err(Error::Timeout(format!(
