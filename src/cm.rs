@@ -370,6 +370,20 @@ fn conn_param(qp: &Qp, private: &[u8; OFFER_LEN]) -> rdma_conn_param {
 /// `qp` must be a verbs QP in RESET on the device the CM picks, UD when
 /// `ud` says so (the UDP port space) and RC or UC when not.
 fn check_qp(qp: &Qp, id: &Id, peer: &str, ud: bool) -> Result<()> {
+    let ours = check_qp_here(qp, ud)?;
+    match id.device() {
+        Some(d) if d == ours => Ok(()),
+        d => Err(Error::Exchange(format!(
+            "rdma_cm reaches {peer} through device {}, but the QP is on {ours}",
+            d.as_deref().unwrap_or("(none)")
+        ))),
+    }
+}
+
+/// What [`check_qp`] checks without the CM (a verbs QP, its transport, in
+/// RESET): run before any id is made, so a wrong QP is refused at once.
+/// Returns the QP's device name.
+fn check_qp_here(qp: &Qp, ud: bool) -> Result<String> {
     let Some(ours) = qp.verbs_device() else {
         return Err(Error::Invalid(
             "rdma_cm needs a kernel RDMA device (the sim has no connection manager)".into(),
@@ -392,13 +406,7 @@ fn check_qp(qp: &Qp, id: &Id, peer: &str, ud: bool) -> Result<()> {
             qp.state()
         )));
     }
-    match id.device() {
-        Some(d) if d == ours => Ok(()),
-        d => Err(Error::Exchange(format!(
-            "rdma_cm reaches {peer} through device {}, but the QP is on {ours}",
-            d.as_deref().unwrap_or("(none)")
-        ))),
-    }
+    Ok(ours.to_string())
 }
 
 fn sockaddr(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
@@ -544,6 +552,7 @@ impl CmListener {
                 "a CmListener::bind_ud listener takes UD QPs: accept_ud".into()
             }));
         }
+        check_qp_here(qp, ud)?;
         let req = loop {
             let ev = self.id.next_event(deadline, "CONNECT_REQUEST")?;
             if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
@@ -643,6 +652,7 @@ fn connect_in(
     ud: bool,
 ) -> Result<Connected> {
     use std::net::{SocketAddr, ToSocketAddrs};
+    check_qp_here(qp, ud)?;
     let dst = (host, port)
         .to_socket_addrs()
         .map_err(|e| Error::Exchange(format!("{host}: {e}")))?
@@ -674,6 +684,34 @@ fn connect_in(
             r => return r,
         }
     }
+}
+
+/// The active side's SIDR on a UDP id whose route is resolved (the UD QP
+/// already in RTS): `rdma_connect`, then the ESTABLISHED event's offer and
+/// UD parameters.
+fn sidr(
+    qp: &Qp,
+    id: &Id,
+    private: &[u8; OFFER_LEN],
+    dst: std::net::SocketAddrV4,
+    deadline: Instant,
+) -> Result<(CmOffer, (ibv_ah_attr, u32, u32))> {
+    let mut param = conn_param(qp, private);
+    // SAFETY: live id with its route resolved; `param` and `private` outlive the call.
+    check(
+        "rdma_connect",
+        unsafe { rdma_connect(id.id, &mut param) },
+        || format!(" ({dst})"),
+    )?;
+    let ev = id.next_event(deadline, "ESTABLISHED")?;
+    if ev.kind != rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED {
+        return Err(Error::Exchange(format!(
+            "rdma_cm: {} (status {}) from {dst}",
+            event_name(ev.kind),
+            ev.status
+        )));
+    }
+    Ok((CmOffer::decode(&ev.private)?, ev.ud))
 }
 
 fn connect_once(
@@ -715,6 +753,19 @@ fn connect_once(
         let [init, rtr, rts] = ud_steps_from(&id)?;
         qp.connect_steps(init, rtr, rts)?;
     }
+    if ud {
+        // SIDR: the answer is ESTABLISHED, carrying the peer's AH, QPN and
+        // qkey. Whatever fails from here takes the QP back to RESET, so
+        // that it may be connected again.
+        let r = sidr(qp, &id, &private, dst, deadline);
+        return match r {
+            Ok((peer, ud_param)) => Ok((CmConnection { id, ud: true }, peer, ud_param)),
+            Err(e) => {
+                qp.modify(crate::qp_attr::QpState::Reset, &QpAttr::default())?;
+                Err(e)
+            }
+        };
+    }
     let mut param = conn_param(qp, &private);
     // SAFETY: live id with its route resolved; `param` and `private` outlive the call.
     check(
@@ -722,20 +773,6 @@ fn connect_once(
         unsafe { rdma_connect(id.id, &mut param) },
         || format!(" ({dst})"),
     )?;
-    if ud {
-        // SIDR: the answer is ESTABLISHED, carrying the peer's AH, QPN and qkey.
-        let ev = id.next_event(deadline, "ESTABLISHED")?;
-        if ev.kind != RDMA_CM_EVENT_ESTABLISHED {
-            qp.modify(crate::qp_attr::QpState::Reset, &QpAttr::default())?;
-            return Err(Error::Exchange(format!(
-                "rdma_cm: {} (status {}) from {dst}",
-                event_name(ev.kind),
-                ev.status
-            )));
-        }
-        let peer = CmOffer::decode(&ev.private)?;
-        return Ok((CmConnection { id, ud: true }, peer, ev.ud));
-    }
     let rep = id.next_event(deadline, "CONNECT_RESPONSE")?;
     if rep.kind != RDMA_CM_EVENT_CONNECT_RESPONSE {
         return Err(Error::Exchange(format!(

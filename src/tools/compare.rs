@@ -236,6 +236,12 @@ pub fn run(a: &CompareArgs) -> Result<()> {
             }
         }
     }
+    if plan.is_empty() {
+        return Err(Error::Invalid(
+            "nothing to run: every test and size asked was skipped (a UD size over the port's MTU); nothing written"
+                .into(),
+        ));
+    }
     let bar = crate::progress::bar(plan.len() as u64, "compare");
     let mut rows = Vec::new();
     for (dev, backend, path, t, size) in plan {

@@ -529,12 +529,9 @@ impl Far {
                 .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
         };
         let sge = |mrs: &[Option<Mr>], p: &str| -> Result<(usize, usize, u32), Failure> {
-            let x: Vec<u64> = p.split(':').filter_map(|v| v.parse().ok()).collect();
-            let [id, off, len] = x[..] else {
-                return Err(Failure(format!("SGE `{p}`")));
-            };
+            let (id, off, len) = super::parse_sge(p)?;
             super::peer_mr(mrs, id)?;
-            Ok((id as usize, off as usize, len as u32))
+            Ok((id as usize, off, len))
         };
         match f.first().copied().unwrap_or("") {
             "RECV" => {
@@ -559,6 +556,11 @@ impl Far {
                 let (first, n) = (num(1)?, num(2)?);
                 if n > 65_536 {
                     return Err(Failure("RECVN of more than 65,536".into()));
+                }
+                if first.checked_add(n).is_none() {
+                    return Err(Failure(format!(
+                        "RECVN: wr_ids {first}..{first} + {n} do not fit 64 bits"
+                    )));
                 }
                 let (id, o, l) = sge(&self.mrs, f.get(3).copied().unwrap_or(""))?;
                 let mrs = std::mem::take(&mut self.mrs);
@@ -599,7 +601,9 @@ impl Far {
                 Ok(String::new())
             }
             "LIMIT" => {
-                let n = num(1)? as u32;
+                let n = u32::try_from(num(1)?)
+                    .map_err(|_| Failure(format!("LIMIT: {} is over 32 bits", f[1])))?;
+                self.srq()?; // no SRQ: refused before any event is dropped
                 while ctx.get_async_event(Duration::ZERO)?.is_some() {}
                 self.srq()?.set_limit(n)?;
                 Ok(String::new())
@@ -611,7 +615,10 @@ impl Far {
                     None => "-".into(),
                 })
             }
-            "ECHO" => self.echo(num(1)?, num(2)? as usize, pd),
+            "ECHO" => {
+                let off = usize::try_from(num(2)?).map_err(|_| Failure("ECHO: offset".into()))?;
+                self.echo(num(1)?, off, pd)
+            }
             "OUTSTANDING" => Ok(self.srq()?.outstanding().to_string()),
             "SRQN" => Ok(self.srq()?.srq_num().to_string()),
             "BYE" => Ok(String::new()),
@@ -814,3 +821,7 @@ impl FarPeer<'_> {
 pub fn limit_event(srq_num: u32) -> String {
     format!("{:?}", AsyncEvent::SrqLimitReached { srq_num })
 }
+
+#[cfg(test)]
+#[path = "far_review_tests.rs"]
+mod review_tests;

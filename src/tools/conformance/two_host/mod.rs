@@ -541,6 +541,23 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
     Ok(())
 }
 
+/// An SGE of a command, `<id>:<offset>:<len>`: three decimal numbers, the
+/// offset within usize and the length within u32; anything else is refused.
+pub(super) fn parse_sge(p: &str) -> Result<(u64, usize, u32), Failure> {
+    let bad = || Failure(format!("SGE `{p}` is not <id>:<offset>:<len>"));
+    let x = p
+        .split(':')
+        .map(|v| v.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(bad)?;
+    let [id, off, len] = x[..] else {
+        return Err(bad());
+    };
+    let off = usize::try_from(off).map_err(|_| bad())?;
+    let len = u32::try_from(len).map_err(|_| bad())?;
+    Ok((id, off, len))
+}
+
 /// The MR commands both protocols share (`REG`, `WRITE`, `READ`,
 /// `DEREG`); `None` for any other.
 pub(super) fn mr_command(
@@ -556,8 +573,10 @@ pub(super) fn mr_command(
     };
     let r = (|| match f.first().copied().unwrap_or("") {
         "REG" => {
-            let access =
-                Access::from_bits(num(2)? as u32).ok_or_else(|| Failure("access bits".into()))?;
+            let access = u32::try_from(num(2)?)
+                .ok()
+                .and_then(Access::from_bits)
+                .ok_or_else(|| Failure("access bits".into()))?;
             let m = pd.reg_mr(num(1)? as usize, access)?;
             let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
             mrs.push(Some(m));
@@ -607,11 +626,8 @@ fn serve_one(
             let mut sges = Vec::new();
             if list != "-" {
                 for p in list.split(',') {
-                    let x: Vec<u64> = p.split(':').filter_map(|v| v.parse().ok()).collect();
-                    let [id, off, len] = x[..] else {
-                        return Err(Failure(format!("SGE `{p}`")));
-                    };
-                    sges.push(Sge::new(peer_mr(mrs, id)?, off as usize, len as u32)?);
+                    let (id, off, len) = parse_sge(p)?;
+                    sges.push(Sge::new(peer_mr(mrs, id)?, off, len)?);
                 }
             }
             qp.post_recv(&[RecvWr::new(wr_id, &sges)])?;
