@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "\
 usage: ud_echo [-d DEV] [-p PORT] [-n REQUESTS] [-w WINDOW] [-s SIZE] [-g GID_INDEX] [-R] [HOST]
   -d, --ib-dev DEV     device (default: sim; both sides run as two threads of this process)
-  -p, --port PORT      TCP port of the QP exchange (default 18515)
+  -p, --port PORT      TCP port of the QP exchange; with -R the port in rdma_cm's UDP space (default 18515)
   -n, --requests N     requests the client makes (default 10000)
   -w, --window W       requests outstanding at once, 1..=256 (default 32)
   -s, --size SIZE      bytes per request, 8 to the port's MTU (default 64)

@@ -362,7 +362,8 @@ fn conn_param(qp: &Qp, private: &[u8; OFFER_LEN]) -> rdma_conn_param {
         flow_control: 0,
         retry_count: 7,
         rnr_retry_count: qp.config().rnr_retry,
-        srq: 0,
+        // The REQ/REP say whether the QP takes its receives from an SRQ.
+        srq: qp.srq.is_some() as u8,
         qp_num: qp.endpoint().qpn,
     }
 }

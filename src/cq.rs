@@ -115,6 +115,21 @@ impl SharedQps<VerbsQp> for Members {
     }
 }
 
+impl Drop for SharedCq {
+    /// Before its QPs and the CQ go, each QP on an SRQ is reset as
+    /// [`Self::reset_qp`] does: a receive the SRQ gave it whose completion
+    /// sits unpolled in this CQ goes back to the SRQ, which may outlive
+    /// the CQ (rdma-core's `mlx5_cq_clean` frees such WQEs likewise). An
+    /// error here cannot be reported: the QP is destroyed all the same.
+    fn drop(&mut self) {
+        for i in 0..self.members.qps.len() {
+            if self.members.qps[i].srq.is_some() && self.members.qps[i].state != QpState::Reset {
+                let _ = self.reset_qp(i);
+            }
+        }
+    }
+}
+
 impl SharedCq {
     pub(crate) fn new(kind: SharedKind, credits: CqCredits, pd: Arc<PdInner>) -> Self {
         SharedCq {

@@ -135,7 +135,8 @@ struct BenchArgs {
     #[arg(short = 'd', long = "ib-dev", default_value = rdma_direct::SIM_DEVICE)]
     device: String,
     /// Message size in bytes, 1 to 8388608 [default: 2 for latency, 65536 for
-    /// bandwidth tests; atomics always move 8].
+    /// bandwidth tests (1024 with -c UD: a UD message is at most the port's
+    /// MTU); atomics always move 8].
     /// (reg_mr: a positive multiple of 4096, any size.)
     #[arg(short = 's', long = "size", allow_negative_numbers = true)]
     size: Option<i64>,
@@ -192,7 +193,9 @@ struct BenchArgs {
     /// The atomic of the atomic tests [default: FETCH_AND_ADD].
     #[arg(short = 'A', long = "atomic_type", value_enum)]
     atomic_type: Option<AtomicArg>,
-    /// Two hosts: connect the QPs through rdma_cm (both sides give -R).
+    /// Two hosts: connect the QPs through rdma_cm (both sides give -R). RC
+    /// QPs (with or without --use-srq); -c UC and UD connect through the TCP
+    /// exchange (UD through rdma_cm: `cm::connect_ud`, `ud_echo -R`).
     #[arg(short = 'R', long = "rdma_cm")]
     rdma_cm: bool,
     /// Bandwidth in Gb/sec (10^9 bits) instead of MB/sec (2^20 bytes).
@@ -241,7 +244,9 @@ struct ConformanceArgs {
     #[arg(long, conflicts_with_all = ["peer", "list", "filter"])]
     server: bool,
     /// Two hosts: run the two-sided cases as side A against a `--server` on
-    /// this host name or address.
+    /// this host name or address: all of them, in order (the server serves
+    /// them in that order, so no FILTER; one process runs them too, without
+    /// --peer).
     #[arg(long, value_name = "HOST", conflicts_with_all = ["list", "filter"])]
     peer: Option<String>,
     /// TCP port of the exchange (two hosts).

@@ -264,7 +264,10 @@ impl Pd {
 
     /// Creates an address handle back to the sender of a UD receive: `c`
     /// is its completion, `grh` the receive's first 40 bytes (the GRH
-    /// slot), `port` the port it came in on. This is
+    /// slot: read them from the receive's buffer, e.g. `mr.read(offset,
+    /// &mut grh)`), `port` the port it came in on (the receiving QP's
+    /// `qp.config().port`). The sim writes the slot as zeros and its AHs
+    /// carry no path, so there the GRH is not read. This is
     /// `ibv_create_ah_from_wc` (rdma-core `verbs.c`: the path from the
     /// GRH's source GID; on RoCE v2 over IPv4 from the IPv4 header in
     /// bytes 20..40); reply to `c.src_qp.qpn()`. A server that learned of
@@ -290,9 +293,9 @@ impl Pd {
         }
         if !c.status.is_ok() || c.opcode != crate::WcOpcode::RECV {
             return Err(Error::Invalid(format!(
-                "an AH from a receive needs a successful RECV completion, not {} {:?}",
-                c.status.ident(),
-                c.opcode
+                "an AH from a receive needs a successful RECV completion; this one is {:?} with status {}",
+                c.opcode,
+                c.status.ident()
             )));
         }
         if !c.src_qp.grh() {

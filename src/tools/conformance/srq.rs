@@ -446,7 +446,8 @@ pub(super) fn an_srq_receive_holds_only_the_mr_it_names(dev: &str) -> CaseResult
 
 /// A receive an SRQ gave a QP whose completion was never polled goes back
 /// to the SRQ when that QP moves to RESET (its CQ's stale completions are
-/// discarded): with its own CQ, and on a shared CQ (`SharedCq::reset_qp`).
+/// discarded): with its own CQ, on a shared CQ (`SharedCq::reset_qp`), and
+/// when the shared CQ is dropped while the SRQ lives on.
 pub(super) fn a_reset_gives_unpolled_srq_receives_back(dev: &str) -> CaseResult {
     let mut r = rig(dev, 1, 4, 1)?;
     let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
@@ -473,5 +474,16 @@ pub(super) fn a_reset_gives_unpolled_srq_receives_back(dev: &str) -> CaseResult 
     check_eq!(r.srq.outstanding(), 2, "one more consumed, not polled");
     cq.reset_qp(i)?;
     check_eq!(r.srq.outstanding(), 1, "after SharedCq::reset_qp");
+    // A shared CQ dropped with a consumed receive's completion unpolled
+    // (the SRQ outlives it): the receive goes back too.
+    let mut cq2 = r.pd.create_shared_cq(depth)?;
+    let j = cq2.create_qp_on_srq(&cfg, &r.srq)?;
+    let mut t2 = r.pd.create_qp(&cfg)?;
+    Qp::connect_loopback(cq2.qp_mut(j), &mut t2)?;
+    send(&mut t2, 4, &sge)?;
+    poll_until(&mut t2, 1)?;
+    check_eq!(r.srq.outstanding(), 1, "the last one consumed, not polled");
+    drop(cq2);
+    check_eq!(r.srq.outstanding(), 0, "after the shared CQ is dropped");
     passed(vec![])
 }
