@@ -502,14 +502,26 @@ struct Series {
 
 /// The colour of a test's operation (write, read, send, atomic), the same in
 /// both panels and on every device (Okabe-Ito's palette, which readers with
-/// a colour-vision deficiency tell apart too).
+/// a colour-vision deficiency tell apart too), shaded for a row off RC
+/// (`:UD` and `:UC` darker, `:SRQ` lighter).
 fn op_color(test: &str) -> RGBColor {
-    match test.split('_').next() {
+    let base = match test.split('_').next() {
         Some("write") => RGBColor(0x00, 0x72, 0xb2),
         Some("read") => RGBColor(0xd5, 0x5e, 0x00),
         Some("send") => RGBColor(0x00, 0x9e, 0x73),
         Some("atomic") => RGBColor(0xcc, 0x79, 0xa7),
         _ => RGBColor(0x00, 0x00, 0x00),
+    };
+    // Off RC the operation's colour is shaded, so that send_lat,
+    // send_lat:UD and send_lat:SRQ differ: UD and UC darker, SRQ lighter.
+    let mix = |c: RGBColor, to: u8, f: f64| {
+        let m = |x: u8| (f64::from(x) * (1.0 - f) + f64::from(to) * f).round() as u8;
+        RGBColor(m(c.0), m(c.1), m(c.2))
+    };
+    match test.rsplit_once(':').map(|(_, t)| t) {
+        Some("UD") | Some("UC") => mix(base, 0x00, 0.45),
+        Some("SRQ") => mix(base, 0xff, 0.5),
+        _ => base,
     }
 }
 
@@ -762,4 +774,26 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<String> {
         root.present().map_err(|e| err(e.to_string()))?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_off_rc_are_their_operations_colour_shaded() {
+        let send = op_color("send_lat");
+        assert_eq!(send, RGBColor(0x00, 0x9e, 0x73));
+        assert_eq!(op_color("send_bw"), send);
+        let (ud, srq, uc) = (
+            op_color("send_lat:UD"),
+            op_color("send_lat:SRQ"),
+            op_color("write_lat:UC"),
+        );
+        assert!(ud != send && srq != send && ud != srq, "{ud:?} {srq:?}");
+        // Darker and lighter, channel by channel.
+        assert!(ud.1 < send.1 && srq.1 > send.1);
+        assert!(uc.2 < op_color("write_lat").2);
+        assert_eq!(op_color("send_bw:SRQ"), srq);
+    }
 }
