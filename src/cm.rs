@@ -496,23 +496,7 @@ impl CmListener {
         offer: &CmOffer,
         timeout: Duration,
     ) -> Result<(CmConnection, CmOffer)> {
-        let deadline = Instant::now() + timeout;
-        let (conn, peer) = self.request(qp, false, deadline)?;
-        let [init, rtr, rts] = steps_from(&conn, qp)?;
-        qp.connect_steps(init, rtr, rts)?;
-        let private = offer.encode();
-        let mut param = conn_param(qp, &private);
-        // SAFETY: live id of a request; `param` and `private` outlive the call.
-        let rc = unsafe { rdma_accept(conn.id, &mut param) };
-        check("rdma_accept", rc, String::new)?;
-        conn.expect(rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, deadline)?;
-        Ok((
-            CmConnection {
-                id: conn,
-                ud: false,
-            },
-            peer,
-        ))
+        self.accept_in(qp, offer, timeout, false)
     }
 
     /// On a [`Self::bind_ud`] listener: waits up to `timeout` for one
@@ -531,16 +515,35 @@ impl CmListener {
         offer: &CmOffer,
         timeout: Duration,
     ) -> Result<(CmConnection, CmOffer)> {
+        self.accept_in(qp, offer, timeout, true)
+    }
+
+    /// [`Self::accept`] (`ud` false: then the RTU is waited for) and
+    /// [`Self::accept_ud`] (`ud`: SIDR has no RTU).
+    fn accept_in(
+        &self,
+        qp: &mut Qp,
+        offer: &CmOffer,
+        timeout: Duration,
+        ud: bool,
+    ) -> Result<(CmConnection, CmOffer)> {
         let deadline = Instant::now() + timeout;
-        let (conn, peer) = self.request(qp, true, deadline)?;
-        let [init, rtr, rts] = ud_steps_from(&conn)?;
+        let (conn, peer) = self.request(qp, ud, deadline)?;
+        let [init, rtr, rts] = if ud {
+            ud_steps_from(&conn)?
+        } else {
+            steps_from(&conn, qp)?
+        };
         qp.connect_steps(init, rtr, rts)?;
         let private = offer.encode();
         let mut param = conn_param(qp, &private);
         // SAFETY: live id of a request; `param` and `private` outlive the call.
         let rc = unsafe { rdma_accept(conn.id, &mut param) };
         check("rdma_accept", rc, String::new)?;
-        Ok((CmConnection { id: conn, ud: true }, peer))
+        if !ud {
+            conn.expect(rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, deadline)?;
+        }
+        Ok((CmConnection { id: conn, ud }, peer))
     }
 
     /// The next connection request, on an id of its own, with the peer's
@@ -687,6 +690,22 @@ fn connect_in(
     }
 }
 
+/// `rdma_connect` on `id` (its route resolved) for `qp`, with `private`.
+fn send_connect(
+    qp: &Qp,
+    id: &Id,
+    private: &[u8; OFFER_LEN],
+    dst: std::net::SocketAddrV4,
+) -> Result<()> {
+    let mut param = conn_param(qp, private);
+    // SAFETY: live id with its route resolved; `param` and `private` outlive the call.
+    check(
+        "rdma_connect",
+        unsafe { rdma_connect(id.id, &mut param) },
+        || format!(" ({dst})"),
+    )
+}
+
 /// The active side's SIDR on a UDP id whose route is resolved (the UD QP
 /// already in RTS): `rdma_connect`, then the ESTABLISHED event's offer and
 /// UD parameters.
@@ -697,13 +716,7 @@ fn sidr(
     dst: std::net::SocketAddrV4,
     deadline: Instant,
 ) -> Result<(CmOffer, (ibv_ah_attr, u32, u32))> {
-    let mut param = conn_param(qp, private);
-    // SAFETY: live id with its route resolved; `param` and `private` outlive the call.
-    check(
-        "rdma_connect",
-        unsafe { rdma_connect(id.id, &mut param) },
-        || format!(" ({dst})"),
-    )?;
+    send_connect(qp, id, private, dst)?;
     let ev = id.next_event(deadline, "ESTABLISHED")?;
     if ev.kind != rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED {
         return Err(Error::Exchange(format!(
@@ -767,13 +780,7 @@ fn connect_once(
             }
         };
     }
-    let mut param = conn_param(qp, &private);
-    // SAFETY: live id with its route resolved; `param` and `private` outlive the call.
-    check(
-        "rdma_connect",
-        unsafe { rdma_connect(id.id, &mut param) },
-        || format!(" ({dst})"),
-    )?;
+    send_connect(qp, &id, &private, dst)?;
     let rep = id.next_event(deadline, "CONNECT_RESPONSE")?;
     if rep.kind != RDMA_CM_EVENT_CONNECT_RESPONSE {
         return Err(Error::Exchange(format!(

@@ -233,28 +233,17 @@ impl Pd {
     /// Errors: port 0 ([`Error::Invalid`]); the device's refusal
     /// ([`Error::Verbs`], `ibv_create_ah`: on RoCE, an `av` without a GRH).
     pub fn create_ah(&self, av: &crate::AddressVector) -> Result<crate::Ah> {
-        use crate::types::ah::{Ah, AhInner};
+        use crate::types::ah::Ah;
         if av.port == 0 {
             return Err(Error::Invalid(
                 "port 0 does not exist (ports count from 1)".into(),
             ));
         }
         let inner = match &self.inner.kind {
-            PdKind::Sim(..) => AhInner {
-                av: [0; 48],
-                raw: 0,
-                pd: self.inner.id,
-                _owner: None,
-            },
+            PdKind::Sim(..) => sim_ah(self.inner.id),
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, direct) => {
-                let v = ibv::VerbsAh::create(pd, av)?;
-                AhInner {
-                    av: if *direct { v.mlx5_av()? } else { [0; 48] },
-                    raw: v.raw as usize,
-                    pd: self.inner.id,
-                    _owner: Some(Box::new(v)),
-                }
+                verbs_ah(ibv::VerbsAh::create(pd, av)?, *direct, self.inner.id)?
             }
         };
         Ok(Ah {
@@ -285,7 +274,7 @@ impl Pd {
         c: &crate::Completion,
         grh: &[u8; 40],
     ) -> Result<crate::Ah> {
-        use crate::types::ah::{Ah, AhInner};
+        use crate::types::ah::Ah;
         if port == 0 {
             return Err(Error::Invalid(
                 "port 0 does not exist (ports count from 1)".into(),
@@ -304,22 +293,13 @@ impl Pd {
             ));
         }
         let inner = match &self.inner.kind {
-            PdKind::Sim(..) => AhInner {
-                av: [0; 48],
-                raw: 0,
-                pd: self.inner.id,
-                _owner: None,
-            },
+            PdKind::Sim(..) => sim_ah(self.inner.id),
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, direct) => {
-                let v = ibv::VerbsAh::from_recv(pd, port, c, grh)?;
-                AhInner {
-                    av: if *direct { v.mlx5_av()? } else { [0; 48] },
-                    raw: v.raw as usize,
-                    pd: self.inner.id,
-                    _owner: Some(Box::new(v)),
-                }
-            }
+            PdKind::Verbs(pd, direct) => verbs_ah(
+                ibv::VerbsAh::from_recv(pd, port, c, grh)?,
+                *direct,
+                self.inner.id,
+            )?,
         };
         #[cfg(not(feature = "verbs"))]
         let _ = grh;
@@ -387,4 +367,26 @@ impl Pd {
             self.inner.clone(),
         ))
     }
+}
+
+/// An AH of PD `pd` on the sim: no path (the sim routes by QPN).
+fn sim_ah(pd: u32) -> crate::types::ah::AhInner {
+    crate::types::ah::AhInner {
+        av: [0; 48],
+        raw: 0,
+        pd,
+        _owner: None,
+    }
+}
+
+/// The verbs AH `v` of PD `pd`, with its mlx5 AV read once on the direct
+/// path (`direct`).
+#[cfg(feature = "verbs")]
+fn verbs_ah(v: ibv::VerbsAh, direct: bool, pd: u32) -> Result<crate::types::ah::AhInner> {
+    Ok(crate::types::ah::AhInner {
+        av: if direct { v.mlx5_av()? } else { [0; 48] },
+        raw: v.raw as usize,
+        pd,
+        _owner: Some(Box::new(v)),
+    })
 }

@@ -45,17 +45,7 @@ fn dest<'a>(ah: &'a Ah, qpn: u32) -> UdDest<'a> {
 }
 
 fn drain_shared(cq: &mut SharedCq) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let mut wc = [Completion::default(); 16];
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(100) {
-        let k = cq.poll(&mut wc).unwrap();
-        got.extend_from_slice(&wc[..k]);
-        if k == 0 {
-            std::thread::yield_now();
-        }
-    }
-    got
+    drain_with(|wc| cq.poll(wc))
 }
 
 /// Waits (up to PATIENCE) until `f` holds.

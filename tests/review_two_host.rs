@@ -265,30 +265,47 @@ mod cm_refusals {
     }
 
     #[test]
-    fn connect_ud_to_a_host_that_does_not_resolve_is_an_error() {
+    fn a_sim_qp_is_refused_before_the_host_is_looked_up() {
+        // The QP is checked first: an unresolvable host is never tried.
         let (_ctx, pd) = sim();
         let mut q = pd.create_qp(&ud_cfg()).unwrap();
-        let _ = refusal(cm::connect_ud(
+        let e = refusal(cm::connect_ud(
             &mut q,
             "no-such-host.invalid",
             1,
             &offer(),
             Duration::from_secs(2),
         ));
+        assert!(
+            matches!(e, Error::Invalid(_)),
+            "{e:?}: the QP's refusal, not the host's"
+        );
     }
 
     #[test]
-    fn bind_ud_gives_a_result_not_a_panic() {
-        // Without a kernel RDMA device: an error naming the call.
+    fn bind_ud_is_a_typed_result_and_its_listener_takes_ud_only() {
         match CmListener::bind_ud(47_114) {
             Ok(l) => {
+                // A kernel CM here: the wrong accept, and a sim QP, are
+                // refused at once.
                 let (_ctx, pd) = sim();
                 let mut q = pd.create_qp(&ud_cfg()).unwrap();
-                assert!(l
-                    .accept(&mut q, &offer(), Duration::from_millis(10))
-                    .is_err());
+                let wrong = refusal(l.accept(&mut q, &offer(), Duration::from_millis(10)));
+                assert!(matches!(wrong, Error::Invalid(_)), "{wrong:?}");
+                let sim_qp = refusal(l.accept_ud(&mut q, &offer(), Duration::from_millis(10)));
+                assert!(matches!(sim_qp, Error::Invalid(_)), "{sim_qp:?}");
             }
-            Err(e) => eprintln!("bind_ud here: {e}"),
+            // No CM here (no rdma_ucm): the call that failed is named.
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    Error::Verbs {
+                        call: "rdma_create_event_channel" | "rdma_create_id" | "rdma_bind_addr",
+                        ..
+                    }
+                ),
+                "{e:?}"
+            ),
         }
     }
 }

@@ -91,11 +91,16 @@ pub fn traced_child(name: &str, marker: &str) -> String {
 /// Polls for 100 ms and returns what came (not a timing assertion: only
 /// to see that nothing more comes, or to take what is left).
 pub fn drain(qp: &mut Qp) -> Vec<Completion> {
+    drain_with(|wc| qp.poll(wc))
+}
+
+/// [`drain`] of any CQ: `poll` polls it (a [`SharedCq`]'s, say).
+pub fn drain_with(mut poll: impl FnMut(&mut [Completion]) -> Result<usize>) -> Vec<Completion> {
     let mut got = Vec::new();
     let mut wc = [Completion::default(); 16];
     let t = Instant::now();
     while t.elapsed() < Duration::from_millis(100) {
-        let k = qp.poll(&mut wc).unwrap();
+        let k = poll(&mut wc).unwrap();
         got.extend_from_slice(&wc[..k]);
         if k == 0 {
             std::thread::yield_now();

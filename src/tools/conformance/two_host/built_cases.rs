@@ -8,9 +8,9 @@
 //! (a drop with no receive posted), the case waits [`SETTLE`] before it
 //! posts the receive.
 
-use super::super::{pattern, poll_one, poll_until};
+use super::super::{nothing_completes, passed, pattern, poll_one, poll_until};
 use super::far::{limit_event, FarPeer, Near};
-use super::{CaseResult, Failure, Outcome};
+use super::{CaseResult, Failure};
 use rdma_direct::{
     Access, Completion, Error, QpState, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus,
 };
@@ -19,20 +19,7 @@ use std::time::Duration;
 const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
 /// How long a datagram with nowhere to land is given to arrive (and be
 /// dropped) before side B posts a receive it could otherwise take.
-pub(super) const SETTLE: Duration = Duration::from_secs(1);
-
-fn passed(notes: Vec<String>) -> CaseResult {
-    Ok(Outcome::Passed(notes.join("; ")))
-}
-
-/// Nothing completes on `q` within 50 ms.
-fn nothing_completes(q: &mut rdma_direct::Qp) -> Result<(), Failure> {
-    std::thread::sleep(Duration::from_millis(50));
-    let mut wc = [Completion::default(); 4];
-    let n = q.poll(&mut wc)?;
-    check_eq!(n, 0, "completions of refused WRs: {:?}", &wc[..n]);
-    Ok(())
-}
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// A UD SEND of 1000 bytes from A into a 1040-byte receive at B: byte_len
 /// 1040 (the 40-byte GRH slot first), the payload at offset 40, A's QPN as

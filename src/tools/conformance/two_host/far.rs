@@ -27,15 +27,17 @@
 //! each side says the case it runs and how it connects (one line each); a
 //! mismatch fails both sides at once.
 
-use super::{mr_command, two_host_config, CaseResult, Connect, Failure, PeerMr, NOT_CONNECTED};
+use super::{
+    two_host_config, wire, wire::mr_command, CaseResult, Connect, Failure, PeerMr, NOT_CONNECTED,
+};
 use rdma_direct::exchange::{self, ConnInfo};
 use rdma_direct::{
     Ah, AsyncEvent, Completion, Context, CqSizing, Mr, Pd, Qp, QpConfig, QpState, QpType, RecvWr,
-    Rkey, Sge, SharedCq, SrcQp, Srq, WcOpcode, WcStatus,
+    Rkey, Sge, SharedCq, Srq, WcOpcode,
 };
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What each side of a case builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,25 +345,7 @@ pub(super) fn serve_built(
     let (made, peer, _, tcp, _keep) =
         connect_side(pd, name, build, true, cm, |m| listener.accept(m))?;
     let mut far = made.into_far(peer[0].qkey);
-    let mut out = tcp
-        .try_clone()
-        .map_err(|e| rdma_direct::Error::Exchange(format!("socket: {e}")))?;
-    let mut inp = BufReader::new(tcp);
-    loop {
-        let mut line = String::new();
-        if inp.read_line(&mut line).unwrap_or(0) == 0 {
-            return Ok(()); // the client went away: next case
-        }
-        let line = line.trim_end();
-        let text = match far.answer(line, ctx, pd) {
-            Ok(a) if a.is_empty() => "OK".to_string(),
-            Ok(a) => format!("OK {a}"),
-            Err(e) => format!("ERR {}", e.0),
-        };
-        if writeln!(out, "{text}").is_err() || line.starts_with("BYE") {
-            return Ok(());
-        }
-    }
+    wire::serve_lines(tcp, |line| far.answer(line, ctx, pd))
 }
 
 /// Runs built case `f` against a server on `host:port`.
@@ -529,7 +513,7 @@ impl Far {
                 .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
         };
         let sge = |mrs: &[Option<Mr>], p: &str| -> Result<(usize, usize, u32), Failure> {
-            let (id, off, len) = super::parse_sge(p)?;
+            let (id, off, len) = wire::parse_sge(p)?;
             super::peer_mr(mrs, id)?;
             Ok((id as usize, off, len))
         };
@@ -573,26 +557,11 @@ impl Far {
                 r.map(|()| String::new())
             }
             "POLL" => {
-                let count = num(1)? as usize;
-                let deadline = Instant::now() + Duration::from_millis(num(2)?.min(60_000));
-                let mut got = Vec::new();
-                let mut wc = [Completion::default(); 32];
-                while got.len() < count && Instant::now() < deadline {
-                    let room = (count - got.len()).min(wc.len());
-                    let n = match &mut self.qps {
-                        FarQps::Own(q) => q.poll(&mut wc[..room])?,
-                        FarQps::Srq { cq, .. } => cq.poll(&mut wc[..room])?,
-                    };
-                    got.extend_from_slice(&wc[..n]);
-                    if n == 0 {
-                        std::thread::yield_now();
-                    }
+                let (count, ms) = (num(1)? as usize, num(2)?);
+                match &mut self.qps {
+                    FarQps::Own(q) => wire::poll_text(q, count, ms),
+                    FarQps::Srq { cq, .. } => wire::poll_text(cq, count, ms),
                 }
-                Ok(got
-                    .iter()
-                    .map(completion_text)
-                    .collect::<Vec<_>>()
-                    .join(" "))
             }
             "QUERY" => Ok(format!("{:?}", self.qp(num(1)?)?.query()?.state)),
             "ERR" => {
@@ -627,41 +596,6 @@ impl Far {
     }
 }
 
-fn completion_text(c: &Completion) -> String {
-    format!(
-        "{}:{}:{}:{}:{}:{}:{}",
-        c.wr_id,
-        c.status.0,
-        c.opcode.0,
-        c.byte_len,
-        c.imm.map_or("-".to_string(), |i| i.to_string()),
-        c.qp_num,
-        c.src_qp.0
-    )
-}
-
-fn parse_completion(s: &str) -> Option<Completion> {
-    let f: Vec<&str> = s.split(':').collect();
-    let [wr_id, status, opcode, byte_len, imm, qp_num, src_qp] = f[..] else {
-        return None;
-    };
-    let n = |x: &str| x.parse::<u64>().ok();
-    Some(Completion {
-        wr_id: n(wr_id)?,
-        status: WcStatus(n(status)? as u32),
-        opcode: WcOpcode(n(opcode)? as u32),
-        byte_len: n(byte_len)? as u32,
-        imm: if imm == "-" {
-            None
-        } else {
-            Some(n(imm)? as u32)
-        },
-        qp_num: n(qp_num)? as u32,
-        vendor_err: 0,
-        src_qp: SrcQp(n(src_qp)? as u32),
-    })
-}
-
 // One of each lives per case: the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum Link<'a> {
@@ -683,56 +617,24 @@ pub struct FarPeer<'a> {
 
 impl FarPeer<'_> {
     fn call(&mut self, line: &str) -> Result<String, Failure> {
-        let answer = match &mut self.link {
-            Link::Here { far, ctx, pd } => return far.answer(line, ctx, pd),
-            Link::Tcp { out, inp } => {
-                writeln!(out, "{line}").map_err(|e| Failure(format!("peer: send: {e}")))?;
-                let mut a = String::new();
-                inp.read_line(&mut a)
-                    .map_err(|e| Failure(format!("peer: receive: {e}")))?;
-                a
-            }
-        };
-        let answer = answer.trim_end();
-        match answer.strip_prefix("OK") {
-            Some(rest) => Ok(rest.trim_start().to_string()),
-            None => Err(Failure(format!(
-                "peer refused `{}`: {answer}",
-                line.split(' ').next().unwrap_or("")
-            ))),
+        match &mut self.link {
+            Link::Here { far, ctx, pd } => far.answer(line, ctx, pd),
+            Link::Tcp { out, inp } => wire::tcp_call(out, inp, line),
         }
     }
 
     pub fn reg_mr(&mut self, len: usize, access: rdma_direct::Access) -> Result<PeerMr, Failure> {
-        let a = self.call(&format!("REG {len} {}", access.bits()))?;
-        let f: Vec<u64> = a.split(' ').filter_map(|x| x.parse().ok()).collect();
-        match f[..] {
-            [id, addr, rkey] => Ok(PeerMr {
-                id: id as u32,
-                addr,
-                rkey: Rkey(rkey as u32),
-            }),
-            _ => Err(super::bad("REG")),
-        }
+        wire::parse_reg(&self.call(&format!("REG {len} {}", access.bits()))?)
     }
 
     pub fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure> {
         let a = self.call(&format!("READ {} {offset} {len}", mr.id))?;
-        super::unhex(&a).ok_or_else(|| super::bad("READ"))
+        wire::unhex(&a).ok_or_else(|| wire::bad("READ"))
     }
 
     /// One receive over `(mr, offset, len)` pieces (to B's SRQ if it has one).
     pub fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
-        let list: Vec<String> = sges
-            .iter()
-            .map(|(m, o, l)| format!("{}:{o}:{l}", m.id))
-            .collect();
-        let list = if list.is_empty() {
-            "-".into()
-        } else {
-            list.join(",")
-        };
-        self.call(&format!("RECV {wr_id} {list}")).map(|_| ())
+        self.call(&wire::recv_command(wr_id, sges)).map(|_| ())
     }
 
     /// `n` receives, wr_ids `first..first + n`, each over `(mr, offset, len)`.
@@ -752,11 +654,7 @@ impl FarPeer<'_> {
         count: usize,
         timeout: Duration,
     ) -> Result<Vec<Completion>, Failure> {
-        let a = self.call(&format!("POLL {count} {}", timeout.as_millis()))?;
-        a.split(' ')
-            .filter(|x| !x.is_empty())
-            .map(|c| parse_completion(c).ok_or_else(|| super::bad("POLL")))
-            .collect()
+        wire::parse_completions(&self.call(&format!("POLL {count} {}", timeout.as_millis()))?)
     }
 
     /// Exactly `count` completions, within 20 s.
@@ -768,14 +666,7 @@ impl FarPeer<'_> {
 
     /// The state of side B's QP `i`.
     pub fn state(&mut self, i: usize) -> Result<QpState, Failure> {
-        match self.call(&format!("QUERY {i}"))?.as_str() {
-            "Reset" => Ok(QpState::Reset),
-            "Init" => Ok(QpState::Init),
-            "Rtr" => Ok(QpState::Rtr),
-            "Rts" => Ok(QpState::Rts),
-            "Err" => Ok(QpState::Err),
-            _ => Err(super::bad("QUERY")),
-        }
+        wire::parse_state(&self.call(&format!("QUERY {i}"))?)
     }
 
     /// Moves side B's QP `i` to ERR.
@@ -796,7 +687,7 @@ impl FarPeer<'_> {
 
     /// Side B's SRQ's number (what its limit event names).
     pub fn srq_num(&mut self) -> Result<u32, Failure> {
-        self.call("SRQN")?.parse().map_err(|_| super::bad("SRQN"))
+        self.call("SRQN")?.parse().map_err(|_| wire::bad("SRQN"))
     }
 
     /// Side B takes one UD receive whose buffer starts at `offset` of `mr`
@@ -805,14 +696,14 @@ impl FarPeer<'_> {
     pub fn echo(&mut self, mr: &PeerMr, offset: usize) -> Result<u32, Failure> {
         self.call(&format!("ECHO {} {offset}", mr.id))?
             .parse()
-            .map_err(|_| super::bad("ECHO"))
+            .map_err(|_| wire::bad("ECHO"))
     }
 
     /// The receives side B's SRQ holds.
     pub fn outstanding(&mut self) -> Result<u32, Failure> {
         self.call("OUTSTANDING")?
             .parse()
-            .map_err(|_| super::bad("OUTSTANDING"))
+            .map_err(|_| wire::bad("OUTSTANDING"))
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
 
 const SRQ: Build = Build::Srq {
     qps: 2,

@@ -13,7 +13,7 @@
 //! | `READ <id> <offset> <len>` | `OK <hex bytes>` |
 //! | `DEREG <id>` | `OK <live MRs after>` (B drops its handle of MR `<id>`, then answers [`Pd::live_mrs`]; other ids stay) |
 //! | `RECV <wr_id> <id>:<offset>:<len>,...` (`-` for none) | `OK` |
-//! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->...` |
+//! | `POLL <count> <timeout ms>` | `OK <wr_id>:<status>:<opcode>:<byte_len>:<imm or ->:<qp_num>:<src_qp>...`, at most `count` |
 //! | `QUERY` | `OK <state>` |
 //! | `ARM <0 or 1: solicited only>` | `OK` (B's CQ raises its next event) |
 //! | `WAIT <timeout ms>` | `OK 1` if B's CQ event came, `OK 0` if not |
@@ -21,7 +21,8 @@
 //! | `RECONNECT <hex of A's exchange message> <B's first PSN>` | `OK` (B: ERR -> RESET -> INIT -> RTR -> RTS toward A) |
 //! | `BYE` | `OK` (the server ends this case) |
 //!
-//! Errors are `ERR <message>`.
+//! Errors are `ERR <message>`. The lines both protocols share are built and
+//! parsed in [`wire`].
 //!
 //! The UD, UC and SRQ cases ([`TwoHostRun::Built`]) build other QPs on
 //! each side and speak a protocol of their own to side B: see [`far`].
@@ -29,6 +30,7 @@
 mod built_cases;
 mod cases;
 pub mod far;
+mod wire;
 
 use super::{pattern, poll_one, poll_until, CaseResult, Failure, Outcome};
 use built_cases::*;
@@ -39,9 +41,10 @@ use rdma_direct::{
     Access, Completion, Context, Error, Mr, Pd, Qp, QpConfig, QpState, RecvWr, RemoteAddr, Rkey,
     SendWr, Sge, WcOpcode, WcStatus,
 };
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::net::TcpStream;
 use std::time::Duration;
+use wire::*;
 
 /// A memory region on side B.
 #[derive(Clone, Copy, Debug)]
@@ -207,52 +210,13 @@ pub struct RemotePeer {
 
 impl RemotePeer {
     fn call(&mut self, line: &str) -> Result<String, Failure> {
-        writeln!(self.out, "{line}").map_err(|e| Failure(format!("peer: send: {e}")))?;
-        let mut answer = String::new();
-        self.inp
-            .read_line(&mut answer)
-            .map_err(|e| Failure(format!("peer: receive: {e}")))?;
-        let answer = answer.trim_end();
-        match answer.strip_prefix("OK") {
-            Some(rest) => Ok(rest.trim_start().to_string()),
-            None => Err(Failure(format!(
-                "peer refused `{}`: {answer}",
-                line.split(' ').next().unwrap_or("")
-            ))),
-        }
+        tcp_call(&mut self.out, &mut self.inp, line)
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-        .collect()
-}
-
-fn bad(what: &str) -> Failure {
-    Failure(format!("peer: malformed answer to {what}"))
 }
 
 impl Peer for RemotePeer {
     fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
-        let a = self.call(&format!("REG {len} {}", access.bits()))?;
-        let f: Vec<u64> = a.split(' ').filter_map(|x| x.parse().ok()).collect();
-        match f[..] {
-            [id, addr, rkey] => Ok(PeerMr {
-                id: id as u32,
-                addr,
-                rkey: Rkey(rkey as u32),
-            }),
-            _ => Err(bad("REG")),
-        }
+        parse_reg(&self.call(&format!("REG {len} {}", access.bits()))?)
     }
     fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
         self.call(&format!("WRITE {} {offset} {}", mr.id, hex(data)))
@@ -268,41 +232,10 @@ impl Peer for RemotePeer {
             .map_err(|_| bad("DEREG"))
     }
     fn post_recv(&mut self, wr_id: u64, sges: &[(PeerMr, usize, u32)]) -> Result<(), Failure> {
-        let list: Vec<String> = sges
-            .iter()
-            .map(|(m, o, l)| format!("{}:{o}:{l}", m.id))
-            .collect();
-        let list = if list.is_empty() {
-            "-".into()
-        } else {
-            list.join(",")
-        };
-        self.call(&format!("RECV {wr_id} {list}")).map(|_| ())
+        self.call(&recv_command(wr_id, sges)).map(|_| ())
     }
     fn poll(&mut self, count: usize) -> Result<Vec<Completion>, Failure> {
-        let a = self.call(&format!("POLL {count} 20000"))?;
-        let mut v = Vec::new();
-        for c in a.split(' ').filter(|x| !x.is_empty()) {
-            let f: Vec<&str> = c.split(':').collect();
-            let [wr_id, status, opcode, byte_len, imm] = f[..] else {
-                return Err(bad("POLL"));
-            };
-            let num = |x: &str| x.parse::<u64>().map_err(|_| bad("POLL"));
-            v.push(Completion {
-                wr_id: num(wr_id)?,
-                status: WcStatus(num(status)? as u32),
-                opcode: WcOpcode(num(opcode)? as u32),
-                byte_len: num(byte_len)? as u32,
-                imm: if imm == "-" {
-                    None
-                } else {
-                    Some(num(imm)? as u32)
-                },
-                qp_num: 0,
-                vendor_err: 0,
-                src_qp: Default::default(),
-            });
-        }
+        let v = parse_completions(&self.call(&format!("POLL {count} 20000"))?)?;
         if v.len() < count {
             return Err(Failure(format!(
                 "peer: {} of {count} completions within 20 s",
@@ -339,14 +272,7 @@ impl Peer for RemotePeer {
         }
     }
     fn state(&mut self) -> Result<QpState, Failure> {
-        match self.call("QUERY")?.as_str() {
-            "Reset" => Ok(QpState::Reset),
-            "Init" => Ok(QpState::Init),
-            "Rtr" => Ok(QpState::Rtr),
-            "Rts" => Ok(QpState::Rts),
-            "Err" => Ok(QpState::Err),
-            _ => Err(bad("QUERY")),
-        }
+        parse_state(&self.call("QUERY")?)
     }
 }
 
@@ -516,92 +442,10 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
         }
         let (mut qp, tcp, _mr, _cm) =
             connect_over(&pd, Side::Server(listener, cm_listener.as_ref()))?;
-        let mut out = tcp
-            .try_clone()
-            .map_err(|e| Error::Exchange(format!("socket: {e}")))?;
-        let mut inp = BufReader::new(tcp);
         let mut mrs: Vec<Option<Mr>> = Vec::new();
-        loop {
-            let mut line = String::new();
-            if inp.read_line(&mut line).unwrap_or(0) == 0 {
-                break; // the client went away: next case
-            }
-            let answer = serve_one(line.trim_end(), &pd, &mut qp, &mut mrs);
-            let bye = line.starts_with("BYE");
-            let text = match answer {
-                Ok(a) if a.is_empty() => "OK".to_string(),
-                Ok(a) => format!("OK {a}"),
-                Err(e) => format!("ERR {}", e.0),
-            };
-            if writeln!(out, "{text}").is_err() || bye {
-                break;
-            }
-        }
+        serve_lines(tcp, |line| serve_one(line, &pd, &mut qp, &mut mrs))?;
     }
     Ok(())
-}
-
-/// An SGE of a command, `<id>:<offset>:<len>`: three decimal numbers, the
-/// offset within usize and the length within u32; anything else is refused.
-pub(super) fn parse_sge(p: &str) -> Result<(u64, usize, u32), Failure> {
-    let bad = || Failure(format!("SGE `{p}` is not <id>:<offset>:<len>"));
-    let x = p
-        .split(':')
-        .map(|v| v.parse::<u64>().ok())
-        .collect::<Option<Vec<u64>>>()
-        .ok_or_else(bad)?;
-    let [id, off, len] = x[..] else {
-        return Err(bad());
-    };
-    let off = usize::try_from(off).map_err(|_| bad())?;
-    let len = u32::try_from(len).map_err(|_| bad())?;
-    Ok((id, off, len))
-}
-
-/// The MR commands both protocols share (`REG`, `WRITE`, `READ`,
-/// `DEREG`); `None` for any other.
-pub(super) fn mr_command(
-    line: &str,
-    pd: &Pd,
-    mrs: &mut Vec<Option<Mr>>,
-) -> Option<Result<String, Failure>> {
-    let f: Vec<&str> = line.split(' ').collect();
-    let num = |i: usize| -> Result<u64, Failure> {
-        f.get(i)
-            .and_then(|x| x.parse().ok())
-            .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
-    };
-    let r = (|| match f.first().copied().unwrap_or("") {
-        "REG" => {
-            let access = u32::try_from(num(2)?)
-                .ok()
-                .and_then(Access::from_bits)
-                .ok_or_else(|| Failure("access bits".into()))?;
-            let m = pd.reg_mr(num(1)? as usize, access)?;
-            let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
-            mrs.push(Some(m));
-            Ok(Some(a))
-        }
-        "WRITE" => {
-            let data =
-                unhex(f.get(3).copied().unwrap_or("")).ok_or_else(|| Failure("hex".into()))?;
-            peer_mr(mrs, num(1)?)?.write(num(2)? as usize, &data)?;
-            Ok(Some(String::new()))
-        }
-        "READ" => {
-            let m = peer_mr(mrs, num(1)?)?;
-            let len = num(3)? as usize;
-            if len > 16 << 20 {
-                return Err(Failure("READ of more than 16 MiB".into()));
-            }
-            let mut v = vec![0; len];
-            m.read(num(2)? as usize, &mut v)?;
-            Ok(Some(hex(&v)))
-        }
-        "DEREG" => Ok(Some(dereg(pd, mrs, num(1)?)?.to_string())),
-        _ => Ok(None),
-    })();
-    r.transpose()
 }
 
 fn serve_one(
@@ -633,33 +477,7 @@ fn serve_one(
             qp.post_recv(&[RecvWr::new(wr_id, &sges)])?;
             Ok(String::new())
         }
-        "POLL" => {
-            let count = num(1)? as usize;
-            let deadline = std::time::Instant::now() + Duration::from_millis(num(2)?.min(60_000));
-            let mut got = Vec::new();
-            let mut wc = [Completion::default(); 8];
-            while got.len() < count && std::time::Instant::now() < deadline {
-                let n = qp.poll(&mut wc)?;
-                got.extend_from_slice(&wc[..n]);
-                if n == 0 {
-                    std::thread::yield_now();
-                }
-            }
-            Ok(got
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}:{}:{}:{}:{}",
-                        c.wr_id,
-                        c.status.0,
-                        c.opcode.0,
-                        c.byte_len,
-                        c.imm.map_or("-".to_string(), |i| i.to_string())
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" "))
-        }
+        "POLL" => poll_text(qp, num(1)? as usize, num(2)?),
         "QUERY" => Ok(format!("{:?}", qp.query()?.state)),
         "ARM" => {
             qp.arm_cq(num(1)? != 0)?;
