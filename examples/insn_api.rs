@@ -21,7 +21,7 @@
 
 use rdma_direct::{
     Access, Completion, Context, CqSizing, Qp, QpConfig, QpType, RecvWr, RemoteAddr, SendFlags,
-    SendWr, Sge, SharedCq, UdDest, WriteWr,
+    SendHalf, SendWr, Sge, SharedCq, UdDest, WriteWr,
 };
 use std::hint::black_box;
 
@@ -35,6 +35,12 @@ pub fn api_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()>
 #[inline(never)]
 pub fn api_post_write(qp: &mut Qp, w: &WriteWr<'_>) -> rdma_direct::Result<()> {
     qp.post_write(w)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_half_post_write(tx: &mut SendHalf, w: &WriteWr<'_>) -> rdma_direct::Result<()> {
+    tx.post_write(w)
 }
 
 #[no_mangle]
@@ -85,7 +91,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll> <N>");
+        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
@@ -146,6 +152,9 @@ fn main() -> rdma_direct::Result<()> {
     let mut srq_tx = pd.create_qp(&cfg)?;
     Qp::connect_loopback(&mut srq_rx, &mut srq_tx)?;
     let rbuf = [Sge::new(&dst, 0, 64)?];
+    // Issue 16's row: the send half of a split QP (its CQ polled by the QP).
+    let (mut split_a, _split_b) = pd.create_connected_pair(&cfg)?;
+    let (mut half_tx, _half_rx) = split_a.split()?;
     let send = SendWr::send(5, &sge).signaled();
     for _ in 0..n {
         match op.as_str() {
@@ -156,6 +165,10 @@ fn main() -> rdma_direct::Result<()> {
             "api_write1" => {
                 api_post_write(&mut a, black_box(&write1))?;
                 drain(&mut a, 1);
+            }
+            "api_half_write1" => {
+                api_half_post_write(&mut half_tx, black_box(&write1))?;
+                drain(&mut split_a, 1);
             }
             "api_write_inline1" => {
                 let (id, data, r, f) = black_box((2, &payload[..], &to, SendFlags::SIGNALED));

@@ -344,6 +344,9 @@ impl SharedCq {
             )));
         }
         let qpn = qp.qp_num();
+        // Halves dropped: their queues back first, so that what they left
+        // outstanding is counted (split, the QP's own copies hold none).
+        qp.rejoin_parked();
         let outstanding = qp.outstanding();
         qp.modify_with(QpState::Reset, &QpAttr::default(), true)?;
         // Its completions taken earlier (by another QP's reset) go too.

@@ -68,6 +68,7 @@ mod qp_fast;
 mod qp_owned;
 mod qp_ud;
 mod reclaim;
+mod split;
 mod srq;
 mod wait;
 
@@ -84,6 +85,7 @@ pub use cq::SharedCq;
 pub use memmap2;
 pub use pd::Pd;
 pub use qp::{Qp, SimHook};
+pub use split::{RecvHalf, SendHalf};
 pub use srq::Srq;
 pub use types::ah::Ah;
 pub use types::completion::{Completion, SrcQp, WcOpcode, WcStatus};

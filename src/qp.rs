@@ -44,7 +44,24 @@ pub struct Qp {
     /// (given back after the QP is destroyed: field order).
     pub(crate) srq: Option<SrqLink>,
     pub(crate) pd: Arc<PdInner>,
+    /// Split into a send half and a receive half (`split.rs`): what they
+    /// share with it.
+    pub(crate) halves: Option<Arc<Halves>>,
     pub(crate) _reclaim: ReclaimOnDrop,
+}
+
+/// What a split QP and its halves share (`split.rs`): the link, and the
+/// halves' copies once dropped (parked until the QP takes them back).
+pub(crate) struct Halves {
+    pub(crate) link: Arc<crate::types::progress::HalfLink>,
+    pub(crate) parked: std::sync::Mutex<Parked>,
+}
+
+/// The halves' backend copies, parked as each is dropped.
+#[derive(Default)]
+pub(crate) struct Parked {
+    pub(crate) send: Option<QpKind>,
+    pub(crate) recv: Option<QpKind>,
 }
 
 /// Looks at the PD's dropped MRs once the QP is gone (its WRs with it).
@@ -283,6 +300,13 @@ impl Qp {
         cq_drained: bool,
     ) -> Result<()> {
         qp_attr::check_modify(self.cfg.qp_type, self.state, to, attr, self.local.roce)?;
+        if to == QpState::Reset && self.halves.is_some() && !self.rejoin_parked() {
+            // The halves' copies of the queues would go on from where the
+            // RESET took them back from.
+            return Err(Error::QpSplit {
+                qpn: self.local.qpn,
+            });
+        }
         if to == QpState::Reset && self.shared_cq.is_some() && !cq_drained {
             let outstanding = self.outstanding();
             if outstanding > 0 {
@@ -381,7 +405,7 @@ impl Qp {
     /// the device reports them as the hardware does.
     #[doc(hidden)]
     pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
-        if self.shared_cq.is_some() {
+        if self.shared_cq.is_some() || self.halves.is_some() {
             return None;
         }
         match &mut self.kind {
@@ -473,6 +497,11 @@ impl Qp {
     /// [`Self::post_send`] with every check, for every WR and backend.
     #[inline(never)]
     pub(crate) fn post_send_checked<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+        if self.halves.is_some() && !self.rejoin_parked() {
+            return Err(Error::QpSplit {
+                qpn: self.local.qpn,
+            });
+        }
         if !matches!(self.state, QpState::Rts | QpState::Err) {
             return Err(Error::QpState {
                 state: self.state,
@@ -574,6 +603,11 @@ impl Qp {
     /// A QP in RESET refuses every WR with [`Error::QpState`]; an SGE of an
     /// MR of another PD (or device) is [`Error::Invalid`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.halves.is_some() && !self.rejoin_parked() {
+            return Err(Error::QpSplit {
+                qpn: self.local.qpn,
+            });
+        }
         if self.srq.is_some() {
             return Err(Error::Invalid(format!(
                 "QP {:#x} receives from an SRQ: post receives to the SRQ",

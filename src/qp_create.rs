@@ -259,6 +259,7 @@ impl Qp {
             local,
             srq,
             pd: pd_inner.clone(),
+            halves: None,
             _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
         };
         qp.local.qpn = qp.qp_num();

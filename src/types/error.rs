@@ -115,6 +115,11 @@ pub enum Error {
     /// on that instead.
     #[error("QP {qpn:#x} completes into a shared CQ: poll, arm and wait on the SharedCq")]
     SharedCq { qpn: u32 },
+    /// The QP is split into a [`crate::SendHalf`] and a [`crate::RecvHalf`]
+    /// ([`crate::Qp::split`]): post through them, or [`crate::Qp::join`]
+    /// them first. Nothing was posted.
+    #[error("QP {qpn:#x} is split into a send half and a receive half: post through them, or join them first")]
+    QpSplit { qpn: u32 },
 }
 
 /// Why a memory registration was refused before any device was asked

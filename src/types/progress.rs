@@ -166,3 +166,41 @@ mod tests {
         assert!(p.reached(t), "past the wrap");
     }
 }
+
+/// What the owner of a split QP's CQ tells its send half and its receive
+/// half ([`crate::Qp::split`]): how far it retired each queue. Each field has
+/// one writer, the CQ's owner (a release store after each poll that took
+/// CQEs of the QP), and one reader, the half that posts to that queue (one
+/// acquire load per post call), so a post does no read-modify-write another
+/// thread also does.
+#[derive(Debug, Default)]
+pub(crate) struct HalfLink {
+    /// The send queue: on the direct path the SQ's `tail` (bits 32..64) and
+    /// WRs retired modulo 2^32 (bits 0..32, `SendQueue::consumed`); on
+    /// verbs the WRs retired.
+    pub(crate) sends: AtomicU64,
+    /// The receive queue: on the direct path the RQ's `tail`; on verbs the
+    /// receives retired.
+    pub(crate) recvs: AtomicU64,
+}
+
+impl HalfLink {
+    /// The CQ owner's, after a poll: what it retired.
+    #[inline]
+    pub(crate) fn publish(&self, sends: u64, recvs: u64) {
+        self.sends.store(sends, Ordering::Release);
+        self.recvs.store(recvs, Ordering::Release);
+    }
+
+    /// The send half's, before a post.
+    #[inline(always)]
+    pub(crate) fn sends(&self) -> u64 {
+        self.sends.load(Ordering::Acquire)
+    }
+
+    /// The receive half's, before a post.
+    #[inline(always)]
+    pub(crate) fn recvs(&self) -> u64 {
+        self.recvs.load(Ordering::Acquire)
+    }
+}

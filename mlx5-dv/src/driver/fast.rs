@@ -289,7 +289,7 @@ impl SendQueue {
         // SAFETY: `slots` has `wqe_cnt` entries (`new`), `slot` is masked below it.
         unsafe {
             Slot::store(
-                self.slots.get_unchecked_mut(slot as usize),
+                self.slots.ptr().add(slot as usize),
                 wr_id,
                 posted,
                 1,
@@ -353,7 +353,7 @@ impl SendQueue {
         }
         Ok(Reserved {
             ring: self.buf.as_ptr(),
-            slots: self.slots.as_mut_ptr(),
+            slots: self.slots.ptr(),
             mask: self.slot_mask,
             qpn_word: self.qpn_word,
             pi: self.pi,
@@ -634,7 +634,7 @@ impl SendQueue {
         unsafe {
             put(ring.add(base), ctrl);
             Slot::store(
-                self.slots.get_unchecked_mut(slot as usize),
+                self.slots.ptr().add(slot as usize),
                 wr_id,
                 posted,
                 wqebbs,
@@ -720,7 +720,7 @@ impl SendQueue {
         unsafe {
             put(ring.add(slot as usize * WQEBB), ctrl);
             Slot::store(
-                self.slots.get_unchecked_mut(slot as usize),
+                self.slots.ptr().add(slot as usize),
                 wr_id,
                 posted,
                 WQEBBS,

@@ -15,6 +15,7 @@ mod fast_tests;
 mod rq;
 mod sq;
 mod srq;
+mod table;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,7 @@ pub use fast::{Put, Reserved, Seg};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
 pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots, SRQ_NEXT_SEG};
+pub use table::Table;
 
 /// Why a ring description was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

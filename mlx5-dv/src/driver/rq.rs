@@ -1,6 +1,7 @@
 //! The receive queue: posting receive WQEs, their doorbell, retiring them by
 //! a responder CQE's `wqe_counter`, RESET.
 
+use super::table::Table;
 use super::{pow2, DescError, SrqSlots};
 use crate::doorbell::full_wqe_index;
 use crate::dv::mlx5dv_qp;
@@ -23,11 +24,11 @@ pub struct ReceiveQueue {
     head: u32,
     tail: u32,
     pending: bool,
-    wr_id: Box<[u64]>,
+    wr_id: Table<u64>,
     /// Per slot: completed ahead of `tail` (out of order), so its WQE is
     /// no longer the device's but its room is not back yet: room comes
     /// back only as the completed prefix from `tail` grows.
-    done: Box<[bool]>,
+    done: Table<bool>,
 }
 
 // SAFETY: as for SendQueue.
@@ -41,12 +42,70 @@ impl ReceiveQueue {
         self.head = 0;
         self.tail = 0;
         self.pending = false;
-        self.done.fill(false);
+        for i in 0..self.done.len() {
+            self.done.set(i, false);
+        }
         if self.dbrec.is_null() {
             return;
         }
         // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(crate::doorbell::QP_DBREC_RQ), 0) };
+    }
+    /// A second copy of this queue, for a QP split into a send half and a
+    /// receive half: the same ring, doorbell record and wr_id table, its
+    /// own indices. One copy posts (the receive half's), the other only
+    /// completes (the CQ owner's, between [`Self::open_window`] and
+    /// [`Self::close_window`]); the poster learns the room from
+    /// [`Self::consumed`], passed over an atomic (release, acquire).
+    ///
+    /// # Safety
+    /// The copies keep to those roles, neither resets while both live, and
+    /// the ring stays valid until both are dropped (`new`'s contract).
+    pub unsafe fn split_copy(&self) -> ReceiveQueue {
+        ReceiveQueue {
+            // SAFETY: the same ring (the caller's contract).
+            buf: self
+                .buf
+                .as_ref()
+                .map(|b| unsafe { RingBuf::from_raw(NonNull::new_unchecked(b.as_ptr()), b.len()) }),
+            srq: self.srq.clone(),
+            wqe_cnt: self.wqe_cnt,
+            stride: self.stride,
+            dbrec: self.dbrec,
+            head: self.head,
+            tail: self.tail,
+            pending: false,
+            // SAFETY: the caller's contract orders the copies' accesses.
+            wr_id: unsafe { self.wr_id.share() },
+            // SAFETY: as above.
+            done: unsafe { self.done.share() },
+        }
+    }
+
+    /// The oldest receive not yet completed (WQE index), for the posting copy.
+    #[inline(always)]
+    pub fn consumed(&self) -> u32 {
+        self.tail
+    }
+
+    /// Takes the completing copy's [`Self::consumed`]: the room a post sees.
+    #[inline(always)]
+    pub fn set_consumed(&mut self, tail: u32) {
+        self.tail = tail;
+    }
+
+    /// On the copy that only completes: any WQE index of the ring's width
+    /// from `tail` on may be named by a CQE (its wr_id was written before
+    /// its doorbell rang).
+    #[inline]
+    pub fn open_window(&mut self) {
+        self.head = self.tail.wrapping_add(self.wqe_cnt);
+    }
+
+    /// On the copy that only completes: nothing outstanding.
+    #[inline]
+    pub fn close_window(&mut self) {
+        self.head = self.tail;
     }
 
     /// The receive side of a QP whose receives come from an SRQ: it has no
@@ -64,8 +123,8 @@ impl ReceiveQueue {
             head: 0,
             tail: 0,
             pending: false,
-            wr_id: Box::new([]),
-            done: Box::new([]),
+            wr_id: Table::new(0, 0),
+            done: Table::new(0, false),
         }
     }
 
@@ -117,8 +176,8 @@ impl ReceiveQueue {
             head: 0,
             tail: 0,
             pending: false,
-            wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
-            done: vec![false; wqe_cnt as usize].into_boxed_slice(),
+            wr_id: Table::new(wqe_cnt as usize, 0),
+            done: Table::new(wqe_cnt as usize, false),
         })
     }
 
@@ -153,7 +212,8 @@ impl ReceiveQueue {
             return Err(WqeError::QueueFull { need: 1, free: 0 });
         };
         crate::wqe::write_recv_wqe(buf, self.wqe_cnt, self.stride, self.head, sges)?;
-        self.wr_id[(self.head & (self.wqe_cnt - 1)) as usize] = wr_id;
+        self.wr_id
+            .set((self.head & (self.wqe_cnt - 1)) as usize, wr_id);
         if crate::trace::enabled() {
             let off = (self.head & (self.wqe_cnt - 1)) as usize * self.stride as usize;
             crate::trace::recv_posted(self.head, off, wr_id, sges.len());
@@ -197,17 +257,17 @@ impl ReceiveQueue {
         let idx = full_wqe_index(wqe_counter, self.tail, self.head)?;
         let mask = self.wqe_cnt - 1;
         let slot = (idx & mask) as usize;
-        if self.done[slot] {
+        if self.done.get(slot) {
             return None;
         }
-        let wr_id = self.wr_id[slot];
+        let wr_id = self.wr_id.get(slot);
         if idx != self.tail {
-            self.done[slot] = true;
+            self.done.set(slot, true);
             return Some(wr_id);
         }
         let mut tail = idx.wrapping_add(1);
-        while tail != self.head && self.done[(tail & mask) as usize] {
-            self.done[(tail & mask) as usize] = false;
+        while tail != self.head && self.done.get((tail & mask) as usize) {
+            self.done.set((tail & mask) as usize, false);
             tail = tail.wrapping_add(1);
         }
         self.tail = tail;

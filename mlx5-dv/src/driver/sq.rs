@@ -1,6 +1,7 @@
 //! The send queue: posting WQEs, ringing the doorbell (BlueFlame or 8-byte),
 //! retiring WQEs by a CQE's `wqe_counter`, auto-signal, RESET.
 
+use super::table::Table;
 use super::{pow2, DescError};
 use crate::doorbell::{full_wqe_index, sq_dbrec, QP_DBREC_SQ};
 use crate::dv::mlx5dv_qp;
@@ -213,7 +214,7 @@ pub struct SendQueue {
     pub(super) batch_last: u32,
     /// Per WQEBB slot: what we know of the WQE that starts there (one entry,
     /// so posting and retiring touch one cache line).
-    pub(super) slots: Box<[Slot]>,
+    pub(super) slots: Table<Slot>,
     /// `wqe_cnt - 1`.
     pub(super) slot_mask: u32,
     /// `max_post` WQEs of `geo.max_wqebbs` WQEBBs fit the ring, so a WR
@@ -312,7 +313,7 @@ impl SendQueue {
                 0
             },
             batch_last: 0,
-            slots: vec![Slot::default(); wqe_cnt as usize].into_boxed_slice(),
+            slots: Table::new(wqe_cnt as usize, Slot::default()),
             slot_mask: wqe_cnt - 1,
             room_implied: max_post as u64 * 16.min(wqe_cnt) as u64 <= wqe_cnt as u64,
             no_bf: if crate::trace::enabled() || (qp.bf.size as usize) < WQEBB {
@@ -405,15 +406,7 @@ impl SendQueue {
         debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
         // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and `slot`
         // is masked below `wqe_cnt`.
-        unsafe {
-            Slot::store(
-                self.slots.get_unchecked_mut(slot),
-                wr_id,
-                posted,
-                wqebbs,
-                forced,
-            )
-        };
+        unsafe { Slot::store(self.slots.ptr().add(slot), wr_id, posted, wqebbs, forced) };
         self.posted = posted.wrapping_add(1);
         self.batch_last = pi;
         self.pi = pi.wrapping_add(wqebbs);
@@ -461,7 +454,7 @@ impl SendQueue {
     pub(super) fn trace_batch(&self) {
         let mut idx = self.batch_start as u32;
         while idx != self.pi {
-            let s = self.slots[(idx & self.slot_mask) as usize];
+            let s = self.slots.get((idx & self.slot_mask) as usize);
             crate::trace::posted(self.geo.qpn, &self.buf, self.geo.wqe_cnt, idx, s.wr_id);
             idx = idx.wrapping_add(s.extra_wqebbs as u32 + 1);
         }
@@ -605,7 +598,8 @@ impl SendQueue {
         let s = unsafe {
             *self
                 .slots
-                .get_unchecked((wqe_counter as u32 & self.slot_mask) as usize)
+                .ptr()
+                .add((wqe_counter as u32 & self.slot_mask) as usize)
         };
         self.tail = tail
             .wrapping_add(ahead)
@@ -628,7 +622,7 @@ impl SendQueue {
             inflight: self.pi.wrapping_sub(self.tail),
             retired: self.retired,
             posted: self.posted,
-            slots: self.slots.as_ptr(),
+            slots: self.slots.ptr(),
             slot_mask: self.slot_mask,
             sq: self,
         }
@@ -689,6 +683,68 @@ impl SendQueue {
     #[inline(always)]
     pub fn retired_count(&self) -> u32 {
         self.retired
+    }
+
+    /// A second copy of this queue, for a QP split into a send half and a
+    /// receive half: the same ring, doorbell record, BlueFlame registers
+    /// and slot table ([`Table`]), with its own copy of the indices. One
+    /// copy then posts (the send half's) and the other only retires (the
+    /// CQ owner's, between [`Self::open_window`] and
+    /// [`Self::close_window`]); each learns what the other did through
+    /// [`Self::consumed`] / [`Self::set_consumed`], which its owner passes
+    /// over an atomic (release store, acquire load).
+    ///
+    /// # Safety
+    /// The copies keep to those roles: only one of them posts or rings,
+    /// and neither resets, while both live; the rings stay valid until both
+    /// are dropped (`new`'s contract, for both).
+    pub unsafe fn split_copy(&self) -> SendQueue {
+        SendQueue {
+            // SAFETY: the same ring as `self.buf` (the caller's contract
+            // keeps it valid and says who writes it).
+            buf: unsafe {
+                RingBuf::from_raw(NonNull::new_unchecked(self.buf.as_ptr()), self.buf.len())
+            },
+            geo: self.geo,
+            // SAFETY: the caller's contract orders the copies' accesses.
+            slots: unsafe { self.slots.share() },
+            gate_open: self.gate_open,
+            ..*self
+        }
+    }
+
+    /// The consumer side's indices, packed for one atomic store: the
+    /// oldest outstanding WQE index (`tail`) in bits 32..64, the WRs
+    /// retired (modulo 2^32) in bits 0..32.
+    #[inline(always)]
+    pub fn consumed(&self) -> u64 {
+        (self.tail as u64) << 32 | self.retired as u64
+    }
+
+    /// Takes the consumer side's indices from the copy that retires
+    /// ([`Self::consumed`]): the room a post sees.
+    #[inline(always)]
+    pub fn set_consumed(&mut self, v: u64) {
+        self.tail = (v >> 32) as u32;
+        self.retired = v as u32;
+    }
+
+    /// On the copy that only retires: every WQE index of the ring's width
+    /// from `tail` on may be named by a CQE (the posting copy's producer
+    /// index is not known here; a CQE names only WQEs whose doorbell rang,
+    /// whose slots were written before it).
+    #[inline]
+    pub fn open_window(&mut self) {
+        self.pi = self.tail.wrapping_add(self.geo.wqe_cnt);
+        self.posted = self.retired.wrapping_add(self.max_post);
+    }
+
+    /// On the copy that only retires: no WQE outstanding, so that no
+    /// completion is taken outside [`Self::open_window`].
+    #[inline]
+    pub fn close_window(&mut self) {
+        self.pi = self.tail;
+        self.posted = self.retired;
     }
 
     /// The host side of moving the QP to RESET (after `ibv_modify_qp` to

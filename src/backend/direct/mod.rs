@@ -10,6 +10,7 @@
 )]
 
 mod poll;
+mod split;
 mod srq;
 
 pub(crate) use srq::{DirectSrq, DirectSrqDev};
@@ -302,7 +303,7 @@ pub(crate) struct DirectQp {
     /// or [`POST_IN_PLACE_COUNTED`].
     post_mode: u8,
     /// The device objects that own the rings (dropped after the drivers).
-    dev: DirectDev,
+    dev: Arc<DirectDev>,
     /// The SRQ its receives come from (its ring's owner, dropped after the
     /// QP: a device destroys no SRQ a QP names).
     _srq: Option<Arc<DirectSrqDev>>,
@@ -321,6 +322,9 @@ pub(crate) struct DirectQp {
     qp_type: QpType,
     /// UD: the largest message, bytes (the port's active MTU).
     pub(super) ud_mtu: u32,
+    /// Split into a send half and a receive half: this copy only retires
+    /// (`split.rs`).
+    split: Option<Box<split::SplitState>>,
 }
 
 impl Drop for DirectQp {
@@ -330,7 +334,9 @@ impl Drop for DirectQp {
     /// frees them when a QP is destroyed. (Its other fields then drop in
     /// order: the drivers before the device objects.)
     fn drop(&mut self) {
-        if self.rq.is_srq() && self.cq.is_some() {
+        // (Split, its halves may still post to the rings: no RESET under
+        // them; the device objects live on with them.)
+        if self.rq.is_srq() && self.cq.is_some() && self.split.is_none() {
             let _ = self.modify_dev(QpState::Err, QpState::Reset, &QpAttr::default());
         }
     }
@@ -431,7 +437,7 @@ impl DirectQp {
             count_credits: cq.counts_credits(&credits, max_send_wr + max_recv_wr),
             post_mode: POST_CHECKED,
             credits,
-            dev: DirectDev::Sim(sim_qp),
+            dev: Arc::new(DirectDev::Sim(sim_qp)),
             _srq: srq.map(|s| s.dev().clone()),
             path: PathInfo::unconnected("sim"),
             progress: Arc::new(WrProgress::new(max_recv_wr, max_recv_sge)),
@@ -440,6 +446,7 @@ impl DirectQp {
             srq_reserved: 0,
             qp_type,
             ud_mtu: 0,
+            split: None,
         })
     }
 
@@ -501,7 +508,7 @@ impl DirectQp {
             post_mode: POST_CHECKED,
             credits,
             path: PathInfo::unconnected(""),
-            dev: DirectDev::Mlx5(objs),
+            dev: Arc::new(DirectDev::Mlx5(objs)),
             _srq: srq.map(|s| s.dev().clone()),
             progress: Arc::new(WrProgress::new(caps.max_recv_wr, caps.max_recv_sge)),
             sent: 0,
@@ -509,12 +516,13 @@ impl DirectQp {
             srq_reserved: 0,
             qp_type,
             ud_mtu: 0,
+            split: None,
         })
     }
 
     /// The inline size the device granted, in bytes (`None`: as configured).
     pub(crate) fn granted_inline(&self) -> Option<u32> {
-        match &self.dev {
+        match &*self.dev {
             DirectDev::Sim(_) => None,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => Some(o.max_inline),
@@ -557,9 +565,14 @@ impl DirectQp {
     /// caller); moving to RESET also resets the host side.
     pub(crate) fn modify(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
         self.modify_dev(from, to, attr)?;
-        // Only RTS posts (and ERR, which flushes what it is given); a QP
-        // with no send SGE posts nothing in place.
-        self.set_post_mode(match to {
+        self.set_mode_for(to);
+        Ok(())
+    }
+
+    /// The post mode in `state`: only RTS posts (and ERR, which flushes
+    /// what it is given); a QP with no send SGE posts nothing in place.
+    fn set_mode_for(&mut self, state: QpState) {
+        self.set_post_mode(match state {
             _ if self.max_send_sge == 0 => POST_CHECKED,
             QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => POST_UD,
             _ if self.qp_type == QpType::Ud => POST_CHECKED,
@@ -567,13 +580,18 @@ impl DirectQp {
             QpState::Rts | QpState::Err => POST_IN_PLACE,
             _ => POST_CHECKED,
         });
-        Ok(())
     }
 
     /// Sets the post mode, and with it the SQ's gate for the one-opcode
     /// posts (`SendQueue::set_gate`): open in [`POST_IN_PLACE`] alone, so
     /// that their one check of the WR limit also says the mode.
+    /// A split QP posts nothing itself (its halves do): always checked.
     fn set_post_mode(&mut self, mode: u8) {
+        let mode = if self.split.is_some() {
+            POST_CHECKED
+        } else {
+            mode
+        };
         self.post_mode = mode;
         self.sq.set_gate(mode == POST_IN_PLACE);
     }
@@ -581,7 +599,7 @@ impl DirectQp {
     /// [`Self::modify`] on the device.
     fn modify_dev(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
         use QpState as S;
-        let sim_qp = match &mut self.dev {
+        let sim_qp = match &*self.dev {
             DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => {
@@ -670,6 +688,9 @@ impl DirectQp {
     /// all since the QP was created (a RESET retires what was outstanding).
     #[inline]
     pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
+        if let Some(s) = &self.split {
+            return self.split_seqs(s);
+        }
         (
             self.sent,
             // (wrapping: a count the driver and this disagree on must not
@@ -698,7 +719,7 @@ impl DirectQp {
 
     /// The device's view of the QP.
     pub(crate) fn query(&self) -> Result<QpInfo> {
-        let sim_qp = match &self.dev {
+        let sim_qp = match &*self.dev {
             DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => return o.query(),
@@ -750,7 +771,7 @@ impl DirectQp {
         let wqebbs = self.sq.pi().wrapping_sub(start) as usize;
         let off = (start & (self.sq.geometry().wqe_cnt - 1)) as usize * 64;
         let mut bytes = vec![0u8; wqebbs * 64];
-        let sim_qp = match &self.dev {
+        let sim_qp = match &*self.dev {
             DirectDev::Sim(qp) => qp,
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(_) => unreachable!("SimHook exists only on the sim"),
@@ -777,7 +798,7 @@ impl DirectQp {
 
     /// Test hook: see `SimHook::swap_recv_completions`.
     pub(crate) fn swap_recv_completions(&mut self, on: bool) {
-        match &self.dev {
+        match &*self.dev {
             DirectDev::Sim(q) => q.hook_swap_recv_completions(on),
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(_) => {}
@@ -796,7 +817,7 @@ impl DirectQp {
 
     /// Whether the QP runs on the sim (its test hooks apply).
     pub(crate) fn is_sim(&self) -> bool {
-        matches!(self.dev, DirectDev::Sim(_))
+        matches!(*self.dev, DirectDev::Sim(_))
     }
 
     /// UD: the port's active MTU, the largest message the in-place UD post
@@ -830,7 +851,7 @@ impl DirectQp {
     }
 
     pub(crate) fn path(&self) -> PathInfo {
-        match &self.dev {
+        match &*self.dev {
             DirectDev::Sim(qp) => PathInfo {
                 dest_qpn: qp.dest_qpn().unwrap_or(0),
                 ..self.path

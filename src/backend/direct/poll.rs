@@ -221,6 +221,11 @@ impl DirectQp {
             Some(c) => c.cq.ci(),
             None => return self.shared_cq(),
         };
+        if self.is_split() {
+            // (Its copy of the queues has nothing outstanding, so the
+            // inlined poll took no CQE and came here.)
+            return self.retire_split(|q| q.poll_rest::<SLOT>(out, 0, None, from));
+        }
         self.poll_rest::<SLOT>(out, 0, None, from)
     }
 
@@ -416,10 +421,16 @@ impl DirectCq {
                 result = Err(Error::ForeignCqe { qpn: cqe.qpn });
                 break;
             };
-            let held = q.outstanding();
-            let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
-            freed += held - q.outstanding();
-            q.publish_retired();
+            let r = if q.is_split() {
+                // Its halves reserved their credits: none go back.
+                q.retire_split(|q| retire(&mut q.sq.retirer(), &mut q.rq, &cqe))
+            } else {
+                let held = q.outstanding();
+                let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
+                freed += held - q.outstanding();
+                q.publish_retired();
+                r
+            };
             match r {
                 Ok(Some(c)) => {
                     put(n, c);

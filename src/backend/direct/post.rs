@@ -327,6 +327,9 @@ impl DirectQp {
     /// (and the SQ room for all of them): on error nothing is written.
     #[inline]
     pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+        if self.is_split() {
+            return Err(Error::QpSplit { qpn: self.qpn });
+        }
         let n = wrs.count();
         for i in 0..n {
             let w = wrs.wr(i);
@@ -396,6 +399,9 @@ impl DirectQp {
     }
 
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.is_split() {
+            return Err(Error::QpSplit { qpn: self.qpn });
+        }
         if self.rq.is_srq() && !wrs.is_empty() {
             return Err(Error::Invalid(format!(
                 "QP {:#x} receives from an SRQ: post receives to the SRQ",

@@ -28,8 +28,13 @@ pub(crate) struct Mlx5Objs {
     _pd: Arc<Pd>,
 }
 
-// SAFETY: as for VerbsQp; the owning DirectQp is driven by one thread at a time.
+// SAFETY: as for VerbsQp; the owning DirectQp is driven by one thread at a
+// time (a split QP's halves share it: they only keep it alive, and the
+// control path's `ibv_modify_qp` / `ibv_query_qp` are thread-safe).
 unsafe impl Send for Mlx5Objs {}
+// SAFETY: `&Mlx5Objs` only modifies and queries the QP through rdma-core,
+// which locks what it must.
+unsafe impl Sync for Mlx5Objs {}
 
 impl Drop for Mlx5Objs {
     fn drop(&mut self) {
@@ -40,7 +45,7 @@ impl Drop for Mlx5Objs {
 }
 
 impl Mlx5Objs {
-    pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+    pub(crate) fn modify_to(&self, to: QpState, attr: &QpAttr) -> Result<()> {
         modify_raw(self.qp, self.qpn, to, attr)
     }
 

@@ -2,6 +2,7 @@
 //! `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`, over the control path
 //! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
 
+mod split;
 mod srq;
 
 use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq, VerbsSrq};
@@ -13,6 +14,7 @@ use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
 use crate::types::wr::{RecvWr, SendWrs, WrOp};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::driver::SrqSlots;
+use mlx5_dv::driver::Table;
 use rdma_sys::*;
 pub(crate) use srq::VerbsSrqPost;
 use srq::SRQ_TAG;
@@ -119,16 +121,16 @@ pub(crate) struct VerbsQp {
     /// with SQ slots. The CQ is guarded by `credits`.
     max_post: u32,
     /// Per sequence slot: the CQE was asked for by auto-signal only.
-    hidden: Box<[bool]>,
+    hidden: Table<bool>,
     auto_signal: u32,
     unsignaled_run: u32,
     /// The same accounting for receives; their verbs `wr_id` is `RECV_TAG | seq`.
     max_recv: u32,
-    recv_ids: Box<[u64]>,
+    recv_ids: Table<u64>,
     recv_posted: u64,
     recv_done: u64,
     path: PathInfo,
-    wr_ids: Box<[u64]>,
+    wr_ids: Table<u64>,
     posted: u64,
     retired: u64,
     /// The counts above, for the PD's deregistration of dropped MRs.
@@ -136,7 +138,42 @@ pub(crate) struct VerbsQp {
     /// The SRQ its receives come from (destroyed after the QP), and the
     /// slot table its receive completions name (`SRQ_TAG | slot`).
     srq: Option<(Arc<VerbsSrq>, Arc<SrqSlots>)>,
+    /// Whether posts take CQ credits and polls give them back: always,
+    /// but on a split QP's copies (the split reserved them; `split.rs`).
+    counts: bool,
+    /// Split into a send half and a receive half: this copy only retires.
+    split: Option<Box<split::SplitState>>,
+    /// Owns the `ibv_qp` (`qp`): destroyed when the last copy goes (a
+    /// split QP's halves hold it too).
+    raw: Arc<RawQp>,
     _pd: Arc<Pd>,
+}
+
+/// The `ibv_qp` of a [`VerbsQp`] and of its halves' copies.
+struct RawQp(*mut ibv_qp);
+
+// SAFETY: rdma-core's QP calls are thread-safe; this only destroys it.
+unsafe impl Send for RawQp {}
+// SAFETY: as above.
+unsafe impl Sync for RawQp {}
+
+impl RawQp {
+    /// `ibv_destroy_qp`, once.
+    fn destroy(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: created in `create_qp`, destroyed only here, once;
+            // no copy of the QP is left to post to it (the last one owns
+            // this).
+            unsafe { ibv_destroy_qp(self.0) };
+            self.0 = std::ptr::null_mut();
+        }
+    }
+}
+
+impl Drop for RawQp {
+    fn drop(&mut self) {
+        self.destroy();
+    }
 }
 
 // SAFETY: the QP is used from one thread at a time (`&mut self`); its CQ as
@@ -145,9 +182,12 @@ unsafe impl Send for VerbsQp {}
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
-        // SAFETY: created in `create_qp`; the QP goes before its CQ (the
-        // `Arc<VerbsCq>` field is dropped after this).
-        unsafe { ibv_destroy_qp(self.qp) };
+        // The last copy destroys the QP (a split QP's halves may outlive
+        // it), before its CQ (the `Arc<VerbsCq>` field is dropped after this).
+        let Some(raw) = Arc::get_mut(&mut self.raw) else {
+            return;
+        };
+        raw.destroy();
         // The receives an SRQ gave this QP whose completions were never
         // polled go back to the SRQ (as rdma-core's `mlx5_cq_clean` frees
         // them): the QP is gone, so its own CQ holds all there will be.
@@ -228,16 +268,18 @@ pub(crate) fn create_qp(
         qpn,
         caps,
         max_post,
-        hidden: vec![false; max_post as usize].into_boxed_slice(),
+        hidden: Table::new(max_post as usize, false),
         auto_signal: (max_post / 2).max(1),
         unsignaled_run: 0,
         max_recv: init.cap.max_recv_wr.min(caps.max_recv_wr).max(1),
-        recv_ids: vec![0; init.cap.max_recv_wr.min(caps.max_recv_wr).max(1) as usize]
-            .into_boxed_slice(),
+        recv_ids: Table::new(
+            init.cap.max_recv_wr.min(caps.max_recv_wr).max(1) as usize,
+            0,
+        ),
         recv_posted: 0,
         recv_done: 0,
         path: PathInfo::unconnected(""),
-        wr_ids: vec![0; max_post as usize].into_boxed_slice(),
+        wr_ids: Table::new(max_post as usize, 0),
         posted: 0,
         retired: 0,
         progress: Arc::new(WrProgress::new(
@@ -245,6 +287,9 @@ pub(crate) fn create_qp(
             caps.max_recv_sge,
         )),
         srq,
+        counts: true,
+        split: None,
+        raw: Arc::new(RawQp(qp)),
         _pd: pd.clone(),
     })
 }
@@ -281,7 +326,14 @@ impl VerbsQp {
     /// Sends posted, sends retired, receives posted, receives retired, in
     /// all since the QP was created (a RESET retires what was outstanding).
     pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
-        (self.posted, self.retired, self.recv_posted, self.recv_done)
+        // (A split QP's own counts of what was posted stop at the split,
+        // while it retires what its halves post: never below the retired.)
+        (
+            self.posted.max(self.retired),
+            self.retired,
+            self.recv_posted.max(self.recv_done),
+            self.recv_done,
+        )
     }
 
     /// What the PD watches to deregister dropped MRs.
@@ -291,7 +343,8 @@ impl VerbsQp {
 
     /// Sends and receives posted and not yet retired.
     pub(crate) fn outstanding(&self) -> u64 {
-        (self.posted - self.retired) + (self.recv_posted - self.recv_done)
+        let (sp, sr, rp, rr) = self.seqs();
+        (sp - sr) + (rp - rr)
     }
 
     /// The inline size the device granted (`max_inline_data`), in bytes.
@@ -344,6 +397,9 @@ impl VerbsQp {
     /// count, inline size, length, and room for every WR under `max_send_wr`
     /// outstanding): on those errors nothing is posted.
     pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+        if self.is_split() {
+            return Err(Error::QpSplit { qpn: self.qpn });
+        }
         let count = wrs.count();
         for i in 0..count {
             let w = wrs.wr(i);
@@ -369,7 +425,7 @@ impl VerbsQp {
         if count == 0 {
             return Ok(());
         }
-        if !self.credits.take(count as u32) {
+        if self.counts && !self.credits.take(count as u32) {
             return Err(Error::CqFull);
         }
         // When this batch left at most half of the CQ's credits free, its
@@ -377,14 +433,17 @@ impl VerbsQp {
         // cured by polling, not stuck behind unsignaled WRs that hold credits
         // and that no CQE will ever retire (and the WR that takes the last
         // credit makes one, or none would give the credits back).
-        let credits_low = self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
+        let credits_low =
+            self.counts && self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
         let before = self.posted;
         for start in (0..count).step_by(CHUNK) {
             let end = (start + CHUNK).min(count);
             if let Err(e) = self.post_chunk(wrs, start..end, credits_low && end == count) {
                 // Credits of the WRs the provider did not take go back.
-                self.credits
-                    .give(count as u32 - (self.posted - before) as u32);
+                if self.counts {
+                    self.credits
+                        .give(count as u32 - (self.posted - before) as u32);
+                }
                 return Err(e);
             }
         }
@@ -440,8 +499,8 @@ impl VerbsQp {
                 self.unsignaled_run + 1
             };
             let slot = (seq % self.max_post as u64) as usize;
-            self.wr_ids[slot] = w.wr_id;
-            self.hidden[slot] = forced;
+            self.wr_ids.set(slot, w.wr_id);
+            self.hidden.set(slot, forced);
             // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
             let v = wr_store[i].write(unsafe { std::mem::zeroed() });
             v.wr_id = seq;
@@ -567,6 +626,9 @@ impl VerbsQp {
     }
 
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.is_split() {
+            return Err(Error::QpSplit { qpn: self.qpn });
+        }
         if self.srq.is_some() && !wrs.is_empty() {
             return Err(Error::Invalid(format!(
                 "QP {:#x} receives from an SRQ: post receives to the SRQ",
@@ -585,12 +647,12 @@ impl VerbsQp {
         if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64 {
             return Err(Error::RecvQueueFull);
         }
-        if !self.credits.take(wrs.len() as u32) {
+        if self.counts && !self.credits.take(wrs.len() as u32) {
             return Err(Error::CqFull);
         }
         let before = self.recv_posted;
         let r = self.post_recv_chunks(wrs);
-        if r.is_err() {
+        if r.is_err() && self.counts {
             // Credits of the WRs the provider did not take go back.
             self.credits
                 .give(wrs.len() as u32 - (self.recv_posted - before) as u32);
@@ -629,7 +691,8 @@ impl VerbsQp {
                     k += 1;
                 }
                 let seq = self.recv_posted + i as u64;
-                self.recv_ids[(seq % self.max_recv as u64) as usize] = w.wr_id;
+                self.recv_ids
+                    .set((seq % self.max_recv as u64) as usize, w.wr_id);
                 wr_store[i].write(ibv_recv_wr {
                     wr_id: RECV_TAG | seq,
                     next: std::ptr::null_mut(),
@@ -704,28 +767,38 @@ impl VerbsQp {
             (slots.complete(w.wr_id as u16)?, false)
         } else if w.wr_id & RECV_TAG != 0 {
             let seq = w.wr_id & !RECV_TAG;
-            if seq >= self.recv_posted || seq < self.recv_done {
+            if seq >= self.recv_limit() || seq < self.recv_done {
                 // Names no receive this QP posted, or one already retired
                 // (a completion from before a RESET).
                 return None;
             }
             let done = self.recv_done.max(seq + 1);
-            *freed += (done - self.recv_done) as u32;
+            if self.counts {
+                *freed += (done - self.recv_done) as u32;
+            }
             self.recv_done = done;
-            (self.recv_ids[(seq % self.max_recv as u64) as usize], false)
+            (
+                self.recv_ids.get((seq % self.max_recv as u64) as usize),
+                false,
+            )
         } else {
-            if w.wr_id >= self.posted || w.wr_id < self.retired {
+            if w.wr_id >= self.send_limit() || w.wr_id < self.retired {
                 // Names no send this QP posted, or one already retired (a
                 // completion from before a RESET).
                 return None;
             }
             let retired = self.retired.max(w.wr_id + 1);
-            *freed += (retired - self.retired) as u32;
+            if self.counts {
+                *freed += (retired - self.retired) as u32;
+            }
             self.retired = retired;
             let slot = (w.wr_id % self.max_post as u64) as usize;
-            (self.wr_ids[slot], self.hidden[slot])
+            (self.wr_ids.get(slot), self.hidden.get(slot))
         };
         self.progress.retired(self.retired as u32, self.recv_done);
+        if let Some(s) = &self.split {
+            s.publish(self.retired, self.recv_done);
+        }
         if hidden && w.status == ibv_wc_status::IBV_WC_SUCCESS {
             return None; // asked for by auto-signal only
         }

@@ -142,6 +142,7 @@ mod completions;
 mod data;
 mod device_errors;
 mod flow;
+mod halves;
 mod memory;
 mod refusals;
 mod srq;
@@ -153,6 +154,7 @@ use completions::*;
 use data::*;
 use device_errors::*;
 use flow::*;
+use halves::*;
 use memory::*;
 use refusals::*;
 use srq::*;
@@ -370,4 +372,7 @@ const ONE_SIDED: &[Case] = &[
     case!(an_ah_from_a_receive_answers_its_sender),
     case!(ud_transitions_check_their_own_attributes),
     case!(transport_benchmarks_run),
+    case!(halves_post_from_four_threads_while_the_owner_polls),
+    case!(halves_of_qps_on_a_shared_cq),
+    case!(split_refusals_and_join),
 ];
