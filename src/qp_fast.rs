@@ -42,7 +42,7 @@ impl Qp {
 
     /// [`Self::post_write`] through [`Self::post_send`].
     #[inline(never)]
-    fn post_write_general(&mut self, w: &WriteWr<'_>) -> Result<()> {
+    pub(crate) fn post_write_general(&mut self, w: &WriteWr<'_>) -> Result<()> {
         self.post_send(std::slice::from_ref(&w.to_send_wr()))
     }
 }

@@ -35,6 +35,8 @@ use std::sync::{Arc, Mutex};
 /// posts again once both halves are gone.
 pub struct SendHalf {
     qp: Qp,
+    /// `halves.link`, one load nearer.
+    link: Arc<HalfLink>,
     halves: Arc<Halves>,
 }
 
@@ -94,6 +96,7 @@ impl Qp {
         Ok((
             SendHalf {
                 qp: self.copy_with(send),
+                link: halves.link.clone(),
                 halves: halves.clone(),
             },
             RecvHalf {
@@ -190,9 +193,9 @@ impl SendHalf {
     #[inline(always)]
     fn sync(&mut self) {
         match &mut self.qp.kind {
-            QpKind::Direct(q) => q.sync_sends(&self.halves.link),
+            QpKind::Direct(q) => q.sync_sends(&self.link),
             #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.sync_sends(&self.halves.link),
+            QpKind::Verbs(q) => q.sync_sends(&self.link),
         }
     }
 
@@ -202,15 +205,42 @@ impl SendHalf {
     /// split took).
     #[inline(always)]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        self.sync();
-        self.qp.post_send(wrs)
+        // `sync` and `Qp::post_send` in one match on the backend.
+        let pd = self.qp.pd_id;
+        match &mut self.qp.kind {
+            QpKind::Direct(q) => {
+                q.sync_sends(&self.link);
+                let posted = if let [w] = wrs {
+                    q.post_one(w, pd)
+                } else {
+                    wrs.len() > 1 && q.post_many(wrs, pd)
+                };
+                if posted {
+                    return Ok(());
+                }
+            }
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.sync_sends(&self.link),
+        }
+        self.qp.post_send_checked(wrs)
     }
 
     /// [`Qp::post_write`], from this half.
     #[inline(always)]
     pub fn post_write(&mut self, w: &WriteWr<'_>) -> Result<()> {
-        self.sync();
-        self.qp.post_write(w)
+        // `sync` and `Qp::post_write` in one match on the backend.
+        let pd = self.qp.pd_id;
+        match &mut self.qp.kind {
+            QpKind::Direct(q) => {
+                q.sync_sends(&self.link);
+                if q.post_write(w, pd) {
+                    return Ok(());
+                }
+            }
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.sync_sends(&self.link),
+        }
+        self.qp.post_write_general(w)
     }
 
     /// [`Qp::post_writes`], from this half.
