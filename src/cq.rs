@@ -124,7 +124,13 @@ impl Drop for SharedCq {
     fn drop(&mut self) {
         for i in 0..self.members.qps.len() {
             if self.members.qps[i].srq.is_some() && self.members.qps[i].state != QpState::Reset {
-                let _ = self.reset_qp(i);
+                if let Err(Error::QpSplit { qpn }) = self.reset_qp(i) {
+                    // Its halves live on (no RESET under them): ERR stops
+                    // it taking SRQ receives, and the CQ is drained of the
+                    // receives it completed (back to the SRQ).
+                    let _ = self.members.qps[i].modify(QpState::Err, &QpAttr::default());
+                    while let (_, Err(_)) = self.take(usize::MAX, Some(qpn), |_, _| {}) {}
+                }
             }
         }
     }
@@ -411,5 +417,19 @@ impl CqOps for SharedCq {
     }
     fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
         self.wait_event(timeout)
+    }
+    fn event_wake(&mut self, waker: &std::task::Waker) -> Result<crate::backend::EventWake<'_>> {
+        Ok(match &mut self.kind {
+            SharedKind::Direct(c) => c.event_wake(waker),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => crate::backend::EventWake::Fd(c.channel_fd()),
+        })
+    }
+    fn take_events(&mut self) -> Result<u32> {
+        match &mut self.kind {
+            SharedKind::Direct(c) => c.take_events(),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => c.take_events(),
+        }
     }
 }

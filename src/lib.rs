@@ -55,6 +55,7 @@ mod backend;
 // Layer 3: the front end users hold.
 #[cfg(feature = "verbs")]
 pub mod cm;
+mod completions;
 mod context;
 mod cq;
 pub mod exchange;
@@ -67,6 +68,7 @@ mod qp_create;
 mod qp_fast;
 mod qp_owned;
 mod qp_ud;
+pub mod reactor;
 mod reclaim;
 mod split;
 mod srq;
@@ -78,6 +80,7 @@ mod wait;
 #[doc = include_str!("../docs/concepts.md")]
 pub mod concepts {}
 
+pub use completions::Completions;
 pub use context::{list_devices, Context};
 pub use cq::SharedCq;
 /// The `memmap2` this crate's [`Memory`] takes mappings of (0.9): use it,
@@ -85,6 +88,7 @@ pub use cq::SharedCq;
 pub use memmap2;
 pub use pd::Pd;
 pub use qp::{Qp, SimHook};
+pub use reactor::{Reactor, ReadyFd, ThreadReactor};
 pub use split::{RecvHalf, SendHalf};
 pub use srq::Srq;
 pub use types::ah::Ah;

@@ -64,6 +64,17 @@ pub(crate) struct Parked {
     pub(crate) recv: Option<QpKind>,
 }
 
+impl Drop for Qp {
+    /// A split QP whose halves were both dropped takes them back first, so
+    /// its backend's drop sees the whole QP (a QP on an SRQ gives the
+    /// receives of its unpolled completions back).
+    fn drop(&mut self) {
+        if self.halves.is_some() {
+            self.rejoin_parked();
+        }
+    }
+}
+
 /// Looks at the PD's dropped MRs once the QP is gone (its WRs with it).
 pub(crate) struct ReclaimOnDrop(pub(crate) Arc<Graves>);
 
@@ -380,9 +391,14 @@ impl Qp {
     }
 
     /// The send queue's ring bytes followed by its doorbell record, on the
-    /// direct path (`None` on verbs, whose provider owns the ring). For tests
+    /// direct path (`None` on verbs, whose provider owns the ring, and on a
+    /// QP split into halves, whose send half writes it). For tests
     /// and tools that show a refused post wrote nothing; allocates.
     pub fn sq_snapshot(&self) -> Option<Vec<u8>> {
+        if self.halves.is_some() {
+            // Its send half may be writing the ring now.
+            return None;
+        }
         match &self.kind {
             QpKind::Direct(q) => Some(q.sq_snapshot()),
             #[cfg(feature = "verbs")]
@@ -626,11 +642,17 @@ impl Qp {
                 "the QP was created with max_recv_wr 0: it takes no receives".into(),
             ));
         }
+        // Room first: noting the lkeys of a receive that cannot be posted
+        // would overwrite the slot of the oldest one still posted.
+        let (_, _, posted, retired) = self.seqs();
+        if posted - retired + wrs.len() as u64 > self.cfg.max_recv_wr as u64 {
+            return Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, Error::RecvQueueFull));
+        }
         // The lkeys each receive names, before it is posted: a dropped MR
         // waits only for the outstanding receives that name it (noting the
         // slots of receives a refusal leaves unposted is harmless: only
         // posted ones are looked at).
-        let seq = self.seqs().2;
+        let seq = posted;
         for (i, w) in wrs.iter().enumerate() {
             self.check_pd(w.sges)?;
             self.progress()
@@ -783,5 +805,19 @@ impl CqOps for Qp {
     }
     fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
         self.wait_cq_event(timeout)
+    }
+    fn event_wake(&mut self, waker: &std::task::Waker) -> Result<crate::backend::EventWake<'_>> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.event_wake(waker),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.event_wake(),
+        }
+    }
+    fn take_events(&mut self) -> Result<u32> {
+        match &mut self.kind {
+            QpKind::Direct(q) => q.take_events(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.take_events(),
+        }
     }
 }

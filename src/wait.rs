@@ -1,6 +1,7 @@
 //! The one wait loop of every [`CompletionMode`], over a CQ's poll, arm and
 //! wait (a QP's own CQ or a shared one).
 
+use crate::backend::EventWake;
 use crate::types::completion::Completion;
 use crate::types::config::CompletionMode;
 use crate::types::error::{Error, Result};
@@ -11,6 +12,12 @@ pub(crate) trait CqOps {
     fn poll_cq(&mut self, out: &mut [Completion]) -> Result<usize>;
     fn arm_cq(&mut self) -> Result<()>;
     fn wait_cq(&mut self, timeout: Duration) -> Result<bool>;
+    /// For an async wait: registers `waker` with the device (the sim), or
+    /// names the completion channel's fd to watch.
+    fn event_wake(&mut self, waker: &std::task::Waker) -> Result<EventWake<'_>>;
+    /// Consumes (and acknowledges) the completion events waiting now,
+    /// without blocking; returns how many.
+    fn take_events(&mut self) -> Result<u32>;
 }
 
 /// Polls between clock reads while busy polling (a clock read can be a

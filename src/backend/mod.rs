@@ -23,6 +23,31 @@ pub(crate) trait SharedQps<Q> {
     /// The CQ's credits.
     fn credits(&mut self) -> &mut CqCredits;
 }
+/// Registers `fd` (owned: it stays open, and the same, for the `AsyncFd`'s
+/// life) for readability with the current tokio runtime's reactor.
+///
+/// Errors: the registration's (no runtime is checked by the caller).
+#[cfg(feature = "tokio")]
+pub(crate) fn tokio_readable(
+    fd: std::os::fd::OwnedFd,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: an `OwnedFd` is open until dropped, which the `AsyncFd`
+    // (owning it) does last, and its `as_raw_fd` always returns the same
+    // descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// How an async wait learns of a CQ's next completion event: the device
+/// wakes the waker itself (the sim), or the CQ's completion channel's file
+/// descriptor becomes readable (verbs, ConnectX) and a reactor watches it.
+pub(crate) enum EventWake<'a> {
+    /// The waker is registered with the device.
+    Registered,
+    /// Watch this (non-blocking) fd for readability.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    Fd(std::os::fd::BorrowedFd<'a>),
+}
 
 /// Waits up to `timeout` (rounded up to whole ms: a 100 us wait must not
 /// become a 0 ms busy poll) for `fd` to become readable; `what` names it in

@@ -120,6 +120,11 @@ pub enum Error {
     /// them first. Nothing was posted.
     #[error("QP {qpn:#x} is split into a send half and a receive half: post through them, or join them first")]
     QpSplit { qpn: u32 },
+    /// The reactor of an async wait ([`crate::Reactor`]) could not watch
+    /// the completion channel's file descriptor (the OS's error, or no
+    /// runtime to register with).
+    #[error("the async wait's reactor: {0}")]
+    Reactor(String),
 }
 
 /// Why a memory registration was refused before any device was asked

@@ -60,6 +60,7 @@ impl Device {
             )
             .map_err(|e| SimError::Os(format!("eventfd: {e}")))?,
         );
+        let waker = Arc::new(std::sync::Mutex::new(None));
         let mut st = self.lock();
         // CQNs are 24 bits; skip numbers in use after a wrap.
         let start = st.next_cqn;
@@ -87,6 +88,7 @@ impl Device {
                 completion_events: 0,
                 event_sn: 0,
                 event_fd: events.clone(),
+                waker: waker.clone(),
                 refs: 1,
             },
         );
@@ -94,6 +96,7 @@ impl Device {
             dev: self.clone(),
             cqn,
             events,
+            waker,
         })
     }
 }
@@ -103,6 +106,7 @@ pub struct Cq {
     pub(super) dev: Device,
     pub(super) cqn: u32,
     events: Arc<nix::sys::eventfd::EventFd>,
+    waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
 }
 
 impl Cq {
@@ -142,6 +146,19 @@ impl Cq {
     pub fn event_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.events.as_fd()
+    }
+
+    /// Has `waker` woken by the next completion event (once; a later call
+    /// replaces it), after the event fd is written: so an async wait
+    /// registers, then reads the fd ([`Self::take_events`]) for an event
+    /// that came first, and sleeps only if there was none. No `poll(2)`
+    /// (which Miri does not run).
+    pub fn wake_on_event(&self, waker: &std::task::Waker) {
+        let mut w = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        match &*w {
+            Some(old) if old.will_wake(waker) => {}
+            _ => *w = Some(waker.clone()),
+        }
     }
 
     /// Consumes the completion events raised since the last call; returns
@@ -270,6 +287,10 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
             // A full counter (2^64 - 2 unread events) cannot happen here.
             let _ = cq.event_fd.write(1);
             cq.event_sn = cq.event_sn.wrapping_add(1);
+            let w = cq.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(w) = w {
+                w.wake();
+            }
         }
     }
 }

@@ -191,6 +191,9 @@ struct CqEntry {
     /// Becomes readable on each completion event (the completion channel's
     /// file descriptor of verbs).
     event_fd: Arc<nix::sys::eventfd::EventFd>,
+    /// Woken (once) by the next completion event, after the event fd is
+    /// written ([`Cq::wake_on_event`]): an async wait needs no `poll(2)`.
+    waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
     /// Handles keeping the CQ: its `Cq` and every QP completing to it. The
     /// entry (and its ring memory) goes when the last one does.
     refs: u32,

@@ -243,6 +243,35 @@ impl DirectCq {
         Ok(true)
     }
 
+    /// For an async wait: on the sim `waker` is registered, woken by the
+    /// next completion event; on ConnectX, the completion channel's fd to
+    /// watch.
+    pub(crate) fn event_wake(&self, waker: &std::task::Waker) -> super::EventWake<'_> {
+        match &self.dev {
+            DirectCqDev::Sim(c) => {
+                c.wake_on_event(waker);
+                super::EventWake::Registered
+            }
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(v) => super::EventWake::Fd(v.channel_fd()),
+        }
+    }
+
+    /// Consumes the completion events raised and not yet consumed, without
+    /// blocking (each acknowledged; the next arm carries the next sequence
+    /// number); returns how many.
+    pub(crate) fn take_events(&mut self) -> Result<u32> {
+        let n = match &self.dev {
+            DirectCqDev::Sim(c) => c.take_events() as u32,
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(v) => v.take_events()?,
+        };
+        for _ in 0..n {
+            self.cq.event_consumed();
+        }
+        Ok(n)
+    }
+
     /// Discards the events raised and the CQEs written so far, each CQE
     /// handed to `each` first.
     fn drain(&mut self, mut each: impl FnMut(&mlx5_dv::cqe::Cqe)) {
@@ -334,10 +363,21 @@ impl Drop for DirectQp {
     /// frees them when a QP is destroyed. (Its other fields then drop in
     /// order: the drivers before the device objects.)
     fn drop(&mut self) {
-        // (Split, its halves may still post to the rings: no RESET under
-        // them; the device objects live on with them.)
-        if self.rq.is_srq() && self.cq.is_some() && self.split.is_none() {
+        if !(self.rq.is_srq() && self.cq.is_some()) {
+            return;
+        }
+        if self.split.is_none() {
             let _ = self.modify_dev(QpState::Err, QpState::Reset, &QpAttr::default());
+            return;
+        }
+        // Split, and its halves live on (they may still post to the rings,
+        // and hold the device objects): no RESET under them. ERR stops the
+        // QP taking SRQ receives; the CQ, which goes with this copy, is
+        // drained of the receives it completed (back to the SRQ).
+        let _ = self.modify_dev(QpState::Rts, QpState::Err, &QpAttr::default());
+        if let Some(cq) = &mut self.cq {
+            let rq = &mut self.rq;
+            cq.drain(|c| rq.discarded(c));
         }
     }
 }
@@ -745,6 +785,16 @@ impl DirectQp {
     /// Arms the QP's own CQ for one completion event.
     pub(crate) fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
         self.own_cq()?.arm(solicited_only)
+    }
+
+    /// [`DirectCq::event_wake`] of the QP's own CQ.
+    pub(crate) fn event_wake(&mut self, waker: &std::task::Waker) -> Result<super::EventWake<'_>> {
+        Ok(self.own_cq()?.event_wake(waker))
+    }
+
+    /// [`DirectCq::take_events`] of the QP's own CQ.
+    pub(crate) fn take_events(&mut self) -> Result<u32> {
+        self.own_cq()?.take_events()
     }
 
     /// Waits up to `timeout` for a completion event of the QP's own CQ.

@@ -18,12 +18,16 @@ use std::sync::Arc;
 /// What a split QP remembers of the split, to count and to join.
 pub(crate) struct SplitState {
     link: Arc<HalfLink>,
-    /// Sends posted in all, and the SQ's posted count (modulo 2^32), at the split.
+    /// Sends posted in all at the split.
     sent: u64,
-    posted: u32,
-    /// Receives posted and retired in all, and the RQ's tail, at the split.
+    /// Receives posted in all at the split.
     recvd: u64,
+    /// Sends and receives retired in all (kept up to date by each
+    /// `retire_split`), and the SQ's retired count and the RQ's tail they
+    /// were last counted from.
+    sends_retired: u64,
     recvs_retired: u64,
+    sq_retired: u32,
     rq_tail: u32,
     /// Whether the QP counted CQ credits, and how many it held at the
     /// split: its outstanding WRs' and the halves' reserve.
@@ -38,7 +42,11 @@ impl DirectQp {
     /// counts CQ credits takes, now, the credits every WR the halves may
     /// post needs (`max_send_wr` and `max_recv_wr`, less what is
     /// outstanding): [`Error::CqFull`] if the CQ has not that many free,
-    /// and nothing changes.
+    /// [`Error::Invalid`] if it never could (its own CQ is shallower), and
+    /// nothing changes. While split, a CQE naming a WQE within the ring's
+    /// width past the oldest outstanding one is taken as that WQE's (this
+    /// copy does not know the halves' producer index): a stale CQE is
+    /// not told apart.
     pub(crate) fn split(&mut self, link: &Arc<HalfLink>) -> Result<(DirectQp, DirectQp)> {
         let srq = self.rq.is_srq();
         let outstanding = self.outstanding();
@@ -52,10 +60,20 @@ impl DirectQp {
         } else {
             0
         };
+        if outstanding + reserve > self.credits.depth() {
+            // (Only a CQ shallower than the QP's WR limits counts credits.)
+            return Err(Error::Invalid(format!(
+                "QP {:#x}'s halves may post {} WRs, more than its CQ of {} CQEs holds: \
+                 size the CQ with CqSizing to split it",
+                self.qpn,
+                outstanding + reserve,
+                self.credits.depth()
+            )));
+        }
         if reserve > 0 && !self.credits.take(reserve) {
             return Err(Error::CqFull);
         }
-        let (_, _, _, recvs_retired) = self.seqs();
+        let (_, sends_retired, _, recvs_retired) = self.seqs();
         // SAFETY: from here on the send half's copy alone posts to the SQ
         // and the receive half's alone to the RQ; this QP only retires
         // (its post mode is CHECKED, and `post_send` / `post_recv` refuse
@@ -79,9 +97,10 @@ impl DirectQp {
         self.split = Some(Box::new(SplitState {
             link: link.clone(),
             sent: self.sent,
-            posted: self.sq.posted_count(),
             recvd: self.recvd,
+            sends_retired,
             recvs_retired,
+            sq_retired: self.sq.retired_count(),
             rq_tail: self.rq.consumed(),
             counted: self.count_credits,
             held: outstanding + reserve,
@@ -156,13 +175,13 @@ impl DirectQp {
     /// The four counts of `seqs` while split: sends and receives posted as
     /// at the split (this copy posts none), retired as the queues say.
     pub(super) fn split_seqs(&self, s: &SplitState) -> (u64, u64, u64, u64) {
-        let sends_retired = s
-            .sent
-            .wrapping_add(self.sq.retired_count().wrapping_sub(s.posted) as i32 as i64 as u64);
-        let recvs_retired = s
-            .recvs_retired
-            .wrapping_add(self.rq.consumed().wrapping_sub(s.rq_tail) as u64);
-        (s.sent, sends_retired, s.recvd, recvs_retired)
+        // (Counted from where the last `retire_split` left them: fewer than
+        // 2^32 WRs retire in one.)
+        let sends = s.sends_retired + self.sq.retired_count().wrapping_sub(s.sq_retired) as u64;
+        let recvs = s.recvs_retired + self.rq.consumed().wrapping_sub(s.rq_tail) as u64;
+        // Never below what was retired, never above what was posted as far
+        // as this copy knows: the halves posted the rest.
+        (s.sent.max(sends), sends, s.recvd.max(recvs), recvs)
     }
 
     /// Retires, with `f`, what CQEs of a split QP name: the windows opened
@@ -175,9 +194,12 @@ impl DirectQp {
         self.sq.close_window();
         self.rq.close_window();
         self.publish_retired();
-        if let Some(s) = &self.split {
-            s.link
-                .publish(self.sq.consumed(), self.rq.consumed() as u64);
+        let (sq, rq) = (self.sq.retired_count(), self.rq.consumed());
+        if let Some(s) = &mut self.split {
+            s.sends_retired += sq.wrapping_sub(s.sq_retired) as u64;
+            s.recvs_retired += rq.wrapping_sub(s.rq_tail) as u64;
+            (s.sq_retired, s.rq_tail) = (sq, rq);
+            s.link.publish(self.sq.consumed(), rq as u64);
         }
         r
     }

@@ -139,6 +139,25 @@ impl VerbsCq {
     }
 
     /// Waits up to `timeout` for a completion event ([`wait_channel`]).
+    /// The completion channel's file descriptor (non-blocking), readable
+    /// while an event waits: what an async wait watches.
+    pub(crate) fn channel_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the channel was created with this CQ and is destroyed
+        // only in `drop`, after every borrow of `self` (this one included).
+        unsafe { std::os::fd::BorrowedFd::borrow_raw((*self.channel).fd) }
+    }
+
+    /// Consumes every completion event waiting now (`ibv_get_cq_event`,
+    /// each acknowledged at once with `ibv_ack_cq_events`), without
+    /// blocking; returns how many.
+    pub(crate) fn take_events(&self) -> Result<u32> {
+        let mut n = 0;
+        while wait_channel(self.channel, std::time::Duration::ZERO)? {
+            n += 1;
+        }
+        Ok(n)
+    }
+
     pub(crate) fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
         wait_channel(self.channel, timeout)
     }

@@ -309,6 +309,17 @@ impl VerbsQp {
     }
 
     /// Waits up to `timeout` for a completion event of the QP's own CQ.
+    /// The own CQ's completion channel fd, for an async wait.
+    pub(crate) fn event_wake(&self) -> Result<super::EventWake<'_>> {
+        Ok(super::EventWake::Fd(self.own_cq()?.channel_fd()))
+    }
+
+    /// Consumes (and acknowledges) the own CQ's waiting events, without
+    /// blocking; returns how many.
+    pub(crate) fn take_events(&self) -> Result<u32> {
+        self.own_cq()?.take_events()
+    }
+
     pub(crate) fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
         self.own_cq()?.wait(timeout)
     }

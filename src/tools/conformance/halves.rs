@@ -314,13 +314,17 @@ pub(super) fn split_refusals_and_join(dev: &str) -> CaseResult {
     let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     let write = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0)).signaled();
-    let (mut tx, rx) = a.split()?;
+    let before = ring_snapshot(&a);
+    let (tx, rx) = a.split()?;
     check!(a.is_split(), "is_split after split");
     check!(
         matches!(a.split(), Err(Error::QpSplit { .. })),
         "a split QP was split again"
     );
-    let before = ring_snapshot(&a);
+    check!(
+        ring_snapshot(&a).is_none(),
+        "a snapshot of a split QP's ring (its send half may be writing it)"
+    );
     check!(
         matches!(a.post_send(&[write(1)]), Err(Error::QpSplit { .. })),
         "the split QP posted a send itself"
@@ -340,11 +344,6 @@ pub(super) fn split_refusals_and_join(dev: &str) -> CaseResult {
         ),
         "the split QP posted a receive itself"
     );
-    check_eq!(
-        ring_snapshot(&a),
-        before,
-        "the SQ ring and doorbell record after the refused posts"
-    );
     check!(
         matches!(
             a.modify(QpState::Reset, &QpAttr::default()),
@@ -357,7 +356,14 @@ pub(super) fn split_refusals_and_join(dev: &str) -> CaseResult {
         QpState::Rts,
         "the refused RESET changed the state"
     );
+    a.join(tx, rx)?;
+    check_eq!(
+        ring_snapshot(&a),
+        before,
+        "the SQ ring and doorbell record after the refused posts (joined, the halves posted nothing)"
+    );
     // A WR posted by the half, completed after the join.
+    let (mut tx, rx) = a.split()?;
     tx.post_send(&[write(4)])?;
     let (b_tx, b_rx) = b.split()?;
     check!(

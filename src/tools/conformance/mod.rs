@@ -137,6 +137,7 @@ macro_rules! check_eq {
     };
 }
 
+mod async_waits;
 mod benchmarks;
 mod completions;
 mod data;
@@ -149,6 +150,7 @@ mod srq;
 mod transports;
 pub mod two_host;
 
+use async_waits::*;
 use benchmarks::*;
 use completions::*;
 use data::*;
@@ -375,4 +377,7 @@ const ONE_SIDED: &[Case] = &[
     case!(halves_post_from_four_threads_while_the_owner_polls),
     case!(halves_of_qps_on_a_shared_cq),
     case!(split_refusals_and_join),
+    case!(async_waits_sleep_until_the_event),
+    case!(no_completion_event_is_lost),
+    case!(a_stale_consumer_index_at_arm_time),
 ];

@@ -1,0 +1,271 @@
+//! How the async waits ([`Completions`](crate::Completions)) learn that a
+//! file descriptor became readable, whatever the async runtime: the
+//! [`Reactor`] trait, the built-in [`ThreadReactor`] (one background thread
+//! in `poll(2)`, no runtime crate), and with the `tokio` feature
+//! [`TokioReactor`] (tokio's own reactor, through `AsyncFd`).
+//!
+//! Only verbs devices (and a ConnectX's completion channels) need one: the
+//! sim wakes an async wait's waker itself when it raises the event.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+
+/// Watches file descriptors for readability for the async waits: the seam
+/// between this crate and an async runtime. Implement it to run the waits
+/// on another runtime's reactor.
+pub trait Reactor: Send + Sync {
+    /// Starts watching `fd` for readability. Implementations watch a
+    /// duplicate (`fd.try_clone_to_owned()`), so the caller's descriptor
+    /// stays its own to close.
+    ///
+    /// Errors: the OS's (`dup`, registration), or no runtime to register
+    /// with.
+    fn watch(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>>;
+}
+
+/// One descriptor a [`Reactor`] watches.
+pub trait ReadyFd: Send {
+    /// `Ready(Ok(()))` once the descriptor is readable (the caller then
+    /// consumes what it holds, or this is ready again at once); else
+    /// `Pending`, with `cx`'s waker woken when it becomes readable.
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+/// The reactor an async wait uses when given none: [`TokioReactor`] when
+/// the `tokio` feature is on and the caller runs inside a tokio runtime,
+/// else the process's [`ThreadReactor`].
+pub fn default_reactor() -> Arc<dyn Reactor> {
+    #[cfg(feature = "tokio")]
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Arc::new(TokioReactor);
+    }
+    ThreadReactor::global()
+}
+
+/// A reactor of its own: one background thread (`rdma-direct-reactor`,
+/// started at the first watch) sleeping in `poll(2)` on every descriptor
+/// whose wait is pending, and waking that wait's waker when it becomes
+/// readable. Works under any executor (a waker is all it needs); costs a
+/// thread and, per sleep, one `eventfd` write to tell the thread.
+pub struct ThreadReactor {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Written to interrupt the thread's `poll(2)` (a new or dropped watch).
+    wake: nix::sys::eventfd::EventFd,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<u64, Entry>,
+    next: u64,
+    started: bool,
+}
+
+struct Entry {
+    /// The watched duplicate (an `Arc`: the thread keeps it open while it
+    /// polls, even if the watch is dropped meanwhile).
+    fd: Arc<OwnedFd>,
+    /// Set while a wait sleeps on it; taken when woken.
+    waker: Option<Waker>,
+    /// Found readable since the wait last looked.
+    ready: bool,
+}
+
+impl ThreadReactor {
+    /// The process's reactor (its thread starts at the first watch).
+    pub fn global() -> Arc<dyn Reactor> {
+        static GLOBAL: OnceLock<Arc<ThreadReactor>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                Arc::new(ThreadReactor::new().expect("an eventfd for the reactor thread"))
+            })
+            .clone()
+    }
+
+    /// A reactor with a thread of its own (started at its first watch;
+    /// it runs for the rest of the process).
+    ///
+    /// Errors: the `eventfd` it interrupts its thread with.
+    pub fn new() -> io::Result<Self> {
+        let wake = nix::sys::eventfd::EventFd::from_value_and_flags(
+            0,
+            nix::sys::eventfd::EfdFlags::EFD_NONBLOCK | nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        Ok(ThreadReactor {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                wake,
+            }),
+        })
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn interrupt(&self) {
+        // A full counter (2^64 - 2 writes unread) cannot happen: the thread
+        // reads it at each wakeup.
+        let _ = self.wake.write(1);
+    }
+
+    /// The thread: poll every descriptor a wait sleeps on, wake the waits
+    /// whose descriptors are readable, again.
+    fn run(self: Arc<Self>) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        loop {
+            let watched: Vec<(u64, Arc<OwnedFd>)> = self
+                .lock()
+                .entries
+                .iter()
+                .filter(|(_, e)| e.waker.is_some() && !e.ready)
+                .map(|(id, e)| (*id, e.fd.clone()))
+                .collect();
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watched.len() + 1);
+            fds.push(PollFd::new(self.wake.as_fd(), PollFlags::POLLIN));
+            fds.extend(
+                watched
+                    .iter()
+                    .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
+            );
+            if poll(&mut fds, PollTimeout::NONE).is_err() {
+                // EINTR (or EAGAIN): look again.
+                continue;
+            }
+            let hit = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+            let readable: Vec<u64> = fds[1..]
+                .iter()
+                .zip(&watched)
+                .filter(|(f, _)| hit(f))
+                .map(|(_, (id, _))| *id)
+                .collect();
+            if hit(&fds[0]) {
+                let _ = self.wake.read();
+            }
+            let mut woken = Vec::new();
+            {
+                let mut st = self.lock();
+                for id in readable {
+                    if let Some(e) = st.entries.get_mut(&id) {
+                        e.ready = true;
+                        woken.extend(e.waker.take());
+                    }
+                }
+            }
+            // Woken outside the lock: a waker may run the wait at once.
+            woken.into_iter().for_each(Waker::wake);
+        }
+    }
+}
+
+impl Reactor for ThreadReactor {
+    fn watch(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>> {
+        let fd = Arc::new(fd.try_clone_to_owned()?);
+        let id = {
+            let mut st = self.shared.lock();
+            if !st.started {
+                let shared = self.shared.clone();
+                std::thread::Builder::new()
+                    .name("rdma-direct-reactor".into())
+                    .spawn(move || shared.run())?;
+                st.started = true;
+            }
+            let id = st.next;
+            st.next += 1;
+            st.entries.insert(
+                id,
+                Entry {
+                    fd,
+                    waker: None,
+                    ready: false,
+                },
+            );
+            id
+        };
+        Ok(Box::new(ThreadWatch {
+            shared: self.shared.clone(),
+            id,
+        }))
+    }
+}
+
+/// A descriptor the [`ThreadReactor`] watches.
+struct ThreadWatch {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl ReadyFd for ThreadWatch {
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        {
+            let mut st = self.shared.lock();
+            let Some(e) = st.entries.get_mut(&self.id) else {
+                return Poll::Ready(Err(io::Error::other("the reactor lost a watch")));
+            };
+            if e.ready {
+                e.ready = false;
+                return Poll::Ready(Ok(()));
+            }
+            match &e.waker {
+                Some(w) if w.will_wake(cx.waker()) => return Poll::Pending,
+                _ => e.waker = Some(cx.waker().clone()),
+            }
+        }
+        self.shared.interrupt();
+        Poll::Pending
+    }
+}
+
+impl Drop for ThreadWatch {
+    fn drop(&mut self) {
+        self.shared.lock().entries.remove(&self.id);
+        self.shared.interrupt();
+    }
+}
+
+/// Tokio's reactor (feature `tokio`): each watched descriptor (a
+/// duplicate) is registered as an `AsyncFd` with the runtime the caller
+/// runs in.
+#[cfg(feature = "tokio")]
+pub struct TokioReactor;
+
+#[cfg(feature = "tokio")]
+impl Reactor for TokioReactor {
+    fn watch(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other(
+                "TokioReactor::watch outside a tokio runtime (use ThreadReactor there)",
+            ));
+        }
+        let fd = fd.try_clone_to_owned()?;
+        Ok(Box::new(TokioWatch(crate::backend::tokio_readable(fd)?)))
+    }
+}
+
+#[cfg(feature = "tokio")]
+struct TokioWatch(tokio::io::unix::AsyncFd<OwnedFd>);
+
+#[cfg(feature = "tokio")]
+impl ReadyFd for TokioWatch {
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.0.poll_read_ready(cx) {
+            Poll::Ready(Ok(mut guard)) => {
+                // Cleared before the caller consumes what the descriptor
+                // holds: what arrives after the clear is a new edge.
+                guard.clear_ready();
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

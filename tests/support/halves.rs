@@ -1,0 +1,58 @@
+//! What tests/review_halves.rs and tests/review_halves_drop.rs share (a
+//! break-it review of `Qp::split`): QP pairs, shared-CQ drains.
+#![allow(dead_code)]
+
+use super::support::*;
+use rdma_direct::*;
+use std::time::Instant;
+
+pub const QKEY: u32 = 0x1234;
+
+pub fn cfg(send: u32, recv: u32) -> QpConfig {
+    QpConfig {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        ..QpConfig::default()
+    }
+}
+
+pub fn pair(pd: &Pd, c: &QpConfig) -> (Qp, Qp) {
+    let mut a = pd.create_qp(c).unwrap();
+    let mut b = pd.create_qp(c).unwrap();
+    Qp::connect_loopback(&mut a, &mut b).unwrap();
+    (a, b)
+}
+
+pub fn drain_cq(cq: &mut SharedCq) -> Vec<Completion> {
+    drain_with(|wc| cq.poll(wc))
+}
+
+/// Polls `cq` until `n` completions came (or PATIENCE).
+pub fn poll_shared_n(cq: &mut SharedCq, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let t = Instant::now();
+    let mut wc = [Completion::default(); 16];
+    while got.len() < n {
+        let k = cq.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..k]);
+        if k == 0 {
+            std::thread::yield_now();
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "timed out: {} of {n}: {got:?}",
+            got.len()
+        );
+    }
+    got
+}
+
+pub fn ids(c: &[Completion]) -> Vec<u64> {
+    c.iter().map(|c| c.wr_id).collect()
+}
+
+pub fn is_invalid(r: &Result<()>) -> bool {
+    matches!(r, Err(Error::Invalid(_)))
+}
+
+// ------------------------------------------------------------ transports
