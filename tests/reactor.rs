@@ -1,0 +1,181 @@
+//! The async waits' reactors on a plain eventfd (no RDMA device needed):
+//! a watch is pending until the fd becomes readable, wakes its waker when
+//! it does, is ready while it stays readable, and pending again once
+//! drained. `ThreadReactor` always; `TokioReactor` with the `tokio`
+//! feature, inside a tokio runtime (and refused outside one). With
+//! `tokio`, also a QP's async wait inside a tokio runtime on the sim.
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use rdma_direct::{Reactor, ReadyFd, ThreadReactor};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// Counts its wakes.
+#[derive(Default)]
+struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn eventfd() -> EventFd {
+    EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).unwrap()
+}
+
+/// The watch's life on `efd`: pending, woken once written, ready while
+/// readable, pending again once drained, woken again by the next write.
+fn watch_cycle(watch: &mut dyn ReadyFd, efd: &EventFd) {
+    let count = Arc::new(Count::default());
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+    for round in 0..3 {
+        assert!(
+            watch.poll_readable(&mut cx).is_pending(),
+            "round {round}: ready before the fd was written"
+        );
+        let before = count.0.load(Ordering::SeqCst);
+        efd.write(1).unwrap();
+        let t = Instant::now();
+        while count.0.load(Ordering::SeqCst) == before {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "round {round}: never woken"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            matches!(watch.poll_readable(&mut cx), Poll::Ready(Ok(()))),
+            "round {round}: woken but not ready"
+        );
+        assert_eq!(efd.read().unwrap(), 1, "round {round}: drained");
+    }
+}
+
+#[test]
+fn the_thread_reactor_wakes_when_the_fd_becomes_readable() {
+    let efd = eventfd();
+    let r = ThreadReactor::new().unwrap();
+    let mut w = r.watch(efd.as_fd()).unwrap();
+    watch_cycle(&mut *w, &efd);
+    // The watch is of a duplicate: dropping it leaves ours open.
+    drop(w);
+    efd.write(1).unwrap();
+    assert_eq!(efd.read().unwrap(), 1);
+}
+
+#[cfg(feature = "tokio")]
+mod tokio_tests {
+    use super::*;
+    use rdma_direct::reactor::TokioReactor;
+    use rdma_direct::*;
+
+    #[test]
+    fn the_tokio_reactor_wakes_inside_a_runtime_and_refuses_outside() {
+        let efd = Arc::new(eventfd());
+        assert!(
+            TokioReactor.watch(efd.as_fd()).is_err(),
+            "a watch outside a tokio runtime was not refused"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut w = TokioReactor.watch(efd.as_fd()).unwrap();
+            for round in 0..3 {
+                let pending =
+                    std::future::poll_fn(|cx| Poll::Ready(w.poll_readable(cx).is_pending())).await;
+                assert!(pending, "round {round}: ready before the fd was written");
+                let e = efd.clone();
+                let writer = std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(5));
+                    e.write(1).unwrap();
+                });
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    std::future::poll_fn(|cx| w.poll_readable(cx)),
+                )
+                .await
+                .expect("woken within 10 s")
+                .unwrap();
+                writer.join().unwrap();
+                assert_eq!(efd.read().unwrap(), 1, "round {round}: drained");
+            }
+            // Inside the runtime, the default is tokio's.
+            assert!(rdma_direct::reactor::default_reactor()
+                .watch(efd.as_fd())
+                .is_ok());
+        });
+    }
+
+    #[test]
+    fn a_qp_waits_inside_a_tokio_runtime() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ctx = rdma_direct::Context::open("sim").unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let (mut a, mut b) = pd.create_connected_pair(&QpConfig::default()).unwrap();
+            let src = pd.reg_mr(8, Access::LOCAL_WRITE).unwrap();
+            let dst = pd.reg_mr(8 * 64, Access::LOCAL_WRITE).unwrap();
+            let (_b_tx, mut b_rx) = b.split().unwrap();
+            let (mut a_tx, _a_rx) = a.split().unwrap();
+            let _keep = (_b_tx,);
+            let n = 100u64;
+            // a, its send half and the polling of its sends: one task.
+            let sender = tokio::spawn(async move {
+                let mut out = [Completion::default(); 8];
+                let mut sent = Vec::new();
+                let sge = [Sge::new(&src, 0, 8).unwrap()];
+                for k in 0..n {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    while a_tx.post_send(&[SendWr::send(k, &sge).signaled()]).is_err() {
+                        let j = a.poll(&mut out).unwrap();
+                        sent.extend(out[..j].iter().map(|c| c.wr_id));
+                        tokio::task::yield_now().await;
+                    }
+                }
+                while (sent.len() as u64) < n {
+                    let j = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        a.completions(CompletionMode::Adaptive { spins: 10 })
+                            .next(&mut out),
+                    )
+                    .await
+                    .expect("sends within 10 s")
+                    .unwrap();
+                    sent.extend(out[..j].iter().map(|c| c.wr_id));
+                }
+                sent
+            });
+            let mut got = Vec::new();
+            let mut out = [Completion::default(); 8];
+            let mut posted = 0;
+            while got.len() < n as usize {
+                while posted < n && posted < got.len() as u64 + 32 {
+                    let s = [Sge::new(&dst, (posted as usize % 64) * 8, 8).unwrap()];
+                    b_rx.post_recv(&[RecvWr::new(posted, &s)]).unwrap();
+                    posted += 1;
+                }
+                let k = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    b.completions(CompletionMode::Events).next(&mut out),
+                )
+                .await
+                .expect("a receive within 10 s")
+                .unwrap();
+                got.extend(out[..k].iter().map(|c| c.wr_id));
+            }
+            assert_eq!(got, (0..n).collect::<Vec<_>>());
+            assert_eq!(sender.await.unwrap(), (0..n).collect::<Vec<_>>());
+        });
+    }
+}
