@@ -57,6 +57,7 @@ fn from_sim(e: sim::AsyncEvent) -> AsyncEvent {
     match e {
         sim::AsyncEvent::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srq_num: srqn },
         sim::AsyncEvent::CqError { cqn } => AsyncEvent::CqError { cq_num: cqn },
+        sim::AsyncEvent::QpFatal { qpn } => AsyncEvent::QpFatal { qp_num: qpn },
     }
 }
 
@@ -168,6 +169,23 @@ impl Context {
             }
         }
         Ok(pending.pop_front())
+    }
+
+    /// A duplicate of the file descriptor that becomes readable when the
+    /// device has an async event (non-blocking), for
+    /// [`AsyncEvents`](crate::AsyncEvents).
+    pub(crate) fn async_event_fd(&self) -> Result<std::os::fd::OwnedFd> {
+        match &self.kind {
+            CtxKind::Sim(d) => {
+                use std::os::fd::AsFd;
+                d.async_event_fd()?
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| Error::Invalid(format!("dup of the sim's async event fd: {e}")))
+            }
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(c, _) => ibv::async_fd(c),
+        }
     }
 
     /// Allocates a protection domain.

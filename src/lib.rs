@@ -58,6 +58,7 @@ pub mod cm;
 mod completions;
 mod context;
 mod cq;
+mod events;
 pub mod exchange;
 mod handles;
 mod owned;
@@ -83,6 +84,7 @@ pub mod concepts {}
 pub use completions::Completions;
 pub use context::{list_devices, Context};
 pub use cq::SharedCq;
+pub use events::AsyncEvents;
 /// The `memmap2` this crate's [`Memory`] takes mappings of (0.9): use it,
 /// or the same version, to map what you register.
 pub use memmap2;

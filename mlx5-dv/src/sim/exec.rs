@@ -63,6 +63,10 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         let mut result = if state == QpState::Err {
             Exec::Err(Syndrome::WR_FLUSH_ERR)
         } else if ds == 0 || wqe_idx != (q.sq_ci & 0xffff) as u16 || ctrl_qpn != qpn {
+            // A WQE the device cannot even parse: a local QP operation
+            // error, and the QP's catastrophic error as an async event
+            // (`IBV_EVENT_QP_FATAL`).
+            super::srq::raise(st, super::AsyncEvent::QpFatal { qpn });
             Exec::Err(Syndrome::LOCAL_QP_OP_ERR)
         } else {
             execute(st, qpn, slot, ds)

@@ -29,6 +29,10 @@ pub enum AsyncEvent {
     SrqLimitReached { srqn: u32 },
     /// `IBV_EVENT_CQ_ERR`: CQ `cqn` overran (it stopped).
     CqError { cqn: u32 },
+    /// `IBV_EVENT_QP_FATAL`: QP `qpn` met a WQE it could not parse (DS 0,
+    /// the wrong WQE index or QPN in its ctrl segment); the WQE completes
+    /// with a local QP operation error and the QP goes to ERR.
+    QpFatal { qpn: u32 },
 }
 
 impl Device {

@@ -20,7 +20,7 @@ pub(crate) use mlx5::{
     create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mlx5_supported, Mlx5Objs,
 };
 pub(crate) use qp::{ibv_type, modify_raw, query_raw, QpCaps};
-pub(crate) use srq::{get_async_event, VerbsSrq};
+pub(crate) use srq::{async_fd, get_async_event, VerbsSrq};
 
 use crate::types::device::{GidEntry, PortDetail};
 use crate::types::error::{Error, Result};

@@ -96,6 +96,25 @@ pub(crate) fn srq_num_of(raw: *mut ibv_srq) -> u32 {
         unsafe { (*raw).handle }
     }
 }
+/// A duplicate of the context's async event fd (`ibv_context.async_fd`),
+/// made non-blocking: what an async event stream watches.
+///
+/// Errors: `fcntl` or `dup` ([`Error::Invalid`]).
+pub(crate) fn async_fd(ctx: &super::Ctx) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::BorrowedFd;
+    // SAFETY: a live context.
+    let fd = unsafe { (*ctx.raw).async_fd };
+    // SAFETY: the context keeps its fd open while it lives (`ctx` here);
+    // the borrow ends in this call (a duplicate is returned).
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let flags = nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_GETFL)
+        .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
+    let nb = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_SETFL(nb))
+        .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
+    bfd.try_clone_to_owned()
+        .map_err(|e| Error::Invalid(format!("dup(async_fd): {e}")))
+}
 
 /// Reads one async event of `ctx` (`ibv_get_async_event` on its
 /// `async_fd`, made non-blocking; `poll(2)` up to `timeout` first), then

@@ -24,7 +24,7 @@ impl Wake for Unpark {
 /// Runs `f` on this thread until it resolves, or `None` after `timeout`
 /// (the future is dropped then: a cancelled wait). Counts the times it
 /// slept (`Pending` and parked) in `sleeps`.
-fn block_on<F: Future>(f: F, timeout: Duration, sleeps: &mut u64) -> Option<F::Output> {
+pub(super) fn block_on<F: Future>(f: F, timeout: Duration, sleeps: &mut u64) -> Option<F::Output> {
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = TaskContext::from_waker(&waker);
     let mut f = std::pin::pin!(f);
@@ -320,4 +320,61 @@ pub(super) fn a_stale_consumer_index_at_arm_time(dev: &str) -> CaseResult {
         "a second event for one CQE"
     );
     passed(vec!["no event before the 6th CQE, then exactly one".into()])
+}
+
+/// The device's async events as a stream when its port goes down and up:
+/// `PortError`, then `PortActive`. It takes the link of the netdev that
+/// `RDMA_DIRECT_LINK_NETDEV` names down and up (`ip link set`), so it runs
+/// only where that is set (scripts/test sets it in its soft-RoCE guest,
+/// whose rxe0 sits on the dummy netdev rxedummy0); the sim has no link.
+pub(super) fn port_events_stream_when_the_link_goes_down_and_up(dev: &str) -> CaseResult {
+    if dev == "sim" {
+        return skipped("the sim has no link to take down");
+    }
+    let Ok(netdev) = std::env::var("RDMA_DIRECT_LINK_NETDEV") else {
+        return skipped(
+            "RDMA_DIRECT_LINK_NETDEV names no netdev of this device to take down and up (set it only where that is harmless: scripts/test's guest sets rxedummy0)",
+        );
+    };
+    let ctx = Context::open(dev)?;
+    // Events from before: not this case's.
+    while ctx.get_async_event(Duration::ZERO)?.is_some() {}
+    let link = |state: &str| -> Result<(), Failure> {
+        let out = std::process::Command::new("ip")
+            .args(["link", "set", &netdev, state])
+            .output()
+            .map_err(|e| Failure(format!("ip link set {netdev} {state}: {e}")))?;
+        check!(
+            out.status.success(),
+            "ip link set {netdev} {state}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let mut events = ctx.async_events();
+    let mut sleeps = 0;
+    let mut next = |want: &str| -> Result<rdma_direct::AsyncEvent, Failure> {
+        match block_on(events.next(), COMPLETION_TIMEOUT, &mut sleeps) {
+            Some(r) => Ok(r?),
+            None => Err(Failure(format!(
+                "no {want} event within {COMPLETION_TIMEOUT:?}"
+            ))),
+        }
+    };
+    link("down")?;
+    let down = next("PortError");
+    link("up")?;
+    let down = down?;
+    check!(
+        matches!(down, rdma_direct::AsyncEvent::PortError { port: 1 }),
+        "after the link went down: {down:?}"
+    );
+    let up = next("PortActive")?;
+    check!(
+        matches!(up, rdma_direct::AsyncEvent::PortActive { port: 1 }),
+        "after the link came up: {up:?}"
+    );
+    passed(vec![format!(
+        "{netdev} down: {down:?}, up: {up:?}, through the async event stream"
+    )])
 }

@@ -45,9 +45,30 @@ pub(super) fn malformed_wqes_are_local_qp_operation_errors(dev: &str) -> CaseRes
             contents(&dst)?.iter().all(|&b| b == 0),
             "{what}: memory written"
         );
+        // A WQE the device cannot parse is the QP's catastrophic error too
+        // (the sim raises IBV_EVENT_QP_FATAL); an unknown opcode parses.
+        let fatal = what != "unknown opcode 0x07";
+        let mut events = s._ctx.async_events();
+        let mut sleeps = 0;
+        let wait = if fatal {
+            COMPLETION_TIMEOUT
+        } else {
+            Duration::from_millis(100)
+        };
+        let got = super::async_waits::block_on(events.next(), wait, &mut sleeps).transpose()?;
+        let qp_num = s.a.qp_num();
+        if fatal {
+            check_eq!(
+                got,
+                Some(rdma_direct::AsyncEvent::QpFatal { qp_num }),
+                "{what}: the async event"
+            );
+        } else {
+            check_eq!(got, None, "{what}: an async event");
+        }
     }
     passed(vec![
-        "DS 0, another QPN, wrong WQE index, unknown opcode".into()
+        "DS 0, another QPN, wrong WQE index (each a QP fatal async event, streamed), unknown opcode".into()
     ])
 }
 

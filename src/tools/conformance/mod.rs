@@ -380,4 +380,5 @@ const ONE_SIDED: &[Case] = &[
     case!(async_waits_sleep_until_the_event),
     case!(no_completion_event_is_lost),
     case!(a_stale_consumer_index_at_arm_time),
+    case!(port_events_stream_when_the_link_goes_down_and_up),
 ];
