@@ -175,6 +175,11 @@ struct BenchArgs {
     /// before arming and sleeping as -e does (implies -e; not in perftest).
     #[arg(long = "adaptive", value_name = "SPINS")]
     adaptive: Option<u32>,
+    /// Wait for completions through the async API (Qp::completions, on a
+    /// one-thread executor), busy or, with -e / --adaptive, sleeping until
+    /// the CQ's event wakes it (not in perftest).
+    #[arg(long = "async")]
+    async_wait: bool,
     /// Run for this many seconds instead of -n: a bandwidth test counts the
     /// WRs completed and reports no peak; a latency test reports the round
     /// trips it made (at most 4,000,000) as usual (perftest -D).
@@ -731,6 +736,7 @@ fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         backend: a.backend.into(),
         events: a.events || a.adaptive.is_some(),
         spins: a.adaptive.unwrap_or(0),
+        async_wait: a.async_wait,
         atomic: match a.atomic_type {
             None | Some(AtomicArg::FetchAndAdd) => bench::AtomicKind::FetchAndAdd,
             Some(AtomicArg::CmpAndSwap) => bench::AtomicKind::CmpAndSwap,

@@ -46,6 +46,10 @@ pub struct LatConfig {
     /// mode, [`rdma_direct::CompletionMode::Adaptive`], `--adaptive`); 0 arms at
     /// the first empty poll, as perftest's `-e`.
     pub spins: u32,
+    /// Wait through the async API (`Qp::completions(mode).next()`, on a
+    /// one-thread executor that parks: `--async`; ours, not perftest's),
+    /// in the mode `events` and `spins` give (busy polling without them).
+    pub async_wait: bool,
     /// The atomic the atomic tests run (perftest `-A`).
     pub atomic: AtomicKind,
     /// Two hosts: connect the QPs through rdma_cm (perftest `-R`).
@@ -145,6 +149,7 @@ impl Default for LatConfig {
             backend: rdma_direct::Backend::Auto,
             events: false,
             spins: 0,
+            async_wait: false,
             atomic: AtomicKind::FetchAndAdd,
             rdma_cm: false,
             duration: None,
@@ -341,6 +346,8 @@ struct CpuMeter {
     events: bool,
     /// With `events`: empty polls before arming (`--adaptive`).
     spins: u32,
+    /// Waits go through the async API (`--async`).
+    async_wait: bool,
 }
 
 impl CpuMeter {
@@ -361,6 +368,7 @@ impl CpuMeter {
             start: (Instant::now(), ticks()),
             events: cfg.events,
             spins: cfg.spins,
+            async_wait: cfg.async_wait,
         }
     }
 
@@ -387,6 +395,13 @@ impl CpuMeter {
             self.polled += n as u64;
         }
         Ok(n)
+    }
+
+    /// An async wait that took `n` completions in `dt` ticks (its whole
+    /// poll, the sleep excluded: the executor parks between polls).
+    fn polled_async(&mut self, n: usize, dt: u64) {
+        self.poll_ticks += dt.saturating_sub(self.overhead);
+        self.polled += n as u64;
     }
 
     /// ns per posted WR and per polled CQE.
@@ -498,6 +513,9 @@ fn poll_wait(
     mut enough: impl FnMut(&[Completion]) -> Result<bool>,
 ) -> Result<()> {
     let mut wc = [Completion::default(); 4];
+    if m.async_wait {
+        return async_wait(qp, m, what, enough);
+    }
     if !m.events {
         return spin_until(what, || {
             let n = m.poll(qp, &mut wc)?;
@@ -533,6 +551,52 @@ fn poll_wait(
         if left.is_zero() || !qp.wait_cq_event(left)? {
             return Err(Error::Timeout(what()));
         }
+    }
+}
+
+/// [`poll_wait`] through the async API: `Qp::completions(mode).next()`
+/// on a one-thread executor that parks until the wait's waker is woken
+/// (busy: woken at once; events: by the CQ's event), up to `WAIT_LIMIT`.
+/// The completions it takes are timed as a poll's (`CpuMeter::polled_async`).
+fn async_wait(
+    qp: &mut Qp,
+    m: &mut CpuMeter,
+    what: impl Fn() -> String,
+    mut enough: impl FnMut(&[Completion]) -> Result<bool>,
+) -> Result<()> {
+    use std::task::{Context as TaskCx, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let mode = match (m.events, m.spins) {
+        (false, _) => rdma_direct::CompletionMode::Busy,
+        (true, 0) => rdma_direct::CompletionMode::Events,
+        (true, spins) => rdma_direct::CompletionMode::Adaptive { spins },
+    };
+    let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = TaskCx::from_waker(&waker);
+    let deadline = Instant::now() + WAIT_LIMIT;
+    let mut wc = [Completion::default(); 4];
+    let mut c = qp.completions(mode);
+    loop {
+        let t = ticks();
+        let r = c.poll_completions(&mut cx, &mut wc);
+        if let Poll::Ready(n) = r {
+            let n = n?;
+            m.polled_async(n, ticks().wrapping_sub(t));
+            if enough(&wc[..n])? {
+                return Ok(());
+            }
+            continue;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(what()));
+        }
+        std::thread::park_timeout(left);
     }
 }
 
