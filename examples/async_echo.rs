@@ -144,7 +144,7 @@ async fn next_recv(qp: &mut Qp) -> Result<(usize, usize)> {
     let mut c = qp.completions(CompletionMode::Events);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let n = tokio::time::timeout(left, c.next(&mut out))
+        let n = tokio::time::timeout(left, c.next_batch(&mut out))
             .await
             .map_err(|_| Error::Timeout("no receive within 60 s".into()))??;
         for w in &out[..n] {
@@ -207,7 +207,7 @@ async fn client(mut qp: Qp, bufs: Bufs, c: usize, n: u64) -> Result<()> {
     loop {
         let n = tokio::time::timeout(
             deadline.saturating_duration_since(Instant::now()),
-            comps.next(&mut out),
+            comps.next_batch(&mut out),
         )
         .await
         .map_err(|_| Error::Timeout("the last message's completion".into()))??;

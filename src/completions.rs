@@ -1,5 +1,6 @@
 //! Async waits for completions, on any runtime: [`Completions`], a
-//! future per batch ([`Completions::next`]) and a [`Stream`] of single
+//! future per batch ([`Completions::next_batch`]; named so that it does not
+//! hide `StreamExt::next`) and a [`Stream`] of single
 //! completions, over a QP's own CQ ([`Qp::completions`]) or a
 //! [`SharedCq`] ([`SharedCq::completions`]).
 //!
@@ -110,11 +111,11 @@ impl<'c> Completions<'c> {
     ///
     /// Errors: `out` is empty ([`Error::Invalid`]); the poll's, arm's or
     /// event's; [`Error::Reactor`].
-    pub async fn next(&mut self, out: &mut [Completion]) -> Result<usize> {
+    pub async fn next_batch(&mut self, out: &mut [Completion]) -> Result<usize> {
         std::future::poll_fn(|cx| self.poll_completions(cx, out)).await
     }
 
-    /// [`Self::next`] as a poll function, for a hand-written future.
+    /// [`Self::next_batch`] as a poll function, for a hand-written future.
     pub fn poll_completions(
         &mut self,
         cx: &mut Context<'_>,

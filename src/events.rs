@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// The device's async events ([`AsyncEvent`]: port up or down, CQ error,
 /// SRQ limit, QP fatal, ...) as a `Stream` and as
-/// [`AsyncEvents::next`]; see [`Context::async_events`]. Which events each
+/// [`AsyncEvents::next_event`]; see [`Context::async_events`]. Which events each
 /// device raises: `docs/concepts.md`, "Device async events".
 pub struct AsyncEvents<'c> {
     ctx: &'c Context,
@@ -26,7 +26,8 @@ pub struct AsyncEvents<'c> {
 }
 
 impl Context {
-    /// The device's async events, awaited: `next().await`, or a `Stream`.
+    /// The device's async events, awaited: `next_event().await`, or a
+    /// `Stream`.
     /// Events are read as [`Self::get_async_event`] reads them (each
     /// acknowledged before it is handed out), so a stream and that call
     /// take from one queue. Sleeps through [`default_reactor`] (or
@@ -53,11 +54,11 @@ impl AsyncEvents<'_> {
     ///
     /// Errors: the read's ([`Error::Verbs`], [`Error::Invalid`]);
     /// [`Error::Reactor`].
-    pub async fn next(&mut self) -> Result<AsyncEvent> {
+    pub async fn next_event(&mut self) -> Result<AsyncEvent> {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
-    /// [`Self::next`] as a poll function.
+    /// [`Self::next_event`] as a poll function.
     pub fn poll_event(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<AsyncEvent>> {
         loop {
             if let Some(e) = self.ctx.get_async_event(Duration::ZERO)? {

@@ -90,6 +90,8 @@ pub use events::AsyncEvents;
 pub use memmap2;
 pub use pd::Pd;
 pub use qp::{Qp, SimHook};
+#[cfg(feature = "tokio")]
+pub use reactor::TokioReactor;
 pub use reactor::{Reactor, ReadyFd, ThreadReactor};
 pub use split::{RecvHalf, SendHalf};
 pub use srq::Srq;

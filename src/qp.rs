@@ -55,6 +55,9 @@ pub struct Qp {
 pub(crate) struct Halves {
     pub(crate) link: Arc<crate::types::progress::HalfLink>,
     pub(crate) parked: std::sync::Mutex<Parked>,
+    /// The QP (the CQ's owner) was dropped while its halves lived: nothing
+    /// polls their completions any more.
+    pub(crate) owner_gone: std::sync::atomic::AtomicBool,
 }
 
 /// The halves' backend copies, parked as each is dropped.
@@ -69,8 +72,11 @@ impl Drop for Qp {
     /// its backend's drop sees the whole QP (a QP on an SRQ gives the
     /// receives of its unpolled completions back).
     fn drop(&mut self) {
-        if self.halves.is_some() {
-            self.rejoin_parked();
+        if self.halves.is_some() && !self.rejoin_parked() {
+            if let Some(h) = &self.halves {
+                h.owner_gone
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 }

@@ -32,7 +32,8 @@ use std::sync::{Arc, Mutex};
 /// whole QP's post (`scripts/insn-count`, row `half post_write`).
 ///
 /// Dropped without [`Qp::join`], it hands its queue back to the QP, which
-/// posts again once both halves are gone.
+/// posts again once both halves are gone. If the QP is dropped first, the
+/// half's posts fail with [`Error::CqOwnerGone`] once its queue is full.
 pub struct SendHalf {
     qp: Qp,
     /// `halves.link`, one load nearer.
@@ -64,8 +65,14 @@ impl Qp {
     ///
     /// Errors: the QP is not in RTS ([`Error::QpState`]: connect it
     /// first); it is split already ([`Error::QpSplit`]); the CQ has not
-    /// the credits free ([`Error::CqFull`]: poll and split again). Nothing
-    /// changes.
+    /// the credits free now ([`Error::CqFull`]: poll and split again), or
+    /// never could ([`Error::Invalid`]: its own CQ holds fewer than
+    /// `max_send_wr + max_recv_wr` CQEs; size it with
+    /// [`CqSizing`](crate::CqSizing)). Nothing changes.
+    ///
+    /// The halves run at their own pace: a SEND may reach the peer before
+    /// its receive half posted the receive, so give the sending QP
+    /// `rnr_retry: 7` (or a credit scheme of your own).
     pub fn split(&mut self) -> Result<(SendHalf, RecvHalf)> {
         if self.halves.is_some() && !self.rejoin_parked() {
             return Err(Error::QpSplit { qpn: self.qp_num() });
@@ -91,6 +98,7 @@ impl Qp {
         let halves = Arc::new(Halves {
             link,
             parked: Mutex::new(Parked::default()),
+            owner_gone: std::sync::atomic::AtomicBool::new(false),
         });
         self.halves = Some(halves.clone());
         Ok((
@@ -188,7 +196,24 @@ impl Qp {
     }
 }
 
+/// Whether the halves' QP (their CQ's owner) was dropped.
+#[cold]
+fn gone(h: &Halves) -> bool {
+    h.owner_gone.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl SendHalf {
+    /// A refusal: [`Error::QueueFull`] for good once the QP is gone.
+    #[cold]
+    fn owner_gone(&self, e: Error) -> Error {
+        if matches!(e, Error::QueueFull) && gone(&self.halves) {
+            return Error::CqOwnerGone {
+                qpn: self.qp.qp_num(),
+            };
+        }
+        e
+    }
+
     /// Before a post: the room the CQ owner gave back (one acquire load).
     #[inline(always)]
     fn sync(&mut self) {
@@ -222,7 +247,9 @@ impl SendHalf {
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.sync_sends(&self.link),
         }
-        self.qp.post_send_checked(wrs)
+        self.qp
+            .post_send_checked(wrs)
+            .map_err(|e| self.owner_gone(e))
     }
 
     /// [`Qp::post_write`], from this half.
@@ -240,13 +267,15 @@ impl SendHalf {
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.sync_sends(&self.link),
         }
-        self.qp.post_write_general(w)
+        self.qp
+            .post_write_general(w)
+            .map_err(|e| self.owner_gone(e))
     }
 
     /// [`Qp::post_writes`], from this half.
     pub fn post_writes(&mut self, wrs: &[WriteWr<'_>]) -> Result<()> {
         self.sync();
-        self.qp.post_writes(wrs)
+        self.qp.post_writes(wrs).map_err(|e| self.owner_gone(e))
     }
 
     /// [`Qp::post_write_inline`], from this half.
@@ -258,7 +287,9 @@ impl SendHalf {
         flags: crate::SendFlags,
     ) -> Result<()> {
         self.sync();
-        self.qp.post_write_inline(wr_id, data, remote, flags)
+        self.qp
+            .post_write_inline(wr_id, data, remote, flags)
+            .map_err(|e| self.owner_gone(e))
     }
 
     /// The QP's number (24 bits).
@@ -282,7 +313,14 @@ impl RecvHalf {
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.sync_recvs(&self.halves.link),
         }
-        self.qp.post_recv(wrs)
+        self.qp.post_recv(wrs).map_err(|e| {
+            if matches!(e, Error::RecvQueueFull) && gone(&self.halves) {
+                return Error::CqOwnerGone {
+                    qpn: self.qp.qp_num(),
+                };
+            }
+            e
+        })
     }
 
     /// The QP's number (24 bits).

@@ -65,7 +65,7 @@ fn a_wait_dropped_mid_flight_leaves_the_buffer_with_the_qp() {
         let mut c = a.completions(CompletionMode::Events);
         let w = waker();
         let mut cx = TaskContext::from_waker(&w);
-        let mut f = std::pin::pin!(c.next(&mut out));
+        let mut f = std::pin::pin!(c.next_batch(&mut out));
         for _ in 0..3 {
             assert!(
                 f.as_mut().poll(&mut cx).is_pending(),
@@ -88,7 +88,7 @@ fn a_wait_dropped_mid_flight_leaves_the_buffer_with_the_qp() {
     let rsge = [Sge::new(&dst, 0, 64).unwrap()];
     b.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
     let mut out = [Completion::default(); 1];
-    let n = block_on(a.completions(CompletionMode::Events).next(&mut out)).unwrap();
+    let n = block_on(a.completions(CompletionMode::Events).next_batch(&mut out)).unwrap();
     assert_eq!(n, 1);
     assert_eq!(
         (out[0].wr_id, out[0].status, out[0].opcode),
@@ -97,7 +97,7 @@ fn a_wait_dropped_mid_flight_leaves_the_buffer_with_the_qp() {
     let (wr_id, back) = a.take_send_buf().expect("the buffer after its completion");
     assert_eq!(wr_id, 1);
     assert!(back.iter().all(|&x| x == 0x5a), "the buffer changed");
-    let n = block_on(b.completions(CompletionMode::Events).next(&mut out)).unwrap();
+    let n = block_on(b.completions(CompletionMode::Events).next_batch(&mut out)).unwrap();
     assert_eq!((n, out[0].wr_id, out[0].byte_len), (1, 9, 64));
     let mut got = [0u8; 64];
     dst.read(0, &mut got).unwrap();

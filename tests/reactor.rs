@@ -147,7 +147,7 @@ mod tokio_tests {
                     let j = tokio::time::timeout(
                         Duration::from_secs(10),
                         a.completions(CompletionMode::Adaptive { spins: 10 })
-                            .next(&mut out),
+                            .next_batch(&mut out),
                     )
                     .await
                     .expect("sends within 10 s")
@@ -167,7 +167,7 @@ mod tokio_tests {
                 }
                 let k = tokio::time::timeout(
                     Duration::from_secs(10),
-                    b.completions(CompletionMode::Events).next(&mut out),
+                    b.completions(CompletionMode::Events).next_batch(&mut out),
                 )
                 .await
                 .expect("a receive within 10 s")

@@ -289,8 +289,9 @@ fn half_posts_after_error_cqe_each_flushed_once() {
 // ------------------------------------------------------------ dropping
 
 /// The Qp dropped while its halves live: they post on without a crash,
-/// until the queues they can fill are full (nobody polls), never more;
-/// then dropped too, in either order.
+/// until the queues they can fill are full (nobody polls), never more,
+/// and then say why (`CqOwnerGone`, not a `QueueFull` that polling would
+/// cure); then dropped too, in either order.
 #[test]
 fn owner_dropped_while_halves_post() {
     for send_first in [true, false] {
@@ -305,7 +306,10 @@ fn owner_dropped_while_halves_post() {
         for i in 0..20u64 {
             match tx.post_send(&[SendWr::rdma_write(i, &s, remote(&e.dst, 0)).signaled()]) {
                 Ok(()) => sent += 1,
-                Err(Error::QueueFull) => break,
+                Err(Error::CqOwnerGone { qpn }) => {
+                    assert_eq!(qpn, tx.qp_num());
+                    break;
+                }
                 Err(e) => panic!("{e:?}"),
             }
         }
@@ -314,7 +318,7 @@ fn owner_dropped_while_halves_post() {
         for i in 0..20u64 {
             match rx.post_recv(&[RecvWr::new(i, &rs)]) {
                 Ok(()) => recvd += 1,
-                Err(Error::RecvQueueFull) => break,
+                Err(Error::CqOwnerGone { .. }) => break,
                 Err(e) => panic!("{e:?}"),
             }
         }

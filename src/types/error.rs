@@ -120,6 +120,11 @@ pub enum Error {
     /// them first. Nothing was posted.
     #[error("QP {qpn:#x} is split into a send half and a receive half: post through them, or join them first")]
     QpSplit { qpn: u32 },
+    /// The QP of this half ([`crate::Qp::split`]) was dropped: nothing
+    /// polls the half's completions, so its queue never has room again
+    /// (what it posted before still completes on the device).
+    #[error("QP {qpn:#x}'s CQ owner (the Qp) was dropped: this half's queue is full for good")]
+    CqOwnerGone { qpn: u32 },
     /// The reactor of an async wait ([`crate::Reactor`]) could not watch
     /// the completion channel's file descriptor (the OS's error, or no
     /// runtime to register with).

@@ -51,7 +51,7 @@ fn wait_async(
     sleeps: &mut u64,
     what: &str,
 ) -> Result<usize, Failure> {
-    match block_on(c.next(out), timeout, sleeps) {
+    match block_on(c.next_batch(out), timeout, sleeps) {
         None => Err(Failure(format!("{what}: no completion within {timeout:?}"))),
         Some(r) => Ok(r?),
     }
@@ -240,7 +240,7 @@ fn lost_events(dev: &str, rounds: usize, async_api: bool) -> Result<(u64, u64), 
                 let n = if async_api {
                     let mut c = cq.completions(CompletionMode::Events);
                     let w = Duration::from_secs(1);
-                    match block_on(c.next(&mut out[got..]), w, &mut sleeps) {
+                    match block_on(c.next_batch(&mut out[got..]), w, &mut sleeps) {
                         Some(r) => r?,
                         None => 0,
                     }
@@ -354,7 +354,7 @@ pub(super) fn port_events_stream_when_the_link_goes_down_and_up(dev: &str) -> Ca
     let mut events = ctx.async_events();
     let mut sleeps = 0;
     let mut next = |want: &str| -> Result<rdma_direct::AsyncEvent, Failure> {
-        match block_on(events.next(), COMPLETION_TIMEOUT, &mut sleeps) {
+        match block_on(events.next_event(), COMPLETION_TIMEOUT, &mut sleeps) {
             Some(r) => Ok(r?),
             None => Err(Failure(format!(
                 "no {want} event within {COMPLETION_TIMEOUT:?}"

@@ -55,7 +55,8 @@ pub(super) fn malformed_wqes_are_local_qp_operation_errors(dev: &str) -> CaseRes
         } else {
             Duration::from_millis(100)
         };
-        let got = super::async_waits::block_on(events.next(), wait, &mut sleeps).transpose()?;
+        let got =
+            super::async_waits::block_on(events.next_event(), wait, &mut sleeps).transpose()?;
         let qp_num = s.a.qp_num();
         if fatal {
             check_eq!(
