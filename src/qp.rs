@@ -76,6 +76,8 @@ impl Drop for Qp {
             if let Some(h) = &self.halves {
                 h.owner_gone
                     .store(true, std::sync::atomic::Ordering::Relaxed);
+                // A half waiting for room: none will come.
+                h.link.wake_all();
             }
         }
     }

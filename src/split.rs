@@ -21,6 +21,7 @@ use crate::types::progress::HalfLink;
 use crate::types::qp_attr::QpState;
 use crate::types::wr::{RecvWr, SendWr, WriteWr};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 /// The send half of a split QP ([`Qp::split`]): posts sends (every kind
 /// [`Qp::post_send`] takes, and the one-opcode WRITE posts), from any one
@@ -292,6 +293,31 @@ impl SendHalf {
             .map_err(|e| self.owner_gone(e))
     }
 
+    /// Waits until `n` send WRs may be posted (the CQ's owner polled the
+    /// completions that free them): `room(1).await` where a post was
+    /// refused with [`Error::QueueFull`], rather than retrying. The owner
+    /// wakes it with the poll that gave the room back. Cancel-safe.
+    ///
+    /// Errors: `n` is more than the queue ever holds ([`Error::Invalid`]);
+    /// the QP was dropped, so no room will come ([`Error::CqOwnerGone`]).
+    pub async fn room(&mut self, n: u32) -> Result<()> {
+        std::future::poll_fn(|cx| self.poll_room(cx, n)).await
+    }
+
+    /// [`Self::room`] as a poll function.
+    pub fn poll_room(&mut self, cx: &mut std::task::Context<'_>, n: u32) -> Poll<Result<()>> {
+        let (link, halves, qpn) = (self.link.clone(), self.halves.clone(), self.qp.qp_num());
+        let mut room = || {
+            self.sync();
+            match &self.qp.kind {
+                QpKind::Direct(q) => q.send_room(),
+                #[cfg(feature = "verbs")]
+                QpKind::Verbs(q) => q.send_room(),
+            }
+        };
+        poll_room(&link, &halves, 0, cx, n, qpn, &mut room)
+    }
+
     /// The QP's number (24 bits).
     pub fn qp_num(&self) -> u32 {
         self.qp.qp_num()
@@ -323,10 +349,73 @@ impl RecvHalf {
         })
     }
 
+    /// Waits until `n` receives may be posted, as [`SendHalf::room`].
+    ///
+    /// Errors: as [`SendHalf::room`]; on a QP on an SRQ, which takes no
+    /// receives of its own, every `n` is [`Error::Invalid`].
+    pub async fn room(&mut self, n: u32) -> Result<()> {
+        std::future::poll_fn(|cx| self.poll_room(cx, n)).await
+    }
+
+    /// [`Self::room`] as a poll function.
+    pub fn poll_room(&mut self, cx: &mut std::task::Context<'_>, n: u32) -> Poll<Result<()>> {
+        let (link, halves, qpn) = (
+            self.halves.link.clone(),
+            self.halves.clone(),
+            self.qp.qp_num(),
+        );
+        let mut room = || match &mut self.qp.kind {
+            QpKind::Direct(q) => {
+                q.sync_recvs(&link);
+                q.recv_room()
+            }
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => {
+                q.sync_recvs(&link);
+                q.recv_room()
+            }
+        };
+        poll_room(&link, &halves, 1, cx, n, qpn, &mut room)
+    }
+
     /// The QP's number (24 bits).
     pub fn qp_num(&self) -> u32 {
         self.qp.qp_num()
     }
+}
+
+/// A half's wait for room for `n` WRs in queue `which` (0 send, 1
+/// receive); `room` syncs the half's copy and says (free now, at most).
+fn poll_room(
+    link: &HalfLink,
+    halves: &Halves,
+    which: usize,
+    cx: &mut std::task::Context<'_>,
+    n: u32,
+    qpn: u32,
+    room: &mut dyn FnMut() -> (u32, u32),
+) -> Poll<Result<()>> {
+    let (free, max) = room();
+    if n > max {
+        return Poll::Ready(Err(Error::Invalid(format!(
+            "room for {n} WRs: QP {qpn:#x}'s queue holds {max}"
+        ))));
+    }
+    if free >= n {
+        return Poll::Ready(Ok(()));
+    }
+    if gone(halves) {
+        return Poll::Ready(Err(Error::CqOwnerGone { qpn }));
+    }
+    link.register(which, cx.waker());
+    // Again, after registering: a poll that came between is seen now.
+    if room().0 >= n {
+        return Poll::Ready(Ok(()));
+    }
+    if gone(halves) {
+        return Poll::Ready(Err(Error::CqOwnerGone { qpn }));
+    }
+    Poll::Pending
 }
 
 impl Drop for SendHalf {

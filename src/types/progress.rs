@@ -182,14 +182,53 @@ pub(crate) struct HalfLink {
     /// The receive queue: on the direct path the RQ's `tail`; on verbs the
     /// receives retired.
     pub(crate) recvs: AtomicU64,
+    /// A half waits for room (`SendHalf::room`, `RecvHalf::room`): the
+    /// next publish wakes it. Looked at by the owner after each publish.
+    waiting: std::sync::atomic::AtomicBool,
+    /// The wakers of the waiting halves: the send half's, the receive
+    /// half's.
+    wakers: std::sync::Mutex<[Option<std::task::Waker>; 2]>,
 }
 
 impl HalfLink {
-    /// The CQ owner's, after a poll: what it retired.
+    /// The CQ owner's, after a poll: what it retired; then wakes a half
+    /// that waits for room.
     #[inline]
     pub(crate) fn publish(&self, sends: u64, recvs: u64) {
         self.sends.store(sends, Ordering::Release);
         self.recvs.store(recvs, Ordering::Release);
+        // Against a half that registers, then looks at the counts: one of
+        // the two sees the other's store.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::Relaxed) {
+            self.wake_all();
+        }
+    }
+
+    /// Wakes every half that waits (a publish, or the owner gone).
+    #[cold]
+    pub(crate) fn wake_all(&self) {
+        let taken = {
+            let mut w = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            self.waiting.store(false, Ordering::Relaxed);
+            [w[0].take(), w[1].take()]
+        };
+        taken.into_iter().flatten().for_each(std::task::Waker::wake);
+    }
+
+    /// A half (`which`: 0 send, 1 receive) that found no room registers
+    /// `waker`; it then looks at the counts again (the fence pairs with
+    /// `publish`'s), and sleeps only if there is still no room.
+    pub(crate) fn register(&self, which: usize, waker: &std::task::Waker) {
+        {
+            let mut w = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            match &w[which] {
+                Some(old) if old.will_wake(waker) => {}
+                _ => w[which] = Some(waker.clone()),
+            }
+            self.waiting.store(true, Ordering::Relaxed);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     /// The send half's, before a post.

@@ -172,6 +172,25 @@ impl DirectQp {
         self.rq.set_consumed(link.recvs() as u32);
     }
 
+    /// Send WRs that may be posted now (after `sync_sends`), and at most.
+    pub(crate) fn send_room(&self) -> (u32, u32) {
+        let max = self.sq.free_wrs() + self.sq.outstanding();
+        (self.sq.free_wrs(), max)
+    }
+
+    /// Receives that may be posted now (after `sync_recvs`), and at most
+    /// (0 on an SRQ, which takes the QP's receives).
+    pub(crate) fn recv_room(&self) -> (u32, u32) {
+        if self.rq.is_srq() {
+            return (0, 0);
+        }
+        let free = self
+            .max_recv_wr
+            .saturating_sub(self.rq.outstanding())
+            .min(self.rq.free());
+        (free, self.max_recv_wr)
+    }
+
     /// The four counts of `seqs` while split: sends and receives posted as
     /// at the split (this copy posts none), retired as the queues say.
     pub(super) fn split_seqs(&self, s: &SplitState) -> (u64, u64, u64, u64) {

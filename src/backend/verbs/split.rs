@@ -145,6 +145,22 @@ impl VerbsQp {
         self.recv_done = link.recvs();
     }
 
+    /// Send WRs that may be posted now (after `sync_sends`), and at most.
+    pub(crate) fn send_room(&self) -> (u32, u32) {
+        let held = self.posted.saturating_sub(self.retired) as u32;
+        (self.max_post.saturating_sub(held), self.max_post)
+    }
+
+    /// Receives that may be posted now (after `sync_recvs`), and at most
+    /// (0 on an SRQ).
+    pub(crate) fn recv_room(&self) -> (u32, u32) {
+        if self.srq.is_some() {
+            return (0, 0);
+        }
+        let held = self.recv_posted.saturating_sub(self.recv_done) as u32;
+        (self.max_recv.saturating_sub(held), self.max_recv)
+    }
+
     /// Takes back the halves' counts, so the QP posts again; the CQ
     /// credits as before the split.
     pub(crate) fn join(&mut self, send: VerbsQp, recv: VerbsQp) {

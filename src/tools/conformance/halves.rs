@@ -406,3 +406,84 @@ pub(super) fn split_refusals_and_join(dev: &str) -> CaseResult {
         "split before RTS, twice, the split QP's own posts and RESET refused; foreign halves refused; join and dropped halves give the queues back".into(),
     ])
 }
+
+pub(super) fn a_half_waits_for_room_until_the_owner_polls(dev: &str) -> CaseResult {
+    let mut s = setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            ..QpConfig::default()
+        },
+    )?;
+    let src = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let dst = s.pd.reg_mr(8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let write = |k| SendWr::rdma_write(k, &sge, remote(&dst, 0)).signaled();
+    let (mut tx, mut rx) = s.a.split()?;
+    check!(
+        matches!(
+            super::async_waits::block_on(tx.room(9), Duration::from_secs(1), &mut 0),
+            Some(Err(Error::Invalid(_)))
+        ),
+        "room for more WRs than the queue holds was not refused"
+    );
+    let mut k = 0;
+    while tx.post_send(&[write(k)]).is_ok() {
+        k += 1;
+        check!(k <= 8, "more than max_send_wr WRs posted");
+    }
+    check_eq!(k, 8, "WRs posted before the queue was full");
+    // The half waits on another thread; this one, the CQ's owner, polls
+    // 50 ms later: its poll wakes the half, which then posts.
+    let a = &mut s.a;
+    let (slept, polled) = std::thread::scope(|sc| -> Result<(u64, usize), Failure> {
+        let waiter = sc.spawn(move || -> Result<u64, Failure> {
+            let mut sleeps = 0;
+            match super::async_waits::block_on(tx.room(1), COMPLETION_TIMEOUT, &mut sleeps) {
+                Some(r) => r?,
+                None => return Err(Failure("no room within the timeout".into())),
+            }
+            tx.post_send(&[write(100)])?;
+            Ok(sleeps)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let got = poll_until(a, 8)?.len();
+        let slept = waiter
+            .join()
+            .unwrap_or_else(|_| Err(Failure("the waiter panicked".into())))?;
+        Ok((slept, got))
+    })?;
+    check!(
+        slept > 0,
+        "the half never slept: the case cannot tell a wakeup from a poll"
+    );
+    check_eq!(
+        poll_one(&mut s.a)?.wr_id,
+        100,
+        "the WRITE posted once room came"
+    );
+    // The receive half waits likewise; then the owner goes, and the wait
+    // ends with CqOwnerGone rather than never.
+    let rsge = [Sge::new(&dst, 0, 8)?];
+    let mut r = 0;
+    while rx.post_recv(&[RecvWr::new(r, &rsge)]).is_ok() {
+        r += 1;
+        check!(r <= 8, "more than max_recv_wr receives posted");
+    }
+    let owner = std::mem::replace(&mut s.a, s.pd.create_qp(&QpConfig::default())?);
+    let gone = std::thread::scope(|sc| {
+        let waiter =
+            sc.spawn(move || super::async_waits::block_on(rx.room(1), COMPLETION_TIMEOUT, &mut 0));
+        std::thread::sleep(Duration::from_millis(50));
+        drop(owner);
+        waiter.join()
+    });
+    check!(
+        matches!(gone, Ok(Some(Err(Error::CqOwnerGone { .. })))),
+        "a receive half waiting for room when its QP went: {gone:?}"
+    );
+    passed(vec![format!(
+        "a full send half slept ({slept} times) until the owner polled its {polled} completions, then posted; a waiting receive half learned its QP was gone"
+    )])
+}

@@ -377,6 +377,7 @@ const ONE_SIDED: &[Case] = &[
     case!(halves_post_from_four_threads_while_the_owner_polls),
     case!(halves_of_qps_on_a_shared_cq),
     case!(split_refusals_and_join),
+    case!(a_half_waits_for_room_until_the_owner_polls),
     case!(async_waits_sleep_until_the_event),
     case!(no_completion_event_is_lost),
     case!(a_stale_consumer_index_at_arm_time),
