@@ -23,7 +23,7 @@
 use crate::backend::EventWake;
 use crate::cq::SharedCq;
 use crate::qp::Qp;
-use crate::reactor::{default_reactor, Reactor, ReadyFd};
+use crate::reactor::{FdSleep, Reactor};
 use crate::types::completion::Completion;
 use crate::types::config::CompletionMode;
 use crate::types::error::{Error, Result};
@@ -42,10 +42,9 @@ pub struct Completions<'c> {
     mode: CompletionMode,
     /// The CQ is armed and its event not yet consumed.
     armed: bool,
-    reactor: Option<Arc<dyn Reactor>>,
-    /// The channel fd's watch, made at the first sleep on a CQ whose
-    /// device does not wake wakers itself.
-    watch: Option<Box<dyn ReadyFd>>,
+    /// The reactor and the channel fd's watch, made at the first sleep on
+    /// a CQ whose device does not wake wakers itself.
+    sleep: FdSleep,
 }
 
 enum Target<'c> {
@@ -90,18 +89,16 @@ impl<'c> Completions<'c> {
             cq,
             mode,
             armed: false,
-            reactor: None,
-            watch: None,
+            sleep: FdSleep::default(),
         }
     }
 
-    /// Sleeps through `reactor` rather than [`default_reactor`] (tokio's
+    /// Sleeps through `reactor` rather than [`default_reactor`](crate::reactor::default_reactor) (tokio's
     /// inside a tokio runtime with the `tokio` feature, else the built-in
     /// [`ThreadReactor`](crate::ThreadReactor)). Only verbs devices use
     /// one: the sim wakes the waker itself.
     pub fn with_reactor(mut self, reactor: Arc<dyn Reactor>) -> Self {
-        self.reactor = Some(reactor);
-        self.watch = None;
+        self.sleep.set_reactor(reactor);
         self
     }
 
@@ -180,26 +177,16 @@ impl<'c> Completions<'c> {
             // The device wakes the waker; an event that came first is in
             // its fd already.
             None => Ok(self.cq.ops().take_events()? > 0),
-            Some(fd) => {
-                if self.watch.is_none() {
-                    let r = self.reactor.get_or_insert_with(default_reactor).clone();
-                    self.watch = Some(
-                        r.watch(std::os::fd::AsFd::as_fd(&fd))
-                            .map_err(|e| Error::Reactor(e.to_string()))?,
-                    );
+            Some(fd) => match self.sleep.poll_readable(cx, || Ok(fd)) {
+                Poll::Pending => Ok(false),
+                Poll::Ready(r) => {
+                    r?;
+                    // Readable: consume what waits. None (another reader
+                    // took it) only means polling again.
+                    self.cq.ops().take_events()?;
+                    Ok(true)
                 }
-                let watch = self.watch.as_mut().expect("made above");
-                match watch.poll_readable(cx) {
-                    Poll::Pending => Ok(false),
-                    Poll::Ready(Err(e)) => Err(Error::Reactor(e.to_string())),
-                    Poll::Ready(Ok(())) => {
-                        // Readable: consume what waits. None (another
-                        // reader took it) only means polling again.
-                        self.cq.ops().take_events()?;
-                        Ok(true)
-                    }
-                }
-            }
+            },
         }
     }
 }

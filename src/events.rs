@@ -6,8 +6,8 @@
 //! [`Reactor`] until it becomes readable.
 
 use crate::context::Context;
-use crate::reactor::{default_reactor, Reactor, ReadyFd};
-use crate::types::error::{Error, Result};
+use crate::reactor::{FdSleep, Reactor};
+use crate::types::error::Result;
 use crate::types::event::AsyncEvent;
 use futures_core::Stream;
 use std::pin::Pin;
@@ -21,8 +21,7 @@ use std::time::Duration;
 /// device raises: `docs/concepts.md`, "Device async events".
 pub struct AsyncEvents<'c> {
     ctx: &'c Context,
-    reactor: Option<Arc<dyn Reactor>>,
-    watch: Option<Box<dyn ReadyFd>>,
+    sleep: FdSleep,
 }
 
 impl Context {
@@ -30,22 +29,20 @@ impl Context {
     /// `Stream`.
     /// Events are read as [`Self::get_async_event`] reads them (each
     /// acknowledged before it is handed out), so a stream and that call
-    /// take from one queue. Sleeps through [`default_reactor`] (or
+    /// take from one queue. Sleeps through [`default_reactor`](crate::reactor::default_reactor) (or
     /// [`AsyncEvents::with_reactor`]'s).
     pub fn async_events(&self) -> AsyncEvents<'_> {
         AsyncEvents {
             ctx: self,
-            reactor: None,
-            watch: None,
+            sleep: FdSleep::default(),
         }
     }
 }
 
 impl AsyncEvents<'_> {
-    /// Sleeps through `reactor` rather than [`default_reactor`].
+    /// Sleeps through `reactor` rather than [`default_reactor`](crate::reactor::default_reactor).
     pub fn with_reactor(mut self, reactor: Arc<dyn Reactor>) -> Self {
-        self.reactor = Some(reactor);
-        self.watch = None;
+        self.sleep.set_reactor(reactor);
         self
     }
 
@@ -64,18 +61,10 @@ impl AsyncEvents<'_> {
             if let Some(e) = self.ctx.get_async_event(Duration::ZERO)? {
                 return Poll::Ready(Ok(e));
             }
-            if self.watch.is_none() {
-                let fd = self.ctx.async_event_fd()?;
-                let r = self.reactor.get_or_insert_with(default_reactor).clone();
-                self.watch = Some(
-                    r.watch(std::os::fd::AsFd::as_fd(&fd))
-                        .map_err(|e| Error::Reactor(e.to_string()))?,
-                );
-            }
-            let watch = self.watch.as_mut().expect("made above");
-            match watch.poll_readable(cx) {
+            let ctx = self.ctx;
+            match self.sleep.poll_readable(cx, || ctx.async_event_fd()) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(Error::Reactor(e.to_string()))),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 // Readable: read again.
                 Poll::Ready(Ok(())) => {}
             }

@@ -7,6 +7,7 @@
 //! Only verbs devices (and a ConnectX's completion channels) need one: the
 //! sim wakes an async wait's waker itself when it raises the event.
 
+use crate::types::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -32,6 +33,49 @@ pub trait ReadyFd: Send {
     /// consumes what it holds, or this is ready again at once); else
     /// `Pending`, with `cx`'s waker woken when it becomes readable.
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+/// An async wait's side of a reactor: the reactor (chosen at the first
+/// sleep, unless given) and its watch of the wait's fd (made then, kept).
+#[derive(Default)]
+pub(crate) struct FdSleep {
+    reactor: Option<Arc<dyn Reactor>>,
+    watch: Option<Box<dyn ReadyFd>>,
+}
+
+impl FdSleep {
+    /// Sleeps through `reactor` from now on.
+    pub(crate) fn set_reactor(&mut self, reactor: Arc<dyn Reactor>) {
+        self.reactor = Some(reactor);
+        self.watch = None;
+    }
+
+    /// Ready once the wait's fd is readable; `fd` gives it (a duplicate,
+    /// the watch's own) at the first call.
+    ///
+    /// Errors: `fd`'s; the reactor's ([`Error::Reactor`]).
+    pub(crate) fn poll_readable(
+        &mut self,
+        cx: &mut Context<'_>,
+        fd: impl FnOnce() -> Result<OwnedFd>,
+    ) -> Poll<Result<()>> {
+        if self.watch.is_none() {
+            let fd = match fd() {
+                Ok(fd) => fd,
+                Err(e) => return Poll::Ready(Err(e)),
+            };
+            let r = self.reactor.get_or_insert_with(default_reactor).clone();
+            match r.watch(fd.as_fd()) {
+                Ok(w) => self.watch = Some(w),
+                Err(e) => return Poll::Ready(Err(Error::Reactor(e.to_string()))),
+            }
+        }
+        match self.watch.as_mut().map(|w| w.poll_readable(cx)) {
+            Some(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
+            Some(Poll::Ready(Err(e))) => Poll::Ready(Err(Error::Reactor(e.to_string()))),
+            _ => Poll::Pending,
+        }
+    }
 }
 
 /// The reactor an async wait uses when given none: [`TokioReactor`] when

@@ -96,23 +96,31 @@ pub(crate) fn srq_num_of(raw: *mut ibv_srq) -> u32 {
         unsafe { (*raw).handle }
     }
 }
-/// A duplicate of the context's async event fd (`ibv_context.async_fd`),
-/// made non-blocking: what an async event stream watches.
+/// The context's async event fd (`ibv_context.async_fd`), made
+/// non-blocking, borrowed for as long as `ctx`.
 ///
-/// Errors: `fcntl` or `dup` ([`Error::Invalid`]).
-pub(crate) fn async_fd(ctx: &super::Ctx) -> Result<std::os::fd::OwnedFd> {
-    use std::os::fd::BorrowedFd;
+/// Errors: `fcntl` ([`Error::Invalid`]).
+fn nonblocking_async_fd(ctx: &super::Ctx) -> Result<std::os::fd::BorrowedFd<'_>> {
     // SAFETY: a live context.
     let fd = unsafe { (*ctx.raw).async_fd };
-    // SAFETY: the context keeps its fd open while it lives (`ctx` here);
-    // the borrow ends in this call (a duplicate is returned).
-    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    // SAFETY: the context keeps its fd open while it lives, and the
+    // borrow is `ctx`'s.
+    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     let flags = nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_GETFL)
         .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
     let nb = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
     nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_SETFL(nb))
         .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
-    bfd.try_clone_to_owned()
+    Ok(bfd)
+}
+
+/// A duplicate of the context's async event fd, made non-blocking: what
+/// an async event stream watches.
+///
+/// Errors: `fcntl` or `dup` ([`Error::Invalid`]).
+pub(crate) fn async_fd(ctx: &super::Ctx) -> Result<std::os::fd::OwnedFd> {
+    nonblocking_async_fd(ctx)?
+        .try_clone_to_owned()
         .map_err(|e| Error::Invalid(format!("dup(async_fd): {e}")))
 }
 
@@ -124,16 +132,7 @@ pub(crate) fn get_async_event(
     timeout: std::time::Duration,
 ) -> Result<Option<crate::types::event::AsyncEvent>> {
     use crate::types::event::AsyncEvent as E;
-    use std::os::fd::BorrowedFd;
-    // SAFETY: a live context.
-    let fd = unsafe { (*ctx.raw).async_fd };
-    // SAFETY: the context keeps its fd open while it lives (`ctx` here).
-    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let flags = nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_GETFL)
-        .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
-    let nb = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
-    nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_SETFL(nb))
-        .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
+    let bfd = nonblocking_async_fd(ctx)?;
     let mut ev = MaybeUninit::<ibv_async_event>::zeroed();
     // SAFETY: live context; `ev` is written by the call when it returns 0.
     let mut rc = unsafe { ibv_get_async_event(ctx.raw, ev.as_mut_ptr()) };
