@@ -3,7 +3,9 @@
 //! it does, is ready while it stays readable, and pending again once
 //! drained. `ThreadReactor` always; `TokioReactor` with the `tokio`
 //! feature, inside a tokio runtime (and refused outside one). With
-//! `tokio`, also a QP's async wait inside a tokio runtime on the sim.
+//! `tokio`, also a QP's async wait inside a tokio runtime on the sim, and
+//! a task aborted while the SEND it awaits is in flight (its buffer stays
+//! with the QP until the completion).
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rdma_direct::{Reactor, ReadyFd, ThreadReactor};
@@ -176,6 +178,69 @@ mod tokio_tests {
             }
             assert_eq!(got, (0..n).collect::<Vec<_>>());
             assert_eq!(sender.await.unwrap(), (0..n).collect::<Vec<_>>());
+        });
+    }
+
+    /// A task aborted while the SEND it awaits is in flight (RNR: no
+    /// receive yet): the QP, shared with this thread, keeps the SEND's
+    /// buffer until its completion, then hands it back untouched.
+    #[test]
+    fn an_aborted_task_leaves_the_buffer_with_the_qp() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ctx = rdma_direct::Context::open("sim").unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cfg = QpConfig {
+                rnr_retry: 7,
+                ..QpConfig::default()
+            };
+            let (a, mut b) = pd.create_connected_pair(&cfg).unwrap();
+            let mut buf = pd.reg_local(64, Access::empty()).unwrap();
+            buf.copy_from_slice(&[0x3c; 64]);
+            let live = pd.live_mrs();
+            let a = Arc::new(tokio::sync::Mutex::new(a));
+            let a2 = a.clone();
+            let task = tokio::spawn(async move {
+                let mut qp = a2.lock().await;
+                qp.post_send_owned(&SendWr::send(1, &[]).signaled(), buf, 0, 64)
+                    .map_err(|r| r.error)
+                    .unwrap();
+                let mut out = [Completion::default(); 1];
+                qp.completions(CompletionMode::Events)
+                    .next_batch(&mut out)
+                    .await
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            task.abort();
+            assert!(task.await.unwrap_err().is_cancelled());
+            let mut qp = a.lock().await;
+            assert!(
+                qp.take_send_buf().is_none(),
+                "the buffer came back mid-flight"
+            );
+            assert_eq!(
+                pd.live_mrs(),
+                live,
+                "an MR went while its SEND was in flight"
+            );
+            let dst = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+            let rsge = [Sge::new(&dst, 0, 64).unwrap()];
+            b.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
+            let mut out = [Completion::default(); 1];
+            let n = tokio::time::timeout(
+                Duration::from_secs(10),
+                qp.completions(CompletionMode::Events).next_batch(&mut out),
+            )
+            .await
+            .expect("the SEND's completion")
+            .unwrap();
+            assert_eq!((n, out[0].wr_id), (1, 1));
+            let (_, back) = qp.take_send_buf().expect("the buffer after its completion");
+            assert!(back.iter().all(|&x| x == 0x3c));
         });
     }
 }
