@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
 /// Wakes a parked thread.
-struct Unpark(std::thread::Thread);
+pub(super) struct Unpark(pub(super) std::thread::Thread);
 
 impl Wake for Unpark {
     fn wake(self: Arc<Self>) {

@@ -435,19 +435,41 @@ pub(super) fn a_half_waits_for_room_until_the_owner_polls(dev: &str) -> CaseResu
     }
     check_eq!(k, 8, "WRs posted before the queue was full");
     // The half waits on another thread; this one, the CQ's owner, polls
-    // 50 ms later: its poll wakes the half, which then posts.
+    // once the half has found no room and gone to sleep: its poll wakes
+    // the half, which then posts.
     let a = &mut s.a;
+    let asleep = std::sync::atomic::AtomicBool::new(false);
     let (slept, polled) = std::thread::scope(|sc| -> Result<(u64, usize), Failure> {
+        let asleep = &asleep;
         let waiter = sc.spawn(move || -> Result<u64, Failure> {
+            let waker = std::task::Waker::from(std::sync::Arc::new(super::async_waits::Unpark(
+                std::thread::current(),
+            )));
+            let mut cx = std::task::Context::from_waker(&waker);
+            let deadline = Instant::now() + COMPLETION_TIMEOUT;
             let mut sleeps = 0;
-            match super::async_waits::block_on(tx.room(1), COMPLETION_TIMEOUT, &mut sleeps) {
-                Some(r) => r?,
-                None => return Err(Failure("no room within the timeout".into())),
+            loop {
+                match tx.poll_room(&mut cx, 1) {
+                    std::task::Poll::Ready(r) => break r?,
+                    std::task::Poll::Pending => {
+                        check!(Instant::now() < deadline, "no room within the timeout");
+                        sleeps += 1;
+                        asleep.store(true, std::sync::atomic::Ordering::SeqCst);
+                        std::thread::park_timeout(deadline - Instant::now());
+                    }
+                }
             }
             tx.post_send(&[write(100)])?;
             Ok(sleeps)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        let t = Instant::now();
+        while !asleep.load(std::sync::atomic::Ordering::SeqCst) {
+            check!(
+                t.elapsed() < COMPLETION_TIMEOUT,
+                "the half never went to sleep"
+            );
+            std::thread::yield_now();
+        }
         let got = poll_until(a, 8)?.len();
         let slept = waiter
             .join()
