@@ -166,18 +166,22 @@ impl<'c> Completions<'c> {
     /// Sleeps until the armed CQ's event: `Ok(true)` when it came (it is
     /// consumed now), `Ok(false)` when the waker is registered (Pending).
     fn sleep(&mut self, cx: &mut Context<'_>) -> Result<bool> {
-        let fd =
-            match self.cq.ops().event_wake(cx.waker())? {
-                EventWake::Registered => None,
-                EventWake::Fd(fd) => Some(fd.try_clone_to_owned().map_err(|e| {
-                    Error::Reactor(format!("dup of the completion channel's fd: {e}"))
-                })?),
-            };
+        // (The fd is duplicated for the reactor once, when its watch is
+        // made: `Some(None)` once it is.)
+        let fd = match self.cq.ops().event_wake(cx.waker())? {
+            EventWake::Registered => None,
+            EventWake::Fd(_) if self.sleep.watching() => Some(None),
+            EventWake::Fd(fd) => Some(Some(fd.try_clone_to_owned().map_err(|e| {
+                Error::Reactor(format!("dup of the completion channel's fd: {e}"))
+            })?)),
+        };
         match fd {
             // The device wakes the waker; an event that came first is in
             // its fd already.
             None => Ok(self.cq.ops().take_events()? > 0),
-            Some(fd) => match self.sleep.poll_readable(cx, || Ok(fd)) {
+            Some(fd) => match self.sleep.poll_readable(cx, || {
+                fd.ok_or_else(|| Error::Reactor("no fd to watch".into()))
+            }) {
                 Poll::Pending => Ok(false),
                 Poll::Ready(r) => {
                     r?;

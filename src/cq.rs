@@ -129,7 +129,7 @@ impl Drop for SharedCq {
                     // it taking SRQ receives, and the CQ is drained of the
                     // receives it completed (back to the SRQ).
                     let _ = self.members.qps[i].modify(QpState::Err, &QpAttr::default());
-                    while let (_, Err(_)) = self.take(usize::MAX, Some(qpn), |_, _| {}) {}
+                    self.drain_of(qpn);
                 }
             }
         }
@@ -355,11 +355,19 @@ impl SharedCq {
         qp.rejoin_parked();
         let outstanding = qp.outstanding();
         qp.modify_with(QpState::Reset, &QpAttr::default(), true)?;
-        // Its completions taken earlier (by another QP's reset) go too.
+        self.drain_of(qpn);
+        self.members.credits.give(outstanding);
+        Ok(())
+    }
+
+    /// Drains the CQ of QP `qpn`'s completions (an SRQ's receives among
+    /// them go back to it), keeping every other QP's for later polls: its
+    /// completions taken earlier (by another QP's reset) go too, and an
+    /// error (a foreign CQE) is kept for a later poll while the draining
+    /// goes on past it.
+    fn drain_of(&mut self, qpn: u32) {
         self.pending.retain(|c| c.qp_num != qpn);
         let mut pending = std::mem::take(&mut self.pending);
-        // Drain to the end: an error (a foreign CQE) is kept for a later
-        // poll, and the draining goes on past it.
         loop {
             let (_, r) = self.take(usize::MAX, Some(qpn), |_, c| pending.push_back(c));
             match r {
@@ -370,8 +378,6 @@ impl SharedCq {
             }
         }
         self.pending = pending;
-        self.members.credits.give(outstanding);
-        Ok(())
     }
 
     /// Requests one completion event, as [`Qp::arm_cq`] does for a QP's own CQ.

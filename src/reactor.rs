@@ -44,6 +44,11 @@ pub(crate) struct FdSleep {
 }
 
 impl FdSleep {
+    /// Whether the watch is made (the fd it watches is its own duplicate).
+    pub(crate) fn watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
     /// Sleeps through `reactor` from now on.
     pub(crate) fn set_reactor(&mut self, reactor: Arc<dyn Reactor>) {
         self.reactor = Some(reactor);

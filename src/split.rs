@@ -306,16 +306,20 @@ impl SendHalf {
 
     /// [`Self::room`] as a poll function.
     pub fn poll_room(&mut self, cx: &mut std::task::Context<'_>, n: u32) -> Poll<Result<()>> {
-        let (link, halves, qpn) = (self.link.clone(), self.halves.clone(), self.qp.qp_num());
-        let mut room = || {
-            self.sync();
-            match &self.qp.kind {
-                QpKind::Direct(q) => q.send_room(),
-                #[cfg(feature = "verbs")]
-                QpKind::Verbs(q) => q.send_room(),
+        let qpn = self.qp.qp_num();
+        let SendHalf { qp, link, halves } = self;
+        let mut room = || match &mut qp.kind {
+            QpKind::Direct(q) => {
+                q.sync_sends(link);
+                q.send_room()
+            }
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => {
+                q.sync_sends(link);
+                q.send_room()
             }
         };
-        poll_room(&link, &halves, 0, cx, n, qpn, &mut room)
+        poll_room(halves, 0, cx, n, qpn, &mut room)
     }
 
     /// The QP's number (24 bits).
@@ -359,23 +363,21 @@ impl RecvHalf {
 
     /// [`Self::room`] as a poll function.
     pub fn poll_room(&mut self, cx: &mut std::task::Context<'_>, n: u32) -> Poll<Result<()>> {
-        let (link, halves, qpn) = (
-            self.halves.link.clone(),
-            self.halves.clone(),
-            self.qp.qp_num(),
-        );
-        let mut room = || match &mut self.qp.kind {
+        let qpn = self.qp.qp_num();
+        let RecvHalf { qp, halves } = self;
+        let link = &halves.link;
+        let mut room = || match &mut qp.kind {
             QpKind::Direct(q) => {
-                q.sync_recvs(&link);
+                q.sync_recvs(link);
                 q.recv_room()
             }
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => {
-                q.sync_recvs(&link);
+                q.sync_recvs(link);
                 q.recv_room()
             }
         };
-        poll_room(&link, &halves, 1, cx, n, qpn, &mut room)
+        poll_room(halves, 1, cx, n, qpn, &mut room)
     }
 
     /// The QP's number (24 bits).
@@ -387,7 +389,6 @@ impl RecvHalf {
 /// A half's wait for room for `n` WRs in queue `which` (0 send, 1
 /// receive); `room` syncs the half's copy and says (free now, at most).
 fn poll_room(
-    link: &HalfLink,
     halves: &Halves,
     which: usize,
     cx: &mut std::task::Context<'_>,
@@ -407,7 +408,7 @@ fn poll_room(
     if gone(halves) {
         return Poll::Ready(Err(Error::CqOwnerGone { qpn }));
     }
-    link.register(which, cx.waker());
+    halves.link.register(which, cx.waker());
     // Again, after registering: a poll that came between is seen now.
     if room().0 >= n {
         return Poll::Ready(Ok(()));

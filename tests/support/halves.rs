@@ -4,7 +4,6 @@
 
 use super::support::*;
 use rdma_direct::*;
-use std::time::Instant;
 
 pub const QKEY: u32 = 0x1234;
 
@@ -29,22 +28,7 @@ pub fn drain_cq(cq: &mut SharedCq) -> Vec<Completion> {
 
 /// Polls `cq` until `n` completions came (or PATIENCE).
 pub fn poll_shared_n(cq: &mut SharedCq, n: usize) -> Vec<Completion> {
-    let mut got = Vec::new();
-    let t = Instant::now();
-    let mut wc = [Completion::default(); 16];
-    while got.len() < n {
-        let k = cq.poll(&mut wc).unwrap();
-        got.extend_from_slice(&wc[..k]);
-        if k == 0 {
-            std::thread::yield_now();
-        }
-        assert!(
-            t.elapsed() < PATIENCE,
-            "timed out: {} of {n}: {got:?}",
-            got.len()
-        );
-    }
-    got
+    poll_n_with(|wc| cq.poll(wc), n)
 }
 
 pub fn ids(c: &[Completion]) -> Vec<u64> {

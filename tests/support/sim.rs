@@ -47,11 +47,19 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// Polls until `n` completions came (yielding to the sim's thread while
 /// none do), or fails after [`PATIENCE`].
 pub fn poll_n(qp: &mut Qp, n: usize) -> Vec<Completion> {
+    poll_n_with(|wc| qp.poll(wc), n)
+}
+
+/// [`poll_n`] through `poll` (a QP's own CQ, or a `SharedCq`).
+pub fn poll_n_with(
+    mut poll: impl FnMut(&mut [Completion]) -> Result<usize>,
+    n: usize,
+) -> Vec<Completion> {
     let mut got = Vec::new();
     let t = Instant::now();
     let mut wc = [Completion::default(); 16];
     while got.len() < n {
-        let k = qp.poll(&mut wc).unwrap();
+        let k = poll(&mut wc).unwrap();
         got.extend_from_slice(&wc[..k]);
         if k == 0 {
             std::thread::yield_now();

@@ -8,11 +8,10 @@
 //! each post. The CQ credits the halves may need are taken at the split, so
 //! their posts count none.
 
-use super::post::{POST_CHECKED, POST_IN_PLACE, POST_UD};
+use super::post::POST_CHECKED;
 use super::DirectQp;
 use crate::types::error::{Error, Result};
 use crate::types::progress::HalfLink;
-use crate::types::qp_attr::QpType;
 use std::sync::Arc;
 
 /// What a split QP remembers of the split, to count and to join.
@@ -88,12 +87,8 @@ impl DirectQp {
             )
         };
         let mut send = send;
-        let mode = match self.qp_type {
-            _ if self.max_send_sge == 0 => POST_CHECKED,
-            QpType::Ud => POST_UD,
-            _ => POST_IN_PLACE,
-        };
-        send.set_post_mode(mode);
+        // The split requires RTS; the half counts no credits.
+        send.set_mode_for(crate::types::qp_attr::QpState::Rts);
         self.split = Some(Box::new(SplitState {
             link: link.clone(),
             sent: self.sent,
@@ -148,10 +143,7 @@ impl DirectQp {
     pub(crate) fn parked_copy(&self) -> DirectQp {
         // SAFETY: the half this copies is being dropped: the copy takes
         // over its role (it posts nothing until the QP joins it back).
-        let mut q = unsafe { self.half(self.sq.split_copy(), self.rq.split_copy()) };
-        q.sent = self.sent;
-        q.recvd = self.recvd;
-        q
+        unsafe { self.half(self.sq.split_copy(), self.rq.split_copy()) }
     }
 
     /// Whether the QP is split into halves (it then only retires).
