@@ -188,6 +188,17 @@ impl Context {
         }
     }
 
+    /// A completion channel that many CQs may share
+    /// ([`Pd::create_shared_cq_on`]): one fd, one event loop, each event
+    /// naming its CQ's token. `ibv_create_comp_channel(3)`, its fd made
+    /// `O_NONBLOCK`; a sim channel on the sim.
+    ///
+    /// Errors: the device's ([`Error::Verbs`], `ibv_create_comp_channel`;
+    /// on the sim [`Error::Sim`] when no eventfd can be made).
+    pub fn create_comp_channel(&self) -> Result<crate::CompChannel> {
+        crate::CompChannel::create(&self.kind)
+    }
+
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
         let kind = match &self.kind {

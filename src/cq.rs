@@ -6,6 +6,7 @@ use crate::backend::direct::DirectQp;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs::{self, VerbsQp};
 use crate::backend::SharedQps;
+use crate::channel::ChannelSeat;
 use crate::handles::{PdInner, SharedKind};
 use crate::qp::Qp;
 use crate::types::completion::Completion;
@@ -67,6 +68,9 @@ pub struct SharedCq {
     pending: VecDeque<Completion>,
     pending_err: Option<Error>,
     pd: Arc<PdInner>,
+    /// On a completion channel several CQs share: its place there (given
+    /// back after the CQ is destroyed: the last field).
+    seat: Option<ChannelSeat>,
 }
 
 /// The QPs of a shared CQ and the CQ credits they take from: what polling
@@ -137,7 +141,12 @@ impl Drop for SharedCq {
 }
 
 impl SharedCq {
-    pub(crate) fn new(kind: SharedKind, credits: CqCredits, pd: Arc<PdInner>) -> Self {
+    pub(crate) fn new(
+        kind: SharedKind,
+        credits: CqCredits,
+        pd: Arc<PdInner>,
+        seat: Option<ChannelSeat>,
+    ) -> Self {
         SharedCq {
             members: Members {
                 qps: Vec::new(),
@@ -149,6 +158,7 @@ impl SharedCq {
             pending: VecDeque::new(),
             pending_err: None,
             pd,
+            seat,
         }
     }
 
@@ -381,6 +391,11 @@ impl SharedCq {
     }
 
     /// Requests one completion event, as [`Qp::arm_cq`] does for a QP's own CQ.
+    ///
+    /// On a shared [`CompChannel`](crate::CompChannel) the event goes
+    /// there, naming this CQ's token: arm again only after taking it (the
+    /// arm carries the count of events taken as its sequence number, PRM
+    /// "CQ doorbell"; one made before is a repeat, as on ConnectX).
     pub fn arm(&mut self, solicited_only: bool) -> Result<()> {
         match &mut self.kind {
             SharedKind::Direct(c) => c.arm(solicited_only),
@@ -391,7 +406,11 @@ impl SharedCq {
 
     /// Sleeps until the armed CQ raises its event or `timeout` passes, as
     /// [`Qp::wait_cq_event`]; `true` if an event came (consumed and acked).
+    ///
+    /// Errors: [`Error::Invalid`] on a shared [`CompChannel`](crate::CompChannel)
+    /// (its events are taken there); the wait's ([`Error::Verbs`]).
     pub fn wait_event(&mut self, timeout: Duration) -> Result<bool> {
+        self.own_channel()?;
         match &mut self.kind {
             SharedKind::Direct(c) => c.wait_event(timeout),
             #[cfg(feature = "verbs")]
@@ -403,14 +422,36 @@ impl SharedCq {
     /// events, or adaptive: see [`CompletionMode`]): returns as soon as at
     /// least one is in `out`, or 0 when `timeout` passed first.
     ///
-    /// Errors: `out` is empty ([`Error::Invalid`]); as [`Self::poll`].
+    /// Errors: `out` is empty ([`Error::Invalid`]); a mode other than
+    /// busy polling on a shared [`CompChannel`](crate::CompChannel)
+    /// ([`Error::Invalid`]: wait on the channel); as [`Self::poll`].
     pub fn wait(
         &mut self,
         out: &mut [Completion],
         mode: CompletionMode,
         timeout: Duration,
     ) -> Result<usize> {
+        if mode != CompletionMode::Busy {
+            self.own_channel()?;
+        }
         wait_on(self, out, mode, timeout)
+    }
+
+    /// The token this CQ's events carry on a shared
+    /// [`CompChannel`](crate::CompChannel), or `None` if it has a channel
+    /// of its own.
+    pub fn channel_token(&self) -> Option<u64> {
+        self.seat.as_ref().map(ChannelSeat::token)
+    }
+
+    /// `Ok` if the CQ's events come through its own channel.
+    fn own_channel(&self) -> Result<()> {
+        match self.channel_token() {
+            None => Ok(()),
+            Some(t) => Err(Error::Invalid(format!(
+                "this CQ's events go to a shared completion channel (token {t}): wait on the channel, then poll the CQ"
+            ))),
+        }
     }
 }
 
@@ -425,6 +466,7 @@ impl CqOps for SharedCq {
         self.wait_event(timeout)
     }
     fn event_wake(&mut self, waker: &std::task::Waker) -> Result<crate::backend::EventWake<'_>> {
+        self.own_channel()?;
         Ok(match &mut self.kind {
             SharedKind::Direct(c) => c.event_wake(waker),
             #[cfg(feature = "verbs")]
@@ -432,6 +474,7 @@ impl CqOps for SharedCq {
         })
     }
     fn take_events(&mut self) -> Result<u32> {
+        self.own_channel()?;
         match &mut self.kind {
             SharedKind::Direct(c) => c.take_events(),
             #[cfg(feature = "verbs")]

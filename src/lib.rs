@@ -53,6 +53,7 @@ mod types;
 // Layer 2: the backends.
 mod backend;
 // Layer 3: the front end users hold.
+mod channel;
 #[cfg(feature = "verbs")]
 pub mod cm;
 mod completions;
@@ -81,6 +82,7 @@ mod wait;
 #[doc = include_str!("../docs/concepts.md")]
 pub mod concepts {}
 
+pub use channel::CompChannel;
 pub use completions::Completions;
 pub use context::{list_devices, Context};
 pub use cq::SharedCq;

@@ -4,6 +4,7 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
+use crate::channel::{ChannelKind, CompChannel};
 use crate::cq::SharedCq;
 use crate::handles::{PdInner, PdKind, SharedKind};
 use crate::qp::Qp;
@@ -365,6 +366,67 @@ impl Pd {
             kind,
             CqCredits::new(depth),
             self.inner.clone(),
+            None,
+        ))
+    }
+
+    /// [`Self::create_shared_cq`] on `channel`, a completion channel other
+    /// CQs may share ([`CompChannel`]): the CQ's completion events go
+    /// there, each naming the CQ by `token` (verbs' `cq_context`; one token
+    /// per live CQ of the channel). Take them with
+    /// [`CompChannel::get_event`] or `next_event().await`; the CQ's own
+    /// event waits ([`SharedCq::wait_event`], [`SharedCq::wait`] in a mode
+    /// other than busy polling, [`SharedCq::completions`]) are refused.
+    /// `ibv_create_cq(3)` with `channel` and `cq_context`; on the direct
+    /// path the arm's sequence number counts the events the channel took.
+    ///
+    /// Errors: as [`Self::create_shared_cq`]; [`Error::Invalid`] when
+    /// `channel` is another device's or `token` names a live CQ on it.
+    pub fn create_shared_cq_on(
+        &self,
+        depth: u32,
+        channel: &CompChannel,
+        token: u64,
+    ) -> Result<SharedCq> {
+        if depth == 0 || depth > 1 << 22 {
+            return Err(Error::Invalid(format!(
+                "shared CQ depth {depth} must be 1..=4194304"
+            )));
+        }
+        let other = || Error::Invalid("the completion channel is another device's".into());
+        let (seat, taken) = match (&self.inner.kind, channel.kind()) {
+            (PdKind::Sim(d, _), ChannelKind::Sim(cd, _)) if d.same(cd) => channel.seat(token)?,
+            #[cfg(feature = "verbs")]
+            (PdKind::Verbs(pd, _), ChannelKind::Verbs(ch)) if ch.of(&pd.ctx) => {
+                channel.seat(token)?
+            }
+            _ => return Err(other()),
+        };
+        let kind = match (&self.inner.kind, channel.kind()) {
+            (PdKind::Sim(dev, _), ChannelKind::Sim(_, ch)) => SharedKind::Direct(
+                direct::DirectCq::create_sim_on(dev, depth, ch, token, taken)?,
+            ),
+            #[cfg(feature = "verbs")]
+            (PdKind::Verbs(pd, true), ChannelKind::Verbs(ch)) => SharedKind::Direct(
+                direct::DirectCq::create_mlx5_on(&pd.ctx, depth, ch, token, taken)?,
+            ),
+            #[cfg(feature = "verbs")]
+            (PdKind::Verbs(pd, false), ChannelKind::Verbs(ch)) => {
+                SharedKind::Verbs(ibv::VerbsCq::create_on(&pd.ctx, depth, false, ch, token)?)
+            }
+            #[cfg(feature = "verbs")]
+            _ => return Err(other()),
+        };
+        let depth = match &kind {
+            SharedKind::Direct(c) => c.depth(),
+            #[cfg(feature = "verbs")]
+            SharedKind::Verbs(c) => c.depth,
+        };
+        Ok(SharedCq::new(
+            kind,
+            CqCredits::new(depth),
+            self.inner.clone(),
+            Some(seat),
         ))
     }
 }

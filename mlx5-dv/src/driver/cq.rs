@@ -431,4 +431,11 @@ impl CompletionQueue {
     pub fn event_consumed(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
+
+    /// Sets the count of completion events consumed so far, where someone
+    /// else consumes them (a completion channel several CQs share, read on
+    /// another thread): the next arm carries it as its sequence number.
+    pub fn set_events_consumed(&mut self, events: u32) {
+        self.arm_sn = events;
+    }
 }

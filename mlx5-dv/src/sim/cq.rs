@@ -1,6 +1,7 @@
 //! CQs: creating one, its handle ([`Cq`]: events, overrun, the raw
 //! description), and writing CQEs into it (overrun, completion events).
 
+use super::channel::{Channel, ChannelShared};
 use super::dma::DmaBuf;
 use super::{CqEntry, Device, SimError, State};
 use crate::cqe::{owner_bit, Cqe};
@@ -30,6 +31,36 @@ impl Device {
         cqe_cnt: u32,
         cqe_size: u32,
         ignore_overrun: bool,
+    ) -> Result<Cq, SimError> {
+        self.make_cq(cqe_cnt, cqe_size, ignore_overrun, None)
+    }
+
+    /// [`Self::create_cq_ex`] on a completion channel that other CQs may
+    /// share (`ibv_create_cq`'s `channel` and `cq_context`): the CQ's
+    /// completion events go to `channel`, each naming it by `context`
+    /// ([`Channel::get_event`]), and not to the CQ's own event fd or waker.
+    pub fn create_cq_on(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        ignore_overrun: bool,
+        channel: &Channel,
+        context: u64,
+    ) -> Result<Cq, SimError> {
+        self.make_cq(
+            cqe_cnt,
+            cqe_size,
+            ignore_overrun,
+            Some((channel.shared.clone(), context)),
+        )
+    }
+
+    fn make_cq(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        ignore_overrun: bool,
+        channel: Option<(Arc<ChannelShared>, u64)>,
     ) -> Result<Cq, SimError> {
         if !cqe_cnt.is_power_of_two() || !(2..=1 << 22).contains(&cqe_cnt) {
             return Err(SimError::BadSize {
@@ -89,6 +120,7 @@ impl Device {
                 event_sn: 0,
                 event_fd: events.clone(),
                 waker: waker.clone(),
+                channel,
                 refs: 1,
             },
         );
@@ -204,8 +236,15 @@ impl Cq {
 }
 
 impl Drop for Cq {
+    /// The CQ's events go from its shared channel now, though QPs may keep
+    /// the CQ a while: no one is left to take them (its owner arms it no
+    /// more, and a CQ made later may carry the same context value).
     fn drop(&mut self) {
-        release_cq(&mut self.dev.lock(), self.cqn);
+        let mut st = self.dev.lock();
+        if let Some((ch, _)) = st.cqs.get_mut(&self.cqn).and_then(|c| c.channel.take()) {
+            ch.forget(self.cqn);
+        }
+        release_cq(&mut st, self.cqn);
     }
 }
 
@@ -214,7 +253,9 @@ pub(super) fn release_cq(st: &mut State, cqn: u32) {
     if let Some(c) = st.cqs.get_mut(&cqn) {
         c.refs -= 1;
         if c.refs == 0 {
-            st.cqs.remove(&cqn);
+            if let Some((ch, _)) = st.cqs.remove(&cqn).and_then(|c| c.channel) {
+                ch.forget(cqn);
+            }
         }
     }
 }
@@ -284,9 +325,13 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
         let solicited_only = arm & (1 << 24) != 0;
         if !solicited_only || c.solicited || c.opcode.is_error() {
             cq.completion_events += 1;
+            cq.event_sn = cq.event_sn.wrapping_add(1);
+            if let Some((ch, context)) = &cq.channel {
+                ch.raise(cq.cqn, *context);
+                return;
+            }
             // A full counter (2^64 - 2 unread events) cannot happen here.
             let _ = cq.event_fd.write(1);
-            cq.event_sn = cq.event_sn.wrapping_add(1);
             let w = cq.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(w) = w {
                 w.wake();

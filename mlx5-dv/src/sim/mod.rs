@@ -42,6 +42,7 @@
 //! [`mlx5dv_qp`]: crate::dv::mlx5dv_qp
 //! [`mlx5dv_cq`]: crate::dv::mlx5dv_cq
 
+mod channel;
 mod cq;
 mod dma;
 mod exec;
@@ -52,6 +53,7 @@ mod srq;
 mod thread;
 mod ud;
 
+pub use channel::Channel;
 pub use cq::Cq;
 pub use qp::{Qp, BF_OFFSET, BF_SIZE};
 pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
@@ -194,6 +196,9 @@ struct CqEntry {
     /// Woken (once) by the next completion event, after the event fd is
     /// written ([`Cq::wake_on_event`]): an async wait needs no `poll(2)`.
     waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    /// The shared completion channel the events go to instead, and the
+    /// CQ's context value there ([`Device::create_cq_on`]).
+    channel: Option<(Arc<channel::ChannelShared>, u64)>,
     /// Handles keeping the CQ: its `Cq` and every QP completing to it. The
     /// entry (and its ring memory) goes when the last one does.
     refs: u32,
@@ -324,6 +329,11 @@ impl Default for Device {
 }
 
 impl Device {
+    /// Whether two handles name one device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub fn new() -> Self {
         let state = State {
             mrs: Table::default(),

@@ -96,6 +96,9 @@ pub(crate) struct DirectCq {
     // Field order: the poller drops before the object that owns its ring.
     cq: CompletionQueue,
     dev: DirectCqDev,
+    /// On a completion channel other CQs share: the events of this CQ its
+    /// reader has taken (on any thread), the sequence number of the next arm.
+    channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
 /// Who owns a direct-path CQ's ring.
@@ -158,6 +161,27 @@ impl DirectCq {
     /// need not write its consumer-index record.
     pub(crate) fn create_sim(dev: &sim::Device, depth: u32) -> Result<Self> {
         let sim_cq = dev.create_cq_ex(depth.next_power_of_two().max(2), 64, true)?;
+        Self::over_sim(sim_cq, None)
+    }
+
+    /// [`Self::create_sim`] on `channel`, shared with other CQs: its events
+    /// name it by `token`, and `events` counts those its reader took.
+    pub(crate) fn create_sim_on(
+        dev: &sim::Device,
+        depth: u32,
+        channel: &sim::Channel,
+        token: u64,
+        events: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    ) -> Result<Self> {
+        let cqe_cnt = depth.next_power_of_two().max(2);
+        let sim_cq = dev.create_cq_on(cqe_cnt, 64, true, channel, token)?;
+        Self::over_sim(sim_cq, Some(events))
+    }
+
+    fn over_sim(
+        sim_cq: sim::Cq,
+        channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    ) -> Result<Self> {
         // SAFETY: the description comes from `sim_cq`, which this struct
         // owns and drops after the poller (field order); nothing else on the
         // host polls this ring.
@@ -166,6 +190,7 @@ impl DirectCq {
         Ok(Self {
             cq,
             dev: DirectCqDev::Sim(sim_cq),
+            channel_events,
         })
     }
 
@@ -178,6 +203,28 @@ impl DirectCq {
     #[cfg(feature = "verbs")]
     pub(crate) fn create_mlx5(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
         let vcq = ibv::VerbsCq::create_ex(ctx, depth, true)?;
+        Self::over_mlx5(vcq, None)
+    }
+
+    /// [`Self::create_mlx5`] on `channel`, shared with other CQs, as
+    /// [`Self::create_sim_on`].
+    #[cfg(feature = "verbs")]
+    pub(crate) fn create_mlx5_on(
+        ctx: &std::sync::Arc<ibv::Ctx>,
+        depth: u32,
+        channel: &std::sync::Arc<ibv::VerbsChannel>,
+        token: u64,
+        events: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    ) -> Result<Self> {
+        let vcq = ibv::VerbsCq::create_on(ctx, depth, true, channel, token)?;
+        Self::over_mlx5(vcq, Some(events))
+    }
+
+    #[cfg(feature = "verbs")]
+    fn over_mlx5(
+        vcq: std::sync::Arc<ibv::VerbsCq>,
+        channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    ) -> Result<Self> {
         let dv = ibv::describe_mlx5_cq(&vcq)?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on `vcq`,
         // which this struct keeps (dropped after the poller); the CQ is
@@ -187,6 +234,7 @@ impl DirectCq {
         Ok(Self {
             cq,
             dev: DirectCqDev::Mlx5(vcq),
+            channel_events,
         })
     }
 
@@ -201,7 +249,13 @@ impl DirectCq {
 
     /// Arms the CQ for one completion event (driver `arm`: the arm word,
     /// which carries the consumer index, then the CQ doorbell on the UAR).
+    /// On a shared channel the sequence number is the count of this CQ's
+    /// events its reader took: arm after taking the last one.
     pub(crate) fn arm(&mut self, solicited_only: bool) -> Result<()> {
+        if let Some(taken) = &self.channel_events {
+            self.cq
+                .set_events_consumed(taken.load(std::sync::atomic::Ordering::Acquire));
+        }
         Ok(self.cq.arm(solicited_only)?)
     }
 
@@ -283,6 +337,9 @@ impl DirectCq {
                     self.cq.event_consumed();
                 }
             }
+            // A shared channel's events are its reader's to take.
+            #[cfg(feature = "verbs")]
+            DirectCqDev::Mlx5(_) if self.channel_events.is_some() => {}
             #[cfg(feature = "verbs")]
             DirectCqDev::Mlx5(_) => {
                 while self.wait_event(std::time::Duration::ZERO).unwrap_or(false) {}

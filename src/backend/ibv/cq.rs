@@ -6,19 +6,112 @@ use crate::types::error::{Error, Result};
 use rdma_sys::*;
 use std::sync::Arc;
 
-/// A CQ with its completion channel (event mode; the channel's fd is
-/// non-blocking). Held by `Arc` by the QPs that complete into it and by
-/// whoever polls it (a QP's own CQ, or a [`crate::SharedCq`]); destroyed
-/// after the last of them: `ibv_destroy_cq`, then the channel.
+/// A completion channel (`ibv_create_comp_channel`, its fd made
+/// non-blocking): a CQ's own, or one several CQs share. Destroyed after the
+/// last CQ on it (each holds this `Arc`).
+pub(crate) struct VerbsChannel {
+    raw: *mut ibv_comp_channel,
+    _ctx: Arc<Ctx>,
+}
+
+// SAFETY: rdma-core's channel calls (`ibv_get_cq_event`, a `read` of the
+// fd) are thread-safe; the pointer is only destroyed in `drop`.
+unsafe impl Send for VerbsChannel {}
+unsafe impl Sync for VerbsChannel {}
+
+impl Drop for VerbsChannel {
+    fn drop(&mut self) {
+        // SAFETY: created in `VerbsChannel::create`; every CQ on it holds
+        // this `Arc` and was destroyed first.
+        unsafe { ibv_destroy_comp_channel(self.raw) };
+    }
+}
+
+impl VerbsChannel {
+    /// `ibv_create_comp_channel`, its fd made non-blocking.
+    pub(crate) fn create(ctx: &Arc<Ctx>) -> Result<Arc<VerbsChannel>> {
+        // SAFETY: live context.
+        let raw = unsafe { ibv_create_comp_channel(ctx.raw) };
+        if raw.is_null() {
+            return Err(Error::Verbs {
+                call: "ibv_create_comp_channel",
+                errno: errno(),
+                detail: String::new(),
+            });
+        }
+        // SAFETY: `raw` is live; fcntl on its fd changes only its flags.
+        unsafe {
+            let fd = (*raw).fd;
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            );
+        }
+        Ok(Arc::new(VerbsChannel {
+            raw,
+            _ctx: ctx.clone(),
+        }))
+    }
+
+    /// The channel's fd (non-blocking), readable while an event waits.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the channel is destroyed only in `drop`, after every
+        // borrow of `self` (this one included).
+        unsafe { std::os::fd::BorrowedFd::borrow_raw((*self.raw).fd) }
+    }
+
+    /// Whether `ctx` is the device context the channel was made on.
+    pub(crate) fn of(&self, ctx: &Arc<Ctx>) -> bool {
+        Arc::ptr_eq(&self._ctx, ctx)
+    }
+
+    /// Takes one completion event without blocking (`ibv_get_cq_event` on
+    /// the non-blocking fd, acknowledged at once with `ibv_ack_cq_events`
+    /// after `seen` has been called with its CQ's `cq_context`): the
+    /// context, or `None` if none waits. A CQ's destruction waits for the
+    /// ack of every event read of it (rdma-core's `ibv_destroy_cq`), so
+    /// `seen` runs while the CQ lives.
+    pub(crate) fn get_event(&self, seen: impl FnOnce(u64)) -> Result<Option<u64>> {
+        let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
+        // when none waits (or another reader took it).
+        let rc = unsafe { ibv_get_cq_event(self.raw, &mut cq, &mut ctx) };
+        if rc != 0 {
+            let e = errno();
+            if e == libc::EAGAIN {
+                return Ok(None);
+            }
+            return Err(Error::Verbs {
+                call: "ibv_get_cq_event",
+                errno: e,
+                detail: String::new(),
+            });
+        }
+        seen(ctx as u64);
+        // SAFETY: `cq` is the CQ the event was for, alive until this ack
+        // (its destruction waits for it); one event to ack.
+        unsafe { ibv_ack_cq_events(cq, 1) };
+        Ok(Some(ctx as u64))
+    }
+}
+
+/// A CQ with its completion channel (event mode): its own, or one it shares
+/// with other CQs ([`VerbsCq::create_on`]). Held by `Arc` by the QPs that
+/// complete into it and by whoever polls it (a QP's own CQ, or a
+/// [`crate::SharedCq`]); destroyed after the last of them: `ibv_destroy_cq`,
+/// then (the last `Arc` of) the channel.
 pub(crate) struct VerbsCq {
     pub(crate) cq: *mut ibv_cq,
-    channel: *mut ibv_comp_channel,
+    channel: Arc<VerbsChannel>,
+    /// The channel is shared: its events are read there, never here.
+    shared_channel: bool,
     /// CQEs the CQ holds, as the provider made it (`ibv_cq.cqe`).
     pub(crate) depth: u32,
     /// Made with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` ([`Self::create_ex`]):
     /// the device never reads its consumer-index record.
     pub(crate) ignores_overrun: bool,
-    _ctx: Arc<Ctx>,
 }
 
 // SAFETY: one owner polls, arms and waits on the CQ (`&mut Qp` for a QP's
@@ -29,13 +122,10 @@ unsafe impl Sync for VerbsCq {}
 
 impl Drop for VerbsCq {
     fn drop(&mut self) {
-        // SAFETY: created in `VerbsCq::create`; every QP completing into it
-        // was destroyed first (they hold this `Arc`); the CQ goes before its
-        // channel (events were acked as they came).
-        unsafe {
-            ibv_destroy_cq(self.cq);
-            ibv_destroy_comp_channel(self.channel);
-        }
+        // SAFETY: created in `VerbsCq::create_ex`; every QP completing into
+        // it was destroyed first (they hold this `Arc`); events were acked
+        // as they came. The channel (a field) goes after.
+        unsafe { ibv_destroy_cq(self.cq) };
     }
 }
 
@@ -63,31 +153,39 @@ impl VerbsCq {
         depth: u32,
         ignore_overrun: bool,
     ) -> Result<Arc<VerbsCq>> {
-        // SAFETY: live context.
-        let channel = unsafe { ibv_create_comp_channel(ctx.raw) };
-        if channel.is_null() {
-            return Err(Error::Verbs {
-                call: "ibv_create_comp_channel",
-                errno: errno(),
-                detail: String::new(),
-            });
-        }
-        // SAFETY: `channel` is live; fcntl on its fd changes only its flags.
-        unsafe {
-            let fd = (*channel).fd;
-            libc::fcntl(
-                fd,
-                libc::F_SETFL,
-                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-            );
-        }
+        let channel = VerbsChannel::create(ctx)?;
+        Self::make(ctx, depth, ignore_overrun, channel, false, 0)
+    }
+
+    /// [`Self::create_ex`] on `channel`, which other CQs may share: the
+    /// CQ's `cq_context` is `token`, what [`VerbsChannel::get_event`]
+    /// returns for its events.
+    pub(crate) fn create_on(
+        ctx: &Arc<Ctx>,
+        depth: u32,
+        ignore_overrun: bool,
+        channel: &Arc<VerbsChannel>,
+        token: u64,
+    ) -> Result<Arc<VerbsCq>> {
+        Self::make(ctx, depth, ignore_overrun, channel.clone(), true, token)
+    }
+
+    fn make(
+        ctx: &Arc<Ctx>,
+        depth: u32,
+        ignore_overrun: bool,
+        channel: Arc<VerbsChannel>,
+        shared_channel: bool,
+        token: u64,
+    ) -> Result<Arc<VerbsCq>> {
         let cqe = depth.min(i32::MAX as u32);
+        let cq_context = token as usize as *mut std::ffi::c_void;
         let mut cq: *mut ibv_cq = std::ptr::null_mut();
         if ignore_overrun {
             let mut attr = ibv_cq_init_attr_ex {
                 cqe,
-                cq_context: std::ptr::null_mut(),
-                channel,
+                cq_context,
+                channel: channel.raw,
                 comp_vector: 0,
                 wc_flags: 0,
                 comp_mask: ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0,
@@ -106,16 +204,14 @@ impl VerbsCq {
         }
         let ignores_overrun = !cq.is_null();
         if cq.is_null() {
-            // SAFETY: live context and channel.
-            cq = unsafe { ibv_create_cq(ctx.raw, cqe as i32, std::ptr::null_mut(), channel, 0) };
+            // SAFETY: live context and channel; the context is a value,
+            // never dereferenced.
+            cq = unsafe { ibv_create_cq(ctx.raw, cqe as i32, cq_context, channel.raw, 0) };
         }
         if cq.is_null() {
-            let e = errno();
-            // SAFETY: created above, unused.
-            unsafe { ibv_destroy_comp_channel(channel) };
             return Err(Error::Verbs {
                 call: "ibv_create_cq",
-                errno: e,
+                errno: errno(),
                 detail: format!(" ({depth} CQEs)"),
             });
         }
@@ -124,9 +220,9 @@ impl VerbsCq {
         Ok(Arc::new(VerbsCq {
             cq,
             channel,
+            shared_channel,
             depth,
             ignores_overrun,
-            _ctx: ctx.clone(),
         }))
     }
 
@@ -142,9 +238,7 @@ impl VerbsCq {
     /// The completion channel's file descriptor (non-blocking), readable
     /// while an event waits: what an async wait watches.
     pub(crate) fn channel_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: the channel was created with this CQ and is destroyed
-        // only in `drop`, after every borrow of `self` (this one included).
-        unsafe { std::os::fd::BorrowedFd::borrow_raw((*self.channel).fd) }
+        self.channel.fd()
     }
 
     /// Consumes every completion event waiting now (`ibv_get_cq_event`,
@@ -152,14 +246,14 @@ impl VerbsCq {
     /// blocking; returns how many.
     pub(crate) fn take_events(&self) -> Result<u32> {
         let mut n = 0;
-        while wait_channel(self.channel, std::time::Duration::ZERO)? {
+        while wait_channel(self.channel.raw, std::time::Duration::ZERO)? {
             n += 1;
         }
         Ok(n)
     }
 
     pub(crate) fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
-        wait_channel(self.channel, timeout)
+        wait_channel(self.channel.raw, timeout)
     }
 
     /// `ibv_poll_cq` for up to `store.len()` (at most 16) completions.
@@ -186,7 +280,8 @@ impl VerbsCq {
     /// Discards the events raised and the completions written so far (a QP
     /// with its own CQ going to RESET).
     pub(crate) fn drain(&self, mut each: impl FnMut(&ibv_wc)) {
-        while self.wait(std::time::Duration::ZERO).unwrap_or(false) {}
+        // A shared channel's events are its reader's to take.
+        while !self.shared_channel && self.wait(std::time::Duration::ZERO).unwrap_or(false) {}
         // SAFETY: plain data; zero is valid.
         let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
         loop {

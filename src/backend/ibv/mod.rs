@@ -15,7 +15,7 @@ mod qp;
 mod srq;
 
 pub(crate) use ah::VerbsAh;
-pub(crate) use cq::VerbsCq;
+pub(crate) use cq::{VerbsChannel, VerbsCq};
 pub(crate) use mlx5::{
     create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mlx5_supported, Mlx5Objs,
 };

@@ -139,6 +139,7 @@ macro_rules! check_eq {
 
 mod async_waits;
 mod benchmarks;
+mod channel;
 mod completions;
 mod data;
 mod device_errors;
@@ -152,6 +153,7 @@ pub mod two_host;
 
 use async_waits::*;
 use benchmarks::*;
+use channel::*;
 use completions::*;
 use data::*;
 use device_errors::*;
@@ -381,5 +383,6 @@ const ONE_SIDED: &[Case] = &[
     case!(async_waits_sleep_until_the_event),
     case!(no_completion_event_is_lost),
     case!(a_stale_consumer_index_at_arm_time),
+    case!(many_cqs_on_one_channel),
     case!(port_events_stream_when_the_link_goes_down_and_up),
 ];

@@ -1,0 +1,273 @@
+//! One completion channel for many CQs (`ibv_comp_channel` shared, as
+//! sideway #113 asks): [`CompChannel`], made by
+//! [`Context::create_comp_channel`](crate::Context::create_comp_channel);
+//! CQs join it through [`Pd::create_shared_cq_on`](crate::Pd::create_shared_cq_on),
+//! each with a token its events carry (verbs' `cq_context`).
+//!
+//! The loop is rdma-core's: arm each CQ ([`SharedCq::arm`](crate::SharedCq::arm)),
+//! take an event from the channel ([`CompChannel::get_event`], or
+//! `next_event().await`, or the `Stream`), poll the CQ its token names
+//! until empty, arm it again, poll it once more (a completion that came
+//! between the last poll and the arm raised no event), and take the next
+//! event. Each event is acknowledged (`ibv_ack_cq_events`) as it is taken,
+//! so a CQ can be destroyed at any time; a destroyed CQ's events not yet
+//! taken go with it.
+
+#[cfg(feature = "verbs")]
+use crate::backend::ibv;
+use crate::backend::wait_readable;
+use crate::handles::CtxKind;
+use crate::reactor::{FdSleep, Reactor};
+use crate::types::error::{Error, Result};
+use futures_core::Stream;
+use mlx5_dv::sim;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+/// A completion channel that many CQs share: each completion event names
+/// its CQ by the `u64` token the CQ was made with. Clones share the
+/// channel (each with its own async wait); the CQs on it keep it alive.
+///
+/// `Send` and `Sync`: one thread or task may wait on the channel while the
+/// CQs' owners arm and poll them elsewhere. The fd ([`AsFd`]) is
+/// non-blocking and readable while an event waits, for an event loop of
+/// one's own (`epoll`, mio): then call [`Self::get_event`] with a zero
+/// timeout.
+///
+/// Source: `ibv_create_comp_channel(3)`, `ibv_get_cq_event(3)`; on the sim,
+/// `mlx5_dv::sim::Channel`.
+pub struct CompChannel {
+    shared: Arc<ChannelShared>,
+    sleep: FdSleep,
+}
+
+pub(crate) struct ChannelShared {
+    pub(crate) kind: ChannelKind,
+    /// The tokens of the CQs on the channel, each with the count of its
+    /// events taken: a direct-path CQ arms with that count as its sequence
+    /// number (rdma-core's `mlx5_cq_event` advances `arm_sn` likewise).
+    cqs: Mutex<HashMap<u64, Arc<AtomicU32>>>,
+}
+
+pub(crate) enum ChannelKind {
+    Sim(sim::Device, sim::Channel),
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<ibv::VerbsChannel>),
+}
+
+/// A CQ's place on a channel: its token, given back when the CQ is dropped.
+pub(crate) struct ChannelSeat {
+    shared: Arc<ChannelShared>,
+    token: u64,
+}
+
+impl ChannelSeat {
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+}
+
+impl Drop for ChannelSeat {
+    fn drop(&mut self) {
+        self.shared.lock().remove(&self.token);
+    }
+}
+
+impl ChannelShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicU32>>> {
+        self.cqs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one event taken of the CQ `token` names.
+    fn seen(&self, token: u64) {
+        if let Some(n) = self.lock().get(&token) {
+            n.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl Clone for CompChannel {
+    /// The same channel, with an async wait of its own.
+    fn clone(&self) -> Self {
+        CompChannel {
+            shared: self.shared.clone(),
+            sleep: FdSleep::default(),
+        }
+    }
+}
+
+impl CompChannel {
+    /// A channel on the device of `ctx` (`ibv_create_comp_channel`, its fd
+    /// made non-blocking; a sim channel on the sim).
+    pub(crate) fn create(ctx: &CtxKind) -> Result<CompChannel> {
+        let kind = match ctx {
+            CtxKind::Sim(d) => ChannelKind::Sim(d.clone(), d.create_channel()?),
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(c, _) => ChannelKind::Verbs(ibv::VerbsChannel::create(c)?),
+        };
+        Ok(CompChannel {
+            shared: Arc::new(ChannelShared {
+                kind,
+                cqs: Mutex::new(HashMap::new()),
+            }),
+            sleep: FdSleep::default(),
+        })
+    }
+
+    /// Takes `token` for a CQ about to be made on the channel; the count
+    /// its events advance, and the seat that gives the token back.
+    ///
+    /// Errors: [`Error::Invalid`] when a live CQ on the channel has it.
+    pub(crate) fn seat(&self, token: u64) -> Result<(ChannelSeat, Arc<AtomicU32>)> {
+        let mut cqs = self.shared.lock();
+        if cqs.contains_key(&token) {
+            return Err(Error::Invalid(format!(
+                "token {token} names a CQ already on this completion channel: its events could not be told apart"
+            )));
+        }
+        let n = Arc::new(AtomicU32::new(0));
+        cqs.insert(token, n.clone());
+        let seat = ChannelSeat {
+            shared: self.shared.clone(),
+            token,
+        };
+        Ok((seat, n))
+    }
+
+    /// The device-side channel.
+    pub(crate) fn kind(&self) -> &ChannelKind {
+        &self.shared.kind
+    }
+
+    /// How many CQs are on the channel now.
+    pub fn cqs(&self) -> usize {
+        self.shared.lock().len()
+    }
+
+    /// Sleeps through `reactor` rather than
+    /// [`default_reactor`](crate::reactor::default_reactor) (verbs devices
+    /// only: the sim wakes the waker itself).
+    pub fn with_reactor(mut self, reactor: Arc<dyn Reactor>) -> Self {
+        self.sleep.set_reactor(reactor);
+        self
+    }
+
+    /// Takes one event if one waits, without blocking: the token of the CQ
+    /// that raised it.
+    fn try_event(&self) -> Result<Option<u64>> {
+        let token = match &self.shared.kind {
+            ChannelKind::Sim(_, ch) => ch.get_event(),
+            #[cfg(feature = "verbs")]
+            ChannelKind::Verbs(ch) => return ch.get_event(|t| self.shared.seen(t)),
+        };
+        if let Some(t) = token {
+            self.shared.seen(t);
+        }
+        Ok(token)
+    }
+
+    /// Waits up to `timeout` for a completion event of any CQ on the
+    /// channel and takes it (acknowledged at once): the token of the CQ
+    /// that raised it, or `None` when `timeout` passed first. A zero
+    /// timeout does not block. Events come oldest first, one per arm.
+    ///
+    /// Errors: the read's ([`Error::Verbs`]: `ibv_get_cq_event`, `poll`).
+    pub fn get_event(&self, timeout: Duration) -> Result<Option<u64>> {
+        let start = Instant::now();
+        loop {
+            if let Some(t) = self.try_event()? {
+                return Ok(Some(t));
+            }
+            let Some(left) = timeout.checked_sub(start.elapsed()) else {
+                return Ok(None);
+            };
+            if left.is_zero() || !wait_readable(self.as_fd(), left, "completion channel")? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The next completion event, awaited: the token of its CQ.
+    /// Cancel-safe: dropped before it resolves, it took none.
+    ///
+    /// Errors: as [`Self::get_event`]; [`Error::Reactor`].
+    pub async fn next_event(&mut self) -> Result<u64> {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// [`Self::next_event`] as a poll function.
+    pub fn poll_event(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<u64>> {
+        // Loops only on verbs (the fd readable, the event taken elsewhere).
+        #[cfg_attr(not(feature = "verbs"), allow(clippy::never_loop))]
+        loop {
+            match &self.shared.kind {
+                ChannelKind::Sim(_, ch) => {
+                    // Registered before the take: an event after it wakes us.
+                    ch.wake_on_event(cx.waker());
+                    return match self.try_event()? {
+                        Some(t) => Poll::Ready(Ok(t)),
+                        None => Poll::Pending,
+                    };
+                }
+                #[cfg(feature = "verbs")]
+                ChannelKind::Verbs(_) => {
+                    if let Some(t) = self.try_event()? {
+                        return Poll::Ready(Ok(t));
+                    }
+                    let (shared, sleep) = (&self.shared, &mut self.sleep);
+                    let fd = shared.fd();
+                    match sleep.poll_readable(cx, || {
+                        fd.try_clone_to_owned().map_err(|e| {
+                            Error::Reactor(format!("dup of the completion channel's fd: {e}"))
+                        })
+                    }) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        // Readable: take again.
+                        Poll::Ready(Ok(())) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ChannelShared {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match &self.kind {
+            ChannelKind::Sim(_, ch) => ch.event_fd(),
+            #[cfg(feature = "verbs")]
+            ChannelKind::Verbs(ch) => ch.fd(),
+        }
+    }
+}
+
+impl AsFd for CompChannel {
+    /// The channel's fd: non-blocking, readable while an event waits.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.fd()
+    }
+}
+
+impl Stream for CompChannel {
+    type Item = Result<u64>;
+
+    /// The token of the next event's CQ; never ends.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_event(cx).map(Some)
+    }
+}
+
+impl std::fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompChannel")
+            .field("fd", &self.as_fd())
+            .field("cqs", &self.cqs())
+            .finish()
+    }
+}
