@@ -1,5 +1,8 @@
 //! An async echo server on tokio: many clients connect through rdma_cm,
-//! and each connection is a task. A connection's task owns its QP: it
+//! and each connection is a task. The server awaits each connection
+//! (`CmListener::accept_async`); each client's task connects
+//! (`cm::connect_async`), all at once: the CM's event channels watched by
+//! tokio's reactor, no blocking thread. A connection's task owns its QP: it
 //! posts SENDs and receives and awaits its completions
 //! (`Qp::completions(CompletionMode::Events).next().await`), so a task
 //! waiting for its peer sleeps until the CQ's event wakes it (on a verbs
@@ -237,38 +240,30 @@ async fn on_sim(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The server through rdma_cm: accepts `-c` connections (each accept on
-/// a blocking thread), a task each.
+/// The server through rdma_cm: accepts `-c` connections
+/// (`CmListener::accept_async`: the CM's event channel watched by tokio's
+/// reactor), a task each.
 #[cfg(feature = "verbs")]
 async fn server(a: &Args) -> Result<()> {
     use rdma_direct::cm::{CmListener, CmOffer};
     let ctx = std::sync::Arc::new(Context::open(&a.dev)?);
     let pd = std::sync::Arc::new(ctx.alloc_pd()?);
-    let mut listener = CmListener::bind(a.port)?;
+    let listener = CmListener::bind(a.port)?;
     println!(
         "async_echo: server on {} port {}, waiting for {} clients",
         a.dev, a.port, a.clients
     );
     let mut tasks = Vec::new();
     for c in 0..a.clients {
-        let p = pd.clone();
-        let (l, r) = tokio::task::spawn_blocking(move || {
-            let r = (|| {
-                let mut qp = p.create_qp(&cfg())?;
-                let none = CmOffer {
-                    rkey: rdma_direct::Rkey(0),
-                    addr: 0,
-                    len: 0,
-                };
-                let (conn, _) = listener.accept(&mut qp, &none, Duration::from_secs(120))?;
-                Ok::<_, Error>((qp, conn))
-            })();
-            (listener, r)
-        })
-        .await
-        .map_err(|e| Error::Invalid(format!("accept: {e}")))?;
-        listener = l;
-        let (qp, conn) = r?;
+        let mut qp = pd.create_qp(&cfg())?;
+        let none = CmOffer {
+            rkey: rdma_direct::Rkey(0),
+            addr: 0,
+            len: 0,
+        };
+        let (conn, _) = listener
+            .accept_async(&mut qp, &none, Duration::from_secs(120))
+            .await?;
         let bufs = Bufs::new(&pd, a.size)?;
         tasks.push(tokio::spawn(async move {
             let r = serve(qp, bufs).await;
@@ -293,7 +288,7 @@ async fn server(a: &Args) -> Result<()> {
 }
 
 /// The clients through rdma_cm: `-c` connections to the server, a task
-/// each.
+/// each, which connects (`cm::connect_async`), then runs.
 #[cfg(feature = "verbs")]
 async fn clients(a: &Args, host: &str) -> Result<()> {
     use rdma_direct::cm::{self, CmOffer};
@@ -302,21 +297,18 @@ async fn clients(a: &Args, host: &str) -> Result<()> {
     let mut tasks = Vec::new();
     for c in 0..a.clients {
         let (p, h, port) = (pd.clone(), host.to_string(), a.port);
-        let (qp, conn) = tokio::task::spawn_blocking(move || {
+        let n = a.messages;
+        let size = a.size;
+        tasks.push(tokio::spawn(async move {
             let mut qp = p.create_qp(&cfg())?;
             let none = CmOffer {
                 rkey: rdma_direct::Rkey(0),
                 addr: 0,
                 len: 0,
             };
-            let (conn, _) = cm::connect(&mut qp, &h, port, &none, Duration::from_secs(120))?;
-            Ok::<_, Error>((qp, conn))
-        })
-        .await
-        .map_err(|e| Error::Invalid(format!("connect: {e}")))??;
-        let bufs = Bufs::new(&pd, a.size)?;
-        let n = a.messages;
-        tasks.push(tokio::spawn(async move {
+            let (conn, _) =
+                cm::connect_async(&mut qp, &h, port, &none, Duration::from_secs(120)).await?;
+            let bufs = Bufs::new(&p, size)?;
             let r = client(qp, bufs, c, n).await;
             drop(conn);
             r

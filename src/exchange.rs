@@ -22,9 +22,11 @@
 //!
 //! A message with another magic or version is refused with a clear error.
 
+use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
 use crate::{Endpoint, Error, Result, Rkey};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// Version of the message layout above.
@@ -127,24 +129,80 @@ fn io(what: &str, e: std::io::Error) -> Error {
 /// Errors: [`Error::Exchange`] when the socket fails, the peer closes the
 /// connection or sends nothing within 60 s; the decoding's errors.
 pub fn swap(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+    block_on(swap_in(s, mine, &mut Blocking))
+}
+
+/// [`swap`] as a future, on any runtime: the socket is made non-blocking
+/// for the exchange (and blocking again after it) and watched by a
+/// [`Reactor`](crate::Reactor); the 60 s limit is a `timerfd` beside it.
+/// Dropped before it resolves, part of a message may have been sent or
+/// read: close the connection.
+///
+/// Errors: as [`swap`]; [`Error::Reactor`].
+pub async fn swap_async(s: &mut TcpStream, mine: &ConnInfo) -> Result<ConnInfo> {
+    swap_in(s, mine, &mut Awaited::default()).await
+}
+
+/// The stream made non-blocking (for reads and writes through an
+/// [`FdWait`]), blocking again when dropped.
+struct NonBlocking<'s>(&'s mut TcpStream, u64);
+
+impl<'s> NonBlocking<'s> {
+    fn new(s: &'s mut TcpStream) -> Result<Self> {
+        s.set_nonblocking(true).map_err(|e| io("socket", e))?;
+        Ok(NonBlocking(s, next_serial()))
+    }
+}
+
+impl Drop for NonBlocking<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set_nonblocking(false);
+    }
+}
+
+async fn swap_in<W: FdWait>(s: &mut TcpStream, mine: &ConnInfo, w: &mut W) -> Result<ConnInfo> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // What a blocking reader of the stream meets later (`barrier`,
+    // `swap_line`): the same 60 s.
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| io("socket", e))?;
-    s.write_all(&mine.encode())
-        .map_err(|e| io("sending our connection facts", e))?;
+    let s = NonBlocking::new(s)?;
+    let out = mine.encode();
+    let mut sent = 0;
+    while sent < MSG_LEN {
+        match s.0.write(&out[sent..]) {
+            Ok(0) => return Err(Error::Exchange("the peer closed the connection".into())),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if !w
+                    .ready(s.1, s.0.as_fd(), true, deadline, "TCP socket")
+                    .await?
+                {
+                    return Err(Error::Exchange(
+                        "the peer took none of our connection facts within 60 s".into(),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io("sending our connection facts", e)),
+        }
+    }
     let mut m = [0u8; MSG_LEN];
     let mut got = 0;
     while got < MSG_LEN {
-        match s.read(&mut m[got..]) {
+        match s.0.read(&mut m[got..]) {
             Ok(0) => {
                 return Err(Error::Exchange(format!(
                     "the peer closed the connection after {got} of {MSG_LEN} bytes of its connection facts"
                 )))
             }
             Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(Error::Exchange(format!(
-                    "no connection facts from the peer within 60 s ({got} of {MSG_LEN} bytes came)"
-                )))
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if !w.ready(s.1, s.0.as_fd(), false, deadline, "TCP socket").await? {
+                    return Err(Error::Exchange(format!(
+                        "no connection facts from the peer within 60 s ({got} of {MSG_LEN} bytes came)"
+                    )));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(io("reading the peer's connection facts", e)),
@@ -164,13 +222,24 @@ pub fn serve(port: u16, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
     Listener::bind(port)?.accept(mine)
 }
 
+/// [`serve`] as a future ([`Listener::accept_async`]).
+///
+/// Errors: as [`serve`]; [`Error::Reactor`].
+pub async fn serve_async(port: u16, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
+    Listener::bind(port)?.accept_async(mine).await
+}
+
 /// A server's listening TCP socket (all IPv4 addresses), bound before the
 /// server says it waits, so that a port in use is an error at once, and
 /// kept across the clients it takes (no window in which the port is free).
+/// Its socket is non-blocking: [`Self::accept`] waits in `poll(2)`,
+/// [`Self::accept_async`] through a reactor, and two of either may wait at
+/// once (each connection goes to one of them).
 #[derive(Debug)]
 pub struct Listener {
     l: TcpListener,
     port: u16,
+    serial: u64,
 }
 
 impl Listener {
@@ -193,7 +262,13 @@ impl Listener {
             }
             _ => io(&format!("listen on TCP port {port}"), e),
         })?;
-        Ok(Listener { l, port })
+        l.set_nonblocking(true)
+            .map_err(|e| io("listening socket", e))?;
+        Ok(Listener {
+            l,
+            port,
+            serial: next_serial(),
+        })
     }
 
     /// The TCP port listened on.
@@ -206,8 +281,41 @@ impl Listener {
     ///
     /// Errors: [`Error::Exchange`] when accepting fails; those of [`swap`].
     pub fn accept(&self, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
-        let (mut s, _) = self.l.accept().map_err(|e| io("accept", e))?;
-        let peer = swap(&mut s, mine)?;
+        block_on(self.accept_in(mine, &mut Blocking))
+    }
+
+    /// [`Self::accept`] as a future, on any runtime (the listening socket
+    /// watched by a [`Reactor`](crate::Reactor), then [`swap_async`]).
+    /// Cancel-safe until a client is taken; dropped after, it closes that
+    /// connection.
+    ///
+    /// Errors: as [`Self::accept`]; [`Error::Reactor`].
+    pub async fn accept_async(&self, mine: &ConnInfo) -> Result<(ConnInfo, TcpStream)> {
+        self.accept_in(mine, &mut Awaited::default()).await
+    }
+
+    async fn accept_in<W: FdWait>(
+        &self,
+        mine: &ConnInfo,
+        w: &mut W,
+    ) -> Result<(ConnInfo, TcpStream)> {
+        // No limit: a deadline a year away.
+        let forever = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let mut s = loop {
+            match self.l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    w.ready(self.serial, self.l.as_fd(), false, forever, "TCP listener")
+                        .await?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io("accept", e)),
+            }
+        };
+        // Accepted sockets do not inherit the listener's O_NONBLOCK on
+        // Linux; said again for other systems.
+        s.set_nonblocking(false).map_err(|e| io("socket", e))?;
+        let peer = swap_in(&mut s, mine, w).await?;
         Ok((peer, s))
     }
 }
@@ -220,6 +328,33 @@ pub fn connect(
     port: u16,
     wait: Duration,
     mine: &ConnInfo,
+) -> Result<(ConnInfo, TcpStream)> {
+    block_on(connect_in(host, port, wait, mine, &mut Blocking))
+}
+
+/// [`connect`] as a future, on any runtime: a non-blocking connect watched
+/// by a [`Reactor`](crate::Reactor) for writability, the 50 ms between
+/// tries and the `wait` limit by a `timerfd`, then [`swap_async`]. `host`
+/// is resolved by the system's blocking resolver (an IP address is parsed
+/// at once). Dropped before it resolves, the connection being made is
+/// closed.
+///
+/// Errors: as [`connect`]; [`Error::Reactor`].
+pub async fn connect_async(
+    host: &str,
+    port: u16,
+    wait: Duration,
+    mine: &ConnInfo,
+) -> Result<(ConnInfo, TcpStream)> {
+    connect_in(host, port, wait, mine, &mut Awaited::default()).await
+}
+
+async fn connect_in<W: FdWait>(
+    host: &str,
+    port: u16,
+    wait: Duration,
+    mine: &ConnInfo,
+    w: &mut W,
 ) -> Result<(ConnInfo, TcpStream)> {
     // A name that does not resolve is an argument error, not something to
     // wait out (the server not listening yet is).
@@ -235,25 +370,62 @@ pub fn connect(
     if addrs.is_empty() {
         return Err(Error::Invalid(format!("host {host:?} has no address")));
     }
-    // A wait too long to add to now means: no deadline.
-    let deadline = Instant::now().checked_add(wait);
-    let mut s = loop {
-        match TcpStream::connect(&addrs[..]) {
-            Ok(s) => break s,
-            Err(e) if deadline.map_or(true, |d| Instant::now() < d) => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => {
-                return Err(io(
-                    &format!("connect to {host}:{port} (waited {wait:?})"),
-                    e,
-                ))
+    // A wait too long to add to now means: no deadline (a year).
+    let deadline = Instant::now()
+        .checked_add(wait)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600));
+    let mut s = 'tries: loop {
+        let mut last = None;
+        for a in &addrs {
+            match connect_one(a, deadline, w).await {
+                Ok(s) => break 'tries s,
+                Err(e) => last = Some(e),
             }
         }
+        let e = last.expect("at least one address");
+        if Instant::now() >= deadline {
+            return Err(io(
+                &format!("connect to {host}:{port} (waited {wait:?})"),
+                e,
+            ));
+        }
+        w.pause(Duration::from_millis(50)).await?;
     };
-    let peer = swap(&mut s, mine)?;
+    let peer = swap_in(&mut s, mine, w).await?;
     Ok((peer, s))
+}
+
+/// One non-blocking connect to `addr`, waited for (writable) until
+/// `deadline`; the stream is left blocking.
+async fn connect_one<W: FdWait>(
+    addr: &std::net::SocketAddr,
+    deadline: Instant,
+    w: &mut W,
+) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(*addr), Type::STREAM, None)?;
+    sock.set_nonblocking(true)?;
+    match sock.connect(&(*addr).into()) {
+        Ok(()) => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINPROGRESS)
+                || e.kind() == std::io::ErrorKind::WouldBlock =>
+        {
+            let ready = w
+                .ready(next_serial(), sock.as_fd(), true, deadline, "TCP socket")
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            if !ready {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            if let Some(e) = sock.take_error()? {
+                return Err(e);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    sock.set_nonblocking(false)?;
+    Ok(sock.into())
 }
 
 /// Sends `line` (no newline in it) and reads the peer's line, byte by byte

@@ -56,6 +56,7 @@ mod backend;
 mod channel;
 #[cfg(feature = "verbs")]
 pub mod cm;
+mod cm_wait;
 mod completions;
 mod context;
 mod cq;

@@ -25,6 +25,20 @@ pub trait Reactor: Send + Sync {
     /// Errors: the OS's (`dup`, registration), or no runtime to register
     /// with.
     fn watch(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>>;
+
+    /// Starts watching `fd` for writability (a TCP connect in progress):
+    /// the watch's [`ReadyFd::poll_readable`] is then ready once `fd` is
+    /// writable. The async TCP exchange needs it; the default refuses.
+    ///
+    /// Errors: as [`Self::watch`]; `Unsupported` from a reactor that
+    /// watches readability only.
+    fn watch_writable(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>> {
+        let _ = fd;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this reactor watches readability only",
+        ))
+    }
 }
 
 /// One descriptor a [`Reactor`] watches.
@@ -64,13 +78,36 @@ impl FdSleep {
         cx: &mut Context<'_>,
         fd: impl FnOnce() -> Result<OwnedFd>,
     ) -> Poll<Result<()>> {
+        self.poll_ready(cx, fd, false)
+    }
+
+    /// [`Self::poll_readable`] for writability ([`Reactor::watch_writable`]).
+    pub(crate) fn poll_writable(
+        &mut self,
+        cx: &mut Context<'_>,
+        fd: impl FnOnce() -> Result<OwnedFd>,
+    ) -> Poll<Result<()>> {
+        self.poll_ready(cx, fd, true)
+    }
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+        fd: impl FnOnce() -> Result<OwnedFd>,
+        write: bool,
+    ) -> Poll<Result<()>> {
         if self.watch.is_none() {
             let fd = match fd() {
                 Ok(fd) => fd,
                 Err(e) => return Poll::Ready(Err(e)),
             };
             let r = self.reactor.get_or_insert_with(default_reactor).clone();
-            match r.watch(fd.as_fd()) {
+            let w = if write {
+                r.watch_writable(fd.as_fd())
+            } else {
+                r.watch(fd.as_fd())
+            };
+            match w {
                 Ok(w) => self.watch = Some(w),
                 Err(e) => return Poll::Ready(Err(Error::Reactor(e.to_string()))),
             }
@@ -124,6 +161,8 @@ struct Entry {
     waker: Option<Waker>,
     /// Found readable since the wait last looked.
     ready: bool,
+    /// What it is watched for: `POLLIN`, or `POLLOUT` (a writable watch).
+    flags: nix::poll::PollFlags,
 }
 
 impl ThreadReactor {
@@ -172,19 +211,19 @@ impl Shared {
     fn run(self: Arc<Self>) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         loop {
-            let watched: Vec<(u64, Arc<OwnedFd>)> = self
+            let watched: Vec<(u64, Arc<OwnedFd>, PollFlags)> = self
                 .lock()
                 .entries
                 .iter()
                 .filter(|(_, e)| e.waker.is_some() && !e.ready)
-                .map(|(id, e)| (*id, e.fd.clone()))
+                .map(|(id, e)| (*id, e.fd.clone(), e.flags))
                 .collect();
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watched.len() + 1);
             fds.push(PollFd::new(self.wake.as_fd(), PollFlags::POLLIN));
             fds.extend(
                 watched
                     .iter()
-                    .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
+                    .map(|(_, fd, flags)| PollFd::new(fd.as_fd(), *flags)),
             );
             if poll(&mut fds, PollTimeout::NONE).is_err() {
                 // EINTR (or EAGAIN): look again.
@@ -195,7 +234,7 @@ impl Shared {
                 .iter()
                 .zip(&watched)
                 .filter(|(f, _)| hit(f))
-                .map(|(_, (id, _))| *id)
+                .map(|(_, (id, _, _))| *id)
                 .collect();
             if hit(&fds[0]) {
                 let _ = self.wake.read();
@@ -218,6 +257,20 @@ impl Shared {
 
 impl Reactor for ThreadReactor {
     fn watch(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>> {
+        self.watch_for(fd, nix::poll::PollFlags::POLLIN)
+    }
+
+    fn watch_writable(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>> {
+        self.watch_for(fd, nix::poll::PollFlags::POLLOUT)
+    }
+}
+
+impl ThreadReactor {
+    fn watch_for(
+        &self,
+        fd: BorrowedFd<'_>,
+        flags: nix::poll::PollFlags,
+    ) -> io::Result<Box<dyn ReadyFd>> {
         let fd = Arc::new(fd.try_clone_to_owned()?);
         let id = {
             let mut st = self.shared.lock();
@@ -236,6 +289,7 @@ impl Reactor for ThreadReactor {
                     fd,
                     waker: None,
                     ready: false,
+                    flags,
                 },
             );
             id
@@ -296,17 +350,39 @@ impl Reactor for TokioReactor {
             ));
         }
         let fd = fd.try_clone_to_owned()?;
-        Ok(Box::new(TokioWatch(crate::backend::tokio_readable(fd)?)))
+        Ok(Box::new(TokioWatch(
+            crate::backend::tokio_readable(fd, false)?,
+            false,
+        )))
+    }
+
+    fn watch_writable(&self, fd: BorrowedFd<'_>) -> io::Result<Box<dyn ReadyFd>> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other(
+                "TokioReactor::watch_writable outside a tokio runtime (use ThreadReactor there)",
+            ));
+        }
+        let fd = fd.try_clone_to_owned()?;
+        Ok(Box::new(TokioWatch(
+            crate::backend::tokio_readable(fd, true)?,
+            true,
+        )))
     }
 }
 
+/// A tokio watch, and whether it is for writing.
 #[cfg(feature = "tokio")]
-struct TokioWatch(tokio::io::unix::AsyncFd<OwnedFd>);
+struct TokioWatch(tokio::io::unix::AsyncFd<OwnedFd>, bool);
 
 #[cfg(feature = "tokio")]
 impl ReadyFd for TokioWatch {
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.0.poll_read_ready(cx) {
+        let ready = if self.1 {
+            self.0.poll_write_ready(cx)
+        } else {
+            self.0.poll_read_ready(cx)
+        };
+        match ready {
             Poll::Ready(Ok(mut guard)) => {
                 // Cleared before the caller consumes what the descriptor
                 // holds: what arrives after the clear is a new edge.

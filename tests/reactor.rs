@@ -243,4 +243,52 @@ mod tokio_tests {
             assert!(back.iter().all(|&x| x == 0x3c));
         });
     }
+
+    /// The TCP exchange as tokio tasks: both sides' futures spawned on a
+    /// multi-threaded runtime (so they are `Send`), each socket watched by
+    /// tokio's reactor (the client's connect for writability).
+    #[test]
+    fn the_tcp_exchange_runs_as_tokio_tasks() {
+        use rdma_direct::exchange::{self, ConnInfo, Listener};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let facts = |qpn: u32| ConnInfo {
+            endpoint: Endpoint {
+                qpn,
+                lid: 0,
+                gid: [1; 16],
+                gid_index: None,
+                active_mtu: 3,
+                roce: true,
+            },
+            psn: 5,
+            rkey: Rkey(6),
+            addr: 7,
+            len: 8,
+            qkey: 0,
+        };
+        rt.block_on(async move {
+            let free = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let l = Listener::bind(free).unwrap();
+            let port = l.port();
+            let server = tokio::spawn(async move { l.accept_async(&facts(1)).await });
+            let client = tokio::spawn(async move {
+                exchange::connect_async("127.0.0.1", port, Duration::from_secs(10), &facts(2)).await
+            });
+            let (got, _s) = tokio::time::timeout(Duration::from_secs(30), server)
+                .await
+                .expect("accepted within 30 s")
+                .unwrap()
+                .unwrap();
+            let (peer, _c) = client.await.unwrap().unwrap();
+            assert_eq!((got, peer), (facts(2), facts(1)));
+        });
+    }
 }

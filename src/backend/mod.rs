@@ -27,14 +27,21 @@ pub(crate) trait SharedQps<Q> {
 /// life) for readability with the current tokio runtime's reactor.
 ///
 /// Errors: the registration's (no runtime is checked by the caller).
+/// With `write`, for writability instead.
 #[cfg(feature = "tokio")]
 pub(crate) fn tokio_readable(
     fd: std::os::fd::OwnedFd,
+    write: bool,
 ) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    let interest = if write {
+        tokio::io::Interest::WRITABLE
+    } else {
+        tokio::io::Interest::READABLE
+    };
     // SAFETY: an `OwnedFd` is open until dropped, which the `AsyncFd`
     // (owning it) does last, and its `as_raw_fd` always returns the same
     // descriptor.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }
         .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
@@ -57,9 +64,24 @@ pub(crate) fn wait_readable(
     timeout: std::time::Duration,
     what: &str,
 ) -> Result<bool> {
+    wait_ready(fd, false, timeout, what)
+}
+
+/// [`wait_readable`], or with `write` for writability.
+pub(crate) fn wait_ready(
+    fd: std::os::fd::BorrowedFd<'_>,
+    write: bool,
+    timeout: std::time::Duration,
+    what: &str,
+) -> Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let flags = if write {
+        PollFlags::POLLOUT
+    } else {
+        PollFlags::POLLIN
+    };
+    let mut fds = [PollFd::new(fd, flags)];
     let n = poll(
         &mut fds,
         PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),

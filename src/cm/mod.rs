@@ -41,8 +41,8 @@
 //! Sources: librdmacm `rdma_cma.h` and `rdma_connect(3)`, `rdma_accept(3)`,
 //! `rdma_init_qp_attr(3)` (QPs not attached to an id), `udaddy.c`.
 
-use crate::qp_attr::{AddressVector, Grh, QpAttr};
-use crate::{Access, Error, Qp, Result, Rkey};
+use crate::qp_attr::{AddressVector, QpAttr};
+use crate::{Error, Qp, Result, Rkey};
 use rdma_sys::*;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -103,29 +103,57 @@ impl CmOffer {
 }
 
 use crate::backend::ibv::{check_detail as check, errno};
+use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
 
-/// An event channel and one id on it; both destroyed on drop.
+mod attr;
+use attr::{
+    attr_from_raw, av_from_raw, check_qp, check_qp_here, conn_param, sockaddr, steps_from,
+    ud_steps_from,
+};
+
+/// An event channel (its fd non-blocking) and one id on it; both destroyed
+/// on drop.
 struct Id {
     ch: *mut rdma_event_channel,
     id: *mut rdma_cm_id,
+    /// Names the channel's fd to an [`FdWait`].
+    serial: u64,
 }
 
-// SAFETY: librdmacm's calls on an id and its channel are thread-safe; the
-// pointers are used only through `&self`/`&mut self` of their owner.
+// SAFETY: librdmacm's calls on an id and its channel are thread-safe (two
+// readers of one channel each take a different event); the pointers are
+// used only through `&self`/`&mut self` of their owner and freed in `drop`.
 unsafe impl Send for Id {}
+unsafe impl Sync for Id {}
+
+/// A new event channel, its fd made non-blocking (`rdma_get_cm_event` then
+/// fails with EAGAIN when no event waits, rather than blocking).
+fn event_channel(detail: &str) -> Result<*mut rdma_event_channel> {
+    // SAFETY: no arguments; a null return sets errno.
+    let ch = unsafe { rdma_create_event_channel() };
+    if ch.is_null() {
+        return Err(Error::Verbs {
+            call: "rdma_create_event_channel",
+            errno: errno(),
+            detail: detail.into(),
+        });
+    }
+    // SAFETY: `ch` is live; fcntl on its fd changes only its flags.
+    unsafe {
+        let fd = (*ch).fd;
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        );
+    }
+    Ok(ch)
+}
 
 impl Id {
     /// A new id in port space `ps` (`RDMA_PS_TCP` or `RDMA_PS_UDP`).
     fn new(ps: rdma_port_space::Type) -> Result<Id> {
-        // SAFETY: no arguments; a null return sets errno.
-        let ch = unsafe { rdma_create_event_channel() };
-        if ch.is_null() {
-            return Err(Error::Verbs {
-                call: "rdma_create_event_channel",
-                errno: errno(),
-                detail: " (is the rdma_ucm module loaded?)".into(),
-            });
-        }
+        let ch = event_channel(" (is the rdma_ucm module loaded?)")?;
         let mut id = std::ptr::null_mut();
         // SAFETY: `ch` is live; `id` receives the new id.
         let rc = unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), ps) };
@@ -134,47 +162,70 @@ impl Id {
             unsafe { rdma_destroy_event_channel(ch) };
             return Err(e);
         }
-        Ok(Id { ch, id })
+        Ok(Id {
+            ch,
+            id,
+            serial: next_serial(),
+        })
     }
 
     /// Moves `id` (a connection request's new id) onto a channel of its own.
     fn adopt(id: *mut rdma_cm_id) -> Result<Id> {
-        // SAFETY: no arguments; a null return sets errno.
-        let ch = unsafe { rdma_create_event_channel() };
-        if ch.is_null() {
-            // SAFETY: `id` is a live id whose events are all acknowledged.
-            unsafe { rdma_destroy_id(id) };
-            return Err(Error::Verbs {
-                call: "rdma_create_event_channel",
-                errno: errno(),
-                detail: String::new(),
-            });
-        }
+        let ch = match event_channel("") {
+            Ok(ch) => ch,
+            Err(e) => {
+                // SAFETY: `id` is a live id whose events are all acknowledged.
+                unsafe { rdma_destroy_id(id) };
+                return Err(e);
+            }
+        };
         // SAFETY: both live; every event of `id` was acknowledged.
         let rc = unsafe { rdma_migrate_id(id, ch) };
-        let me = Id { ch, id };
+        let me = Id {
+            ch,
+            id,
+            serial: next_serial(),
+        };
         check("rdma_migrate_id", rc, String::new)?;
         Ok(me)
     }
 
-    /// Waits for the next event on the channel until `deadline`; it is
-    /// acknowledged before this returns (what it carries is copied).
-    fn next_event(&self, deadline: Instant, waiting_for: &str) -> Result<Event> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        // SAFETY: the channel's fd lives as long as the channel (`self`).
-        let fd = unsafe { BorrowedFd::borrow_raw((*self.ch).fd) };
-        if !crate::backend::wait_readable(fd, left, "rdma_cm event channel")? {
-            return Err(Error::Timeout(format!(
-                "rdma_cm: no event while waiting for {waiting_for}"
-            )));
+    /// Waits (through `w`) for the next event on the channel until
+    /// `deadline`; it is acknowledged before this returns (what it carries
+    /// is copied).
+    async fn next_event<W: FdWait>(
+        &self,
+        w: &mut W,
+        deadline: Instant,
+        waiting_for: &str,
+    ) -> Result<Event> {
+        loop {
+            if let Some(ev) = self.try_event()? {
+                return Ok(ev);
+            }
+            // SAFETY: the channel's fd lives as long as the channel (`self`).
+            let fd = unsafe { BorrowedFd::borrow_raw((*self.ch).fd) };
+            if !w
+                .ready(self.serial, fd, false, deadline, "rdma_cm event channel")
+                .await?
+            {
+                return Err(Error::Timeout(format!(
+                    "rdma_cm: no event while waiting for {waiting_for}"
+                )));
+            }
         }
+    }
+
+    /// The next event if one waits (the fd is non-blocking), acknowledged.
+    fn try_event(&self) -> Result<Option<Event>> {
         let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
-        // SAFETY: live channel with an event ready; `ev` receives it.
-        check(
-            "rdma_get_cm_event",
-            unsafe { rdma_get_cm_event(self.ch, &mut ev) },
-            String::new,
-        )?;
+        // SAFETY: live channel; `ev` receives the event. Non-blocking fd:
+        // EAGAIN when none waits.
+        let rc = unsafe { rdma_get_cm_event(self.ch, &mut ev) };
+        if rc != 0 && errno() == libc::EAGAIN {
+            return Ok(None);
+        }
+        check("rdma_get_cm_event", rc, String::new)?;
         // SAFETY: `ev` is the event just returned; it lives until acked.
         let out = unsafe {
             let e = &*ev;
@@ -201,12 +252,12 @@ impl Id {
         };
         // SAFETY: `ev` came from rdma_get_cm_event and is acked once.
         unsafe { rdma_ack_cm_event(ev) };
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Waits for an event of kind `want`; any other is an error naming it.
-    fn expect(&self, want: u32, deadline: Instant) -> Result<Event> {
-        let ev = self.next_event(deadline, event_name(want))?;
+    async fn expect<W: FdWait>(&self, w: &mut W, want: u32, deadline: Instant) -> Result<Event> {
+        let ev = self.next_event(w, deadline, event_name(want)).await?;
         if ev.kind != want {
             return Err(Error::Exchange(format!(
                 "rdma_cm: {} (status {}) while waiting for {}",
@@ -262,6 +313,10 @@ impl Drop for Id {
     }
 }
 
+// SAFETY: `id` is a handle only passed back to librdmacm (thread-safe);
+// the rest is plain data copied out of the acknowledged event.
+unsafe impl Send for Event {}
+
 struct Event {
     kind: u32,
     status: i32,
@@ -289,134 +344,6 @@ fn event_name(kind: u32) -> &'static str {
         RDMA_CM_EVENT_TIMEWAIT_EXIT => "TIMEWAIT_EXIT",
         _ => "another event",
     }
-}
-
-/// `ibv_ah_attr` as our address vector.
-fn av_from_raw(ah: &ibv_ah_attr) -> AddressVector {
-    AddressVector {
-        dlid: ah.dlid,
-        port: ah.port_num,
-        service_level: ah.sl,
-        grh: (ah.is_global != 0).then_some(Grh {
-            // SAFETY: every bit pattern of the GID union is valid.
-            dgid: unsafe { ah.grh.dgid.raw },
-            sgid_index: ah.grh.sgid_index,
-            hop_limit: ah.grh.hop_limit,
-            traffic_class: ah.grh.traffic_class,
-            flow_label: ah.grh.flow_label,
-        }),
-    }
-}
-
-/// `ibv_qp_attr` with `mask` as our attributes (the fields the mask names).
-fn attr_from_raw(a: &ibv_qp_attr, mask: u32) -> QpAttr {
-    use crate::qp_attr::QpAttrMask as M;
-    let m = M::from_bits_truncate(mask);
-    let has = |b: M| m.contains(b);
-    QpAttr {
-        pkey_index: has(M::PKEY_INDEX).then_some(a.pkey_index),
-        port: has(M::PORT).then_some(a.port_num),
-        access: has(M::ACCESS_FLAGS).then(|| Access::from_bits_truncate(a.qp_access_flags)),
-        av: has(M::AV).then(|| av_from_raw(&a.ah_attr)),
-        path_mtu: has(M::PATH_MTU).then_some(a.path_mtu),
-        dest_qpn: has(M::DEST_QPN).then_some(a.dest_qp_num),
-        rq_psn: has(M::RQ_PSN).then_some(a.rq_psn),
-        max_dest_rd_atomic: has(M::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
-        min_rnr_timer: has(M::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
-        sq_psn: has(M::SQ_PSN).then_some(a.sq_psn),
-        timeout: has(M::TIMEOUT).then_some(a.timeout),
-        retry_cnt: has(M::RETRY_CNT).then_some(a.retry_cnt),
-        rnr_retry: has(M::RNR_RETRY).then_some(a.rnr_retry),
-        qkey: has(M::QKEY).then_some(a.qkey),
-        max_rd_atomic: has(M::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
-    }
-}
-
-/// The CM's INIT, RTR and RTS attributes for `qp`, with our responder
-/// access, `min_rnr_timer` and `rnr_retry`.
-fn steps_from(id: &Id, qp: &Qp) -> Result<[QpAttr; 3]> {
-    use ibv_qp_state::*;
-    let cfg = qp.config();
-    let mut init = id.qp_attr(IBV_QPS_INIT)?;
-    init.access = Some(Access::all());
-    let mut rtr = id.qp_attr(IBV_QPS_RTR)?;
-    rtr.min_rnr_timer = Some(cfg.min_rnr_timer);
-    let mut rts = id.qp_attr(IBV_QPS_RTS)?;
-    rts.rnr_retry = Some(cfg.rnr_retry);
-    Ok([init, rtr, rts])
-}
-
-/// A UD QP's steps: the CM's INIT attributes (pkey index, port, qkey),
-/// RTR with none, RTS with SQ_PSN 0 (librdmacm's `ucma_init_ud_qp`).
-fn ud_steps_from(id: &Id) -> Result<[QpAttr; 3]> {
-    let init = id.qp_attr(ibv_qp_state::IBV_QPS_INIT)?;
-    Ok([init, QpAttr::default(), QpAttr::rts_unreliable(0)])
-}
-
-fn conn_param(qp: &Qp, private: &[u8; OFFER_LEN]) -> rdma_conn_param {
-    rdma_conn_param {
-        private_data: private.as_ptr().cast(),
-        private_data_len: OFFER_LEN as u8,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: qp.config().rnr_retry,
-        // The REQ/REP say whether the QP takes its receives from an SRQ.
-        srq: qp.srq.is_some() as u8,
-        qp_num: qp.endpoint().qpn,
-    }
-}
-
-/// `qp` must be a verbs QP in RESET on the device the CM picks, UD when
-/// `ud` says so (the UDP port space) and RC or UC when not.
-fn check_qp(qp: &Qp, id: &Id, peer: &str, ud: bool) -> Result<()> {
-    let ours = check_qp_here(qp, ud)?;
-    match id.device() {
-        Some(d) if d == ours => Ok(()),
-        d => Err(Error::Exchange(format!(
-            "rdma_cm reaches {peer} through device {}, but the QP is on {ours}",
-            d.as_deref().unwrap_or("(none)")
-        ))),
-    }
-}
-
-/// What [`check_qp`] checks without the CM (a verbs QP, its transport, in
-/// RESET): run before any id is made, so a wrong QP is refused at once.
-/// Returns the QP's device name.
-fn check_qp_here(qp: &Qp, ud: bool) -> Result<String> {
-    let Some(ours) = qp.verbs_device() else {
-        return Err(Error::Invalid(
-            "rdma_cm needs a kernel RDMA device (the sim has no connection manager)".into(),
-        ));
-    };
-    let is_ud = qp.config().qp_type == crate::QpType::Ud;
-    if is_ud != ud {
-        return Err(Error::Invalid(if ud {
-            format!(
-                "a UD connection through rdma_cm needs a UD QP (this one is {})",
-                qp.config().qp_type.name()
-            )
-        } else {
-            "a UD QP connects through rdma_cm with cm::connect_ud / CmListener::bind_ud".into()
-        }));
-    }
-    if qp.state() != crate::qp_attr::QpState::Reset {
-        return Err(Error::Invalid(format!(
-            "connecting through rdma_cm needs the QP in RESET (it is in {:?})",
-            qp.state()
-        )));
-    }
-    Ok(ours.to_string())
-}
-
-fn sockaddr(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
-    // SAFETY: plain data; zero is valid.
-    let mut s: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    s.sin_family = libc::AF_INET as libc::sa_family_t;
-    s.sin_port = addr.port().to_be();
-    s.sin_addr.s_addr = u32::from(*addr.ip()).to_be();
-    s
 }
 
 /// A connection made through the CM. Dropping it disconnects (a DREQ to
@@ -496,7 +423,26 @@ impl CmListener {
         offer: &CmOffer,
         timeout: Duration,
     ) -> Result<(CmConnection, CmOffer)> {
-        self.accept_in(qp, offer, timeout, false)
+        block_on(self.accept_in(qp, offer, timeout, false, &mut Blocking))
+    }
+
+    /// [`Self::accept`] as a future, on any runtime: the CM's event
+    /// channel fd (non-blocking) is watched by a [`Reactor`](crate::Reactor)
+    /// ([`default_reactor`](crate::reactor::default_reactor)), and the
+    /// timeout by a `timerfd` beside it. The future is `Send`. Dropped
+    /// before it resolves, the request being answered is dropped with its
+    /// id (the peer sees a timeout or a reject) and `qp` may be left in
+    /// INIT, RTR or RTS: reset it before connecting it again.
+    ///
+    /// Errors: as [`Self::accept`]; [`Error::Reactor`].
+    pub async fn accept_async(
+        &self,
+        qp: &mut Qp,
+        offer: &CmOffer,
+        timeout: Duration,
+    ) -> Result<(CmConnection, CmOffer)> {
+        let mut w = Awaited::default();
+        self.accept_in(qp, offer, timeout, false, &mut w).await
     }
 
     /// On a [`Self::bind_ud`] listener: waits up to `timeout` for one
@@ -515,20 +461,34 @@ impl CmListener {
         offer: &CmOffer,
         timeout: Duration,
     ) -> Result<(CmConnection, CmOffer)> {
-        self.accept_in(qp, offer, timeout, true)
+        block_on(self.accept_in(qp, offer, timeout, true, &mut Blocking))
+    }
+
+    /// [`Self::accept_ud`] as a future, as [`Self::accept_async`].
+    ///
+    /// Errors: as [`Self::accept_ud`]; [`Error::Reactor`].
+    pub async fn accept_ud_async(
+        &self,
+        qp: &mut Qp,
+        offer: &CmOffer,
+        timeout: Duration,
+    ) -> Result<(CmConnection, CmOffer)> {
+        let mut w = Awaited::default();
+        self.accept_in(qp, offer, timeout, true, &mut w).await
     }
 
     /// [`Self::accept`] (`ud` false: then the RTU is waited for) and
-    /// [`Self::accept_ud`] (`ud`: SIDR has no RTU).
-    fn accept_in(
+    /// [`Self::accept_ud`] (`ud`: SIDR has no RTU), waiting through `w`.
+    async fn accept_in<W: FdWait>(
         &self,
         qp: &mut Qp,
         offer: &CmOffer,
         timeout: Duration,
         ud: bool,
+        w: &mut W,
     ) -> Result<(CmConnection, CmOffer)> {
         let deadline = Instant::now() + timeout;
-        let (conn, peer) = self.request(qp, ud, deadline)?;
+        let (conn, peer) = self.request(qp, ud, deadline, w).await?;
         let [init, rtr, rts] = if ud {
             ud_steps_from(&conn)?
         } else {
@@ -536,19 +496,28 @@ impl CmListener {
         };
         qp.connect_steps(init, rtr, rts)?;
         let private = offer.encode();
-        let mut param = conn_param(qp, &private);
-        // SAFETY: live id of a request; `param` and `private` outlive the call.
-        let rc = unsafe { rdma_accept(conn.id, &mut param) };
-        check("rdma_accept", rc, String::new)?;
+        {
+            let mut param = conn_param(qp, &private);
+            // SAFETY: live id of a request; `param` and `private` outlive the call.
+            let rc = unsafe { rdma_accept(conn.id, &mut param) };
+            check("rdma_accept", rc, String::new)?;
+        }
         if !ud {
-            conn.expect(rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, deadline)?;
+            conn.expect(w, rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED, deadline)
+                .await?;
         }
         Ok((CmConnection { id: conn, ud }, peer))
     }
 
     /// The next connection request, on an id of its own, with the peer's
     /// offer; a request this side cannot take is rejected.
-    fn request(&self, qp: &Qp, ud: bool, deadline: Instant) -> Result<(Id, CmOffer)> {
+    async fn request<W: FdWait>(
+        &self,
+        qp: &mut Qp,
+        ud: bool,
+        deadline: Instant,
+        w: &mut W,
+    ) -> Result<(Id, CmOffer)> {
         if ud != self.ud {
             return Err(Error::Invalid(if ud {
                 "accept_ud needs a listener of CmListener::bind_ud".into()
@@ -558,7 +527,7 @@ impl CmListener {
         }
         check_qp_here(qp, ud)?;
         let req = loop {
-            let ev = self.id.next_event(deadline, "CONNECT_REQUEST")?;
+            let ev = self.id.next_event(w, deadline, "CONNECT_REQUEST").await?;
             if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
                 break ev;
             }
@@ -614,7 +583,37 @@ pub fn connect(
     offer: &CmOffer,
     timeout: Duration,
 ) -> Result<(CmConnection, CmOffer)> {
-    let (c, p, _) = connect_in(qp, host, port, offer, timeout, false)?;
+    let (c, p, _) = block_on(connect_in(
+        qp,
+        host,
+        port,
+        offer,
+        timeout,
+        false,
+        &mut Blocking,
+    ))?;
+    Ok((c, p))
+}
+
+/// [`connect`] as a future, on any runtime: the CM's event channel fd
+/// (non-blocking) is watched by a [`Reactor`](crate::Reactor)
+/// ([`default_reactor`](crate::reactor::default_reactor)), and the timeout
+/// and the 100 ms between tries by a `timerfd` beside it. The future is
+/// `Send`. `host` is resolved by the system's blocking resolver (an IP
+/// address is parsed at once). Dropped before it resolves, the attempt's id
+/// is destroyed and `qp` may be left in INIT, RTR or RTS: reset it before
+/// connecting it again.
+///
+/// Errors: as [`connect`]; [`Error::Reactor`].
+pub async fn connect_async(
+    qp: &mut Qp,
+    host: &str,
+    port: u16,
+    offer: &CmOffer,
+    timeout: Duration,
+) -> Result<(CmConnection, CmOffer)> {
+    let mut w = Awaited::default();
+    let (c, p, _) = connect_in(qp, host, port, offer, timeout, false, &mut w).await?;
     Ok((c, p))
 }
 
@@ -632,7 +631,32 @@ pub fn connect_ud(
     offer: &CmOffer,
     timeout: Duration,
 ) -> Result<(CmConnection, UdPeer)> {
-    let (c, offer, ud) = connect_in(qp, host, port, offer, timeout, true)?;
+    ud_peer(block_on(connect_in(
+        qp,
+        host,
+        port,
+        offer,
+        timeout,
+        true,
+        &mut Blocking,
+    ))?)
+}
+
+/// [`connect_ud`] as a future, as [`connect_async`].
+///
+/// Errors: as [`connect_ud`]; [`Error::Reactor`].
+pub async fn connect_ud_async(
+    qp: &mut Qp,
+    host: &str,
+    port: u16,
+    offer: &CmOffer,
+    timeout: Duration,
+) -> Result<(CmConnection, UdPeer)> {
+    let mut w = Awaited::default();
+    ud_peer(connect_in(qp, host, port, offer, timeout, true, &mut w).await?)
+}
+
+fn ud_peer((c, offer, ud): Connected) -> Result<(CmConnection, UdPeer)> {
     let (ah, qpn, qkey) = ud;
     Ok((
         c,
@@ -647,13 +671,14 @@ pub fn connect_ud(
 
 type Connected = (CmConnection, CmOffer, (ibv_ah_attr, u32, u32));
 
-fn connect_in(
+async fn connect_in<W: FdWait>(
     qp: &mut Qp,
     host: &str,
     port: u16,
     offer: &CmOffer,
     timeout: Duration,
     ud: bool,
+    w: &mut W,
 ) -> Result<Connected> {
     use std::net::{SocketAddr, ToSocketAddrs};
     check_qp_here(qp, ud)?;
@@ -667,7 +692,7 @@ fn connect_in(
         .ok_or_else(|| Error::Exchange(format!("{host} has no IPv4 address")))?;
     let deadline = Instant::now() + timeout;
     loop {
-        match connect_once(qp, dst, offer, deadline, ud) {
+        match connect_once(qp, dst, offer, deadline, ud, w).await {
             Err(Error::Exchange(e))
                 if [
                     "rdma_cm: REJECTED",
@@ -683,7 +708,7 @@ fn connect_in(
                         "rdma_cm: {dst} did not accept: {e}"
                     )));
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                w.pause(Duration::from_millis(100)).await?;
             }
             r => return r,
         }
@@ -709,15 +734,16 @@ fn send_connect(
 /// The active side's SIDR on a UDP id whose route is resolved (the UD QP
 /// already in RTS): `rdma_connect`, then the ESTABLISHED event's offer and
 /// UD parameters.
-fn sidr(
-    qp: &Qp,
+async fn sidr<W: FdWait>(
+    qp: &mut Qp,
     id: &Id,
     private: &[u8; OFFER_LEN],
     dst: std::net::SocketAddrV4,
     deadline: Instant,
+    w: &mut W,
 ) -> Result<(CmOffer, (ibv_ah_attr, u32, u32))> {
     send_connect(qp, id, private, dst)?;
-    let ev = id.next_event(deadline, "ESTABLISHED")?;
+    let ev = id.next_event(w, deadline, "ESTABLISHED").await?;
     if ev.kind != rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED {
         return Err(Error::Exchange(format!(
             "rdma_cm: {} (status {}) from {dst}",
@@ -728,12 +754,13 @@ fn sidr(
     Ok((CmOffer::decode(&ev.private)?, ev.ud))
 }
 
-fn connect_once(
+async fn connect_once<W: FdWait>(
     qp: &mut Qp,
     dst: std::net::SocketAddrV4,
     offer: &CmOffer,
     deadline: Instant,
     ud: bool,
+    w: &mut W,
 ) -> Result<Connected> {
     use rdma_cm_event_type::*;
     let id = Id::new(if ud {
@@ -752,7 +779,7 @@ fn connect_once(
         )
     };
     check("rdma_resolve_addr", rc, || format!(" ({dst})"))?;
-    id.expect(RDMA_CM_EVENT_ADDR_RESOLVED, deadline)?;
+    id.expect(w, RDMA_CM_EVENT_ADDR_RESOLVED, deadline).await?;
     check_qp(qp, &id, &dst.to_string(), ud)?;
     // SAFETY: live id with its address resolved.
     check(
@@ -760,7 +787,7 @@ fn connect_once(
         unsafe { rdma_resolve_route(id.id, 2000) },
         || format!(" ({dst})"),
     )?;
-    id.expect(RDMA_CM_EVENT_ROUTE_RESOLVED, deadline)?;
+    id.expect(w, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline).await?;
     let private = offer.encode();
     if ud {
         // The QP first: the peer may send as soon as it answers.
@@ -771,7 +798,7 @@ fn connect_once(
         // SIDR: the answer is ESTABLISHED, carrying the peer's AH, QPN and
         // qkey. Whatever fails from here takes the QP back to RESET, so
         // that it may be connected again.
-        let r = sidr(qp, &id, &private, dst, deadline);
+        let r = sidr(qp, &id, &private, dst, deadline, w).await;
         return match r {
             Ok((peer, ud_param)) => Ok((CmConnection { id, ud: true }, peer, ud_param)),
             Err(e) => {
@@ -781,7 +808,7 @@ fn connect_once(
         };
     }
     send_connect(qp, &id, &private, dst)?;
-    let rep = id.next_event(deadline, "CONNECT_RESPONSE")?;
+    let rep = id.next_event(w, deadline, "CONNECT_RESPONSE").await?;
     if rep.kind != RDMA_CM_EVENT_CONNECT_RESPONSE {
         return Err(Error::Exchange(format!(
             "rdma_cm: {} (status {}) from {dst}",
@@ -810,6 +837,17 @@ fn connect_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The async calls' futures are `Send` (a spawned task may await
+    /// them); a compile-time check.
+    #[allow(dead_code)]
+    fn the_futures_are_send(l: &CmListener, qp: &mut Qp, o: &CmOffer) {
+        fn send<T: Send>(_: T) {}
+        send(l.accept_async(qp, o, Duration::ZERO));
+        send(l.accept_ud_async(qp, o, Duration::ZERO));
+        send(connect_async(qp, "h", 1, o, Duration::ZERO));
+        send(connect_ud_async(qp, "h", 1, o, Duration::ZERO));
+    }
 
     #[test]
     fn offer_round_trips_and_foreign_data_is_refused() {
