@@ -58,6 +58,7 @@ fn from_sim(e: sim::AsyncEvent) -> AsyncEvent {
         sim::AsyncEvent::SrqLimitReached { srqn } => AsyncEvent::SrqLimitReached { srq_num: srqn },
         sim::AsyncEvent::CqError { cqn } => AsyncEvent::CqError { cq_num: cqn },
         sim::AsyncEvent::QpFatal { qpn } => AsyncEvent::QpFatal { qp_num: qpn },
+        sim::AsyncEvent::SqDrained { qpn } => AsyncEvent::SqDrained { qp_num: qpn },
     }
 }
 

@@ -301,6 +301,24 @@ impl Qp {
         self.modify_with(to, attr, false)
     }
 
+    /// RTS -> SQD asking for the event (`IBV_QP_EN_SQD_ASYNC_NOTIFY`): the
+    /// sends posted so far run to completion, and then the device raises
+    /// [`AsyncEvent::SqDrained`](crate::AsyncEvent::SqDrained) naming this
+    /// QP ([`Context::async_events`](crate::Context::async_events)). Posting
+    /// sends is refused in SQD ([`Error::QpState`]); receives go on. Back to
+    /// RTS with `modify(QpState::Rts, &QpAttr::default())`. IB spec
+    /// 10.3.1.4, `ibv_modify_qp(3)`.
+    ///
+    /// Errors: a QP not in RTS ([`Error::QpAttr`]: no such transition);
+    /// a split QP ([`Error::QpSplit`]); the device's ([`Error::Verbs`]).
+    pub fn drain_sq(&mut self) -> Result<()> {
+        let attr = QpAttr {
+            sqd_notify: Some(true),
+            ..QpAttr::default()
+        };
+        self.modify(QpState::Sqd, &attr)
+    }
+
     /// Sends and receives posted and not yet retired.
     pub(crate) fn outstanding(&self) -> u32 {
         match &self.kind {
@@ -319,9 +337,12 @@ impl Qp {
         cq_drained: bool,
     ) -> Result<()> {
         qp_attr::check_modify(self.cfg.qp_type, self.state, to, attr, self.local.roce)?;
-        if to == QpState::Reset && self.halves.is_some() && !self.rejoin_parked() {
+        if matches!(to, QpState::Reset | QpState::Sqd)
+            && self.halves.is_some()
+            && !self.rejoin_parked()
+        {
             // The halves' copies of the queues would go on from where the
-            // RESET took them back from.
+            // RESET took them back from; a send half would post into SQD.
             return Err(Error::QpSplit {
                 qpn: self.local.qpn,
             });
@@ -437,6 +458,30 @@ impl Qp {
             QpKind::Direct(_) => None,
             #[cfg(feature = "verbs")]
             QpKind::Verbs(_) => None,
+        }
+    }
+
+    /// Test hook: the QP's posts stop taking CQ credits, so they can
+    /// exceed its CQ's room and overrun it (what the device reports then:
+    /// `AsyncEvent::CqError`). On the sim, as [`SimHook::ignore_cq_credits`];
+    /// on a verbs device, a raw overflow of its own CQ. `false` where it
+    /// does nothing: ConnectX, a QP of a shared CQ, a split QP.
+    #[doc(hidden)]
+    pub fn hook_ignore_cq_credits(&mut self) -> bool {
+        if self.shared_cq.is_some() || self.halves.is_some() {
+            return false;
+        }
+        match &mut self.kind {
+            QpKind::Direct(q) if q.is_sim() => {
+                q.ignore_credits();
+                true
+            }
+            QpKind::Direct(_) => false,
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => {
+                q.ignore_credits();
+                true
+            }
         }
     }
 

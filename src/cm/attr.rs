@@ -46,6 +46,7 @@ pub(super) fn attr_from_raw(a: &ibv_qp_attr, mask: u32) -> QpAttr {
         rnr_retry: has(M::RNR_RETRY).then_some(a.rnr_retry),
         qkey: has(M::QKEY).then_some(a.qkey),
         max_rd_atomic: has(M::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        sqd_notify: has(M::EN_SQD_ASYNC_NOTIFY).then_some(a.en_sqd_async_notify != 0),
     }
 }
 

@@ -131,6 +131,11 @@ pub struct QpAttr {
     /// UD: the queue key datagrams to this QP must carry (32 bits; one with
     /// bit 31 set is a controlled qkey, which only privileged users set).
     pub qkey: Option<u32>,
+    /// RTS -> SQD: whether the device raises
+    /// [`AsyncEvent::SqDrained`](crate::AsyncEvent::SqDrained) once the send
+    /// queue is drained (`IBV_QP_EN_SQD_ASYNC_NOTIFY`,
+    /// `ibv_qp_attr.en_sqd_async_notify`).
+    pub sqd_notify: Option<bool>,
 }
 
 /// The transport of a QP (`enum ibv_qp_type`): reliable connected (RC),
@@ -182,6 +187,7 @@ impl QpAttr {
         set(self.rnr_retry.is_some(), QpAttrMask::RNR_RETRY);
         set(self.max_rd_atomic.is_some(), QpAttrMask::MAX_QP_RD_ATOMIC);
         set(self.qkey.is_some(), QpAttrMask::QKEY);
+        set(self.sqd_notify.is_some(), QpAttrMask::EN_SQD_ASYNC_NOTIFY);
         m
     }
 
@@ -257,7 +263,8 @@ impl QpAttr {
 /// The attributes a transition of a QP of type `t` requires and those it
 /// may carry besides (STATE is implied); `None`: the transition does not
 /// exist. The kernel's `qp_state_table` (`drivers/infiniband/core/verbs.c`),
-/// for the states this crate moves a QP through (not SQD or SQE).
+/// for the states this crate moves a QP through (SQD only from and back to
+/// RTS, with none of SQD -> SQD's path changes; not SQE).
 pub fn transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMask)> {
     use QpAttrMask as M;
     use QpState::*;
@@ -276,10 +283,11 @@ pub fn transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, 
                 M::SQ_PSN,
                 M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
             ),
-            (Rts, Rts) => (
+            (Rts, Rts) | (Sqd, Rts) => (
                 none,
                 M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
             ),
+            (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
             _ => return None,
         }),
         QpType::Ud => Some(match (from, to) {
@@ -288,7 +296,8 @@ pub fn transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, 
             (Init, Init) => (none, M::PKEY_INDEX | M::PORT | M::QKEY),
             (Init, Rtr) => (none, M::PKEY_INDEX | M::QKEY),
             (Rtr, Rts) => (M::SQ_PSN, M::CUR_STATE | M::QKEY),
-            (Rts, Rts) => (none, M::CUR_STATE | M::QKEY),
+            (Rts, Rts) | (Sqd, Rts) => (none, M::CUR_STATE | M::QKEY),
+            (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
             _ => return None,
         }),
     }
@@ -317,10 +326,11 @@ pub fn rc_transition(from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMa
             M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
             M::CUR_STATE | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::ALT_PATH | M::PATH_MIG_STATE,
         ),
-        (Rts, Rts) => (
+        (Rts, Rts) | (Sqd, Rts) => (
             none,
             M::CUR_STATE | M::ACCESS_FLAGS | M::MIN_RNR_TIMER | M::ALT_PATH | M::PATH_MIG_STATE,
         ),
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
         _ => return None,
     })
 }

@@ -9,5 +9,13 @@ pub enum QpState {
     Init,
     Rtr,
     Rts,
+    /// Send queue drain (IB spec 10.3.1.4): the WRs posted before the move
+    /// are finished, none after it are started (posting sends is refused
+    /// here until the QP is back in RTS), receives go on. With
+    /// [`QpAttr::sqd_notify`](crate::QpAttr::sqd_notify) the device raises
+    /// [`AsyncEvent::SqDrained`](crate::AsyncEvent::SqDrained) once the
+    /// queue is drained. Entered from RTS ([`Qp::drain_sq`](crate::Qp::drain_sq));
+    /// left for RTS, ERR or RESET.
+    Sqd,
     Err,
 }

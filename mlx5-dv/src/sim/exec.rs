@@ -24,21 +24,57 @@ pub(super) fn run_all(st: &mut State) -> usize {
 }
 
 /// Executes the pending WQEs of one QP. Returns how many ran.
+/// The SQ's doorbell-record counter (16 bits): WQEs rung so far.
+fn sq_doorbell(st: &State, qpn: u32) -> u32 {
+    let q = &st.qps[&qpn];
+    // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 1 is the SQ's.
+    let pi = unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_SQ)) };
+    pi & 0xffff
+}
+
+/// QP `qpn` moved to SQD: its drain ends at the WQEs rung so far; with
+/// `notify`, `AsyncEvent::SqDrained` is raised when they are done.
+pub(super) fn start_drain(st: &mut State, qpn: u32, notify: bool) {
+    let db_pi = sq_doorbell(st, qpn);
+    st.qps.get_mut(&qpn).expect("a live QP").sqd = Some((db_pi, notify));
+    drained(st, qpn);
+}
+
+/// Whether QP `qpn`, in SQD, has run every WQE its drain takes (raising
+/// `SqDrained` the first time, if asked for).
+fn drained(st: &mut State, qpn: u32) -> bool {
+    let q = st.qps.get_mut(&qpn).expect("a live QP");
+    let Some((end, notify)) = q.sqd else {
+        return false;
+    };
+    if q.sq_ci & 0xffff != end {
+        return false;
+    }
+    if notify {
+        q.sqd = Some((end, false));
+        super::srq::raise(st, super::AsyncEvent::SqDrained { qpn });
+    }
+    true
+}
+
 fn run_qp(st: &mut State, qpn: u32) -> usize {
     let mut done = 0;
     if st.qps[&qpn].state == QpState::Err {
         done += flush_recv(st, qpn);
     }
     loop {
+        let db_pi = sq_doorbell(st, qpn);
+        // Looked at first: a drain that ends with the last WQE rung raises
+        // its event here.
+        let drain_done = st.qps[&qpn].state == QpState::Sqd && drained(st, qpn);
         let q = &st.qps[&qpn];
-        // SAFETY: the dbrec DmaBuf is 64 bytes, 4096-aligned; word 1 is the SQ's.
-        let db_pi =
-            unsafe { mmio::read_dbrec((q.dbrec.ptr() as *const u32).add(QP_DBREC_SQ)) } & 0xffff;
-        if db_pi == q.sq_ci & 0xffff
+        if drain_done
+            || db_pi == q.sq_ci & 0xffff
             || matches!(q.state, QpState::Reset | QpState::Init | QpState::Rtr)
         {
             return done;
         }
+        let q = &st.qps[&qpn];
         if st.cqs[&q.send_cqn].overrun {
             // The CQ is in error: the device stops this QP.
             return done;

@@ -112,6 +112,9 @@ pub enum QpState {
     Init,
     Rtr,
     Rts,
+    /// Send queue drain: the WQEs whose doorbell came before the move run
+    /// to completion, later ones wait for RTS; the responder side goes on.
+    Sqd,
     Err,
 }
 
@@ -228,6 +231,9 @@ struct QpEntry {
     /// tried again after an RNR NAK.
     rnr_left: u8,
     rnr_wait_until: Option<std::time::Instant>,
+    /// In SQD: the SQ index the drain ends at (the doorbell's at the move),
+    /// and whether `AsyncEvent::SqDrained` is still to be raised there.
+    sqd: Option<(u32, bool)>,
     /// The RNR NAK timer this QP asks its requesters to wait (responder
     /// side, set at INIT -> RTR from `min_rnr_timer`).
     min_rnr_delay: std::time::Duration,

@@ -36,7 +36,7 @@ fn deliver(
     let Some(peer) = st.qps[&qpn].peer.filter(|p| {
         st.qps
             .get(p)
-            .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+            .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts | QpState::Sqd))
     }) else {
         return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
     };
@@ -183,7 +183,7 @@ pub(super) fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8
     if st
         .qps
         .get(&peer)
-        .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+        .is_some_and(|p| matches!(p.state, QpState::Rtr | QpState::Rts | QpState::Sqd))
         && next_recv(st, peer).is_none()
     {
         return Exec::Rnr;
@@ -270,7 +270,7 @@ fn responder_check(
     let responder = st
         .qps
         .get(&peer)
-        .filter(|p| matches!(p.state, QpState::Rtr | QpState::Rts))
+        .filter(|p| matches!(p.state, QpState::Rtr | QpState::Rts | QpState::Sqd))
         .ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
     let ok = responder.access.contains(need)
         && st.mrs.get(&rkey).is_some_and(|mr| {

@@ -145,6 +145,7 @@ impl Device {
                 rnr_retry: 7,
                 rnr_left: 7,
                 rnr_wait_until: None,
+                sqd: None,
                 min_rnr_delay: RNR_DELAY,
                 hooked: false,
                 srq,
@@ -264,6 +265,8 @@ impl Qp {
             (QpState::Reset, QpState::Init)
                 | (QpState::Init, QpState::Rtr)
                 | (QpState::Rtr, QpState::Rts)
+                | (QpState::Rts, QpState::Sqd)
+                | (QpState::Sqd, QpState::Rts)
                 | (_, QpState::Reset)
                 | (_, QpState::Err)
         );
@@ -271,8 +274,25 @@ impl Qp {
             return Err(SimError::BadTransition { from: q.state, to });
         }
         f(q);
+        if q.state == QpState::Sqd {
+            q.sqd = None;
+        }
         q.state = to;
         Ok(())
+    }
+
+    /// RTS -> SQD: the WQEs rung so far are run to completion, later ones
+    /// wait for [`Self::resume`]; with `notify`, `AsyncEvent::SqDrained`
+    /// is raised once they are done (at once if none is left).
+    pub fn to_sqd(&self, notify: bool) -> Result<(), SimError> {
+        self.modify(QpState::Sqd, |_| {})?;
+        super::exec::start_drain(&mut self.dev.lock(), self.qpn, notify);
+        Ok(())
+    }
+
+    /// SQD -> RTS: the WQEs held back run.
+    pub fn resume(&self) -> Result<(), SimError> {
+        self.modify(QpState::Rts, |_| {})
     }
 
     /// RESET -> INIT of a UD QP with its qkey.

@@ -33,6 +33,9 @@ pub enum AsyncEvent {
     /// the wrong WQE index or QPN in its ctrl segment); the WQE completes
     /// with a local QP operation error and the QP goes to ERR.
     QpFatal { qpn: u32 },
+    /// `IBV_EVENT_SQ_DRAINED`: QP `qpn`, moved to SQD asking for it, has
+    /// run every WQE rung before the move.
+    SqDrained { qpn: u32 },
 }
 
 impl Device {

@@ -73,7 +73,7 @@ fn deliver(st: &mut State, src: u32, dqpn: u32, qkey: u32, w: &DecodedWqe, data:
         return ok;
     };
     if dest.qp_type != QpType::Ud
-        || !matches!(dest.state, QpState::Rtr | QpState::Rts)
+        || !matches!(dest.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         || dest.qkey != qkey
     {
         return ok;

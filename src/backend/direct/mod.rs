@@ -716,6 +716,8 @@ impl DirectQp {
                 (S::Reset, S::Init) => sim_qp.to_init_ud(attr.qkey.unwrap_or(0))?,
                 (S::Init, S::Rtr) => sim_qp.to_rtr_ud()?,
                 (S::Rtr, S::Rts) => sim_qp.to_rts()?,
+                (S::Rts, S::Sqd) => sim_qp.to_sqd(attr.sqd_notify.unwrap_or(false))?,
+                (S::Sqd, S::Rts) => sim_qp.resume()?,
                 (_, S::Err) => sim_qp.to_err()?,
                 (_, S::Reset) => {
                     sim_qp.to_reset()?;
@@ -734,6 +736,11 @@ impl DirectQp {
             }
             (S::Rtr, S::Rts) => {
                 sim_qp.to_rts_with(attr.rnr_retry.unwrap_or(7))?;
+                sim_qp.set_optional(attr.access, timer)?;
+            }
+            (S::Rts, S::Sqd) => sim_qp.to_sqd(attr.sqd_notify.unwrap_or(false))?,
+            (S::Sqd, S::Rts) => {
+                sim_qp.resume()?;
                 sim_qp.set_optional(attr.access, timer)?;
             }
             (_, S::Err) => sim_qp.to_err()?,
@@ -826,6 +833,7 @@ impl DirectQp {
             sim::QpState::Init => QpState::Init,
             sim::QpState::Rtr => QpState::Rtr,
             sim::QpState::Rts => QpState::Rts,
+            sim::QpState::Sqd => QpState::Sqd,
             sim::QpState::Err => QpState::Err,
         };
         Ok(QpInfo {

@@ -52,6 +52,7 @@ pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) 
         QpState::Init => ibv_qp_state::IBV_QPS_INIT,
         QpState::Rtr => ibv_qp_state::IBV_QPS_RTR,
         QpState::Rts => ibv_qp_state::IBV_QPS_RTS,
+        QpState::Sqd => ibv_qp_state::IBV_QPS_SQD,
         QpState::Err => ibv_qp_state::IBV_QPS_ERR,
     };
     if let Some(v) = attr.pkey_index {
@@ -99,6 +100,9 @@ pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) 
     if let Some(v) = attr.qkey {
         a.qkey = v;
     }
+    if let Some(v) = attr.sqd_notify {
+        a.en_sqd_async_notify = v as u8;
+    }
     let mask = (attr.mask() | QpAttrMask::STATE).bits();
     // SAFETY: the caller's QP is live; `a` is valid for the call.
     check_detail(
@@ -133,6 +137,7 @@ pub(crate) fn query_raw(qp: *mut ibv_qp, qpn: u32) -> Result<QpInfo> {
         ibv_qp_state::IBV_QPS_INIT => QpState::Init,
         ibv_qp_state::IBV_QPS_RTR => QpState::Rtr,
         ibv_qp_state::IBV_QPS_RTS => QpState::Rts,
+        ibv_qp_state::IBV_QPS_SQD => QpState::Sqd,
         _ => QpState::Err,
     };
     Ok(QpInfo {

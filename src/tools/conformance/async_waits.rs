@@ -378,3 +378,94 @@ pub(super) fn port_events_stream_when_the_link_goes_down_and_up(dev: &str) -> Ca
         "{netdev} down: {down:?}, up: {up:?}, through the async event stream"
     )])
 }
+
+/// RTS -> SQD (`Qp::drain_sq`): the sends posted before run to completion,
+/// the device raises `SqDrained` naming the QP (taken from the async event
+/// stream), sends are refused meanwhile while receives go on, and the QP
+/// goes back to RTS and sends again. A split QP, and a QP not in RTS,
+/// refuse the move.
+pub(super) fn the_send_queue_drains_with_an_event(dev: &str) -> CaseResult {
+    let mut s = setup(dev)?;
+    let ctx = &s._ctx;
+    // Events from before: not this case's.
+    while ctx.get_async_event(Duration::ZERO)?.is_some() {}
+    let src = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.reg_mr(64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let sge = [Sge::new(&src, 0, 8)?];
+    let n = 16u64;
+    for i in 0..n {
+        let wr = SendWr::rdma_write(i, &sge, remote(&dst, i * 8)).signaled();
+        s.a.post_send(&[wr])?;
+    }
+    s.a.drain_sq()?;
+    check_eq!(s.a.state(), QpState::Sqd, "the state after drain_sq");
+    let wr = SendWr::rdma_write(99, &sge, remote(&dst, 0)).signaled();
+    check!(
+        matches!(s.a.post_send(&[wr]), Err(Error::QpState { .. })),
+        "a send posted in SQD was not refused"
+    );
+    let qpn = s.a.qp_num();
+    let mut events = ctx.async_events();
+    let mut sleeps = 0;
+    let drained = loop {
+        match block_on(events.next_event(), COMPLETION_TIMEOUT, &mut sleeps) {
+            None => {
+                return Err(Failure(format!(
+                    "no SqDrained within {COMPLETION_TIMEOUT:?}"
+                )))
+            }
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(rdma_direct::AsyncEvent::SqDrained { qp_num })) => break qp_num,
+            // Another object's event (a port's): not this case's.
+            Some(Ok(e)) => check!(
+                !format!("{e:?}").contains(&format!("{qpn}")),
+                "an event for the draining QP other than SqDrained: {e:?}"
+            ),
+        }
+    };
+    check_eq!(drained, qpn, "the QP SqDrained names");
+    let done = poll_until(&mut s.a, n as usize)?;
+    for (i, w) in done.iter().enumerate() {
+        check_eq!(
+            (w.wr_id, w.status),
+            (i as u64, WcStatus::SUCCESS),
+            "the drained WRITE {i}"
+        );
+    }
+    // Receives go on in SQD: b sends to a.
+    let rbuf = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    s.a.post_recv(&[RecvWr::new(7, &[Sge::new(&rbuf, 0, 8)?])])?;
+    s.b.post_send(&[SendWr::send(8, &sge).signaled()])?;
+    let w = poll_one(&mut s.a)?;
+    check_eq!(
+        (w.wr_id, w.status),
+        (7, WcStatus::SUCCESS),
+        "a receive completed in SQD"
+    );
+    poll_one(&mut s.b)?;
+    // Back to RTS: sends again.
+    s.a.modify(QpState::Rts, &QpAttr::default())?;
+    s.a.post_send(&[SendWr::rdma_write(100, &sge, remote(&dst, 0)).signaled()])?;
+    let w = poll_one(&mut s.a)?;
+    check_eq!(
+        (w.wr_id, w.status),
+        (100, WcStatus::SUCCESS),
+        "a WRITE after SQD -> RTS"
+    );
+    // Refusals: split, and not in RTS.
+    let (tx, rx) = s.a.split()?;
+    check!(
+        matches!(s.a.drain_sq(), Err(Error::QpSplit { .. })),
+        "a split QP moved to SQD"
+    );
+    s.a.join(tx, rx)?;
+    let mut fresh = s.pd.create_qp(&QpConfig::default())?;
+    check!(
+        matches!(fresh.drain_sq(), Err(Error::QpAttr { .. })),
+        "a QP in RESET moved to SQD"
+    );
+    passed(vec![format!(
+        "{n} WRITEs drained, SqDrained for QP {qpn:#x} from the event stream, a receive in SQD, sends again after RTS"
+    )])
+}

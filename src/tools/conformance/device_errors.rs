@@ -110,7 +110,8 @@ pub(super) fn misaligned_atomic_is_a_remote_invalid_request(dev: &str) -> CaseRe
 /// With CQ credits bypassed (hook), six signaled WRs into a CQ of four that
 /// nobody polls: four CQEs are written, the fifth finds its slot not
 /// released, so the CQ stops, raises one CQ error event, and writes nothing
-/// more.
+/// more. On a verbs device (rxe), a raw overflow of the QP's own CQ: the
+/// device raises `CqError`, taken from the async event stream.
 pub(super) fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResult {
     let mut s = setup_with(
         dev,
@@ -126,7 +127,7 @@ pub(super) fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResu
         s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let Some(mut hook) = s.a.sim_hook() else {
-        return skipped(NEEDS_HOOK);
+        return cq_overrun_on_verbs(s, &sge, &dst);
     };
     hook.ignore_cq_credits();
     let batch: Vec<SendWr> = (0..6)
@@ -153,4 +154,46 @@ pub(super) fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResu
     let (_, events) = s.a.sim_hook().map_or((false, 0), |h| h.cq_overrun());
     check_eq!(events, 1, "CQ error events after polling");
     passed(vec![])
+}
+
+/// The verbs half of [`cq_overrun_stops_the_cq_and_raises_an_event`]: with
+/// the QP's CQ credits bypassed ([`Qp::hook_ignore_cq_credits`]), 16
+/// signaled WRITEs into a CQ of 4 (the provider may round it up; rxe makes
+/// 7) that nobody polls; the device raises `CqError` (`IBV_EVENT_CQ_ERR`).
+fn cq_overrun_on_verbs(mut s: Setup, sge: &[Sge<'_>], dst: &Mr) -> CaseResult {
+    if !s.a.hook_ignore_cq_credits() {
+        return skipped(
+            "CQ credits cannot be bypassed on this device (ConnectX: the direct path's CQs ignore overrun)",
+        );
+    }
+    let ctx = &s._ctx;
+    // Events from before: not this case's.
+    while ctx.get_async_event(Duration::ZERO)?.is_some() {}
+    for i in 0..16 {
+        let wr = SendWr::rdma_write(i, sge, remote(dst, 0)).signaled();
+        // The device may refuse posts once the CQ is in error: enough went.
+        if s.a.post_send(&[wr]).is_err() {
+            check!(i > 8, "WRITE {i} refused before the CQ could overrun");
+            break;
+        }
+    }
+    let mut events = ctx.async_events();
+    let mut sleeps = 0;
+    loop {
+        match super::async_waits::block_on(events.next_event(), COMPLETION_TIMEOUT, &mut sleeps) {
+            None => {
+                return Err(Failure(format!(
+                    "no CqError within {COMPLETION_TIMEOUT:?} of overrunning the CQ"
+                )))
+            }
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(rdma_direct::AsyncEvent::CqError { .. })) => break,
+            // Another object's event (a port's, the QP's): not this check's.
+            Some(Ok(_)) => {}
+        }
+    }
+    passed(vec![
+        "16 signaled WRITEs into the CQ with its credits bypassed: CqError from the async event stream"
+            .into(),
+    ])
 }
