@@ -24,7 +24,7 @@ use mlx5_dv::sim;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
@@ -34,7 +34,10 @@ use std::time::{Duration, Instant};
 /// channel (each with its own async wait); the CQs on it keep it alive.
 ///
 /// `Send` and `Sync`: one thread or task may wait on the channel while the
-/// CQs' owners arm and poll them elsewhere. The fd ([`AsFd`]) is
+/// CQs' owners arm and poll them elsewhere; [`Self::get_event`] takes
+/// `&self`, so threads may share one by reference, while an async wait
+/// (`next_event`, the `Stream`) takes `&mut self`: give each task its own
+/// clone. The fd ([`AsFd`]) is
 /// non-blocking and readable while an event waits, for an event loop of
 /// one's own (`epoll`, mio): then call [`Self::get_event`] with a zero
 /// timeout.
@@ -43,15 +46,30 @@ use std::time::{Duration, Instant};
 /// `mlx5_dv::sim::Channel`.
 pub struct CompChannel {
     shared: Arc<ChannelShared>,
-    sleep: FdSleep,
+    /// This handle's key among the channel's async waiters (the sim keeps
+    /// one waker per key).
+    key: u64,
+    /// The async wait's reactor watch. Reached only through `&mut self`
+    /// (`Mutex::get_mut`, no locking): the `Mutex` makes the channel
+    /// `Sync`, so a `&CompChannel` may wait (`get_event`) on any thread.
+    sleep: Mutex<FdSleep>,
 }
 
 pub(crate) struct ChannelShared {
     pub(crate) kind: ChannelKind,
-    /// The tokens of the CQs on the channel, each with the count of its
-    /// events taken: a direct-path CQ arms with that count as its sequence
-    /// number (rdma-core's `mlx5_cq_event` advances `arm_sn` likewise).
-    cqs: Mutex<HashMap<u64, Arc<AtomicU32>>>,
+    /// The CQs on the channel by the context value their events carry (a
+    /// serial of the seat, never reused: an event of a dropped CQ names no
+    /// one, even if a new CQ took its token), each with its token and the
+    /// count of its events taken: a direct-path CQ arms with that count as
+    /// its sequence number (rdma-core's `mlx5_cq_event` advances `arm_sn`
+    /// likewise).
+    cqs: Mutex<HashMap<u64, (u64, Arc<AtomicU32>)>>,
+}
+
+/// A fresh serial: a seat's context value, a handle's waiter key.
+fn next_serial() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 pub(crate) enum ChannelKind {
@@ -60,9 +78,11 @@ pub(crate) enum ChannelKind {
     Verbs(Arc<ibv::VerbsChannel>),
 }
 
-/// A CQ's place on a channel: its token, given back when the CQ is dropped.
+/// A CQ's place on a channel: its token, given back when the CQ is
+/// dropped, and the context value its events carry.
 pub(crate) struct ChannelSeat {
     shared: Arc<ChannelShared>,
+    serial: u64,
     token: u64,
 }
 
@@ -70,24 +90,31 @@ impl ChannelSeat {
     pub(crate) fn token(&self) -> u64 {
         self.token
     }
+
+    /// The context value the CQ's events carry (`cq_context`).
+    pub(crate) fn context(&self) -> u64 {
+        self.serial
+    }
 }
 
 impl Drop for ChannelSeat {
     fn drop(&mut self) {
-        self.shared.lock().remove(&self.token);
+        self.shared.lock().remove(&self.serial);
     }
 }
 
 impl ChannelShared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicU32>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u64, Arc<AtomicU32>)>> {
         self.cqs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts one event taken of the CQ `token` names.
-    fn seen(&self, token: u64) {
-        if let Some(n) = self.lock().get(&token) {
-            n.fetch_add(1, Ordering::Release);
-        }
+    /// Counts one event taken of the CQ whose context value is `context`;
+    /// its token, or `None` if that CQ is gone (the event is dropped).
+    fn seen(&self, context: u64) -> Option<u64> {
+        let cqs = self.lock();
+        let (token, n) = cqs.get(&context)?;
+        n.fetch_add(1, Ordering::Release);
+        Some(*token)
     }
 }
 
@@ -96,7 +123,8 @@ impl Clone for CompChannel {
     fn clone(&self) -> Self {
         CompChannel {
             shared: self.shared.clone(),
-            sleep: FdSleep::default(),
+            key: next_serial(),
+            sleep: Mutex::default(),
         }
     }
 }
@@ -115,7 +143,8 @@ impl CompChannel {
                 kind,
                 cqs: Mutex::new(HashMap::new()),
             }),
-            sleep: FdSleep::default(),
+            key: next_serial(),
+            sleep: Mutex::default(),
         })
     }
 
@@ -125,15 +154,17 @@ impl CompChannel {
     /// Errors: [`Error::Invalid`] when a live CQ on the channel has it.
     pub(crate) fn seat(&self, token: u64) -> Result<(ChannelSeat, Arc<AtomicU32>)> {
         let mut cqs = self.shared.lock();
-        if cqs.contains_key(&token) {
+        if cqs.values().any(|(t, _)| *t == token) {
             return Err(Error::Invalid(format!(
                 "token {token} names a CQ already on this completion channel: its events could not be told apart"
             )));
         }
         let n = Arc::new(AtomicU32::new(0));
-        cqs.insert(token, n.clone());
+        let serial = next_serial();
+        cqs.insert(serial, (token, n.clone()));
         let seat = ChannelSeat {
             shared: self.shared.clone(),
+            serial,
             token,
         };
         Ok((seat, n))
@@ -153,22 +184,34 @@ impl CompChannel {
     /// [`default_reactor`](crate::reactor::default_reactor) (verbs devices
     /// only: the sim wakes the waker itself).
     pub fn with_reactor(mut self, reactor: Arc<dyn Reactor>) -> Self {
-        self.sleep.set_reactor(reactor);
+        self.sleep_mut().set_reactor(reactor);
         self
+    }
+
+    fn sleep_mut(&mut self) -> &mut FdSleep {
+        self.sleep.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes one event if one waits, without blocking: the token of the CQ
     /// that raised it.
+    /// Events of CQs dropped since they were raised are skipped.
     fn try_event(&self) -> Result<Option<u64>> {
-        let token = match &self.shared.kind {
-            ChannelKind::Sim(_, ch) => ch.get_event(),
-            #[cfg(feature = "verbs")]
-            ChannelKind::Verbs(ch) => return ch.get_event(|t| self.shared.seen(t)),
-        };
-        if let Some(t) = token {
-            self.shared.seen(t);
+        loop {
+            let token = match &self.shared.kind {
+                ChannelKind::Sim(_, ch) => match ch.get_event() {
+                    None => return Ok(None),
+                    Some(context) => self.shared.seen(context),
+                },
+                #[cfg(feature = "verbs")]
+                ChannelKind::Verbs(ch) => match ch.get_event(|c| self.shared.seen(c))? {
+                    None => return Ok(None),
+                    Some(token) => token,
+                },
+            };
+            if let Some(t) = token {
+                return Ok(Some(t));
+            }
         }
-        Ok(token)
     }
 
     /// Waits up to `timeout` for a completion event of any CQ on the
@@ -208,7 +251,7 @@ impl CompChannel {
             match &self.shared.kind {
                 ChannelKind::Sim(_, ch) => {
                     // Registered before the take: an event after it wakes us.
-                    ch.wake_on_event(cx.waker());
+                    ch.wake_on_event(self.key, cx.waker());
                     return match self.try_event()? {
                         Some(t) => Poll::Ready(Ok(t)),
                         None => Poll::Pending,
@@ -219,7 +262,8 @@ impl CompChannel {
                     if let Some(t) = self.try_event()? {
                         return Poll::Ready(Ok(t));
                     }
-                    let (shared, sleep) = (&self.shared, &mut self.sleep);
+                    let shared = &self.shared;
+                    let sleep = self.sleep.get_mut().unwrap_or_else(|e| e.into_inner());
                     let fd = shared.fd();
                     match sleep.poll_readable(cx, || {
                         fd.try_clone_to_owned().map_err(|e| {
@@ -251,6 +295,16 @@ impl AsFd for CompChannel {
     /// The channel's fd: non-blocking, readable while an event waits.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.shared.fd()
+    }
+}
+
+impl Drop for CompChannel {
+    /// This handle's async wait, if any, waits no more.
+    fn drop(&mut self) {
+        #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
+        if let ChannelKind::Sim(_, ch) = &self.shared.kind {
+            ch.forget_waker(self.key);
+        }
     }
 }
 

@@ -35,6 +35,14 @@ pub(crate) trait FdWait: Send {
     fn pause(&mut self, d: Duration) -> impl Future<Output = Result<()>> + Send + '_;
 }
 
+/// `d` from now, or a year from now where that does not fit an `Instant`
+/// (`Duration::MAX`: no limit).
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
 /// A serial for a descriptor [`FdWait::ready`] is asked about.
 pub(crate) fn next_serial() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -166,7 +174,7 @@ impl FdWait for Awaited {
     }
 
     async fn pause(&mut self, d: Duration) -> Result<()> {
-        let end = Instant::now() + d;
+        let end = deadline_after(d);
         self.arm(end)?;
         std::future::poll_fn(|cx| loop {
             match self.poll_timer(cx) {

@@ -74,6 +74,8 @@ impl Context {
     /// Opens `name`: `sim` (a new software mlx5 device with its own device
     /// thread, which ends when the context and everything made from it are
     /// dropped) or an ibverbs device name such as `rxe0` or `mlx5_0`.
+    /// Each open of `sim` is a device of its own, with no wire to another:
+    /// QPs connect only to QPs of the same `Context`.
     pub fn open(name: &str) -> Result<Context> {
         Self::open_with(name, Backend::Auto)
     }

@@ -22,7 +22,7 @@
 //!
 //! A message with another magic or version is refused with a clear error.
 
-use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
+use crate::cm_wait::{block_on, deadline_after, next_serial, Awaited, Blocking, FdWait};
 use crate::{Endpoint, Error, Result, Rkey};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -125,6 +125,8 @@ fn io(what: &str, e: std::io::Error) -> Error {
 /// Sends `mine`, then reads the peer's message, on a connection [`serve`]
 /// or [`connect`] made: one more exchange, e.g. for a second QP of the same
 /// run. Each message is [`MSG_LEN`] bytes (see [`ConnInfo::encode`]).
+/// The stream is left with a 60 s read timeout (whatever it had before):
+/// what a later blocking [`barrier`] or [`swap_line`] on it meets.
 ///
 /// Errors: [`Error::Exchange`] when the socket fails, the peer closes the
 /// connection or sends nothing within 60 s; the decoding's errors.
@@ -154,6 +156,73 @@ impl<'s> NonBlocking<'s> {
     }
 }
 
+impl NonBlocking<'_> {
+    /// Writes all of `buf`, waiting through `w` while the socket is full;
+    /// `TimedOut` at `deadline`.
+    async fn write_full<W: FdWait>(
+        &self,
+        buf: &[u8],
+        w: &mut W,
+        deadline: Instant,
+    ) -> std::io::Result<()> {
+        let mut sent = 0;
+        while sent < buf.len() {
+            match (&*self.0).write(&buf[sent..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.wait(w, true, deadline).await?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `buf`, waiting through `w` while nothing came; how many bytes
+    /// came, and `UnexpectedEof` if the peer closed first, `TimedOut` at
+    /// `deadline`.
+    async fn read_full<W: FdWait>(
+        &self,
+        buf: &mut [u8],
+        w: &mut W,
+        deadline: Instant,
+    ) -> (usize, std::io::Result<()>) {
+        let mut got = 0;
+        while got < buf.len() {
+            match (&*self.0).read(&mut buf[got..]) {
+                Ok(0) => return (got, Err(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Err(e) = self.wait(w, false, deadline).await {
+                        return (got, Err(e));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return (got, Err(e)),
+            }
+        }
+        (got, Ok(()))
+    }
+
+    async fn wait<W: FdWait>(
+        &self,
+        w: &mut W,
+        write: bool,
+        deadline: Instant,
+    ) -> std::io::Result<()> {
+        match w
+            .ready(self.1, self.0.as_fd(), write, deadline, "TCP socket")
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        }
+    }
+}
+
 impl Drop for NonBlocking<'_> {
     fn drop(&mut self) {
         let _ = self.0.set_nonblocking(false);
@@ -167,46 +236,26 @@ async fn swap_in<W: FdWait>(s: &mut TcpStream, mine: &ConnInfo, w: &mut W) -> Re
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| io("socket", e))?;
     let s = NonBlocking::new(s)?;
-    let out = mine.encode();
-    let mut sent = 0;
-    while sent < MSG_LEN {
-        match s.0.write(&out[sent..]) {
-            Ok(0) => return Err(Error::Exchange("the peer closed the connection".into())),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !w
-                    .ready(s.1, s.0.as_fd(), true, deadline, "TCP socket")
-                    .await?
-                {
-                    return Err(Error::Exchange(
-                        "the peer took none of our connection facts within 60 s".into(),
-                    ));
-                }
+    if let Err(e) = s.write_full(&mine.encode(), w, deadline).await {
+        return Err(match e.kind() {
+            std::io::ErrorKind::TimedOut => {
+                Error::Exchange("the peer took none of our connection facts within 60 s".into())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io("sending our connection facts", e)),
-        }
+            _ => io("sending our connection facts", e),
+        });
     }
     let mut m = [0u8; MSG_LEN];
-    let mut got = 0;
-    while got < MSG_LEN {
-        match s.0.read(&mut m[got..]) {
-            Ok(0) => {
-                return Err(Error::Exchange(format!(
-                    "the peer closed the connection after {got} of {MSG_LEN} bytes of its connection facts"
-                )))
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !w.ready(s.1, s.0.as_fd(), false, deadline, "TCP socket").await? {
-                    return Err(Error::Exchange(format!(
-                        "no connection facts from the peer within 60 s ({got} of {MSG_LEN} bytes came)"
-                    )));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io("reading the peer's connection facts", e)),
-        }
+    let (got, r) = s.read_full(&mut m, w, deadline).await;
+    if let Err(e) = r {
+        return Err(match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Error::Exchange(format!(
+                "the peer closed the connection after {got} of {MSG_LEN} bytes of its connection facts"
+            )),
+            std::io::ErrorKind::TimedOut => Error::Exchange(format!(
+                "no connection facts from the peer within 60 s ({got} of {MSG_LEN} bytes came)"
+            )),
+            _ => io("reading the peer's connection facts", e),
+        });
     }
     ConnInfo::decode(&m)
 }
@@ -243,18 +292,14 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Listens on TCP `port` (1..=65535) on all IPv4 addresses.
+    /// Listens on TCP `port` on all IPv4 addresses; port 0 takes one the
+    /// system picks ([`Self::port`] says which).
     ///
-    /// Errors: [`Error::Invalid`] for port 0, a port in use
+    /// Errors: [`Error::Invalid`] for a port in use
     /// (`TCP port N is in use`, EADDRINUSE) or one this process may not
     /// bind (EACCES: below 1024 without privileges); [`Error::Exchange`]
     /// for any other socket failure.
     pub fn bind(port: u16) -> Result<Listener> {
-        if port == 0 {
-            return Err(Error::Invalid(
-                "TCP port 0 is not a port a client can be told".into(),
-            ));
-        }
         let l = TcpListener::bind(("0.0.0.0", port)).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => Error::Invalid(format!("TCP port {port} is in use")),
             std::io::ErrorKind::PermissionDenied => {
@@ -264,6 +309,11 @@ impl Listener {
         })?;
         l.set_nonblocking(true)
             .map_err(|e| io("listening socket", e))?;
+        // Port 0: the one the system picked.
+        let port = l
+            .local_addr()
+            .map_err(|e| io("listening socket", e))?
+            .port();
         Ok(Listener {
             l,
             port,
@@ -271,7 +321,7 @@ impl Listener {
         })
     }
 
-    /// The TCP port listened on.
+    /// The TCP port listened on (the system's pick after a bind of port 0).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -300,7 +350,7 @@ impl Listener {
         w: &mut W,
     ) -> Result<(ConnInfo, TcpStream)> {
         // No limit: a deadline a year away.
-        let forever = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let forever = deadline_after(Duration::MAX);
         let mut s = loop {
             match self.l.accept() {
                 Ok((s, _)) => break s,
@@ -322,7 +372,7 @@ impl Listener {
 
 /// Client side: connects to `host:port`, retrying until `wait` has passed
 /// (the server may not be listening yet), then swaps messages. A host name
-/// that does not resolve is [`Error::Invalid`] at once.
+/// that does not resolve, or port 0, is [`Error::Invalid`] at once.
 pub fn connect(
     host: &str,
     port: u16,
@@ -356,8 +406,13 @@ async fn connect_in<W: FdWait>(
     mine: &ConnInfo,
     w: &mut W,
 ) -> Result<(ConnInfo, TcpStream)> {
-    // A name that does not resolve is an argument error, not something to
-    // wait out (the server not listening yet is).
+    // A name that does not resolve, or port 0, is an argument error, not
+    // something to wait out (the server not listening yet is).
+    if port == 0 {
+        return Err(Error::Invalid(
+            "TCP port 0 cannot be connected to: name the server's port".into(),
+        ));
+    }
     use std::net::ToSocketAddrs;
     let addrs: Vec<std::net::SocketAddr> = match (host, port).to_socket_addrs() {
         Ok(a) => a.collect(),
@@ -371,9 +426,7 @@ async fn connect_in<W: FdWait>(
         return Err(Error::Invalid(format!("host {host:?} has no address")));
     }
     // A wait too long to add to now means: no deadline (a year).
-    let deadline = Instant::now()
-        .checked_add(wait)
-        .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600));
+    let deadline = deadline_after(wait);
     let mut s = 'tries: loop {
         let mut last = None;
         for a in &addrs {
@@ -448,6 +501,25 @@ pub fn swap_line(s: &mut TcpStream, line: &str) -> Result<String> {
         got.push(b[0]);
     }
     Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// [`barrier`] as a future, on any runtime (the socket made non-blocking
+/// for it, watched by a [`Reactor`](crate::Reactor)). It waits without a
+/// limit: put it under the runtime's timeout if the peer may hang.
+///
+/// Errors: as [`barrier`]; [`Error::Reactor`].
+pub async fn barrier_async(s: &mut TcpStream) -> Result<()> {
+    let closed = |e: std::io::Error| {
+        Error::Exchange(format!(
+            "the peer left before the run ended ({e}): see its own output for why"
+        ))
+    };
+    let forever = deadline_after(Duration::MAX);
+    let mut w = Awaited::default();
+    let s = NonBlocking::new(s)?;
+    s.write_full(&[1], &mut w, forever).await.map_err(closed)?;
+    let mut b = [0u8; 1];
+    s.read_full(&mut b, &mut w, forever).await.1.map_err(closed)
 }
 
 /// A closing handshake: each side sends one byte and waits for the peer's,

@@ -354,6 +354,11 @@ fn main() -> ExitCode {
 /// Errors: [`rdma_direct::exchange::Listener::bind`]'s; a port in use
 /// (an [`rdma_direct::Error::Invalid`]) says to pick another with `-p`.
 fn listen(port: u16) -> rdma_direct::Result<rdma_direct::exchange::Listener> {
+    if port == 0 {
+        return Err(rdma_direct::Error::Invalid(
+            "TCP port 0 is not a port a client can be told: pick one with -p".into(),
+        ));
+    }
     rdma_direct::exchange::Listener::bind(port).map_err(|e| match e {
         rdma_direct::Error::Invalid(m) => {
             rdma_direct::Error::Invalid(format!("{m}: pick another with -p"))

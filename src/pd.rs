@@ -402,17 +402,20 @@ impl Pd {
             }
             _ => return Err(other()),
         };
+        // The CQ's events carry the seat's context value, which no later
+        // CQ takes (a token may come back).
+        let context = seat.context();
         let kind = match (&self.inner.kind, channel.kind()) {
             (PdKind::Sim(dev, _), ChannelKind::Sim(_, ch)) => SharedKind::Direct(
-                direct::DirectCq::create_sim_on(dev, depth, ch, token, taken)?,
+                direct::DirectCq::create_sim_on(dev, depth, ch, context, taken)?,
             ),
             #[cfg(feature = "verbs")]
             (PdKind::Verbs(pd, true), ChannelKind::Verbs(ch)) => SharedKind::Direct(
-                direct::DirectCq::create_mlx5_on(&pd.ctx, depth, ch, token, taken)?,
+                direct::DirectCq::create_mlx5_on(&pd.ctx, depth, ch, context, taken)?,
             ),
             #[cfg(feature = "verbs")]
             (PdKind::Verbs(pd, false), ChannelKind::Verbs(ch)) => {
-                SharedKind::Verbs(ibv::VerbsCq::create_on(&pd.ctx, depth, false, ch, token)?)
+                SharedKind::Verbs(ibv::VerbsCq::create_on(&pd.ctx, depth, false, ch, context)?)
             }
             #[cfg(feature = "verbs")]
             _ => return Err(other()),

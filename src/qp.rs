@@ -574,7 +574,11 @@ impl Qp {
         if !matches!(self.state, QpState::Rts | QpState::Err) {
             return Err(Error::QpState {
                 state: self.state,
-                needs: "RTS (or ERR, where it is flushed)",
+                needs: if self.state == QpState::Sqd {
+                    "RTS: SQD takes no sends; back with modify(QpState::Rts, &QpAttr::default())"
+                } else {
+                    "RTS (or ERR, where it is flushed)"
+                },
             });
         }
         let max_inline = self.max_inline();

@@ -56,7 +56,7 @@ impl Qp {
     /// `Send`, so that two threads or tasks post sends and receives at
     /// once. The QP keeps polling the completions of both (or its
     /// [`SharedCq`](crate::SharedCq) does), and its control path
-    /// ([`Self::modify`] to any state but RESET, [`Self::query`]); it posts
+    /// ([`Self::modify`] to any state but RESET or SQD, [`Self::query`]); it posts
     /// nothing itself until [`Self::join`] (or both halves are dropped):
     /// its posts are [`Error::QpSplit`].
     ///

@@ -38,6 +38,12 @@
 //! CM's INIT attributes (pkey index, port, qkey), INIT -> RTR with none,
 //! RTR -> RTS with SQ_PSN 0 (librdmacm's own `ucma_init_ud_qp`).
 //!
+//! The CM needs a kernel RDMA device (rxe, ConnectX) and the `rdma_ucm`
+//! module: a QP of the sim is refused at once ([`Error::Invalid`]), and
+//! [`CmListener::bind`] fails without the module. Every call has an async
+//! twin (`*_async`) that sleeps on the CM's event channel fd through a
+//! [`Reactor`](crate::Reactor) instead of blocking the thread.
+//!
 //! Sources: librdmacm `rdma_cma.h` and `rdma_connect(3)`, `rdma_accept(3)`,
 //! `rdma_init_qp_attr(3)` (QPs not attached to an id), `udaddy.c`.
 
@@ -103,7 +109,7 @@ impl CmOffer {
 }
 
 use crate::backend::ibv::{check_detail as check, errno};
-use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
+use crate::cm_wait::{block_on, deadline_after, next_serial, Awaited, Blocking, FdWait};
 
 mod attr;
 use attr::{
@@ -487,7 +493,7 @@ impl CmListener {
         ud: bool,
         w: &mut W,
     ) -> Result<(CmConnection, CmOffer)> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let (conn, peer) = self.request(qp, ud, deadline, w).await?;
         let [init, rtr, rts] = if ud {
             ud_steps_from(&conn)?
@@ -690,7 +696,7 @@ async fn connect_in<W: FdWait>(
             SocketAddr::V6(_) => None,
         })
         .ok_or_else(|| Error::Exchange(format!("{host} has no IPv4 address")))?;
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_after(timeout);
     loop {
         match connect_once(qp, dst, offer, deadline, ud, w).await {
             Err(Error::Exchange(e))

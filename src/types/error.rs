@@ -117,8 +117,9 @@ pub enum Error {
     SharedCq { qpn: u32 },
     /// The QP is split into a [`crate::SendHalf`] and a [`crate::RecvHalf`]
     /// ([`crate::Qp::split`]): post through them, or [`crate::Qp::join`]
-    /// them first. Nothing was posted.
-    #[error("QP {qpn:#x} is split into a send half and a receive half: post through them, or join them first")]
+    /// them first (also before moving it to RESET or SQD). Nothing was
+    /// posted, and the state did not change.
+    #[error("QP {qpn:#x} is split into a send half and a receive half: post through them; join them first to post on the Qp or move it to RESET or SQD")]
     QpSplit { qpn: u32 },
     /// The QP of this half ([`crate::Qp::split`]) was dropped: nothing
     /// polls the half's completions, so its queue never has room again

@@ -27,8 +27,9 @@ pub(super) struct ChannelShared {
 struct Queue {
     /// The events not yet taken: (CQN, the CQ's context value), oldest first.
     events: VecDeque<(u32, u64)>,
-    /// Woken (once) by the next event ([`Channel::wake_on_event`]).
-    waker: Option<std::task::Waker>,
+    /// Woken (once) by the next event, each waiter's under its key
+    /// ([`Channel::wake_on_event`]).
+    wakers: Vec<(u64, std::task::Waker)>,
 }
 
 impl Device {
@@ -69,15 +70,22 @@ impl Channel {
         Some(ctx)
     }
 
-    /// Has `waker` woken by the next event (once; a later call replaces
-    /// it). Register, then [`Self::get_event`], then sleep: no event is
-    /// missed between the two.
-    pub fn wake_on_event(&self, waker: &std::task::Waker) {
+    /// Has `waker` woken by the next event (once), as the waiter `key`
+    /// (one waker per key: a later call with the same key replaces it;
+    /// every waiter's is woken). Register, then [`Self::get_event`], then
+    /// sleep: no event is missed between the two.
+    pub fn wake_on_event(&self, key: u64, waker: &std::task::Waker) {
         let mut q = self.shared.lock();
-        match &q.waker {
-            Some(old) if old.will_wake(waker) => {}
-            _ => q.waker = Some(waker.clone()),
+        match q.wakers.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, old)) if old.will_wake(waker) => {}
+            Some((_, old)) => *old = waker.clone(),
+            None => q.wakers.push((key, waker.clone())),
         }
+    }
+
+    /// The waiter `key` waits no more (its waker is dropped unwoken).
+    pub fn forget_waker(&self, key: u64) {
+        self.shared.lock().wakers.retain(|(k, _)| *k != key);
     }
 
     /// Whether two handles name one channel.
@@ -94,16 +102,16 @@ impl ChannelShared {
     /// CQ `cqn` raised a completion event: queue its context value, make
     /// the fd readable, wake the waker.
     pub(super) fn raise(&self, cqn: u32, context: u64) {
-        let waker = {
+        let wakers = {
             let mut q = self.lock();
             if q.events.is_empty() {
                 // A full counter cannot happen: it is 0 or 1.
                 let _ = self.fd.write(1);
             }
             q.events.push_back((cqn, context));
-            q.waker.take()
+            std::mem::take(&mut q.wakers)
         };
-        if let Some(w) = waker {
+        for (_, w) in wakers {
             w.wake();
         }
     }
@@ -161,7 +169,8 @@ mod tests {
         assert!(!readable(&ch));
     }
 
-    /// A waker registered before an empty take is woken by the next event.
+    /// Every waker registered before an empty take is woken by the next
+    /// event, each waiter's own; a forgotten one is not.
     #[test]
     fn a_registered_waker_is_woken_by_the_next_event() {
         struct Flag(std::sync::atomic::AtomicBool);
@@ -171,11 +180,18 @@ mod tests {
             }
         }
         let ch = Device::new().create_channel().unwrap();
-        let flag = Arc::new(Flag(false.into()));
-        ch.wake_on_event(&std::task::Waker::from(flag.clone()));
+        let flags: Vec<_> = (0..3).map(|_| Arc::new(Flag(false.into()))).collect();
+        for (k, f) in flags.iter().enumerate() {
+            ch.wake_on_event(k as u64, &std::task::Waker::from(f.clone()));
+        }
+        ch.forget_waker(2);
         assert!(ch.get_event().is_none());
         ch.shared.raise(5, 50);
-        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        let woken: Vec<bool> = flags
+            .iter()
+            .map(|f| f.0.load(std::sync::atomic::Ordering::SeqCst))
+            .collect();
+        assert_eq!(woken, [true, true, false]);
         assert_eq!(ch.get_event(), Some(50));
     }
 }

@@ -165,16 +165,16 @@ impl DirectCq {
     }
 
     /// [`Self::create_sim`] on `channel`, shared with other CQs: its events
-    /// name it by `token`, and `events` counts those its reader took.
+    /// carry `context` (its `cq_context`), and `events` counts those its reader took.
     pub(crate) fn create_sim_on(
         dev: &sim::Device,
         depth: u32,
         channel: &sim::Channel,
-        token: u64,
+        context: u64,
         events: std::sync::Arc<std::sync::atomic::AtomicU32>,
     ) -> Result<Self> {
         let cqe_cnt = depth.next_power_of_two().max(2);
-        let sim_cq = dev.create_cq_on(cqe_cnt, 64, true, channel, token)?;
+        let sim_cq = dev.create_cq_on(cqe_cnt, 64, true, channel, context)?;
         Self::over_sim(sim_cq, Some(events))
     }
 
@@ -213,10 +213,10 @@ impl DirectCq {
         ctx: &std::sync::Arc<ibv::Ctx>,
         depth: u32,
         channel: &std::sync::Arc<ibv::VerbsChannel>,
-        token: u64,
+        context: u64,
         events: std::sync::Arc<std::sync::atomic::AtomicU32>,
     ) -> Result<Self> {
-        let vcq = ibv::VerbsCq::create_on(ctx, depth, true, channel, token)?;
+        let vcq = ibv::VerbsCq::create_on(ctx, depth, true, channel, context)?;
         Self::over_mlx5(vcq, Some(events))
     }
 
@@ -731,7 +731,15 @@ impl DirectQp {
             (S::Reset, S::Init) => sim_qp.to_init(attr.access.unwrap_or(sim::Access::empty()))?,
             (S::Init, S::Init) | (S::Rts, S::Rts) => sim_qp.set_optional(attr.access, timer)?,
             (S::Init, S::Rtr) => {
-                sim_qp.to_rtr_with(attr.dest_qpn.unwrap_or(0), timer.unwrap_or(sim::RNR_DELAY))?;
+                let dest = attr.dest_qpn.unwrap_or(0);
+                sim_qp
+                    .to_rtr_with(dest, timer.unwrap_or(sim::RNR_DELAY))
+                    .map_err(|e| match e {
+                        sim::SimError::NoSuchQp(q) if q == dest => Error::Invalid(format!(
+                            "no QP {q:#x} on this sim device: each Context::open(\"sim\") is a device of its own, with no wire to another; connect QPs of one Context"
+                        )),
+                        e => e.into(),
+                    })?;
                 sim_qp.set_optional(attr.access, None)?;
             }
             (S::Rtr, S::Rts) => {

@@ -68,11 +68,11 @@ impl VerbsChannel {
 
     /// Takes one completion event without blocking (`ibv_get_cq_event` on
     /// the non-blocking fd, acknowledged at once with `ibv_ack_cq_events`
-    /// after `seen` has been called with its CQ's `cq_context`): the
-    /// context, or `None` if none waits. A CQ's destruction waits for the
-    /// ack of every event read of it (rdma-core's `ibv_destroy_cq`), so
-    /// `seen` runs while the CQ lives.
-    pub(crate) fn get_event(&self, seen: impl FnOnce(u64)) -> Result<Option<u64>> {
+    /// after `seen` has been called with its CQ's `cq_context`): what
+    /// `seen` returned, or `None` if no event waits. A CQ's destruction
+    /// waits for the ack of every event read of it (rdma-core's
+    /// `ibv_destroy_cq`), so `seen` runs while the CQ lives.
+    pub(crate) fn get_event<T>(&self, seen: impl FnOnce(u64) -> T) -> Result<Option<T>> {
         let mut cq: *mut ibv_cq = std::ptr::null_mut();
         let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
@@ -89,11 +89,11 @@ impl VerbsChannel {
                 detail: String::new(),
             });
         }
-        seen(ctx as u64);
+        let out = seen(ctx as u64);
         // SAFETY: `cq` is the CQ the event was for, alive until this ack
         // (its destruction waits for it); one event to ack.
         unsafe { ibv_ack_cq_events(cq, 1) };
-        Ok(Some(ctx as u64))
+        Ok(Some(out))
     }
 }
 
@@ -158,16 +158,16 @@ impl VerbsCq {
     }
 
     /// [`Self::create_ex`] on `channel`, which other CQs may share: the
-    /// CQ's `cq_context` is `token`, what [`VerbsChannel::get_event`]
+    /// CQ's `cq_context` is `context`, what [`VerbsChannel::get_event`]
     /// returns for its events.
     pub(crate) fn create_on(
         ctx: &Arc<Ctx>,
         depth: u32,
         ignore_overrun: bool,
         channel: &Arc<VerbsChannel>,
-        token: u64,
+        context: u64,
     ) -> Result<Arc<VerbsCq>> {
-        Self::make(ctx, depth, ignore_overrun, channel.clone(), true, token)
+        Self::make(ctx, depth, ignore_overrun, channel.clone(), true, context)
     }
 
     fn make(
@@ -176,10 +176,10 @@ impl VerbsCq {
         ignore_overrun: bool,
         channel: Arc<VerbsChannel>,
         shared_channel: bool,
-        token: u64,
+        context: u64,
     ) -> Result<Arc<VerbsCq>> {
         let cqe = depth.min(i32::MAX as u32);
-        let cq_context = token as usize as *mut std::ffi::c_void;
+        let cq_context = context as usize as *mut std::ffi::c_void;
         let mut cq: *mut ibv_cq = std::ptr::null_mut();
         if ignore_overrun {
             let mut attr = ibv_cq_init_attr_ex {
