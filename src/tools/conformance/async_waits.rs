@@ -469,3 +469,80 @@ pub(super) fn the_send_queue_drains_with_an_event(dev: &str) -> CaseResult {
         "{n} WRITEs drained, SqDrained for QP {qpn:#x} from the event stream, a receive in SQD, sends again after RTS"
     )])
 }
+
+/// Cancellation: an async wait polled while its SEND is in flight (no
+/// receive at the peer: RNR NAKs, `rnr_retry` 7), then dropped, as an
+/// aborted task's is. The QP keeps the SEND's `LocalMr` (not handed back,
+/// not deregistered) until the completion, which a new wait takes once the
+/// peer posts a receive; the buffer comes back untouched and its bytes
+/// land. (`tests/cancellation.rs` runs the sim's under Miri.)
+pub(super) fn a_dropped_wait_leaves_the_buffer_with_the_qp(dev: &str) -> CaseResult {
+    let mut s = setup_with(
+        dev,
+        QpConfig {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            rnr_retry: 7,
+            ..QpConfig::default()
+        },
+    )?;
+    let mut buf = s.pd.reg_local(64, Access::empty())?;
+    buf.copy_from_slice(&[0xa5; 64]);
+    let dst = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let live = s.pd.live_mrs();
+    s.a.post_send_owned(&SendWr::send(3, &[]).signaled(), buf, 0, 64)
+        .map_err(|r| r.error)?;
+    let mut sleeps = 0;
+    {
+        let mut out = [Completion::default(); 1];
+        let mut c = s.a.completions(CompletionMode::Events);
+        // Awaited for 200 ms (it sleeps: nothing can complete), then the
+        // future is dropped unresolved.
+        let r = block_on(
+            c.next_batch(&mut out),
+            Duration::from_millis(200),
+            &mut sleeps,
+        );
+        check!(
+            r.is_none(),
+            "the SEND completed with no receive posted: {r:?}"
+        );
+    }
+    check!(
+        s.a.take_send_buf().is_none(),
+        "the buffer came back while its SEND was in flight"
+    );
+    check_eq!(
+        s.pd.live_mrs(),
+        live,
+        "MRs alive while the SEND is in flight"
+    );
+    s.b.post_recv(&[RecvWr::new(4, &[Sge::new(&dst, 0, 64)?])])?;
+    let mut out = [Completion::default(); 1];
+    let got = block_on(
+        s.a.completions(CompletionMode::Events).next_batch(&mut out),
+        COMPLETION_TIMEOUT,
+        &mut sleeps,
+    );
+    check!(matches!(got, Some(Ok(1))), "the SEND's completion: {got:?}");
+    check_eq!(
+        (out[0].wr_id, out[0].status),
+        (3, WcStatus::SUCCESS),
+        "the SEND's completion"
+    );
+    let Some((wr_id, back)) = s.a.take_send_buf() else {
+        return Err(Failure("no buffer back after the completion".into()));
+    };
+    check_eq!(wr_id, 3, "the buffer's wr_id");
+    check!(
+        back.iter().all(|&x| x == 0xa5),
+        "the buffer changed in flight"
+    );
+    poll_one(&mut s.b)?;
+    let mut landed = [0u8; 64];
+    dst.read(0, &mut landed)?;
+    check_eq!(landed, [0xa5; 64], "the bytes that landed");
+    passed(vec![format!(
+        "a wait dropped mid-flight; the LocalMr stayed with the QP until the completion ({sleeps} sleeps)"
+    )])
+}

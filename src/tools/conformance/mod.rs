@@ -385,5 +385,6 @@ const ONE_SIDED: &[Case] = &[
     case!(a_stale_consumer_index_at_arm_time),
     case!(many_cqs_on_one_channel),
     case!(the_send_queue_drains_with_an_event),
+    case!(a_dropped_wait_leaves_the_buffer_with_the_qp),
     case!(port_events_stream_when_the_link_goes_down_and_up),
 ];
