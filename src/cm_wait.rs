@@ -128,6 +128,24 @@ impl Awaited {
     }
 }
 
+impl Awaited {
+    /// `Ready` once the timer, set to `deadline`, fired at or after it (one
+    /// that fired early, from an earlier setting, is set again).
+    fn poll_deadline(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<Result<()>> {
+        loop {
+            match self.poll_timer(cx) {
+                Poll::Ready(Ok(())) if Instant::now() >= deadline => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    if let Err(e) = self.arm(deadline) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
 fn dup(fd: BorrowedFd<'_>, what: &str) -> Result<std::os::fd::OwnedFd> {
     fd.try_clone_to_owned()
         .map_err(|e| Error::Reactor(format!("dup of the {what} fd: {e}")))
@@ -146,7 +164,7 @@ impl FdWait for Awaited {
             self.fd = Some((serial, write, FdSleep::default()));
         }
         self.arm(deadline)?;
-        std::future::poll_fn(|cx| loop {
+        std::future::poll_fn(|cx| {
             let (_, _, sleep) = self.fd.as_mut().expect("set above");
             let r = if write {
                 sleep.poll_writable(cx, || dup(fd, what))
@@ -154,20 +172,8 @@ impl FdWait for Awaited {
                 sleep.poll_readable(cx, || dup(fd, what))
             };
             match r {
-                Poll::Ready(Ok(())) => return Poll::Ready(Ok(true)),
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => {}
-            }
-            match self.poll_timer(cx) {
-                Poll::Ready(Ok(())) if Instant::now() >= deadline => return Poll::Ready(Ok(false)),
-                // Fired early (an earlier setting): set it again.
-                Poll::Ready(Ok(())) => {
-                    if let Err(e) = self.arm(deadline) {
-                        return Poll::Ready(Err(e));
-                    }
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => Poll::Ready(r.map(|()| true)),
+                Poll::Pending => self.poll_deadline(cx, deadline).map(|r| r.map(|()| false)),
             }
         })
         .await
@@ -176,19 +182,7 @@ impl FdWait for Awaited {
     async fn pause(&mut self, d: Duration) -> Result<()> {
         let end = deadline_after(d);
         self.arm(end)?;
-        std::future::poll_fn(|cx| loop {
-            match self.poll_timer(cx) {
-                Poll::Ready(Ok(())) if Instant::now() >= end => return Poll::Ready(Ok(())),
-                Poll::Ready(Ok(())) => {
-                    if let Err(e) = self.arm(end) {
-                        return Poll::Ready(Err(e));
-                    }
-                }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        })
-        .await
+        std::future::poll_fn(|cx| self.poll_deadline(cx, end)).await
     }
 }
 

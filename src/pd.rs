@@ -357,17 +357,7 @@ impl Pd {
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, false) => SharedKind::Verbs(ibv::VerbsCq::create(&pd.ctx, depth)?),
         };
-        let depth = match &kind {
-            SharedKind::Direct(c) => c.depth(),
-            #[cfg(feature = "verbs")]
-            SharedKind::Verbs(c) => c.depth,
-        };
-        Ok(SharedCq::new(
-            kind,
-            CqCredits::new(depth),
-            self.inner.clone(),
-            None,
-        ))
+        Ok(self.shared_cq(kind, None))
     }
 
     /// [`Self::create_shared_cq`] on `channel`, a completion channel other
@@ -420,17 +410,17 @@ impl Pd {
             #[cfg(feature = "verbs")]
             _ => return Err(other()),
         };
+        Ok(self.shared_cq(kind, Some(seat)))
+    }
+
+    /// The `SharedCq` over `kind`, with a credit for each CQE it holds.
+    fn shared_cq(&self, kind: SharedKind, seat: Option<crate::channel::ChannelSeat>) -> SharedCq {
         let depth = match &kind {
             SharedKind::Direct(c) => c.depth(),
             #[cfg(feature = "verbs")]
             SharedKind::Verbs(c) => c.depth,
         };
-        Ok(SharedCq::new(
-            kind,
-            CqCredits::new(depth),
-            self.inner.clone(),
-            Some(seat),
-        ))
+        SharedCq::new(kind, CqCredits::new(depth), self.inner.clone(), seat)
     }
 }
 
