@@ -23,7 +23,6 @@ pub(super) fn run_all(st: &mut State) -> usize {
     n
 }
 
-/// Executes the pending WQEs of one QP. Returns how many ran.
 /// The SQ's doorbell-record counter (16 bits): WQEs rung so far.
 fn sq_doorbell(st: &State, qpn: u32) -> u32 {
     let q = &st.qps[&qpn];
@@ -57,6 +56,8 @@ fn drained(st: &mut State, qpn: u32) -> bool {
     true
 }
 
+/// Executes the pending WQEs of one QP (in SQD, those its drain takes).
+/// Returns how many ran.
 fn run_qp(st: &mut State, qpn: u32) -> usize {
     let mut done = 0;
     if st.qps[&qpn].state == QpState::Err {
