@@ -23,7 +23,7 @@
 //! A message with another magic or version is refused with a clear error.
 
 use crate::cm_wait::{block_on, deadline_after, next_serial, Awaited, Blocking, FdWait};
-use crate::{Endpoint, Error, Result, Rkey};
+use crate::{Endpoint, Error, Mr, Qp, Result, Rkey};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -55,6 +55,32 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
+    /// What this side tells the peer of `qp`: its endpoint
+    /// ([`Qp::endpoint`]) and `psn`, the first PSN it will send (24 bits);
+    /// no buffer offered ([`Self::offering`] adds one) and qkey 0 (set
+    /// `qkey` for a UD QP).
+    pub fn of(qp: &Qp, psn: u32) -> ConnInfo {
+        ConnInfo {
+            endpoint: qp.endpoint(),
+            psn,
+            rkey: Rkey(0),
+            addr: 0,
+            len: 0,
+            qkey: 0,
+        }
+    }
+
+    /// The same, offering `mr` for the peer's RDMA: its rkey, address and
+    /// length in bytes.
+    pub fn offering(self, mr: &Mr) -> ConnInfo {
+        ConnInfo {
+            rkey: mr.rkey(),
+            addr: mr.addr(),
+            len: mr.len() as u64,
+            ..self
+        }
+    }
+
     /// The 64-byte message.
     pub fn encode(&self) -> [u8; MSG_LEN] {
         let e = &self.endpoint;
@@ -479,6 +505,23 @@ async fn connect_one<W: FdWait>(
     }
     sock.set_nonblocking(false)?;
     Ok(sock.into())
+}
+
+/// Connects `qp` (an RC or UC QP in RESET) to the peer whose facts came
+/// back from the exchange: [`Qp::connect_remote`] with the two PSNs in
+/// their places (`qp` sends from `mine.psn` and expects `peer.psn`).
+///
+/// Errors: `mine` is not `qp`'s (its QPN differs: [`Error::Invalid`],
+/// nothing changes); those of [`Qp::connect_remote`].
+pub fn connect_qp(qp: &mut Qp, mine: &ConnInfo, peer: &ConnInfo) -> Result<()> {
+    if mine.endpoint.qpn != qp.qp_num() {
+        return Err(Error::Invalid(format!(
+            "these connection facts are QP {:#x}'s, not QP {:#x}'s",
+            mine.endpoint.qpn,
+            qp.qp_num()
+        )));
+    }
+    qp.connect_remote(mine.psn, &peer.endpoint, peer.psn)
 }
 
 /// Sends `line` (no newline in it) and reads the peer's line, byte by byte

@@ -304,6 +304,15 @@ impl SendHalf {
         std::future::poll_fn(|cx| self.poll_room(cx, n)).await
     }
 
+    /// [`Self::room`] for a thread: blocks (parked, woken by the owner's
+    /// poll) until `n` send WRs may be posted, `true`, or `timeout` passed
+    /// first, `false`.
+    ///
+    /// Errors: as [`Self::room`].
+    pub fn wait_room(&mut self, n: u32, timeout: std::time::Duration) -> Result<bool> {
+        park_until(|cx| self.poll_room(cx, n), timeout)
+    }
+
     /// [`Self::room`] as a poll function.
     pub fn poll_room(&mut self, cx: &mut std::task::Context<'_>, n: u32) -> Poll<Result<()>> {
         let qpn = self.qp.qp_num();
@@ -359,6 +368,13 @@ impl RecvHalf {
     /// receives of its own, every `n` is [`Error::Invalid`].
     pub async fn room(&mut self, n: u32) -> Result<()> {
         std::future::poll_fn(|cx| self.poll_room(cx, n)).await
+    }
+
+    /// [`Self::room`] for a thread, as [`SendHalf::wait_room`].
+    ///
+    /// Errors: as [`Self::room`].
+    pub fn wait_room(&mut self, n: u32, timeout: std::time::Duration) -> Result<bool> {
+        park_until(|cx| self.poll_room(cx, n), timeout)
     }
 
     /// [`Self::room`] as a poll function.
@@ -444,5 +460,32 @@ impl std::fmt::Debug for SendHalf {
 impl std::fmt::Debug for RecvHalf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RecvHalf {{ qpn: {:#x} }}", self.qp.qp_num())
+    }
+}
+
+/// Polls `poll` on this thread, parked between polls (its waker unparks
+/// it), until it is ready (`true`, or its error) or `timeout` passed
+/// (`false`).
+fn park_until(
+    mut poll: impl FnMut(&mut std::task::Context<'_>) -> Poll<Result<()>>,
+    timeout: std::time::Duration,
+) -> Result<bool> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let start = std::time::Instant::now();
+    loop {
+        if let Poll::Ready(r) = poll(&mut cx) {
+            return r.map(|()| true);
+        }
+        let Some(left) = timeout.checked_sub(start.elapsed()) else {
+            return Ok(false);
+        };
+        std::thread::park_timeout(left);
     }
 }

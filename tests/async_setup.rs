@@ -164,3 +164,65 @@ fn swap_async_runs_again_on_a_connection() {
     exchange::barrier(&mut s).unwrap();
     assert_eq!(server.join().unwrap(), info(10));
 }
+
+/// `ConnInfo::of` / `offering` and `exchange::connect_qp`: two sim QPs of
+/// one Context connected through the TCP exchange futures, each side from
+/// its own facts, then a WRITE into the buffer the peer offered; facts of
+/// another QP are refused and change nothing.
+#[test]
+fn connect_qp_takes_the_psns_from_the_facts() {
+    use rdma_direct::{Access, Context, QpConfig, QpState, RemoteAddr, SendWr, Sge};
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut a = pd.create_qp(&QpConfig::default()).unwrap();
+    let mut b = pd.create_qp(&QpConfig::default()).unwrap();
+    let dst = pd
+        .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let src = pd.reg_mr(8, Access::LOCAL_WRITE).unwrap();
+    src.write(0, &[7; 8]).unwrap();
+    let mine_a = ConnInfo::of(&a, 0x111);
+    let mine_b = ConnInfo::of(&b, 0x222).offering(&dst);
+    assert_eq!(
+        (mine_b.rkey, mine_b.addr, mine_b.len),
+        (dst.rkey(), dst.addr(), 64)
+    );
+    let wrong = exchange::connect_qp(&mut a, &mine_b, &mine_b);
+    assert!(matches!(wrong, Err(Error::Invalid(_))), "{wrong:?}");
+    assert_eq!(
+        a.state(),
+        QpState::Reset,
+        "a refused connect changed the QP"
+    );
+    let l = Listener::bind(0).unwrap();
+    let port = l.port();
+    let server = std::thread::spawn(move || {
+        let mut parks = 0;
+        block_on(l.accept_async(&mine_b), &mut parks).unwrap().0
+    });
+    let mut parks = 0;
+    let (peer_of_a, _s) = block_on(
+        exchange::connect_async("127.0.0.1", port, Duration::from_secs(10), &mine_a),
+        &mut parks,
+    )
+    .unwrap();
+    let peer_of_b = server.join().unwrap();
+    exchange::connect_qp(&mut a, &mine_a, &peer_of_a).unwrap();
+    exchange::connect_qp(&mut b, &mine_b, &peer_of_b).unwrap();
+    let to = RemoteAddr {
+        addr: peer_of_a.addr,
+        rkey: peer_of_a.rkey,
+    };
+    let sge = [Sge::new(&src, 0, 8).unwrap()];
+    a.post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])
+        .unwrap();
+    let mut wc = [rdma_direct::Completion::default(); 1];
+    let t = Instant::now();
+    while a.poll(&mut wc).unwrap() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no completion");
+    }
+    assert!(wc[0].status.is_ok(), "{}", wc[0].status);
+    let mut got = [0u8; 8];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, [7; 8]);
+}

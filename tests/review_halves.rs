@@ -865,3 +865,38 @@ fn bad_recv_wrs_through_half_post_nothing() {
 }
 
 // ------------------------------------------------------------ credits
+
+/// From the fresh user's report (issue 16): a thread with a full send half
+/// blocks in `wait_room` (no async runtime) until the owner's poll gives
+/// room back; with no poll, it returns `false` at its timeout; a request
+/// larger than the queue is Invalid.
+#[test]
+fn wait_room_blocks_a_thread_until_the_owner_polls() {
+    let e = env();
+    let (mut a, _b) = pair(&e.pd, &cfg(4, 0));
+    let (mut tx, _rx) = a.split().unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let to = RemoteAddr {
+        addr: e.dst.addr(),
+        rkey: e.dst.rkey(),
+    };
+    for i in 0..4 {
+        tx.post_send(&[SendWr::rdma_write(i, &s, to).signaled()])
+            .unwrap();
+    }
+    let r = tx.post_send(&[SendWr::rdma_write(4, &s, to).signaled()]);
+    assert!(matches!(r, Err(Error::QueueFull)), "{r:?}");
+    assert!(is_invalid(&tx.wait_room(5, Duration::ZERO).map(|_| ())));
+    // Nobody polls: no room within 100 ms.
+    assert!(!tx.wait_room(1, Duration::from_millis(100)).unwrap());
+    let got = std::thread::scope(|sc| {
+        let waiter = sc.spawn(|| tx.wait_room(4, Duration::from_secs(20)));
+        // The owner polls all four completions, giving the room back.
+        let got = poll_n(&mut a, 4);
+        (got, waiter.join().unwrap())
+    });
+    assert_eq!(ids(&got.0), vec![0, 1, 2, 3]);
+    assert!(got.1.unwrap(), "the room the owner's poll gave back");
+    tx.post_send(&[SendWr::rdma_write(5, &s, to).signaled()])
+        .unwrap();
+}
