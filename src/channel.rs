@@ -17,6 +17,8 @@
 use crate::backend::ibv;
 use crate::backend::wait_readable;
 use crate::handles::CtxKind;
+#[cfg(feature = "verbs")]
+use crate::reactor::dup_fd;
 use crate::reactor::{FdSleep, Reactor};
 use crate::types::error::{Error, Result};
 use futures_core::Stream;
@@ -265,11 +267,7 @@ impl CompChannel {
                     let shared = &self.shared;
                     let sleep = self.sleep.get_mut().unwrap_or_else(|e| e.into_inner());
                     let fd = shared.fd();
-                    match sleep.poll_readable(cx, || {
-                        fd.try_clone_to_owned().map_err(|e| {
-                            Error::Reactor(format!("dup of the completion channel's fd: {e}"))
-                        })
-                    }) {
+                    match sleep.poll_readable(cx, || dup_fd(fd, "completion channel's")) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                         // Readable: take again.

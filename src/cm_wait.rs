@@ -7,12 +7,12 @@
 //! as an `async fn` over a [`FdWait`]; the blocking calls run it with
 //! [`Blocking`], which never pends, through [`block_on`].
 
-use crate::reactor::FdSleep;
+use crate::reactor::deadline_after;
+use crate::reactor::{dup_fd, park_on, FdSleep};
 use crate::types::error::{Error, Result};
 use std::future::Future;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Waits for a descriptor to become readable or writable, or for a while
@@ -33,14 +33,6 @@ pub(crate) trait FdWait: Send {
 
     /// Lets `d` pass.
     fn pause(&mut self, d: Duration) -> impl Future<Output = Result<()>> + Send + '_;
-}
-
-/// `d` from now, or a year from now where that does not fit an `Instant`
-/// (`Duration::MAX`: no limit).
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// A serial for a descriptor [`FdWait::ready`] is asked about.
@@ -116,7 +108,7 @@ impl Awaited {
             return Poll::Ready(Err(Error::Reactor("the timer was not set".into())));
         };
         let fd = t.as_fd();
-        match sleep.poll_readable(cx, || dup(fd, "timerfd")) {
+        match sleep.poll_readable(cx, || dup_fd(fd, "timerfd")) {
             Poll::Ready(Ok(())) => {
                 // Non-blocking: EAGAIN when it has not fired (a wakeup from
                 // an earlier setting); the caller looks at the clock.
@@ -146,11 +138,6 @@ impl Awaited {
     }
 }
 
-fn dup(fd: BorrowedFd<'_>, what: &str) -> Result<std::os::fd::OwnedFd> {
-    fd.try_clone_to_owned()
-        .map_err(|e| Error::Reactor(format!("dup of the {what} fd: {e}")))
-}
-
 impl FdWait for Awaited {
     async fn ready<'a>(
         &'a mut self,
@@ -167,9 +154,9 @@ impl FdWait for Awaited {
         std::future::poll_fn(|cx| {
             let (_, _, sleep) = self.fd.as_mut().expect("set above");
             let r = if write {
-                sleep.poll_writable(cx, || dup(fd, what))
+                sleep.poll_writable(cx, || dup_fd(fd, what))
             } else {
-                sleep.poll_readable(cx, || dup(fd, what))
+                sleep.poll_readable(cx, || dup_fd(fd, what))
             };
             match r {
                 Poll::Ready(r) => Poll::Ready(r.map(|()| true)),
@@ -189,19 +176,10 @@ impl FdWait for Awaited {
 /// Runs `f` on this thread until it resolves, parking while it pends (with
 /// [`Blocking`] it never does).
 pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
     let mut f = std::pin::pin!(f);
     loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+        if let Some(v) = park_on(|cx| f.as_mut().poll(cx), None) {
             return v;
         }
-        std::thread::park();
     }
 }

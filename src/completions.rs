@@ -23,7 +23,7 @@
 use crate::backend::EventWake;
 use crate::cq::SharedCq;
 use crate::qp::Qp;
-use crate::reactor::{FdSleep, Reactor};
+use crate::reactor::{dup_fd, FdSleep, Reactor};
 use crate::types::completion::Completion;
 use crate::types::config::CompletionMode;
 use crate::types::error::{Error, Result};
@@ -171,9 +171,7 @@ impl<'c> Completions<'c> {
         let fd = match self.cq.ops().event_wake(cx.waker())? {
             EventWake::Registered => None,
             EventWake::Fd(_) if self.sleep.watching() => Some(None),
-            EventWake::Fd(fd) => Some(Some(fd.try_clone_to_owned().map_err(|e| {
-                Error::Reactor(format!("dup of the completion channel's fd: {e}"))
-            })?)),
+            EventWake::Fd(fd) => Some(Some(dup_fd(fd, "completion channel's")?)),
         };
         match fd {
             // The device wakes the waker; an event that came first is in

@@ -22,7 +22,8 @@
 //!
 //! A message with another magic or version is refused with a clear error.
 
-use crate::cm_wait::{block_on, deadline_after, next_serial, Awaited, Blocking, FdWait};
+use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
+use crate::reactor::deadline_after;
 use crate::{Endpoint, Error, Mr, Qp, Result, Rkey};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 /// Watches file descriptors for readability for the async waits: the seam
 /// between this crate and an async runtime. Implement it to run the waits
@@ -116,6 +117,52 @@ impl FdSleep {
             Some(Poll::Ready(Ok(()))) => Poll::Ready(Ok(())),
             Some(Poll::Ready(Err(e))) => Poll::Ready(Err(Error::Reactor(e.to_string()))),
             _ => Poll::Pending,
+        }
+    }
+}
+
+/// `d` from now, or a year from now where that does not fit an `Instant`
+/// (`Duration::MAX`: no limit).
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// A duplicate of `fd` for a reactor's watch; `what` names the fd in the
+/// error.
+///
+/// Errors: the OS's `dup` ([`Error::Reactor`]).
+pub(crate) fn dup_fd(fd: BorrowedFd<'_>, what: &str) -> Result<OwnedFd> {
+    fd.try_clone_to_owned()
+        .map_err(|e| Error::Reactor(format!("dup of the {what} fd: {e}")))
+}
+
+/// Runs `poll` on this thread, parked between polls (its waker unparks
+/// it), until it is ready; `None` once `deadline` passed first (`None`:
+/// no limit). The executor of the crate's blocking calls over futures.
+pub(crate) fn park_on<T>(
+    mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    deadline: Option<Instant>,
+) -> Option<T> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = poll(&mut cx) {
+            return Some(v);
+        }
+        match deadline {
+            None => std::thread::park(),
+            Some(d) => {
+                let left = d.checked_duration_since(Instant::now())?;
+                std::thread::park_timeout(left);
+            }
         }
     }
 }

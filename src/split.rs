@@ -16,6 +16,7 @@
 
 use crate::owned::{HeldQueue, Owned};
 use crate::qp::{Halves, Parked, Qp, QpKind, ReclaimOnDrop};
+use crate::reactor::park_on;
 use crate::types::error::{Error, Result};
 use crate::types::progress::HalfLink;
 use crate::types::qp_attr::QpState;
@@ -310,7 +311,8 @@ impl SendHalf {
     ///
     /// Errors: as [`Self::room`].
     pub fn wait_room(&mut self, n: u32, timeout: std::time::Duration) -> Result<bool> {
-        park_until(|cx| self.poll_room(cx, n), timeout)
+        let deadline = crate::reactor::deadline_after(timeout);
+        park_on(|cx| self.poll_room(cx, n), Some(deadline)).map_or(Ok(false), |r| r.map(|()| true))
     }
 
     /// [`Self::room`] as a poll function.
@@ -374,7 +376,8 @@ impl RecvHalf {
     ///
     /// Errors: as [`Self::room`].
     pub fn wait_room(&mut self, n: u32, timeout: std::time::Duration) -> Result<bool> {
-        park_until(|cx| self.poll_room(cx, n), timeout)
+        let deadline = crate::reactor::deadline_after(timeout);
+        park_on(|cx| self.poll_room(cx, n), Some(deadline)).map_or(Ok(false), |r| r.map(|()| true))
     }
 
     /// [`Self::room`] as a poll function.
@@ -460,32 +463,5 @@ impl std::fmt::Debug for SendHalf {
 impl std::fmt::Debug for RecvHalf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RecvHalf {{ qpn: {:#x} }}", self.qp.qp_num())
-    }
-}
-
-/// Polls `poll` on this thread, parked between polls (its waker unparks
-/// it), until it is ready (`true`, or its error) or `timeout` passed
-/// (`false`).
-fn park_until(
-    mut poll: impl FnMut(&mut std::task::Context<'_>) -> Poll<Result<()>>,
-    timeout: std::time::Duration,
-) -> Result<bool> {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let start = std::time::Instant::now();
-    loop {
-        if let Poll::Ready(r) = poll(&mut cx) {
-            return r.map(|()| true);
-        }
-        let Some(left) = timeout.checked_sub(start.elapsed()) else {
-            return Ok(false);
-        };
-        std::thread::park_timeout(left);
     }
 }

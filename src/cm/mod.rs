@@ -109,7 +109,8 @@ impl CmOffer {
 }
 
 use crate::backend::ibv::{check_detail as check, errno};
-use crate::cm_wait::{block_on, deadline_after, next_serial, Awaited, Blocking, FdWait};
+use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
+use crate::reactor::deadline_after;
 
 mod attr;
 use attr::{

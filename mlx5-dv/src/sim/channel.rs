@@ -87,11 +87,6 @@ impl Channel {
     pub fn forget_waker(&self, key: u64) {
         self.shared.lock().wakers.retain(|(k, _)| *k != key);
     }
-
-    /// Whether two handles name one channel.
-    pub fn same(&self, other: &Channel) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
-    }
 }
 
 impl ChannelShared {

@@ -234,7 +234,6 @@ impl VerbsCq {
         check_detail("ibv_req_notify_cq", rc, String::new)
     }
 
-    /// Waits up to `timeout` for a completion event ([`wait_channel`]).
     /// The completion channel's file descriptor (non-blocking), readable
     /// while an event waits: what an async wait watches.
     pub(crate) fn channel_fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -246,14 +245,21 @@ impl VerbsCq {
     /// blocking; returns how many.
     pub(crate) fn take_events(&self) -> Result<u32> {
         let mut n = 0;
-        while wait_channel(self.channel.raw, std::time::Duration::ZERO)? {
+        while self.channel.get_event(|_| ())?.is_some() {
             n += 1;
         }
         Ok(n)
     }
 
+    /// Waits (`poll(2)` on the channel's fd) up to `timeout` for a
+    /// completion event, then takes it ([`VerbsChannel::get_event`]);
+    /// `false` if none came (or another reader took it).
     pub(crate) fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
-        wait_channel(self.channel.raw, timeout)
+        let fd = self.channel.fd();
+        if !crate::backend::wait_readable(fd, timeout, "completion channel")? {
+            return Ok(false);
+        }
+        Ok(self.channel.get_event(|_| ())?.is_some())
     }
 
     /// `ibv_poll_cq` for up to `store.len()` (at most 16) completions.
@@ -293,36 +299,4 @@ impl VerbsCq {
             wc[..n as usize].iter().for_each(&mut each);
         }
     }
-}
-
-/// Waits (poll on the completion channel's fd) up to `timeout` for a
-/// completion event, then `ibv_get_cq_event` and `ibv_ack_cq_events`.
-pub(crate) fn wait_channel(
-    channel: *mut ibv_comp_channel,
-    timeout: std::time::Duration,
-) -> Result<bool> {
-    // SAFETY: the caller keeps the channel (and its fd) alive.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw((*channel).fd) };
-    if !crate::backend::wait_readable(fd, timeout, "completion channel")? {
-        return Ok(false);
-    }
-    let mut cq: *mut ibv_cq = std::ptr::null_mut();
-    let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-    // SAFETY: live channel; out-pointers valid. Non-blocking fd: EAGAIN
-    // when another reader took the event.
-    let rc = unsafe { ibv_get_cq_event(channel, &mut cq, &mut ctx) };
-    if rc != 0 {
-        let e = errno();
-        if e == libc::EAGAIN {
-            return Ok(false);
-        }
-        return Err(Error::Verbs {
-            call: "ibv_get_cq_event",
-            errno: e,
-            detail: String::new(),
-        });
-    }
-    // SAFETY: `cq` is the CQ the event was for (ours); one event to ack.
-    unsafe { ibv_ack_cq_events(cq, 1) };
-    Ok(true)
 }
