@@ -181,6 +181,21 @@ impl ReceiveQueue {
         })
     }
 
+    /// Test hook (feature `test-hooks`): moves an empty queue's producer
+    /// and consumer counters to `head`, as if `head` receives had been
+    /// posted and completed since RESET (the doorbell record's 16-bit
+    /// counter wraps at 2^16). Nothing is written. Returns `false`,
+    /// changing nothing, while a receive is outstanding.
+    #[cfg(feature = "test-hooks")]
+    pub fn start_at(&mut self, head: u32) -> bool {
+        if self.outstanding() != 0 {
+            return false;
+        }
+        self.head = head;
+        self.tail = head;
+        true
+    }
+
     /// Receive WQEs that may still be posted.
     pub fn free(&self) -> u32 {
         self.wqe_cnt - self.outstanding()

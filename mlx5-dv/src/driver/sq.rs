@@ -763,6 +763,25 @@ impl SendQueue {
         unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };
     }
 
+    /// Test hook (feature `test-hooks`): moves an idle queue's producer
+    /// and consumer indices to `pi`, as if `pi` WQEBBs had been posted and
+    /// retired since RESET, so that tests reach the indices a long-lived QP
+    /// does (the ctrl segment's 16-bit `wqe_idx` and the doorbell record
+    /// wrapping at 2^16, the 32-bit index at 2^32) without posting 2^32
+    /// WQEs. Nothing is written to the ring or the doorbell record.
+    /// Returns `false`, changing nothing, while a WR is outstanding.
+    #[cfg(feature = "test-hooks")]
+    pub fn start_at(&mut self, pi: u32) -> bool {
+        if self.outstanding() != 0 {
+            return false;
+        }
+        self.pi = pi;
+        self.tail = pi;
+        self.batch_start = pi as u64 | self.no_bf;
+        self.batch_last = pi;
+        true
+    }
+
     /// A copy of the whole SQ ring followed by the SQ doorbell record (4
     /// bytes, big-endian as the device reads it), for tests and tools that
     /// show a refused post wrote nothing. Allocates; not for the hot path.

@@ -1,0 +1,58 @@
+//! rdma-core's own mlx5 provider as a differential oracle for mlx5-dv.
+//!
+//! `scripts/provider-oracle` compiles libmlx5's data path
+//! (`providers/mlx5/qp.c`, `cq.c`, `srq.c` of rdma-core v59, unchanged)
+//! with a harness of ours (`harness/harness.c`: fake provider objects over
+//! memory we own) into one static library. Built with
+//! `RDMA_DIRECT_PROVIDER_ORACLE` naming its folder, this crate links it,
+//! and its tests feed the same work requests to `mlx5_post_send` /
+//! `mlx5_post_recv` / `mlx5_post_srq_recv` and to our ring driver, and the
+//! same CQEs to `mlx5_poll_cq_v1` and to our poller, and compare the rings,
+//! doorbell records, BlueFlame registers and completions byte for byte.
+//! What legitimately differs is one table, `docs/prm.md` "rdma-core's
+//! provider as the oracle"; [`send::Allowed`] is that table in code.
+//!
+//! Without the library every test says `SKIPPED:` on stderr (counted as a
+//! skip by `scripts/summarise`); `RDMA_DIRECT_REQUIRE_ORACLE=1` makes that
+//! a failure, as `scripts/test` sets it.
+//!
+//! - [`mem`]: aligned, zeroed memory the rings live in.
+//! - [`ffi`]: the harness's C entry points and their `#[repr(C)]` mirrors.
+//! - [`gen`]: generated send queues and WR lists (property tests, fuzzing).
+//! - [`wr`]: a work request in one form, turned into the provider's
+//!   `ibv_send_wr` and into our driver's `SendWqe`.
+//! - [`send`]: an SQ of ours and one of the provider's over identical
+//!   rings, and the comparison.
+
+#[cfg(provider_oracle)]
+pub mod ffi;
+pub mod gen;
+pub mod mem;
+pub mod send;
+pub mod wr;
+
+/// Whether the oracle is linked. If not, says so on stderr with the
+/// `SKIPPED:` marker and returns `false`, or panics when
+/// `RDMA_DIRECT_REQUIRE_ORACLE=1` (a missing oracle is then a failure).
+pub fn oracle_or_skip(test: &str) -> bool {
+    if cfg!(provider_oracle) {
+        return true;
+    }
+    let why = "rdma-core's provider oracle is not linked: RDMA_DIRECT_PROVIDER_ORACLE was not set \
+               when this crate was built (scripts/provider-oracle builds it and prints the line \
+               to set; scripts/test does both)";
+    if std::env::var("RDMA_DIRECT_REQUIRE_ORACLE").as_deref() == Ok("1") {
+        panic!("provider-oracle: {test}: {why}; RDMA_DIRECT_REQUIRE_ORACLE=1 makes this a failure");
+    }
+    eprintln!("provider-oracle: {test}: SKIPPED: {why}");
+    false
+}
+
+/// How many generated cases a property test runs: `RDMA_DIRECT_ORACLE_CASES`,
+/// else `default`.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("RDMA_DIRECT_ORACLE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

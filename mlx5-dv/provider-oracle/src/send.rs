@@ -1,0 +1,358 @@
+//! Our send queue and the provider's over identical rings: the same WR
+//! list posted to both, then every byte compared.
+//!
+//! Ours is `mlx5_dv::driver::SendQueue` (the ring driver rdma-direct's
+//! direct backend posts through) over memory described as
+//! `mlx5dv_init_obj` describes a ConnectX QP; theirs is libmlx5's
+//! `mlx5_post_send` over a fake `struct mlx5_qp` whose ring, doorbell
+//! record and BlueFlame register are ours too. What is compared is what
+//! the device reads: the ring, the doorbell record, the BlueFlame
+//! registers; and the producer index after the list.
+
+#[cfg(provider_oracle)]
+use crate::ffi::*;
+use crate::mem::Mem;
+#[cfg(provider_oracle)]
+use crate::wr::ibv;
+use crate::wr::Wr;
+use mlx5_dv::driver::SendQueue;
+use mlx5_dv::dv::{mlx5dv_bf, mlx5dv_qp, mlx5dv_wq};
+use mlx5_dv::wqe::WqeError;
+
+/// BlueFlame register size of the fake UAR (each of the two), bytes.
+pub const BF_SIZE: u32 = 256;
+
+/// One send queue's facts, the same for both sides.
+#[derive(Clone, Copy, Debug)]
+pub struct SqConfig {
+    /// Ring size in WQEBBs, a power of two (2^0 to 2^15).
+    pub wqe_cnt: u32,
+    /// The producer index before the first post (the QP's past).
+    pub start_pi: u32,
+    /// The largest WQE in WQEBBs (our `limit_wqe_size`; the provider's
+    /// `max_post` is `wqe_cnt / max_wqebbs` WRs, as `verbs.c` computes it).
+    pub max_wqebbs: u32,
+    pub max_inline: u32,
+    /// Work requests outstanding at most (both sides).
+    pub max_post: u32,
+    /// `enum ibv_qp_type`: RC, UC or UD.
+    pub qp_type: u32,
+    pub qpn: u32,
+    pub sq_sig_all: bool,
+    /// libmlx5's `MLX5_POST_SEND_PREFER_BF`: a single WQE that fits goes
+    /// through BlueFlame whole (our driver's only policy).
+    pub prefer_bf: bool,
+    /// Our auto-signal period in WRs (0: off). The provider has none.
+    pub auto_signal: u32,
+}
+
+/// What one side left after posting a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The index of the first WR refused (the list's length if none).
+    pub refused_at: usize,
+    /// The producer index after the list (WQEBBs, 32 bits).
+    pub pi: u32,
+    /// The SQ doorbell record word, as the device reads it (big-endian).
+    pub dbrec: [u8; 4],
+    /// Both BlueFlame registers (2 x [`BF_SIZE`] bytes).
+    pub bf: Vec<u8>,
+}
+
+/// The ring bytes both sides start from: `pattern(i)` at byte `i`.
+pub fn pattern(seed: u64, i: usize) -> u8 {
+    let x = (i as u64 ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 56) as u8
+}
+
+/// Memory of one side: ring, doorbell record, BlueFlame registers.
+pub struct SqMem {
+    pub ring: Mem,
+    pub dbrec: Mem,
+    pub bf: Mem,
+}
+
+impl SqMem {
+    /// A ring of `cfg.wqe_cnt` WQEBBs holding `pattern(seed, ..)` over
+    /// every byte a list of `reach` WQEBBs from `start_pi` may touch (the
+    /// whole ring when it is that small), zero elsewhere.
+    pub fn new(cfg: &SqConfig, seed: u64, reach: u32) -> SqMem {
+        let len = cfg.wqe_cnt as usize * 64;
+        let mut ring = Mem::zeroed(len);
+        let bytes = ring.bytes_mut();
+        if reach >= cfg.wqe_cnt {
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = pattern(seed, i);
+            }
+        } else {
+            let first = cfg.start_pi.wrapping_sub(1) as usize;
+            for k in 0..(reach + 2) as usize {
+                let at = (first.wrapping_add(k) % cfg.wqe_cnt as usize) * 64;
+                for (i, b) in bytes.iter_mut().enumerate().skip(at).take(64) {
+                    *b = pattern(seed, i);
+                }
+            }
+        }
+        SqMem {
+            ring,
+            dbrec: Mem::zeroed(64),
+            bf: Mem::zeroed(2 * BF_SIZE as usize),
+        }
+    }
+
+    fn outcome(&self, refused_at: usize, pi: u32) -> Outcome {
+        let d = self.dbrec.bytes();
+        Outcome {
+            refused_at,
+            pi,
+            dbrec: [d[4], d[5], d[6], d[7]],
+            bf: self.bf.bytes().to_vec(),
+        }
+    }
+}
+
+/// Posts `wrs` through our driver: each WR's WQE with `SendQueue::post`
+/// until one is refused, then one `ring_doorbell` (as the direct backend
+/// posts a checked list). `arena` holds the inline SGEs' bytes.
+pub fn post_ours(
+    cfg: &SqConfig,
+    mem: &mut SqMem,
+    wrs: &[Wr],
+    arena: &[u8],
+) -> (Outcome, Option<WqeError>) {
+    let desc = mlx5dv_qp {
+        dbrec: mem.dbrec.ptr().cast(),
+        sq: mlx5dv_wq {
+            buf: mem.ring.ptr().cast(),
+            wqe_cnt: cfg.wqe_cnt,
+            stride: 64,
+        },
+        rq: mlx5dv_wq {
+            buf: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            stride: 0,
+        },
+        bf: mlx5dv_bf {
+            reg: mem.bf.ptr().cast(),
+            size: BF_SIZE,
+        },
+        ..mlx5dv_qp::zeroed()
+    };
+    // SAFETY: the rings, doorbell record and BlueFlame registers are `mem`'s
+    // (sized as `desc` says), which outlives `sq` (dropped at the end of
+    // this function) and which nothing else touches meanwhile.
+    let mut sq = unsafe { SendQueue::new(&desc, cfg.qpn, cfg.max_inline, cfg.max_post) }
+        .expect("a valid description");
+    assert!(sq.limit_wqe_size(cfg.max_wqebbs));
+    sq.set_auto_signal(cfg.auto_signal);
+    assert!(sq.start_at(cfg.start_pi));
+    let mut refused = None;
+    let mut at = wrs.len();
+    for (i, w) in wrs.iter().enumerate() {
+        if let Err(e) = w.with_wqe(cfg.sq_sig_all, arena, |wqe| sq.post(wqe, w.wr_id)) {
+            refused = Some(e);
+            at = i;
+            break;
+        }
+    }
+    sq.ring_doorbell();
+    let pi = sq.pi();
+    drop(sq);
+    (mem.outcome(at, pi), refused)
+}
+
+/// Posts `wrs` through libmlx5's `mlx5_post_send`, one call.
+#[cfg(provider_oracle)]
+pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, wrs: &[Wr]) -> (Outcome, i32) {
+    let sges: Vec<Vec<po_sge>> = wrs
+        .iter()
+        .map(|w| {
+            w.sges
+                .iter()
+                .map(|s| po_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                })
+                .collect()
+        })
+        .collect();
+    let avs: Vec<Option<[u8; 48]>> = wrs.iter().map(|w| w.ud.map(|u| u.av)).collect();
+    let list: Vec<po_send_wr> = wrs
+        .iter()
+        .zip(&sges)
+        .zip(&avs)
+        .map(|((w, s), av)| {
+            let (raddr, rkey, compare_add, swap) = match w.op {
+                crate::wr::Op::Write { raddr, rkey }
+                | crate::wr::Op::WriteImm { raddr, rkey, .. }
+                | crate::wr::Op::Read { raddr, rkey } => (raddr, rkey, 0, 0),
+                crate::wr::Op::CmpSwap {
+                    raddr,
+                    rkey,
+                    compare,
+                    swap,
+                } => (raddr, rkey, compare, swap),
+                crate::wr::Op::FetchAdd { raddr, rkey, add } => (raddr, rkey, add, 0),
+                _ => (0, 0, 0, 0),
+            };
+            po_send_wr {
+                wr_id: w.wr_id,
+                sg_list: s.as_ptr(),
+                av: av.as_ref().map_or(core::ptr::null(), |a| a.as_ptr()),
+                remote_addr: raddr,
+                compare_add,
+                swap,
+                opcode: w.op.ibv(),
+                send_flags: w.ibv_flags(),
+                imm: match w.op {
+                    crate::wr::Op::SendImm { imm } | crate::wr::Op::WriteImm { imm, .. } => imm,
+                    _ => 0,
+                },
+                num_sge: w.sges.len() as u32,
+                rkey,
+                remote_qpn: w.ud.map_or(0, |u| u.remote_qpn),
+                remote_qkey: w.ud.map_or(0, |u| u.qkey),
+                pad: 0,
+            }
+        })
+        .collect();
+    let mut cq_buf = Mem::zeroed(64);
+    let mut cq_db = Mem::zeroed(64);
+    let cq_cfg = po_cq_cfg {
+        buf: cq_buf.bytes_mut().as_mut_ptr().cast(),
+        dbrec: cq_db.bytes_mut().as_mut_ptr().cast(),
+        cqe_cnt: 1,
+        cqe_sz: 64,
+        cons_index: 0,
+        cqn: 1,
+    };
+    let qp_cfg = po_qp_cfg {
+        sq_buf: mem.ring.ptr().cast(),
+        rq_buf: core::ptr::null_mut(),
+        dbrec: mem.dbrec.ptr().cast(),
+        bf_reg: mem.bf.ptr().cast(),
+        sq_wqe_cnt: cfg.wqe_cnt,
+        sq_cur_post: cfg.start_pi,
+        sq_max_post: cfg.max_post,
+        sq_max_gs: 32,
+        max_inline: cfg.max_inline,
+        rq_wqe_cnt: 0,
+        rq_wqe_shift: 0,
+        rq_max_gs: 0,
+        rq_max_post: 0,
+        rq_head: 0,
+        qpn: cfg.qpn,
+        qp_type: cfg.qp_type,
+        sq_sig_all: cfg.sq_sig_all as u32,
+        wq_sig: 0,
+        atomics: (cfg.qp_type == ibv::QPT_RC) as u32,
+        prefer_bf: cfg.prefer_bf as u32,
+        bf_size: BF_SIZE,
+        bf_offset: 0,
+        user_index: cfg.qpn,
+        pad: 0,
+    };
+    let mut st = po_sq_state::default();
+    let mut bad = 0u32;
+    // SAFETY: every pointer in the configs is memory this function or
+    // `mem` owns, alive until the objects are freed below; the WR list and
+    // its SGE and AV arrays live until `po_post_send` returns.
+    let err = unsafe {
+        let ctx = po_ctx_new();
+        assert!(!ctx.is_null());
+        let cq = po_cq_new(ctx, &cq_cfg);
+        assert!(!cq.is_null());
+        let qp = po_qp_new(ctx, &qp_cfg, cq, cq, core::ptr::null_mut());
+        assert!(!qp.is_null());
+        let err = po_post_send(qp, list.as_ptr(), list.len() as u32, &mut bad);
+        po_qp_state(qp, &mut st);
+        po_qp_free(qp);
+        po_cq_free(cq);
+        po_ctx_free(ctx);
+        err
+    };
+    (mem.outcome(bad as usize, st.cur_post), err)
+}
+
+/// Why a byte may differ, by design: the rows of docs/prm.md's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    /// The padding after an inline payload up to the 16-byte boundary:
+    /// the provider never writes it; the device ignores it.
+    InlinePadding,
+    /// The compare operand of a FETCH_ADD's atomic segment (bytes 8..16):
+    /// the provider never writes it; the device ignores it.
+    FetchAddCompare,
+}
+
+/// One byte that differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Diff {
+    /// The ring byte (offset from the ring's start).
+    pub at: usize,
+    pub ours: u8,
+    pub theirs: u8,
+}
+
+/// Walks the WQEs the provider wrote from `from` to `to` (producer
+/// indices) and returns, for each ring byte in them, whether it may
+/// differ ([`Allowed`]), as a list of (ring offset, why).
+pub fn allowed_bytes(
+    ring: &[u8],
+    wqe_cnt: u32,
+    from: u32,
+    to: u32,
+    ud: bool,
+) -> Vec<(usize, Allowed)> {
+    let len = ring.len();
+    let at = |idx: u32, off: usize| ((idx & (wqe_cnt - 1)) as usize * 64 + off) % len;
+    let mut out = Vec::new();
+    let mut idx = from;
+    while idx != to {
+        let byte = |off: usize| ring[at(idx, off)];
+        let opcode = byte(3);
+        let ds = (byte(7) & 0x3f) as usize;
+        let wqebbs = (ds * 16).div_ceil(64).max(1) as u32;
+        let mut seg = 16 + if ud { 48 } else { 0 };
+        let raddr = matches!(opcode, 0x08 | 0x09 | 0x10 | 0x11 | 0x12);
+        if raddr {
+            seg += 16;
+        }
+        if opcode == 0x12 {
+            for k in 8..16 {
+                out.push((at(idx, seg + k), Allowed::FetchAddCompare));
+            }
+        }
+        if seg < ds * 16 && !matches!(opcode, 0x10..=0x12) {
+            let w = u32::from_be_bytes([byte(seg), byte(seg + 1), byte(seg + 2), byte(seg + 3)]);
+            if w & 0x8000_0000 != 0 {
+                let n = (w & 0x7fff_ffff) as usize;
+                let end = seg + 4 + n;
+                for k in end..end.next_multiple_of(16) {
+                    out.push((at(idx, k), Allowed::InlinePadding));
+                }
+            }
+        }
+        idx = idx.wrapping_add(wqebbs);
+    }
+    out
+}
+
+/// Every ring byte that differs, but those `allowed` lists.
+pub fn ring_diffs(ours: &[u8], theirs: &[u8], allowed: &[(usize, Allowed)]) -> Vec<Diff> {
+    let mut skip = vec![false; ours.len()];
+    for &(at, _) in allowed {
+        skip[at] = true;
+    }
+    ours.iter()
+        .zip(theirs)
+        .enumerate()
+        .filter(|&(i, (a, b))| a != b && !skip[i])
+        .map(|(at, (&o, &t))| Diff {
+            at,
+            ours: o,
+            theirs: t,
+        })
+        .collect()
+}
