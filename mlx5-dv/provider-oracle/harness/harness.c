@@ -563,6 +563,21 @@ uint64_t po_srq_wrid(const struct po_srq *s, uint32_t i)
 	return s->srq.wrid[i];
 }
 
+/*
+ * The RQ's WR accounting as a poll leaves it: `n` receives completed, in
+ * order (handle_responder moves rq.tail one per CQE).
+ */
+void po_qp_retire_recvs(struct po_qp *p, uint32_t n)
+{
+	p->qp.rq.tail += n;
+}
+
+/* WQE `i` of the SRQ completed, as a poll hands it back (mlx5_free_srq_wqe). */
+void po_srq_complete(struct po_srq *s, uint32_t i)
+{
+	mlx5_free_srq_wqe(&s->srq, (int)i);
+}
+
 /* mlx5_poll_cq_v1 (CQE version 1, as ConnectX is asked for by libmlx5). */
 int po_poll_cq(struct po_cq *q, int ne, struct po_wc *out)
 {

@@ -164,6 +164,8 @@ extern "C" {
     pub fn po_srq_state(s: *const po_srq, head: *mut i32, tail: *mut i32, counter: *mut u32);
     pub fn po_srq_marked_free(s: *const po_srq, i: u32) -> i32;
     pub fn po_srq_wrid(s: *const po_srq, i: u32) -> u64;
+    pub fn po_qp_retire_recvs(p: *mut po_qp, n: u32);
+    pub fn po_srq_complete(s: *mut po_srq, i: u32);
     pub fn po_poll_cq(q: *mut po_cq, ne: i32, out: *mut po_wc) -> i32;
     pub fn po_abi_size(which: i32) -> u32;
 }

@@ -21,6 +21,7 @@
 //! - [`gen`]: generated send queues and WR lists (property tests, fuzzing).
 //! - [`wr`]: a work request in one form, turned into the provider's
 //!   `ibv_send_wr` and into our driver's `SendWqe`.
+//! - [`recv`]: RQs and SRQs of ours and the provider's.
 //! - [`send`]: an SQ of ours and one of the provider's over identical
 //!   rings, and the comparison.
 
@@ -28,6 +29,8 @@
 pub mod ffi;
 pub mod gen;
 pub mod mem;
+#[cfg(provider_oracle)]
+pub mod recv;
 pub mod send;
 pub mod wr;
 

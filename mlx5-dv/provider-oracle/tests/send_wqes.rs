@@ -32,13 +32,19 @@ fn spans(cfg: &SqConfig, reach: u32) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Posts `wrs` to both and returns what differs, described; empty when
-/// they agree.
-fn compare(cfg: &SqConfig, wrs: &[Wr], arena: &[u8], seed: u64) -> Vec<String> {
+/// Posts `wrs` to both (`ours_wrs` to ours, when a test changes one side)
+/// and returns what differs, described; empty when they agree.
+fn compare(
+    cfg: &SqConfig,
+    wrs: &[Wr],
+    ours_wrs: Option<&[Wr]>,
+    arena: &[u8],
+    seed: u64,
+) -> Vec<String> {
     let reach = (wrs.len() as u32 * cfg.max_wqebbs).min(cfg.wqe_cnt);
     let mut ours = SqMem::new(cfg, seed, reach);
     let mut theirs = SqMem::new(cfg, seed, reach);
-    let (o, refused) = post_ours(cfg, &mut ours, wrs, arena);
+    let (o, refused) = post_ours(cfg, &mut ours, ours_wrs.unwrap_or(wrs), arena);
     let (t, err) = post_theirs(cfg, &mut theirs, wrs);
     let mut bad = Vec::new();
     if refused.is_some() || err != 0 {
@@ -136,7 +142,7 @@ fn one_case(seed: u64) -> Result<(), String> {
         *b = s.next_u64() as u8;
     }
     let wrs = gen::wr_list(&mut s, &cfg, arena.as_ptr() as u64);
-    let bad = compare(&cfg, &wrs, &arena, seed);
+    let bad = compare(&cfg, &wrs, None, &arena, seed);
     LISTS.fetch_add(1, Relaxed);
     WRS.fetch_add(wrs.len() as u64, Relaxed);
     if bad.is_empty() {
@@ -175,4 +181,51 @@ fn generated_wr_lists_write_the_rings_libmlx5_writes() {
     if let Err(e) = r {
         panic!("{e}");
     }
+}
+
+/// The comparison sees a one-bit change of any field of any WR: a test
+/// that could not fail would prove nothing.
+#[test]
+fn a_wr_changed_on_one_side_is_a_difference() {
+    if !oracle_or_skip("a_wr_changed_on_one_side_is_a_difference") {
+        return;
+    }
+    let mut caught = 0;
+    for seed in 0..200u64 {
+        let mut s = Rng(seed);
+        let cfg = gen::sq_config(&mut s);
+        let mut arena = vec![0u8; ARENA];
+        for b in arena.iter_mut() {
+            *b = s.next_u64() as u8;
+        }
+        let wrs = gen::wr_list(&mut s, &cfg, arena.as_ptr() as u64);
+        let mut changed = wrs.clone();
+        let w = &mut changed[s.range(0, wrs.len() as u64 - 1) as usize];
+        match s.range(0, 3) {
+            0 => w.solicited = !w.solicited,
+            1 => w.fence = !w.fence,
+            2 if !w.inline && w.sges.iter().any(|g| g.len != 0) => {
+                let g = w.sges.iter_mut().find(|g| g.len != 0).unwrap();
+                g.lkey ^= 1 << s.range(0, 31);
+            }
+            _ => w.signaled = !w.signaled,
+        }
+        if cfg.sq_sig_all && changed == wrs {
+            continue;
+        }
+        let bad = compare(&cfg, &wrs, Some(&changed), &arena, seed);
+        let signal_only = cfg.sq_sig_all
+            && wrs.iter().zip(&changed).all(|(a, b)| {
+                Wr {
+                    signaled: a.signaled,
+                    ..b.clone()
+                } == *a
+            });
+        assert!(
+            signal_only || !bad.is_empty(),
+            "seed {seed}: a changed WR went unnoticed"
+        );
+        caught += !bad.is_empty() as u32;
+    }
+    assert!(caught > 150, "only {caught} of 200 changes caught");
 }
