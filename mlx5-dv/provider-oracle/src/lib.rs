@@ -59,3 +59,22 @@ pub fn cases(default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// [`send::differences`] of `wrs` on `cfg` (the list posted to both sides
+/// over rings holding `pattern(seed, ..)`), or `None` when the oracle is
+/// not linked: for callers that cannot see this crate's `cfg` (the fuzz
+/// target).
+pub fn send_differences(
+    cfg: &send::SqConfig,
+    wrs: &[wr::Wr],
+    arena: &[u8],
+    seed: u64,
+) -> Option<(Vec<String>, u32)> {
+    #[cfg(provider_oracle)]
+    return Some(send::differences(cfg, wrs, None, arena, seed));
+    #[cfg(not(provider_oracle))]
+    {
+        let _ = (cfg, wrs, arena, seed);
+        None
+    }
+}

@@ -14,6 +14,8 @@ use crate::ffi::*;
 use crate::mem::Mem;
 #[cfg(provider_oracle)]
 use crate::wr::ibv;
+#[cfg(provider_oracle)]
+use crate::wr::ibv::QPT_UD;
 use crate::wr::Wr;
 use mlx5_dv::driver::SendQueue;
 use mlx5_dv::dv::{mlx5dv_bf, mlx5dv_qp, mlx5dv_wq};
@@ -278,9 +280,6 @@ pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, wrs: &[Wr]) -> (Outcome, i32
 /// Why a byte may differ, by design: the rows of docs/prm.md's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Allowed {
-    /// The padding after an inline payload up to the 16-byte boundary:
-    /// the provider never writes it; the device ignores it.
-    InlinePadding,
     /// The compare operand of a FETCH_ADD's atomic segment (bytes 8..16):
     /// the provider never writes it; the device ignores it.
     FetchAddCompare,
@@ -314,24 +313,11 @@ pub fn allowed_bytes(
         let opcode = byte(3);
         let ds = (byte(7) & 0x3f) as usize;
         let wqebbs = (ds * 16).div_ceil(64).max(1) as u32;
-        let mut seg = 16 + if ud { 48 } else { 0 };
-        let raddr = matches!(opcode, 0x08 | 0x09 | 0x10 | 0x11 | 0x12);
-        if raddr {
-            seg += 16;
-        }
+        // FETCH_ADD: ctrl, remote address, then the atomic segment.
+        let seg = 16 + if ud { 48 } else { 0 } + 16;
         if opcode == 0x12 {
             for k in 8..16 {
                 out.push((at(idx, seg + k), Allowed::FetchAddCompare));
-            }
-        }
-        if seg < ds * 16 && !matches!(opcode, 0x10..=0x12) {
-            let w = u32::from_be_bytes([byte(seg), byte(seg + 1), byte(seg + 2), byte(seg + 3)]);
-            if w & 0x8000_0000 != 0 {
-                let n = (w & 0x7fff_ffff) as usize;
-                let end = seg + 4 + n;
-                for k in end..end.next_multiple_of(16) {
-                    out.push((at(idx, k), Allowed::InlinePadding));
-                }
             }
         }
         idx = idx.wrapping_add(wqebbs);
@@ -355,4 +341,122 @@ pub fn ring_diffs(ours: &[u8], theirs: &[u8], allowed: &[(usize, Allowed)]) -> V
             theirs: t,
         })
         .collect()
+}
+
+/// The ring bytes a list may touch, as (start, len) spans: the whole
+/// ring when the list may reach around it, else its WQEBBs and one guard
+/// WQEBB on each side.
+pub fn spans(cfg: &SqConfig, reach: u32) -> Vec<(usize, usize)> {
+    if reach >= cfg.wqe_cnt {
+        return vec![(0, cfg.wqe_cnt as usize * 64)];
+    }
+    (0..reach + 2)
+        .map(|k| {
+            let idx = cfg.start_pi.wrapping_sub(1).wrapping_add(k) & (cfg.wqe_cnt - 1);
+            (idx as usize * 64, 64)
+        })
+        .collect()
+}
+
+/// Posts `wrs` to both (`ours_wrs` to ours, when a test changes one side),
+/// over rings that hold `pattern(seed, ..)`, and returns what differs,
+/// described (empty when they agree), and the WQEBBs the provider wrote.
+#[cfg(provider_oracle)]
+pub fn differences(
+    cfg: &SqConfig,
+    wrs: &[Wr],
+    ours_wrs: Option<&[Wr]>,
+    arena: &[u8],
+    seed: u64,
+) -> (Vec<String>, u32) {
+    let reach = (wrs.len() as u32 * cfg.max_wqebbs).min(cfg.wqe_cnt);
+    let mut ours = SqMem::new(cfg, seed, reach);
+    let mut theirs = SqMem::new(cfg, seed, reach);
+    let (o, refused) = post_ours(cfg, &mut ours, ours_wrs.unwrap_or(wrs), arena);
+    let (t, err) = post_theirs(cfg, &mut theirs, wrs);
+    let mut bad = Vec::new();
+    if refused.is_some() || err != 0 {
+        bad.push(format!(
+            "a refusal: ours at {} ({refused:?}), theirs at {} (errno {err})",
+            o.refused_at, t.refused_at
+        ));
+        return (bad, 0);
+    }
+    if o.pi != t.pi {
+        bad.push(format!(
+            "producer index: ours {:#x}, theirs {:#x}",
+            o.pi, t.pi
+        ));
+    }
+    if o.dbrec != t.dbrec {
+        bad.push(format!(
+            "doorbell record: ours {:02x?}, theirs {:02x?}",
+            o.dbrec, t.dbrec
+        ));
+    }
+    // BlueFlame: the first 8 bytes (the ctrl segment's first half of the
+    // last WQE) always; the whole register when the provider copied the
+    // WQE too (one WR, inline or prefer_bf, more than one DS, at most 256
+    // bytes). Else our copy of the whole WQE is docs/prm.md's row
+    // "BlueFlame copy of one WQE".
+    let ring_t = theirs.ring.bytes();
+    let ds = (ring_t[(cfg.start_pi & (cfg.wqe_cnt - 1)) as usize * 64 + 7] & 0x3f) as u32;
+    let inline = wrs[0].inline && wrs[0].inline_len() > 0;
+    let provider_copied = wrs.len() == 1 && (inline || cfg.prefer_bf) && ds > 1 && ds * 16 <= 256;
+    let n = if provider_copied { o.bf.len() } else { 8 };
+    // The copy carries the WQE's bytes, so the ring's allowed bytes are
+    // allowed in it too (the register is written at offset 0: the first
+    // doorbell of these queues).
+    let allowed = allowed_bytes(
+        ring_t,
+        cfg.wqe_cnt,
+        cfg.start_pi,
+        t.pi,
+        cfg.qp_type == QPT_UD,
+    );
+    let (ring_len, first) = (
+        ring_t.len(),
+        (cfg.start_pi & (cfg.wqe_cnt - 1)) as usize * 64,
+    );
+    let mut bf_o = o.bf.clone();
+    let mut bf_t = t.bf.clone();
+    for &(a, _) in &allowed {
+        let rel = (a + ring_len - first) % ring_len;
+        if rel < n {
+            bf_o[rel] = 0;
+            bf_t[rel] = 0;
+        }
+    }
+    if bf_o[..n] != bf_t[..n] {
+        bad.push(format!(
+            "BlueFlame register (first {n} bytes): ours {:02x?}, theirs {:02x?}",
+            &o.bf[..n.min(64)],
+            &t.bf[..n.min(64)]
+        ));
+    }
+    for (at, len) in spans(cfg, reach) {
+        let allowed: Vec<_> = allowed
+            .iter()
+            .filter(|(a, _)| (at..at + len).contains(a))
+            .map(|&(a, why)| (a - at, why))
+            .collect();
+        for d in ring_diffs(
+            &ours.ring.bytes()[at..at + len],
+            &ring_t[at..at + len],
+            &allowed,
+        ) {
+            bad.push(format!(
+                "ring byte {:#x} (WQEBB {}, byte {}): ours {:#04x}, theirs {:#04x}",
+                at + d.at,
+                (at + d.at) / 64,
+                (at + d.at) % 64,
+                d.ours,
+                d.theirs
+            ));
+            if bad.len() > 12 {
+                return (bad, 0);
+            }
+        }
+    }
+    (bad, t.pi.wrapping_sub(cfg.start_pi))
 }

@@ -10,7 +10,7 @@
 //! the test shows both sides.
 
 use mlx5_dv::wqe::WqeError;
-use mlx5_provider_oracle::gen::{self, Rng, Source, ARENA};
+use mlx5_provider_oracle::gen::{self, Rng, ARENA};
 use mlx5_provider_oracle::oracle_or_skip;
 use mlx5_provider_oracle::send::{pattern, post_ours, post_theirs, SqConfig, SqMem};
 use mlx5_provider_oracle::wr::{ibv, Op, Sge, Wr};
