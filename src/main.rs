@@ -11,7 +11,7 @@ mod tools;
 use tools::args::{AtomicArg, BackendArg, ConnArg};
 
 use tools::output::OutputFile;
-use tools::{codec, compare, progress, soak};
+use tools::{codec, compare, progress, report, soak};
 
 /// `println!` that ends the process quietly, with the status a C tool killed
 /// by SIGPIPE has (141), when stdout is closed (`rdma-direct ... | head -1`).
@@ -82,6 +82,7 @@ enum Cmd {
     /// Register, RDMA WRITE into, and drop MRs in a loop; check that
     /// resident memory and live MRs stay bounded. Exits 1 if they do not.
     Soak(soak::SoakArgs),
+    Report(report::ReportArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -311,6 +312,9 @@ fn main() -> ExitCode {
     if let Cmd::Conformance(a) = &cli.cmd {
         return conformance(a);
     }
+    if let Cmd::Report(a) = &cli.cmd {
+        return report::run(a);
+    }
     if let Cmd::Soak(a) = &cli.cmd {
         return match soak::run(a) {
             Ok(true) => ExitCode::SUCCESS,
@@ -330,9 +334,7 @@ fn main() -> ExitCode {
         Cmd::Devices { json } => devices(json),
         Cmd::Bench(a) => run_bench(a),
         Cmd::Compare(a) => compare::run(&a),
-        Cmd::EncodeWqe(_) | Cmd::DecodeCqe(_) | Cmd::Conformance(_) | Cmd::Soak(_) => {
-            unreachable!("handled above")
-        }
+        _ => unreachable!("handled above"),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,6 +13,7 @@ pub mod compare;
 pub mod conformance;
 pub mod output;
 pub mod progress;
+pub mod report;
 pub mod soak;
 
 #[cfg(test)]
