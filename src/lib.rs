@@ -114,3 +114,11 @@ pub use types::qp_attr::{
 };
 pub use types::qp_state::QpState;
 pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
+
+/// Test hook (feature `test-hooks`, which no build of the library turns
+/// on): the direct path's step from one polled CQE to a [`Completion`], for
+/// `mlx5-dv/provider-oracle`, which compares it with libmlx5's
+/// `mlx5_poll_cq_v1` on the same CQEs (issue 27).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use backend::direct::poll::completion_of as __direct_completion_of;

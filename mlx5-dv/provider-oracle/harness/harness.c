@@ -277,7 +277,12 @@ struct po_qp *po_qp_new(struct po_ctx *c, const struct po_qp_cfg *cfg,
 	if (srq)
 		qp->verbs_qp.qp.srq = &srq->srq.vsrq.srq;
 
-	qp->buf.buf = cfg->sq_buf;
+	/*
+	 * The provider reaches the SQ through sq_start and the RQ only through
+	 * get_recv_wqe (buf.buf + rq.offset): buf.buf is the RQ ring, offset 0,
+	 * so the two rings may be anywhere (rq.offset is an int).
+	 */
+	qp->buf.buf = cfg->rq_buf ? cfg->rq_buf : cfg->sq_buf;
 	qp->sq_start = cfg->sq_buf;
 	qp->db = (__be32 *)cfg->dbrec;
 	qp->max_inline_data = cfg->max_inline;
@@ -305,14 +310,10 @@ struct po_qp *po_qp_new(struct po_ctx *c, const struct po_qp_cfg *cfg,
 	qp->sq.wqe_head = calloc(n, sizeof(*qp->sq.wqe_head));
 	qp->sq.wr_data = calloc(n, sizeof(*qp->sq.wr_data));
 
-	/*
-	 * The RQ in its own buffer: the provider reaches it only through
-	 * get_recv_wqe (buf.buf + rq.offset), so rq.offset is the distance.
-	 */
 	if (cfg->rq_wqe_cnt) {
 		qp->rq.wqe_cnt = cfg->rq_wqe_cnt;
 		qp->rq.wqe_shift = cfg->rq_wqe_shift;
-		qp->rq.offset = (int)((char *)cfg->rq_buf - (char *)cfg->sq_buf);
+		qp->rq.offset = 0;
 		qp->rq.max_post = cfg->rq_max_post;
 		qp->rq.max_gs = cfg->rq_max_gs;
 		qp->rq.qp_state_max_gs = cfg->rq_max_gs;

@@ -4,6 +4,8 @@
 //! posted WR wherever each side put it, the doorbell counter, no WQE the
 //! device may own handed out again, the same refusals), over generated
 //! sequences of posts and completions.
+// Needs the oracle linked: without it `oracle_linked.rs` says SKIPPED.
+#![cfg(provider_oracle)]
 
 use mlx5_provider_oracle::gen::{Rng, Source};
 use mlx5_provider_oracle::recv::{RqPair, SrqPair};

@@ -8,6 +8,8 @@
 //! does not fit the free WQEBBs, which libmlx5 never checks: it counts WRs
 //! against `max_post = wq_size / max_wqe_size`), docs/prm.md says so and
 //! the test shows both sides.
+// Needs the oracle linked: without it `oracle_linked.rs` says SKIPPED.
+#![cfg(provider_oracle)]
 
 use mlx5_dv::wqe::WqeError;
 use mlx5_provider_oracle::gen::{self, Rng, ARENA};

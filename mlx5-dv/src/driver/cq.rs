@@ -228,6 +228,16 @@ impl CompletionQueue {
         (self.at >> self.slot_log) as u32
     }
 
+    /// Test hook (feature `test-hooks`): moves the consumer index to `ci`,
+    /// as if `ci` CQEs had been polled since the CQ was made, so that tests
+    /// reach the indices a long-lived CQ does (the owner bit of any pass,
+    /// the record's 24 bits wrapping at 2^24, the index at 2^32) without
+    /// polling 2^24 CQEs. Nothing is written to the doorbell record.
+    #[cfg(feature = "test-hooks")]
+    pub fn start_at(&mut self, ci: u32) {
+        self.at = (ci as usize) << self.slot_log;
+    }
+
     /// The CQEs the CQ holds (`cqe_cnt`).
     pub fn cqe_cnt(&self) -> u32 {
         self.mask + 1

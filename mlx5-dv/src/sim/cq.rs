@@ -220,6 +220,30 @@ impl Cq {
         c.buf.read_array(off)
     }
 
+    /// Test hook (feature `test-hooks`): writes CQE `c` of a QP whose user
+    /// index is `uidx` as the device writes every CQE (`push_cqe`: the next
+    /// slot, its owner bit, the user index, `op_own` published last; an
+    /// overrun or an armed event as for any CQE), so that a test can poll
+    /// the very bytes the sim writes without executing WQEs for them.
+    #[cfg(feature = "test-hooks")]
+    pub fn hook_push_cqe(&self, c: &Cqe, uidx: u32) {
+        push_cqe_to(&mut self.dev.lock(), self.cqn, c, uidx);
+    }
+
+    /// Test hook (feature `test-hooks`): moves the CQ's producer index to
+    /// `pi`, as if `pi` CQEs had been written since it was made (the next
+    /// CQE goes to slot `pi % cqe_cnt` with the owner bit of that pass).
+    /// Nothing is written.
+    #[cfg(feature = "test-hooks")]
+    pub fn hook_start_at(&self, pi: u32) {
+        self.dev
+            .lock()
+            .cqs
+            .get_mut(&self.cqn)
+            .expect("a live CQ")
+            .pi = pi;
+    }
+
     pub fn dv(&self) -> mlx5dv_cq {
         let st = self.dev.lock();
         let c = &st.cqs[&self.cqn];

@@ -9,7 +9,7 @@
     allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
 )]
 
-mod poll;
+pub(crate) mod poll;
 mod split;
 mod srq;
 

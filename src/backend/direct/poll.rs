@@ -93,7 +93,12 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
     }
     let opcode = match cqe.opcode {
         CqeOpcode::RESP_WR_IMM => WcOpcode::RECV_RDMA_WITH_IMM,
-        CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_ERR => WcOpcode::RECV,
+        // A SEND_WITH_INV's receive is a receive (libmlx5 `handle_responder`:
+        // IBV_WC_RECV with IBV_WC_WITH_INV).
+        CqeOpcode::RESP_SEND
+        | CqeOpcode::RESP_SEND_IMM
+        | CqeOpcode::RESP_SEND_INV
+        | CqeOpcode::RESP_ERR => WcOpcode::RECV,
         _ => WcOpcode(REQ_WC_OPCODE[cqe.wqe_opcode.0 as usize] as u32),
     };
     let with_imm = matches!(
@@ -110,6 +115,29 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         vendor_err: cqe.vendor_syndrome as u32,
         src_qp: SrcQp::new(cqe.src_qp(), cqe.grh()),
     })
+}
+
+/// Test hook (feature `test-hooks`; `mlx5-dv/provider-oracle`, issue 27: the same
+/// CQEs polled by libmlx5's `mlx5_poll_cq_v1`): the completion the direct
+/// poll makes of `cqe`, taken from a CQ of QP `qpn` whose queues are `sq`
+/// and `rq`, as its loops make it. On a QP's own CQ (`own_cq`), a REQ CQE
+/// that retires a WR goes through `sent` (`poll_cqes`, `poll_more`); every
+/// other CQE, and every CQE of a shared CQ (`take_shared`), is decoded and
+/// goes through `retire`. `Ok(None)`: a CQE asked for by auto-signal only.
+#[cfg(feature = "test-hooks")]
+pub fn completion_of(
+    sq: &mut Retirer<'_>,
+    rq: &mut ReceiveQueue,
+    cqe: CqeRef<'_>,
+    qpn: u32,
+    own_cq: bool,
+) -> Result<Option<Completion>> {
+    if own_cq && cqe.opcode() == CqeOpcode::REQ {
+        if let Some(Retired { wr_id, hidden }) = sq.complete(cqe.wqe_counter()) {
+            return Ok((!hidden).then(|| sent(wr_id, cqe, qpn)));
+        }
+    }
+    retire(sq, rq, &cqe.decode())
 }
 
 impl DirectQp {
@@ -448,5 +476,34 @@ impl DirectCq {
         cq.polled(from);
         m.credits().give(freed);
         (n, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The receive of a peer's SEND_WITH_INV (CQE opcode RESP_SEND_INV,
+    /// which ConnectX writes and the sim does not) is a RECV, as libmlx5
+    /// reports it; it read as the requester opcode of byte 56 before
+    /// (found against `mlx5_poll_cq_v1` by the provider oracle).
+    #[test]
+    fn a_send_with_invalidate_receive_is_a_recv() {
+        let mut b = [0u8; 64];
+        b[36..40].copy_from_slice(&0xac2a_2a5eu32.to_be_bytes());
+        b[44..48].copy_from_slice(&100u32.to_be_bytes());
+        b[56..60].copy_from_slice(&0x00a9_1adau32.to_be_bytes());
+        b[63] = CqeOpcode::RESP_SEND_INV.0 << 4;
+        let cqe = Cqe::decode(&b);
+        let c = completion(
+            &cqe,
+            Retired {
+                wr_id: 7,
+                hidden: false,
+            },
+        )
+        .expect("a completion");
+        assert_eq!(c.opcode, WcOpcode::RECV);
+        assert_eq!((c.wr_id, c.byte_len, c.imm), (7, 100, None));
     }
 }
