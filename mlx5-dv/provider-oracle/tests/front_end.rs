@@ -303,7 +303,7 @@ fn run(e: &Env, qp_type: QpType, cfg: &QpConfig, seed: u64, rounds: u32) -> (u64
             matches!(w.op, WrOp::RdmaWrite { .. })
                 && !w.inline
                 && w.sges.len() == 1
-                && w.sges[0].len() > 0
+                && !w.sges[0].is_empty()
         });
         let flags = |w: &SendWr<'_>| {
             let mut f = SendFlags::empty();
