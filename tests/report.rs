@@ -31,6 +31,7 @@ fn run(args: &[&str]) -> Option<Output> {
         Command::new(bin()?)
             .args(args)
             .env_remove("RDMA_DIRECT_MLX5_DEVICE")
+            .env("RDMA_DIRECT_REPORT_TEST", "1")
             .output()
             .expect("run rdma-direct"),
     )
@@ -223,6 +224,14 @@ fn report_writes_the_documented_schema() {
     assert_eq!(string(r, "connect", "run"), "loopback");
     assert_eq!(opt_string(r, "mlx5_device_env", "run"), None);
     assert!(number(r, "seconds", "run") > 0.0);
+    let env = get(r, "env", "run")
+        .as_object()
+        .expect("run.env is an object");
+    assert_eq!(
+        env.get("RDMA_DIRECT_REPORT_TEST").and_then(Value::as_str),
+        Some("1"),
+        "run.env holds the RDMA_DIRECT_* variables: {env:?}"
+    );
 
     let cases = array(&doc, "cases", "$");
     let mut counts = [0usize; 3];

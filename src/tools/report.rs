@@ -13,7 +13,7 @@
 //! | `rdma_direct` | object | `version` (string), `profile` (`release` or `debug`: debug figures are slow), `verbs` (bool: built with rdma-core) |
 //! | `host` | object | `kernel` (`uname -r`), `os` (`/etc/os-release`'s PRETTY_NAME), `arch`, `cpu` (model name), `cpus` (number) (strings null when unknown); `rdma_core`: `version` (string or null), `source` (what said it) or `reason` (why null), `libraries` (the rdma-core libraries this process has loaded, file names) |
 //! | `device` | object | `name`, `kind` (`sim` or `verbs`), `driver`, `data_path` (`direct` or `verbs`), `connectx` (bool: not the sim and driven by the direct path), `fw_ver`, `hw_rev`, `hca_type`, `board_id`, `pci_vendor_id` (strings or null; `fw_ver` is `sim` on the sim), `vendor_part_id` (number or null: the PCI device id, as `ibv_devinfo` prints it on mlx5), `attrs_source`, `ports` (`port`, `state`, `link_layer`, `active_mtu`, `rate_gbps`) |
-//! | `run` | object | `iters` (latency iterations), `side_b` (where the two-sided cases' side B ran: `this process` or `HOST:PORT`), `connect` (`loopback`, `tcp` or `rdma_cm`), `mlx5_device_env` (`RDMA_DIRECT_MLX5_DEVICE`, string or null), `seconds` (number) |
+//! | `run` | object | `iters` (latency iterations), `side_b` (where the two-sided cases' side B ran: `this process` or `the peer (--peer)`), `connect` (`loopback`, `tcp` or `rdma_cm`), `mlx5_device_env` (`RDMA_DIRECT_MLX5_DEVICE`, string or null), `env` (object: every `MLX5_*`, `RDMA_DIRECT_*` and `IBV_*` variable set, name to value: libmlx5's and libibverbs' tuning, ours), `seconds` (number) |
 //! | `cases` | array | one object per case, in the order run: `name`, `group` (`conformance`, `two_sided`, `hardware`, `bench`), `result` (`passed`, `failed` or `skipped`), `detail` (string: what a passed case saw, possibly empty; why one skipped, never empty; what differed in one that failed), `ms` (number) |
 //! | `figures` | array | one object per benchmark that ran: `test`, `data_path`, `bytes`, `iterations`, then `bench --out_json`'s columns: latency `t_min_usec`, `t_max_usec`, `t_typical_usec`, `t_avg_usec`, `t_stdev_usec`, `p99_usec`, `p99_9_usec`; bandwidth `bw_unit`, `bw_peak`, `bw_average`, `msg_rate_mpps`; both `post_nsec_per_wr`, `poll_nsec_per_cqe` |
 //! | `summary` | object | `passed`, `failed`, `skipped`: the counts of `cases` |
@@ -22,7 +22,7 @@
 
 use super::bench::{self, BwConfig, BwTest, LatConfig, LatTest};
 use super::conformance::{cases, two_host, CaseResult, Failure, Outcome};
-use super::output::OutputFile;
+use super::output::{check_output_path, OutputFile};
 use serde_json::{json, Value};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -41,16 +41,20 @@ pub const SCHEMA: &str = "rdma-direct-report/1";
 /// -n iterations, write_bw 64 KiB x 2000; on a ConnectX write_lat on verbs
 /// too). Writes the JSON to -o FILE, else to stdout; progress goes to
 /// stderr. Exits 0 when no case failed, 1 when one did (the report is
-/// written either way), 2 on a usage error (nothing is written).
+/// written either way), 2 on a usage error (nothing is written), 3 when
+/// the report could not be written to FILE (it goes to stdout instead).
+/// FILE is replaced whole, through a temporary file beside it: an
+/// interrupted run leaves none.
 ///
 /// The JSON (schema "rdma-direct-report/1"): `schema`, `generated` (UTC,
 /// RFC 3339), `rdma_direct` {version, profile, verbs}, `host` {kernel, os,
 /// arch, cpu, cpus, rdma_core {version, source | reason, libraries}},
 /// `device` {name, kind, driver, data_path, connectx, fw_ver, hw_rev,
 /// hca_type, board_id, pci_vendor_id, vendor_part_id, attrs_source, ports},
-/// `run` {iters, side_b, connect, mlx5_device_env, seconds}, `cases`
+/// `run` {iters, side_b, connect, mlx5_device_env, env, seconds}, `cases`
 /// [{name, group: conformance|two_sided|hardware|bench, result:
-/// passed|failed|skipped, detail (the reason, for a skip), ms}], `figures`
+/// passed|failed|skipped, detail (what a passed case saw; the reason for
+/// a skip or a failure), ms}], `figures`
 /// [{test, data_path, bytes, iterations, bench --out_json's columns}],
 /// `summary` {passed, failed, skipped}. No host name, address, GID or GUID.
 #[derive(clap::Args)]
@@ -62,7 +66,7 @@ pub struct ReportArgs {
     /// Write the JSON here (opened before anything runs) instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
-    /// Iterations of each latency test.
+    /// Iterations of each latency test (5 to 1,000,000).
     #[arg(short = 'n', long = "iters", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(i64::from(bench::MIN_ITERS)..=1_000_000))]
     pub iters: u32,
@@ -96,10 +100,16 @@ impl Row {
         }
     }
 
-    fn json(&self) -> Value {
+    /// Its JSON, with `peer` (the --peer host, if any) named only as
+    /// "the peer": no host name or address goes into a report.
+    fn json(&self, peer: Option<&str>) -> Value {
         let detail = match &self.result {
             Ok(Outcome::Passed(n) | Outcome::Skipped(n)) => n,
             Err(f) => &f.0,
+        };
+        let detail = match peer {
+            Some(h) if !h.is_empty() => detail.replace(h, "the peer"),
+            _ => detail.clone(),
         };
         json!({
             "name": self.name, "group": self.group, "result": self.result_name(),
@@ -193,10 +203,11 @@ pub fn run(a: &ReportArgs) -> ExitCode {
         Ok(ctx) => ctx.data_path(),
         Err(e) => return usage(e.to_string()),
     };
-    let out = match a.output.as_deref().map(OutputFile::open).transpose() {
-        Ok(o) => o,
-        Err(e) => return usage(e.to_string()),
-    };
+    if let Some(path) = &a.output {
+        if let Err(e) = check_output_path(path) {
+            return usage(e.to_string());
+        }
+    }
     let start = Instant::now();
     let info = rdma_direct::list_devices()
         .ok()
@@ -205,8 +216,8 @@ pub fn run(a: &ReportArgs) -> ExitCode {
     let env = std::env::var("RDMA_DIRECT_MLX5_DEVICE").ok();
     let hw = hardware(dev, data_path, &driver, env.as_deref());
     let (side_b, connect) = match &a.peer {
-        Some(h) => (
-            format!("{h}:{}", a.tcp_port),
+        Some(_) => (
+            "the peer (--peer)".to_string(),
             if a.rdma_cm { "rdma_cm" } else { "tcp" },
         ),
         None => ("this process".to_string(), "loopback"),
@@ -355,16 +366,17 @@ pub fn run(a: &ReportArgs) -> ExitCode {
         "run": {
             "iters": a.iters, "side_b": side_b, "connect": connect,
             "mlx5_device_env": env,
+            "env": tuning_env(),
             "seconds": round(start.elapsed().as_secs_f64(), 1),
         },
-        "cases": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        "cases": rows.iter().map(|r| r.json(a.peer.as_deref())).collect::<Vec<_>>(),
         "figures": figures,
         "summary": { "passed": passed, "failed": failed, "skipped": skipped },
     });
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
-    let wrote = match (out, &a.output) {
-        (Some(o), Some(path)) => o.write(&text).map(|()| format!("wrote {}", path.display())),
-        _ => {
+    let wrote = match &a.output {
+        Some(path) => write_report(path, &text).map(|()| format!("wrote {}", path.display())),
+        None => {
             use std::io::Write;
             if std::io::stdout().write_all(text.as_bytes()).is_err() {
                 return ExitCode::from(141); // stdout closed, as `out!` does
@@ -379,8 +391,11 @@ pub fn run(a: &ReportArgs) -> ExitCode {
             start.elapsed().as_secs_f64()
         ),
         Err(e) => {
-            eprintln!("rdma-direct: error: {e}");
-            return ExitCode::FAILURE;
+            // The run's facts are not lost: the JSON goes to stdout.
+            use std::io::Write;
+            eprintln!("rdma-direct: error: {e}; the report follows on stdout");
+            let _ = std::io::stdout().write_all(text.as_bytes());
+            return ExitCode::from(3);
         }
     }
     if failed > 0 {
@@ -576,6 +591,49 @@ fn rfc3339(secs: u64) -> String {
         rem / 3600,
         rem % 3600 / 60,
         rem % 60
+    )
+}
+
+/// Writes the report to `path` whole or not at all: a regular file (or a
+/// new one) through a temporary file in its directory renamed over it, so
+/// an interrupted run leaves no empty or half-written report; anything
+/// else (a FIFO, a terminal, `/dev/stdout`) written as it is.
+fn write_report(path: &std::path::Path, text: &str) -> rdma_direct::Result<()> {
+    let regular = match std::fs::metadata(path) {
+        Ok(m) => m.is_file(),
+        Err(_) => true,
+    };
+    if !regular {
+        return OutputFile::open(path)?.write(text);
+    }
+    let name = path
+        .file_name()
+        .map_or("report".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let bad =
+        |e: std::io::Error| rdma_direct::Error::Invalid(format!("write {}: {e}", path.display()));
+    let r = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.map_err(bad)
+}
+
+/// The environment that changes how libmlx5, libibverbs and rdma-direct
+/// behave (`MLX5_*`, `IBV_*`, `RDMA_DIRECT_*`), name to value, sorted.
+fn tuning_env() -> Value {
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| {
+            ["MLX5_", "IBV_", "RDMA_DIRECT_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
+        .collect();
+    vars.sort();
+    Value::Object(
+        vars.into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect(),
     )
 }
 

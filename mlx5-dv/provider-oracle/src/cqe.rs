@@ -135,6 +135,7 @@ fn sq_config(s: &mut impl Source, qp_type: u32, qpn: u32) -> SqConfig {
         sq_sig_all: s.chance(10),
         prefer_bf: s.chance(50),
         auto_signal: 0,
+        split: 0,
     }
 }
 

@@ -91,6 +91,12 @@ pub fn sq_config(s: &mut impl Source) -> SqConfig {
         sq_sig_all: s.chance(10),
         prefer_bf: s.chance(80),
         auto_signal: 0,
+        // Two doorbells a third of the time (the BlueFlame halves).
+        split: if s.chance(33) {
+            s.range(1, 8) as u32
+        } else {
+            0
+        },
     }
 }
 

@@ -14,7 +14,7 @@
 //!
 //! Without the library every test says `SKIPPED:` on stderr (counted as a
 //! skip by `scripts/summarise`); `RDMA_DIRECT_REQUIRE_ORACLE=1` makes that
-//! a failure, as `scripts/test` sets it.
+//! a failure, as `.ci/run` sets it.
 //!
 //! - [`mem`]: aligned, zeroed memory the rings live in.
 //! - [`ffi`]: the harness's C entry points and their `#[repr(C)]` mirrors.
@@ -43,8 +43,8 @@ pub fn oracle_or_skip(test: &str) -> bool {
         return true;
     }
     let why = "rdma-core's provider oracle is not linked: RDMA_DIRECT_PROVIDER_ORACLE was not set \
-               when this crate was built (scripts/provider-oracle builds it and prints the line \
-               to set; scripts/test does both)";
+               when this crate was built (docs/testing.md, \"rdma-core's own provider as the \
+               oracle\", has the three commands that build it and run these tests with it)";
     if std::env::var("RDMA_DIRECT_REQUIRE_ORACLE").as_deref() == Ok("1") {
         panic!("provider-oracle: {test}: {why}; RDMA_DIRECT_REQUIRE_ORACLE=1 makes this a failure");
     }
@@ -53,6 +53,13 @@ pub fn oracle_or_skip(test: &str) -> bool {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "provider-oracle: {test}: SKIPPED: {why}");
     false
+}
+
+/// Prints `provider-oracle: TEST: MSG` on stderr, past libtest's capture:
+/// what a test compared, seen whether or not it passes.
+pub fn say(test: &str, msg: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "provider-oracle: {test}: {msg}");
 }
 
 /// How many generated cases a property test runs: `RDMA_DIRECT_ORACLE_CASES`,

@@ -46,6 +46,22 @@ pub struct SqConfig {
     pub prefer_bf: bool,
     /// Our auto-signal period in WRs (0: off). The provider has none.
     pub auto_signal: u32,
+    /// The list goes in two posts, each rung: its first `split` WRs, then
+    /// the rest (0, or the list's length or more: one post). The second
+    /// doorbell writes the other BlueFlame half.
+    pub split: u32,
+}
+
+impl SqConfig {
+    /// The list's posts: index ranges, each rung once.
+    pub fn batches(&self, n: usize) -> Vec<core::ops::Range<usize>> {
+        let k = self.split as usize;
+        if k == 0 || k >= n {
+            core::iter::once(0..n).collect()
+        } else {
+            vec![0..k, k..n]
+        }
+    }
 }
 
 /// What one side left after posting a list.
@@ -114,8 +130,9 @@ impl SqMem {
 }
 
 /// Posts `wrs` through our driver: each WR's WQE with `SendQueue::post`
-/// until one is refused, then one `ring_doorbell` (as the direct backend
-/// posts a checked list). `arena` holds the inline SGEs' bytes.
+/// until one is refused, and one `ring_doorbell` per post of
+/// [`SqConfig::batches`] (as the direct backend posts a checked list).
+/// `arena` holds the inline SGEs' bytes.
 pub fn post_ours(
     cfg: &SqConfig,
     mem: &mut SqMem,
@@ -150,20 +167,25 @@ pub fn post_ours(
     assert!(sq.start_at(cfg.start_pi));
     let mut refused = None;
     let mut at = wrs.len();
-    for (i, w) in wrs.iter().enumerate() {
-        if let Err(e) = w.with_wqe(cfg.sq_sig_all, arena, |wqe| sq.post(wqe, w.wr_id)) {
-            refused = Some(e);
-            at = i;
-            break;
+    'posts: for b in cfg.batches(wrs.len()) {
+        for i in b {
+            let w = &wrs[i];
+            if let Err(e) = w.with_wqe(cfg.sq_sig_all, arena, |wqe| sq.post(wqe, w.wr_id)) {
+                refused = Some(e);
+                at = i;
+                sq.ring_doorbell();
+                break 'posts;
+            }
         }
+        sq.ring_doorbell();
     }
-    sq.ring_doorbell();
     let pi = sq.pi();
     drop(sq);
     (mem.outcome(at, pi), refused)
 }
 
-/// Posts `wrs` through libmlx5's `mlx5_post_send`, one call.
+/// Posts `wrs` through libmlx5's `mlx5_post_send`, one call per post of
+/// [`SqConfig::batches`].
 #[cfg(provider_oracle)]
 pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, wrs: &[Wr]) -> (Outcome, i32) {
     let sges: Vec<Vec<po_sge>> = wrs
@@ -256,7 +278,7 @@ pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, wrs: &[Wr]) -> (Outcome, i32
         pad: 0,
     };
     let mut st = po_sq_state::default();
-    let mut bad = 0u32;
+    let mut bad;
     // SAFETY: every pointer in the configs is memory this function or
     // `mem` owns, alive until the objects are freed below; the WR list and
     // its SGE and AV arrays live until `po_post_send` returns.
@@ -267,7 +289,16 @@ pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, wrs: &[Wr]) -> (Outcome, i32
         assert!(!cq.is_null());
         let qp = po_qp_new(ctx, &qp_cfg, cq, cq, core::ptr::null_mut());
         assert!(!qp.is_null());
-        let err = po_post_send(qp, list.as_ptr(), list.len() as u32, &mut bad);
+        let mut err = 0;
+        bad = list.len() as u32;
+        for b in cfg.batches(list.len()) {
+            let mut at = 0;
+            err = po_post_send(qp, list[b.clone()].as_ptr(), b.len() as u32, &mut at);
+            if err != 0 {
+                bad = (b.start + at as usize) as u32;
+                break;
+            }
+        }
         po_qp_state(qp, &mut st);
         po_qp_free(qp);
         po_cq_free(cq);
@@ -394,19 +425,14 @@ pub fn differences(
             o.dbrec, t.dbrec
         ));
     }
-    // BlueFlame: the first 8 bytes (the ctrl segment's first half of the
-    // last WQE) always; the whole register when the provider copied the
-    // WQE too (one WR, inline or prefer_bf, more than one DS, at most 256
-    // bytes). Else our copy of the whole WQE is docs/prm.md's row
-    // "BlueFlame copy of one WQE".
+    // BlueFlame, per doorbell (the first at offset 0, the next in the
+    // other half: `offset ^= bf_size`): the first 8 bytes (the last WQE's
+    // ctrl segment) always; the whole register where the provider copied
+    // the WQE too (one WR, inline or prefer_bf, more than one DS, at most
+    // `BF_SIZE` bytes). Else our copy of the whole WQE is docs/prm.md's row
+    // "BlueFlame for one WQE that is not inline". The copy carries the
+    // WQE's bytes, so the ring's allowed bytes are allowed in it too.
     let ring_t = theirs.ring.bytes();
-    let ds = (ring_t[(cfg.start_pi & (cfg.wqe_cnt - 1)) as usize * 64 + 7] & 0x3f) as u32;
-    let inline = wrs[0].inline && wrs[0].inline_len() > 0;
-    let provider_copied = wrs.len() == 1 && (inline || cfg.prefer_bf) && ds > 1 && ds * 16 <= 256;
-    let n = if provider_copied { o.bf.len() } else { 8 };
-    // The copy carries the WQE's bytes, so the ring's allowed bytes are
-    // allowed in it too (the register is written at offset 0: the first
-    // doorbell of these queues).
     let allowed = allowed_bytes(
         ring_t,
         cfg.wqe_cnt,
@@ -414,25 +440,39 @@ pub fn differences(
         t.pi,
         cfg.qp_type == QPT_UD,
     );
-    let (ring_len, first) = (
-        ring_t.len(),
-        (cfg.start_pi & (cfg.wqe_cnt - 1)) as usize * 64,
-    );
-    let mut bf_o = o.bf.clone();
-    let mut bf_t = t.bf.clone();
-    for &(a, _) in &allowed {
-        let rel = (a + ring_len - first) % ring_len;
-        if rel < n {
-            bf_o[rel] = 0;
-            bf_t[rel] = 0;
+    let ring_len = ring_t.len();
+    let at = |pi: u32| (pi & (cfg.wqe_cnt - 1)) as usize * 64;
+    let ds_at = |pi: u32| (ring_t[at(pi) + 7] & 0x3f) as u32;
+    let mut pi = cfg.start_pi;
+    for (k, b) in cfg.batches(wrs.len()).into_iter().enumerate() {
+        let off = (k % 2) * BF_SIZE as usize;
+        let first = pi;
+        for _ in b.clone() {
+            pi = pi.wrapping_add((ds_at(pi) * 16).div_ceil(64).max(1));
         }
-    }
-    if bf_o[..n] != bf_t[..n] {
-        bad.push(format!(
-            "BlueFlame register (first {n} bytes): ours {:02x?}, theirs {:02x?}",
-            &o.bf[..n.min(64)],
-            &t.bf[..n.min(64)]
-        ));
+        let w0 = &wrs[b.start];
+        let inline = w0.inline && w0.inline_len() > 0;
+        let ds = ds_at(first);
+        let copied = b.len() == 1 && (inline || cfg.prefer_bf) && ds > 1 && ds * 16 <= BF_SIZE;
+        let n = if copied { BF_SIZE as usize } else { 8 };
+        let mut bf_o = o.bf[off..off + n].to_vec();
+        let mut bf_t = t.bf[off..off + n].to_vec();
+        if copied {
+            for &(a, _) in &allowed {
+                let rel = (a + ring_len - at(first)) % ring_len;
+                if rel < n {
+                    bf_o[rel] = 0;
+                    bf_t[rel] = 0;
+                }
+            }
+        }
+        if bf_o != bf_t {
+            bad.push(format!(
+                "BlueFlame register of doorbell {k} (offset {off}, {n} bytes): ours {:02x?}, theirs {:02x?}",
+                &bf_o[..n.min(64)],
+                &bf_t[..n.min(64)]
+            ));
+        }
     }
     for (at, len) in spans(cfg, reach) {
         let allowed: Vec<_> = allowed

@@ -173,8 +173,9 @@ mod both {
             Ok(())
         });
         let (cqes, polls) = totals.get();
-        eprintln!(
-            "provider-oracle: cqe: {cqes} CQEs ({polls} polls) compared with mlx5_poll_cq_v1"
+        mlx5_provider_oracle::say(
+            "the_sims_cqes_read_alike_by_our_poll_and_mlx5_poll_cq_v1",
+            format_args!("{cqes} CQEs ({polls} polls) compared with mlx5_poll_cq_v1"),
         );
         if let Err(e) = r {
             panic!("{e}");
@@ -183,7 +184,10 @@ mod both {
         if n >= 1_000 {
             assert!(missing.is_empty(), "never compared: {missing:?}");
         } else if !missing.is_empty() {
-            eprintln!("provider-oracle: cqe: {n} cases met no {missing:?}");
+            mlx5_provider_oracle::say(
+                "the_sims_cqes_read_alike_by_our_poll_and_mlx5_poll_cq_v1",
+                format_args!("{n} cases met no {missing:?}"),
+            );
         }
     }
 

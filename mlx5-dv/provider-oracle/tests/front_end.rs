@@ -392,6 +392,7 @@ fn run(e: &Env, qp_type: QpType, cfg: &QpConfig, seed: u64, rounds: u32) -> (u64
             sq_sig_all: false,
             prefer_bf: true,
             auto_signal: 0,
+            split: 0,
         };
         let mut mem = SqMem::new(&ocfg, 0, 0);
         mem.ring.bytes_mut().copy_from_slice(&before);
@@ -453,5 +454,11 @@ fn public_api_posts_write_the_rings_libmlx5_writes() {
             seed += 1;
         }
     }
-    eprintln!("provider-oracle: front end: {lists} WR lists ({wrs} WRs) posted through rdma_direct::Qp on the sim, compared with mlx5_post_send");
+    mlx5_provider_oracle::say(
+        "public_api_posts_write_the_rings_libmlx5_writes",
+        format_args!(
+            "{lists} WR lists ({wrs} WRs) posted through rdma_direct::Qp on the sim, \
+             compared with mlx5_post_send"
+        ),
+    );
 }

@@ -125,10 +125,14 @@ fn rq_posts_write_what_mlx5_post_recv_writes() {
     if !oracle_or_skip("rq_posts_write_what_mlx5_post_recv_writes") {
         return;
     }
-    run(cases(1_000) / 4 + 1, rq_case);
-    eprintln!(
-        "provider-oracle: rq: {} receive WRs compared with mlx5_post_recv",
-        RQ_WRS.load(Relaxed)
+    let n = cases(1_000) / 4 + 1;
+    run(n, rq_case);
+    mlx5_provider_oracle::say(
+        "rq_posts_write_what_mlx5_post_recv_writes",
+        format_args!(
+            "{n} sequences of posts and completions, {} receive WRs compared with mlx5_post_recv",
+            RQ_WRS.load(Relaxed)
+        ),
     );
 }
 
@@ -238,10 +242,15 @@ fn srq_posts_give_the_device_what_mlx5_post_srq_recv_gives() {
     if !oracle_or_skip("srq_posts_give_the_device_what_mlx5_post_srq_recv_gives") {
         return;
     }
-    run(cases(1_000) / 4 + 1, srq_case);
-    eprintln!(
-        "provider-oracle: srq: {} receive WRs compared with mlx5_post_srq_recv",
-        SRQ_WRS.load(Relaxed)
+    let n = cases(1_000) / 4 + 1;
+    run(n, srq_case);
+    mlx5_provider_oracle::say(
+        "srq_posts_give_the_device_what_mlx5_post_srq_recv_gives",
+        format_args!(
+            "{n} sequences of posts and completions, {} receive WRs compared with \
+             mlx5_post_srq_recv",
+            SRQ_WRS.load(Relaxed)
+        ),
     );
 }
 

@@ -14,7 +14,9 @@
 use mlx5_dv::wqe::WqeError;
 use mlx5_provider_oracle::gen::{self, Rng, ARENA};
 use mlx5_provider_oracle::oracle_or_skip;
-use mlx5_provider_oracle::send::{pattern, post_ours, post_theirs, SqConfig, SqMem};
+use mlx5_provider_oracle::send::{
+    allowed_bytes, pattern, post_ours, post_theirs, ring_diffs, SqConfig, SqMem,
+};
 use mlx5_provider_oracle::wr::{ibv, Op, Sge, Wr};
 
 fn arena() -> Vec<u8> {
@@ -53,6 +55,7 @@ fn rc(wqe_cnt: u32, max_wqebbs: u32, max_inline: u32, max_post: u32, start_pi: u
         sq_sig_all: false,
         prefer_bf: true,
         auto_signal: 0,
+        split: 0,
     }
 }
 
@@ -142,6 +145,20 @@ fn the_wr_limit_refuses_the_same_wr() {
             (cfg.max_post as usize, cfg.max_post as usize)
         );
         assert_eq!((o.pi, o.dbrec), (t.pi, t.dbrec), "seed {seed}");
+        let ring_t = theirs.ring.bytes();
+        let allowed = allowed_bytes(
+            ring_t,
+            cfg.wqe_cnt,
+            cfg.start_pi,
+            t.pi,
+            cfg.qp_type == ibv::QPT_UD,
+        );
+        let d = ring_diffs(ours.ring.bytes(), ring_t, &allowed);
+        assert!(
+            d.is_empty(),
+            "seed {seed}: the rings differ: {:?}",
+            &d[..d.len().min(4)]
+        );
     }
 }
 

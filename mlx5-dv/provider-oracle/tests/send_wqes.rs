@@ -56,11 +56,14 @@ fn generated_wr_lists_write_the_rings_libmlx5_writes() {
     let r = runner.run(&any::<u64>(), |seed| {
         one_case(seed).map_err(TestCaseError::fail)
     });
-    eprintln!(
-        "provider-oracle: send: {} WR lists ({} WRs, {} WQEBBs) compared with mlx5_post_send",
-        LISTS.load(Relaxed),
-        WRS.load(Relaxed),
-        WQEBBS.load(Relaxed)
+    mlx5_provider_oracle::say(
+        "generated_wr_lists_write_the_rings_libmlx5_writes",
+        format_args!(
+            "{} WR lists ({} WRs, {} WQEBBs) compared with mlx5_post_send",
+            LISTS.load(Relaxed),
+            WRS.load(Relaxed),
+            WQEBBS.load(Relaxed)
+        ),
     );
     if let Err(e) = r {
         panic!("{e}");

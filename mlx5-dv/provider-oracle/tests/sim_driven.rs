@@ -45,13 +45,17 @@ fn all() {
     use mlx5_provider_oracle::sim_driven::Rig;
     use std::time::Instant;
     let start = Instant::now();
-    let mut totals = (0u64, 0u64);
+    let mut totals = (0u64, 0u64, 0u64);
     let mut add = |name: &str, rig: Rig| {
         totals.0 += rig.sends;
         totals.1 += rig.cqes;
-        eprintln!(
-            "provider-oracle: sim driven: {name}: {} send WRs, {} receive WRs, {} CQEs",
-            rig.sends, rig.recvs, rig.cqes
+        totals.2 += rig.recvs;
+        mlx5_provider_oracle::say(
+            "provider_drives_the_sim",
+            format_args!(
+                "{name}: {} send WRs, {} receive WRs, {} CQEs",
+                rig.sends, rig.recvs, rig.cqes
+            ),
         );
     };
     add("rc (write, read, send, atomics)", rc::rc_ops());
@@ -61,9 +65,15 @@ fn all() {
     add("sq and cq wrap", rc::wrap());
     add("uc, one cq for two qps", rc::uc_shared_cq());
     add("device thread", other::device_thread());
-    println!(
-        "provider-oracle: sim driven by mlx5_post_send: {} WRs executed, {} CQEs polled by mlx5_poll_cq_v1",
-        totals.0, totals.1
+    mlx5_provider_oracle::say(
+        "provider_drives_the_sim",
+        format_args!(
+            "the sim ran {} send WRs written by mlx5_post_send and {} receive WRs by \
+             mlx5_post_recv / mlx5_post_srq_recv; mlx5_poll_cq_v1 polled {} CQEs; {:.1} ms",
+            totals.0,
+            totals.2,
+            totals.1,
+            start.elapsed().as_secs_f64() * 1e3
+        ),
     );
-    eprintln!("provider-oracle: sim driven: {:?}", start.elapsed());
 }
