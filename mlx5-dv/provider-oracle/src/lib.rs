@@ -42,8 +42,8 @@ pub fn oracle_or_skip(test: &str) -> bool {
     if cfg!(provider_oracle) {
         return true;
     }
-    let why = "rdma-core's provider oracle is not linked: RDMA_DIRECT_PROVIDER_ORACLE was not set \
-               when this crate was built (docs/testing.md, \"rdma-core's own provider as the \
+    let why = "rdma-core's provider oracle is not linked: RDMA_DIRECT_PROVIDER_ORACLE was unset, \
+               or named no libmlx5_provider_oracle.a, when this crate was built (docs/testing.md, \"rdma-core's own provider as the \
                oracle\", has the three commands that build it and run these tests with it)";
     if std::env::var("RDMA_DIRECT_REQUIRE_ORACLE").as_deref() == Ok("1") {
         panic!("provider-oracle: {test}: {why}; RDMA_DIRECT_REQUIRE_ORACLE=1 makes this a failure");

@@ -686,6 +686,24 @@ pub fn run(
             to,
         });
         w.indices(case.start_ci)?;
+        // The SQ room a retirement gives back: the WQEBBs from the oldest
+        // WR not yet retired (libmlx5's `sq.tail`, equal to ours: checked
+        // above) to the producer index are all that is in use. libmlx5
+        // counts WRs only, so this is ours against the posted indices.
+        for (k, q) in w.qps.iter().enumerate() {
+            let sent = &posted.sends[k];
+            let retired = q.sq.retired_count() as usize;
+            let tail = sent.get(retired).map_or(q.sq.pi(), |s| s.idx);
+            let want = q.sq.geometry().wqe_cnt - q.sq.pi().wrapping_sub(tail);
+            if q.sq.free_wqebbs() != want {
+                return Err(format!(
+                    "QP {:#x}: free WQEBBs after {retired} WRs retired: ours {}, expected {want}\n{}",
+                    q.qpn,
+                    q.sq.free_wqebbs(),
+                    case.summary()
+                ));
+            }
+        }
         if n == 0 && !last {
             return Err(format!(
                 "{unpolled} CQEs written, and neither side polls them\n{}",
