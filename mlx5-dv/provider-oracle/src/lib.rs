@@ -19,6 +19,7 @@
 //! - [`mem`]: aligned, zeroed memory the rings live in.
 //! - [`ffi`]: the harness's C entry points and their `#[repr(C)]` mirrors.
 //! - [`gen`]: generated send queues and WR lists (property tests, fuzzing).
+//! - [`provider`]: work requests in the harness's form.
 //! - [`wr`]: a work request in one form, turned into the provider's
 //!   `ibv_send_wr` and into our driver's `SendWqe`.
 //! - [`recv`]: RQs and SRQs of ours and the provider's.
@@ -30,6 +31,8 @@ pub mod cqe;
 pub mod ffi;
 pub mod gen;
 pub mod mem;
+#[cfg(provider_oracle)]
+pub mod provider;
 #[cfg(provider_oracle)]
 pub mod recv;
 pub mod send;

@@ -12,10 +12,10 @@
 
 use crate::ffi::*;
 use crate::mem::Mem;
-use crate::wr::Sge;
+use crate::provider::ProviderRecvs;
+use crate::wr::{data_segs, Sge};
 use mlx5_dv::driver::{ReceiveQueue, SharedReceiveQueue, SrqDesc};
 use mlx5_dv::dv::{mlx5dv_bf, mlx5dv_qp, mlx5dv_wq};
-use mlx5_dv::wqe::DataSeg;
 
 /// An RQ of ours and the provider's, over two rings that start equal.
 pub struct RqPair {
@@ -32,26 +32,6 @@ pub struct RqPair {
     cq: *mut po_cq,
     qp: *mut po_qp,
     _cq_mem: (Mem, Mem),
-}
-
-fn data_segs(sges: &[Sge]) -> Vec<DataSeg> {
-    sges.iter()
-        .map(|s| DataSeg {
-            addr: s.addr,
-            len: s.len,
-            lkey: s.lkey,
-        })
-        .collect()
-}
-
-fn po_sges(sges: &[Sge]) -> Vec<po_sge> {
-    sges.iter()
-        .map(|s| po_sge {
-            addr: s.addr,
-            length: s.len,
-            lkey: s.lkey,
-        })
-        .collect()
 }
 
 /// A CQ for the fake QPs (never polled here).
@@ -180,17 +160,8 @@ impl RqPair {
             }
         }
         self.ours.ring_doorbell();
-        let sges: Vec<Vec<po_sge>> = wrs.iter().map(|(_, s)| po_sges(s)).collect();
-        let list: Vec<po_recv_wr> = wrs
-            .iter()
-            .zip(&sges)
-            .map(|((id, s), ps)| po_recv_wr {
-                wr_id: *id,
-                sg_list: ps.as_ptr(),
-                num_sge: s.len() as u32,
-                pad: 0,
-            })
-            .collect();
+        let recvs = ProviderRecvs::of(wrs);
+        let list = &recvs.list;
         let mut bad = 0;
         // SAFETY: `qp` is live; the list and its SGE arrays outlive the call.
         unsafe { po_post_recv(self.qp, list.as_ptr(), list.len() as u32, &mut bad) };
@@ -318,21 +289,12 @@ impl SrqPair {
             }
         }
         self.ours.ring_doorbell();
-        let sges: Vec<Vec<po_sge>> = wrs.iter().map(|(_, s)| po_sges(s)).collect();
-        let list: Vec<po_recv_wr> = wrs
-            .iter()
-            .zip(&sges)
-            .map(|((id, s), ps)| po_recv_wr {
-                wr_id: *id,
-                sg_list: ps.as_ptr(),
-                num_sge: s.len() as u32,
-                pad: 0,
-            })
-            .collect();
+        let recvs = ProviderRecvs::of(wrs);
+        let list = &recvs.list;
         let mut theirs = Vec::new();
         // One WR per call, so that the index each goes to is known (the
         // head before the call); the doorbell counter is the same either way.
-        for w in &list {
+        for w in list {
             let (mut head, mut tail, mut counter) = (0i32, 0i32, 0u32);
             let mut bad = 0;
             // SAFETY: `srq` is live; `w`'s SGE array outlives the call.

@@ -13,6 +13,8 @@
 use crate::ffi::*;
 use crate::mem::Mem;
 #[cfg(provider_oracle)]
+pub use crate::provider::ProviderWrs;
+#[cfg(provider_oracle)]
 use crate::wr::ibv;
 #[cfg(provider_oracle)]
 use crate::wr::ibv::QPT_UD;
@@ -182,79 +184,6 @@ pub fn post_ours(
     let pi = sq.pi();
     drop(sq);
     (mem.outcome(at, pi), refused)
-}
-
-/// WRs in the harness's form (`po_send_wr`), with the SGE arrays and AVs
-/// they point into (kept here, alive as long as the list).
-#[cfg(provider_oracle)]
-pub struct ProviderWrs {
-    pub list: Vec<po_send_wr>,
-    _sges: Vec<Vec<po_sge>>,
-    _avs: Vec<Option<[u8; 48]>>,
-}
-
-#[cfg(provider_oracle)]
-impl ProviderWrs {
-    pub fn of(wrs: &[Wr]) -> ProviderWrs {
-        let sges: Vec<Vec<po_sge>> = wrs
-            .iter()
-            .map(|w| {
-                w.sges
-                    .iter()
-                    .map(|s| po_sge {
-                        addr: s.addr,
-                        length: s.len,
-                        lkey: s.lkey,
-                    })
-                    .collect()
-            })
-            .collect();
-        let avs: Vec<Option<[u8; 48]>> = wrs.iter().map(|w| w.ud.map(|u| u.av)).collect();
-        let list: Vec<po_send_wr> = wrs
-            .iter()
-            .zip(&sges)
-            .zip(&avs)
-            .map(|((w, s), av)| {
-                let (raddr, rkey, compare_add, swap) = match w.op {
-                    crate::wr::Op::Write { raddr, rkey }
-                    | crate::wr::Op::WriteImm { raddr, rkey, .. }
-                    | crate::wr::Op::Read { raddr, rkey } => (raddr, rkey, 0, 0),
-                    crate::wr::Op::CmpSwap {
-                        raddr,
-                        rkey,
-                        compare,
-                        swap,
-                    } => (raddr, rkey, compare, swap),
-                    crate::wr::Op::FetchAdd { raddr, rkey, add } => (raddr, rkey, add, 0),
-                    _ => (0, 0, 0, 0),
-                };
-                po_send_wr {
-                    wr_id: w.wr_id,
-                    sg_list: s.as_ptr(),
-                    av: av.as_ref().map_or(core::ptr::null(), |a| a.as_ptr()),
-                    remote_addr: raddr,
-                    compare_add,
-                    swap,
-                    opcode: w.op.ibv(),
-                    send_flags: w.ibv_flags(),
-                    imm: match w.op {
-                        crate::wr::Op::SendImm { imm } | crate::wr::Op::WriteImm { imm, .. } => imm,
-                        _ => 0,
-                    },
-                    num_sge: w.sges.len() as u32,
-                    rkey,
-                    remote_qpn: w.ud.map_or(0, |u| u.remote_qpn),
-                    remote_qkey: w.ud.map_or(0, |u| u.qkey),
-                    pad: 0,
-                }
-            })
-            .collect();
-        ProviderWrs {
-            list,
-            _sges: sges,
-            _avs: avs,
-        }
-    }
 }
 
 /// Posts `wrs` through libmlx5's `mlx5_post_send`, one call per post of

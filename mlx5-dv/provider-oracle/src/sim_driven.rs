@@ -27,7 +27,8 @@
 
 use crate::ffi::*;
 use crate::mem::Mem;
-use crate::wr::{ibv, Op, Sge, Wr};
+use crate::provider::{ProviderRecvs, ProviderWrs};
+use crate::wr::{ibv, Sge, Wr};
 use mlx5_dv::cqe::Cqe;
 use mlx5_dv::dv::mlx5dv_qp;
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode, CQE64};
@@ -468,14 +469,8 @@ impl Rig {
     /// `mlx5_post_send` of `wrs` on QP `q` (one call). `Err((errno, index
     /// of the WR refused))` on a refusal.
     pub fn post_send(&mut self, q: QpId, wrs: &[Wr]) -> Result<(), (i32, u32)> {
-        let sges: Vec<Vec<po_sge>> = wrs.iter().map(|w| po_sges(&w.sges)).collect();
-        let avs: Vec<Option<[u8; 48]>> = wrs.iter().map(|w| w.ud.map(|u| u.av)).collect();
-        let list: Vec<po_send_wr> = wrs
-            .iter()
-            .zip(&sges)
-            .zip(&avs)
-            .map(|((w, s), av)| send_wr(w, s, av.as_ref()))
-            .collect();
+        let pw = ProviderWrs::of(wrs);
+        let list = &pw.list;
         let mut bad = 0u32;
         // SAFETY: a live provider QP; the list, its SGE arrays and AVs live
         // until the call returns; the rings it writes are the sim's.
@@ -507,17 +502,8 @@ impl Rig {
         wrs: &[(u64, Vec<Sge>)],
         post: impl FnOnce(*const po_recv_wr, u32, *mut u32) -> i32,
     ) -> Result<(), (i32, u32)> {
-        let sges: Vec<Vec<po_sge>> = wrs.iter().map(|(_, s)| po_sges(s)).collect();
-        let list: Vec<po_recv_wr> = wrs
-            .iter()
-            .zip(&sges)
-            .map(|((id, _), s)| po_recv_wr {
-                wr_id: *id,
-                sg_list: s.as_ptr(),
-                num_sge: s.len() as u32,
-                pad: 0,
-            })
-            .collect();
+        let recvs = ProviderRecvs::of(wrs);
+        let list = &recvs.list;
         let mut bad = 0u32;
         let err = post(list.as_ptr(), list.len() as u32, &mut bad);
         self.recvs += bad as u64;
@@ -621,52 +607,6 @@ impl Drop for Rig {
             let _ = self.dev.dereg_mr(*lkey);
         }
         self.mrs.clear();
-    }
-}
-
-fn po_sges(s: &[Sge]) -> Vec<po_sge> {
-    s.iter()
-        .map(|s| po_sge {
-            addr: s.addr,
-            length: s.len,
-            lkey: s.lkey,
-        })
-        .collect()
-}
-
-/// The harness's form of `w` (its SGEs `sges`, its AV `av`).
-fn send_wr(w: &Wr, sges: &[po_sge], av: Option<&[u8; 48]>) -> po_send_wr {
-    let (raddr, rkey, compare_add, swap) = match w.op {
-        Op::Write { raddr, rkey } | Op::WriteImm { raddr, rkey, .. } | Op::Read { raddr, rkey } => {
-            (raddr, rkey, 0, 0)
-        }
-        Op::CmpSwap {
-            raddr,
-            rkey,
-            compare,
-            swap,
-        } => (raddr, rkey, compare, swap),
-        Op::FetchAdd { raddr, rkey, add } => (raddr, rkey, add, 0),
-        Op::Send | Op::SendImm { .. } => (0, 0, 0, 0),
-    };
-    po_send_wr {
-        wr_id: w.wr_id,
-        sg_list: sges.as_ptr(),
-        av: av.map_or(core::ptr::null(), |a| a.as_ptr()),
-        remote_addr: raddr,
-        compare_add,
-        swap,
-        opcode: w.op.ibv(),
-        send_flags: w.ibv_flags(),
-        imm: match w.op {
-            Op::SendImm { imm } | Op::WriteImm { imm, .. } => imm,
-            _ => 0,
-        },
-        num_sge: sges.len() as u32,
-        rkey,
-        remote_qpn: w.ud.map_or(0, |u| u.remote_qpn),
-        remote_qkey: w.ud.map_or(0, |u| u.qkey),
-        pad: 0,
     }
 }
 

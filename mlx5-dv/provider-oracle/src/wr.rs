@@ -235,3 +235,14 @@ impl Wr {
         f(&wqe)
     }
 }
+
+/// `sges` as our driver's data segments.
+pub fn data_segs(sges: &[Sge]) -> Vec<DataSeg> {
+    sges.iter()
+        .map(|s| DataSeg {
+            addr: s.addr,
+            len: s.len,
+            lkey: s.lkey,
+        })
+        .collect()
+}

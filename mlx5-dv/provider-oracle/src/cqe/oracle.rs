@@ -4,12 +4,13 @@
 use super::*;
 use crate::ffi::*;
 use crate::mem::Mem;
+use crate::provider::{ProviderRecvs, ProviderWrs};
 use crate::send::BF_SIZE;
+use crate::wr::data_segs;
 use core::ptr::null_mut;
 use mlx5_dv::driver::{CompletionQueue, ReceiveQueue, SendQueue, SharedReceiveQueue, SrqDesc};
 use mlx5_dv::dv::{mlx5dv_bf, mlx5dv_cq, mlx5dv_qp, mlx5dv_wq};
 use mlx5_dv::sim;
-use mlx5_dv::wqe::DataSeg;
 use rdma_direct::{Completion, WcOpcode, WcStatus};
 
 /// What differs between our completion and the provider's `ibv_wc` of
@@ -140,26 +141,6 @@ impl Drop for World {
     }
 }
 
-fn segs(sges: &[Sge]) -> Vec<DataSeg> {
-    sges.iter()
-        .map(|s| DataSeg {
-            addr: s.addr,
-            len: s.len,
-            lkey: s.lkey,
-        })
-        .collect()
-}
-
-fn po_sges(sges: &[Sge]) -> Vec<po_sge> {
-    sges.iter()
-        .map(|s| po_sge {
-            addr: s.addr,
-            length: s.len,
-            lkey: s.lkey,
-        })
-        .collect()
-}
-
 /// Posts receives through `post` (`po_post_recv` or
 /// `po_post_srq_recv`), 64 a call; every one must be taken.
 fn post_their_recvs(
@@ -167,19 +148,10 @@ fn post_their_recvs(
     mut post: impl FnMut(&[po_recv_wr], &mut u32) -> i32,
 ) -> Result<(), String> {
     for chunk in wrs.chunks(64) {
-        let sges: Vec<Vec<po_sge>> = chunk.iter().map(|(_, s)| po_sges(s)).collect();
-        let list: Vec<po_recv_wr> = chunk
-            .iter()
-            .zip(&sges)
-            .map(|((id, _), s)| po_recv_wr {
-                wr_id: *id,
-                sg_list: s.as_ptr(),
-                num_sge: s.len() as u32,
-                pad: 0,
-            })
-            .collect();
+        let recvs = ProviderRecvs::of(chunk);
+        let list = &recvs.list;
         let mut bad = 0;
-        let err = post(&list, &mut bad);
+        let err = post(list, &mut bad);
         if err != 0 {
             return Err(format!(
                 "the provider refused receive {bad} of {}: errno {err}",
@@ -195,43 +167,8 @@ fn post_their_sends(qp: *mut po_qp, wrs: &[Wr]) -> Result<(), String> {
     if wrs.is_empty() {
         return Ok(());
     }
-    let sges: Vec<Vec<po_sge>> = wrs.iter().map(|w| po_sges(&w.sges)).collect();
-    let avs: Vec<Option<[u8; 48]>> = wrs.iter().map(|w| w.ud.map(|u| u.av)).collect();
-    let list: Vec<po_send_wr> = wrs
-        .iter()
-        .zip(sges.iter().zip(&avs))
-        .map(|(w, (s, av))| {
-            let (raddr, rkey, compare_add, swap, imm) = match w.op {
-                Op::Send => (0, 0, 0, 0, 0),
-                Op::SendImm { imm } => (0, 0, 0, 0, imm),
-                Op::Write { raddr, rkey } | Op::Read { raddr, rkey } => (raddr, rkey, 0, 0, 0),
-                Op::WriteImm { raddr, rkey, imm } => (raddr, rkey, 0, 0, imm),
-                Op::CmpSwap {
-                    raddr,
-                    rkey,
-                    compare,
-                    swap,
-                } => (raddr, rkey, compare, swap, 0),
-                Op::FetchAdd { raddr, rkey, add } => (raddr, rkey, add, 0, 0),
-            };
-            po_send_wr {
-                wr_id: w.wr_id,
-                sg_list: s.as_ptr(),
-                av: av.as_ref().map_or(core::ptr::null(), |a| a.as_ptr()),
-                remote_addr: raddr,
-                compare_add,
-                swap,
-                opcode: w.op.ibv(),
-                send_flags: w.ibv_flags(),
-                imm,
-                num_sge: s.len() as u32,
-                rkey,
-                remote_qpn: w.ud.map_or(0, |u| u.remote_qpn),
-                remote_qkey: w.ud.map_or(0, |u| u.qkey),
-                pad: 0,
-            }
-        })
-        .collect();
+    let pw = ProviderWrs::of(wrs);
+    let list = &pw.list;
     let mut bad = 0;
     // SAFETY: `qp` is live; the list, its SGE arrays and AVs outlive the call.
     let err = unsafe { po_post_send(qp, list.as_ptr(), list.len() as u32, &mut bad) };
@@ -359,7 +296,7 @@ impl World {
                 .map_err(|e| e.to_string())?;
             for (id, sges) in &q.recvs {
                 posted.srq.push(
-                    srq.post(&segs(sges), *id)
+                    srq.post(&data_segs(sges), *id)
                         .map_err(|e| format!("our SRQ: {e}"))?,
                 );
             }
@@ -465,7 +402,7 @@ impl World {
                     let mut rq = unsafe { ReceiveQueue::new(&o) }.map_err(|e| e.to_string())?;
                     assert!(rq.start_at(r.head));
                     for (id, sges) in &r.recvs {
-                        rq.post(&segs(sges), *id)
+                        rq.post(&data_segs(sges), *id)
                             .map_err(|e| format!("our RQ: {e}"))?;
                     }
                     rq.ring_doorbell();
