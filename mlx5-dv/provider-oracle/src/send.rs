@@ -186,77 +186,135 @@ pub fn post_ours(
     (mem.outcome(at, pi), refused)
 }
 
+/// libmlx5's send queue of `cfg` (a fake `struct mlx5_qp` in RTS on a
+/// fake CQ) over rings the caller owns and keeps for `'m`; freed on drop.
+#[cfg(provider_oracle)]
+pub struct ProviderSq<'m> {
+    ctx: *mut po_ctx,
+    cq: *mut po_cq,
+    qp: *mut po_qp,
+    _cq_mem: [Mem; 2],
+    _rings: core::marker::PhantomData<&'m Mem>,
+}
+
+#[cfg(provider_oracle)]
+impl<'m> ProviderSq<'m> {
+    /// Over `ring` (`cfg.wqe_cnt` WQEBBs), `dbrec` (8 bytes) and `bf`
+    /// (2 x [`BF_SIZE`] bytes), its producer index at `cfg.start_pi`.
+    pub fn new(cfg: &SqConfig, ring: &'m Mem, dbrec: &'m Mem, bf: &'m Mem) -> ProviderSq<'m> {
+        assert!(ring.len() >= cfg.wqe_cnt as usize * 64 && dbrec.len() >= 8);
+        assert!(bf.len() >= 2 * BF_SIZE as usize);
+        let cq_mem = [Mem::zeroed(64), Mem::zeroed(64)];
+        let cq_cfg = po_cq_cfg {
+            buf: cq_mem[0].ptr().cast(),
+            dbrec: cq_mem[1].ptr().cast(),
+            cqe_cnt: 1,
+            cqe_sz: 64,
+            cons_index: 0,
+            cqn: 1,
+        };
+        let qp_cfg = po_qp_cfg {
+            sq_buf: ring.ptr().cast(),
+            rq_buf: core::ptr::null_mut(),
+            dbrec: dbrec.ptr().cast(),
+            bf_reg: bf.ptr().cast(),
+            sq_wqe_cnt: cfg.wqe_cnt,
+            sq_cur_post: cfg.start_pi,
+            sq_max_post: cfg.max_post,
+            sq_max_gs: 32,
+            max_inline: cfg.max_inline,
+            rq_wqe_cnt: 0,
+            rq_wqe_shift: 0,
+            rq_max_gs: 0,
+            rq_max_post: 0,
+            rq_head: 0,
+            qpn: cfg.qpn,
+            qp_type: cfg.qp_type,
+            sq_sig_all: cfg.sq_sig_all as u32,
+            wq_sig: 0,
+            atomics: (cfg.qp_type == ibv::QPT_RC) as u32,
+            prefer_bf: cfg.prefer_bf as u32,
+            bf_size: BF_SIZE,
+            bf_offset: 0,
+            user_index: cfg.qpn,
+            pad: 0,
+        };
+        // SAFETY: the configs name memory sized as asserted above, which
+        // outlives the objects: the caller's for `'m`, the CQ's in the
+        // returned value (freed in Drop after the objects).
+        let (ctx, cq, qp) = unsafe {
+            let ctx = po_ctx_new();
+            assert!(!ctx.is_null());
+            let cq = po_cq_new(ctx, &cq_cfg);
+            assert!(!cq.is_null());
+            let qp = po_qp_new(ctx, &qp_cfg, cq, cq, core::ptr::null_mut());
+            assert!(!qp.is_null());
+            (ctx, cq, qp)
+        };
+        ProviderSq {
+            ctx,
+            cq,
+            qp,
+            _cq_mem: cq_mem,
+            _rings: core::marker::PhantomData,
+        }
+    }
+
+    /// `mlx5_post_send` of `list` (at most 64): errno and the index of the
+    /// WR refused (the list's length if none).
+    pub fn post(&mut self, list: &[po_send_wr]) -> (i32, u32) {
+        let mut bad = list.len() as u32;
+        // SAFETY: `qp` is live; `list` and what it points to (the caller's)
+        // outlive the call.
+        let err = unsafe { po_post_send(self.qp, list.as_ptr(), list.len() as u32, &mut bad) };
+        (err, if err == 0 { list.len() as u32 } else { bad })
+    }
+
+    /// Its producer index, WR counters and BlueFlame offset.
+    pub fn state(&self) -> po_sq_state {
+        let mut st = po_sq_state::default();
+        // SAFETY: `qp` is live.
+        unsafe { po_qp_state(self.qp, &mut st) };
+        st
+    }
+
+    /// `n` WRs retired, as a poll would.
+    pub fn retire_sends(&mut self, n: u32) {
+        // SAFETY: `qp` is live.
+        unsafe { po_qp_retire_sends(self.qp, n) };
+    }
+}
+
+#[cfg(provider_oracle)]
+impl Drop for ProviderSq<'_> {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`, freed once, QP before CQ before context.
+        unsafe {
+            po_qp_free(self.qp);
+            po_cq_free(self.cq);
+            po_ctx_free(self.ctx);
+        }
+    }
+}
+
 /// Posts `wrs` through libmlx5's `mlx5_post_send`, one call per post of
 /// [`SqConfig::batches`].
 #[cfg(provider_oracle)]
 pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, wrs: &[Wr]) -> (Outcome, i32) {
     let wrs = ProviderWrs::of(wrs);
     let list = &wrs.list;
-    let mut cq_buf = Mem::zeroed(64);
-    let mut cq_db = Mem::zeroed(64);
-    let cq_cfg = po_cq_cfg {
-        buf: cq_buf.bytes_mut().as_mut_ptr().cast(),
-        dbrec: cq_db.bytes_mut().as_mut_ptr().cast(),
-        cqe_cnt: 1,
-        cqe_sz: 64,
-        cons_index: 0,
-        cqn: 1,
-    };
-    let qp_cfg = po_qp_cfg {
-        sq_buf: mem.ring.ptr().cast(),
-        rq_buf: core::ptr::null_mut(),
-        dbrec: mem.dbrec.ptr().cast(),
-        bf_reg: mem.bf.ptr().cast(),
-        sq_wqe_cnt: cfg.wqe_cnt,
-        sq_cur_post: cfg.start_pi,
-        sq_max_post: cfg.max_post,
-        sq_max_gs: 32,
-        max_inline: cfg.max_inline,
-        rq_wqe_cnt: 0,
-        rq_wqe_shift: 0,
-        rq_max_gs: 0,
-        rq_max_post: 0,
-        rq_head: 0,
-        qpn: cfg.qpn,
-        qp_type: cfg.qp_type,
-        sq_sig_all: cfg.sq_sig_all as u32,
-        wq_sig: 0,
-        atomics: (cfg.qp_type == ibv::QPT_RC) as u32,
-        prefer_bf: cfg.prefer_bf as u32,
-        bf_size: BF_SIZE,
-        bf_offset: 0,
-        user_index: cfg.qpn,
-        pad: 0,
-    };
-    let mut st = po_sq_state::default();
-    let mut bad;
-    // SAFETY: every pointer in the configs is memory this function or
-    // `mem` owns, alive until the objects are freed below; the WR list and
-    // its SGE and AV arrays live until `po_post_send` returns.
-    let err = unsafe {
-        let ctx = po_ctx_new();
-        assert!(!ctx.is_null());
-        let cq = po_cq_new(ctx, &cq_cfg);
-        assert!(!cq.is_null());
-        let qp = po_qp_new(ctx, &qp_cfg, cq, cq, core::ptr::null_mut());
-        assert!(!qp.is_null());
-        let mut err = 0;
-        bad = list.len() as u32;
-        for b in cfg.batches(list.len()) {
-            let mut at = 0;
-            err = po_post_send(qp, list[b.clone()].as_ptr(), b.len() as u32, &mut at);
-            if err != 0 {
-                bad = (b.start + at as usize) as u32;
-                break;
-            }
+    let mut sq = ProviderSq::new(cfg, &mem.ring, &mem.dbrec, &mem.bf);
+    let (mut err, mut bad) = (0, list.len() as u32);
+    for b in cfg.batches(list.len()) {
+        let (e, at) = sq.post(&list[b.clone()]);
+        if e != 0 {
+            (err, bad) = (e, b.start as u32 + at);
+            break;
         }
-        po_qp_state(qp, &mut st);
-        po_qp_free(qp);
-        po_cq_free(cq);
-        po_ctx_free(ctx);
-        err
-    };
-    (mem.outcome(bad as usize, st.cur_post), err)
+    }
+    let pi = sq.state().cur_post;
+    drop(sq);
+    (mem.outcome(bad as usize, pi), err)
 }
 
 /// Why a byte may differ, by design: the rows of docs/prm.md's table.

@@ -10,12 +10,11 @@
 
 use mlx5_dv::driver::SendQueue;
 use mlx5_dv::dv::{mlx5dv_bf, mlx5dv_qp, mlx5dv_wq};
-use mlx5_provider_oracle::ffi::*;
 use mlx5_provider_oracle::gen::{self, Rng, Source, ARENA};
 use mlx5_provider_oracle::mem::Mem;
 use mlx5_provider_oracle::oracle_or_skip;
-use mlx5_provider_oracle::send::{ProviderWrs, BF_SIZE};
-use mlx5_provider_oracle::wr::{ibv, Op};
+use mlx5_provider_oracle::send::{ProviderSq, ProviderWrs, BF_SIZE};
+use mlx5_provider_oracle::wr::Op;
 
 fn one_case(seed: u64) -> Result<u32, String> {
     let mut s = Rng(seed);
@@ -36,7 +35,6 @@ fn one_case(seed: u64) -> Result<u32, String> {
         mem(64),
         mem(2 * BF_SIZE as usize),
     );
-    let (cq_buf, cq_db) = (mem(64), mem(64));
     let desc = mlx5dv_qp {
         dbrec: o_db.ptr().cast(),
         sq: mlx5dv_wq {
@@ -62,57 +60,7 @@ fn one_case(seed: u64) -> Result<u32, String> {
     assert!(sq.limit_wqe_size(cfg.max_wqebbs));
     sq.set_auto_signal(0);
     assert!(sq.start_at(cfg.start_pi));
-    let cq_cfg = po_cq_cfg {
-        buf: cq_buf.ptr().cast(),
-        dbrec: cq_db.ptr().cast(),
-        cqe_cnt: 1,
-        cqe_sz: 64,
-        cons_index: 0,
-        cqn: 1,
-    };
-    let qp_cfg = po_qp_cfg {
-        sq_buf: t_ring.ptr().cast(),
-        rq_buf: core::ptr::null_mut(),
-        dbrec: t_db.ptr().cast(),
-        bf_reg: t_bf.ptr().cast(),
-        sq_wqe_cnt: cfg.wqe_cnt,
-        sq_cur_post: cfg.start_pi,
-        sq_max_post: cfg.max_post,
-        sq_max_gs: 32,
-        max_inline: cfg.max_inline,
-        rq_wqe_cnt: 0,
-        rq_wqe_shift: 0,
-        rq_max_gs: 0,
-        rq_max_post: 0,
-        rq_head: 0,
-        qpn: cfg.qpn,
-        qp_type: cfg.qp_type,
-        sq_sig_all: 0,
-        wq_sig: 0,
-        atomics: (cfg.qp_type == ibv::QPT_RC) as u32,
-        prefer_bf: 1,
-        bf_size: BF_SIZE,
-        bf_offset: 0,
-        user_index: cfg.qpn,
-        pad: 0,
-    };
-    // SAFETY: every buffer named is this function's and outlives the
-    // provider's objects (freed below, before the buffers).
-    let (ctx, cq, qp) = unsafe {
-        let ctx = po_ctx_new();
-        assert!(!ctx.is_null());
-        let cq = po_cq_new(ctx, &cq_cfg);
-        assert!(!cq.is_null());
-        let qp = po_qp_new(ctx, &qp_cfg, cq, cq, core::ptr::null_mut());
-        assert!(!qp.is_null());
-        (ctx, cq, qp)
-    };
-    let state = || {
-        let mut st = po_sq_state::default();
-        // SAFETY: `qp` is live until the end of the function.
-        unsafe { po_qp_state(qp, &mut st) };
-        st
-    };
+    let mut theirs = ProviderSq::new(&cfg, &t_ring, &t_db, &t_bf);
     let mut result = Ok(0);
     let rounds = s.range(2, 6);
     for round in 0..rounds {
@@ -130,7 +78,7 @@ fn one_case(seed: u64) -> Result<u32, String> {
                 };
             }
         }
-        let half = state().bf_offset as usize;
+        let half = theirs.state().bf_offset as usize;
         let first = sq.pi();
         let mut last = first;
         for w in &wrs {
@@ -146,16 +94,14 @@ fn one_case(seed: u64) -> Result<u32, String> {
         sq.ring_doorbell();
         let pw = ProviderWrs::of(&wrs);
         let list = &pw.list;
-        let mut bad = 0;
-        // SAFETY: `qp` is live; the list and what it points to outlive the call.
-        let err = unsafe { po_post_send(qp, list.as_ptr(), list.len() as u32, &mut bad) };
+        let (err, bad) = theirs.post(list);
         if err != 0 {
             result = Err(format!(
                 "round {round}: the provider refused WR {bad}: errno {err}"
             ));
             break;
         }
-        let st = state();
+        let st = theirs.state();
         // One WQE of one DS (a SEND of nothing): libmlx5 rings 8 bytes
         // even with prefer_bf, ours copies the WQEBB (docs/prm.md).
         let ds = t_ring.bytes()[(first & (cfg.wqe_cnt - 1)) as usize * 64 + 7] & 0x3f;
@@ -202,16 +148,10 @@ fn one_case(seed: u64) -> Result<u32, String> {
             result = Err(format!("{what}: ours did not retire WQE {last:#x}"));
             break;
         }
-        // SAFETY: `qp` is live.
-        unsafe { po_qp_retire_sends(qp, wrs.len() as u32) };
+        theirs.retire_sends(wrs.len() as u32);
         result = result.map(|n| n + 1);
     }
-    // SAFETY: made above, each freed once, QP before CQ before context.
-    unsafe {
-        po_qp_free(qp);
-        po_cq_free(cq);
-        po_ctx_free(ctx);
-    }
+    drop(theirs);
     drop(sq);
     result
 }
