@@ -19,6 +19,7 @@
 //! - `api_shared_poll_empty`: `SharedCq::poll` of an empty shared CQ (one
 //!   connected QP on it).
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::{
     Access, Completion, Context, CqSizing, Qp, QpConfig, QpType, RecvWr, RemoteAddr, SendFlags,
     SendHalf, SendWr, Sge, SharedCq, UdDest, WriteWr,

@@ -75,6 +75,8 @@ pub mod reactor;
 mod reclaim;
 mod split;
 mod srq;
+#[cfg(feature = "test-hooks")]
+pub mod testing;
 mod wait;
 
 /// RDMA's concepts (memory registration, QPs and their states, CQs and
@@ -92,7 +94,7 @@ pub use events::AsyncEvents;
 /// or the same version, to map what you register.
 pub use memmap2;
 pub use pd::Pd;
-pub use qp::{Qp, SimHook};
+pub use qp::Qp;
 #[cfg(feature = "tokio")]
 pub use reactor::TokioReactor;
 pub use reactor::{Reactor, ReadyFd, ThreadReactor};
@@ -114,11 +116,3 @@ pub use types::qp_attr::{
 };
 pub use types::qp_state::QpState;
 pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
-
-/// Test hook (feature `test-hooks`, which no build of the library turns
-/// on): the direct path's step from one polled CQE to a [`Completion`], for
-/// `mlx5-dv/provider-oracle`, which compares it with libmlx5's
-/// `mlx5_poll_cq_v1` on the same CQEs (issue 27).
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub use backend::direct::poll::completion_of as __direct_completion_of;

@@ -419,69 +419,12 @@ impl Qp {
         }
     }
 
-    /// The send queue's ring bytes followed by its doorbell record, on the
-    /// direct path (`None` on verbs, whose provider owns the ring, and on a
-    /// QP split into halves, whose send half writes it). For tests
-    /// and tools that show a refused post wrote nothing; allocates.
-    pub fn sq_snapshot(&self) -> Option<Vec<u8>> {
-        if self.halves.is_some() {
-            // Its send half may be writing the ring now.
-            return None;
-        }
-        match &self.kind {
-            QpKind::Direct(q) => Some(q.sq_snapshot()),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(_) => None,
-        }
-    }
-
     /// Depth of the QP's CQ in CQEs, as the device made it.
     pub fn cq_depth(&self) -> u32 {
         match &self.kind {
             QpKind::Direct(q) => q.cq_depth(),
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.cq_depth(),
-        }
-    }
-
-    /// Test hooks of the sim: `None` on other devices. They bypass the
-    /// checks that keep a correct program away from some device errors
-    /// (malformed WQEs, CQ overrun), so the conformance suite can show that
-    /// the device reports them as the hardware does.
-    #[doc(hidden)]
-    pub fn sim_hook(&mut self) -> Option<SimHook<'_>> {
-        if self.shared_cq.is_some() || self.halves.is_some() {
-            return None;
-        }
-        match &mut self.kind {
-            QpKind::Direct(q) if q.is_sim() => Some(SimHook { q }),
-            QpKind::Direct(_) => None,
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(_) => None,
-        }
-    }
-
-    /// Test hook: the QP's posts stop taking CQ credits, so they can
-    /// exceed its CQ's room and overrun it (what the device reports then:
-    /// `AsyncEvent::CqError`). On the sim, as [`SimHook::ignore_cq_credits`];
-    /// on a verbs device, a raw overflow of its own CQ. `false` where it
-    /// does nothing: ConnectX, a QP of a shared CQ, a split QP.
-    #[doc(hidden)]
-    pub fn hook_ignore_cq_credits(&mut self) -> bool {
-        if self.shared_cq.is_some() || self.halves.is_some() {
-            return false;
-        }
-        match &mut self.kind {
-            QpKind::Direct(q) if q.is_sim() => {
-                q.ignore_credits();
-                true
-            }
-            QpKind::Direct(_) => false,
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => {
-                q.ignore_credits();
-                true
-            }
         }
     }
 
@@ -790,45 +733,6 @@ impl Qp {
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.poll(out),
         }
-    }
-}
-
-/// See [`Qp::sim_hook`].
-#[doc(hidden)]
-pub struct SimHook<'q> {
-    q: &'q mut direct::DirectQp,
-}
-
-impl SimHook<'_> {
-    /// Posts `wr` (checked and encoded as usual), lets `patch` rewrite its
-    /// WQE bytes in the ring (all of its WQEBBs, starting at the ctrl
-    /// segment), then rings the doorbell.
-    pub fn post_patched(&mut self, wr: &SendWr<'_>, patch: impl FnOnce(&mut [u8])) -> Result<()> {
-        self.q.post_patched(wr, patch)
-    }
-
-    /// Whether the QP's own CQ holds `k` CQEs not yet polled: a look that
-    /// consumes nothing (for measurements that must know a poll finds them).
-    pub fn cqes_ready(&self, k: u32) -> bool {
-        self.q.cqes_ready(k)
-    }
-
-    /// Stops taking CQ credits, so posts can exceed the CQ's room.
-    pub fn ignore_cq_credits(&mut self) {
-        self.q.ignore_credits();
-    }
-
-    /// Whether the QP's CQ overran, and the CQ error events it raised.
-    pub fn cq_overrun(&self) -> (bool, u64) {
-        self.q.cq_overrun()
-    }
-
-    /// With `on`, the device writes this QP's receive CQEs in swapped
-    /// pairs (the receives into WQEs 0, 1, 2, 3 complete as 1, 0, 3, 2),
-    /// as a device that completes receives out of order; the first of a
-    /// pair waits for the second, or for `false`.
-    pub fn swap_recv_completions(&mut self, on: bool) {
-        self.q.swap_recv_completions(on);
     }
 }
 

@@ -2,6 +2,7 @@
 //! / `post_many`, `Sge::bytes`, the post modes and CQ credits) against what
 //! the checked path does, on the sim: what a break-it review tried, kept.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 

@@ -2,6 +2,7 @@
 //! configurations, over-long `Sge::bytes`, and the in-place and checked
 //! paths writing the same WQEs.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::Duration;
 

@@ -9,6 +9,7 @@
 //! access is checked for use after free, out-of-bounds and data races.
 
 use rdma_direct::pool::{Pool, PoolConfig};
+use rdma_direct::testing::QpHooks;
 use rdma_direct::{
     Access, Completion, Context, Error, LocalMr, Memory, Mr, Qp, QpAttr, QpConfig, QpState,
     RegRefusal, RemoteAddr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WriteWr,

@@ -2,6 +2,7 @@
 //! the same `SendWr`, on the sim: the same WQE bytes, the same completions,
 //! the same errors, and a refusal writes nothing.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 

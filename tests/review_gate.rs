@@ -1,6 +1,7 @@
 //! A break-it review of `Qp::post_write`'s SQ gate, the SGE PD tag, the
 //! slot bookkeeping and the u32 send counts (commit 66cfb43), on the sim.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 
 #[path = "support/one_opcode.rs"]

@@ -2,6 +2,7 @@
 //! `RecvHalf`, `Qp::join`), on the sim, through the public API only: bad
 //! input, misuse and faults a legitimate user can cause.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

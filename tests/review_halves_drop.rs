@@ -4,6 +4,7 @@
 //! threads post, the ring snapshot, owned buffers, events, out-of-order
 //! receives.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 

@@ -4,6 +4,7 @@
 //! long mixed streams compared byte for byte with a QP driven only through
 //! `post_send`.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::Instant;
 

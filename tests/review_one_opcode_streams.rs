@@ -2,6 +2,7 @@
 //! driven only through `post_send`, shared CQs, MR lifetime, tracing, and
 //! batches behind unsignaled WRs (see `review_one_opcode.rs`).
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! A break-it review of the transports (UC, UD), shared receive queues and
 //! device async events (issue 15), on the sim, through the public API.
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Helpers of the in-place posts' hostile tests (`fast_paths*.rs`).
 #![allow(dead_code)]
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 
 #[path = "sim.rs"]

@@ -1,6 +1,7 @@
 //! Helpers of the one-opcode review tests (`review_one_opcode*.rs`).
 #![allow(dead_code)]
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 
 #[path = "sim.rs"]

@@ -16,7 +16,7 @@
 //! provider's, in chunks that never overrun, polled by both in batches of
 //! 1 to 64: ours by `mlx5_dv::driver::CompletionQueue` and the direct
 //! backend's own step from a CQE to a `Completion`
-//! (`rdma_direct::__direct_completion_of`), theirs by `po_poll_cq`. After
+//! (`rdma_direct::testing::direct_completion_of`), theirs by `po_poll_cq`. After
 //! each poll: every completion field both have ([`differences`]), the
 //! consumer index, the CQ doorbell record, the SQ's retired WR count.
 //!

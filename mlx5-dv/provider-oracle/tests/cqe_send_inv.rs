@@ -173,7 +173,7 @@ fn a_send_with_invalidate_receive_reads_as_libmlx5_reads_it() {
     let ours = {
         let mut cur = cq.cursor::<64>();
         let c = cur.next().expect("our CQ has the CQE");
-        rdma_direct::__direct_completion_of(&mut sq.retirer(), &mut rq, c, QPN, true)
+        rdma_direct::testing::direct_completion_of(&mut sq.retirer(), &mut rq, c, QPN, true)
             .expect("no error")
             .expect("a completion")
     };

@@ -19,6 +19,7 @@ use mlx5_provider_oracle::gen::{Rng, Source};
 use mlx5_provider_oracle::send::{allowed_bytes, post_theirs, ring_diffs, SqConfig, SqMem};
 use mlx5_provider_oracle::wr::{ibv, Op, Sge as OSge, Ud, Wr};
 use mlx5_provider_oracle::{cases, oracle_or_skip};
+use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
 use std::time::{Duration, Instant};
 

@@ -9,6 +9,8 @@
     allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
 )]
 
+#[cfg(feature = "test-hooks")]
+mod hooks;
 pub(crate) mod poll;
 mod split;
 mod srq;
@@ -22,7 +24,6 @@ use crate::types::mem::{Access, Buffer};
 use crate::types::mr::{MrInner, Registration};
 use crate::types::progress::WrProgress;
 use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
-use crate::types::wr::SendWr;
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
 use mlx5_dv::sim;
 use std::sync::Arc;
@@ -875,74 +876,6 @@ impl DirectQp {
         self.own_cq()?.wait_event(timeout)
     }
 
-    /// Test hook: see `SimHook::post_patched`.
-    pub(crate) fn post_patched(
-        &mut self,
-        w: &SendWr<'_>,
-        patch: impl FnOnce(&mut [u8]),
-    ) -> Result<()> {
-        self.take_credits(1)?;
-        let undo = self.signal_if_credits_low();
-        let start = self.sq.pi();
-        if let Err(e) = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| Ok(r?)) {
-            self.give_credits(1);
-            if let Some(u) = undo {
-                self.sq.undo_signal_next(u);
-            }
-            return Err(e);
-        }
-        let wqebbs = self.sq.pi().wrapping_sub(start) as usize;
-        let off = (start & (self.sq.geometry().wqe_cnt - 1)) as usize * 64;
-        let mut bytes = vec![0u8; wqebbs * 64];
-        let sim_qp = match &*self.dev {
-            DirectDev::Sim(qp) => qp,
-            #[cfg(feature = "verbs")]
-            DirectDev::Mlx5(_) => unreachable!("SimHook exists only on the sim"),
-        };
-        sim_qp.hook_read_sq(off, &mut bytes);
-        patch(&mut bytes);
-        sim_qp.hook_write_sq(off, &bytes);
-        self.sq.ring_doorbell();
-        self.posted_sends(1);
-        Ok(())
-    }
-
-    /// Test hook: posts stop taking CQ credits, and the QP's own CQ detects
-    /// overrun (`DirectCq::detect_overrun`), so that a test can reach one.
-    pub(crate) fn ignore_credits(&mut self) {
-        self.count_credits = false;
-        if self.post_mode == POST_IN_PLACE_COUNTED {
-            self.set_post_mode(POST_IN_PLACE);
-        }
-        if let Some(cq) = &mut self.cq {
-            cq.detect_overrun();
-        }
-    }
-
-    /// Test hook: see `SimHook::swap_recv_completions`.
-    pub(crate) fn swap_recv_completions(&mut self, on: bool) {
-        match &*self.dev {
-            DirectDev::Sim(q) => q.hook_swap_recv_completions(on),
-            #[cfg(feature = "verbs")]
-            DirectDev::Mlx5(_) => {}
-        }
-    }
-
-    /// Whether the CQ overran, and its CQ error events.
-    pub(crate) fn cq_overrun(&self) -> (bool, u64) {
-        self.cq.as_ref().map_or((false, 0), DirectCq::overrun)
-    }
-
-    /// Whether the QP's own CQ holds `k` CQEs not yet polled (nothing consumed).
-    pub(crate) fn cqes_ready(&self, k: u32) -> bool {
-        self.cq.as_ref().is_some_and(|c| c.cq.ready(k))
-    }
-
-    /// Whether the QP runs on the sim (its test hooks apply).
-    pub(crate) fn is_sim(&self) -> bool {
-        matches!(*self.dev, DirectDev::Sim(_))
-    }
-
     /// UD: the port's active MTU, the largest message the in-place UD post
     /// takes (set once the port is known; 0 until then: none).
     pub(crate) fn set_ud_mtu(&mut self, mtu: u32) {
@@ -962,11 +895,6 @@ impl DirectQp {
     /// CQEs the QP's CQ holds.
     pub(crate) fn cq_depth(&self) -> u32 {
         self.credits.depth()
-    }
-
-    /// SQ ring bytes and doorbell record (see `SendQueue::snapshot`).
-    pub(crate) fn sq_snapshot(&self) -> Vec<u8> {
-        self.sq.snapshot()
     }
 
     pub(crate) fn qpn(&self) -> u32 {

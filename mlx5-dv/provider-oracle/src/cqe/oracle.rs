@@ -452,7 +452,7 @@ impl World {
     }
 
     /// Our poll of up to `ne` completions, as the direct backend's:
-    /// the cursor, [`rdma_direct::__direct_completion_of`] per CQE on
+    /// the cursor, [`rdma_direct::testing::direct_completion_of`] per CQE on
     /// the QP its QPN names, then `polled` (the record, if written).
     fn poll_ours<const SLOT: usize>(
         &mut self,
@@ -470,7 +470,13 @@ impl World {
                 err = Some(format!("ours: a CQE of QP {qpn:#x}, none of the case's"));
                 break;
             };
-            match rdma_direct::__direct_completion_of(&mut q.sq.retirer(), &mut q.rq, c, qpn, own) {
+            match rdma_direct::testing::direct_completion_of(
+                &mut q.sq.retirer(),
+                &mut q.rq,
+                c,
+                qpn,
+                own,
+            ) {
                 Ok(Some(wc)) => out.push(wc),
                 Ok(None) => {}
                 Err(e) => {

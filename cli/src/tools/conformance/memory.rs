@@ -67,7 +67,8 @@ pub(super) fn a_vec_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult 
 
 pub(super) fn an_anonymous_mmap_is_a_local_sge_and_a_remote_target(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let map = memmap2::MmapMut::map_anon(256 << 10).map_err(|e| Failure(format!("mmap: {e}")))?;
+    let map = rdma_direct::memmap2::MmapMut::map_anon(256 << 10)
+        .map_err(|e| Failure(format!("mmap: {e}")))?;
     local_and_remote(&mut s, map.into(), "an anonymous MmapMut")
 }
 

@@ -3,6 +3,7 @@
 //! hardware does.
 
 use super::*;
+use rdma_direct::testing::QpHooks;
 
 pub(super) const NEEDS_HOOK: &str =
     "needs the sim's test hook (raw WQE bytes or bypassed CQ credits); this device has none";
@@ -157,11 +158,11 @@ pub(super) fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResu
 }
 
 /// The verbs half of [`cq_overrun_stops_the_cq_and_raises_an_event`]: with
-/// the QP's CQ credits bypassed ([`Qp::hook_ignore_cq_credits`]), 16
+/// the QP's CQ credits bypassed ([`Qp::ignore_cq_credits`]), 16
 /// signaled WRITEs into a CQ of 4 (the provider may round it up; rxe makes
 /// 7) that nobody polls; the device raises `CqError` (`IBV_EVENT_CQ_ERR`).
 fn cq_overrun_on_verbs(mut s: Setup, sge: &[Sge<'_>], dst: &Mr) -> CaseResult {
-    if !s.a.hook_ignore_cq_credits() {
+    if !s.a.ignore_cq_credits() {
         return skipped(
             "CQ credits cannot be bypassed on this device (ConnectX: the direct path's CQs ignore overrun)",
         );

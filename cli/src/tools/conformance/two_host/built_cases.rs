@@ -11,6 +11,7 @@
 use super::super::{nothing_completes, passed, pattern, poll_one, poll_until};
 use super::far::{limit_event, FarPeer, Near};
 use super::{CaseResult, Failure};
+use rdma_direct::testing::QpHooks;
 use rdma_direct::{
     Access, Completion, Error, QpState, RemoteAddr, Rkey, SendWr, Sge, WcOpcode, WcStatus,
 };

@@ -4,6 +4,7 @@
 //! receive holds.
 
 use super::*;
+use rdma_direct::testing::QpHooks;
 use rdma_direct::{AsyncEvent, Srq};
 
 const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);

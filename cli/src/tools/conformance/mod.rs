@@ -7,6 +7,7 @@
 //! A case passes, fails with a message naming what differed, or is skipped
 //! with the reason (e.g. a case that needs the sim's test hook on rxe).
 
+use rdma_direct::testing::QpHooks;
 use rdma_direct::{
     Access, Completion, CompletionMode, Context, CqSizing, Error, Mr, Pd, Qp, QpAttr, QpConfig,
     QpState, RecvWr, RegRefusal, RemoteAddr, Rkey, SendWr, Sge, SharedCq, WcOpcode, WcStatus,

@@ -794,13 +794,10 @@ fn examples() -> Vec<(String, std::path::PathBuf)> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| exe.ancestors().nth(3).unwrap().to_path_buf());
-    let features: Vec<&str> = [
-        ("verbs", cfg!(feature = "verbs")),
-        ("cli", cfg!(feature = "cli")),
-    ]
-    .into_iter()
-    .filter_map(|(f, on)| on.then_some(f))
-    .collect();
+    let features: Vec<&str> = [("verbs", cfg!(feature = "verbs"))]
+        .into_iter()
+        .filter_map(|(f, on)| on.then_some(f))
+        .collect();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args([
         "build",
@@ -808,9 +805,12 @@ fn examples() -> Vec<(String, std::path::PathBuf)> {
         "--message-format=json",
         "--no-default-features",
     ])
+    // The library's examples (the workspace root's package).
     .args([
         "--manifest-path",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"),
+        "-p",
+        "rdma-direct",
     ])
     .arg("--target-dir")
     .arg(&target)
