@@ -48,36 +48,21 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-// Layer 1: shared types (no backend, no handle).
-mod types;
+// Layer 1: the verbs' vocabulary (no backend, no handle): WRs,
+// completions, keys and access, QP states and attributes, errors.
+mod ib;
 // Layer 2: the backends.
 mod backend;
-// Layer 3: the front end users hold.
-mod channel;
-#[cfg(feature = "verbs")]
-pub mod cm;
-mod cm_wait;
-mod completions;
-mod context;
+// Layer 3: the front end users hold, by what it is.
+mod connect;
 mod cq;
-mod events;
-pub mod exchange;
-mod handles;
-mod owned;
+mod device;
 mod pd;
-pub mod pool;
 mod qp;
-mod qp_create;
-mod qp_fast;
-mod qp_owned;
-mod qp_ud;
 pub mod reactor;
-mod reclaim;
-mod split;
 mod srq;
 #[cfg(feature = "test-hooks")]
 pub mod testing;
-mod wait;
 
 /// RDMA's concepts (memory registration, QPs and their states, CQs and
 /// CQEs, WRs and WQEs, SGEs) mapped to this crate's types; every example
@@ -85,34 +70,36 @@ mod wait;
 #[doc = include_str!("../docs/concepts.md")]
 pub mod concepts {}
 
-pub use channel::CompChannel;
-pub use completions::Completions;
-pub use context::{list_devices, Context};
+#[cfg(feature = "verbs")]
+pub use connect::cm;
+pub use connect::exchange;
+pub use cq::channel::CompChannel;
+pub use cq::completions::Completions;
 pub use cq::SharedCq;
-pub use events::AsyncEvents;
+pub use device::context::{list_devices, Context};
+pub use device::events::AsyncEvents;
+pub use ib::ah::Ah;
+pub use ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
+pub use ib::config::{CompletionMode, CqSizing, QpConfig};
+pub use ib::device::{Backend, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
+pub use ib::error::RegRefusal;
+pub use ib::error::{Error, Result};
+pub use ib::event::AsyncEvent;
+pub use ib::keys::{Lkey, RemoteAddr, Rkey};
+pub use ib::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
+pub use ib::mr::{LocalMr, Mr, Refused};
+pub use ib::qp_attr;
+pub use ib::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo, QpType};
+pub use ib::qp_state::QpState;
+pub use ib::wr::{RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
 /// The `memmap2` this crate's [`Memory`] takes mappings of (0.9): use it,
 /// or the same version, to map what you register.
 pub use memmap2;
+pub use pd::pool;
 pub use pd::Pd;
+pub use qp::split::{RecvHalf, SendHalf};
 pub use qp::Qp;
 #[cfg(feature = "tokio")]
 pub use reactor::TokioReactor;
 pub use reactor::{Reactor, ReadyFd, ThreadReactor};
-pub use split::{RecvHalf, SendHalf};
 pub use srq::Srq;
-pub use types::ah::Ah;
-pub use types::completion::{Completion, SrcQp, WcOpcode, WcStatus};
-pub use types::config::{CompletionMode, CqSizing, QpConfig};
-pub use types::device::{Backend, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
-pub use types::error::RegRefusal;
-pub use types::error::{Error, Result};
-pub use types::event::AsyncEvent;
-pub use types::keys::{Lkey, RemoteAddr, Rkey};
-pub use types::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
-pub use types::mr::{LocalMr, Mr, Refused};
-pub use types::qp_attr;
-pub use types::qp_attr::{
-    AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo, QpType,
-};
-pub use types::qp_state::QpState;
-pub use types::wr::{RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};

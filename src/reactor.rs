@@ -7,7 +7,7 @@
 //! Only verbs devices (and a ConnectX's completion channels) need one: the
 //! sim wakes an async wait's waker itself when it raises the event.
 
-use crate::types::error::{Error, Result};
+use crate::ib::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

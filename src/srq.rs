@@ -5,9 +5,9 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs;
-use crate::handles::{PdInner, PdKind};
-use crate::types::error::{Error, Result};
-use crate::types::wr::{RecvWr, BYTES_PD};
+use crate::device::handles::{PdInner, PdKind};
+use crate::ib::error::{Error, Result};
+use crate::ib::wr::{RecvWr, BYTES_PD};
 use mlx5_dv::driver::CqCredits;
 use std::sync::{Arc, Mutex};
 

@@ -27,9 +27,9 @@
 //! ```
 
 use crate::backend::direct::DirectQp;
+use crate::ib::error::Result;
+use crate::ib::wr::SendWr;
 use crate::qp::{Qp, QpKind};
-use crate::types::error::Result;
-use crate::types::wr::SendWr;
 
 /// The direct path's step from one polled CQE to a [`Completion`]
 /// (`backend/direct/poll.rs`), for `mlx5-dv/provider-oracle`, which compares

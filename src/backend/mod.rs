@@ -2,7 +2,7 @@
 //! sim and ConnectX); `verbs` posts and polls through `ibv_post_send` /
 //! `ibv_poll_cq`; `ibv` is the verbs control path both need (devices, PDs,
 //! MRs, CQs, QP state changes; every rdma-core call). Each imports only
-//! layer 1 (`crate::types`), `mlx5-dv` and `rdma-sys`; `direct` and `verbs`
+//! layer 1 (`crate::ib`), `mlx5-dv` and `rdma-sys`; `direct` and `verbs`
 //! never import each other.
 
 pub(crate) mod direct;
@@ -11,7 +11,7 @@ pub(crate) mod ibv;
 #[cfg(feature = "verbs")]
 pub(crate) mod verbs;
 
-use crate::types::error::{Error, Result};
+use crate::ib::error::{Error, Result};
 use mlx5_dv::driver::CqCredits;
 
 /// The QPs of a shared CQ as the front end keeps them: what a backend's

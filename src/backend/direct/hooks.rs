@@ -4,8 +4,8 @@
 //! overrun), and read the send queue's ring.
 
 use super::{with_wqe, DirectCq, DirectDev, DirectQp, POST_IN_PLACE, POST_IN_PLACE_COUNTED};
-use crate::types::error::Result;
-use crate::types::wr::SendWr;
+use crate::ib::error::Result;
+use crate::ib::wr::SendWr;
 
 impl DirectQp {
     /// Test hook: see `SimHook::post_patched`.

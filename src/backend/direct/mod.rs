@@ -19,11 +19,11 @@ pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]
 use super::ibv;
-use crate::types::error::{Error, Result};
-use crate::types::mem::{Access, Buffer};
-use crate::types::mr::{MrInner, Registration};
-use crate::types::progress::WrProgress;
-use crate::types::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
+use crate::ib::error::{Error, Result};
+use crate::ib::mem::{Access, Buffer};
+use crate::ib::mr::{MrInner, Registration};
+use crate::ib::progress::WrProgress;
+use crate::ib::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
 use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
 use mlx5_dv::sim;
 use std::sync::Arc;
@@ -383,7 +383,7 @@ pub(crate) struct DirectQp {
     /// the check is paid once, at creation. Always on a shared CQ. Off
     /// after the `ignore_credits` test hook (to reach a CQ overrun).
     ///
-    /// [`CqSizing`]: crate::types::config::CqSizing
+    /// [`CqSizing`]: crate::ib::config::CqSizing
     count_credits: bool,
     /// Which way [`Self::post_one`] posts, decided when the state or the
     /// credits change rather than per WR: [`POST_CHECKED`], [`POST_IN_PLACE`]

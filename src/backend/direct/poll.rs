@@ -12,12 +12,12 @@
 //! to ignore it: `DirectCq::create_sim` / `create_mlx5`). No allocation,
 //! lock or syscall.
 //!
-//! [`WrProgress`]: crate::types::progress::WrProgress
+//! [`WrProgress`]: crate::ib::progress::WrProgress
 
 use super::{DirectCq, DirectQp};
 use crate::backend::SharedQps;
-use crate::types::completion::{Completion, SrcQp, WcOpcode, WcStatus};
-use crate::types::error::{Error, Result};
+use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
+use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef};
 use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode};

@@ -4,10 +4,10 @@
 //! the stack) and for receives (`post_recv`).
 
 use super::{DirectQp, MAX_INLINE, MAX_SGE};
-use crate::types::error::{Error, Result};
-use crate::types::keys::RemoteAddr;
-use crate::types::qp_attr::QpType;
-use crate::types::wr::{RecvWr, SendFlags, SendWr, SendWrs, Sge, WrOp, WriteWr};
+use crate::ib::error::{Error, Result};
+use crate::ib::keys::RemoteAddr;
+use crate::ib::qp_attr::QpType;
+use crate::ib::wr::{RecvWr, SendFlags, SendWr, SendWrs, Sge, WrOp, WriteWr};
 use mlx5_dv::driver::{Reserved, Seg};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
@@ -618,7 +618,7 @@ fn ctrl_flags(w: &SendWr<'_>) -> CtrlFlags {
 /// The remote address of an opcode that has none (never stored).
 const NO_REMOTE: RemoteAddr = RemoteAddr {
     addr: 0,
-    rkey: crate::types::keys::Rkey(0),
+    rkey: crate::ib::keys::Rkey(0),
 };
 
 /// Builds the `SendWqe` for `w` on the stack and hands it to `f`.

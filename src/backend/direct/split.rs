@@ -10,8 +10,8 @@
 
 use super::post::POST_CHECKED;
 use super::DirectQp;
-use crate::types::error::{Error, Result};
-use crate::types::progress::HalfLink;
+use crate::ib::error::{Error, Result};
+use crate::ib::progress::HalfLink;
 use std::sync::Arc;
 
 /// What a split QP remembers of the split, to count and to join.
@@ -88,7 +88,7 @@ impl DirectQp {
         };
         let mut send = send;
         // The split requires RTS; the half counts no credits.
-        send.set_mode_for(crate::types::qp_attr::QpState::Rts);
+        send.set_mode_for(crate::ib::qp_attr::QpState::Rts);
         self.split = Some(Box::new(SplitState {
             link: link.clone(),
             sent: self.sent,
@@ -237,7 +237,7 @@ impl DirectQp {
     }
 
     /// The post mode for `state` after a join (as `modify` sets it).
-    pub(crate) fn rejoined(&mut self, state: crate::types::qp_attr::QpState) {
+    pub(crate) fn rejoined(&mut self, state: crate::ib::qp_attr::QpState) {
         self.set_mode_for(state);
     }
 }

@@ -4,8 +4,8 @@
 
 #[cfg(feature = "verbs")]
 use super::ibv;
-use crate::types::error::{Error, Result};
-use crate::types::wr::RecvWr;
+use crate::ib::error::{Error, Result};
+use crate::ib::wr::RecvWr;
 use mlx5_dv::driver::{SharedReceiveQueue, SrqSlots};
 use mlx5_dv::sim;
 use std::sync::Arc;

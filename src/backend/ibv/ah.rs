@@ -2,9 +2,9 @@
 //! `mlx5dv_init_obj(MLX5DV_OBJ_AH)` describes.
 
 use super::{errno, Pd};
-use crate::types::ah::AhOwner;
-use crate::types::error::{Error, Result};
-use crate::types::qp_attr::AddressVector;
+use crate::ib::ah::AhOwner;
+use crate::ib::error::{Error, Result};
+use crate::ib::qp_attr::AddressVector;
 use rdma_sys::*;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! through libibverbs.
 
 use super::{check_detail, errno, Ctx};
-use crate::types::error::{Error, Result};
+use crate::ib::error::{Error, Result};
 use rdma_sys::*;
 use std::sync::Arc;
 

@@ -2,8 +2,8 @@
 //! `mlx5dv_is_supported`, `mlx5dv_create_qp`, `mlx5dv_init_obj`.
 
 use super::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq};
-use crate::types::error::{Error, Result};
-use crate::types::qp_attr::{QpAttr, QpInfo, QpState};
+use crate::ib::error::{Error, Result};
+use crate::ib::qp_attr::{QpAttr, QpInfo, QpState};
 use rdma_sys::*;
 use std::sync::Arc;
 

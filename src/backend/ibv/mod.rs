@@ -22,10 +22,10 @@ pub(crate) use mlx5::{
 pub(crate) use qp::{ibv_type, modify_raw, query_raw, QpCaps};
 pub(crate) use srq::{async_fd, get_async_event, VerbsSrq};
 
-use crate::types::device::{GidEntry, PortDetail};
-use crate::types::error::{Error, Result};
-use crate::types::mem::{Access, Buffer};
-use crate::types::mr::{MrInner, Registration};
+use crate::ib::device::{GidEntry, PortDetail};
+use crate::ib::error::{Error, Result};
+use crate::ib::mem::{Access, Buffer};
+use crate::ib::mr::{MrInner, Registration};
 use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;

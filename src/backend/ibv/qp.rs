@@ -1,8 +1,8 @@
 //! QP sizes, state changes (`ibv_modify_qp`) and queries (`ibv_query_qp`).
 
 use super::check_detail;
-use crate::types::error::Result;
-use crate::types::qp_attr::{AddressVector, QpAttr, QpAttrMask, QpInfo, QpState, QpType};
+use crate::ib::error::Result;
+use crate::ib::qp_attr::{AddressVector, QpAttr, QpAttrMask, QpInfo, QpState, QpType};
 use rdma_sys::*;
 
 /// Sizes of one QP.

@@ -2,7 +2,7 @@
 //! limit), `ibv_post_srq_recv` (the verbs path) and `ibv_destroy_srq`.
 
 use super::{check_detail, errno, Pd};
-use crate::types::error::{Error, Result};
+use crate::ib::error::{Error, Result};
 use rdma_sys::*;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -130,8 +130,8 @@ pub(crate) fn async_fd(ctx: &super::Ctx) -> Result<std::os::fd::OwnedFd> {
 pub(crate) fn get_async_event(
     ctx: &super::Ctx,
     timeout: std::time::Duration,
-) -> Result<Option<crate::types::event::AsyncEvent>> {
-    use crate::types::event::AsyncEvent as E;
+) -> Result<Option<crate::ib::event::AsyncEvent>> {
+    use crate::ib::event::AsyncEvent as E;
     let bfd = nonblocking_async_fd(ctx)?;
     let mut ev = MaybeUninit::<ibv_async_event>::zeroed();
     // SAFETY: live context; `ev` is written by the call when it returns 0.

@@ -7,11 +7,11 @@ mod srq;
 
 use super::ibv::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq, VerbsSrq};
 use super::SharedQps;
-use crate::types::completion::{Completion, SrcQp, WcOpcode, WcStatus};
-use crate::types::error::{Error, Result};
-use crate::types::progress::WrProgress;
-use crate::types::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
-use crate::types::wr::{RecvWr, SendWrs, WrOp};
+use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
+use crate::ib::error::{Error, Result};
+use crate::ib::progress::WrProgress;
+use crate::ib::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
+use crate::ib::wr::{RecvWr, SendWrs, WrOp};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::driver::SrqSlots;
 use mlx5_dv::driver::Table;

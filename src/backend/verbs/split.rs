@@ -8,8 +8,8 @@
 //! count none.
 
 use super::VerbsQp;
-use crate::types::error::{Error, Result};
-use crate::types::progress::HalfLink;
+use crate::ib::error::{Error, Result};
+use crate::ib::progress::HalfLink;
 use std::sync::Arc;
 
 /// What a split QP remembers of the split.

@@ -5,8 +5,8 @@
 //! QPs' polls completing the slot they name.
 
 use super::super::ibv::{Pd, VerbsSrq};
-use crate::types::error::{Error, Result};
-use crate::types::wr::RecvWr;
+use crate::ib::error::{Error, Result};
+use crate::ib::wr::RecvWr;
 use mlx5_dv::driver::SrqSlots;
 use rdma_sys::*;
 use std::mem::MaybeUninit;

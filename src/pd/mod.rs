@@ -1,18 +1,21 @@
 //! Protection domains: memory registration, and where QPs and shared CQs
 //! are created.
 
+pub mod pool;
+pub(crate) mod reclaim;
+
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
-use crate::channel::{ChannelKind, CompChannel};
+use crate::cq::channel::{ChannelKind, CompChannel};
 use crate::cq::SharedCq;
-use crate::handles::{PdInner, PdKind, SharedKind};
+use crate::device::handles::{PdInner, PdKind, SharedKind};
+use crate::ib::config::QpConfig;
+use crate::ib::error::RegRefusal;
+use crate::ib::error::{Error, Result};
+use crate::ib::mem::{check_registration, writes, Access, AlignedBuf, Buffer, Memory, Pages};
+use crate::ib::mr::{LiveGuard, LocalMr, Mr, MrInner};
 use crate::qp::Qp;
-use crate::types::config::QpConfig;
-use crate::types::error::RegRefusal;
-use crate::types::error::{Error, Result};
-use crate::types::mem::{check_registration, writes, Access, AlignedBuf, Buffer, Memory, Pages};
-use crate::types::mr::{LiveGuard, LocalMr, Mr, MrInner};
 use mlx5_dv::driver::CqCredits;
 use std::sync::Arc;
 
@@ -234,7 +237,7 @@ impl Pd {
     /// Errors: port 0 ([`Error::Invalid`]); the device's refusal
     /// ([`Error::Verbs`], `ibv_create_ah`: on RoCE, an `av` without a GRH).
     pub fn create_ah(&self, av: &crate::AddressVector) -> Result<crate::Ah> {
-        use crate::types::ah::Ah;
+        use crate::ib::ah::Ah;
         if av.port == 0 {
             return Err(Error::Invalid(
                 "port 0 does not exist (ports count from 1)".into(),
@@ -262,7 +265,7 @@ impl Pd {
     /// GRH's source GID; on RoCE v2 over IPv4 from the IPv4 header in
     /// bytes 20..40); reply to `c.src_qp.qpn()`. A server that learned of
     /// its client through rdma_cm's UDP port space answers it this way
-    /// ([`crate::cm::CmListener::accept_ud`]). On the sim the AH carries
+    /// ([`crate::connect::cm::CmListener::accept_ud`]). On the sim the AH carries
     /// no path, as [`Self::create_ah`]'s.
     ///
     /// Errors: port 0, a completion that is not a successful receive, or a
@@ -275,7 +278,7 @@ impl Pd {
         c: &crate::Completion,
         grh: &[u8; 40],
     ) -> Result<crate::Ah> {
-        use crate::types::ah::Ah;
+        use crate::ib::ah::Ah;
         if port == 0 {
             return Err(Error::Invalid(
                 "port 0 does not exist (ports count from 1)".into(),
@@ -414,7 +417,11 @@ impl Pd {
     }
 
     /// The `SharedCq` over `kind`, with a credit for each CQE it holds.
-    fn shared_cq(&self, kind: SharedKind, seat: Option<crate::channel::ChannelSeat>) -> SharedCq {
+    fn shared_cq(
+        &self,
+        kind: SharedKind,
+        seat: Option<crate::cq::channel::ChannelSeat>,
+    ) -> SharedCq {
         let depth = match &kind {
             SharedKind::Direct(c) => c.depth(),
             #[cfg(feature = "verbs")]
@@ -425,8 +432,8 @@ impl Pd {
 }
 
 /// An AH of PD `pd` on the sim: no path (the sim routes by QPN).
-fn sim_ah(pd: u32) -> crate::types::ah::AhInner {
-    crate::types::ah::AhInner {
+fn sim_ah(pd: u32) -> crate::ib::ah::AhInner {
+    crate::ib::ah::AhInner {
         av: [0; 48],
         raw: 0,
         pd,
@@ -437,8 +444,8 @@ fn sim_ah(pd: u32) -> crate::types::ah::AhInner {
 /// The verbs AH `v` of PD `pd`, with its mlx5 AV read once on the direct
 /// path (`direct`).
 #[cfg(feature = "verbs")]
-fn verbs_ah(v: ibv::VerbsAh, direct: bool, pd: u32) -> Result<crate::types::ah::AhInner> {
-    Ok(crate::types::ah::AhInner {
+fn verbs_ah(v: ibv::VerbsAh, direct: bool, pd: u32) -> Result<crate::ib::ah::AhInner> {
+    Ok(crate::ib::ah::AhInner {
         av: if direct { v.mlx5_av()? } else { [0; 48] },
         raw: v.raw as usize,
         pd,

@@ -22,7 +22,7 @@
 //!
 //! A message with another magic or version is refused with a clear error.
 
-use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
+use crate::connect::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
 use crate::reactor::deadline_after;
 use crate::{Endpoint, Error, Mr, Qp, Result, Rkey};
 use std::io::{Read, Write};

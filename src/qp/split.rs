@@ -14,13 +14,13 @@
 //! also does. A half dropped without [`Qp::join`] parks its counts with
 //! the QP, which takes both back at its next post once both are gone.
 
-use crate::owned::{HeldQueue, Owned};
+use crate::ib::error::{Error, Result};
+use crate::ib::progress::HalfLink;
+use crate::ib::qp_attr::QpState;
+use crate::ib::wr::{RecvWr, SendWr, WriteWr};
+use crate::qp::held::{HeldQueue, Owned};
 use crate::qp::{Halves, Parked, Qp, QpKind, ReclaimOnDrop};
 use crate::reactor::park_on;
-use crate::types::error::{Error, Result};
-use crate::types::progress::HalfLink;
-use crate::types::qp_attr::QpState;
-use crate::types::wr::{RecvWr, SendWr, WriteWr};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 

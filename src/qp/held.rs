@@ -6,7 +6,7 @@
 //! WRs are found when the caller asks for them (`Qp::take_send_buf`,
 //! `Qp::take_recv_buf`), from the WR counts the backend keeps anyway.
 
-use crate::types::mr::LocalMr;
+use crate::ib::mr::LocalMr;
 
 struct Held {
     seq: u64,

@@ -11,8 +11,8 @@
 //! dropped, at each registration on the PD, in [`Pd::reclaim`](crate::Pd::reclaim),
 //! when a QP of the PD moves to RESET, and when one is destroyed.
 
-use crate::types::mr::{Graveyard, MrInner};
-use crate::types::progress::{Ticket, WrProgress};
+use crate::ib::mr::{Graveyard, MrInner};
+use crate::ib::progress::{Ticket, WrProgress};
 use mlx5_dv::driver::SrqSlots;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};

@@ -16,11 +16,11 @@
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
 use crate::backend::wait_readable;
-use crate::handles::CtxKind;
+use crate::device::handles::CtxKind;
+use crate::ib::error::{Error, Result};
 #[cfg(feature = "verbs")]
 use crate::reactor::dup_fd;
 use crate::reactor::{FdSleep, Reactor};
-use crate::types::error::{Error, Result};
 use futures_core::Stream;
 use mlx5_dv::sim;
 use std::collections::HashMap;

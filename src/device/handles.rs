@@ -5,7 +5,7 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
-use crate::reclaim::Graves;
+use crate::pd::reclaim::Graves;
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -54,8 +54,8 @@ impl PdInner {
             // Never 0, never `BYTES_PD`, below 2^31 (an SGE's tag bit,
             // `NOT_ONE_SEG`): after 2^31 PDs the count wraps.
             let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                & !crate::types::wr::NOT_ONE_SEG;
-            if id != 0 && id != crate::types::wr::BYTES_PD {
+                & !crate::ib::wr::NOT_ONE_SEG;
+            if id != 0 && id != crate::ib::wr::BYTES_PD {
                 return id;
             }
         }

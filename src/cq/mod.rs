@@ -2,18 +2,22 @@
 //! helper, and the ways to wait for completions (busy polling, events,
 //! adaptive).
 
+pub(crate) mod channel;
+pub(crate) mod completions;
+pub(crate) mod wait;
+
 use crate::backend::direct::DirectQp;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs::{self, VerbsQp};
 use crate::backend::SharedQps;
-use crate::channel::ChannelSeat;
-use crate::handles::{PdInner, SharedKind};
+use crate::cq::channel::ChannelSeat;
+use crate::cq::wait::{wait_on, CqOps};
+use crate::device::handles::{PdInner, SharedKind};
+use crate::ib::completion::Completion;
+use crate::ib::config::{CompletionMode, QpConfig};
+use crate::ib::error::{Error, Result};
+use crate::ib::qp_attr::{QpAttr, QpState};
 use crate::qp::Qp;
-use crate::types::completion::Completion;
-use crate::types::config::{CompletionMode, QpConfig};
-use crate::types::error::{Error, Result};
-use crate::types::qp_attr::{QpAttr, QpState};
-use crate::wait::{wait_on, CqOps};
 use mlx5_dv::driver::CqCredits;
 use std::collections::VecDeque;
 use std::sync::Arc;

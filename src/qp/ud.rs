@@ -1,11 +1,11 @@
 //! UD on a [`Qp`]: bringing a UD QP up ([`Qp::ready_ud`]), and what a send
 //! must be on each transport (`Qp::check_transport`).
 
-use crate::handles::PdKind;
+use crate::device::handles::PdKind;
+use crate::ib::error::{Error, Result};
+use crate::ib::qp_attr::{QpAttr, QpType};
+use crate::ib::wr::{SendWr, WrOp};
 use crate::qp::Qp;
-use crate::types::error::{Error, Result};
-use crate::types::qp_attr::{QpAttr, QpType};
-use crate::types::wr::{SendWr, WrOp};
 use mlx5_dv::sim;
 
 impl Qp {

@@ -7,9 +7,9 @@
 //! as an `async fn` over a [`FdWait`]; the blocking calls run it with
 //! [`Blocking`], which never pends, through [`block_on`].
 
+use crate::ib::error::{Error, Result};
 use crate::reactor::deadline_after;
 use crate::reactor::{dup_fd, park_on, FdSleep};
-use crate::types::error::{Error, Result};
 use std::future::Future;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::task::{Context, Poll};

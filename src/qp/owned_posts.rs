@@ -4,11 +4,11 @@
 //! so every check of those applies; the buffer then waits in the QP's
 //! slots (`owned.rs`) until its WR is retired.
 
+use crate::ib::error::{Error, Result};
+use crate::ib::mem::Access;
+use crate::ib::mr::{LocalMr, Refused};
+use crate::ib::wr::{RecvWr, SendWr, Sge, WrOp};
 use crate::qp::Qp;
-use crate::types::error::{Error, Result};
-use crate::types::mem::Access;
-use crate::types::mr::{LocalMr, Refused};
-use crate::types::wr::{RecvWr, SendWr, Sge, WrOp};
 
 impl Qp {
     /// Posts one send WR whose local data is `len` bytes at `offset` of

@@ -1,23 +1,30 @@
 //! RC queue pairs: connection, state changes, posting and polling; the
 //! sim's test hooks.
 
+pub(crate) mod create;
+pub(crate) mod held;
+mod one_opcode;
+mod owned_posts;
+pub(crate) mod split;
+mod ud;
+
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs;
-use crate::handles::{PdInner, PdKind};
-use crate::owned::Owned;
-use crate::reclaim::Graves;
-use crate::srq::SrqLink;
-use crate::types::completion::Completion;
-use crate::types::config::{CompletionMode, QpConfig};
-use crate::types::error::{Error, Result};
-use crate::types::mem::Access;
-use crate::types::progress::WrProgress;
-use crate::types::qp_attr::{
+use crate::cq::wait::{wait_on, CqOps};
+use crate::device::handles::{PdInner, PdKind};
+use crate::ib::completion::Completion;
+use crate::ib::config::{CompletionMode, QpConfig};
+use crate::ib::error::{Error, Result};
+use crate::ib::mem::Access;
+use crate::ib::progress::WrProgress;
+use crate::ib::qp_attr::{
     self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState, QpType,
 };
-use crate::types::wr::{RecvWr, SendWr, SendWrs, Sge, WrOp, BYTES_PD};
-use crate::wait::{wait_on, CqOps};
+use crate::ib::wr::{RecvWr, SendWr, SendWrs, Sge, WrOp, BYTES_PD};
+use crate::pd::reclaim::Graves;
+use crate::qp::held::Owned;
+use crate::srq::SrqLink;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +60,7 @@ pub struct Qp {
 /// What a split QP and its halves share (`split.rs`): the link, and the
 /// halves' copies once dropped (parked until the QP takes them back).
 pub(crate) struct Halves {
-    pub(crate) link: Arc<crate::types::progress::HalfLink>,
+    pub(crate) link: Arc<crate::ib::progress::HalfLink>,
     pub(crate) parked: std::sync::Mutex<Parked>,
     /// The QP (the CQ's owner) was dropped while its halves lived: nothing
     /// polls their completions any more.
@@ -124,7 +131,7 @@ impl Qp {
     }
 
     /// Connects this QP (in RESET) to a peer on another host, whose facts
-    /// came over an out-of-band exchange ([`exchange`](crate::exchange)): RESET -> INIT ->
+    /// came over an out-of-band exchange ([`exchange`](crate::connect::exchange)): RESET -> INIT ->
     /// RTR (toward `peer`, expecting `peer_psn` first) -> RTS (sending from
     /// `my_psn`, `rnr_retry` from the QP's config).
     ///

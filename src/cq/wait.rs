@@ -2,9 +2,9 @@
 //! wait (a QP's own CQ or a shared one).
 
 use crate::backend::EventWake;
-use crate::types::completion::Completion;
-use crate::types::config::CompletionMode;
-use crate::types::error::{Error, Result};
+use crate::ib::completion::Completion;
+use crate::ib::config::CompletionMode;
+use crate::ib::error::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// Polling, arming and waiting on one CQ (a QP's own, or shared).

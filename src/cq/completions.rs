@@ -21,13 +21,13 @@
 //! by the next wait.
 
 use crate::backend::EventWake;
+use crate::cq::wait::CqOps;
 use crate::cq::SharedCq;
+use crate::ib::completion::Completion;
+use crate::ib::config::CompletionMode;
+use crate::ib::error::{Error, Result};
 use crate::qp::Qp;
 use crate::reactor::{dup_fd, FdSleep, Reactor};
-use crate::types::completion::Completion;
-use crate::types::config::CompletionMode;
-use crate::types::error::{Error, Result};
-use crate::wait::CqOps;
 use futures_core::Stream;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -3,12 +3,12 @@
 
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
-use crate::handles::{CtxKind, PdInner, PdKind};
+use crate::device::handles::{CtxKind, PdInner, PdKind};
+use crate::ib::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
+use crate::ib::error::{Error, Result};
+use crate::ib::event::AsyncEvent;
+use crate::pd::reclaim::Graves;
 use crate::pd::Pd;
-use crate::reclaim::Graves;
-use crate::types::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
-use crate::types::error::{Error, Result};
-use crate::types::event::AsyncEvent;
 use mlx5_dv::sim;
 use std::sync::Arc;
 

@@ -448,7 +448,7 @@ mod tests {
     //! The buffers and the MR types alone (no device); they run under Miri
     //! too (`scripts/miri`), which checks every raw access here.
     use super::*;
-    use crate::types::mem::AlignedBuf;
+    use crate::ib::mem::AlignedBuf;
     use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
 
@@ -533,8 +533,8 @@ mod tests {
 
     #[test]
     fn registration_checks_refuse_bad_input() {
-        use crate::types::error::RegRefusal as R;
-        use crate::types::mem::check_registration as check;
+        use crate::ib::error::RegRefusal as R;
+        use crate::ib::mem::check_registration as check;
         let reg = |r: Result<()>| match r {
             Err(Error::Register(r)) => Some(r),
             _ => None,

@@ -87,7 +87,7 @@ impl<'mr> Sge<'mr> {
 
     /// An SGE over a [`LocalMr`](crate::LocalMr)'s range (checked by the
     /// caller), for the owned posts; the buffer moves into the QP with it.
-    pub(crate) fn owned(buf: &crate::types::mr::LocalMr, offset: usize, len: u32) -> Sge<'_> {
+    pub(crate) fn owned(buf: &crate::ib::mr::LocalMr, offset: usize, len: u32) -> Sge<'_> {
         Sge {
             addr: buf.addr() + offset as u64,
             len,
@@ -484,7 +484,7 @@ impl<'a> RecvWr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::keys::{RemoteAddr, Rkey};
+    use crate::ib::keys::{RemoteAddr, Rkey};
 
     #[test]
     fn ctrl_bits_are_the_three_flags_whatever_inline_is() {

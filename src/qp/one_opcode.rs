@@ -7,10 +7,10 @@
 //! errors: on the direct path the common case is built in place in the SQ,
 //! and anything else takes [`Qp::post_send`].
 
+use crate::ib::error::Result;
+use crate::ib::keys::RemoteAddr;
+use crate::ib::wr::{SendFlags, SendWr, Sge, WriteWr};
 use crate::qp::{Qp, QpKind};
-use crate::types::error::Result;
-use crate::types::keys::RemoteAddr;
-use crate::types::wr::{SendFlags, SendWr, Sge, WriteWr};
 
 impl Qp {
     /// Posts one RDMA WRITE of `w.sge` to `w.remote`, with `w.flags`: what

@@ -5,10 +5,10 @@
 //! the context's async event fd (a non-blocking duplicate) watched by a
 //! [`Reactor`] until it becomes readable.
 
-use crate::context::Context;
+use crate::device::context::Context;
+use crate::ib::error::Result;
+use crate::ib::event::AsyncEvent;
 use crate::reactor::{FdSleep, Reactor};
-use crate::types::error::Result;
-use crate::types::event::AsyncEvent;
 use futures_core::Stream;
 use std::pin::Pin;
 use std::sync::Arc;

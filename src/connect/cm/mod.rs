@@ -1,5 +1,5 @@
 //! Connecting a QP through the RDMA connection manager (librdmacm), the
-//! second way besides our TCP exchange ([`crate::exchange`]), as perftest's
+//! second way besides our TCP exchange ([`crate::connect::exchange`]), as perftest's
 //! `-R` does.
 //!
 //! The CM resolves the peer's IP address to a device, port and GID, picks
@@ -109,7 +109,7 @@ impl CmOffer {
 }
 
 use crate::backend::ibv::{check_detail as check, errno};
-use crate::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
+use crate::connect::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
 use crate::reactor::deadline_after;
 
 mod attr;

@@ -4,13 +4,13 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::{ibv, verbs};
-use crate::handles::{PdInner, PdKind, SharedKind};
-use crate::owned::{HeldQueue, Owned};
+use crate::device::handles::{PdInner, PdKind, SharedKind};
+use crate::ib::config::{CqSizing, QpConfig};
+use crate::ib::error::{Error, Result};
+use crate::ib::qp_attr::{Endpoint, QpState};
+use crate::qp::held::{HeldQueue, Owned};
 use crate::qp::{Qp, QpKind, ReclaimOnDrop};
 use crate::srq::{Srq, SrqKind};
-use crate::types::config::{CqSizing, QpConfig};
-use crate::types::error::{Error, Result};
-use crate::types::qp_attr::{Endpoint, QpState};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::sim;
 use std::sync::Arc;
