@@ -9,358 +9,36 @@
     allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
 )]
 
+mod cq;
 #[cfg(feature = "test-hooks")]
 mod hooks;
+mod mr;
 pub(crate) mod poll;
+mod post;
 mod split;
 mod srq;
 
+pub(crate) use cq::{CqFor, DirectCq, DirectCqDev};
+pub(crate) use mr::reg_sim_mr;
 pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]
 use super::ibv;
 use crate::ib::error::{Error, Result};
-use crate::ib::mem::{Access, Buffer};
-use crate::ib::mr::{MrInner, Registration};
 use crate::ib::progress::WrProgress;
 use crate::ib::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
-use mlx5_dv::driver::{CompletionQueue, CqCredits, ReceiveQueue, SendQueue, SignalNext};
+use mlx5_dv::driver::{CqCredits, ReceiveQueue, SendQueue, SignalNext};
 use mlx5_dv::sim;
 use std::sync::Arc;
-
-/// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
-/// DS, a 512-byte WQE of 8 WQEBBs).
-mod post;
 
 pub(crate) use post::max_wqebbs_of;
 use post::{with_wqe, POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED, POST_UD};
 
+/// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
+/// DS, a 512-byte WQE of 8 WQEBBs).
 pub(crate) const MAX_SGE: usize = 30;
 /// Largest inline payload the direct path copies (bytes).
 pub(crate) const MAX_INLINE: usize = 512;
-
-/// Deregisters a sim MR when dropped.
-struct SimReg {
-    dev: sim::Device,
-    lkey: u32,
-}
-impl Registration for SimReg {}
-impl Drop for SimReg {
-    fn drop(&mut self) {
-        let _ = self.dev.dereg_mr(self.lkey);
-    }
-}
-
-/// Registers `buf` on the sim in PD `pdn` (access flags as given: the
-/// caller checked them); the `MrInner` returned owns both, and its field
-/// order deregisters before it frees the buffer.
-///
-/// Errors: the sim's refusal ([`Error::Sim`]: no such PD, key space full).
-pub(crate) fn reg_sim_mr(
-    dev: &sim::Device,
-    pdn: u32,
-    buf: Buffer,
-    access: Access,
-    owned: bool,
-) -> Result<MrInner> {
-    // SAFETY: `buf` moves into the MrInner returned, whose field order drops
-    // this registration (dereg) before the buffer: the memory stays valid
-    // until `dereg_mr` returns for its key. `owned`: the MR becomes a
-    // `LocalMr`, which moves into the QP with each WR naming it, so nothing
-    // else touches it while one is outstanding (and no other registration
-    // covers a LocalMr's memory: the crate's are separate allocations,
-    // `Pd::register_raw`'s contract excludes it).
-    let k = unsafe {
-        if owned {
-            dev.reg_mr_owned(pdn, buf.ptr(), buf.len(), access)
-        } else {
-            dev.reg_mr(pdn, buf.ptr(), buf.len(), access)
-        }
-    }?;
-    Ok(MrInner {
-        reg: Box::new(SimReg {
-            dev: dev.clone(),
-            lkey: k.lkey,
-        }),
-        live: None,
-        pd: 0,
-        buf,
-        lkey: k.lkey,
-        rkey: k.rkey,
-        access,
-    })
-}
-
-/// A CQ on the direct path: the ring driver's poller over it, and the
-/// device object that owns the ring.
-pub(crate) struct DirectCq {
-    // Field order: the poller drops before the object that owns its ring.
-    cq: CompletionQueue,
-    dev: DirectCqDev,
-    /// On a completion channel other CQs share: the events of this CQ its
-    /// reader has taken (on any thread), the sequence number of the next arm.
-    channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
-}
-
-/// Who owns a direct-path CQ's ring.
-pub(crate) enum DirectCqDev {
-    Sim(sim::Cq),
-    /// A ConnectX CQ made by `ibv_create_cq`, described by `mlx5dv_init_obj`.
-    #[cfg(feature = "verbs")]
-    Mlx5(std::sync::Arc<ibv::VerbsCq>),
-}
-
-/// Where a new direct-path QP's completions go: a CQ of its own of this
-/// many CQEs, or a shared CQ whose credits it takes from.
-pub(crate) enum CqFor<'a> {
-    Own(u32),
-    Shared(&'a DirectCq, &'a CqCredits),
-}
-
-impl<'a> CqFor<'a> {
-    /// The QP's own CQ (`create`d for `Own`, with that depth), and the
-    /// credits the QP takes from.
-    fn resolve(
-        &self,
-        create: impl FnOnce(u32) -> Result<DirectCq>,
-    ) -> Result<(Option<DirectCq>, CqCredits)> {
-        Ok(match self {
-            CqFor::Own(depth) => {
-                let c = create(*depth)?;
-                let credits = CqCredits::new(c.depth());
-                (Some(c), credits)
-            }
-            CqFor::Shared(_, credits) => (None, (*credits).clone()),
-        })
-    }
-
-    /// Whether a QP that may have `outstanding` WRs at once must count
-    /// `credits` on this CQ: always on a shared one; on its own, only when
-    /// the CQ is shallower than that.
-    fn counts_credits(&self, credits: &CqCredits, outstanding: u32) -> bool {
-        match self {
-            CqFor::Own(_) => credits.depth() < outstanding,
-            CqFor::Shared(..) => true,
-        }
-    }
-
-    /// The CQ the QP completes into: its own (from [`Self::resolve`]) or
-    /// the shared one.
-    fn in_use<'c>(&'c self, own: &'c Option<DirectCq>) -> &'c DirectCq {
-        match (own, self) {
-            (Some(c), _) | (None, &CqFor::Shared(c, _)) => c,
-            (None, CqFor::Own(_)) => unreachable!("resolve made the QP's own CQ"),
-        }
-    }
-}
-
-impl DirectCq {
-    /// A sim CQ of at least `depth` CQEs (a power of two, at least 2),
-    /// created to ignore overrun (`sim::Device::create_cq_ex`), as
-    /// [`Self::create_mlx5`] makes them: CQ credits, or the WR limits of a
-    /// QP whose own CQ is deep enough, keep it from overrunning, so polls
-    /// need not write its consumer-index record.
-    pub(crate) fn create_sim(dev: &sim::Device, depth: u32) -> Result<Self> {
-        let sim_cq = dev.create_cq_ex(depth.next_power_of_two().max(2), 64, true)?;
-        Self::over_sim(sim_cq, None)
-    }
-
-    /// [`Self::create_sim`] on `channel`, shared with other CQs: its events
-    /// carry `context` (its `cq_context`), and `events` counts those its reader took.
-    pub(crate) fn create_sim_on(
-        dev: &sim::Device,
-        depth: u32,
-        channel: &sim::Channel,
-        context: u64,
-        events: std::sync::Arc<std::sync::atomic::AtomicU32>,
-    ) -> Result<Self> {
-        let cqe_cnt = depth.next_power_of_two().max(2);
-        let sim_cq = dev.create_cq_on(cqe_cnt, 64, true, channel, context)?;
-        Self::over_sim(sim_cq, Some(events))
-    }
-
-    fn over_sim(
-        sim_cq: sim::Cq,
-        channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
-    ) -> Result<Self> {
-        // SAFETY: the description comes from `sim_cq`, which this struct
-        // owns and drops after the poller (field order); nothing else on the
-        // host polls this ring.
-        let mut cq = unsafe { CompletionQueue::new(&sim_cq.dv()) }?;
-        cq.set_overrun_ignored(true);
-        Ok(Self {
-            cq,
-            dev: DirectCqDev::Sim(sim_cq),
-            channel_events,
-        })
-    }
-
-    /// A ConnectX CQ of at least `depth` CQEs, described by
-    /// `mlx5dv_init_obj`: made by `ibv_create_cq_ex` with
-    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (then polls write no
-    /// consumer-index record: CQ credits keep it from overrunning), or, where
-    /// the device refuses that, by `ibv_create_cq` (the record written per
-    /// poll, as before).
-    #[cfg(feature = "verbs")]
-    pub(crate) fn create_mlx5(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
-        let vcq = ibv::VerbsCq::create_ex(ctx, depth, true)?;
-        Self::over_mlx5(vcq, None)
-    }
-
-    /// [`Self::create_mlx5`] on `channel`, shared with other CQs, as
-    /// [`Self::create_sim_on`].
-    #[cfg(feature = "verbs")]
-    pub(crate) fn create_mlx5_on(
-        ctx: &std::sync::Arc<ibv::Ctx>,
-        depth: u32,
-        channel: &std::sync::Arc<ibv::VerbsChannel>,
-        context: u64,
-        events: std::sync::Arc<std::sync::atomic::AtomicU32>,
-    ) -> Result<Self> {
-        let vcq = ibv::VerbsCq::create_on(ctx, depth, true, channel, context)?;
-        Self::over_mlx5(vcq, Some(events))
-    }
-
-    #[cfg(feature = "verbs")]
-    fn over_mlx5(
-        vcq: std::sync::Arc<ibv::VerbsCq>,
-        channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
-    ) -> Result<Self> {
-        let dv = ibv::describe_mlx5_cq(&vcq)?;
-        // SAFETY: the description comes from `mlx5dv_init_obj` on `vcq`,
-        // which this struct keeps (dropped after the poller); the CQ is
-        // never handed to `ibv_poll_cq`.
-        let mut cq = unsafe { CompletionQueue::new(&dv) }?;
-        cq.set_overrun_ignored(vcq.ignores_overrun);
-        Ok(Self {
-            cq,
-            dev: DirectCqDev::Mlx5(vcq),
-            channel_events,
-        })
-    }
-
-    /// CQEs the CQ holds.
-    pub(crate) fn depth(&self) -> u32 {
-        match &self.dev {
-            DirectCqDev::Sim(c) => c.dv().cqe_cnt,
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(v) => v.depth,
-        }
-    }
-
-    /// Arms the CQ for one completion event (driver `arm`: the arm word,
-    /// which carries the consumer index, then the CQ doorbell on the UAR).
-    /// On a shared channel the sequence number is the count of this CQ's
-    /// events its reader took: arm after taking the last one.
-    pub(crate) fn arm(&mut self, solicited_only: bool) -> Result<()> {
-        if let Some(taken) = &self.channel_events {
-            self.cq
-                .set_events_consumed(taken.load(std::sync::atomic::Ordering::Acquire));
-        }
-        Ok(self.cq.arm(solicited_only)?)
-    }
-
-    /// Test hook: from now on the (sim) CQ detects overrun, as one created
-    /// without the ignore-overrun flag: the consumer-index record is
-    /// written now and after every poll, and the sim reads it before each
-    /// CQE. ConnectX CQs are left as they are.
-    fn detect_overrun(&mut self) {
-        match &self.dev {
-            DirectCqDev::Sim(c) => {
-                self.cq.set_overrun_ignored(false);
-                c.set_ignore_overrun(false);
-            }
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(_) => {}
-        }
-    }
-
-    /// Waits up to `timeout` for a completion event; consumes it (the next
-    /// arm carries the next sequence number).
-    pub(crate) fn wait_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        let sim_cq = match &self.dev {
-            DirectCqDev::Sim(c) => c,
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(v) => {
-                let got = v.wait(timeout)?;
-                if got {
-                    self.cq.event_consumed();
-                }
-                return Ok(got);
-            }
-        };
-        if !super::wait_readable(sim_cq.event_fd(), timeout, "the CQ's event fd")? {
-            return Ok(false);
-        }
-        for _ in 0..sim_cq.take_events() {
-            self.cq.event_consumed();
-        }
-        Ok(true)
-    }
-
-    /// For an async wait: on the sim `waker` is registered, woken by the
-    /// next completion event; on ConnectX, the completion channel's fd to
-    /// watch.
-    pub(crate) fn event_wake(&self, waker: &std::task::Waker) -> super::EventWake<'_> {
-        match &self.dev {
-            DirectCqDev::Sim(c) => {
-                c.wake_on_event(waker);
-                super::EventWake::Registered
-            }
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(v) => super::EventWake::Fd(v.channel_fd()),
-        }
-    }
-
-    /// Consumes the completion events raised and not yet consumed, without
-    /// blocking (each acknowledged; the next arm carries the next sequence
-    /// number); returns how many.
-    pub(crate) fn take_events(&mut self) -> Result<u32> {
-        let n = match &self.dev {
-            DirectCqDev::Sim(c) => c.take_events() as u32,
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(v) => v.take_events()?,
-        };
-        for _ in 0..n {
-            self.cq.event_consumed();
-        }
-        Ok(n)
-    }
-
-    /// Discards the events raised and the CQEs written so far, each CQE
-    /// handed to `each` first.
-    fn drain(&mut self, mut each: impl FnMut(&mlx5_dv::cqe::Cqe)) {
-        match &self.dev {
-            // The sim's event fd is non-blocking: read it, no poll(2) (which
-            // Miri cannot run either).
-            DirectCqDev::Sim(c) => {
-                for _ in 0..c.take_events() {
-                    self.cq.event_consumed();
-                }
-            }
-            // A shared channel's events are its reader's to take.
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(_) if self.channel_events.is_some() => {}
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(_) => {
-                while self.wait_event(std::time::Duration::ZERO).unwrap_or(false) {}
-            }
-        }
-        while let Some(c) = self.cq.poll_one() {
-            each(&c);
-        }
-        self.cq.update_ci();
-    }
-
-    /// Whether the CQ overran, and the CQ error events it raised (sim only).
-    pub(crate) fn overrun(&self) -> (bool, u64) {
-        match &self.dev {
-            DirectCqDev::Sim(c) => (c.overrun(), c.error_events()),
-            #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(_) => (false, 0),
-        }
-    }
-}
 
 /// One RC QP on the direct path, with its own CQ or on a shared one.
 pub(crate) struct DirectQp {
