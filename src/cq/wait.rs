@@ -58,7 +58,7 @@ pub(crate) fn wait_on<C: CqOps>(
                 return Ok(n);
             }
             polls += 1;
-            if polls % POLLS_PER_CLOCK == 0 && start.elapsed() >= timeout {
+            if polls.is_multiple_of(POLLS_PER_CLOCK) && start.elapsed() >= timeout {
                 return Ok(0);
             }
             std::hint::spin_loop();

@@ -340,7 +340,7 @@ impl Buffer {
         // (no MAP_HUGETLB) and has no madvise. Both are optional here (a
         // failed huge mapping falls back, the advice's result is ignored),
         // so Miri runs the regular-page path, which is the same memory.
-        let huge = (len % (2 << 20) == 0 && !cfg!(miri))
+        let huge = (len.is_multiple_of(2 << 20) && !cfg!(miri))
             .then(|| {
                 memmap2::MmapOptions::new()
                     .len(len)

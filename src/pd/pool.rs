@@ -65,7 +65,7 @@ impl Pool {
     /// the mapping's and the registration's own errors (the chunks
     /// registered before the failure are released).
     pub fn new(pd: &Pd, cfg: &PoolConfig) -> Result<Pool> {
-        if cfg.chunk_size == 0 || cfg.chunk_size % 4096 != 0 {
+        if cfg.chunk_size == 0 || !cfg.chunk_size.is_multiple_of(4096) {
             return Err(Error::Invalid(format!(
                 "pool chunk size {} must be a positive multiple of 4096",
                 cfg.chunk_size

@@ -31,13 +31,13 @@ impl Grave {
     fn ready(&self) -> bool {
         self.waits
             .iter()
-            .all(|(q, t)| q.upgrade().map_or(true, |p| p.reached(*t)))
+            .all(|(q, t)| q.upgrade().is_none_or(|p| p.reached(*t)))
             // No new WQE can name the MR once it was dropped: it is free of
             // an SRQ once no WQE the device holds there names it.
             && self
                 .srq_waits
                 .iter()
-                .all(|s| s.upgrade().map_or(true, |s| !s.names(self.lkey)))
+                .all(|s| s.upgrade().is_none_or(|s| !s.names(self.lkey)))
     }
 }
 

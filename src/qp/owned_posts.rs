@@ -115,7 +115,7 @@ impl Qp {
         }
         if offset
             .checked_add(len as usize)
-            .map_or(true, |end| end > buf.len())
+            .is_none_or(|end| end > buf.len())
         {
             return Err(Error::Invalid(format!(
                 "range {offset}+{len} is outside the {}-byte buffer",

@@ -59,7 +59,7 @@ fn hex_vec(s: &str) -> Result<Vec<u8>, String> {
     if let Some(c) = h.chars().find(|c| !c.is_ascii_hexdigit()) {
         return Err(format!("{c:?} is not a hex digit"));
     }
-    if h.len() % 2 != 0 {
+    if !h.len().is_multiple_of(2) {
         return Err(format!(
             "{} hex digits: an odd count (a CQE is 128 digits, 256 with --cqe-size 128)",
             h.len()

@@ -120,7 +120,7 @@ fn device_thread(weak: Weak<Inner>, cpu: Option<usize>) {
             continue;
         }
         idle_passes = idle_passes.wrapping_add(1);
-        if idle_passes % 64 != 0 {
+        if !idle_passes.is_multiple_of(64) {
             std::hint::spin_loop();
             continue;
         }

@@ -181,6 +181,7 @@ impl DirectCq {
     /// without the ignore-overrun flag: the consumer-index record is
     /// written now and after every poll, and the sim reads it before each
     /// CQE. ConnectX CQs are left as they are.
+    #[cfg(feature = "test-hooks")]
     pub(super) fn detect_overrun(&mut self) {
         match &self.dev {
             DirectCqDev::Sim(c) => {
@@ -270,6 +271,7 @@ impl DirectCq {
     }
 
     /// Whether the CQ overran, and the CQ error events it raised (sim only).
+    #[cfg(feature = "test-hooks")]
     pub(crate) fn overrun(&self) -> (bool, u64) {
         match &self.dev {
             DirectCqDev::Sim(c) => (c.overrun(), c.error_events()),

@@ -32,7 +32,9 @@ use mlx5_dv::sim;
 use std::sync::Arc;
 
 pub(crate) use post::max_wqebbs_of;
-use post::{with_wqe, POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED, POST_UD};
+#[cfg(feature = "test-hooks")]
+use post::with_wqe;
+use post::{POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED, POST_UD};
 
 /// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
 /// DS, a 512-byte WQE of 8 WQEBBs).

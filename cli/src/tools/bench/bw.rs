@@ -454,7 +454,7 @@ pub(super) fn bw_loop(
                 }
                 let t = ticks().wrapping_sub(start) as f64 / rate;
                 if timed {
-                    l.posted_at.extend(std::iter::repeat(t).take(k));
+                    l.posted_at.extend(std::iter::repeat_n(t, k));
                 }
                 let as_write = match (l.wr.op, l.wr.sges, l.wr.inline) {
                     (WrOp::RdmaWrite { remote }, [sge], false) => Some((remote, *sge)),

@@ -211,11 +211,11 @@ pub fn under_header(header: &str, names: &[&str], values: &[String]) -> String {
         };
         let gap = usize::from(!out.is_empty());
         let pad = end.saturating_sub(out.len() + value.len()).max(gap);
-        out.extend(std::iter::repeat(' ').take(pad));
+        out.extend(std::iter::repeat_n(' ', pad));
         out.push_str(value);
     }
     let pad = header.len().saturating_sub(out.len());
-    out.extend(std::iter::repeat(' ').take(pad));
+    out.extend(std::iter::repeat_n(' ', pad));
     out
 }
 /// perftest's separator line.
@@ -486,7 +486,7 @@ fn spin_until(what: impl Fn() -> String, mut done: impl FnMut() -> Result<bool>)
     let pause = yield_after.is_some();
     while !done()? {
         spins = spins.wrapping_add(1);
-        if spins % 256 != 0 {
+        if !spins.is_multiple_of(256) {
             if pause {
                 std::hint::spin_loop();
             }

@@ -111,7 +111,7 @@ fn name_ends(header: &str, names: &[&str]) -> Vec<usize> {
 fn token_ends(row: &str) -> Vec<usize> {
     let b = row.as_bytes();
     (0..b.len())
-        .filter(|&i| b[i] != b' ' && b.get(i + 1).map_or(true, |&c| c == b' '))
+        .filter(|&i| b[i] != b' ' && b.get(i + 1).is_none_or(|&c| c == b' '))
         .map(|i| i + 1)
         .collect()
 }
