@@ -107,7 +107,7 @@ fn sq_drained(ctx: &Context, qpn: u32, limit: Duration) -> bool {
     false
 }
 
-// ==================================================== 1. one channel, many CQs
+// ==================================================== one channel, many CQs
 
 /// Found (fixed: the sim channel keeps one waker per handle, every one
 /// woken). Two clones of one channel, each awaited (`next_event`) by its
@@ -484,7 +484,7 @@ fn a_comp_channel_is_send_and_sync_and_shared_by_reference() {
     });
 }
 
-// ==================================================== 3. send queue drain
+// ==================================================== send queue drain
 
 /// Held: a drain with nothing outstanding raises SqDrained at once; the
 /// device says SQD; a second drain is refused (QpAttr) and SQD -> INIT

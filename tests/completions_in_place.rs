@@ -51,7 +51,7 @@ fn shallow_cq_credits() {
 }
 
 #[test]
-fn repro_cqfull_forever() {
+fn a_batch_as_deep_as_the_cq_is_not_cqfull_for_ever() {
     let e = env();
     let c = QpConfig {
         cq_depth: Some(2),
@@ -76,7 +76,7 @@ fn repro_cqfull_forever() {
 }
 
 #[test]
-fn shared_cq_fast_paths() {
+fn in_place_posts_on_a_shared_cq() {
     let e = env();
     let c = cfg(8, 8);
     let mut cq = e.pd.create_shared_cq(4).unwrap();
@@ -263,7 +263,7 @@ fn errors_then_flush_through_fast_path() {
 }
 
 #[test]
-fn completions_are_right() {
+fn singles_and_pairs_complete_alike_on_both_sides() {
     let e = env();
     let (mut a, mut b) = e.pd.create_connected_pair(&cfg(16, 16)).unwrap();
     let sg = [Sge::new(&e.src, 0, 100).unwrap()];
@@ -333,7 +333,7 @@ fn completions_are_right() {
 /// its own it checks nothing, so it is ignored.
 #[test]
 #[ignore = "the child of trace_shows_every_wqe_and_cqe, which runs it"]
-fn trace_child() {
+fn in_place_trace_child() {
     assert!(
         std::env::var("FAST_PATHS_TRACE_CHILD").is_ok(),
         "run by trace_shows_every_wqe_and_cqe"
@@ -376,7 +376,7 @@ fn trace_child() {
 
 #[test]
 fn trace_shows_every_wqe_and_cqe() {
-    let err = traced_child("trace_child", "FAST_PATHS_TRACE_CHILD");
+    let err = traced_child("in_place_trace_child", "FAST_PATHS_TRACE_CHILD");
     let posts = err
         .lines()
         .filter(|l| l.contains("rdma-direct trace: QP") && l.contains(" post wr_id"))

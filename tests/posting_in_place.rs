@@ -272,7 +272,7 @@ fn sge_length_edges() {
 }
 
 #[test]
-fn huge_sges() {
+fn huge_sges_refused_or_failing_remotely() {
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 8)).unwrap();
     let big =
@@ -473,7 +473,7 @@ fn mixed_batches_all_or_nothing() {
 }
 
 #[test]
-fn odd_configs() {
+fn odd_qp_configs_through_the_in_place_posts() {
     let e = env();
     let to = remote(&e.dst, 0);
     let sg = [Sge::new(&e.src, 0, 8).unwrap()];
@@ -569,7 +569,7 @@ fn odd_configs() {
 }
 
 #[test]
-fn bytes_too_long() {
+fn a_bytes_sge_of_2_pow_31_is_refused() {
     let v = vec![0u8; 1 << 31];
     assert!(matches!(Sge::bytes(&v), Err(Error::Invalid(_))));
     assert!(Sge::bytes(&v[..(1 << 31) - 1]).is_ok());

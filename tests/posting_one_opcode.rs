@@ -205,7 +205,7 @@ fn same_refusals_and_nothing_written() {
 
 /// On a shared CQ (CQ credits counted) both take the general path and post.
 #[test]
-fn on_a_shared_cq() {
+fn one_opcode_posts_on_a_shared_cq() {
     let e = env();
     let c = cfg(8, 64);
     let mut cq =

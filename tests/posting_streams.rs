@@ -443,7 +443,7 @@ fn mixed_wqebbs_stream_matches_post_send() {
 /// The child of `trace_shows_every_one_opcode_wqe`.
 #[test]
 #[ignore = "the child of trace_shows_every_one_opcode_wqe, which runs it"]
-fn review_trace_child() {
+fn one_opcode_trace_child() {
     assert!(std::env::var("REVIEW_TRACE_CHILD").is_ok());
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 200)).unwrap();
@@ -572,7 +572,7 @@ fn review_trace_child() {
 
 #[test]
 fn trace_shows_every_one_opcode_wqe() {
-    let err = traced_child("review_trace_child", "REVIEW_TRACE_CHILD");
+    let err = traced_child("one_opcode_trace_child", "REVIEW_TRACE_CHILD");
     let posts = err
         .lines()
         .filter(|l| l.contains("rdma-direct trace: QP") && l.contains(" post wr_id"))
