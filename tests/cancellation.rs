@@ -1,4 +1,4 @@
-//! Cancellation (issue 16): an async wait dropped while the WR it waits
+//! Cancellation: an async wait dropped while the WR it waits
 //! for is in flight leaves the WR's buffer with the QP until its
 //! completion. On the sim, with the device thread, through the waker the
 //! sim wakes itself (no `poll(2)`): `scripts/miri` runs this file under

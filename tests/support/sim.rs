@@ -1,6 +1,6 @@
 //! What every sim test of the posts needs: a device, a PD and two MRs, a
-//! remote address, and a patient poll (`support/fast_paths.rs` and
-//! `support/one_opcode.rs` use it).
+//! remote address, and a patient poll (`support/in_place.rs` and
+//! `support/posts.rs` use it).
 #![allow(dead_code)]
 
 use rdma_direct::*;

@@ -1,6 +1,7 @@
-//! Break-it review of the two-host UD/UC/SRQ change (the exchange's qkey,
-//! `Pd::create_ah_from_recv`, `cm::*_ud`'s refusals, and the CLI's
-//! two-process refusals and compare skips), on the sim.
+//! Two hosts with UD, UC and SRQs, on the sim: the exchange's qkey field,
+//! `Pd::create_ah_from_recv` (answering a UD receive's sender, refusing
+//! what is not a good UD receive), `cm::*_ud`'s typed refusals, and the
+//! CLI's two-process refusals and `compare`'s skips.
 
 use rdma_direct::exchange::{ConnInfo, MSG_LEN};
 use rdma_direct::*;

@@ -1,4 +1,6 @@
-//! Helpers of the one-opcode review tests (`review_one_opcode*.rs`).
+//! Helpers of the one-opcode post tests (`posting_*.rs`, `completions.rs`,
+//! `transports.rs`, `srq.rs`): QP configs, WQE comparisons with `post_send`,
+//! a small RNG, refusals that write nothing.
 #![allow(dead_code)]
 
 use rdma_direct::testing::QpHooks;

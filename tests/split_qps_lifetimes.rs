@@ -1,8 +1,9 @@
-//! A break-it review of "a QP in two halves", continued from
-//! tests/review_halves.rs: never-fitting splits, SRQ receives when a split
-//! QP or its shared CQ goes, MRs and receives held, errors while two
-//! threads post, the ring snapshot, owned buffers, events, out-of-order
-//! receives.
+//! What a split QP's halves hold and give back, on the sim: the owner or
+//! the halves dropped while WRs are outstanding, a shared CQ reset,
+//! removed or dropped with live halves, SRQ receives given back when a
+//! split QP or its shared CQ goes, MRs held by the halves' WRs, an error
+//! while two threads post, the SQ snapshot racing the send half, owned
+//! buffers, the owner waiting by event, and out-of-order receives.
 
 use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
@@ -11,42 +12,271 @@ use std::time::{Duration, Instant};
 #[path = "support/sim.rs"]
 mod support;
 use support::*;
-#[path = "support/halves.rs"]
-mod halves;
-use halves::*;
+#[path = "support/split_qps.rs"]
+mod split;
+use split::*;
 
-/// A QP with its own CQ shallower than max_send_wr + max_recv_wr, idle
-/// (nothing outstanding, nothing to poll): split asks for more credits
-/// than the CQ has, so it can never succeed; the documented remedy for
-/// CqFull ("poll and split again") cannot cure it. The crate's own rule
-/// for a full queue or CQ that polling cannot cure (`never_fits`) is
-/// Error::Invalid, so that the caller does not retry for ever.
+// ------------------------------------------------------------ dropping
+
+/// The Qp dropped while its halves live: they post on without a crash,
+/// until the queues they can fill are full (nobody polls), never more,
+/// and then say why (`CqOwnerGone`, not a `QueueFull` that polling would
+/// cure); then dropped too, in either order.
 #[test]
-fn split_on_shallow_own_cq_is_not_a_retryable_cqfull() {
+fn owner_dropped_while_halves_post() {
+    for send_first in [true, false] {
+        let e = env();
+        let (a, mut b) = pair(&e.pd, &cfg(8, 4));
+        let mut a = a;
+        let (mut tx, mut rx) = a.split().unwrap();
+        drop(a);
+        let s = [Sge::new(&e.src, 0, 8).unwrap()];
+        let rs = [Sge::new(&e.dst, 0, 8).unwrap()];
+        let mut sent = 0;
+        for i in 0..20u64 {
+            match tx.post_send(&[SendWr::rdma_write(i, &s, remote(&e.dst, 0)).signaled()]) {
+                Ok(()) => sent += 1,
+                Err(Error::CqOwnerGone { qpn }) => {
+                    assert_eq!(qpn, tx.qp_num());
+                    break;
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(sent, 8, "sends a half posted with nobody polling");
+        let mut recvd = 0;
+        for i in 0..20u64 {
+            match rx.post_recv(&[RecvWr::new(i, &rs)]) {
+                Ok(()) => recvd += 1,
+                Err(Error::CqOwnerGone { .. }) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(recvd, 4, "receives a half posted with nobody polling");
+        // The peer's SENDs land in the orphan's receives (no crash).
+        b.post_send(&[SendWr::send(1, &s).signaled()]).unwrap();
+        assert_eq!(poll_n(&mut b, 1)[0].status, WcStatus::SUCCESS);
+        if send_first {
+            drop(tx);
+            drop(rx);
+        } else {
+            drop(rx);
+            drop(tx);
+        }
+        assert_eq!(e.pd.reclaim(), 0);
+    }
+}
+
+/// Halves dropped unjoined (either order) while WRs are outstanding: the
+/// QP takes them back at its next post, with the right room: it posts
+/// exactly max_send_wr less what is outstanding before QueueFull, and
+/// the halves' WRs complete through it with their wr_ids.
+#[test]
+fn dropped_halves_give_back_exact_room() {
+    for send_first in [true, false] {
+        let e = env();
+        let c = QpConfig {
+            rnr_retry: 7,
+            ..cfg(8, 8)
+        };
+        let (mut a, mut b) = pair(&e.pd, &c);
+        let (mut tx, rx) = a.split().unwrap();
+        let s = [Sge::new(&e.src, 0, 8).unwrap()];
+        // Three SENDs that wait (b has no receive): outstanding.
+        for i in 0..3u64 {
+            tx.post_send(&[SendWr::send(i, &s).signaled()]).unwrap();
+        }
+        if send_first {
+            drop(tx);
+            drop(rx);
+        } else {
+            drop(rx);
+            drop(tx);
+        }
+        let mut ok = 0;
+        for i in 0..20u64 {
+            match a.post_send(&[SendWr::send(10 + i, &s).signaled()]) {
+                Ok(()) => ok += 1,
+                Err(Error::QueueFull) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(ok, 5, "room after the halves came back (8 - 3 outstanding)");
+        assert!(!a.is_split());
+        let rs = [Sge::new(&e.dst, 0, 8).unwrap()];
+        let rws: Vec<RecvWr> = (0..8).map(|i| RecvWr::new(i, &rs)).collect();
+        b.post_recv(&rws).unwrap();
+        let got = poll_n(&mut a, 8);
+        assert_eq!(ids(&got), vec![0, 1, 2, 10, 11, 12, 13, 14]);
+    }
+}
+
+// ------------------------------------------------------------ shared CQ
+
+/// On a SharedCq: reset_qp and remove_qp of a QP whose halves live are
+/// refused (QpSplit) and change nothing (credits, state, members); once
+/// the halves are dropped both work and every credit is back.
+#[test]
+fn shared_cq_reset_remove_with_live_halves() {
+    let e = env();
+    let c = cfg(8, 8);
+    let depth = CqSizing::new().qp(&c).qp(&c).depth().unwrap();
+    let mut cq = e.pd.create_shared_cq(depth).unwrap();
+    let x = cq.create_qp(&c).unwrap();
+    let mut peer = e.pd.create_qp(&c).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut peer).unwrap();
+    let free0 = cq.credits_free();
+    let (mut tx, mut rx) = cq.qp_mut(x).split().unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let rs = [Sge::new(&e.dst, 0, 8).unwrap()];
+    tx.post_send(&[SendWr::rdma_write(1, &s, remote(&e.dst, 0)).signaled()])
+        .unwrap();
+    rx.post_recv(&[RecvWr::new(2, &rs)]).unwrap();
+    let free_split = cq.credits_free();
+    let r = cq.reset_qp(x);
+    assert!(matches!(r, Err(Error::QpSplit { .. })), "reset_qp: {r:?}");
+    let r = cq.remove_qp(x);
+    assert!(matches!(r, Err(Error::QpSplit { .. })), "remove_qp: {r:?}");
+    assert_eq!(cq.len(), 1);
+    assert_eq!(cq.credits_free(), free_split, "credits after refusals");
+    assert_eq!(cq.qp(x).state(), QpState::Rts);
+    assert_eq!(ids(&poll_shared_n(&mut cq, 1)), vec![1]);
+    drop(tx);
+    drop(rx);
+    // One receive still outstanding: reset drops it and gives all back.
+    cq.reset_qp(x).unwrap();
+    assert_eq!(
+        cq.credits_free(),
+        free0,
+        "credits after reset of a QP whose halves went"
+    );
+    cq.remove_qp(x).unwrap();
+    assert!(cq.is_empty());
+}
+
+/// Many split/join cycles on a SharedCq, each with WRs outstanding at the
+/// split and at the join, the halves' WRs mixed signaled and unsignaled:
+/// once everything is polled, credits_free is back at its start value.
+#[test]
+fn shared_cq_split_join_cycles_credits_return() {
     let e = env();
     let c = QpConfig {
-        cq_depth: Some(32),
-        ..cfg(32, 32)
+        rnr_retry: 7,
+        ..cfg(16, 16)
     };
-    let (mut a, _b) = pair(&e.pd, &c);
-    let mut results = vec![];
-    for _ in 0..3 {
-        let mut wc = [Completion::default(); 4];
-        assert_eq!(a.poll(&mut wc).unwrap(), 0);
-        match a.split() {
-            Ok((tx, rx)) => {
-                a.join(tx, rx).unwrap();
-                return;
+    let depth = CqSizing::new().qp(&c).qp(&c).depth().unwrap();
+    let mut cq = e.pd.create_shared_cq(depth).unwrap();
+    let x = cq.create_qp(&c).unwrap();
+    let y = cq.create_qp(&c).unwrap();
+    {
+        let (l, r) = cq.qps_mut().split_at_mut(1);
+        Qp::connect_loopback(&mut l[0], &mut r[0]).unwrap();
+    }
+    let free0 = cq.credits_free();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let rs = [Sge::new(&e.dst, 0, 8).unwrap()];
+    let mut want_recvs = 0usize;
+    let mut sends_done = 0usize;
+    let mut expected = 0usize;
+    let mut wc = [Completion::default(); 32];
+    let mut got = 0usize;
+    // Retries `f` while the queue or CQ is full, polling meanwhile.
+    fn retry<T>(
+        cq: &mut SharedCq,
+        got: &mut usize,
+        mut f: impl FnMut(&mut SharedCq) -> Result<T>,
+    ) -> T {
+        let t = Instant::now();
+        loop {
+            match f(cq) {
+                Ok(v) => return v,
+                Err(Error::QueueFull | Error::RecvQueueFull | Error::CqFull) => {
+                    assert!(t.elapsed() < PATIENCE, "stuck");
+                    let mut wc = [Completion::default(); 32];
+                    *got += cq.poll(&mut wc).unwrap();
+                }
+                Err(e) => panic!("{e:?}"),
             }
-            Err(e) => results.push(format!("{e:?}")),
         }
     }
-    assert!(
-        !results.iter().any(|r| r.starts_with("CqFull")),
-        "an idle QP on a CQ of depth {} (max_send_wr 32 + max_recv_wr 32) is refused \
-         with CqFull after polling, every time: {results:?}",
-        a.cq_depth()
+    for cycle in 0..300u64 {
+        // x's own post before the split: outstanding at the split.
+        retry(&mut cq, &mut got, |cq| {
+            cq.qp_mut(x)
+                .post_send(&[SendWr::rdma_write(cycle, &s, remote(&e.dst, 0))])
+        });
+        let (mut tx, mut rx) = retry(&mut cq, &mut got, |cq| cq.qp_mut(x).split());
+        // y sends to x (x's receives come from its receive half).
+        retry(&mut cq, &mut got, |_| {
+            rx.post_recv(&[RecvWr::new(cycle, &rs)])
+        });
+        want_recvs += 1;
+        retry(&mut cq, &mut got, |_| {
+            tx.post_send(&[SendWr::rdma_write(cycle, &s, remote(&e.dst, 8)).signaled()])
+        });
+        expected += 1; // that signaled WRITE
+        retry(&mut cq, &mut got, |cq| {
+            cq.qp_mut(y)
+                .post_send(&[SendWr::send(cycle, &s).signaled()])
+        });
+        expected += 2; // y's SEND and x's receive
+        sends_done += 1;
+        if cycle % 3 == 0 {
+            got += cq.poll(&mut wc).unwrap();
+        }
+        cq.qp_mut(x).join(tx, rx).unwrap();
+        if cycle % 2 == 0 {
+            got += cq.poll(&mut wc).unwrap();
+        }
+    }
+    let _ = (want_recvs, sends_done);
+    let t = Instant::now();
+    while got < expected && t.elapsed() < PATIENCE {
+        got += cq.poll(&mut wc).unwrap();
+    }
+    assert_eq!(got, expected);
+    // x's last unsignaled WRITE may still hold credit until a signaled
+    // one retires it: one more signaled WRITE and its completion.
+    cq.qp_mut(x)
+        .post_send(&[SendWr::rdma_write(9999, &s, remote(&e.dst, 0)).signaled()])
+        .unwrap();
+    assert_eq!(ids(&poll_shared_n(&mut cq, 1)), vec![9999]);
+    assert!(drain_cq(&mut cq).is_empty());
+    assert_eq!(
+        cq.credits_free(),
+        free0,
+        "credits after 300 split/join cycles"
     );
+}
+
+/// A SharedCq dropped while a member's halves live (and post): no crash;
+/// the orphaned halves post until full, then drop.
+#[test]
+fn shared_cq_dropped_with_live_halves() {
+    let e = env();
+    let c = cfg(8, 8);
+    let mut cq =
+        e.pd.create_shared_cq(CqSizing::new().qp(&c).depth().unwrap())
+            .unwrap();
+    let x = cq.create_qp(&c).unwrap();
+    let mut peer = e.pd.create_qp(&c).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut peer).unwrap();
+    let (mut tx, mut rx) = cq.qp_mut(x).split().unwrap();
+    drop(cq);
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let rs = [Sge::new(&e.dst, 0, 8).unwrap()];
+    let mut n = 0;
+    while tx
+        .post_send(&[SendWr::rdma_write(n, &s, remote(&e.dst, 0)).signaled()])
+        .is_ok()
+    {
+        n += 1;
+        assert!(n <= 8, "posted past max_send_wr with nobody polling");
+    }
+    assert_eq!(n, 8);
+    rx.post_recv(&[RecvWr::new(1, &rs)]).unwrap();
+    drop(rx);
+    drop(tx);
 }
 
 // ------------------------------------------------------------ SRQ cleanup

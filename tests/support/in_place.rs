@@ -1,4 +1,5 @@
-//! Helpers of the in-place posts' hostile tests (`fast_paths*.rs`).
+//! Helpers of the in-place post tests (`posting_in_place.rs`,
+//! `completions_in_place.rs`): a QP config, a refusal that writes nothing.
 #![allow(dead_code)]
 
 use rdma_direct::testing::QpHooks;

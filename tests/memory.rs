@@ -475,13 +475,13 @@ fn a_dropped_target_refuses_the_peers_write() {
     assert_eq!(any_completion(&mut a).status, WcStatus::REM_ACCESS_ERR);
 }
 
-/// What a hostile review found, each now refused: an SGE of another PD or
+/// Misuses of memory, each refused: an SGE of another PD or
 /// device (only its own PD's QPs hold a dropped MR back), safe writes to a
 /// raw range registered without write access, a test hook's WQE naming a
 /// held `LocalMr` (the sim touches no owned MR from a hooked QP), and a
 /// full queue of owned WRs reported as full, not as bad input.
 #[test]
-fn what_the_review_found_is_refused() {
+fn foreign_read_only_and_held_memory_misuse_is_refused() {
     let (ctx1, ctx2) = (Context::open("sim").unwrap(), Context::open("sim").unwrap());
     let (pd1, pd2) = (ctx1.alloc_pd().unwrap(), ctx2.alloc_pd().unwrap());
     let (mut a, mut b) = pd2.create_connected_pair(&cfg()).unwrap();
@@ -542,7 +542,7 @@ fn what_the_review_found_is_refused() {
     );
 }
 
-/// The in-place posts (issue 14) under Miri: inline payloads of plain bytes
+/// The in-place posts under Miri: inline payloads of plain bytes
 /// and of an `Mr` wrapping the SQ's end, `Qp::post_write_inline`,
 /// `Qp::post_write` and `Qp::post_writes`, and a batch.
 #[test]

@@ -1,5 +1,5 @@
-//! What tests/review_halves.rs and tests/review_halves_drop.rs share (a
-//! break-it review of `Qp::split`): QP pairs, shared-CQ drains.
+//! What the split-QP tests (`split_qps.rs`, `split_qps_lifetimes.rs`)
+//! share: QP pairs, shared-CQ drains, wr_id lists.
 #![allow(dead_code)]
 
 use super::support::*;
@@ -38,5 +38,3 @@ pub fn ids(c: &[Completion]) -> Vec<u64> {
 pub fn is_invalid(r: &Result<()>) -> bool {
     matches!(r, Err(Error::Invalid(_)))
 }
-
-// ------------------------------------------------------------ transports
