@@ -103,14 +103,14 @@ fn in_place_posts_on_a_shared_cq() {
     let mut seen = Vec::new();
     while done < 400 {
         assert!(t.elapsed() < PATIENCE, "stuck at {done}");
-        let q = if i % 2 == 0 { x } else { y };
+        let q = if i.is_multiple_of(2) { x } else { y };
         let w = match i % 4 {
             0 => SendWr::rdma_write(i, &sg, to),
             1 => SendWr::rdma_write(i, &by, to).inline(),
             2 => SendWr::rdma_write(i, &sg, to).signaled(),
             _ => SendWr::send(i, &by).inline().signaled(),
         };
-        let r = if i % 5 == 0 {
+        let r = if i.is_multiple_of(5) {
             cq.qp_mut(q).post_send(&[
                 w,
                 SendWr {

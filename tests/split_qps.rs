@@ -424,13 +424,13 @@ fn wraparound_across_split_join_cycles() {
     let t = Instant::now();
     while i < total {
         assert!(t.elapsed() < PATIENCE * 4, "stuck at {i}");
-        if i % 997 == 0 && i > 0 {
+        if i.is_multiple_of(997) && i > 0 {
             match halves.take() {
                 Some((tx, rx)) => a.join(tx, rx).unwrap(),
                 None => halves = Some(a.split().unwrap()),
             }
         }
-        let signaled = i % 3 == 0;
+        let signaled = i.is_multiple_of(3);
         let w = SendWr::rdma_write(i, &s, remote(&e.dst, 0));
         let w = if signaled { w.signaled() } else { w };
         let res = match &mut halves {
