@@ -450,6 +450,16 @@ impl Qp {
         }
     }
 
+    /// The most SGEs a send WR may carry on this QP (what the device
+    /// granted; at least [`QpConfig::max_send_sge`]).
+    pub fn max_send_sge(&self) -> u32 {
+        match &self.kind {
+            QpKind::Direct(q) => q.max_send_sge(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.max_send_sge(),
+        }
+    }
+
     /// QP number (24 bits).
     pub fn qp_num(&self) -> u32 {
         match &self.kind {
@@ -501,19 +511,23 @@ impl Qp {
         // else, or anything that one would refuse, takes the general path,
         // which checks everything from the start and says why.
         if let QpKind::Direct(q) = &mut self.kind {
-            let posted = if let [w] = wrs {
-                q.post_one(w, self.pd_id)
-            } else {
-                wrs.len() > 1 && q.post_many(wrs, self.pd_id)
+            let posted = match wrs {
+                [w] => q.post_one(w, self.pd_id),
+                [] => Err(direct::Declined::Shape),
+                _ => q.post_many(wrs, self.pd_id),
             };
-            if posted {
+            if posted.is_ok() {
                 return Ok(());
             }
         }
         self.post_send_checked(wrs)
     }
 
-    /// [`Self::post_send`] with every check, for every WR and backend.
+    /// [`Self::post_send`] with every check, for every WR and backend: the
+    /// path every WR the in-place posts decline takes, and the one owner of
+    /// the checks of a send WR against the QP's state and limits (the
+    /// backends check only room and what the ring alone knows). It never
+    /// goes back to the in-place posts.
     #[inline(never)]
     pub(crate) fn post_send_checked<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
         if self.halves.is_some() && !self.rejoin_parked() {
@@ -532,9 +546,16 @@ impl Qp {
             });
         }
         let max_inline = self.max_inline();
+        let max_sge = self.max_send_sge();
         let reliable = self.cfg.qp_type == QpType::Rc;
         for i in 0..wrs.count() {
             let w = wrs.wr(i);
+            if w.sges.len() > max_sge as usize {
+                return Err(Error::Invalid(format!(
+                    "{} SGEs exceed the QP's max_send_sge of {max_sge}",
+                    w.sges.len()
+                )));
+            }
             self.check_transport(&w)?;
             if !reliable
                 && matches!(

@@ -33,17 +33,18 @@ impl Qp {
     pub fn post_write(&mut self, w: &WriteWr<'_>) -> Result<()> {
         let pd = self.pd_id;
         if let QpKind::Direct(q) = &mut self.kind {
-            if q.post_write(w, pd) {
+            if q.post_write(w, pd).is_ok() {
                 return Ok(());
             }
         }
         self.post_write_general(w)
     }
 
-    /// [`Self::post_write`] through [`Self::post_send`].
+    /// [`Self::post_write`] through [`Self::post_send`]'s checked path (the
+    /// in-place post declined it).
     #[inline(never)]
     pub(crate) fn post_write_general(&mut self, w: &WriteWr<'_>) -> Result<()> {
-        self.post_send(std::slice::from_ref(&w.to_send_wr()))
+        self.post_send_checked(std::slice::from_ref(w))
     }
 }
 
@@ -71,14 +72,15 @@ impl Qp {
         flags: SendFlags,
     ) -> Result<()> {
         if let QpKind::Direct(q) = &mut self.kind {
-            if q.post_write_inline(wr_id, data, remote, flags) {
+            if q.post_write_inline(wr_id, data, remote, flags).is_ok() {
                 return Ok(());
             }
         }
         self.post_write_inline_general(wr_id, data, remote, flags)
     }
 
-    /// [`Self::post_write_inline`] through [`Self::post_send`].
+    /// [`Self::post_write_inline`] through [`Self::post_send`]'s checked
+    /// path (the in-place post declined it).
     #[inline(never)]
     fn post_write_inline_general(
         &mut self,
@@ -91,7 +93,7 @@ impl Qp {
         let w = SendWr::rdma_write(wr_id, &sges, remote)
             .inline()
             .with_flags(flags);
-        self.post_send(std::slice::from_ref(&w))
+        self.post_send_checked(std::slice::from_ref(&w))
     }
 }
 
@@ -111,7 +113,7 @@ impl Qp {
     pub fn post_writes(&mut self, wrs: &[WriteWr<'_>]) -> Result<()> {
         let pd = self.pd_id;
         if let QpKind::Direct(q) = &mut self.kind {
-            if q.post_writes(wrs, pd) {
+            if q.post_writes(wrs, pd).is_ok() {
                 return Ok(());
             }
         }

@@ -237,12 +237,12 @@ impl SendHalf {
         match &mut self.qp.kind {
             QpKind::Direct(q) => {
                 q.sync_sends(&self.link);
-                let posted = if let [w] = wrs {
-                    q.post_one(w, pd)
-                } else {
-                    wrs.len() > 1 && q.post_many(wrs, pd)
+                let posted = match wrs {
+                    [w] => q.post_one(w, pd),
+                    [] => Err(crate::backend::direct::Declined::Shape),
+                    _ => q.post_many(wrs, pd),
                 };
-                if posted {
+                if posted.is_ok() {
                     return Ok(());
                 }
             }
@@ -262,7 +262,7 @@ impl SendHalf {
         match &mut self.qp.kind {
             QpKind::Direct(q) => {
                 q.sync_sends(&self.link);
-                if q.post_write(w, pd) {
+                if q.post_write(w, pd).is_ok() {
                     return Ok(());
                 }
             }

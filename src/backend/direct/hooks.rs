@@ -3,7 +3,7 @@
 //! correct program away from some device errors (malformed WQEs, CQ
 //! overrun), and read the send queue's ring.
 
-use super::{with_wqe, DirectCq, DirectDev, DirectQp, POST_IN_PLACE, POST_IN_PLACE_COUNTED};
+use super::{with_wqe, DirectCq, DirectDev, DirectQp, PostMode};
 use crate::ib::error::Result;
 use crate::ib::wr::SendWr;
 
@@ -44,8 +44,8 @@ impl DirectQp {
     /// overrun (`DirectCq::detect_overrun`), so that a test can reach one.
     pub(crate) fn ignore_credits(&mut self) {
         self.count_credits = false;
-        if self.post_mode == POST_IN_PLACE_COUNTED {
-            self.set_post_mode(POST_IN_PLACE);
+        if self.post_mode == PostMode::InPlaceCounted {
+            self.set_post_mode(PostMode::InPlace);
         }
         if let Some(cq) = &mut self.cq {
             cq.detect_overrun();

@@ -34,7 +34,7 @@ use std::sync::Arc;
 pub(crate) use post::max_wqebbs_of;
 #[cfg(feature = "test-hooks")]
 use post::with_wqe;
-use post::{POST_CHECKED, POST_IN_PLACE, POST_IN_PLACE_COUNTED, POST_UD};
+pub(crate) use post::{Declined, PostMode};
 
 /// Most SGEs one direct WR may carry (ctrl + raddr + 30 data segments: 32
 /// DS, a 512-byte WQE of 8 WQEBBs).
@@ -66,9 +66,9 @@ pub(crate) struct DirectQp {
     /// [`CqSizing`]: crate::ib::config::CqSizing
     count_credits: bool,
     /// Which way [`Self::post_one`] posts, decided when the state or the
-    /// credits change rather than per WR: [`POST_CHECKED`], [`POST_IN_PLACE`]
-    /// or [`POST_IN_PLACE_COUNTED`].
-    post_mode: u8,
+    /// credits change rather than per WR: [`PostMode::Checked`], [`PostMode::InPlace`]
+    /// or [`PostMode::InPlaceCounted`].
+    post_mode: PostMode,
     /// The device objects that own the rings (dropped after the drivers).
     dev: Arc<DirectDev>,
     /// The SRQ its receives come from (its ring's owner, dropped after the
@@ -84,7 +84,7 @@ pub(crate) struct DirectQp {
     /// CQ credits of its own CQ held for its SRQ's receives (0 without).
     srq_reserved: u32,
     /// The transport: only RC takes an RDMA READ in place (UC has none);
-    /// a UD QP posts through [`POST_UD`] or the checked path (its WQEs
+    /// a UD QP posts through [`PostMode::Ud`] or the checked path (its WQEs
     /// carry a datagram segment), and its transitions are UD's.
     qp_type: QpType,
     /// UD: the largest message, bytes (the port's active MTU).
@@ -213,7 +213,7 @@ impl DirectQp {
             max_recv_sge,
             max_recv_wr,
             count_credits: cq.counts_credits(&credits, max_send_wr + max_recv_wr),
-            post_mode: POST_CHECKED,
+            post_mode: PostMode::Checked,
             credits,
             dev: Arc::new(DirectDev::Sim(sim_qp)),
             _srq: srq.map(|s| s.dev().clone()),
@@ -283,7 +283,7 @@ impl DirectQp {
             max_recv_sge: caps.max_recv_sge,
             max_recv_wr: caps.max_recv_wr,
             count_credits: cq.counts_credits(&credits, caps.max_send_wr + caps.max_recv_wr),
-            post_mode: POST_CHECKED,
+            post_mode: PostMode::Checked,
             credits,
             path: PathInfo::unconnected(""),
             dev: Arc::new(DirectDev::Mlx5(objs)),
@@ -351,27 +351,27 @@ impl DirectQp {
     /// what it is given); a QP with no send SGE posts nothing in place.
     fn set_mode_for(&mut self, state: QpState) {
         self.set_post_mode(match state {
-            _ if self.max_send_sge == 0 => POST_CHECKED,
-            QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => POST_UD,
-            _ if self.qp_type == QpType::Ud => POST_CHECKED,
-            QpState::Rts | QpState::Err if self.count_credits => POST_IN_PLACE_COUNTED,
-            QpState::Rts | QpState::Err => POST_IN_PLACE,
-            _ => POST_CHECKED,
+            _ if self.max_send_sge == 0 => PostMode::Checked,
+            QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => PostMode::Ud,
+            _ if self.qp_type == QpType::Ud => PostMode::Checked,
+            QpState::Rts | QpState::Err if self.count_credits => PostMode::InPlaceCounted,
+            QpState::Rts | QpState::Err => PostMode::InPlace,
+            _ => PostMode::Checked,
         });
     }
 
     /// Sets the post mode, and with it the SQ's gate for the one-opcode
-    /// posts (`SendQueue::set_gate`): open in [`POST_IN_PLACE`] alone, so
+    /// posts (`SendQueue::set_gate`): open in [`PostMode::InPlace`] alone, so
     /// that their one check of the WR limit also says the mode.
     /// A split QP posts nothing itself (its halves do): always checked.
-    fn set_post_mode(&mut self, mode: u8) {
+    fn set_post_mode(&mut self, mode: PostMode) {
         let mode = if self.split.is_some() {
-            POST_CHECKED
+            PostMode::Checked
         } else {
             mode
         };
         self.post_mode = mode;
-        self.sq.set_gate(mode == POST_IN_PLACE);
+        self.sq.set_gate(mode == PostMode::InPlace);
     }
 
     /// [`Self::modify`] on the device.
@@ -579,6 +579,11 @@ impl DirectQp {
 
     pub(crate) fn qpn(&self) -> u32 {
         self.qpn
+    }
+
+    /// The most SGEs a send WR may carry (the QP's `max_send_sge`).
+    pub(crate) fn max_send_sge(&self) -> u32 {
+        self.max_send_sge
     }
 
     pub(crate) fn path(&self) -> PathInfo {

@@ -20,13 +20,13 @@ impl DirectQp {
     /// staging) with a BlueFlame copy from registers: a 1-SGE RDMA WRITE
     /// (with or without immediate), SEND (with or without immediate) or
     /// RDMA READ, not inline, its SGE of 1 to 2^31 - 1 bytes on PD `pd`,
-    /// with room in the SQ and the CQ. Returns `false`, having changed
-    /// nothing, for anything else: the caller then takes the checked
-    /// general path (`Qp::post_send_checked`), which says why. The caller
-    /// need not check the QP's state: the post mode says it.
+    /// with room in the SQ and the CQ. Anything else is [`Declined`],
+    /// having changed nothing: the caller then takes the checked general
+    /// path (`Qp::post_send_checked`), which posts it or says why not. The
+    /// caller need not check the QP's state: the post mode says it.
     #[inline(always)]
-    pub(crate) fn post_one(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
-        if self.post_mode == POST_IN_PLACE {
+    pub(crate) fn post_one(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
+        if self.post_mode == PostMode::InPlace {
             self.post_one_built(w, pd)
         } else {
             self.post_one_counted(w, pd)
@@ -35,30 +35,30 @@ impl DirectQp {
 
     /// Posts a batch of WRs, each of [`Self::post_one`]'s kinds, built in
     /// place, with one doorbell (the 8-byte one, as rdma-core rings a batch).
-    /// Returns `false`, having changed nothing, when one is of another kind
+    /// [`Declined`], having changed nothing, when one is of another kind
     /// or they do not all fit the SQ and the CQ: the checked path then
     /// posts them, or says why not.
     #[inline(always)]
-    pub(crate) fn post_many(&mut self, wrs: &[SendWr<'_>], pd: u32) -> bool {
+    pub(crate) fn post_many(&mut self, wrs: &[SendWr<'_>], pd: u32) -> InPlace {
         let counted = match self.post_mode {
-            POST_IN_PLACE => false,
-            POST_IN_PLACE_COUNTED => true,
-            _ => return false,
+            PostMode::InPlace => false,
+            PostMode::InPlaceCounted => true,
+            _ => return Err(Declined::Mode),
         };
         let reads = self.qp_type == QpType::Rc;
         if !wrs.iter().all(|w| in_place_sge(w, pd, reads).is_some()) {
-            return false;
+            return Err(Declined::Shape);
         }
         // One WQEBB each.
         let n = wrs.len() as u32;
         if counted && !self.credits.take(n) {
-            return false;
+            return Err(Declined::NoRoom);
         }
         let Ok(mut room) = self.sq.reserve(n) else {
             if counted {
                 self.credits.give(n);
             }
-            return false;
+            return Err(Declined::NoRoom);
         };
         let (last, head) = wrs.split_last().expect("a batch of two or more");
         for w in head {
@@ -71,19 +71,19 @@ impl DirectQp {
         push_in_place(&mut room, last);
         room.ring();
         self.posted_sends(wrs.len());
-        true
+        Ok(())
     }
 
     /// A 1-SGE RDMA WRITE posted by [`Qp::post_write`](crate::Qp::post_write):
-    /// [`Self::post_one`] for one opcode, so nothing is decoded. `false`,
-    /// having changed nothing, for anything [`Self::post_one`] would
-    /// refuse, and in the counted post mode (the caller's general path
-    /// then posts it with its CQ credit).
+    /// [`Self::post_one`] for one opcode, so nothing is decoded.
+    /// [`Declined`], having changed nothing, for anything
+    /// [`Self::post_one`] would decline, and in the counted post mode (the
+    /// caller's general path then posts it with its CQ credit).
     #[inline(always)]
-    pub(crate) fn post_write(&mut self, w: &WriteWr<'_>, pd: u32) -> bool {
+    pub(crate) fn post_write(&mut self, w: &WriteWr<'_>, pd: u32) -> InPlace {
         let s = &w.sge;
         if !s.one_seg_on(pd) {
-            return false;
+            return Err(Declined::Shape);
         }
         let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
         let data = Seg::data(s.addr, s.len, s.lkey.0);
@@ -94,42 +94,43 @@ impl DirectQp {
             self.sq
                 .put_segs_gated(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
         else {
-            return false;
+            // The gate: another post mode, or no room.
+            return Err(Declined::Mode);
         };
         // (Published before the doorbell, while the count is in a register:
         // a count that takes in a WR not yet rung only holds an MR longer.)
         super::count_sends(&mut self.sent, &self.progress, 1, put.posted_count());
         put.ring();
-        true
+        Ok(())
     }
 
     /// A batch of 1-SGE RDMA WRITEs posted by
     /// [`Qp::post_writes`](crate::Qp::post_writes): [`Self::post_many`] for
-    /// one opcode, built in place with one doorbell. `false`, having changed
-    /// nothing, when one would be refused or they do not all fit the SQ and
-    /// the CQ.
+    /// one opcode, built in place with one doorbell. [`Declined`], having
+    /// changed nothing, when one would be declined or they do not all fit
+    /// the SQ and the CQ.
     #[inline(always)]
-    pub(crate) fn post_writes(&mut self, wrs: &[WriteWr<'_>], pd: u32) -> bool {
+    pub(crate) fn post_writes(&mut self, wrs: &[WriteWr<'_>], pd: u32) -> InPlace {
         let counted = match self.post_mode {
-            POST_IN_PLACE => false,
-            POST_IN_PLACE_COUNTED => true,
-            _ => return false,
+            PostMode::InPlace => false,
+            PostMode::InPlaceCounted => true,
+            _ => return Err(Declined::Mode),
         };
         if !wrs.iter().all(|w| w.sge.one_seg_on(pd)) {
-            return false;
+            return Err(Declined::Shape);
         }
         let n = wrs.len() as u32;
         if counted && !self.credits.take(n) {
-            return false;
+            return Err(Declined::NoRoom);
         }
         let Ok(mut room) = self.sq.reserve(n) else {
             if counted {
                 self.credits.give(n);
             }
-            return false;
+            return Err(Declined::NoRoom);
         };
         let Some((last, head)) = wrs.split_last() else {
-            return true;
+            return Ok(());
         };
         let wqe = |w: &WriteWr<'_>| {
             let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
@@ -145,14 +146,14 @@ impl DirectQp {
         debug_assert!(pushed, "room was reserved for the whole batch");
         room.ring();
         self.posted_sends(wrs.len());
-        true
+        Ok(())
     }
 
     /// An inline RDMA WRITE of `data` posted by
     /// [`Qp::post_write_inline`](crate::Qp::post_write_inline), built in
-    /// place as [`Self::post_one`] builds one. `false`, having changed
-    /// nothing, for anything [`Self::post_one`] would refuse, and in the
-    /// counted post mode.
+    /// place as [`Self::post_one`] builds one. [`Declined`], having
+    /// changed nothing, for anything [`Self::post_one`] would decline, and
+    /// in the counted post mode.
     #[inline(always)]
     pub(crate) fn post_write_inline(
         &mut self,
@@ -160,9 +161,9 @@ impl DirectQp {
         data: &[u8],
         remote: RemoteAddr,
         flags: SendFlags,
-    ) -> bool {
-        if self.post_mode != POST_IN_PLACE {
-            return false;
+    ) -> InPlace {
+        if self.post_mode != PostMode::InPlace {
+            return Err(Declined::Mode);
         }
         let raddr = Seg::raddr(remote.addr, remote.rkey.0);
         let flags = ctrl_of(flags);
@@ -180,33 +181,33 @@ impl DirectQp {
                 wr_id,
             )
         };
-        if r.is_err() {
-            return false;
-        }
+        r.map_err(declined)?;
         self.posted_sends(1);
-        true
+        Ok(())
     }
 
     /// [`Self::post_one`] taking a CQ credit (a shared CQ, or a shallow one);
-    /// `false` in the checked post mode.
+    /// [`Declined::Mode`] in the checked post mode.
     #[inline(never)]
-    fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
-        if self.post_mode == POST_UD {
-            return self.post_ud_one(w, pd);
+    fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
+        match self.post_mode {
+            PostMode::Ud => return self.post_ud_one(w, pd),
+            PostMode::InPlaceCounted => {}
+            _ => return Err(Declined::Mode),
         }
-        if self.post_mode != POST_IN_PLACE_COUNTED || !self.credits.take(1) {
-            return false;
+        if !self.credits.take(1) {
+            return Err(Declined::NoRoom);
         }
         let undo = self.signal_if_credits_low();
-        if self.post_one_built(w, pd) {
-            return true;
+        let r = self.post_one_built(w, pd);
+        if r.is_err() {
+            // Declined after all: it leaves no trace.
+            self.credits.give(1);
+            if let Some(u) = undo {
+                self.sq.undo_signal_next(u);
+            }
         }
-        // Refused after all: it leaves no trace.
-        self.credits.give(1);
-        if let Some(u) = undo {
-            self.sq.undo_signal_next(u);
-        }
-        false
+        r
     }
 
     /// [`Self::post_one`] without the CQ credits. The opcode mapping is
@@ -215,7 +216,7 @@ impl DirectQp {
     /// `WrOp -> (opcode, imm, remote)` mapping measured 9 to 27 instructions
     /// more per WR (`scripts/insn-count`).
     #[inline(always)]
-    fn post_one_built(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+    fn post_one_built(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         if w.inline {
             return self.post_inline(w);
         }
@@ -233,7 +234,7 @@ impl DirectQp {
             WrOp::RdmaRead { remote } if self.qp_type == QpType::Rc => {
                 self.post_sge::<true>(WqeOpcode::RDMA_READ, 0, remote, w, pd)
             }
-            _ => false,
+            _ => Err(Declined::Shape),
         }
     }
 
@@ -242,8 +243,10 @@ impl DirectQp {
     /// immediate: ctrl, the remote-address segment for a WRITE, the inline
     /// segment, built in place.
     #[inline(always)]
-    fn post_inline(&mut self, w: &SendWr<'_>) -> bool {
-        let [s] = w.sges else { return false };
+    fn post_inline(&mut self, w: &SendWr<'_>) -> InPlace {
+        let [s] = w.sges else {
+            return Err(Declined::Shape);
+        };
         let flags = ctrl_flags(w);
         let raddr = |r: RemoteAddr| Some(Seg::raddr(r.addr, r.rkey.0));
         // SAFETY (every arm): `s` borrows its memory for the call
@@ -281,14 +284,12 @@ impl DirectQp {
                 WrOp::SendWithImm { imm } => {
                     sq.post_inline_bf(WqeOpcode::SEND_IMM, flags, imm, None, src, len, shared, id)
                 }
-                _ => return false,
+                _ => return Err(Declined::Shape),
             }
         };
-        if r.is_err() {
-            return false;
-        }
+        r.map_err(declined)?;
         self.posted_sends(1);
-        true
+        Ok(())
     }
 
     /// [`Self::post_one`] for one opcode: ctrl, the remote-address segment
@@ -301,12 +302,14 @@ impl DirectQp {
         remote: RemoteAddr,
         w: &SendWr<'_>,
         pd: u32,
-    ) -> bool {
-        let [s] = w.sges else { return false };
+    ) -> InPlace {
+        let [s] = w.sges else {
+            return Err(Declined::Shape);
+        };
         // A zero-length SGE makes no data segment, one of 2^31 or more
         // cannot be one: the general path's.
         if !s.one_seg_on(pd) {
-            return false;
+            return Err(Declined::Shape);
         }
         let flags = ctrl_flags(w);
         let data = Seg::data(s.addr, s.len, s.lkey.0);
@@ -316,31 +319,21 @@ impl DirectQp {
         } else {
             self.sq.post_segs_bf(op, flags, imm, [data], w.wr_id)
         };
-        if r.is_err() {
-            return false;
-        }
+        r.map_err(declined)?;
         self.posted_sends(1);
-        true
+        Ok(())
     }
 
     /// Posts `wrs` and rings the doorbell once. Every WR is checked first
     /// (and the SQ room for all of them): on error nothing is written.
     #[inline]
+    ///
+    /// The front end checked each WR against the QP's limits and state
+    /// (`Qp::check_send_wr`, and a split QP's halves): here only what the
+    /// ring alone knows, room and the WQE's size.
     pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
-        if self.is_split() {
-            return Err(Error::QpSplit { qpn: self.qpn });
-        }
+        debug_assert!(!self.is_split(), "the front end refuses a split QP's posts");
         let n = wrs.count();
-        for i in 0..n {
-            let w = wrs.wr(i);
-            if w.sges.len() > self.max_send_sge as usize {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_send_sge of {}",
-                    w.sges.len(),
-                    self.max_send_sge
-                )));
-            }
-        }
         if n == 1 {
             // One WR: the driver's own checks already write nothing on error,
             // so there is no batch to pre-check (no second encoding pass).
@@ -367,9 +360,11 @@ impl DirectQp {
         if n == 0 {
             return Ok(());
         }
+        // Each WQE sized from its shape (no inline byte copied), then
+        // built once, below.
         let mut need = 0u32;
         for i in 0..n {
-            let (_, wqebbs) = with_wqe(&wrs.wr(i), |wqe| wqe_size(self.sq.geometry(), wqe))??;
+            let (_, wqebbs) = with_wqe_shape(&wrs.wr(i), |wqe| wqe_size(self.sq.geometry(), wqe))??;
             need += wqebbs;
         }
         if need > self.sq.free_wqebbs() || n as u32 > self.sq.free_wrs() {
@@ -436,19 +431,19 @@ impl DirectQp {
     /// or says why not. (Inlined into `post_one_counted`, the out-of-line
     /// half of `post_one`: one call from `Qp::post_send`.)
     #[inline(always)]
-    fn post_ud_one(&mut self, w: &SendWr<'_>, pd: u32) -> bool {
+    fn post_ud_one(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         let (WrOp::UdSend { imm }, Some(d), [s], false) = (w.op, w.ud, w.sges, w.inline) else {
-            return false;
+            return Err(Declined::Shape);
         };
         if !s.one_seg_on(pd)
             || s.len > self.ud_mtu
             || d.ah.inner.pd != pd
             || d.remote_qpn > 0xff_ffff
         {
-            return false;
+            return Err(Declined::Shape);
         }
         if self.count_credits && !self.credits.take(1) {
-            return false;
+            return Err(Declined::NoRoom);
         }
         let undo = self.signal_if_credits_low();
         let (opcode, imm) = match imm {
@@ -468,7 +463,7 @@ impl DirectQp {
         );
         if r.is_ok() {
             self.posted_sends(1);
-            return true;
+            return Ok(());
         }
         if self.count_credits {
             self.credits.give(1);
@@ -476,7 +471,7 @@ impl DirectQp {
         if let Some(u) = undo {
             self.sq.undo_signal_next(u);
         }
-        false
+        r.map_err(declined)
     }
 }
 
@@ -521,16 +516,54 @@ pub(super) fn recv_segs(w: &RecvWr<'_>) -> ([DataSeg; MAX_SGE], usize) {
     (segs, w.sges.len().min(MAX_SGE))
 }
 
-/// [`DirectQp::post_one`] posts nothing: every WR takes the checked path
-/// (a QP not in RTS or ERR, or with no send SGE).
-pub(super) const POST_CHECKED: u8 = 0;
-/// [`DirectQp::post_one`] builds the common WRs in place.
-pub(super) const POST_IN_PLACE: u8 = 1;
-/// As [`POST_IN_PLACE`], taking a CQ credit per WR.
-pub(super) const POST_IN_PLACE_COUNTED: u8 = 2;
-/// A UD QP in RTS or ERR: [`DirectQp::post_one`] builds a UD SEND of one
-/// SGE in place (`DirectQp::post_ud_one`).
-pub(super) const POST_UD: u8 = 3;
+/// How a QP's in-place posts ([`DirectQp::post_one`] and the one-opcode
+/// posts) run, set as its state, CQ and split change
+/// (`DirectQp::set_post_mode`): one byte the post path reads first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum PostMode {
+    /// Nothing is built in place: every WR takes the checked path (a QP
+    /// not in RTS or ERR, or with no send SGE).
+    Checked,
+    /// The common WRs are built in place.
+    InPlace,
+    /// As [`Self::InPlace`], taking a CQ credit per WR.
+    InPlaceCounted,
+    /// A UD QP in RTS or ERR: a UD SEND of one SGE is built in place
+    /// (`DirectQp::post_ud_one`).
+    Ud,
+}
+
+/// Why an in-place post posted nothing (and changed nothing): the caller
+/// then takes the checked path, which posts the WRs or says why not. No
+/// path comes back to the in-place posts from there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Declined {
+    /// The QP's post mode builds nothing in place, or not this kind of QP's
+    /// WRs ([`PostMode`]).
+    Mode,
+    /// A WR of a shape only the checked path builds or refuses: another
+    /// opcode, inline or several SGEs, a zero-length SGE or one of 2^31
+    /// bytes or more, memory of another PD, a UD destination it checks.
+    Shape,
+    /// No room for the WRs in the SQ, or no CQ credit for them.
+    NoRoom,
+    /// The ring driver refused the WQE for another reason (an inline
+    /// payload over the QP's limit).
+    Refused,
+}
+
+/// What an in-place post did: posted, or [`Declined`].
+pub(crate) type InPlace = std::result::Result<(), Declined>;
+
+/// The ring driver's refusal of an in-place WQE as a [`Declined`].
+#[inline(always)]
+fn declined(e: WqeError) -> Declined {
+    match e {
+        WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Declined::NoRoom,
+        _ => Declined::Refused,
+    }
+}
 
 /// The largest send WQE of a QP with these limits, in WQEBBs: ctrl, raddr
 /// and the larger of the SGE list and the inline segment (an atomic WQE,
@@ -624,6 +657,19 @@ const NO_REMOTE: RemoteAddr = RemoteAddr {
 /// Builds the `SendWqe` for `w` on the stack and hands it to `f`.
 #[inline]
 pub(super) fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
+    stage::<true, R>(w, f)
+}
+
+/// [`with_wqe`] for sizing: the same WQE but for an inline payload, whose
+/// bytes are not copied (its length is what sizes it).
+#[inline]
+fn with_wqe_shape<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
+    stage::<false, R>(w, f)
+}
+
+/// [`with_wqe`], copying an inline payload's bytes when `COPY`.
+#[inline(always)]
+fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
     if w.sges.len() > MAX_SGE {
         return Err(Error::Invalid(format!(
             "{} SGEs; the direct path takes at most {MAX_SGE}",
@@ -699,6 +745,19 @@ pub(super) fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> 
             return Err(Error::Invalid(format!(
                 "inline payload of {total} bytes; at most {MAX_INLINE}"
             )));
+        }
+        if !COPY {
+            // (Bytes of no meaning: only the length is read.)
+            static SIZE_ONLY: [u8; MAX_INLINE] = [0; MAX_INLINE];
+            return Ok(f(&SendWqe {
+                datagram,
+                opcode,
+                flags,
+                imm: 0,
+                remote,
+                atomic,
+                payload: Payload::Inline(&SIZE_ONLY[..total as usize]),
+            }));
         }
         let mut off = 0;
         for s in w.sges {

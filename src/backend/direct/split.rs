@@ -8,7 +8,7 @@
 //! each post. The CQ credits the halves may need are taken at the split, so
 //! their posts count none.
 
-use super::post::POST_CHECKED;
+use super::post::PostMode;
 use super::DirectQp;
 use crate::ib::error::{Error, Result};
 use crate::ib::progress::HalfLink;
@@ -101,7 +101,7 @@ impl DirectQp {
             held: outstanding + reserve,
         }));
         self.count_credits = false;
-        self.set_post_mode(POST_CHECKED);
+        self.set_post_mode(PostMode::Checked);
         self.sq.close_window();
         self.rq.close_window();
         link.publish(self.sq.consumed(), self.rq.consumed() as u64);
@@ -122,7 +122,7 @@ impl DirectQp {
             max_recv_wr: self.max_recv_wr,
             credits: self.credits.clone(),
             count_credits: false,
-            post_mode: POST_CHECKED,
+            post_mode: PostMode::Checked,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),
             path: self.path,
@@ -134,7 +134,7 @@ impl DirectQp {
             ud_mtu: self.ud_mtu,
             split: None,
         };
-        q.set_post_mode(POST_CHECKED);
+        q.set_post_mode(PostMode::Checked);
         q
     }
 

@@ -367,6 +367,11 @@ impl VerbsQp {
     }
 
     /// The inline size the device granted (`max_inline_data`), in bytes.
+    /// The most SGEs a send WR may carry (what the device granted).
+    pub(crate) fn max_send_sge(&self) -> u32 {
+        self.caps.max_send_sge
+    }
+
     pub(crate) fn max_inline(&self) -> u32 {
         self.caps.max_inline
     }

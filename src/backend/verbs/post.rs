@@ -5,31 +5,13 @@
 use super::*;
 
 impl VerbsQp {
-    /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. Checked first (SGE
-    /// count, inline size, length, and room for every WR under `max_send_wr`
-    /// outstanding): on those errors nothing is posted.
+    /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. The front end
+    /// checked each WR against the QP's state and limits
+    /// (`Qp::post_send_checked`); here room for every WR under `max_send_wr`
+    /// outstanding, and the CQ credits: on those errors nothing is posted.
     pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
-        if self.is_split() {
-            return Err(Error::QpSplit { qpn: self.qpn });
-        }
+        debug_assert!(!self.is_split(), "the front end refuses a split QP's posts");
         let count = wrs.count();
-        for i in 0..count {
-            let w = wrs.wr(i);
-            if w.sges.len() > self.caps.max_send_sge as usize {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_send_sge of {}",
-                    w.sges.len(),
-                    self.caps.max_send_sge
-                )));
-            }
-            if w.inline && w.total_len() > self.caps.max_inline as u64 {
-                return Err(Error::Invalid(format!(
-                    "inline payload of {} bytes exceeds the QP's max_inline_data of {}",
-                    w.total_len(),
-                    self.caps.max_inline
-                )));
-            }
-        }
         let outstanding = self.posted - self.retired;
         if outstanding + count as u64 > self.max_post as u64 {
             return Err(Error::QueueFull);
