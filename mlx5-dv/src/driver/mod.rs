@@ -19,8 +19,10 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+/// The segment the in-place posts take, from the codec (`crate::wqe`).
+pub use crate::wqe::Seg;
 pub use cq::{CompletionQueue, CqCursor, Taken};
-pub use fast::{Put, Reserved, Seg};
+pub use fast::{Put, Reserved};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
 pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots, SRQ_NEXT_SEG};

@@ -1,7 +1,7 @@
 //! Reading a send WQE back from an SQ ring, as the device (the sim) and the
 //! trace see it.
 
-use super::segments::inline_ds;
+use super::segments::{decode_atomic_seg, decode_data_seg, decode_raddr_seg, inline_ds};
 use super::{AtomicSeg, DataSeg, RemoteSeg};
 use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, WQEBB};
 use crate::ring::RingBuf;
@@ -60,12 +60,7 @@ impl DecodedWqe {
         }
         let mut b = [0u8; 16];
         sq.read_wrapping(first + i as usize * DS, &mut b);
-        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        Some(DataSeg {
-            len: be32(0),
-            lkey: be32(4),
-            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
-        })
+        Some(decode_data_seg(&b))
     }
 
     /// Copies an inline payload into `out` (at most `out.len()` bytes); returns its length.
@@ -137,22 +132,9 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
             min,
         });
     }
-    let remote = (raddr == 1).then(|| {
-        let r = seg(1 + av as usize);
-        RemoteSeg {
-            addr: u64::from_be_bytes(r[0..8].try_into().unwrap()),
-            rkey: be32(&r, 8),
-        }
-    });
-    let mut atomic = None;
+    let remote = (raddr == 1).then(|| decode_raddr_seg(&seg(1 + av as usize)));
     let first = 1 + av as usize + raddr as usize + if atomic_op { 1 } else { 0 };
-    if atomic_op {
-        let a = seg(first - 1);
-        atomic = Some(AtomicSeg {
-            swap_add: u64::from_be_bytes(a[0..8].try_into().unwrap()),
-            compare: u64::from_be_bytes(a[8..16].try_into().unwrap()),
-        });
-    }
+    let atomic = atomic_op.then(|| decode_atomic_seg(&seg(first - 1)));
     let rest = ds - first as u32;
     let payload = if rest == 0 {
         DecodedPayload::None
