@@ -1,12 +1,12 @@
 //! The writers: a send WQE validated and sized ([`wqe_size`]), then laid out
 //! into an SQ ring at producer index `pi` (wrapping at the ring end), each
-//! segment by its encoder in `segments`; receive WQEs into an RQ ring.
+//! segment by its encoder in `segments`.
 
 use super::segments::{
-    ctrl_stored, data_seg, inline_ds, put_stored, write_inline_hdr, CtrlQpn, Seg, ATOMIC_SIZE,
+    ctrl_stored, inline_ds, put_stored, write_inline_hdr, CtrlQpn, Seg, ATOMIC_SIZE,
 };
-use super::{AtomicSeg, DataSeg, Payload, SendWqe, SqGeometry, WqeError, Written};
-use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, INVALID_LKEY, MAX_DS, WQEBB};
+use super::{AtomicSeg, Payload, SendWqe, SqGeometry, WqeError, Written};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, MAX_DS, WQEBB};
 use crate::ring::RingBuf;
 
 /// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
@@ -390,58 +390,4 @@ fn atomic_operands(opcode: WqeOpcode, a: AtomicSeg) -> AtomicSeg {
 #[inline(never)]
 fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, bytes: &[u8]) {
     sq.write_wrapping(base, bytes);
-}
-
-/// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
-/// (`mlx5dv_qp.rq`): one data segment per non-empty SGE, then, if the stride
-/// holds more, a terminating segment with lkey `MLX5_INVALID_LKEY` (0x100),
-/// byte count 0 and address 0 (rdma-core `mlx5_post_recv`). On error nothing
-/// is written.
-pub fn write_recv_wqe(
-    rq: &mut RingBuf<'_>,
-    wqe_cnt: u32,
-    stride: u32,
-    idx: u32,
-    sges: &[DataSeg],
-) -> Result<(), WqeError> {
-    if !wqe_cnt.is_power_of_two()
-        || !stride.is_power_of_two()
-        || stride < DS as u32
-        || rq.len() != wqe_cnt as usize * stride as usize
-    {
-        return Err(WqeError::BadRqGeometry {
-            wqe_cnt,
-            stride,
-            ring_len: rq.len(),
-        });
-    }
-    let total: u64 = sges.iter().map(|s| s.len as u64).sum();
-    if total > 1 << 31 {
-        return Err(WqeError::LengthOverflow { total });
-    }
-    if let Some(s) = sges.iter().find(|s| s.len & INLINE_SEG != 0) {
-        return Err(WqeError::SgeTooLong { len: s.len });
-    }
-    let slots = stride as usize / DS;
-    let need = sges.iter().filter(|s| s.len != 0).count();
-    if need > slots {
-        return Err(WqeError::RecvTooManySges { need, stride });
-    }
-    let base = (idx & (wqe_cnt - 1)) as usize * stride as usize;
-    let mut off = base;
-    for s in sges.iter().filter(|s| s.len != 0) {
-        rq.write_seg(off, &data_seg(*s));
-        off += DS;
-    }
-    if need < slots {
-        rq.write_seg(
-            off,
-            &data_seg(DataSeg {
-                addr: 0,
-                len: 0,
-                lkey: INVALID_LKEY,
-            }),
-        );
-    }
-    Ok(())
 }
