@@ -28,6 +28,8 @@
 mod decode;
 mod encode;
 mod recv;
+#[cfg(test)]
+mod segment_tests;
 mod segments;
 #[cfg(test)]
 mod tests;
