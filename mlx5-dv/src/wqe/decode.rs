@@ -1,9 +1,12 @@
 //! Reading a send WQE back from an SQ ring, as the device (the sim) and the
 //! trace see it.
 
-use super::segments::{decode_atomic_seg, decode_data_seg, decode_raddr_seg, inline_ds};
+use super::segments::{
+    decode_atomic_seg, decode_ctrl_seg, decode_data_seg, decode_inline_hdr, decode_raddr_seg,
+    inline_ds,
+};
 use super::{AtomicSeg, DataSeg, RemoteSeg};
-use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, WQEBB};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, WQEBB};
 use crate::ring::RingBuf;
 
 /// Where a decoded WQE's payload sits in the ring.
@@ -108,12 +111,8 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
         sq.read_wrapping(base + k * DS, &mut b);
         b
     };
-    let c = seg(0);
-    let be32 = |b: &[u8; 16], o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let w0 = be32(&c, 0);
-    let w1 = be32(&c, 4);
-    let opcode = WqeOpcode(w0 as u8);
-    let ds = w1 & 0x3f;
+    let c = decode_ctrl_seg(&seg(0));
+    let (opcode, ds) = (c.opcode, c.ds);
     if (ds * DS as u32).div_ceil(WQEBB as u32) > wqe_cnt {
         return Err(DecodeError::BiggerThanRing { ds, wqe_cnt });
     }
@@ -140,9 +139,8 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
         DecodedPayload::None
     } else {
         let p = seg(first);
-        let w = be32(&p, 0);
-        if w & INLINE_SEG != 0 && !atomic_op {
-            let len = w & !INLINE_SEG;
+        let inline = decode_inline_hdr([p[0], p[1], p[2], p[3]]).filter(|_| !atomic_op);
+        if let Some(len) = inline {
             if inline_ds(len as usize) > rest {
                 return Err(DecodeError::InlineOverrun { len, ds });
             }
@@ -159,12 +157,12 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
     };
     Ok(DecodedWqe {
         opcode,
-        opmod: (w0 >> 24) as u8,
-        wqe_idx: (w0 >> 8) as u16,
-        qpn: w1 >> 8,
+        opmod: c.opmod,
+        wqe_idx: c.wqe_idx,
+        qpn: c.qpn,
         ds,
-        flags: CtrlFlags::from_bits_retain(c[11]),
-        imm: be32(&c, 12),
+        flags: c.flags,
+        imm: c.imm,
         remote,
         atomic,
         payload,

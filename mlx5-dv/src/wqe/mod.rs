@@ -43,8 +43,9 @@ pub use recv::{
     SRQ_NEXT_SEG, SRQ_NEXT_WQE_INDEX,
 };
 pub use segments::{
-    atomic_seg, ctrl_seg, data_seg, datagram_seg, decode_atomic_seg, decode_data_seg,
-    decode_raddr_seg, inline_ds, inline_hdr, raddr_seg, Seg, ATOMIC_SIZE,
+    atomic_seg, ctrl_seg, data_seg, datagram_seg, decode_atomic_seg, decode_ctrl_seg,
+    decode_data_seg, decode_datagram_seg, decode_inline_hdr, decode_raddr_seg, inline_ds,
+    inline_hdr, raddr_seg, CtrlFields, DatagramDest, Seg, ATOMIC_SIZE,
 };
 pub(crate) use segments::{
     ctrl_stored, put_stored, qpn_word, write_datagram, write_inline_hdr, CtrlQpn,

@@ -40,6 +40,18 @@ proptest! {
         let raw = ctrl_stored(WqeOpcode(op), idx, CtrlQpn::Raw(qpn), ds, f, imm);
         let word = ctrl_stored(WqeOpcode(op), idx, CtrlQpn::Word(qpn_word(qpn)), ds, f, imm);
         prop_assert_eq!(stored_bytes(raw), stored_bytes(word));
+        prop_assert_eq!(
+            decode_ctrl_seg(&stored_bytes(raw)),
+            CtrlFields {
+                opcode: WqeOpcode(op),
+                opmod: 0,
+                wqe_idx: idx as u16,
+                qpn: qpn & 0xff_ffff,
+                ds: ds & 0x3f,
+                flags: f,
+                imm,
+            }
+        );
     }
 
     /// Each 16-byte segment decodes to what was encoded.
@@ -85,6 +97,11 @@ fn data_raddr_atomic_hand_worked() {
 #[test]
 fn inline_header_and_ds() {
     assert_eq!(inline_hdr(100), [0x80, 0, 0, 100]);
+    assert_eq!(
+        decode_inline_hdr(inline_hdr(0x7fff_ffff)),
+        Some(0x7fff_ffff)
+    );
+    assert_eq!(decode_inline_hdr(0x7fff_ffffu32.to_be_bytes()), None);
     assert_eq!(inline_ds(0), 1);
     assert_eq!(inline_ds(12), 1);
     assert_eq!(inline_ds(13), 2);
@@ -104,6 +121,13 @@ fn datagram_segment_patches_qkey_and_remote_qpn() {
     assert_eq!(s[4..8], av[4..8]);
     assert_eq!(s[AV_DQP_DCT..AV_DQP_DCT + 4], [0x80, 0x12, 0x34, 0x56]);
     assert_eq!(s[12..], av[12..]);
+    assert_eq!(
+        decode_datagram_seg(&s),
+        DatagramDest {
+            qkey: 0x1111_2222,
+            remote_qpn: 0x12_3456
+        }
+    );
 }
 
 #[test]

@@ -223,6 +223,42 @@ pub fn ctrl_seg(
     s
 }
 
+/// A ctrl segment's fields, decoded ([`decode_ctrl_seg`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtrlFields {
+    /// Byte 3.
+    pub opcode: WqeOpcode,
+    /// Byte 0.
+    pub opmod: u8,
+    /// Bytes 1..3: the low 16 bits of the WQE index.
+    pub wqe_idx: u16,
+    /// Bytes 4..7: the QP number (24 bits).
+    pub qpn: u32,
+    /// Byte 7, low 6 bits: the WQE's size in 16-byte units.
+    pub ds: u32,
+    /// Byte 11, `fm_ce_se`.
+    pub flags: CtrlFlags,
+    /// Bytes 12..16, as the application meant it.
+    pub imm: u32,
+}
+
+/// Decodes a ctrl segment (`struct mlx5_wqe_ctrl_seg`, [`ctrl_seg`]'s
+/// layout, big-endian): the inverse of [`ctrl_seg`], opmod included.
+#[inline]
+pub fn decode_ctrl_seg(b: &[u8; 16]) -> CtrlFields {
+    let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let (w0, w1) = (be32(0), be32(4));
+    CtrlFields {
+        opcode: WqeOpcode(w0 as u8),
+        opmod: (w0 >> 24) as u8,
+        wqe_idx: (w0 >> 8) as u16,
+        qpn: w1 >> 8,
+        ds: w1 & 0x3f,
+        flags: CtrlFlags::from_bits_retain(b[11]),
+        imm: be32(12),
+    }
+}
+
 /// Encodes a remote-address segment ([`Seg::raddr`]).
 #[inline]
 pub fn raddr_seg(r: RemoteSeg) -> [u8; 16] {
@@ -298,6 +334,15 @@ pub const fn inline_hdr(len: u32) -> [u8; 4] {
     (len | INLINE_SEG).to_be_bytes()
 }
 
+/// Decodes the first 4 bytes of a payload segment: `Some(len)` for an
+/// inline segment header (bit 31, `MLX5_INLINE_SEG`, set; the inverse of
+/// [`inline_hdr`]), `None` for a data segment's byte count.
+#[inline]
+pub fn decode_inline_hdr(b: [u8; 4]) -> Option<u32> {
+    let w = u32::from_be_bytes(b);
+    (w & INLINE_SEG != 0).then_some(w & !INLINE_SEG)
+}
+
 /// Stores the inline segment header [`inline_hdr`] of `len` bytes at `dst`.
 ///
 /// # Safety
@@ -330,6 +375,28 @@ pub(crate) unsafe fn write_datagram(
         dst.add(AV_DQP_DCT)
             .cast::<u32>()
             .write_unaligned((remote_qpn & 0xff_ffff | EXTENDED_UD_AV).to_be());
+    }
+}
+
+/// Where a datagram segment sends ([`decode_datagram_seg`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatagramDest {
+    /// Bytes 0..4: the qkey (bit 31 set: the sending QP's own, IB spec C10-15).
+    pub qkey: u32,
+    /// Bytes 8..12 (`dqp_dct`), low 24 bits: the remote QP number.
+    pub remote_qpn: u32,
+}
+
+/// Decodes the destination of a datagram segment (`struct
+/// mlx5_wqe_datagram_seg`, big-endian): qkey at 0..4, the remote QPN in
+/// the low 24 bits of `dqp_dct` at 8..12 (the inverse of `write_datagram`'s
+/// patch).
+#[inline]
+pub fn decode_datagram_seg(av: &[u8; DATAGRAM_SEG]) -> DatagramDest {
+    let be32 = |o: usize| u32::from_be_bytes([av[o], av[o + 1], av[o + 2], av[o + 3]]);
+    DatagramDest {
+        qkey: be32(0),
+        remote_qpn: be32(AV_DQP_DCT) & 0xff_ffff,
     }
 }
 
