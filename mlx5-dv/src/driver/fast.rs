@@ -9,105 +9,7 @@
 
 use super::sq::{auto_signal, SendQueue, Slot};
 use crate::prm::{CtrlFlags, WqeOpcode, WQEBB};
-use crate::wqe::WqeError;
-
-/// One 16-byte segment that follows the ctrl segment of a send WQE, held
-/// as the two 64-bit values whose big-endian bytes it is: bytes 0..8 are
-/// `hi`'s, bytes 8..16 `lo`'s (rdma-core `mlx5dv.h` structs, all fields
-/// big-endian).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Seg {
-    hi: u64,
-    lo: u64,
-}
-
-impl Seg {
-    /// A remote-address segment (`struct mlx5_wqe_raddr_seg`): `raddr` at
-    /// bytes 0..8, `rkey` at 8..12, 4 reserved zero bytes.
-    #[inline(always)]
-    pub const fn raddr(addr: u64, rkey: u32) -> Seg {
-        Seg {
-            hi: addr,
-            lo: (rkey as u64) << 32,
-        }
-    }
-
-    /// A data segment (`struct mlx5_wqe_data_seg`): `byte_count` at bytes
-    /// 0..4 (`len`, below 2^31: bit 31 would mark an inline segment), `lkey`
-    /// at 4..8, `addr` at 8..16.
-    #[inline(always)]
-    pub const fn data(addr: u64, len: u32, lkey: u32) -> Seg {
-        Seg {
-            hi: ((len as u64) << 32) | lkey as u64,
-            lo: addr,
-        }
-    }
-
-    /// An atomic segment (`struct mlx5_wqe_atomic_seg`): `swap_add` at bytes
-    /// 0..8, `compare` at 8..16.
-    #[inline(always)]
-    pub const fn atomic(swap_add: u64, compare: u64) -> Seg {
-        Seg {
-            hi: swap_add,
-            lo: compare,
-        }
-    }
-
-    /// The two 8-byte words as they are stored (big-endian).
-    #[inline(always)]
-    fn stored(self) -> [u64; 2] {
-        [self.hi.to_be(), self.lo.to_be()]
-    }
-}
-
-/// The ctrl segment of WQE `pi` (`struct mlx5_wqe_ctrl_seg`, the codec's
-/// `ctrl_words` in `wqe/segments.rs`) as the two 64-bit words stored
-/// at bytes 0..8 and 8..16. `qpn_word` is [`qpn_word`] of the QP's
-/// number, computed once per queue: so each word is a few shifts and ors,
-/// with no byte swap of its own.
-#[inline(always)]
-fn ctrl_seg(
-    opcode: WqeOpcode,
-    pi: u32,
-    qpn_word: u64,
-    ds: u32,
-    flags: CtrlFlags,
-    imm: u32,
-) -> [u64; 2] {
-    #[cfg(target_endian = "little")]
-    {
-        // Bytes 0..4, `opmod_idx_opcode` big-endian (0, the 16-bit index,
-        // the opcode), read little-endian; bytes 4..8 `qpn_ds`; byte 11
-        // `fm_ce_se`; bytes 12..16 the immediate.
-        let w0 = ((pi as u16).swap_bytes() as u32) << 8 | (opcode.0 as u32) << 24;
-        let w2 = (flags.bits() as u32) << 24;
-        [
-            w0 as u64 | ((ds & 0x3f) as u64) << 56 | qpn_word,
-            w2 as u64 | (imm.to_be() as u64) << 32,
-        ]
-    }
-    #[cfg(target_endian = "big")]
-    {
-        let w = crate::wqe::ctrl_words(opcode, pi as u16, 0, ds, flags, imm);
-        [
-            ((w[0] as u64) << 32) | w[1] as u64 | qpn_word,
-            ((w[2] as u64) << 32) | w[3] as u64,
-        ]
-    }
-}
-
-/// The QP's number as bytes 4..7 of a ctrl segment (`qpn_ds` without the
-/// DS) in the first 8 bytes of the segment read as one host-order `u64`
-/// (its high half on a little-endian host): what [`ctrl_seg`] ORs in.
-#[inline]
-pub(super) fn qpn_word(qpn: u32) -> u64 {
-    let be = ((qpn & 0xff_ffff) << 8).to_be() as u64;
-    if cfg!(target_endian = "little") {
-        be << 32
-    } else {
-        be
-    }
-}
+use crate::wqe::{ctrl_stored, inline_ds, put_stored, CtrlQpn, Seg, WqeError};
 
 /// A WQE of one WQEBB written and counted in its queue, which it borrows,
 /// not yet rung ([`SendQueue::put_segs_gated`]; [`Put::ring`]): its index
@@ -147,16 +49,6 @@ impl Put<'_> {
         // borrowed with `sq` since.
         unsafe { sq.ring_bf_one(wqe, pi.wrapping_add(1)) };
     }
-}
-
-/// Stores a 16-byte segment at `p`.
-///
-/// # Safety
-/// `p` must be valid for 16 bytes of writes.
-#[inline(always)]
-unsafe fn put(p: *mut u8, w: [u64; 2]) {
-    // SAFETY: the caller's guarantee; unaligned stores need no alignment.
-    unsafe { p.cast::<[u64; 2]>().write_unaligned(w) }
 }
 
 impl SendQueue {
@@ -255,7 +147,7 @@ impl SendQueue {
         // WQE's `(1 + N) * 16` bytes fit it.
         unsafe {
             for (i, s) in segs.iter().enumerate() {
-                put(wqe.add(16 * (i + 1)), s.stored());
+                s.write(wqe.add(16 * (i + 1)));
             }
         }
         // A signaled WR (the common case of a single post) has its own copy
@@ -297,9 +189,9 @@ impl SendQueue {
             )
         };
         let ds = 1 + N as u32;
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, ds, flags, imm);
+        let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), ds, flags, imm);
         // SAFETY: `wqe` is the free WQEBB of `put_segs`, ours.
-        unsafe { put(wqe, ctrl) };
+        unsafe { put_stored(wqe, ctrl) };
         self.posted = posted.wrapping_add(1);
         self.pi = pi.wrapping_add(1);
     }
@@ -393,7 +285,14 @@ impl Reserved<'_> {
             self.posted,
             flags,
         );
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, 1 + N as u32, flags, imm);
+        let ctrl = ctrl_stored(
+            opcode,
+            pi,
+            CtrlQpn::Word(self.qpn_word),
+            1 + N as u32,
+            flags,
+            imm,
+        );
         // SAFETY: `reserve` found this WQEBB free (`left` counts what is
         // left of it); `slot` is masked below the ring's WQEBBs.
         unsafe {
@@ -463,7 +362,14 @@ impl Reserved<'_> {
                 }
                 (flags, false)
             };
-            let ctrl = ctrl_seg(opcode, pi, qpn_word, 1 + N as u32, flags, imm);
+            let ctrl = ctrl_stored(
+                opcode,
+                pi,
+                CtrlQpn::Word(qpn_word),
+                1 + N as u32,
+                flags,
+                imm,
+            );
             // SAFETY: `reserve` found this WQEBB free (the room for
             // `items.len()` more was checked by `push_all`); `slot` is masked
             // below the ring's WQEBBs.
@@ -525,9 +431,9 @@ unsafe fn put_wqebb<const N: usize>(
     unsafe {
         let wqe = ring.add(slot * WQEBB);
         for (i, s) in segs.iter().enumerate() {
-            put(wqe.add(16 * (i + 1)), s.stored());
+            s.write(wqe.add(16 * (i + 1)));
         }
-        put(wqe, ctrl);
+        put_stored(wqe, ctrl);
         Slot::store(slots.add(slot), wr_id, posted, 1, forced);
     }
 }
@@ -578,7 +484,7 @@ impl SendQueue {
         let len = len as u32;
         let hdr = 16 * (1 + raddr.is_some() as u32);
         // ctrl, raddr, and `ceil((4 + len) / 16)` DS of inline segment.
-        let ds = hdr / 16 + if len == 0 { 0 } else { (len + 4 + 15) >> 4 };
+        let ds = hdr / 16 + if len == 0 { 0 } else { inline_ds(len as usize) };
         let wqebbs = (ds + 3) >> 2;
         let pi = self.pi;
         let posted = self.posted;
@@ -606,12 +512,10 @@ impl SendQueue {
         unsafe {
             let wqe = ring.add(base);
             if let Some(r) = raddr {
-                put(wqe.add(16), r.stored());
+                r.write(wqe.add(16));
             }
             if len != 0 {
-                wqe.add(hdr as usize)
-                    .cast::<u32>()
-                    .write_unaligned((len | crate::prm::INLINE_SEG).to_be());
+                crate::wqe::write_inline_hdr(wqe.add(hdr as usize), len);
                 let at = base + hdr as usize + 4;
                 let first = (len as usize).min(ring_len - at);
                 let copy = |s: *const u8, d: *mut u8, n: usize| {
@@ -628,11 +532,11 @@ impl SendQueue {
             }
         }
         let (flags, forced) = self.auto_signal(flags);
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, ds, flags, imm);
+        let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), ds, flags, imm);
         let slot = pi & self.slot_mask;
         // SAFETY: as above; and `slots` has `wqe_cnt` entries, `slot` masked below it.
         unsafe {
-            put(ring.add(base), ctrl);
+            put_stored(ring.add(base), ctrl);
             Slot::store(
                 self.slots.ptr().add(slot as usize),
                 wr_id,
@@ -701,24 +605,20 @@ impl SendQueue {
         let ring = self.buf.as_ptr();
         let slot = pi & self.slot_mask;
         let second = pi.wrapping_add(1) & self.slot_mask;
-        let at = crate::wqe::AV_DQP_DCT;
         // SAFETY: both WQEBBs are free (checked above: `room_implied`, or
         // the free count) and the ring's (`new`); each index is masked
-        // below `wqe_cnt`, so each 64-byte WQEBB lies inside the ring.
+        // below `wqe_cnt`, so each 64-byte WQEBB lies inside the ring (the
+        // datagram segment, bytes 16..64 of the first, apart from `av`).
         unsafe {
             let wqe = ring.add(slot as usize * WQEBB);
-            core::ptr::copy_nonoverlapping(av.as_ptr(), wqe.add(16), crate::wqe::DATAGRAM_SEG);
-            wqe.add(16).cast::<u32>().write_unaligned(qkey.to_be());
-            wqe.add(16 + at)
-                .cast::<u32>()
-                .write_unaligned((remote_qpn & 0xff_ffff | crate::wqe::EXTENDED_UD_AV).to_be());
-            put(ring.add(second as usize * WQEBB), data.stored());
+            crate::wqe::write_datagram(wqe.add(16), av, remote_qpn, qkey);
+            data.write(ring.add(second as usize * WQEBB));
         }
         let (flags, forced) = self.auto_signal(flags);
-        let ctrl = ctrl_seg(opcode, pi, self.qpn_word, 5, flags, imm);
+        let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), 5, flags, imm);
         // SAFETY: as above; `slots` has `wqe_cnt` entries, `slot` masked below it.
         unsafe {
-            put(ring.add(slot as usize * WQEBB), ctrl);
+            put_stored(ring.add(slot as usize * WQEBB), ctrl);
             Slot::store(
                 self.slots.ptr().add(slot as usize),
                 wr_id,

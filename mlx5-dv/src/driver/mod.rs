@@ -19,11 +19,13 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+/// The segment and SRQ layout the posts take, from the codec (`crate::wqe`).
+pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, Taken};
-pub use fast::{Put, Reserved, Seg};
+pub use fast::{Put, Reserved};
 pub use rq::ReceiveQueue;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
-pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots, SRQ_NEXT_SEG};
+pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots};
 pub use table::Table;
 
 /// Why a ring description was refused.

@@ -8,7 +8,7 @@ use crate::dv::mlx5dv_qp;
 use crate::mmio;
 use crate::prm::{CtrlFlags, WQEBB};
 use crate::ring::RingBuf;
-use crate::wqe::{wqe_size_within, write_sized, SendWqe, SqGeometry, WqeError};
+use crate::wqe::{wqe_size_within, write_sized, CtrlQpn, SendWqe, SqGeometry, WqeError};
 use core::ptr::NonNull;
 
 /// What a requester CQE retired.
@@ -226,7 +226,7 @@ pub struct SendQueue {
     /// in-place posts post is rung, and traced, by [`Self::ring_doorbell`].
     pub(super) no_bf: u64,
     /// `qpn_ds` of a ctrl segment without its DS, where the in-place posts
-    /// OR it into the segment's first 8 bytes (`fast::qpn_word`).
+    /// OR it into the segment's first 8 bytes (`wqe::qpn_word`).
     pub(super) qpn_word: u64,
     /// The WR sequence number (`posted` when it was posted) of the last
     /// signaled WR, as auto-signal counts from it ([`auto_signal`]).
@@ -321,7 +321,7 @@ impl SendQueue {
             } else {
                 0
             },
-            qpn_word: super::fast::qpn_word(qpn),
+            qpn_word: crate::wqe::qpn_word(qpn),
             last_signaled: u32::MAX,
             force_after: force_after((max_post / 2).max(1)),
             max_post,
@@ -412,7 +412,8 @@ impl SendQueue {
         self.pi = pi.wrapping_add(wqebbs);
         // The geometry was checked in `new` (power-of-two `wqe_cnt`, ring of
         // `wqe_cnt * 64` bytes).
-        write_sized(&mut self.buf, &self.geo, pi, wqe, flags, ds);
+        let qpn = CtrlQpn::Word(self.qpn_word);
+        write_sized(&mut self.buf, &self.geo, qpn, pi, wqe, flags, ds);
         // Bring the WQEBB a few WQEs ahead into the cache (for writing where
         // the target has `prefetchw`), so that the stores of a later post, and
         // the drain at the doorbell's barrier, do not wait for the line. A

@@ -24,15 +24,11 @@
 
 use super::DescError;
 use crate::mmio;
-use crate::prm::INVALID_LKEY;
 use crate::ring::RingBuf;
-use crate::wqe::{DataSeg, WqeError};
+use crate::wqe::{decode_srq_next_seg, srq_next_seg, DataSeg, WqeError, SRQ_NEXT_SEG};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Bytes of the next segment at the start of every SRQ WQE.
-pub const SRQ_NEXT_SEG: usize = 16;
 
 /// The description of an SRQ's ring: `struct mlx5dv_srq`'s fields this
 /// driver uses (`mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`, or the sim's).
@@ -242,12 +238,16 @@ impl SharedReceiveQueue {
             }
             free += 1;
             // SAFETY: `at < count`, inside the `(tail + 1) * stride` bytes
-            // the caller vouches for; a 2-byte read of the next segment.
-            at = u16::from_be(unsafe {
+            // the caller vouches for; a read of the 16-byte next segment
+            // (stride at least 32), byte-aligned.
+            let next = unsafe {
                 core::ptr::read_volatile(
-                    d.buf.add(at as usize * d.stride as usize + 2).cast::<u16>(),
+                    d.buf
+                        .add(at as usize * d.stride as usize)
+                        .cast::<[u8; SRQ_NEXT_SEG]>(),
                 )
-            }) as u32;
+            };
+            at = decode_srq_next_seg(&next) as u32;
         }
         if free + 1 != count {
             return Err(bad);
@@ -294,10 +294,8 @@ impl SharedReceiveQueue {
     fn relink(&mut self) {
         while let Some(idx) = self.slots.take_returned(&mut self.returned_at) {
             let off = self.tail as usize * self.stride as usize;
-            let mut next = [0u8; 16];
-            next[2..4].copy_from_slice(&(idx as u16).to_be_bytes());
             // The tail WQE is never posted: the device does not read it.
-            self.buf.write_seg(off, &next);
+            self.buf.write_seg(off, &srq_next_seg(idx as u16));
             self.tail = idx;
             self.free += 1;
         }
@@ -338,27 +336,15 @@ impl SharedReceiveQueue {
         }
         let idx = self.head;
         let base = idx as usize * self.stride as usize;
-        let mut off = base + SRQ_NEXT_SEG;
-        for s in sges.iter().filter(|s| s.len != 0) {
-            self.buf.write_seg(off, &crate::wqe::data_seg(*s));
-            off += 16;
-        }
-        if need < slots {
-            let end = DataSeg {
-                addr: 0,
-                len: 0,
-                lkey: INVALID_LKEY,
-            };
-            self.buf.write_seg(off, &crate::wqe::data_seg(end));
-        }
-        let mut next = [0u8; 2];
-        self.buf.read_wrapping(base + 2, &mut next);
+        crate::wqe::write_recv_segs(&mut self.buf, base + SRQ_NEXT_SEG, sges, slots);
+        let mut next = [0u8; SRQ_NEXT_SEG];
+        self.buf.read_wrapping(base, &mut next);
         self.slots.give(
             idx,
             wr_id,
             sges.iter().filter(|s| s.len != 0).map(|s| s.lkey),
         );
-        self.head = u16::from_be_bytes(next) as u32;
+        self.head = decode_srq_next_seg(&next) as u32;
         self.free -= 1;
         self.counter = self.counter.wrapping_add(1);
         self.pending = true;
@@ -390,8 +376,8 @@ mod tests {
             // SAFETY: a u64 vector viewed as its bytes.
             unsafe { core::slice::from_raw_parts_mut(mem.as_mut_ptr().cast(), mem.len() * 8) };
         for i in 0..count as usize {
-            let at = i * stride as usize + 2;
-            bytes[at..at + 2].copy_from_slice(&((i + 1) as u16).to_be_bytes());
+            let at = i * stride as usize;
+            bytes[at..at + SRQ_NEXT_SEG].copy_from_slice(&srq_next_seg((i + 1) as u16));
         }
         (mem, Box::new(0))
     }
@@ -419,8 +405,8 @@ mod tests {
     fn next_of(mem: &[u64], stride: u32, idx: u32) -> u16 {
         // SAFETY: a u64 slice viewed as its bytes.
         let b: &[u8] = unsafe { core::slice::from_raw_parts(mem.as_ptr().cast(), mem.len() * 8) };
-        let at = (idx * stride) as usize + 2;
-        u16::from_be_bytes([b[at], b[at + 1]])
+        let at = (idx * stride) as usize;
+        decode_srq_next_seg(b[at..at + SRQ_NEXT_SEG].try_into().unwrap())
     }
 
     /// A full SRQ holds one less than its WQEs; the doorbell record is the

@@ -86,13 +86,10 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
             }
         }
         let slot = (q.sq_ci & (q.sq_wqe_cnt - 1)) as usize * WQEBB;
-        let ctrl: [u8; 16] = q.sq.read_array(slot);
-        let opcode = WqeOpcode(ctrl[3]);
-        let wqe_idx = u16::from_be_bytes([ctrl[1], ctrl[2]]);
-        let ds = (ctrl[7] & 0x3f) as usize;
-        let flags = CtrlFlags::from_bits_retain(ctrl[11]);
+        let ctrl = crate::wqe::decode_ctrl_seg(&q.sq.read_array(slot));
+        let (opcode, wqe_idx, flags, ctrl_qpn) = (ctrl.opcode, ctrl.wqe_idx, ctrl.flags, ctrl.qpn);
+        let ds = ctrl.ds as usize;
         let wqebbs = (ds.max(1) * DS).div_ceil(WQEBB) as u32;
-        let ctrl_qpn = u32::from_be_bytes([ctrl[4], ctrl[5], ctrl[6], ctrl[7]]) >> 8;
         // The device names a WQE by its own counter, whatever the ctrl segment says.
         let own_idx = q.sq_ci as u16;
         let state = q.state;

@@ -214,12 +214,7 @@ fn sge_at(w: &DecodedWqe, wqe: &[u8], i: u32) -> Option<DataSeg> {
     }
     let at = first + i as usize * DS;
     let b: &[u8; 16] = wqe.get(at..at + DS)?.try_into().ok()?;
-    let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    Some(DataSeg {
-        len: be32(0),
-        lkey: be32(4),
-        addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
-    })
+    Some(crate::wqe::decode_data_seg(b))
 }
 
 /// The inline bytes of a decoded WQE, in its linear copy (empty for other payloads).

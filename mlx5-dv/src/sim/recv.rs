@@ -7,15 +7,16 @@ use super::State;
 use crate::cqe::Cqe;
 use crate::doorbell::QP_DBREC_RQ;
 use crate::mmio;
-use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, DS, INVALID_LKEY};
-use crate::wqe::DataSeg;
+use crate::prm::{CqeOpcode, Syndrome, WqeOpcode};
+use crate::wqe::{decode_recv_wqe, DataSeg, RecvLayout};
 
 /// Most data segments in one receive WQE (a 1 KiB stride).
 const MAX_RECV_SGE: usize = 64;
 
 /// Receive WQE `rq_ci` of `qpn`, if the RQ doorbell record shows one posted:
-/// its index and data segments (up to the stride, ended by MLX5_INVALID_LKEY).
-/// On a QP of an SRQ, the SRQ's next WQE (`srq::next_srq_wqe`).
+/// its index and data segments (up to the stride, ended by MLX5_INVALID_LKEY;
+/// the codec's `decode_recv_wqe`). On a QP of an SRQ, the SRQ's next WQE
+/// (`srq::next_srq_wqe`).
 pub(super) fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV_SGE], usize)> {
     let q = &st.qps[&qpn];
     if let Some(srqn) = q.srq {
@@ -27,26 +28,9 @@ pub(super) fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV
         return None;
     }
     let slot = (q.rq_ci & (q.rq_wqe_cnt - 1)) as usize * q.rq_stride as usize;
-    let mut segs = [DataSeg {
-        addr: 0,
-        len: 0,
-        lkey: 0,
-    }; MAX_RECV_SGE];
-    let mut n = 0;
-    for k in 0..(q.rq_stride as usize / DS).min(MAX_RECV_SGE) {
-        let b: [u8; 16] = q.rq.read_array(slot + k * DS);
-        let lkey = u32::from_be_bytes(b[4..8].try_into().unwrap());
-        if lkey == INVALID_LKEY {
-            break;
-        }
-        segs[n] = DataSeg {
-            len: u32::from_be_bytes(b[0..4].try_into().unwrap()),
-            lkey,
-            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
-        };
-        n += 1;
-    }
-    Some((q.rq_ci as u16, segs, n))
+    let w =
+        decode_recv_wqe::<MAX_RECV_SGE>(RecvLayout::Rq, q.rq_stride, |o| q.rq.read_array(slot + o));
+    Some((q.rq_ci as u16, w.segs, w.n))
 }
 
 /// Completes receive WQE `idx` of `qpn` on its CQ and moves past it (on

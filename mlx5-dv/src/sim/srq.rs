@@ -11,10 +11,11 @@
 
 use super::dma::DmaBuf;
 use super::{Device, SimError, SrqEntry, State};
-use crate::driver::{SrqDesc, SRQ_NEXT_SEG};
+use crate::driver::SrqDesc;
 use crate::mmio;
-use crate::prm::{DS, INVALID_LKEY};
-use crate::wqe::DataSeg;
+use crate::wqe::{
+    decode_recv_wqe, decode_srq_next_seg, srq_next_seg, DataSeg, RecvLayout, SRQ_NEXT_SEG,
+};
 use std::sync::Arc;
 
 /// Most WQEs an SRQ of the sim holds (its ring has one more).
@@ -69,7 +70,7 @@ impl Device {
         let count = (max_wr + 1).next_power_of_two().max(64 / stride);
         let buf = DmaBuf::new(count as usize * stride as usize);
         for i in 0..count as usize {
-            buf.write(i * stride as usize + 2, &((i + 1) as u16).to_be_bytes());
+            buf.write(i * stride as usize, &srq_next_seg((i + 1) as u16));
         }
         let mut st = self.lock();
         st.next_srqn += 1;
@@ -136,7 +137,7 @@ pub(super) fn raise(st: &mut State, e: AsyncEvent) {
 
 /// The next posted WQE of SRQ `srqn`, if the doorbell record shows one:
 /// its index and data segments (up to the stride, ended by
-/// MLX5_INVALID_LKEY), read once.
+/// MLX5_INVALID_LKEY; the codec's `decode_recv_wqe`), read once.
 pub(super) fn next_srq_wqe<const N: usize>(
     st: &State,
     srqn: u32,
@@ -148,26 +149,8 @@ pub(super) fn next_srq_wqe<const N: usize>(
         return None;
     }
     let base = s.cur as usize * s.stride as usize;
-    let mut segs = [DataSeg {
-        addr: 0,
-        len: 0,
-        lkey: 0,
-    }; N];
-    let mut n = 0;
-    for k in 0..(s.stride as usize / DS - 1).min(N) {
-        let b: [u8; 16] = s.buf.read_array(base + SRQ_NEXT_SEG + k * DS);
-        let lkey = u32::from_be_bytes(b[4..8].try_into().unwrap());
-        if lkey == INVALID_LKEY {
-            break;
-        }
-        segs[n] = DataSeg {
-            len: u32::from_be_bytes(b[0..4].try_into().unwrap()),
-            lkey,
-            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
-        };
-        n += 1;
-    }
-    Some((s.cur as u16, segs, n))
+    let w = decode_recv_wqe::<N>(RecvLayout::Srq, s.stride, |o| s.buf.read_array(base + o));
+    Some((s.cur as u16, w.segs, w.n))
 }
 
 /// The device consumed SRQ `srqn`'s next WQE: moves to the WQE its next
@@ -177,8 +160,8 @@ pub(super) fn consume_srq_wqe(st: &mut State, srqn: u32) {
     let Some(s) = st.srqs.get_mut(&srqn) else {
         return;
     };
-    let next: [u8; 16] = s.buf.read_array(s.cur as usize * s.stride as usize);
-    s.cur = u16::from_be_bytes([next[2], next[3]]) as u32 % s.count;
+    let next: [u8; SRQ_NEXT_SEG] = s.buf.read_array(s.cur as usize * s.stride as usize);
+    s.cur = decode_srq_next_seg(&next) as u32 % s.count;
     s.consumed = s.consumed.wrapping_add(1);
     // SAFETY: as in `next_srq_wqe`.
     let posted = unsafe { mmio::read_dbrec(s.dbrec.ptr() as *const u32) } as u16;

@@ -39,15 +39,14 @@ pub(super) fn ud_send(
     if !matches!(w.opcode, WqeOpcode::SEND | WqeOpcode::SEND_IMM) {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     }
-    let qkey = u32::from_be_bytes(av[0..4].try_into().unwrap());
+    let dest = crate::wqe::decode_datagram_seg(av);
     // A qkey with bit 31 set asks for the sending QP's own (IB spec C10-15).
-    let qkey = if qkey & 0x8000_0000 != 0 {
+    let qkey = if dest.qkey & 0x8000_0000 != 0 {
         st.qps[&qpn].qkey
     } else {
-        qkey
+        dest.qkey
     };
-    let at = crate::wqe::AV_DQP_DCT;
-    let dqpn = u32::from_be_bytes(av[at..at + 4].try_into().unwrap()) & 0xff_ffff;
+    let dqpn = dest.remote_qpn;
     let mut data = std::mem::take(&mut st.scratch);
     data.clear();
     data.resize(GRH_BYTES, 0);

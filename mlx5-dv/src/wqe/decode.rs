@@ -1,9 +1,12 @@
 //! Reading a send WQE back from an SQ ring, as the device (the sim) and the
 //! trace see it.
 
-use super::segments::inline_ds;
+use super::segments::{
+    decode_atomic_seg, decode_ctrl_seg, decode_data_seg, decode_inline_hdr, decode_raddr_seg,
+    inline_ds,
+};
 use super::{AtomicSeg, DataSeg, RemoteSeg};
-use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, WQEBB};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, WQEBB};
 use crate::ring::RingBuf;
 
 /// Where a decoded WQE's payload sits in the ring.
@@ -60,12 +63,7 @@ impl DecodedWqe {
         }
         let mut b = [0u8; 16];
         sq.read_wrapping(first + i as usize * DS, &mut b);
-        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        Some(DataSeg {
-            len: be32(0),
-            lkey: be32(4),
-            addr: u64::from_be_bytes(b[8..16].try_into().unwrap()),
-        })
+        Some(decode_data_seg(&b))
     }
 
     /// Copies an inline payload into `out` (at most `out.len()` bytes); returns its length.
@@ -113,12 +111,8 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
         sq.read_wrapping(base + k * DS, &mut b);
         b
     };
-    let c = seg(0);
-    let be32 = |b: &[u8; 16], o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let w0 = be32(&c, 0);
-    let w1 = be32(&c, 4);
-    let opcode = WqeOpcode(w0 as u8);
-    let ds = w1 & 0x3f;
+    let c = decode_ctrl_seg(&seg(0));
+    let (opcode, ds) = (c.opcode, c.ds);
     if (ds * DS as u32).div_ceil(WQEBB as u32) > wqe_cnt {
         return Err(DecodeError::BiggerThanRing { ds, wqe_cnt });
     }
@@ -137,30 +131,16 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
             min,
         });
     }
-    let remote = (raddr == 1).then(|| {
-        let r = seg(1 + av as usize);
-        RemoteSeg {
-            addr: u64::from_be_bytes(r[0..8].try_into().unwrap()),
-            rkey: be32(&r, 8),
-        }
-    });
-    let mut atomic = None;
+    let remote = (raddr == 1).then(|| decode_raddr_seg(&seg(1 + av as usize)));
     let first = 1 + av as usize + raddr as usize + if atomic_op { 1 } else { 0 };
-    if atomic_op {
-        let a = seg(first - 1);
-        atomic = Some(AtomicSeg {
-            swap_add: u64::from_be_bytes(a[0..8].try_into().unwrap()),
-            compare: u64::from_be_bytes(a[8..16].try_into().unwrap()),
-        });
-    }
+    let atomic = atomic_op.then(|| decode_atomic_seg(&seg(first - 1)));
     let rest = ds - first as u32;
     let payload = if rest == 0 {
         DecodedPayload::None
     } else {
         let p = seg(first);
-        let w = be32(&p, 0);
-        if w & INLINE_SEG != 0 && !atomic_op {
-            let len = w & !INLINE_SEG;
+        let inline = decode_inline_hdr([p[0], p[1], p[2], p[3]]).filter(|_| !atomic_op);
+        if let Some(len) = inline {
             if inline_ds(len as usize) > rest {
                 return Err(DecodeError::InlineOverrun { len, ds });
             }
@@ -177,12 +157,12 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
     };
     Ok(DecodedWqe {
         opcode,
-        opmod: (w0 >> 24) as u8,
-        wqe_idx: (w0 >> 8) as u16,
-        qpn: w1 >> 8,
+        opmod: c.opmod,
+        wqe_idx: c.wqe_idx,
+        qpn: c.qpn,
         ds,
-        flags: CtrlFlags::from_bits_retain(c[11]),
-        imm: be32(&c, 12),
+        flags: c.flags,
+        imm: c.imm,
         remote,
         atomic,
         payload,

@@ -1,10 +1,12 @@
 //! The writers: a send WQE validated and sized ([`wqe_size`]), then laid out
-//! into an SQ ring at producer index `pi` (wrapping at the ring end); receive
-//! WQEs into an RQ ring.
+//! into an SQ ring at producer index `pi` (wrapping at the ring end), each
+//! segment by its encoder in `segments`.
 
-use super::segments::{ctrl_words, data_seg, inline_ds, put_be32x4, put_be64x2, ATOMIC_SIZE};
-use super::{AtomicSeg, DataSeg, Payload, SendWqe, SqGeometry, WqeError, Written};
-use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, INVALID_LKEY, MAX_DS, WQEBB};
+use super::segments::{
+    ctrl_stored, inline_ds, put_stored, write_inline_hdr, CtrlQpn, Seg, ATOMIC_SIZE,
+};
+use super::{AtomicSeg, Payload, SendWqe, SqGeometry, WqeError, Written};
+use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, MAX_DS, WQEBB};
 use crate::ring::RingBuf;
 
 /// Validates `wqe` against `geo` and returns `(ds, wqebbs)` without writing anything.
@@ -155,7 +157,7 @@ pub(crate) fn write_send_wqe_checked_geo(
     if wqebbs > free {
         return Err(WqeError::QueueFull { need: wqebbs, free });
     }
-    write_sized(sq, geo, pi, wqe, flags, ds);
+    write_sized(sq, geo, CtrlQpn::Raw(geo.qpn), pi, wqe, flags, ds);
     Ok(Written {
         ds,
         wqebbs,
@@ -203,18 +205,18 @@ fn write_one_sge(
     }
     let imm = if op.has_imm() { wqe.imm } else { 0 };
     let ds = 2 + raddr.is_some() as u32;
-    let ctrl = ctrl_words(op, pi as u16, geo.qpn, ds, flags, imm);
+    let ctrl = ctrl_stored(op, pi, CtrlQpn::Raw(geo.qpn), ds, flags, imm);
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
     // SAFETY: a masked WQEBB of the ring (the caller checked `sq.len() ==
     // wqe_cnt * 64`), which the ring owns; the WQE's 32 or 48 bytes fit it.
     unsafe {
         let p = sq.as_ptr().add(base);
-        put_be32x4(p, ctrl);
+        put_stored(p, ctrl);
         let data = p.add(16 * (ds as usize - 1));
         if let Some(r) = raddr {
-            put_be64x2(p.add(DS), r.addr, (r.rkey as u64) << 32);
+            Seg::raddr(r.addr, r.rkey).write(p.add(DS));
         }
-        put_be64x2(data, ((d.len as u64) << 32) | d.lkey as u64, d.addr);
+        Seg::data(d.addr, d.len, d.lkey).write(data);
     }
     Some(Ok(Written {
         ds,
@@ -225,18 +227,24 @@ fn write_one_sge(
 
 /// Writes a WQE that [`wqe_size`] accepted with `ds` DS (and for which the
 /// caller has room) into a ring whose geometry the caller has checked.
+/// `qpn` is `geo.qpn`, or its word where the caller keeps it (the driver).
 #[inline(always)]
 pub(crate) fn write_sized(
     sq: &mut RingBuf<'_>,
     geo: &SqGeometry,
+    qpn: CtrlQpn,
     pi: u32,
     wqe: &SendWqe<'_>,
     flags: CtrlFlags,
     ds: u32,
 ) {
     debug_assert!(ds <= MAX_DS && geo.wqe_cnt.is_power_of_two());
+    debug_assert!(match qpn {
+        CtrlQpn::Raw(q) => q == geo.qpn,
+        CtrlQpn::Word(w) => w == super::segments::qpn_word(geo.qpn),
+    });
     let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
-    let ctrl = ctrl_words(wqe.opcode, pi as u16, geo.qpn, ds, flags, imm);
+    let ctrl = ctrl_stored(wqe.opcode, pi, qpn, ds, flags, imm);
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
     if base + ds as usize * DS <= sq.len() {
         // Fast path: the WQE does not reach the end of the ring, so every
@@ -316,47 +324,44 @@ pub(crate) unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
 /// `dst` must be valid for writes of the WQE's `ds * 16` bytes (as
 /// [`wqe_size`] counts them) and not overlap any payload.
 #[inline(always)]
-unsafe fn write_linear(dst: *mut u8, ctrl: [u32; 4], wqe: &SendWqe<'_>) -> usize {
+unsafe fn write_linear(dst: *mut u8, ctrl: [u64; 2], wqe: &SendWqe<'_>) -> usize {
     // SAFETY (whole body): each segment is written at the offset, and with
     // the length, that `wqe_size` counted into `ds`: ctrl, the datagram
     // segment of a UD WQE (3 DS), then raddr when
     // the opcode has one, then atomic + data, or the inline segment (4-byte
     // header and the bytes), or one data segment per non-empty SGE. So every
-    // write is inside `dst[..ds * 16]`. Layouts as `ctrl_seg`, `raddr_seg`,
-    // `atomic_seg` and `data_seg` make them.
+    // write is inside `dst[..ds * 16]`. Each segment is its encoder's
+    // (`segments`). A UD WQE's datagram segment comes finished
+    // (`SendWqe::datagram`, as `datagram_seg` makes it): it is copied.
     unsafe {
-        put_be32x4(dst, ctrl);
+        put_stored(dst, ctrl);
         let mut p = dst.add(DS);
         if let Some(av) = wqe.datagram {
             core::ptr::copy_nonoverlapping(av.as_ptr(), p, super::DATAGRAM_SEG);
             p = p.add(super::DATAGRAM_SEG);
         }
         if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {
-            put_be64x2(p, r.addr, (r.rkey as u64) << 32);
+            Seg::raddr(r.addr, r.rkey).write(p);
             p = p.add(DS);
         }
         if let (WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA, Some(a), Payload::Sges([d])) =
             (wqe.opcode, wqe.atomic, wqe.payload)
         {
             let a = atomic_operands(wqe.opcode, a);
-            put_be64x2(p, a.swap_add, a.compare);
-            put_be64x2(
-                p.add(DS),
-                ((ATOMIC_SIZE as u64) << 32) | d.lkey as u64,
-                d.addr,
-            );
+            Seg::atomic(a.swap_add, a.compare).write(p);
+            Seg::data(d.addr, ATOMIC_SIZE, d.lkey).write(p.add(DS));
             return p.add(2 * DS).offset_from(dst) as usize;
         }
         match wqe.payload {
             Payload::Inline(bytes) if !bytes.is_empty() => {
-                (p as *mut u32).write_unaligned((bytes.len() as u32 | INLINE_SEG).to_be());
+                write_inline_hdr(p, bytes.len() as u32);
                 copy_inline(bytes.as_ptr(), p.add(4), bytes.len());
                 p = p.add(4 + bytes.len());
             }
             Payload::Inline(_) => {}
             Payload::Sges(sges) => {
                 for s in sges.iter().filter(|s| s.len != 0) {
-                    put_be64x2(p, ((s.len as u64) << 32) | s.lkey as u64, s.addr);
+                    Seg::data(s.addr, s.len, s.lkey).write(p);
                     p = p.add(DS);
                 }
             }
@@ -385,58 +390,4 @@ fn atomic_operands(opcode: WqeOpcode, a: AtomicSeg) -> AtomicSeg {
 #[inline(never)]
 fn write_wrapped(sq: &mut RingBuf<'_>, base: usize, bytes: &[u8]) {
     sq.write_wrapping(base, bytes);
-}
-
-/// Writes receive WQE `idx` into an RQ of `wqe_cnt` entries of `stride` bytes
-/// (`mlx5dv_qp.rq`): one data segment per non-empty SGE, then, if the stride
-/// holds more, a terminating segment with lkey `MLX5_INVALID_LKEY` (0x100),
-/// byte count 0 and address 0 (rdma-core `mlx5_post_recv`). On error nothing
-/// is written.
-pub fn write_recv_wqe(
-    rq: &mut RingBuf<'_>,
-    wqe_cnt: u32,
-    stride: u32,
-    idx: u32,
-    sges: &[DataSeg],
-) -> Result<(), WqeError> {
-    if !wqe_cnt.is_power_of_two()
-        || !stride.is_power_of_two()
-        || stride < DS as u32
-        || rq.len() != wqe_cnt as usize * stride as usize
-    {
-        return Err(WqeError::BadRqGeometry {
-            wqe_cnt,
-            stride,
-            ring_len: rq.len(),
-        });
-    }
-    let total: u64 = sges.iter().map(|s| s.len as u64).sum();
-    if total > 1 << 31 {
-        return Err(WqeError::LengthOverflow { total });
-    }
-    if let Some(s) = sges.iter().find(|s| s.len & INLINE_SEG != 0) {
-        return Err(WqeError::SgeTooLong { len: s.len });
-    }
-    let slots = stride as usize / DS;
-    let need = sges.iter().filter(|s| s.len != 0).count();
-    if need > slots {
-        return Err(WqeError::RecvTooManySges { need, stride });
-    }
-    let base = (idx & (wqe_cnt - 1)) as usize * stride as usize;
-    let mut off = base;
-    for s in sges.iter().filter(|s| s.len != 0) {
-        rq.write_seg(off, &data_seg(*s));
-        off += DS;
-    }
-    if need < slots {
-        rq.write_seg(
-            off,
-            &data_seg(DataSeg {
-                addr: 0,
-                len: 0,
-                lkey: INVALID_LKEY,
-            }),
-        );
-    }
-    Ok(())
 }

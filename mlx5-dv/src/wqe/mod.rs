@@ -18,22 +18,38 @@
 //! inline 0: 0x80000000 | len (4)  4: bytes..., padded to a multiple of 16
 //! ```
 //!
-//! Files: `segments` encodes the segments one at a time; `encode` writes
-//! whole send and receive WQEs into a ring; `decode` reads a send WQE back.
-//! Everything is used from here (`crate::wqe::*`).
+//! Files: `segments` is the segment codec, one encoder per segment kind
+//! (every writer of WQE bytes uses it, the ring driver's in-place posts
+//! included) and the segment decoders; `encode` writes whole send WQEs into
+//! a ring; `recv` writes receive WQEs and decodes them (RQ and SRQ);
+//! `decode` reads a send WQE back. Everything is used from here
+//! (`crate::wqe::*`).
 
 mod decode;
 mod encode;
+mod recv;
+#[cfg(test)]
+mod segment_tests;
 mod segments;
 #[cfg(test)]
 mod tests;
 
 pub use decode::{decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
 pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
-pub use encode::{wqe_size, write_recv_wqe, write_send_wqe};
-#[cfg(target_endian = "big")]
-pub(crate) use segments::ctrl_words;
-pub use segments::{atomic_seg, ctrl_seg, data_seg, inline_ds, raddr_seg, ATOMIC_SIZE};
+pub use encode::{wqe_size, write_send_wqe};
+pub(crate) use recv::write_recv_segs;
+pub use recv::{
+    decode_recv_wqe, decode_srq_next_seg, srq_next_seg, write_recv_wqe, RecvLayout, RecvWqe,
+    SRQ_NEXT_SEG, SRQ_NEXT_WQE_INDEX,
+};
+pub use segments::{
+    atomic_seg, ctrl_seg, data_seg, datagram_seg, decode_atomic_seg, decode_ctrl_seg,
+    decode_data_seg, decode_datagram_seg, decode_inline_hdr, decode_raddr_seg, inline_ds,
+    inline_hdr, raddr_seg, CtrlFields, DatagramDest, Seg, ATOMIC_SIZE,
+};
+pub(crate) use segments::{
+    ctrl_stored, put_stored, qpn_word, write_datagram, write_inline_hdr, CtrlQpn,
+};
 
 use crate::prm::{CtrlFlags, WqeOpcode};
 
