@@ -11,8 +11,7 @@ use crate::ib::wr::{RecvWr, SendFlags, SendWr, SendWrs, Sge, WrOp, WriteWr};
 use mlx5_dv::driver::{Reserved, Seg};
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
-    wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError, AV_DQP_DCT, DATAGRAM_SEG,
-    EXTENDED_UD_AV,
+    datagram_seg, wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError, DATAGRAM_SEG,
 };
 
 impl DirectQp {
@@ -713,13 +712,10 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
     };
     // UD: the AH's AV with the remote QPN and qkey patched in (rdma-core
     // `set_datagram_seg`), the WQE's datagram segment.
-    let mut av: [u8; DATAGRAM_SEG];
+    let av: [u8; DATAGRAM_SEG];
     let datagram = match (w.op, w.ud) {
         (WrOp::UdSend { .. }, Some(d)) => {
-            av = d.ah.inner.av;
-            av[0..4].copy_from_slice(&d.qkey.to_be_bytes());
-            av[AV_DQP_DCT..AV_DQP_DCT + 4]
-                .copy_from_slice(&(d.remote_qpn & 0xff_ffff | EXTENDED_UD_AV).to_be_bytes());
+            av = datagram_seg(&d.ah.inner.av, d.remote_qpn & 0xff_ffff, d.qkey);
             Some(&av)
         }
         (WrOp::UdSend { .. }, None) => {
