@@ -433,7 +433,9 @@ impl std::fmt::Debug for LocalMr {
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct Refused {
+    /// Why the post was refused.
     pub error: Error,
+    /// The buffer, as it was before the post.
     pub buf: LocalMr,
 }
 
