@@ -65,8 +65,11 @@ pub const UDP_QKEY: u32 = 0x0123_4567;
 /// The buffer one side offers the other for RDMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmOffer {
+    /// The buffer's rkey (private data bytes 8..12, big-endian).
     pub rkey: Rkey,
+    /// The buffer's virtual address (bytes 12..20, big-endian).
     pub addr: u64,
+    /// The buffer's length in bytes (bytes 20..28, big-endian).
     pub len: u64,
 }
 
