@@ -100,9 +100,9 @@ pub(crate) struct MrShared {
 // SAFETY: `ptr` is the registered buffer's (owned by `mr`, `Send + Sync`);
 // every access through it is an atomic or an `unsafe` method's contract.
 unsafe impl Send for MrShared {}
-// SAFETY: as for `Send`: `&MrShared` reads only its plain fields, and
-// reaches the buffer through `ptr` only by atomics or `unsafe` methods
-// whose callers exclude concurrent writes.
+// SAFETY: as for `Send`: through `&MrShared` the buffer is touched only
+// by atomics, plain reads of read-only memory (nothing writes it), or
+// `unsafe` methods whose callers exclude concurrent writers.
 unsafe impl Sync for MrShared {}
 
 impl Drop for MrShared {
