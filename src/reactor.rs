@@ -2,7 +2,15 @@
 //! file descriptor became readable, whatever the async runtime: the
 //! [`Reactor`] trait, the built-in [`ThreadReactor`] (one background thread
 //! in `poll(2)`, no runtime crate), and with the `tokio` feature
-//! [`TokioReactor`] (tokio's own reactor, through `AsyncFd`).
+// (A link only in a build that has it.)
+#![cfg_attr(
+    feature = "tokio",
+    doc = "[`TokioReactor`] (tokio's own reactor, through `AsyncFd`)."
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "`TokioReactor` (tokio's own reactor, through `AsyncFd`)."
+)]
 //!
 //! Only verbs devices (and a ConnectX's completion channels) need one: the
 //! sim wakes an async wait's waker itself when it raises the event.
@@ -167,7 +175,9 @@ pub(crate) fn park_on<T>(
     }
 }
 
-/// The reactor an async wait uses when given none: [`TokioReactor`] when
+/// The reactor an async wait uses when given none:
+#[cfg_attr(feature = "tokio", doc = "[`TokioReactor`] when")]
+#[cfg_attr(not(feature = "tokio"), doc = "`TokioReactor` when")]
 /// the `tokio` feature is on and the caller runs inside a tokio runtime,
 /// else the process's [`ThreadReactor`].
 pub fn default_reactor() -> Arc<dyn Reactor> {

@@ -41,12 +41,15 @@ const MAGIC: [u8; 8] = *b"rdmadir\0";
 /// What one side tells the other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
+    /// This side's QPN, LID, GID, active MTU and RoCE flag (bytes 12..16, 20..40).
     pub endpoint: Endpoint,
     /// First PSN this side sends (the peer's `rq_psn`).
     pub psn: u32,
     /// The buffer this side offers for RDMA.
     pub rkey: Rkey,
+    /// The buffer's virtual address (bytes 48..56).
     pub addr: u64,
+    /// The buffer's length in bytes (bytes 56..64).
     pub len: u64,
     /// The qkey a datagram to this side's UD QP must carry (IB spec
     /// 10.2.5); 0 when the QP is RC or UC. Bytes 44..48, big-endian: the

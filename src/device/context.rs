@@ -128,6 +128,7 @@ impl Context {
         Err(Error::NoVerbs { name: name.into() })
     }
 
+    /// The device name it was opened by (`mlx5_0`, `sim`, ...).
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -49,8 +49,9 @@ impl AsyncEvents<'_> {
     /// The next async event. Cancel-safe: dropped before it resolves, it
     /// took none.
     ///
-    /// Errors: the read's ([`Error::Verbs`], [`Error::Invalid`]);
-    /// [`Error::Reactor`].
+    /// Errors: the read's ([`Error::Verbs`](crate::Error::Verbs),
+    /// [`Error::Invalid`](crate::Error::Invalid));
+    /// [`Error::Reactor`](crate::Error::Reactor).
     pub async fn next_event(&mut self) -> Result<AsyncEvent> {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
     }

@@ -12,18 +12,39 @@ impl std::fmt::Debug for WcStatus {
 }
 
 impl WcStatus {
+    /// `IBV_WC_SUCCESS`: the WR completed; `opcode` and `byte_len` are valid.
     pub const SUCCESS: Self = Self(0);
+    /// `IBV_WC_LOC_LEN_ERR`: a message longer than the port's max message
+    /// size, or a receive whose SGEs are too short for the incoming message.
     pub const LOC_LEN_ERR: Self = Self(1);
+    /// `IBV_WC_LOC_QP_OP_ERR`: the local QP found the WR inconsistent (e.g. an
+    /// opcode its transport lacks, or a UD WR's AH of another PD).
     pub const LOC_QP_OP_ERR: Self = Self(2);
+    /// `IBV_WC_LOC_PROT_ERR`: a local SGE's lkey, address or length is not
+    /// covered by an MR of the QP's PD with the access the operation needs.
     pub const LOC_PROT_ERR: Self = Self(4);
+    /// `IBV_WC_WR_FLUSH_ERR`: the QP went to the error state with this WR
+    /// outstanding, or it was posted after; it was flushed, not executed.
     pub const WR_FLUSH_ERR: Self = Self(5);
+    /// `IBV_WC_REM_INV_REQ_ERR`: the responder found the request invalid
+    /// (opcode not enabled on its QP, message longer than its receive, ...).
     pub const REM_INV_REQ_ERR: Self = Self(9);
+    /// `IBV_WC_REM_ACCESS_ERR`: the responder refused the RDMA or atomic
+    /// access (bad rkey, range outside the MR, or access flag missing).
     pub const REM_ACCESS_ERR: Self = Self(10);
+    /// `IBV_WC_REM_OP_ERR`: the responder could not complete the operation
+    /// (e.g. a local error there while writing the receive buffer).
     pub const REM_OP_ERR: Self = Self(11);
+    /// `IBV_WC_RETRY_EXC_ERR`: no ACK within the QP's `timeout`, `retry_cnt`
+    /// times over (peer gone, or path wrong).
     pub const RETRY_EXC_ERR: Self = Self(12);
+    /// `IBV_WC_RNR_RETRY_EXC_ERR`: the responder had no receive WQE posted,
+    /// `rnr_retry` times over.
     pub const RNR_RETRY_EXC_ERR: Self = Self(13);
+    /// `IBV_WC_GENERAL_ERR`: a transport error with no more specific status.
     pub const GENERAL_ERR: Self = Self(21);
 
+    /// Whether this is `IBV_WC_SUCCESS`.
     pub fn is_ok(self) -> bool {
         self == Self::SUCCESS
     }
@@ -122,12 +143,24 @@ impl std::fmt::Debug for WcOpcode {
 }
 
 impl WcOpcode {
+    /// `IBV_WC_SEND`: a send WR (SEND, SEND with immediate, SEND with
+    /// invalidate) completed.
     pub const SEND: Self = Self(0);
+    /// `IBV_WC_RDMA_WRITE`: an RDMA WRITE, with or without immediate, completed.
     pub const RDMA_WRITE: Self = Self(1);
+    /// `IBV_WC_RDMA_READ`: an RDMA READ completed; its data is in the local SGEs.
     pub const RDMA_READ: Self = Self(2);
+    /// `IBV_WC_COMP_SWAP`: an atomic compare-and-swap completed; the original
+    /// 8 bytes are in the local SGE.
     pub const COMP_SWAP: Self = Self(3);
+    /// `IBV_WC_FETCH_ADD`: an atomic fetch-and-add completed; the original
+    /// 8 bytes are in the local SGE.
     pub const FETCH_ADD: Self = Self(4);
+    /// `IBV_WC_RECV`: a receive WR consumed by an incoming SEND (with or
+    /// without immediate or invalidate).
     pub const RECV: Self = Self(128);
+    /// `IBV_WC_RECV_RDMA_WITH_IMM`: a receive WR consumed by an incoming RDMA
+    /// WRITE with immediate; [`Completion::imm`] holds the immediate.
     pub const RECV_RDMA_WITH_IMM: Self = Self(129);
 }
 
@@ -141,7 +174,10 @@ impl WcOpcode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Completion {
+    /// The `wr_id` of the WR this completes, as posted (`ibv_wc.wr_id`).
     pub wr_id: u64,
+    /// Success or the error (`ibv_wc.status`); on error only `wr_id`,
+    /// `status`, `vendor_err` and `qp_num` are meaningful.
     pub status: WcStatus,
     /// Vendor syndrome (mlx5: CQE byte 54), 0 on success.
     pub vendor_err: u32,
@@ -149,7 +185,9 @@ pub struct Completion {
     pub imm: Option<u32>,
     /// Bytes transferred (RDMA READ, atomics, receives).
     pub byte_len: u32,
+    /// The local QP's QPN (24 bits) whose WR this completes (`ibv_wc.qp_num`).
     pub qp_num: u32,
+    /// What the WR was (`ibv_wc.opcode`); meaningful on success only.
     pub opcode: WcOpcode,
     /// The sender of a received message (UD: its QPN, and whether a GRH
     /// came); zero in send completions.

@@ -7,6 +7,8 @@ pub const SIM_DEVICE: &str = "sim";
 /// One device `rdma-direct devices` lists.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
+    /// The name [`Context::open`](crate::Context::open) takes: `ibv_get_device_name`
+    /// (`mlx5_0`, `rxe0`, ...) or [`SIM_DEVICE`].
     pub name: String,
     /// `sim`, or `verbs` for an ibverbs device.
     pub kind: &'static str,
@@ -25,6 +27,7 @@ pub struct DeviceInfo {
 /// One port of a device.
 #[derive(Clone, Debug)]
 pub struct PortDetail {
+    /// Port number, from 1 (`ibv_query_port`'s `port_num`).
     pub port: u8,
     /// `ACTIVE`, `DOWN`, ... (`enum ibv_port_state`).
     pub state: &'static str,
@@ -34,6 +37,7 @@ pub struct PortDetail {
     pub active_mtu: Option<u32>,
     /// Active rate in Gb/s (lanes x lane speed).
     pub rate_gbps: Option<f64>,
+    /// The port's LID, host order (`struct ibv_port_attr` `lid`; 0 on RoCE and the sim).
     pub lid: u16,
     /// Non-empty GID table entries.
     pub gids: Vec<GidEntry>,
@@ -42,7 +46,9 @@ pub struct PortDetail {
 /// One GID table entry.
 #[derive(Clone, Debug)]
 pub struct GidEntry {
+    /// Index in the port's GID table (`ibv_query_gid`'s `index`; a QP's `sgid_index`).
     pub index: u32,
+    /// The GID, 16 bytes in network byte order (`union ibv_gid` `raw`).
     pub gid: [u8; 16],
     /// `RoCE v2`, `IB/RoCE v1`, or `IB` (from sysfs `gid_attrs/types`).
     pub kind: String,

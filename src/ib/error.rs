@@ -7,18 +7,27 @@ use mlx5_dv::wqe::WqeError;
 pub enum Error {
     /// `Context::open` found no device of that name.
     #[error("no RDMA device named {name:?} (try `rdma-direct devices`)")]
-    NoSuchDevice { name: String },
+    NoSuchDevice {
+        /// The name asked for.
+        name: String,
+    },
     /// A verbs call failed; `errno` is what it returned or set; `detail`
     /// names the arguments that matter (may be empty).
     #[error("{call}{detail} failed: {}", std::io::Error::from_raw_os_error(*.errno))]
     Verbs {
+        /// The rdma-core function (`ibv_modify_qp`, `ibv_post_send`, ...).
         call: &'static str,
+        /// The positive errno (`EINVAL`, `ENOMEM`, ...).
         errno: i32,
+        /// Printed after `call`: the arguments that matter, or empty.
         detail: String,
     },
     /// The crate was built without the `verbs` feature.
     #[error("device {name:?} needs rdma-core, but this build has no `verbs` feature")]
-    NoVerbs { name: String },
+    NoVerbs {
+        /// The device asked for.
+        name: String,
+    },
     /// The sim refused a control-path request.
     #[error("sim: {0}")]
     Sim(#[from] mlx5_dv::sim::SimError),
@@ -40,14 +49,19 @@ pub enum Error {
     /// range. Nothing changed.
     #[error("QP {transition}: {attr} {problem}")]
     QpAttr {
+        /// The transition asked for, as `Init -> Rtr`.
         transition: String,
+        /// The attribute, its `IBV_QP_*` name without the prefix (`PATH_MTU`).
         attr: &'static str,
+        /// What is wrong with it (`is missing`, a range, ...).
         problem: String,
     },
     /// The QP is not in a state that takes this work request; nothing was posted.
     #[error("QP is in {state:?}; posting needs {needs}")]
     QpState {
+        /// The state the QP is in.
         state: super::qp_state::QpState,
+        /// The states that would take the WR (`INIT or later`, ...).
         needs: &'static str,
     },
     /// The send queue has no room for the batch (WQEBBs or `max_send_wr`
@@ -69,7 +83,12 @@ pub enum Error {
     /// C10-93.1.1, let such a send complete successfully with nothing
     /// sent; rdma-direct refuses it instead, on every path.)
     #[error("a UD message of {len} bytes exceeds the port's active MTU of {mtu} bytes")]
-    MessageTooLong { len: u64, mtu: u32 },
+    MessageTooLong {
+        /// The message's length in bytes (the sum of its SGEs).
+        len: u64,
+        /// The port's active MTU in bytes.
+        mtu: u32,
+    },
     /// The QP's CQ has no room for the completions of the batch besides
     /// those of every outstanding WR (CQ credits); nothing was posted. Poll
     /// completions and post again: the sends outstanding always make a CQE
@@ -86,7 +105,10 @@ pub enum Error {
     /// Every buffer of a memory pool is out; nothing was registered. Drop a
     /// buffer (it goes back) or build the pool with more chunks.
     #[error("memory pool exhausted: all {buffers} buffers are out")]
-    PoolExhausted { buffers: usize },
+    PoolExhausted {
+        /// How many buffers the pool has.
+        buffers: usize,
+    },
     /// No GID suitable for RoCE v2 on this port.
     #[error("{0}")]
     NoGid(String),
@@ -100,32 +122,53 @@ pub enum Error {
     /// A work request completed with an error status.
     #[error("work request {wr_id} on QP {qp_num:#x} completed with {status}, vendor error {vendor_err:#x}")]
     Completion {
+        /// The failed WR's `wr_id` ([`Completion::wr_id`](crate::Completion::wr_id)).
         wr_id: u64,
+        /// The QPN of its QP.
         qp_num: u32,
+        /// The error status (never `SUCCESS`).
         status: super::completion::WcStatus,
+        /// The vendor syndrome ([`Completion::vendor_err`](crate::Completion::vendor_err)).
         vendor_err: u32,
     },
     /// A completion named no outstanding WQE.
     #[error("CQE for QP {qpn:#x} names WQE counter {counter}, which is not outstanding")]
-    StaleCqe { qpn: u32, counter: u16 },
+    StaleCqe {
+        /// The CQE's QPN.
+        qpn: u32,
+        /// The CQE's `wqe_counter`: its WQE's index in the SQ (WQEBBs) or RQ, mod 2^16.
+        counter: u16,
+    },
     /// A shared CQ held a completion of a QP that is not one of its own.
     #[error("CQE for QP {qpn:#x}, which is not a QP of this shared CQ")]
-    ForeignCqe { qpn: u32 },
+    ForeignCqe {
+        /// The CQE's QPN.
+        qpn: u32,
+    },
     /// The QP's completions go to a [`crate::SharedCq`]: poll, arm and wait
     /// on that instead.
     #[error("QP {qpn:#x} completes into a shared CQ: poll, arm and wait on the SharedCq")]
-    SharedCq { qpn: u32 },
+    SharedCq {
+        /// The QP's QPN.
+        qpn: u32,
+    },
     /// The QP is split into a [`crate::SendHalf`] and a [`crate::RecvHalf`]
     /// ([`crate::Qp::split`]): post through them, or [`crate::Qp::join`]
     /// them first (also before moving it to RESET or SQD). Nothing was
     /// posted, and the state did not change.
     #[error("QP {qpn:#x} is split into a send half and a receive half: post through them; join them first to post on the Qp or move it to RESET or SQD")]
-    QpSplit { qpn: u32 },
+    QpSplit {
+        /// The QP's QPN.
+        qpn: u32,
+    },
     /// The QP of this half ([`crate::Qp::split`]) was dropped: nothing
     /// polls the half's completions, so its queue never has room again
     /// (what it posted before still completes on the device).
     #[error("QP {qpn:#x}'s CQ owner (the Qp) was dropped: this half's queue is full for good")]
-    CqOwnerGone { qpn: u32 },
+    CqOwnerGone {
+        /// The QP's QPN.
+        qpn: u32,
+    },
     /// The reactor of an async wait ([`crate::Reactor`]) could not watch
     /// the completion channel's file descriptor (the OS's error, or no
     /// runtime to register with).
@@ -144,7 +187,12 @@ pub enum RegRefusal {
     ZeroLength,
     /// `addr + len` wraps past the end of the address space.
     #[error("the range {addr:#x}+{len} wraps past the end of the address space")]
-    Wraps { addr: u64, len: u64 },
+    Wraps {
+        /// The start address.
+        addr: u64,
+        /// The length in bytes.
+        len: u64,
+    },
     /// REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE (IB spec 10.6.3.1).
     #[error("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too")]
     RemoteNeedsLocalWrite,
@@ -169,6 +217,7 @@ pub enum RegRefusal {
     LocalReadOnly,
 }
 
+/// `std::result::Result` with this crate's [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<super::completion::Completion> for Error {

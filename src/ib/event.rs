@@ -10,34 +10,45 @@ pub enum AsyncEvent {
     /// limit; the limit is disarmed ([`Srq::set_limit`](crate::Srq::set_limit)
     /// arms it again).
     SrqLimitReached {
+        /// The SRQ's number (SRQN).
         srq_num: u32,
     },
     /// `IBV_EVENT_CQ_ERR`: a CQ overran. `cq_num` is the CQN on the sim, 0
     /// on verbs (which names the CQ by pointer only).
     CqError {
+        /// The CQN (sim), or 0 (verbs).
         cq_num: u32,
     },
-    /// `IBV_EVENT_PORT_ACTIVE` / `IBV_EVENT_PORT_ERR`: the port came up or
-    /// went down.
+    /// `IBV_EVENT_PORT_ACTIVE`: the port came up.
     PortActive {
+        /// The port number, from 1.
         port: u8,
     },
+    /// `IBV_EVENT_PORT_ERR`: the port went down.
     PortError {
+        /// The port number, from 1.
         port: u8,
     },
-    /// `IBV_EVENT_QP_FATAL`, `IBV_EVENT_QP_LAST_WQE_REACHED`,
-    /// `IBV_EVENT_SQ_DRAINED`, of QP `qp_num`.
+    /// `IBV_EVENT_QP_FATAL`: the QP hit an error no CQE reports and went to
+    /// the error state.
     QpFatal {
+        /// The QP's QPN.
         qp_num: u32,
     },
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP attached to an SRQ went to the
+    /// error state and will take no more receive WQEs from it.
     QpLastWqeReached {
+        /// The QP's QPN.
         qp_num: u32,
     },
+    /// `IBV_EVENT_SQ_DRAINED`: a QP moved to SQD has no send WQE in flight.
     SqDrained {
+        /// The QP's QPN.
         qp_num: u32,
     },
     /// Any other `enum ibv_event_type` value.
     Other {
+        /// The `enum ibv_event_type` value.
         event_type: u32,
     },
 }

@@ -5,6 +5,7 @@
 pub struct Lkey(pub(crate) u32);
 
 impl Lkey {
+    /// The 32-bit lkey, as an SGE's `lkey` (`struct ibv_sge`) holds it.
     pub fn get(self) -> u32 {
         self.0
     }
@@ -17,6 +18,8 @@ pub struct Rkey(pub u32);
 /// The remote side of an RDMA operation: an address and rkey the peer exposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteAddr {
+    /// The virtual address in the peer's MR (`wr.rdma.remote_addr`), in bytes.
     pub addr: u64,
+    /// The rkey of the peer's MR covering `addr` (`wr.rdma.rkey`).
     pub rkey: Rkey,
 }

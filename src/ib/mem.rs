@@ -31,6 +31,8 @@ pub struct AlignedBuf {
 
 // SAFETY: plain owned memory, like a `Box<[u8]>`.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: as a `Box<[u8]>`: `&AlignedBuf` gives only `&[u8]`, and writing
+// needs `&mut AlignedBuf`.
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
@@ -266,6 +268,8 @@ pub(crate) struct Buffer {
 // who promised it outlives the registration); how it is accessed is the MR
 // types' business (`super::mr`).
 unsafe impl Send for Buffer {}
+// SAFETY: as for `Send`: `&Buffer` gives out only the pointer, length and
+// owner; every access to the bytes goes through the MR types' rules.
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
@@ -385,14 +389,19 @@ impl Buffer {
         // SAFETY: `me` is never used or dropped again; the owner is moved out once.
         let owner = unsafe { std::ptr::read(&me.owner) };
         let (ptr, len) = (me.ptr, me.len);
-        // SAFETY (each arm): the raw parts taken apart in `from_memory`, put
-        // back together once.
+        // Each arm puts back together, once, the raw parts `from_memory`
+        // took apart.
         Some(match owner {
+            // SAFETY: `ptr`, `len`, `cap` are the parts of the `Vec` that
+            // `from_memory` leaked, and `me` is never dropped.
             Owner::Vec { cap } => Memory::Vec(unsafe { Vec::from_raw_parts(ptr, len, cap) }),
+            // SAFETY: `ptr`/`len` are the `Box<[u8]>` `from_memory` leaked; `me`
+            // is never dropped, so it is rebuilt once.
             Owner::Boxed => Memory::Boxed(unsafe {
                 Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len))
             }),
             Owner::Aligned => Memory::Aligned(AlignedBuf {
+                // SAFETY: the `AlignedBuf`'s pointer `from_memory` took, non-null.
                 ptr: unsafe { std::ptr::NonNull::new_unchecked(ptr) },
                 len,
             }),

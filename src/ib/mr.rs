@@ -100,6 +100,9 @@ pub(crate) struct MrShared {
 // SAFETY: `ptr` is the registered buffer's (owned by `mr`, `Send + Sync`);
 // every access through it is an atomic or an `unsafe` method's contract.
 unsafe impl Send for MrShared {}
+// SAFETY: as for `Send`: through `&MrShared` the buffer is touched only
+// by atomics, plain reads of read-only memory (nothing writes it), or
+// `unsafe` methods whose callers exclude concurrent writers.
 unsafe impl Sync for MrShared {}
 
 impl Drop for MrShared {
@@ -433,7 +436,9 @@ impl std::fmt::Debug for LocalMr {
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct Refused {
+    /// Why the post was refused.
     pub error: Error,
+    /// The buffer, as it was before the post.
     pub buf: LocalMr,
 }
 

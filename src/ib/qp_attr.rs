@@ -15,26 +15,47 @@ bitflags::bitflags! {
     /// Which attributes a modify carries (`enum ibv_qp_attr_mask` values).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub struct QpAttrMask: u32 {
+        /// `IBV_QP_STATE`: `qp_state`, the state to move to.
         const STATE = 1 << 0;
+        /// `IBV_QP_CUR_STATE`: `cur_qp_state`, the state the caller believes the QP is in.
         const CUR_STATE = 1 << 1;
+        /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`: `en_sqd_async_notify` (RTS -> SQD).
         const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        /// `IBV_QP_ACCESS_FLAGS`: `qp_access_flags`, the remote operations the responder accepts.
         const ACCESS_FLAGS = 1 << 3;
+        /// `IBV_QP_PKEY_INDEX`: `pkey_index`, the P_Key table index.
         const PKEY_INDEX = 1 << 4;
+        /// `IBV_QP_PORT`: `port_num`.
         const PORT = 1 << 5;
+        /// `IBV_QP_QKEY`: `qkey` (UD).
         const QKEY = 1 << 6;
+        /// `IBV_QP_AV`: `ah_attr`, the primary path's address vector.
         const AV = 1 << 7;
+        /// `IBV_QP_PATH_MTU`: `path_mtu` (`enum ibv_mtu`).
         const PATH_MTU = 1 << 8;
+        /// `IBV_QP_TIMEOUT`: `timeout`, the local ACK timeout.
         const TIMEOUT = 1 << 9;
+        /// `IBV_QP_RETRY_CNT`: `retry_cnt`, transport retries.
         const RETRY_CNT = 1 << 10;
+        /// `IBV_QP_RNR_RETRY`: `rnr_retry`, RNR NAK retries.
         const RNR_RETRY = 1 << 11;
+        /// `IBV_QP_RQ_PSN`: `rq_psn`, the first PSN expected.
         const RQ_PSN = 1 << 12;
+        /// `IBV_QP_MAX_QP_RD_ATOMIC`: `max_rd_atomic`, READs/atomics in flight as requester.
         const MAX_QP_RD_ATOMIC = 1 << 13;
+        /// `IBV_QP_ALT_PATH`: `alt_ah_attr` and the alternate path (APM).
         const ALT_PATH = 1 << 14;
+        /// `IBV_QP_MIN_RNR_TIMER`: `min_rnr_timer`, the RNR NAK timer asked of the requester.
         const MIN_RNR_TIMER = 1 << 15;
+        /// `IBV_QP_SQ_PSN`: `sq_psn`, the first PSN sent.
         const SQ_PSN = 1 << 16;
+        /// `IBV_QP_MAX_DEST_RD_ATOMIC`: `max_dest_rd_atomic`, READs/atomics in flight as responder.
         const MAX_DEST_RD_ATOMIC = 1 << 17;
+        /// `IBV_QP_PATH_MIG_STATE`: `path_mig_state` (APM).
         const PATH_MIG_STATE = 1 << 18;
+        /// `IBV_QP_CAP`: `cap`, the queue sizes (resize).
         const CAP = 1 << 19;
+        /// `IBV_QP_DEST_QPN`: `dest_qp_num`, the peer's QPN.
         const DEST_QPN = 1 << 20;
     }
 }
@@ -81,7 +102,9 @@ pub struct Grh {
     pub sgid_index: u8,
     /// Hop limit; 64 is what rdma-core's examples and perftest use.
     pub hop_limit: u8,
+    /// Traffic class (8 bits; on RoCE v2 the IP header's DSCP and ECN).
     pub traffic_class: u8,
+    /// Flow label (20 bits; 0: none).
     pub flow_label: u32,
 }
 
@@ -95,6 +118,7 @@ pub struct AddressVector {
     pub port: u8,
     /// Global routing: required on RoCE, optional on InfiniBand.
     pub grh: Option<Grh>,
+    /// Service level, 0..=15 (`ibv_ah_attr.sl`).
     pub service_level: u8,
 }
 
@@ -102,10 +126,13 @@ pub struct AddressVector {
 /// which fields are `Some`). Units and ranges are the IB spec's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpAttr {
+    /// P_Key table index (`IBV_QP_PKEY_INDEX`; RESET -> INIT).
     pub pkey_index: Option<u16>,
+    /// Port number, from 1 (`IBV_QP_PORT`; RESET -> INIT).
     pub port: Option<u8>,
     /// Responder access: which remote operations the QP accepts.
     pub access: Option<Access>,
+    /// The path to the peer (`IBV_QP_AV`, `ibv_qp_attr.ah_attr`; RC/UC INIT -> RTR).
     pub av: Option<AddressVector>,
     /// `enum ibv_mtu`: 1 = 256 B ... 5 = 4096 B.
     pub path_mtu: Option<u32>,
@@ -147,9 +174,12 @@ pub struct QpAttr {
 /// GRH slot). IB spec 9.8 (transport services), 11.2.4.2 (attributes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QpType {
+    /// `IBV_QPT_RC`: reliable connected.
     #[default]
     Rc,
+    /// `IBV_QPT_UC`: unreliable connected.
     Uc,
+    /// `IBV_QPT_UD`: unreliable datagram.
     Ud,
 }
 
@@ -619,13 +649,19 @@ impl PathInfo {
 /// device does not keep (the sim has no PSNs or MTU) are `None`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInfo {
+    /// The QP's state (`ibv_qp_attr.qp_state`).
     pub state: QpState,
+    /// The peer's QPN (`dest_qp_num`).
     pub dest_qpn: Option<u32>,
+    /// RNR retries, 0..=7 (7: forever) (`rnr_retry`).
     pub rnr_retry: Option<u8>,
+    /// The RNR NAK timer code, 0..=31 (`min_rnr_timer`; see [`QpAttr::min_rnr_timer`]).
     pub min_rnr_timer: Option<u8>,
     /// `enum ibv_mtu`.
     pub path_mtu: Option<u32>,
+    /// The next PSN to send, 24 bits (`sq_psn`).
     pub sq_psn: Option<u32>,
+    /// The next PSN expected, 24 bits (`rq_psn`).
     pub rq_psn: Option<u32>,
 }
 
@@ -633,11 +669,14 @@ pub struct QpInfo {
 /// RTR (perftest exchanges the same facts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    /// Our QPN (24 bits).
     pub qpn: u32,
     /// Our LID (InfiniBand; 0 on RoCE and the sim).
     pub lid: u16,
     /// Our GID and its table index (RoCE: the chosen RoCE v2 entry).
     pub gid: [u8; 16],
+    /// Our GID's table index: `Some` on RoCE, `None` on InfiniBand, the sim,
+    /// and an endpoint received from the peer (the index is local).
     pub gid_index: Option<u8>,
     /// The port's active MTU (`enum ibv_mtu`; 0 on the sim).
     pub active_mtu: u32,

@@ -5,9 +5,13 @@
 /// ([`Qp::query`](crate::Qp::query) reports it; the completions say why).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
+    /// `IBV_QPS_RESET`: as created; no WR is taken, none outstanding.
     Reset,
+    /// `IBV_QPS_INIT`: port, P_Key and access set; receives may be posted.
     Init,
+    /// `IBV_QPS_RTR`: ready to receive (path, peer QPN and `rq_psn` set).
     Rtr,
+    /// `IBV_QPS_RTS`: ready to send (`sq_psn`, timeouts and retries set).
     Rts,
     /// Send queue drain (IB spec 10.3.1.4): the WRs posted before the move
     /// are finished, none after it are started (posting sends is refused
@@ -17,5 +21,7 @@ pub enum QpState {
     /// queue is drained. Entered from RTS ([`Qp::drain_sq`](crate::Qp::drain_sq));
     /// left for RTS, ERR or RESET.
     Sqd,
+    /// `IBV_QPS_ERR`: outstanding and newly posted WRs complete with
+    /// `WR_FLUSH_ERR`; only RESET leaves it.
     Err,
 }

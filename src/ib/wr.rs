@@ -97,15 +97,19 @@ impl<'mr> Sge<'mr> {
             _mr: PhantomData,
         }
     }
+    /// The virtual address of its first byte (`ibv_sge.addr`).
     pub fn addr(&self) -> u64 {
         self.addr
     }
+    /// Its length in bytes (`ibv_sge.length`).
     pub fn len(&self) -> u32 {
         self.len
     }
+    /// Whether it has zero bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// The lkey of its MR (`ibv_sge.lkey`; 0 for [`Sge::bytes`]).
     pub fn lkey(&self) -> Lkey {
         self.lkey
     }
@@ -131,28 +135,55 @@ pub(crate) const BYTES_PD: u32 = !NOT_ONE_SEG;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WrOp {
     /// RDMA WRITE of the gather list to `remote`.
-    RdmaWrite { remote: RemoteAddr },
+    RdmaWrite {
+        /// The peer's address and rkey (`wr.rdma`); the rkey's MR needs REMOTE_WRITE.
+        remote: RemoteAddr,
+    },
     /// RDMA WRITE, then a completion with `imm` at the responder (consumes a receive).
-    RdmaWriteWithImm { remote: RemoteAddr, imm: u32 },
+    RdmaWriteWithImm {
+        /// The peer's address and rkey (`wr.rdma`); the rkey's MR needs REMOTE_WRITE.
+        remote: RemoteAddr,
+        /// The immediate, host order (sent big-endian, as `imm_data`).
+        imm: u32,
+    },
     /// SEND of the gather list into the peer's next receive buffer.
     Send,
     /// SEND with immediate data (the receiver's completion carries `imm`).
-    SendWithImm { imm: u32 },
+    SendWithImm {
+        /// The immediate, host order (sent big-endian, as `imm_data`).
+        imm: u32,
+    },
     /// RDMA READ from `remote` into the scatter list.
-    RdmaRead { remote: RemoteAddr },
+    RdmaRead {
+        /// The peer's address and rkey (`wr.rdma`); the rkey's MR needs REMOTE_READ.
+        remote: RemoteAddr,
+    },
     /// If the 8-byte-aligned u64 at `remote` equals `compare`, replace it with
     /// `swap`; the old value lands in the (8-byte) local SGE, host byte order.
     AtomicCmpSwp {
+        /// The peer's 8-byte-aligned address and rkey (`wr.atomic`); the
+        /// rkey's MR needs REMOTE_ATOMIC.
         remote: RemoteAddr,
+        /// The value expected (`wr.atomic.compare_add`).
         compare: u64,
+        /// The value stored on a match (`wr.atomic.swap`).
         swap: u64,
     },
     /// Add `add` to the 8-byte-aligned u64 at `remote`; the old value lands in
     /// the (8-byte) local SGE, host byte order.
-    AtomicFetchAdd { remote: RemoteAddr, add: u64 },
+    AtomicFetchAdd {
+        /// The peer's 8-byte-aligned address and rkey (`wr.atomic`); the
+        /// rkey's MR needs REMOTE_ATOMIC.
+        remote: RemoteAddr,
+        /// The addend, wrapping (`wr.atomic.compare_add`).
+        add: u64,
+    },
     /// UD: a SEND (with immediate data when `imm` is `Some`) to the
     /// destination in [`SendWr::ud`] ([`SendWr::ud_send`] makes both).
-    UdSend { imm: Option<u32> },
+    UdSend {
+        /// The immediate, host order (`IBV_WR_SEND_WITH_IMM` when `Some`).
+        imm: Option<u32>,
+    },
 }
 
 /// Where a UD send goes: an address handle, the remote QP number and the
@@ -163,9 +194,11 @@ pub enum WrOp {
 /// 0x11111111) or send it in their own protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdDest<'a> {
+    /// The address handle: the path to the destination's port (`wr.ud.ah`).
     pub ah: &'a Ah,
-    /// 24 bits.
+    /// The destination QPN, 24 bits (`wr.ud.remote_qpn`).
     pub remote_qpn: u32,
+    /// The qkey the destination QP expects (`wr.ud.remote_qkey`).
     pub qkey: u32,
 }
 
@@ -196,10 +229,13 @@ bitflags::bitflags! {
 /// form that needs no decoding.
 #[derive(Clone, Copy, Debug)]
 pub struct WriteWr<'a> {
+    /// Returned in the completion's [`Completion::wr_id`](crate::Completion::wr_id).
     pub wr_id: u64,
     /// The local bytes written: an SGE of an [`Mr`] on the QP's PD.
     pub sge: Sge<'a>,
+    /// The peer's address and rkey; the rkey's MR needs REMOTE_WRITE.
     pub remote: RemoteAddr,
+    /// Signaled, solicited, fence.
     pub flags: SendFlags,
 }
 
@@ -264,8 +300,12 @@ impl SendWrs for [WriteWr<'_>] {
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct SendWr<'a> {
+    /// Returned in the completion's [`Completion::wr_id`](crate::Completion::wr_id).
     pub wr_id: u64,
+    /// The operation and its remote operands (`opcode`, `wr.rdma`, `wr.atomic`).
     pub op: WrOp,
+    /// The gather list (the scatter list for READ and atomics); at most
+    /// the QP's `max_send_sge` entries.
     pub sges: &'a [Sge<'a>],
     /// Generate a completion (`IBV_SEND_SIGNALED`, mlx5 CQ_UPDATE).
     pub signaled: bool,
@@ -471,11 +511,15 @@ impl<'a> SendWr<'a> {
 /// buffers the next incoming SEND (or nothing, for RDMA WRITE with immediate) fills.
 #[derive(Clone, Copy, Debug)]
 pub struct RecvWr<'a> {
+    /// Returned in the completion's [`Completion::wr_id`](crate::Completion::wr_id).
     pub wr_id: u64,
+    /// The scatter list, filled in order; at most the QP's (or SRQ's)
+    /// `max_recv_sge` entries.
     pub sges: &'a [Sge<'a>],
 }
 
 impl<'a> RecvWr<'a> {
+    /// A receive of `sges`, completing with `wr_id`.
     pub fn new(wr_id: u64, sges: &'a [Sge<'a>]) -> Self {
         RecvWr { wr_id, sges }
     }

@@ -265,8 +265,10 @@ impl Pd {
     /// GRH's source GID; on RoCE v2 over IPv4 from the IPv4 header in
     /// bytes 20..40); reply to `c.src_qp.qpn()`. A server that learned of
     /// its client through rdma_cm's UDP port space answers it this way
-    /// ([`crate::connect::cm::CmListener::accept_ud`]). On the sim the AH carries
-    /// no path, as [`Self::create_ah`]'s.
+    // (`cm` is verbs-only: a link only in a build that has it.)
+    #[cfg_attr(feature = "verbs", doc = "([`crate::cm::CmListener::accept_ud`]).")]
+    #[cfg_attr(not(feature = "verbs"), doc = "(`cm::CmListener::accept_ud`).")]
+    /// On the sim the AH carries no path, as [`Self::create_ah`]'s.
     ///
     /// Errors: port 0, a completion that is not a successful receive, or a
     /// receive without a GRH ([`Error::Invalid`]: [`Completion`](crate::Completion)

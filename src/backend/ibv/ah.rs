@@ -17,6 +17,8 @@ pub(crate) struct VerbsAh {
 
 // SAFETY: an AH is only named by posts and destroyed once, on drop.
 unsafe impl Send for VerbsAh {}
+// SAFETY: through `&VerbsAh` the AH is only named: posts pass `raw` to
+// `ibv_post_send`, which only reads it; destroying it needs `drop`'s `&mut`.
 unsafe impl Sync for VerbsAh {}
 impl AhOwner for VerbsAh {}
 

@@ -17,6 +17,8 @@ pub(crate) struct VerbsChannel {
 // SAFETY: rdma-core's channel calls (`ibv_get_cq_event`, a `read` of the
 // fd) are thread-safe; the pointer is only destroyed in `drop`.
 unsafe impl Send for VerbsChannel {}
+// SAFETY: as for `Send`: the channel calls made through `&VerbsChannel`
+// are thread-safe, and destroying it needs `drop`'s `&mut`.
 unsafe impl Sync for VerbsChannel {}
 
 impl Drop for VerbsChannel {
@@ -118,6 +120,8 @@ pub(crate) struct VerbsCq {
 // own CQ, `&mut SharedCq` for a shared one); the other holders of the `Arc`
 // only keep it alive for their QP; rdma-core's CQ calls lock internally.
 unsafe impl Send for VerbsCq {}
+// SAFETY: as for `Send`: the holders sharing the `Arc` make no CQ call
+// through it but their one owner's, and rdma-core locks the CQ calls.
 unsafe impl Sync for VerbsCq {}
 
 impl Drop for VerbsCq {

@@ -146,6 +146,8 @@ pub(crate) struct Ctx {
 
 // SAFETY: ibv_context is thread-safe for the calls we make (rdma-core locks internally).
 unsafe impl Send for Ctx {}
+// SAFETY: as for `Send`: rdma-core locks the context calls made through
+// `&Ctx`; closing it needs `drop`'s `&mut`.
 unsafe impl Sync for Ctx {}
 
 impl Drop for Ctx {
@@ -225,9 +227,9 @@ impl Ctx {
     fn query_gid(&self, port: u8, index: i32) -> Result<[u8; 16]> {
         // SAFETY: ibv_gid is plain data.
         let mut g: ibv_gid = unsafe { std::mem::zeroed() };
-        // SAFETY: live context, valid out-pointer.
         check_detail(
             "ibv_query_gid",
+            // SAFETY: live context, valid out-pointer.
             unsafe { ibv_query_gid(self.raw, port, index, &mut g) },
             || format!(" ({} port {port} index {index})", self.name),
         )?;
@@ -295,8 +297,10 @@ pub(crate) struct Pd {
     pub(crate) ctx: Arc<Ctx>,
 }
 
-// SAFETY: as for Ctx.
+// SAFETY: as for Ctx: rdma-core's PD calls (`ibv_reg_mr`, `ibv_create_qp`,
+// ...) are thread-safe; deallocating it needs `drop`'s `&mut`.
 unsafe impl Send for Pd {}
+// SAFETY: as for Ctx: the PD calls made through `&Pd` are thread-safe.
 unsafe impl Sync for Pd {}
 
 impl Drop for Pd {
@@ -329,6 +333,7 @@ struct MrReg {
 
 // SAFETY: an ibv_mr handle is only deregistered, once, on drop.
 unsafe impl Send for MrReg {}
+// SAFETY: `&MrReg` gives no access to the handle: only `drop` uses it.
 unsafe impl Sync for MrReg {}
 impl Registration for MrReg {}
 
@@ -381,9 +386,9 @@ pub(crate) fn describe(name: &str) -> Result<(String, Vec<PortDetail>, bool)> {
     let ctx = open(name)?.ok_or_else(|| Error::NoSuchDevice { name: name.into() })?;
     // SAFETY: plain data; zero is valid.
     let mut dev: ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: live context; valid out-pointer.
     check_detail(
         "ibv_query_device",
+        // SAFETY: live context; valid out-pointer.
         unsafe { ibv_query_device(ctx.raw, &mut dev) },
         || format!(" ({name})"),
     )?;
@@ -402,9 +407,9 @@ pub(crate) fn describe(name: &str) -> Result<(String, Vec<PortDetail>, bool)> {
     for port in 1..=dev.phys_port_cnt {
         // SAFETY: plain data; zero is valid.
         let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: live context; valid out-pointer.
         check_detail(
             "ibv_query_port",
+            // SAFETY: live context; valid out-pointer.
             unsafe { ___ibv_query_port(ctx.raw, port, &mut a) },
             || format!(" ({name} port {port})"),
         )?;

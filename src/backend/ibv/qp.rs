@@ -104,9 +104,9 @@ pub(crate) fn modify_raw(qp: *mut ibv_qp, qpn: u32, to: QpState, attr: &QpAttr) 
         a.en_sqd_async_notify = v as u8;
     }
     let mask = (attr.mask() | QpAttrMask::STATE).bits();
-    // SAFETY: the caller's QP is live; `a` is valid for the call.
     check_detail(
         "ibv_modify_qp",
+        // SAFETY: the caller's QP is live; `a` is valid for the call.
         unsafe { ibv_modify_qp(qp, &mut a, mask as i32) },
         || format!(" (QP {qpn:#x} to {to:?}, attributes {:?})", attr.mask()),
     )?;
@@ -126,9 +126,9 @@ pub(crate) fn query_raw(qp: *mut ibv_qp, qpn: u32) -> Result<QpInfo> {
         | QpAttrMask::SQ_PSN
         | QpAttrMask::RQ_PSN
         | QpAttrMask::MIN_RNR_TIMER;
-    // SAFETY: live QP; both outputs valid for the call.
     check_detail(
         "ibv_query_qp",
+        // SAFETY: live QP; both outputs valid for the call.
         unsafe { ibv_query_qp(qp, &mut a, mask.bits() as i32, &mut init) },
         || format!(" (QP {qpn:#x})"),
     )?;

@@ -22,6 +22,8 @@ pub(crate) struct VerbsSrq {
 // holding it only name it at creation; rdma-core's SRQ calls lock
 // internally.
 unsafe impl Send for VerbsSrq {}
+// SAFETY: as for `Send`: through `&VerbsSrq` the SRQ is only named (at QP
+// creation) or called through rdma-core's locked SRQ calls.
 unsafe impl Sync for VerbsSrq {}
 
 impl Drop for VerbsSrq {

@@ -121,7 +121,9 @@ impl VerbsSrqPost {
                 wr_store[i].write(ibv_recv_wr {
                     wr_id: SRQ_TAG | idx as u64,
                     next: std::ptr::null_mut(),
-                    // SAFETY (pointer only): into `sge_store`, written above.
+                    // SAFETY: `first` <= `CHUNK * MAX_SGE` (`sge_store[at]` was indexed,
+                    // bounds-checked, for every SGE before it), so the pointer stays
+                    // inside `sge_store` or one past its end.
                     sg_list: unsafe { sge_store.as_mut_ptr().add(first) }.cast(),
                     num_sge: w.sges.len() as i32,
                 });

@@ -65,8 +65,11 @@ pub const UDP_QKEY: u32 = 0x0123_4567;
 /// The buffer one side offers the other for RDMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmOffer {
+    /// The buffer's rkey (private data bytes 8..12, big-endian).
     pub rkey: Rkey,
+    /// The buffer's virtual address (bytes 12..20, big-endian).
     pub addr: u64,
+    /// The buffer's length in bytes (bytes 20..28, big-endian).
     pub len: u64,
 }
 
@@ -133,6 +136,8 @@ struct Id {
 // readers of one channel each take a different event); the pointers are
 // used only through `&self`/`&mut self` of their owner and freed in `drop`.
 unsafe impl Send for Id {}
+// SAFETY: as for `Send`: the librdmacm calls made through `&Id` are
+// thread-safe, and freeing the id and channel needs `drop`'s `&mut`.
 unsafe impl Sync for Id {}
 
 /// A new event channel, its fd made non-blocking (`rdma_get_cm_event` then
@@ -302,9 +307,9 @@ impl Id {
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = state;
         let mut mask = 0;
-        // SAFETY: live id; both outputs valid for the call.
         check(
             "rdma_init_qp_attr",
+            // SAFETY: live id; both outputs valid for the call.
             unsafe { rdma_init_qp_attr(self.id, &mut a, &mut mask) },
             || format!(" (for QP state {state})"),
         )?;
@@ -603,9 +608,9 @@ async fn connect_once<W: FdWait>(
     check("rdma_resolve_addr", rc, || format!(" ({dst})"))?;
     id.expect(w, RDMA_CM_EVENT_ADDR_RESOLVED, deadline).await?;
     check_qp(qp, &id, &dst.to_string(), ud)?;
-    // SAFETY: live id with its address resolved.
     check(
         "rdma_resolve_route",
+        // SAFETY: live id with its address resolved.
         unsafe { rdma_resolve_route(id.id, 2000) },
         || format!(" ({dst})"),
     )?;
