@@ -42,10 +42,8 @@
 //! `RDMA_DIRECT_TRACE=1` prints every WQE posted and CQE polled on the direct
 //! path, decoded, with its ring offset (`mlx5_dv::trace`).
 #![deny(unsafe_op_in_unsafe_fn)]
-// Issue 28 item 10: `deny` once src/backend/direct/post.rs's last unsafe
-// block has its `// SAFETY:` comment.
-#![warn(missing_docs)]
-#![warn(clippy::undocumented_unsafe_blocks)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 /// The README's library example, compiled and run as a doctest.
 #[cfg(doctest)]

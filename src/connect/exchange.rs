@@ -530,7 +530,11 @@ pub fn connect_qp(qp: &mut Qp, mine: &ConnInfo, peer: &ConnInfo) -> Result<()> {
 
 /// Sends `line` (no newline in it) and reads the peer's line, byte by byte
 /// so nothing after it is taken from the stream; at most 256 bytes.
-/// Both sides call it: used to check that they agree on what they run.
+/// Both sides call it: used to check that they agree on what they run
+/// (the examples' simple rendezvous, with [`barrier`]).
+///
+/// Errors: [`Error::Exchange`] when the peer left or its line is over 256
+/// bytes.
 pub fn swap_line(s: &mut TcpStream, line: &str) -> Result<String> {
     let closed = |e: std::io::Error| Error::Exchange(format!("the peer left: {e}"));
     s.write_all(format!("{line}\n").as_bytes())
@@ -570,12 +574,18 @@ pub async fn barrier_async(s: &mut TcpStream) -> Result<()> {
 }
 
 /// A closing handshake: each side sends one byte and waits for the peer's,
-/// so neither tears its QP down while the other still uses it.
+/// so neither tears its QP down while the other still uses it. With
+/// [`swap_line`], the examples' simple rendezvous over the exchange's TCP
+/// stream.
+///
+/// Errors: [`Error::Exchange`] when the peer closed the stream or the read
+/// failed (the peer's own output says why; two sides that ran different
+/// amounts of work end apart, and a program says which of its settings
+/// must agree).
 pub fn barrier(s: &mut TcpStream) -> Result<()> {
     let closed = |e: std::io::Error| {
         Error::Exchange(format!(
-            "the peer left before the run ended ({e}): see its own output for why \
-             (different -s or -n on the two sides?)"
+            "the peer left before the run ended ({e}): see its own output for why"
         ))
     };
     s.write_all(&[1]).map_err(closed)?;

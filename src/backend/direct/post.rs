@@ -248,11 +248,11 @@ impl DirectQp {
         };
         let flags = ctrl_flags(w);
         let raddr = |r: RemoteAddr| Some(Seg::raddr(r.addr, r.rkey.0));
-        // SAFETY (every arm): `s` borrows its memory for the call
+        // SAFETY: in every arm, `s` borrows its memory for the call
         // (`Sge<'mr>`), and `Sge::new` / `Sge::bytes` checked the range: a
         // `plain` SGE is plain bytes (or a LocalMr the WR owns) that nothing
         // else writes now, any other an Mr that a peer may write, read with
-        // atomics. One call per opcode, so that each is built for it.
+        // atomics (`shared`). One call per opcode, so that each is built for it.
         let r = unsafe {
             let (src, len, shared, id) = (s.addr as *const u8, s.len as usize, !s.plain, w.wr_id);
             let sq = &mut self.sq;
