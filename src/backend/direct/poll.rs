@@ -140,15 +140,6 @@ pub fn completion_of(
     retire(sq, rq, &cqe.decode())
 }
 
-/// The whole CQE, decoded once, for the out-of-line rest of a poll that
-/// found an uncommon one (out of line itself, so the inlined fast poll
-/// keeps none of the decoding).
-#[cold]
-#[inline(never)]
-fn decode_cold(cqe: CqeRef<'_>) -> Cqe {
-    cqe.decode()
-}
-
 impl DirectQp {
     /// Polls up to `out.len()` completions of the QP's own CQ. An empty CQ
     /// costs, once the CQ is found, one load of the `op_own` byte at the
@@ -187,8 +178,8 @@ impl DirectQp {
     /// barrier, and calls nothing but in tail position (so it needs few
     /// registers, none the callee saves). A second CQE, and the poll goes
     /// on out of line ([`Self::poll_more`]); an uncommon first CQE (an
-    /// error, a receive, a stale `wqe_counter`) is decoded once and handed
-    /// to [`Self::poll_uncommon`].
+    /// error, a receive, a stale `wqe_counter`) is put back, and the poll
+    /// goes on in [`Self::poll_general`].
     #[inline(always)]
     fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
         let Some(own) = &mut self.cq else {
@@ -206,10 +197,9 @@ impl DirectQp {
             _ => None,
         };
         let Some(Retired { wr_id, hidden }) = retired else {
-            // Another opcode, or stale (nothing retired): `retire`'s, with
-            // the CQE read here, once, and handed on.
-            let first = decode_cold(cqe);
-            return self.poll_uncommon::<SLOT>(out, first);
+            // Another opcode, or stale (nothing retired): `retire`'s.
+            taken.put_back();
+            return self.poll_general::<SLOT>(out);
         };
         let n = if hidden {
             // Asked for by auto-signal only.
@@ -250,25 +240,21 @@ impl DirectQp {
         Ok(n)
     }
 
-    /// A poll whose first CQE, `first` (taken: the consumer index is past
-    /// it, and decoded once), is not a common one: [`Self::poll_rest`].
+    /// A poll whose first CQE (at the consumer index) is not a common one:
+    /// [`Self::poll_rest`].
     #[cold]
     #[inline(never)]
-    fn poll_uncommon<const SLOT: usize>(
-        &mut self,
-        out: &mut [Completion],
-        first: Cqe,
-    ) -> Result<usize> {
+    fn poll_general<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
         let from = match &self.cq {
-            Some(c) => c.cq.ci().wrapping_sub(1),
+            Some(c) => c.cq.ci(),
             None => return self.shared_cq(),
         };
         if self.is_split() {
             // (Its copy of the queues has nothing outstanding, so the
-            // inlined poll retired nothing and came here.)
-            return self.retire_split(|q| q.poll_rest::<SLOT>(out, 0, Some(first), from));
+            // inlined poll took no CQE and came here.)
+            return self.retire_split(|q| q.poll_rest::<SLOT>(out, 0, None, from));
         }
-        self.poll_rest::<SLOT>(out, 0, Some(first), from)
+        self.poll_rest::<SLOT>(out, 0, None, from)
     }
 
     /// The rest of a poll after [`Self::poll_cqes`] took one CQE, and `n`
