@@ -11,7 +11,7 @@
 //!
 //! This file holds perftest's limits, a run's settings (`LatConfig`,
 //! `AtomicKind`, `LatTest`) and their checks; the rest by concern:
-//! `lat.rs` and `bw.rs` (one-process runs), `remote.rs` (two hosts),
+//! `lat.rs` and `bw.rs` (one-process runs), `remote/` (two hosts),
 //! `reg.rs` (`reg_mr`), `transport.rs` (`-c`, `--use-srq`), `wait.rs`
 //! (waiting on the device), `timing.rs` (the cycle counter, deadlines, the
 //! CPU meter), `results.rs` (rows, headers, the banner).
