@@ -1,7 +1,7 @@
 //! The transports a benchmark runs on (perftest `-c RC|UC|UD`)
 //! and its SRQs (`--use-srq`): for a one-process run, a pair of QPs made
 //! and brought up for each, and the SEND a side posts to the other (a
-//! two-host run, `remote.rs`, uses [`check_transport`], [`UD_QKEY`],
+//! two-host run, `remote/`, uses [`check_transport`], [`UD_QKEY`],
 //! [`recv_len`] and [`post_recv`]).
 
 use super::*;
