@@ -143,7 +143,7 @@ pub(super) fn connect_link(
         q.connect_remote(psn, &peer_q.endpoint, peer_q.psn)?;
         more.push(q);
     }
-    exchange::barrier(&mut tcp)?;
+    super::barrier(&mut tcp)?;
     let path = qp.path();
     let info = RunInfo {
         qps: cfg.qps,

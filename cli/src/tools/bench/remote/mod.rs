@@ -255,7 +255,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         }
         AnyTest::Lat(LatTest::Send) => {
             m.post(1, || post_recv(&mut qp, &mut srq, &recv))?;
-            rdma_direct::exchange::barrier(&mut tcp)?; // both receives posted before the first SEND
+            barrier(&mut tcp)?; // both receives posted before the first SEND
             let mut wr = send_wr(&sge).signaled();
             wr.inline = inline;
             for i in 0..rounds {
@@ -305,7 +305,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         AnyTest::Bw(t) => {
             if client {
                 if t == BwTest::Send {
-                    rdma_direct::exchange::barrier(&mut tcp)?; // the server's receives are posted
+                    barrier(&mut tcp)?; // the server's receives are posted
                 }
                 let mut wr = match t {
                     BwTest::Write => SendWr::rdma_write(0, &sge, to_peer),
@@ -348,7 +348,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             }
         }
     };
-    rdma_direct::exchange::barrier(&mut tcp)?;
+    barrier(&mut tcp)?;
     drop(more);
     drop(qp);
     let report = match (report, test) {
@@ -370,3 +370,15 @@ mod settings;
 use link::*;
 use serve::*;
 pub use settings::*;
+
+/// `exchange::barrier`, with the CLI's hint: two sides whose runs differ in
+/// size or count (`-s`, `-n`) end apart, and the first to finish sees the
+/// other leave.
+pub(super) fn barrier(tcp: &mut std::net::TcpStream) -> rdma_direct::Result<()> {
+    rdma_direct::exchange::barrier(tcp).map_err(|e| match e {
+        rdma_direct::Error::Exchange(m) => {
+            rdma_direct::Error::Exchange(format!("{m} (different -s or -n on the two sides?)"))
+        }
+        e => e,
+    })
+}

@@ -105,7 +105,7 @@ pub(super) fn serve_send_bw(
             m.post(1, || super::super::transport::post_recv(qp, srq, recv))?;
         }
     }
-    rdma_direct::exchange::barrier(tcp)?;
+    super::barrier(tcp)?;
     let iters = match until {
         ServeUntil::Received(n) => n,
         ServeUntil::PeerDone => u32::MAX,
