@@ -11,8 +11,78 @@ pub(crate) mod ibv;
 #[cfg(feature = "verbs")]
 pub(crate) mod verbs;
 
+use crate::ib::completion::Completion;
 use crate::ib::error::{Error, Result};
+use crate::ib::progress::WrProgress;
+use crate::ib::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
+use crate::ib::wr::{RecvWr, SendWrs};
 use mlx5_dv::driver::CqCredits;
+use std::sync::Arc;
+
+/// A QP's work requests counted since it was created (a RESET retires what
+/// was outstanding): what the front end and the PD's deregistration read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WrCounts {
+    /// Send WRs posted.
+    pub sends_posted: u64,
+    /// Send WRs retired (completed, flushed, or retired with a later signaled one).
+    pub sends_retired: u64,
+    /// Receive WRs posted.
+    pub recvs_posted: u64,
+    /// Receive WRs retired.
+    pub recvs_retired: u64,
+}
+
+impl WrCounts {
+    /// Sends and receives posted and not yet retired.
+    #[inline]
+    pub fn outstanding(&self) -> u64 {
+        self.sends_posted.wrapping_sub(self.sends_retired)
+            + self.recvs_posted.wrapping_sub(self.recvs_retired)
+    }
+}
+
+/// What a QP's two backends, `direct::DirectQp` and `verbs::VerbsQp`, share:
+/// one signature per method. The front end (`Qp`) holds one of them in an
+/// enum and reaches them through this trait (`qp::backend!`): static
+/// dispatch, each arm inlined, no box and no vtable on the data path. What
+/// only one backend has (the direct path's in-place posts, the sim's test
+/// hooks, a QP's halves' own steps) stays inherent.
+pub(crate) trait QpBackend {
+    /// Posts `wrs` with one doorbell, after room checks (the front end
+    /// checked each WR against the QP's state and limits).
+    fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()>;
+    /// Posts receive WRs to the QP's own RQ.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()>;
+    /// Polls up to `out.len()` completions of the QP's own CQ.
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize>;
+    /// Requests one completion event of the QP's own CQ.
+    fn arm_cq(&mut self, solicited_only: bool) -> Result<()>;
+    /// Waits up to `timeout` for the armed CQ's event; `true` if it came.
+    fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool>;
+    /// How an async wait learns of the next event of the QP's own CQ.
+    fn event_wake(&mut self, waker: &std::task::Waker) -> Result<EventWake<'_>>;
+    /// Takes the CQ events raised since the last call; how many.
+    fn take_events(&mut self) -> Result<u32>;
+    /// Moves the QP from `from` to `to` with `attr` (checked by the caller).
+    fn modify(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()>;
+    /// The device's view of the QP.
+    fn query(&self) -> Result<QpInfo>;
+    /// The QP's WRs counted ([`WrCounts`]).
+    fn counts(&self) -> WrCounts;
+    /// What the PD watches to deregister dropped MRs.
+    fn progress(&self) -> &Arc<WrProgress>;
+    /// Depth of the QP's CQ, in CQEs.
+    fn cq_depth(&self) -> u32;
+    /// The most SGEs a send WR may carry.
+    fn max_send_sge(&self) -> u32;
+    /// The QP number (24 bits).
+    fn qpn(&self) -> u32;
+    /// The connection's path as this crate set it.
+    fn path(&self) -> PathInfo;
+    /// Sets the connection's path.
+    fn set_path(&mut self, p: PathInfo);
+}
 
 /// The QPs of a shared CQ as the front end keeps them: what a backend's
 /// poller needs to hand each completion to the QP (of type `Q`) its QPN

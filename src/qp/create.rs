@@ -2,12 +2,14 @@
 //! sim, ConnectX, verbs), its own CQ or a shared one, an SRQ's receives.
 
 use crate::backend::direct;
+use crate::backend::QpBackend;
 #[cfg(feature = "verbs")]
 use crate::backend::{ibv, verbs};
 use crate::device::handles::{PdInner, PdKind, SharedKind};
 use crate::ib::config::{CqSizing, QpConfig};
 use crate::ib::error::{Error, Result};
 use crate::ib::qp_attr::{Endpoint, QpState};
+use crate::qp::backend;
 use crate::qp::held::{HeldQueue, Owned};
 use crate::qp::{Qp, QpKind, ReclaimOnDrop};
 use crate::srq::{Srq, SrqKind};
@@ -240,11 +242,7 @@ impl Qp {
             })?),
             None => None,
         };
-        let progress = match &kind {
-            QpKind::Direct(q) => q.progress(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.progress(),
-        };
+        let progress = backend!(&kind, progress());
         pd_inner.graves.add_qp(progress);
         let mut qp = Qp {
             pd_id: pd_inner.id,

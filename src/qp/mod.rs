@@ -11,6 +11,7 @@ mod ud;
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs;
+use crate::backend::{QpBackend, WrCounts};
 use crate::cq::wait::{wait_on, CqOps};
 use crate::device::handles::{PdInner, PdKind};
 use crate::ib::completion::Completion;
@@ -27,6 +28,20 @@ use crate::qp::held::Owned;
 use crate::srq::SrqLink;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Calls the [`QpBackend`] method `m(args)` on the backend a [`QpKind`]
+/// holds (`&self.kind` or `&mut self.kind`): one `match`, each arm the
+/// backend's own method inlined (static dispatch, as written by hand).
+macro_rules! backend {
+    ($kind:expr, $m:ident ( $($arg:expr),* )) => {
+        match $kind {
+            QpKind::Direct(q) => QpBackend::$m(q, $($arg),*),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => QpBackend::$m(q, $($arg),*),
+        }
+    };
+}
+pub(crate) use backend;
 
 /// A queue pair (RC, UC or UD: [`QpConfig::qp_type`]), with its own completion queue ([`Pd::create_qp`](crate::Pd::create_qp)) or
 /// on a [`SharedCq`](crate::SharedCq) ([`SharedCq::create_qp`](crate::SharedCq::create_qp)).
@@ -230,22 +245,14 @@ impl Qp {
     /// none, so poll once more after arming (verbs `ibv_req_notify_cq`; the
     /// direct path writes the arm doorbell itself).
     pub fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
-        match &mut self.kind {
-            QpKind::Direct(q) => q.arm_cq(solicited_only),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.arm_cq(solicited_only),
-        }
+        backend!(&mut self.kind, arm_cq(solicited_only))
     }
 
     /// Sleeps (`poll` on the completion channel's fd) until the armed CQ
     /// raises its event or `timeout` passes; `true` if an event came. The
     /// event is consumed and acknowledged; arm again for the next.
     pub fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
-        match &mut self.kind {
-            QpKind::Direct(q) => q.wait_cq_event(timeout),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.wait_cq_event(timeout),
-        }
+        backend!(&mut self.kind, wait_cq_event(timeout))
     }
 
     /// This side's half of a connection, to hand to the peer.
@@ -328,11 +335,7 @@ impl Qp {
 
     /// Sends and receives posted and not yet retired.
     pub(crate) fn outstanding(&self) -> u32 {
-        match &self.kind {
-            QpKind::Direct(q) => q.outstanding(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.outstanding() as u32,
-        }
+        self.counts().outstanding() as u32
     }
 
     /// [`Self::modify`]; `cq_drained`: the caller ([`SharedCq::reset_qp`])
@@ -393,20 +396,10 @@ impl Qp {
             }
             p
         };
-        match &mut self.kind {
-            QpKind::Direct(q) => {
-                q.modify(self.state, to, attr)?;
-                if !sim {
-                    let p = update(q.path());
-                    q.set_path(p);
-                }
-            }
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => {
-                q.modify_to(to, attr)?;
-                let p = update(q.path());
-                q.set_path(p);
-            }
+        backend!(&mut self.kind, modify(self.state, to, attr))?;
+        if !sim {
+            let p = update(backend!(&self.kind, path()));
+            backend!(&mut self.kind, set_path(p));
         }
         self.state = to;
         if to == QpState::Reset {
@@ -419,20 +412,12 @@ impl Qp {
     /// The device's view of the QP: its state (ERR after an error, even if
     /// this crate left it in RTS) and connection attributes.
     pub fn query(&self) -> Result<QpInfo> {
-        match &self.kind {
-            QpKind::Direct(q) => q.query(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.query(),
-        }
+        backend!(&self.kind, query())
     }
 
     /// Depth of the QP's CQ in CQEs, as the device made it.
     pub fn cq_depth(&self) -> u32 {
-        match &self.kind {
-            QpKind::Direct(q) => q.cq_depth(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.cq_depth(),
-        }
+        backend!(&self.kind, cq_depth())
     }
 
     /// The state this crate took the QP to.
@@ -453,29 +438,17 @@ impl Qp {
     /// The most SGEs a send WR may carry on this QP (what the device
     /// granted; at least [`QpConfig::max_send_sge`]).
     pub fn max_send_sge(&self) -> u32 {
-        match &self.kind {
-            QpKind::Direct(q) => q.max_send_sge(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.max_send_sge(),
-        }
+        backend!(&self.kind, max_send_sge())
     }
 
     /// QP number (24 bits).
     pub fn qp_num(&self) -> u32 {
-        match &self.kind {
-            QpKind::Direct(q) => q.qpn(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.qpn(),
-        }
+        backend!(&self.kind, qpn())
     }
 
     /// How this QP reaches its peer.
     pub fn path(&self) -> PathInfo {
-        match &self.kind {
-            QpKind::Direct(q) => q.path(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.path(),
-        }
+        backend!(&self.kind, path())
     }
 
     /// `direct` or `verbs`.
@@ -605,11 +578,7 @@ impl Qp {
                 )));
             }
         }
-        let r = match &mut self.kind {
-            QpKind::Direct(q) => q.post_send(wrs),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.post_send(wrs),
-        };
+        let r = backend!(&mut self.kind, post_send(wrs));
         match r {
             Err(Error::QueueFull | Error::CqFull) => {
                 Err(self.never_fits(wrs.count(), self.cfg.max_send_wr, r.unwrap_err()))
@@ -672,7 +641,11 @@ impl Qp {
         }
         // Room first: noting the lkeys of a receive that cannot be posted
         // would overwrite the slot of the oldest one still posted.
-        let (_, _, posted, retired) = self.seqs();
+        let WrCounts {
+            recvs_posted: posted,
+            recvs_retired: retired,
+            ..
+        } = self.counts();
         if posted - retired + wrs.len() as u64 > self.cfg.max_recv_wr as u64 {
             return Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, Error::RecvQueueFull));
         }
@@ -686,11 +659,7 @@ impl Qp {
             self.progress()
                 .note_recv(seq + i as u64, w.sges.iter().map(|s| s.lkey.0));
         }
-        let r = match &mut self.kind {
-            QpKind::Direct(q) => q.post_recv(wrs),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.post_recv(wrs),
-        };
+        let r = backend!(&mut self.kind, post_recv(wrs));
         match r {
             Err(Error::RecvQueueFull | Error::CqFull) => {
                 Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
@@ -719,20 +688,12 @@ impl Qp {
     }
 
     fn progress(&self) -> &WrProgress {
-        match &self.kind {
-            QpKind::Direct(q) => q.progress(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.progress(),
-        }
+        backend!(&self.kind, progress())
     }
 
-    /// See the backends' `seqs`.
-    pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
-        match &self.kind {
-            QpKind::Direct(q) => q.seqs(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.seqs(),
-        }
+    /// The QP's WRs counted since it was created ([`WrCounts`]).
+    pub(crate) fn counts(&self) -> WrCounts {
+        backend!(&self.kind, counts())
     }
 
     /// Waits for completions of the QP's own CQ in `mode` (busy polling,
@@ -756,11 +717,7 @@ impl Qp {
     /// (poll that); [`Error::StaleCqe`]; the device's.
     #[inline(always)] // the empty poll, and the poll of one send's CQE, are inline
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        match &mut self.kind {
-            QpKind::Direct(q) => q.poll(out),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.poll(out),
-        }
+        backend!(&mut self.kind, poll(out))
     }
 }
 
@@ -796,17 +753,9 @@ impl CqOps for Qp {
         self.wait_cq_event(timeout)
     }
     fn event_wake(&mut self, waker: &std::task::Waker) -> Result<crate::backend::EventWake<'_>> {
-        match &mut self.kind {
-            QpKind::Direct(q) => q.event_wake(waker),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.event_wake(),
-        }
+        backend!(&mut self.kind, event_wake(waker))
     }
     fn take_events(&mut self) -> Result<u32> {
-        match &mut self.kind {
-            QpKind::Direct(q) => q.take_events(),
-            #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.take_events(),
-        }
+        backend!(&mut self.kind, take_events())
     }
 }

@@ -38,7 +38,7 @@ impl Qp {
         offset: usize,
         len: u32,
     ) -> std::result::Result<(), Refused> {
-        let seq = self.seqs().0;
+        let seq = self.counts().sends_posted;
         if let Err(error) = self.check_owned(wr.sges.len(), &buf, offset, len, true, seq) {
             return Err(Refused { error, buf });
         }
@@ -81,7 +81,7 @@ impl Qp {
         offset: usize,
         len: u32,
     ) -> std::result::Result<(), Refused> {
-        let seq = self.seqs().2;
+        let seq = self.counts().recvs_posted;
         if let Err(error) = self.check_owned(0, &buf, offset, len, false, seq) {
             return Err(Refused { error, buf });
         }
@@ -122,14 +122,19 @@ impl Qp {
                 buf.len()
             )));
         }
-        let seqs = self.seqs();
+        let counts = self.counts();
         let (q, take, retired, full) = if send {
-            (&self.owned.send, "take_send_buf", seqs.1, Error::QueueFull)
+            (
+                &self.owned.send,
+                "take_send_buf",
+                counts.sends_retired,
+                Error::QueueFull,
+            )
         } else {
             (
                 &self.owned.recv,
                 "take_recv_buf",
-                seqs.3,
+                counts.recvs_retired,
                 Error::RecvQueueFull,
             )
         };
@@ -153,7 +158,7 @@ impl Qp {
     /// flushed one by its flush). In posting order; no allocation. `None`:
     /// none retired.
     pub fn take_send_buf(&mut self) -> Option<(u64, LocalMr)> {
-        let retired = self.seqs().1;
+        let retired = self.counts().sends_retired;
         self.owned.send.take(retired)
     }
 
@@ -161,7 +166,7 @@ impl Qp {
     /// handed back, with its `wr_id`: the bytes received are in place in it
     /// (the completion's `byte_len` says how many). In posting order.
     pub fn take_recv_buf(&mut self) -> Option<(u64, LocalMr)> {
-        let retired = self.seqs().3;
+        let retired = self.counts().recvs_retired;
         self.owned.recv.take(retired)
     }
 }

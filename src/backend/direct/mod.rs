@@ -15,6 +15,7 @@ mod hooks;
 mod mr;
 pub(crate) mod poll;
 mod post;
+mod qp_backend;
 mod split;
 mod srq;
 
@@ -24,6 +25,7 @@ pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]
 use super::ibv;
+use super::WrCounts;
 use crate::ib::error::{Error, Result};
 use crate::ib::progress::WrProgress;
 use crate::ib::qp_attr::{self, PathInfo, QpAttr, QpInfo, QpState, QpType};
@@ -473,25 +475,25 @@ impl DirectQp {
     /// Publishes how many sends and receives have been retired.
     #[inline(always)]
     fn publish_retired(&self) {
-        let (_, _, _, recvs) = self.seqs();
+        let recvs = self.counts().recvs_retired;
         self.progress.retired(self.sq.retired_count(), recvs);
     }
 
-    /// Sends posted, sends retired, receives posted, receives retired, in
-    /// all since the QP was created (a RESET retires what was outstanding).
+    /// The QP's WRs counted since it was created (a RESET retires what was
+    /// outstanding).
     #[inline]
-    pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
+    pub(crate) fn counts(&self) -> WrCounts {
         if let Some(s) = &self.split {
-            return self.split_seqs(s);
+            return self.split_counts(s);
         }
-        (
-            self.sent,
+        WrCounts {
+            sends_posted: self.sent,
             // (wrapping: a count the driver and this disagree on must not
             // panic the poller; it only delays deregistration)
-            self.sent.wrapping_sub(self.sq.outstanding() as u64),
-            self.recvd,
-            self.recvd.wrapping_sub(self.rq.outstanding() as u64),
-        )
+            sends_retired: self.sent.wrapping_sub(self.sq.outstanding() as u64),
+            recvs_posted: self.recvd,
+            recvs_retired: self.recvd.wrapping_sub(self.rq.outstanding() as u64),
+        }
     }
 
     /// What the PD watches to deregister dropped MRs.

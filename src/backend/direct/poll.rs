@@ -372,7 +372,7 @@ impl DirectQp {
     /// and the new counts are published for the PD's graves.
     #[inline(always)]
     fn publish_polled(&self) {
-        let (_, _, _, recvs) = self.seqs();
+        let recvs = self.counts().recvs_retired;
         let sends = self.sq.retired_count();
         if self.count_credits {
             let (s0, r0) = self.progress.retired_published();

@@ -72,7 +72,11 @@ impl DirectQp {
         if reserve > 0 && !self.credits.take(reserve) {
             return Err(Error::CqFull);
         }
-        let (_, sends_retired, _, recvs_retired) = self.seqs();
+        let crate::backend::WrCounts {
+            sends_retired,
+            recvs_retired,
+            ..
+        } = self.counts();
         // SAFETY: from here on the send half's copy alone posts to the SQ
         // and the receive half's alone to the RQ; this QP only retires
         // (its post mode is CHECKED, and `post_send` / `post_recv` refuse
@@ -183,16 +187,21 @@ impl DirectQp {
         (free, self.max_recv_wr)
     }
 
-    /// The four counts of `seqs` while split: sends and receives posted as
+    /// The [`WrCounts`](crate::backend::WrCounts) of `counts` while split: sends and receives posted as
     /// at the split (this copy posts none), retired as the queues say.
-    pub(super) fn split_seqs(&self, s: &SplitState) -> (u64, u64, u64, u64) {
+    pub(super) fn split_counts(&self, s: &SplitState) -> crate::backend::WrCounts {
         // (Counted from where the last `retire_split` left them: fewer than
         // 2^32 WRs retire in one.)
         let sends = s.sends_retired + self.sq.retired_count().wrapping_sub(s.sq_retired) as u64;
         let recvs = s.recvs_retired + self.rq.consumed().wrapping_sub(s.rq_tail) as u64;
         // Never below what was retired, never above what was posted as far
         // as this copy knows: the halves posted the rest.
-        (s.sent.max(sends), sends, s.recvd.max(recvs), recvs)
+        crate::backend::WrCounts {
+            sends_posted: s.sent.max(sends),
+            sends_retired: sends,
+            recvs_posted: s.recvd.max(recvs),
+            recvs_retired: recvs,
+        }
     }
 
     /// Retires, with `f`, what CQEs of a split QP name: the windows opened

@@ -3,6 +3,7 @@
 //! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
 
 mod post;
+mod qp_backend;
 mod split;
 mod srq;
 
@@ -342,17 +343,17 @@ impl VerbsQp {
         self.cq.depth
     }
 
-    /// Sends posted, sends retired, receives posted, receives retired, in
-    /// all since the QP was created (a RESET retires what was outstanding).
-    pub(crate) fn seqs(&self) -> (u64, u64, u64, u64) {
+    /// The QP's WRs counted since it was created (a RESET retires what was
+    /// outstanding).
+    pub(crate) fn counts(&self) -> super::WrCounts {
         // (A split QP's own counts of what was posted stop at the split,
         // while it retires what its halves post: never below the retired.)
-        (
-            self.posted.max(self.retired),
-            self.retired,
-            self.recv_posted.max(self.recv_done),
-            self.recv_done,
-        )
+        super::WrCounts {
+            sends_posted: self.posted.max(self.retired),
+            sends_retired: self.retired,
+            recvs_posted: self.recv_posted.max(self.recv_done),
+            recvs_retired: self.recv_done,
+        }
     }
 
     /// What the PD watches to deregister dropped MRs.
@@ -360,18 +361,12 @@ impl VerbsQp {
         &self.progress
     }
 
-    /// Sends and receives posted and not yet retired.
-    pub(crate) fn outstanding(&self) -> u64 {
-        let (sp, sr, rp, rr) = self.seqs();
-        (sp - sr) + (rp - rr)
-    }
-
-    /// The inline size the device granted (`max_inline_data`), in bytes.
     /// The most SGEs a send WR may carry (what the device granted).
     pub(crate) fn max_send_sge(&self) -> u32 {
         self.caps.max_send_sge
     }
 
+    /// The inline size the device granted (`max_inline_data`), in bytes.
     pub(crate) fn max_inline(&self) -> u32 {
         self.caps.max_inline
     }
@@ -392,7 +387,7 @@ impl VerbsQp {
     /// caller checked them with `check_rc_modify`). Moving to RESET also
     /// forgets every outstanding WR and discards completions not yet polled
     /// (as rdma-core's providers clean the CQ of a QP they reset).
-    pub(crate) fn modify_to(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
+    pub(crate) fn modify(&mut self, _from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
         modify_raw(self.qp, self.qpn, to, attr)?;
         if to == QpState::Reset {
             if !self.shared {

@@ -34,7 +34,7 @@ impl VerbsQp {
     /// credits every WR the halves may post needs ([`Error::CqFull`] if
     /// the CQ has not that many free: nothing changes).
     pub(crate) fn split(&mut self, link: &Arc<HalfLink>) -> Result<(VerbsQp, VerbsQp)> {
-        let outstanding = self.outstanding() as u32;
+        let outstanding = self.counts().outstanding() as u32;
         let sends = self.max_post - (self.posted - self.retired) as u32;
         let recvs = if self.srq.is_some() {
             0
@@ -172,6 +172,6 @@ impl VerbsQp {
         self.recv_posted = recv.recv_posted;
         self.counts = true;
         self.credits
-            .give(s.held.saturating_sub(self.outstanding() as u32));
+            .give(s.held.saturating_sub(self.counts().outstanding() as u32));
     }
 }
