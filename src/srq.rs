@@ -142,7 +142,7 @@ impl Srq {
             #[cfg(feature = "verbs")]
             SrqKind::Verbs(v) => v.slots(),
         };
-        pd.graves.add_srq(slots);
+        pd.dereg.add_srq(slots);
         Ok(Srq {
             kind,
             shared: Arc::new(SrqShared {

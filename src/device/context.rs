@@ -7,7 +7,7 @@ use crate::device::handles::{CtxKind, PdInner, PdKind};
 use crate::ib::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
 use crate::ib::error::{Error, Result};
 use crate::ib::event::AsyncEvent;
-use crate::pd::reclaim::Graves;
+use crate::pd::reclaim::DeregQueue;
 use crate::pd::Pd;
 use mlx5_dv::sim;
 use std::sync::Arc;
@@ -212,7 +212,7 @@ impl Context {
         };
         Ok(Pd {
             inner: Arc::new(PdInner {
-                graves: Arc::new(Graves::default()),
+                dereg: Arc::new(DeregQueue::default()),
                 id: PdInner::next_id(),
                 registrations: std::sync::atomic::AtomicU64::new(0),
                 kind,

@@ -5,7 +5,7 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
-use crate::pd::reclaim::Graves;
+use crate::pd::reclaim::DeregQueue;
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ pub(crate) enum PdKind {
 pub(crate) struct PdInner {
     /// Dropped MRs waiting for outstanding WRs, and the QPs' progress. (An
     /// MR's registration keeps what it needs of the PD alive itself.)
-    pub(crate) graves: Arc<Graves>,
+    pub(crate) dereg: Arc<DeregQueue>,
     /// This PD's number, unique in the process ([`PdInner::next_id`]): MRs
     /// and SGEs carry it, and a post refuses an SGE of another PD.
     pub(crate) id: u32,

@@ -75,10 +75,10 @@ impl MrInner {
 
 /// Where an [`Mr`] goes when its last handle is dropped: its PD, which
 /// deregisters it once no outstanding WR can name it.
-pub(crate) trait Graveyard: Send + Sync {
+pub(crate) trait DeferredDereg: Send + Sync {
     /// Takes `mr`: deregisters it now when no WR posted so far on a QP of
     /// the PD is outstanding, else keeps it until those WRs are retired.
-    fn bury(&self, mr: MrInner);
+    fn defer(&self, mr: MrInner);
     /// Whether no outstanding WR on the PD's QPs may name the MR of `lkey`
     /// (every send retired, and no outstanding receive names it).
     fn idle_for(&self, lkey: u32) -> bool;
@@ -94,7 +94,7 @@ pub(crate) struct MrShared {
     writable: bool,
     pd: u32,
     mr: Option<MrInner>,
-    yard: Arc<dyn Graveyard>,
+    dereg: Arc<dyn DeferredDereg>,
 }
 
 // SAFETY: `ptr` is the registered buffer's (owned by `mr`, `Send + Sync`);
@@ -108,7 +108,7 @@ unsafe impl Sync for MrShared {}
 impl Drop for MrShared {
     fn drop(&mut self) {
         if let Some(mr) = self.mr.take() {
-            self.yard.bury(mr);
+            self.dereg.defer(mr);
         }
     }
 }
@@ -124,7 +124,7 @@ pub struct Mr {
 }
 
 impl Mr {
-    pub(crate) fn new(mr: MrInner, yard: Arc<dyn Graveyard>) -> Mr {
+    pub(crate) fn new(mr: MrInner, dereg: Arc<dyn DeferredDereg>) -> Mr {
         Mr {
             inner: Arc::new(MrShared {
                 ptr: mr.buf.ptr(),
@@ -135,7 +135,7 @@ impl Mr {
                 writable: mr.buf.writable(),
                 pd: mr.pd,
                 mr: Some(mr),
-                yard,
+                dereg,
             }),
         }
     }
@@ -304,7 +304,7 @@ impl Mr {
     pub fn try_into_memory(self) -> std::result::Result<Option<Memory>, Mr> {
         match Arc::try_unwrap(self.inner) {
             Err(inner) => Err(Mr { inner }),
-            Ok(mut shared) if shared.yard.idle_for(shared.lkey) => {
+            Ok(mut shared) if shared.dereg.idle_for(shared.lkey) => {
                 Ok(shared.mr.take().and_then(MrInner::into_memory))
             }
             Ok(shared) => Err(Mr {
@@ -494,11 +494,11 @@ mod tests {
         }
     }
 
-    /// A graveyard that keeps what it is given.
+    /// A deferred deregistration that keeps what it is given.
     #[derive(Default)]
     struct Keep(Mutex<Vec<MrInner>>, AtomicBool);
-    impl Graveyard for Keep {
-        fn bury(&self, mr: MrInner) {
+    impl DeferredDereg for Keep {
+        fn defer(&self, mr: MrInner) {
             self.0.lock().unwrap().push(mr);
         }
         fn idle_for(&self, _: u32) -> bool {
@@ -594,14 +594,14 @@ mod tests {
     #[test]
     fn mr_copies_and_byte_access_stay_in_range() {
         let dropped = Arc::new(AtomicBool::new(false));
-        let yard = Arc::new(Keep::default());
+        let dereg = Arc::new(Keep::default());
         let m = Mr::new(
             inner(
                 AlignedBuf::zeroed(4096).unwrap().into(),
                 Access::all(),
                 &dropped,
             ),
-            yard.clone(),
+            dereg.clone(),
         );
         assert_eq!((m.len(), m.lkey().0, m.rkey().0), (4096, 0x200, 0x300));
         m.write(4090, b"abcdef").unwrap();
@@ -622,18 +622,18 @@ mod tests {
             assert!(m.slice(4000, 97).is_err());
         }
         // Another handle: not the last, so no memory back; the last one's
-        // drop goes to the graveyard, not straight to deregistration.
+        // drop goes to the deferred deregistration, not straight to deregistration.
         let c = m.clone();
         let m = m.try_into_memory().unwrap_err();
         drop(m);
-        assert!(yard.0.lock().unwrap().is_empty());
+        assert!(dereg.0.lock().unwrap().is_empty());
         // Not quiet (a WR outstanding): handed back as it was.
-        yard.1.store(true, Ordering::Relaxed);
+        dereg.1.store(true, Ordering::Relaxed);
         let c = c.try_into_memory().unwrap_err();
         drop(c);
-        assert_eq!(yard.0.lock().unwrap().len(), 1);
+        assert_eq!(dereg.0.lock().unwrap().len(), 1);
         assert!(!dropped.load(Ordering::Relaxed));
-        yard.0.lock().unwrap().clear();
+        dereg.0.lock().unwrap().clear();
         assert!(dropped.load(Ordering::Relaxed));
     }
 

@@ -30,7 +30,7 @@ pub(crate) struct WrProgress {
 /// The posted counts of one QP when an MR's last handle went: the MR may be
 /// deregistered once that QP has retired that many.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ticket {
+pub(crate) struct PostedAt {
     send: u32,
     recv: u64,
 }
@@ -118,7 +118,7 @@ impl WrProgress {
     /// posted so far, and the receives posted so far if one still
     /// outstanding names it (receives that name other memory, kept posted
     /// by a server, do not hold it).
-    pub(crate) fn ticket(&self, lkey: u32) -> Ticket {
+    pub(crate) fn ticket(&self, lkey: u32) -> PostedAt {
         let send = self.send_posted.load(Ordering::Relaxed);
         let recv = self.recv_posted.load(Ordering::Relaxed);
         let done = self.recv_retired.load(Ordering::Acquire);
@@ -127,7 +127,7 @@ impl WrProgress {
         } else {
             0
         };
-        Ticket { send, recv }
+        PostedAt { send, recv }
     }
 
     /// Whether every WR counted in `t` has been retired (sends compared
@@ -135,7 +135,7 @@ impl WrProgress {
     /// posted one, so a ticket not yet reached is less than 2^31 ahead; one
     /// reached and then left 2^31 behind reads as not reached, which only
     /// delays a deregistration, and only until the count comes round).
-    pub(crate) fn reached(&self, t: Ticket) -> bool {
+    pub(crate) fn reached(&self, t: PostedAt) -> bool {
         self.send_retired
             .load(Ordering::Acquire)
             .wrapping_sub(t.send) as i32

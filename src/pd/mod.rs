@@ -148,7 +148,7 @@ impl Pd {
     /// and LocalMrs held, and dropped MRs waiting for WRs to be retired).
     /// Compare with `rdma resource show mr` on a verbs device.
     pub fn live_mrs(&self) -> u64 {
-        self.inner.graves.live()
+        self.inner.dereg.live()
     }
 
     /// Deregisters every dropped MR that no outstanding WR can name any
@@ -165,7 +165,7 @@ impl Pd {
     /// reset or destroyed), and the outstanding receives that name it
     /// (receives into other memory, kept posted by a server, do not).
     pub fn reclaim(&self) -> usize {
-        self.inner.graves.sweep()
+        self.inner.dereg.sweep()
     }
 
     /// The sim refuses write access to read-only memory by its type; a
@@ -179,7 +179,7 @@ impl Pd {
 
     fn shared(&self, buf: Buffer, access: Access) -> Result<Mr> {
         let mr = self.reg_inner(buf, access, false)?;
-        Ok(Mr::new(mr, self.inner.graves.clone()))
+        Ok(Mr::new(mr, self.inner.dereg.clone()))
     }
 
     /// Registers `buf` (checked by the caller) on the device; `local`: for a
@@ -187,13 +187,13 @@ impl Pd {
     fn reg_inner(&self, buf: Buffer, access: Access, local: bool) -> Result<MrInner> {
         check_registration(buf.ptr() as u64, buf.len(), access)?;
         // Dropped MRs go first: a loop of register-and-drop stays flat.
-        self.inner.graves.sweep();
+        self.inner.dereg.sweep();
         let mut mr = match &self.inner.kind {
             PdKind::Sim(dev, pdn) => direct::reg_sim_mr(dev, *pdn, buf, access, local)?,
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, _) => ibv::reg_mr(pd, buf, access)?,
         };
-        mr.live = Some(LiveGuard::new(&self.inner.graves.live));
+        mr.live = Some(LiveGuard::new(&self.inner.dereg.live));
         mr.pd = self.inner.id;
         self.inner
             .registrations

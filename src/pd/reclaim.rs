@@ -1,9 +1,9 @@
-//! Deregistration of dropped [`Mr`](crate::Mr)s: a PD's graveyard.
+//! Deregistration of dropped [`Mr`](crate::Mr)s: a PD's deferred deregistration.
 //!
 //! When an `Mr`'s last handle goes, a WR posted earlier may still name it
 //! (borrowed SGEs hold no reference). Rather than count references per WR,
 //! each QP of the PD publishes how many WRs it has posted and retired
-//! ([`WrProgress`]); the dropped MR waits here with a [`Ticket`] per QP that
+//! ([`WrProgress`]); the dropped MR waits here with a [`PostedAt`] per QP that
 //! had WRs outstanding, and is deregistered (and its memory freed) once
 //! every such QP has retired them, or is gone.
 //!
@@ -11,23 +11,23 @@
 //! dropped, at each registration on the PD, in [`Pd::reclaim`](crate::Pd::reclaim),
 //! when a QP of the PD moves to RESET, and when one is destroyed.
 
-use crate::ib::mr::{Graveyard, MrInner};
-use crate::ib::progress::{Ticket, WrProgress};
+use crate::ib::mr::{DeferredDereg, MrInner};
+use crate::ib::progress::{PostedAt, WrProgress};
 use mlx5_dv::driver::SrqSlots;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// A dropped MR and the QPs whose outstanding WRs may still name it; and
 /// the SRQs where a WQE the device holds named it when it was dropped.
-struct Grave {
+struct DroppedMr {
     lkey: u32,
-    /// Deregistered when the grave is dropped.
+    /// Deregistered when the dropped MR is dropped.
     _mr: MrInner,
-    waits: Vec<(Weak<WrProgress>, Ticket)>,
+    waits: Vec<(Weak<WrProgress>, PostedAt)>,
     srq_waits: Vec<Weak<SrqSlots>>,
 }
 
-impl Grave {
+impl DroppedMr {
     fn ready(&self) -> bool {
         self.waits
             .iter()
@@ -43,7 +43,7 @@ impl Grave {
 
 #[derive(Default)]
 struct State {
-    graves: Vec<Grave>,
+    dropped: Vec<DroppedMr>,
     /// Every QP of the PD (dead ones are pruned at each sweep).
     qps: Vec<Weak<WrProgress>>,
     /// Every SRQ of the PD: the WQEs its device holds.
@@ -52,14 +52,14 @@ struct State {
 
 /// One PD's dropped MRs and its QPs' progress.
 #[derive(Default)]
-pub(crate) struct Graves {
+pub(crate) struct DeregQueue {
     state: Mutex<State>,
     /// Registrations of the PD that are live (not yet deregistered):
     /// [`Pd::live_mrs`](crate::Pd::live_mrs).
     pub(crate) live: Arc<AtomicU64>,
 }
 
-impl Graves {
+impl DeregQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -87,11 +87,11 @@ impl Graves {
             let mut st = self.lock();
             st.qps.retain(|q| q.strong_count() > 0);
             st.srqs.retain(|q| q.strong_count() > 0);
-            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut st.graves)
+            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut st.dropped)
                 .into_iter()
-                .partition(Grave::ready);
-            st.graves = wait;
-            left = st.graves.len();
+                .partition(DroppedMr::ready);
+            st.dropped = wait;
+            left = st.dropped.len();
             freed = ready;
         }
         // Deregistration (a system call on verbs, the sim's lock) runs
@@ -105,8 +105,8 @@ impl Graves {
     }
 }
 
-impl Graveyard for Graves {
-    fn bury(&self, mr: MrInner) {
+impl DeferredDereg for DeregQueue {
+    fn defer(&self, mr: MrInner) {
         let now = {
             let mut st = self.lock();
             let waits: Vec<_> = st
@@ -127,7 +127,7 @@ impl Graveyard for Graves {
             if waits.is_empty() && srq_waits.is_empty() {
                 Some(mr)
             } else {
-                st.graves.push(Grave {
+                st.dropped.push(DroppedMr {
                     lkey: mr.lkey,
                     _mr: mr,
                     waits,

@@ -243,7 +243,7 @@ impl Qp {
             None => None,
         };
         let progress = backend!(&kind, progress());
-        pd_inner.graves.add_qp(progress);
+        pd_inner.dereg.add_qp(progress);
         let mut qp = Qp {
             pd_id: pd_inner.id,
             kind,
@@ -258,7 +258,7 @@ impl Qp {
             srq,
             pd: pd_inner.clone(),
             halves: None,
-            _reclaim: ReclaimOnDrop(pd_inner.graves.clone()),
+            _reclaim: ReclaimOnDrop(pd_inner.dereg.clone()),
         };
         qp.local.qpn = qp.qp_num();
         let mtu = qp.ud_mtu();

@@ -23,7 +23,7 @@ use crate::ib::qp_attr::{
     self, AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpInfo, QpState, QpType,
 };
 use crate::ib::wr::{RecvWr, SendWr, SendWrs, Sge, WrOp, BYTES_PD};
-use crate::pd::reclaim::Graves;
+use crate::pd::reclaim::DeregQueue;
 use crate::qp::held::Owned;
 use crate::srq::SrqLink;
 use std::sync::Arc;
@@ -106,7 +106,7 @@ impl Drop for Qp {
 }
 
 /// Looks at the PD's dropped MRs once the QP is gone (its WRs with it).
-pub(crate) struct ReclaimOnDrop(pub(crate) Arc<Graves>);
+pub(crate) struct ReclaimOnDrop(pub(crate) Arc<DeregQueue>);
 
 impl Drop for ReclaimOnDrop {
     fn drop(&mut self) {
@@ -404,7 +404,7 @@ impl Qp {
         self.state = to;
         if to == QpState::Reset {
             // Every WR was retired: MRs dropped while they were outstanding may go.
-            self.pd.graves.sweep();
+            self.pd.dereg.sweep();
         }
         Ok(())
     }

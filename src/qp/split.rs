@@ -184,7 +184,7 @@ impl Qp {
             srq: None,
             pd: self.pd.clone(),
             halves: None,
-            _reclaim: ReclaimOnDrop(self.pd.graves.clone()),
+            _reclaim: ReclaimOnDrop(self.pd.dereg.clone()),
         }
     }
 

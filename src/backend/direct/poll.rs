@@ -7,7 +7,7 @@
 //! its ownership test, one from-device barrier, the fields the completion
 //! needs (decoded in place), the WR found by `wqe_counter`. Once per call
 //! that took CQEs: CQ credits back (if the QP counts them), the retired
-//! counts published for the PD's graves ([`WrProgress`]), and the CQ's
+//! counts published for the PD's deferred deregistration ([`WrProgress`]), and the CQ's
 //! consumer-index record only if the CQ detects overrun (ours are created
 //! to ignore it: `DirectCq::create_sim` / `create_mlx5`). No allocation,
 //! lock or syscall.
@@ -369,7 +369,7 @@ impl DirectQp {
     /// After a poll of the QP's own CQ: the CQ credits of what it retired
     /// go back (if the QP counts them: the difference from the retired
     /// counts published before, so nothing is counted during the loop),
-    /// and the new counts are published for the PD's graves.
+    /// and the new counts are published for the PD's deferred deregistration.
     #[inline(always)]
     fn publish_polled(&self) {
         let recvs = self.counts().recvs_retired;
