@@ -19,13 +19,11 @@ use std::sync::{Arc, Mutex};
 /// Each receive completes on the CQ of the QP that took it, with that QP's
 /// `qp_num`; its `wr_id` is the one posted here.
 ///
-/// On mlx5 (the sim, ConnectX) our driver writes the SRQ's WQEs: a 16-byte
-/// next segment (`next_wqe_index`, big-endian, bytes 2..4), then the data
-/// segments, the unused ones ended by lkey `MLX5_INVALID_LKEY` (0x100);
-/// the doorbell record is the count of WQEs posted, modulo 2^16, big-endian
-/// (rdma-core `providers/mlx5/srq.c`). Completions may come out of order; a
-/// WQE is free again as soon as its completion is polled (or discarded by
-/// a RESET or destroy of its QP). Elsewhere: `ibv_post_srq_recv`.
+/// On mlx5 (the sim, ConnectX) our driver writes the SRQ's WQEs (their
+/// layout: `docs/prm.md`, after rdma-core `providers/mlx5/srq.c`); elsewhere
+/// `ibv_post_srq_recv`. Completions may come out of order; a receive's
+/// slot is free again as soon as its completion is polled (or discarded by
+/// a RESET or destroy of its QP).
 ///
 /// CQ room: each CQ that QPs on an SRQ complete into keeps room for
 /// `max_wr` of its receive completions (CQ credits taken when its first QP

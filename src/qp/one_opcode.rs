@@ -16,13 +16,10 @@ impl Qp {
     /// Posts one RDMA WRITE of `w.sge` to `w.remote`, with `w.flags`: what
     /// [`Self::post_send`] posts for [`WriteWr::to_send_wr`], and the same
     /// errors ([`Error::QpState`], [`Error::QueueFull`], [`Error::CqFull`],
-    /// [`Error::Invalid`] for an SGE of another PD). The WQE (rdma-core
-    /// `mlx5dv.h`, one 64-byte WQEBB, DS 3): the ctrl segment (opcode
-    /// `MLX5_OPCODE_RDMA_WRITE` 0x08, `fm_ce_se` from the flags), `struct
-    /// mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`, all big-endian; on
-    /// the direct path it is written in place and copied to the BlueFlame
-    /// register from registers. A zero-length SGE is posted as a WRITE of
-    /// no data segment, as [`Self::post_send`] does.
+    /// [`Error::Invalid`] for an SGE of another PD). On the direct path the
+    /// WQE (one WQEBB: `docs/prm.md`) is written in place and rung with
+    /// BlueFlame. A zero-length SGE is posted as a WRITE of no data
+    /// segment, as [`Self::post_send`] does.
     ///
     /// [`Error::QpState`]: crate::Error::QpState
     /// [`Error::QueueFull`]: crate::Error::QueueFull
@@ -54,12 +51,9 @@ impl Qp {
     /// again when this returns), with `flags`: what [`Self::post_send`]
     /// posts for `SendWr::rdma_write(wr_id, &[Sge::bytes(data)?],
     /// remote).inline()` with those flags, and the same errors, and
-    /// [`Error::Invalid`] above [`Self::max_inline`] bytes. The WQE (rdma-core
-    /// `mlx5dv.h`): the ctrl segment, `struct mlx5_wqe_raddr_seg`, then
-    /// `struct mlx5_wqe_inl_data_seg` (`byte_count = len | MLX5_INLINE_SEG`,
-    /// big-endian) and the bytes, `ceil((36 + len) / 16)` DS in
-    /// `ceil((36 + len) / 64)` WQEBBs; on the direct path built in place and
-    /// copied to the BlueFlame register. (UCX's `uct_ep_put_short`.)
+    /// [`Error::Invalid`] above [`Self::max_inline`] bytes. On the direct
+    /// path the WQE (`ceil((36 + len) / 64)` WQEBBs: `docs/prm.md`) is built
+    /// in place and rung with BlueFlame. (UCX's `uct_ep_put_short`.)
     ///
     /// [`Error::Invalid`]: crate::Error::Invalid
     #[inline(always)]
@@ -101,9 +95,8 @@ impl Qp {
     /// Posts a batch of 1-SGE RDMA WRITEs with one doorbell: what
     /// [`Self::post_send`] posts for their [`WriteWr::to_send_wr`]s, with
     /// the same checks, errors and all-or-nothing rule (on any error
-    /// nothing is posted). On the direct path each WQE is built in place
-    /// (ctrl, `struct mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`: one
-    /// WQEBB, DS 3) and the last one's first 8 bytes ring the doorbell, as
+    /// nothing is posted). On the direct path each WQE (one WQEBB) is built
+    /// in place and the last one's first 8 bytes ring the doorbell, as
     /// rdma-core rings a batch. Where the in-place path cannot post them (the
     /// verbs path; an error to report) they go through [`Self::post_send`]'s
     /// checks and backends, each `SendWr` made as it is read (no copy of the
