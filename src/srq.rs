@@ -6,6 +6,8 @@ use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::verbs;
 use crate::device::handles::{PdInner, PdKind};
+#[cfg(feature = "verbs")]
+use crate::ib::device::DataPath;
 use crate::ib::error::{Error, Result};
 use crate::ib::wr::{RecvWr, BYTES_PD};
 use mlx5_dv::driver::CqCredits;
@@ -127,11 +129,11 @@ impl Srq {
                 SrqKind::Direct(direct::DirectSrq::create_sim(dev, *pdn, max_wr, max_sge)?)
             }
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(p, true) => {
+            PdKind::Verbs(p, DataPath::Direct) => {
                 SrqKind::Direct(direct::DirectSrq::create_mlx5(p, max_wr, max_sge)?)
             }
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(p, false) => {
+            PdKind::Verbs(p, DataPath::Verbs) => {
                 SrqKind::Verbs(verbs::VerbsSrqPost::create(p, max_wr, max_sge)?)
             }
         };

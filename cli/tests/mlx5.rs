@@ -36,7 +36,7 @@ fn conformance_and_latency_on_mlx5_hardware() {
     let ctx = Context::open(&dev).unwrap_or_else(|e| panic!("open {dev}: {e}"));
     assert_eq!(
         ctx.data_path(),
-        "direct",
+        rdma_direct::DataPath::Direct,
         "{dev} is not driven by the direct path (mlx5dv_is_supported is false?)"
     );
     drop(ctx);

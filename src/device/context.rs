@@ -4,7 +4,7 @@
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
 use crate::device::handles::{CtxKind, PdInner, PdKind};
-use crate::ib::device::{Backend, DeviceInfo, PortDetail, SIM_DEVICE};
+use crate::ib::device::{Backend, DataPath, DeviceInfo, PortDetail, SIM_DEVICE};
 use crate::ib::error::{Error, Result};
 use crate::ib::event::AsyncEvent;
 use crate::pd::reclaim::DeregQueue;
@@ -20,7 +20,7 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
         kind: "sim",
         driver: "sim".into(),
         node_guid: 0,
-        data_path: "direct",
+        data_path: DataPath::Direct,
         ports: vec![PortDetail {
             port: 1,
             state: "ACTIVE",
@@ -44,7 +44,11 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
             driver,
             node_guid: d.node_guid,
             // What `Backend::Auto` picks: direct on ConnectX (mlx5dv).
-            data_path: if mlx5 { "direct" } else { "verbs" },
+            data_path: if mlx5 {
+                DataPath::Direct
+            } else {
+                DataPath::Verbs
+            },
             ports,
             error,
         });
@@ -105,10 +109,10 @@ impl Context {
             match ibv::open(name)? {
                 Some(c) => {
                     let mlx5 = ibv::mlx5_supported(&c);
-                    let direct = match backend {
-                        Backend::Auto => mlx5,
-                        Backend::Verbs => false,
-                        Backend::Direct if mlx5 => true,
+                    let path = match backend {
+                        Backend::Auto if mlx5 => DataPath::Direct,
+                        Backend::Auto | Backend::Verbs => DataPath::Verbs,
+                        Backend::Direct if mlx5 => DataPath::Direct,
                         Backend::Direct => {
                             return Err(Error::Invalid(format!(
                                 "{name} is not an mlx5 device: the direct path drives ConnectX (and the sim) only"
@@ -116,7 +120,7 @@ impl Context {
                         }
                     };
                     Ok(Context {
-                        kind: CtxKind::Verbs(c, direct),
+                        kind: CtxKind::Verbs(c, path),
                         name: name.into(),
                         pending: Default::default(),
                     })
@@ -133,14 +137,12 @@ impl Context {
         &self.name
     }
 
-    /// `direct` or `verbs`: the data path QPs of this device use.
-    pub fn data_path(&self) -> &'static str {
+    /// The data path QPs of this device use.
+    pub fn data_path(&self) -> DataPath {
         match self.kind {
-            CtxKind::Sim(_) => "direct",
+            CtxKind::Sim(_) => DataPath::Direct,
             #[cfg(feature = "verbs")]
-            CtxKind::Verbs(_, true) => "direct",
-            #[cfg(feature = "verbs")]
-            CtxKind::Verbs(_, false) => "verbs",
+            CtxKind::Verbs(_, path) => path,
         }
     }
 
@@ -208,7 +210,7 @@ impl Context {
         let kind = match &self.kind {
             CtxKind::Sim(d) => PdKind::Sim(d.clone(), d.alloc_pd()),
             #[cfg(feature = "verbs")]
-            CtxKind::Verbs(c, direct) => PdKind::Verbs(ibv::alloc_pd(c)?, *direct),
+            CtxKind::Verbs(c, path) => PdKind::Verbs(ibv::alloc_pd(c)?, *path),
         };
         Ok(Pd {
             inner: Arc::new(PdInner {

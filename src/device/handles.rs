@@ -5,23 +5,25 @@
 use crate::backend::direct;
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
+#[cfg(feature = "verbs")]
+use crate::ib::device::DataPath;
 use crate::pd::reclaim::DeregQueue;
 use mlx5_dv::sim;
 use std::sync::Arc;
 
 pub(crate) enum CtxKind {
     Sim(sim::Device),
-    /// An ibverbs device, and whether its QPs run the direct path (mlx5).
+    /// An ibverbs device, and the data path its QPs run (direct on mlx5).
     #[cfg(feature = "verbs")]
-    Verbs(Arc<ibv::Ctx>, bool),
+    Verbs(Arc<ibv::Ctx>, DataPath),
 }
 
 pub(crate) enum PdKind {
     /// The device and the PD number.
     Sim(sim::Device, u32),
-    /// An ibverbs PD, and whether its QPs run the direct path (mlx5).
+    /// An ibverbs PD, and the data path its QPs run (direct on mlx5).
     #[cfg(feature = "verbs")]
-    Verbs(Arc<ibv::Pd>, bool),
+    Verbs(Arc<ibv::Pd>, DataPath),
 }
 
 pub(crate) struct PdInner {

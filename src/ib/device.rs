@@ -16,8 +16,8 @@ pub struct DeviceInfo {
     pub driver: String,
     /// Node GUID (0 for the sim).
     pub node_guid: u64,
-    /// The data path its QPs use: `direct` (our ring driver) or `verbs`.
-    pub data_path: &'static str,
+    /// The data path its QPs use (what [`Backend::Auto`] picks).
+    pub data_path: DataPath,
     /// Its ports. Empty when the device could not be opened (`error` says why).
     pub ports: Vec<PortDetail>,
     /// Why the device's ports could not be read.
@@ -52,6 +52,32 @@ pub struct GidEntry {
     pub gid: [u8; 16],
     /// `RoCE v2`, `IB/RoCE v1`, or `IB` (from sysfs `gid_attrs/types`).
     pub kind: String,
+}
+
+/// The data path a QP posts and polls on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataPath {
+    /// Our ring driver writes the WQEs and reads the CQEs (mlx5: the sim,
+    /// ConnectX through `mlx5dv_init_obj`).
+    Direct,
+    /// rdma-core's `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`.
+    Verbs,
+}
+
+impl DataPath {
+    /// `direct` or `verbs`: the name the CLI, its JSON and the docs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataPath::Direct => "direct",
+            DataPath::Verbs => "verbs",
+        }
+    }
+}
+
+impl std::fmt::Display for DataPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Which data path a device's QPs use.

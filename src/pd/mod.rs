@@ -11,6 +11,8 @@ use crate::cq::channel::{ChannelKind, CompChannel};
 use crate::cq::SharedCq;
 use crate::device::handles::{PdInner, PdKind, SharedKind};
 use crate::ib::config::QpConfig;
+#[cfg(feature = "verbs")]
+use crate::ib::device::DataPath;
 use crate::ib::error::RegRefusal;
 use crate::ib::error::{Error, Result};
 use crate::ib::mem::{check_registration, writes, Access, AlignedBuf, Buffer, Memory, Pages};
@@ -246,9 +248,11 @@ impl Pd {
         let inner = match &self.inner.kind {
             PdKind::Sim(..) => sim_ah(self.inner.id),
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, direct) => {
-                verbs_ah(ibv::VerbsAh::create(pd, av)?, *direct, self.inner.id)?
-            }
+            PdKind::Verbs(pd, direct) => verbs_ah(
+                ibv::VerbsAh::create(pd, av)?,
+                *direct == DataPath::Direct,
+                self.inner.id,
+            )?,
         };
         Ok(Ah {
             inner: Arc::new(inner),
@@ -303,7 +307,7 @@ impl Pd {
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, direct) => verbs_ah(
                 ibv::VerbsAh::from_recv(pd, port, c, grh)?,
-                *direct,
+                *direct == DataPath::Direct,
                 self.inner.id,
             )?,
         };
@@ -356,11 +360,13 @@ impl Pd {
         let kind = match &self.inner.kind {
             PdKind::Sim(dev, _) => SharedKind::Direct(direct::DirectCq::create_sim(dev, depth)?),
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, true) => {
+            PdKind::Verbs(pd, DataPath::Direct) => {
                 SharedKind::Direct(direct::DirectCq::create_mlx5(&pd.ctx, depth)?)
             }
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, false) => SharedKind::Verbs(ibv::VerbsCq::create(&pd.ctx, depth)?),
+            PdKind::Verbs(pd, DataPath::Verbs) => {
+                SharedKind::Verbs(ibv::VerbsCq::create(&pd.ctx, depth)?)
+            }
         };
         Ok(self.shared_cq(kind, None))
     }
@@ -405,11 +411,11 @@ impl Pd {
                 direct::DirectCq::create_sim_on(dev, depth, ch, context, taken)?,
             ),
             #[cfg(feature = "verbs")]
-            (PdKind::Verbs(pd, true), ChannelKind::Verbs(ch)) => SharedKind::Direct(
+            (PdKind::Verbs(pd, DataPath::Direct), ChannelKind::Verbs(ch)) => SharedKind::Direct(
                 direct::DirectCq::create_mlx5_on(&pd.ctx, depth, ch, context, taken)?,
             ),
             #[cfg(feature = "verbs")]
-            (PdKind::Verbs(pd, false), ChannelKind::Verbs(ch)) => {
+            (PdKind::Verbs(pd, DataPath::Verbs), ChannelKind::Verbs(ch)) => {
                 SharedKind::Verbs(ibv::VerbsCq::create_on(&pd.ctx, depth, false, ch, context)?)
             }
             #[cfg(feature = "verbs")]

@@ -7,6 +7,8 @@ use crate::backend::QpBackend;
 use crate::backend::{ibv, verbs};
 use crate::device::handles::{PdInner, PdKind, SharedKind};
 use crate::ib::config::{CqSizing, QpConfig};
+#[cfg(feature = "verbs")]
+use crate::ib::device::DataPath;
 use crate::ib::error::{Error, Result};
 use crate::ib::qp_attr::{Endpoint, QpState};
 use crate::qp::backend;
@@ -162,7 +164,7 @@ impl Qp {
                     max_recv_wr: cfg.max_recv_wr.max(1),
                     max_recv_sge: cfg.max_recv_sge.max(1),
                 };
-                if *direct {
+                if *direct == DataPath::Direct {
                     if cfg.max_send_sge as usize > direct::MAX_SGE
                         || cfg.max_recv_sge as usize > direct::MAX_SGE
                         || cfg.max_inline as usize > direct::MAX_INLINE

@@ -16,6 +16,7 @@ use crate::cq::wait::{wait_on, CqOps};
 use crate::device::handles::{PdInner, PdKind};
 use crate::ib::completion::Completion;
 use crate::ib::config::{CompletionMode, QpConfig};
+use crate::ib::device::DataPath;
 use crate::ib::error::{Error, Result};
 use crate::ib::mem::Access;
 use crate::ib::progress::WrProgress;
@@ -451,12 +452,12 @@ impl Qp {
         backend!(&self.kind, path())
     }
 
-    /// `direct` or `verbs`.
-    pub fn data_path(&self) -> &'static str {
+    /// The data path the QP posts and polls on.
+    pub fn data_path(&self) -> DataPath {
         match &self.kind {
-            QpKind::Direct(_) => "direct",
+            QpKind::Direct(_) => DataPath::Direct,
             #[cfg(feature = "verbs")]
-            QpKind::Verbs(_) => "verbs",
+            QpKind::Verbs(_) => DataPath::Verbs,
         }
     }
 

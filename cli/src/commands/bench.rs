@@ -99,7 +99,8 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         )));
     }
     if a.inline_size > bench::DIRECT_MAX_INLINE
-        && rdma_direct::Context::open_with(&a.device, a.backend.into())?.data_path() == "direct"
+        && rdma_direct::Context::open_with(&a.device, a.backend.into())?.data_path()
+            == rdma_direct::DataPath::Direct
     {
         return Err(Error::Invalid(format!(
             "-I (--inline_size) {}: the direct path on {} takes 0..={} inline bytes",

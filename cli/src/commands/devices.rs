@@ -22,7 +22,7 @@ pub fn devices(json: bool) -> rdma_direct::Result<()> {
                     "kind": d.kind,
                     "driver": d.driver,
                     "node_guid": guid(d.node_guid),
-                    "data_path": d.data_path,
+                    "data_path": d.data_path.as_str(),
                     "error": d.error,
                     "ports": d.ports.iter().map(|p| serde_json::json!({
                         "port": p.port,

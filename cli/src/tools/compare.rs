@@ -151,8 +151,8 @@ fn targets(asked: &[String]) -> Result<Vec<Target>> {
             continue;
         }
         let mtu = d.ports.first().and_then(|p| p.active_mtu);
-        out.push((d.name.clone(), Backend::Auto, d.data_path, mtu));
-        if d.kind == "verbs" && d.data_path == "direct" {
+        out.push((d.name.clone(), Backend::Auto, d.data_path.as_str(), mtu));
+        if d.kind == "verbs" && d.data_path == rdma_direct::DataPath::Direct {
             out.push((d.name.clone(), Backend::Verbs, "verbs", mtu));
         }
     }

@@ -200,7 +200,7 @@ pub fn run(a: &ReportArgs) -> ExitCode {
     }
     // A device that does not open is a usage error, found before anything runs.
     let data_path = match rdma_direct::Context::open(dev) {
-        Ok(ctx) => ctx.data_path(),
+        Ok(ctx) => ctx.data_path().as_str(),
         Err(e) => return usage(e.to_string()),
     };
     if let Some(path) = &a.output {

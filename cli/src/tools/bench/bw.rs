@@ -235,7 +235,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         completion: cfg_completion(&cfg.lat),
         role: None,
         device: ctx.name().into(),
-        data_path: a.data_path(),
+        data_path: a.data_path().as_str(),
         inline: qcfg.max_inline,
         tx_depth: cfg.tx_depth,
         sides: [side(a, &mr_a), side(b, &mr_b)],

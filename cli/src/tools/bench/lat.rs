@@ -58,7 +58,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         completion: cfg_completion(cfg),
         role: None,
         device: ctx.name().into(),
-        data_path: a.data_path(),
+        data_path: a.data_path().as_str(),
         inline: qcfg.max_inline,
         // One WR in flight at a time, as perftest's latency tests print.
         tx_depth: 1,

@@ -289,7 +289,7 @@ pub(super) fn no_completion_event_is_lost(dev: &str) -> CaseResult {
 
 pub(super) fn a_stale_consumer_index_at_arm_time(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    if s.a.data_path() != "direct" {
+    if s.a.data_path() != rdma_direct::DataPath::Direct {
         return skipped(format!(
             "{dev} runs verbs: the provider keeps the consumer index itself (a direct-path case: sim, ConnectX)"
         ));

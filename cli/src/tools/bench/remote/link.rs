@@ -36,7 +36,7 @@ pub(super) fn connect_link(
     use rdma_direct::exchange::{self, ConnInfo};
     let lat = &cfg.lat;
     let ctx = Context::open_with(&lat.device, lat.backend)?;
-    if ctx.data_path() == "direct" && lat.device == rdma_direct::SIM_DEVICE {
+    if ctx.data_path() == rdma_direct::DataPath::Direct && lat.device == rdma_direct::SIM_DEVICE {
         return Err(Error::Invalid(
             "the sim is one process's device: run both sides in one process (no --server, no host)"
                 .into(),
@@ -151,7 +151,7 @@ pub(super) fn connect_link(
         completion: cfg_completion(lat),
         role: Some(role_name),
         device: ctx.name().into(),
-        data_path: qp.data_path(),
+        data_path: qp.data_path().as_str(),
         inline: qcfg.max_inline,
         tx_depth: match test {
             AnyTest::Lat(_) => 1,
