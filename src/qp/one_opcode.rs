@@ -16,7 +16,7 @@ impl Qp {
     /// Posts one RDMA WRITE of `w.sge` to `w.remote`, with `w.flags`: what
     /// [`Self::post_send`] posts for [`WriteWr::to_send_wr`], and the same
     /// errors ([`Error::QpState`], [`Error::QueueFull`], [`Error::CqFull`],
-    /// [`Error::Invalid`] for an SGE of another PD). The WQE (rdma-core
+    /// [`Error::ForeignPd`] for an SGE of another PD). The WQE (rdma-core
     /// `mlx5dv.h`, one 64-byte WQEBB, DS 3): the ctrl segment (opcode
     /// `MLX5_OPCODE_RDMA_WRITE` 0x08, `fm_ce_se` from the flags), `struct
     /// mlx5_wqe_raddr_seg`, `struct mlx5_wqe_data_seg`, all big-endian; on
@@ -27,7 +27,7 @@ impl Qp {
     /// [`Error::QpState`]: crate::Error::QpState
     /// [`Error::QueueFull`]: crate::Error::QueueFull
     /// [`Error::CqFull`]: crate::Error::CqFull
-    /// [`Error::Invalid`]: crate::Error::Invalid
+    /// [`Error::ForeignPd`]: crate::Error::ForeignPd
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_write(&mut self, w: &WriteWr<'_>) -> Result<()> {
@@ -54,14 +54,14 @@ impl Qp {
     /// again when this returns), with `flags`: what [`Self::post_send`]
     /// posts for `SendWr::rdma_write(wr_id, &[Sge::bytes(data)?],
     /// remote).inline()` with those flags, and the same errors, and
-    /// [`Error::Invalid`] above [`Self::max_inline`] bytes. The WQE (rdma-core
+    /// [`Error::InlineTooLong`] above [`Self::max_inline`] bytes. The WQE (rdma-core
     /// `mlx5dv.h`): the ctrl segment, `struct mlx5_wqe_raddr_seg`, then
     /// `struct mlx5_wqe_inl_data_seg` (`byte_count = len | MLX5_INLINE_SEG`,
     /// big-endian) and the bytes, `ceil((36 + len) / 16)` DS in
     /// `ceil((36 + len) / 64)` WQEBBs; on the direct path built in place and
     /// copied to the BlueFlame register. (UCX's `uct_ep_put_short`.)
     ///
-    /// [`Error::Invalid`]: crate::Error::Invalid
+    /// [`Error::InlineTooLong`]: crate::Error::InlineTooLong
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_write_inline(
