@@ -67,7 +67,7 @@ pub(crate) struct SrqLink {
 impl SrqShared {
     /// Holds `max_wr` of `credits` for this SRQ's receives, once per CQ.
     ///
-    /// Errors: [`Error::Invalid`] when the CQ has fewer free.
+    /// Errors: [`Error::SrqCqCredits`] when the CQ has fewer free.
     pub(crate) fn link(self: &Arc<Self>, credits: Option<CqCredits>) -> Result<SrqLink> {
         if let Some(c) = &credits {
             let mut r = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
@@ -75,13 +75,10 @@ impl SrqShared {
                 Some((_, refs)) => *refs += 1,
                 None if c.take(self.max_wr) => r.push((c.clone(), 1)),
                 None => {
-                    return Err(Error::Invalid(format!(
-                    "the QP's CQ has {} CQ credits free; a QP on an SRQ of max_wr {} needs room \
-                         for that many receives besides its sends (size the CQ with \
-                         CqSizing::new().queue(srq.max_wr()).queue(the sends of its QPs))",
-                    c.free(),
-                    self.max_wr
-                )))
+                    return Err(Error::SrqCqCredits {
+                        free: c.free(),
+                        max_wr: self.max_wr,
+                    })
                 }
             }
         }
@@ -114,15 +111,20 @@ impl Srq {
     /// See [`Pd::create_srq`](crate::Pd::create_srq).
     pub(crate) fn create(pd: &Arc<PdInner>, max_wr: u32, max_sge: u32) -> Result<Srq> {
         if !(1..=1 << 14).contains(&max_wr) {
-            return Err(Error::Invalid(format!(
-                "SRQ max_wr {max_wr} must be 1..=16384"
-            )));
+            return Err(Error::Config {
+                field: "SRQ max_wr",
+                value: max_wr as u64,
+                min: 1,
+                max: 1 << 14,
+            });
         }
         if max_sge == 0 || max_sge as usize > direct::MAX_SGE {
-            return Err(Error::Invalid(format!(
-                "SRQ max_sge {max_sge} must be 1..={}",
-                direct::MAX_SGE
-            )));
+            return Err(Error::Config {
+                field: "SRQ max_sge",
+                value: max_sge as u64,
+                min: 1,
+                max: direct::MAX_SGE as u64,
+            });
         }
         let kind = match &pd.kind {
             PdKind::Sim(dev, pdn) => {
@@ -199,31 +201,27 @@ impl Srq {
     ///
     /// Errors: [`Error::RecvQueueFull`] when the SRQ would hold more than
     /// `max_wr` receives not yet polled back (poll the QPs' CQs, then post
-    /// again); [`Error::Invalid`] for more SGEs than `max_sge`, over 2^31
+    /// again); [`Error::TooManySges`], [`Error::LengthOverflow`], [`Error::NeverFits`], [`Error::ForeignPd`], [`Error::BytesSge`] for more SGEs than `max_sge`, over 2^31
     /// bytes, a batch larger than `max_wr` (it could never fit), an SGE of
     /// another PD or of plain bytes; a verbs device's refusal
     /// ([`Error::Verbs`], `ibv_post_srq_recv`).
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         for w in wrs {
             if w.sges.iter().any(|s| s.pd() == BYTES_PD) {
-                return Err(Error::Invalid(
-                    "an SGE of plain bytes (Sge::bytes) is inline data: only an inline send takes it"
-                        .into(),
-                ));
+                return Err(Error::BytesSge);
             }
             if w.sges.iter().any(|s| s.pd() != self.shared.pd_id) {
-                return Err(Error::Invalid(
-                    "an SGE names memory registered on another protection domain (or device)"
-                        .into(),
-                ));
+                return Err(Error::ForeignPd {
+                    object: crate::PdObject::Sge,
+                });
             }
         }
         if wrs.len() > self.shared.max_wr as usize {
-            return Err(Error::Invalid(format!(
-                "a batch of {} receives can never fit an SRQ of max_wr {}: post it in parts",
-                wrs.len(),
-                self.shared.max_wr
-            )));
+            return Err(Error::NeverFits {
+                wrs: wrs.len(),
+                queue: crate::Queue::Srq,
+                depth: self.shared.max_wr,
+            });
         }
         match &mut self.kind {
             SrqKind::Direct(d) => d.post_recv(wrs),
@@ -238,13 +236,15 @@ impl Srq {
     /// [`Context::get_async_event`](crate::Context::get_async_event)) and
     /// the limit is disarmed: arm it again for the next. 0 disarms.
     ///
-    /// Errors: `limit` above `max_wr` ([`Error::Invalid`]); the device's.
+    /// Errors: `limit` above `max_wr` ([`Error::Config`]); the device's.
     pub fn set_limit(&mut self, limit: u32) -> Result<()> {
         if limit > self.shared.max_wr {
-            return Err(Error::Invalid(format!(
-                "srq_limit {limit} exceeds the SRQ's max_wr of {}",
-                self.shared.max_wr
-            )));
+            return Err(Error::Config {
+                field: "srq_limit (at most the SRQ's max_wr)",
+                value: limit as u64,
+                min: 0,
+                max: self.shared.max_wr as u64,
+            });
         }
         match &mut self.kind {
             SrqKind::Direct(d) => d.set_limit(limit),

@@ -222,15 +222,15 @@ fn duplicate_and_foreign_tokens_are_refused_and_tokens_come_back() {
     let a = e.pd.create_shared_cq_on(8, &ch, 5).unwrap();
     assert!(matches!(
         e.pd.create_shared_cq_on(8, &ch, 5),
-        Err(Error::Invalid(_))
+        Err(Error::DuplicateToken { token: 5 })
     ));
     assert!(matches!(
         e.pd.create_shared_cq_on(0, &ch, 6),
-        Err(Error::Invalid(_))
+        Err(Error::Config { value: 0, .. })
     ));
     assert!(matches!(
         e.pd.create_shared_cq_on((1 << 22) + 1, &ch, 6),
-        Err(Error::Invalid(_))
+        Err(Error::Config { .. })
     ));
     assert_eq!(ch.cqs(), 1);
     drop(a);
@@ -239,7 +239,7 @@ fn duplicate_and_foreign_tokens_are_refused_and_tokens_come_back() {
     let other = Context::open("sim").unwrap().create_comp_channel().unwrap();
     assert!(matches!(
         e.pd.create_shared_cq_on(8, &other, 7),
-        Err(Error::Invalid(_))
+        Err(Error::ForeignPd { .. })
     ));
     assert_eq!(other.cqs(), 0);
 }
@@ -252,7 +252,7 @@ fn a_channel_cq_refuses_its_own_event_waits() {
     let (mut cq, _p) = cq_on(&e.pd, &ch, 3);
     assert!(matches!(
         cq.wait_event(Duration::from_secs(5)),
-        Err(Error::Invalid(_))
+        Err(Error::ChannelShared { token: 3 })
     ));
     let mut wc = [Completion::default(); 4];
     for m in [
@@ -261,14 +261,17 @@ fn a_channel_cq_refuses_its_own_event_waits() {
     ] {
         assert!(matches!(
             cq.wait(&mut wc, m, Duration::from_secs(5)),
-            Err(Error::Invalid(_))
+            Err(Error::ChannelShared { token: 3 })
         ));
     }
     let r = block_on_for(
         cq.completions(CompletionMode::Events).next_batch(&mut wc),
         Duration::from_secs(5),
     );
-    assert!(matches!(r, Some(Err(Error::Invalid(_)))), "{r:?}");
+    assert!(
+        matches!(r, Some(Err(Error::ChannelShared { token: 3 }))),
+        "{r:?}"
+    );
 }
 
 /// Held: the channel dropped before its CQs; they still arm, complete and
@@ -679,7 +682,7 @@ fn a_shared_cq_qp_drains_and_resets_from_sqd() {
     assert!(matches!(cq.qp_mut(i).split(), Err(Error::QpState { .. })));
     assert!(matches!(
         cq.qp_mut(i).modify(QpState::Reset, &QpAttr::default()),
-        Err(Error::Invalid(_))
+        Err(Error::SharedCqOutstanding { .. })
     ));
     assert_eq!(cq.qp(i).state(), QpState::Sqd);
     let qpn = cq.qp(i).qp_num();

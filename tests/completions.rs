@@ -234,7 +234,7 @@ fn shared_cq_credits() {
                             std::thread::yield_now();
                         }
                     }
-                    Err(Error::Invalid(m)) => {
+                    Err(m @ Error::NeverFits { .. }) => {
                         // A batch that can never fit the CQ.
                         invalid += 1;
                         assert!(kind == 2, "{m}");
@@ -487,7 +487,7 @@ fn shared_cq_reset_qp_then_post() {
         .qp_mut(x)
         .modify(QpState::Reset, &QpAttr::default())
         .unwrap_err();
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(matches!(err, Error::SharedCqOutstanding { .. }), "{err:?}");
     cq.reset_qp(x).unwrap();
     assert_eq!(cq.credits_free(), depth, "credits back after reset_qp");
     px.modify(QpState::Reset, &QpAttr::default()).unwrap();

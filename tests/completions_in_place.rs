@@ -47,7 +47,7 @@ fn shallow_cq_credits() {
     // batch of 3 on depth 2: never fits -> Invalid
     let w = SendWr::rdma_write(1, &sg, remote(&e.dst, 0));
     let err = refused(&mut a, &[w, w, w]);
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(matches!(err, Error::NeverFits { wrs: 3, .. }), "{err:?}");
 }
 
 #[test]
@@ -95,7 +95,7 @@ fn in_place_posts_on_a_shared_cq() {
     assert!(matches!(err, Error::SharedCq { .. }), "{err:?}");
     // bytes in a non-inline on a shared QP
     let err = refused(cq.qp_mut(x), &[SendWr::rdma_write(1, &by, to)]);
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(matches!(err, Error::BytesSge), "{err:?}");
     // unsignaled streams across both QPs with credits
     let t = Instant::now();
     let mut done = 0;

@@ -309,7 +309,7 @@ fn a_refused_owned_post_hands_the_buffer_back() {
     let sq = a.sq_snapshot();
     let sim_buf = pd.reg_local(64, Access::empty()).unwrap();
     let r = a.post_recv_owned(3, sim_buf, 0, 64);
-    assert!(matches!(r, Err(ref e) if matches!(e.error, Error::Invalid(_))));
+    assert!(matches!(r, Err(ref e) if matches!(e.error, Error::MissingAccess { .. })));
     assert_eq!(a.sq_snapshot(), sq);
     assert!(matches!(
         pd.register_local(vec![0u8; 8], Access::LOCAL_WRITE | Access::REMOTE_WRITE),
@@ -488,9 +488,9 @@ fn foreign_read_only_and_held_memory_misuse_is_refused() {
     let m1 = pd1.register(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
     let sge = [Sge::new(&m1, 0, 64).unwrap()];
     let r = b.post_recv(&[rdma_direct::RecvWr::new(1, &sge)]);
-    assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+    assert!(matches!(r, Err(Error::ForeignPd { .. })), "{r:?}");
     let r = a.post_send(&[SendWr::send(1, &sge)]);
-    assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+    assert!(matches!(r, Err(Error::ForeignPd { .. })), "{r:?}");
 
     static RO: [u8; 64] = [7; 64];
     // SAFETY: a static, readable for the program's life; no write access asked.

@@ -61,16 +61,22 @@ fn bytes_refused_in_every_non_inline_position() {
     ];
     for (name, wrs) in cases {
         let err = refused(&mut a, &wrs);
-        assert!(matches!(err, Error::Invalid(_)), "{name}: {err:?}");
+        assert!(
+            matches!(
+                err,
+                Error::BytesSge | Error::AtomicShape { .. } | Error::ReadInline
+            ),
+            "{name}: {err:?}"
+        );
     }
     // 8-byte atomic over bytes
     let d8 = [0u8; 8];
     let b8 = [Sge::bytes(&d8).unwrap()];
     let err = refused(&mut a, &[SendWr::atomic_fetch_add(1, &b8, to, 1)]);
-    assert!(matches!(err, Error::Invalid(_)), "faa: {err:?}");
+    assert!(matches!(err, Error::BytesSge), "faa: {err:?}");
     // receive
     let err = b.post_recv(&[RecvWr::new(1, &by)]).unwrap_err();
-    assert!(matches!(err, Error::Invalid(_)), "recv: {err:?}");
+    assert!(matches!(err, Error::BytesSge), "recv: {err:?}");
     assert_eq!(a.post_send(&[]).ok(), Some(()));
     assert!(drain(&mut a).is_empty());
     assert!(drain(&mut b).is_empty());
@@ -129,9 +135,9 @@ fn inline_sizes_land_and_limits_refuse() {
         &mut a,
         &[SendWr::rdma_write(1, &sg, remote(&e.dst, 0)).inline()],
     );
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(matches!(err, Error::InlineTooLong { .. }), "{err:?}");
     let err = refused(&mut a, &[SendWr::send(1, &sg).inline()]);
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(matches!(err, Error::InlineTooLong { .. }), "{err:?}");
     let err = refused(
         &mut a,
         &[
@@ -139,7 +145,7 @@ fn inline_sizes_land_and_limits_refuse() {
             SendWr::send(1, &sg[..]).inline(),
         ],
     );
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(matches!(err, Error::InlineTooLong { .. }), "{err:?}");
 }
 
 /// Inline WRITEs of varying sizes, many times around the ring: every byte
@@ -349,7 +355,11 @@ fn tiny_sq_unsignaled_streams() {
                         assert_eq!(n, 0, "unsignaled WRs reported: {:?}", &wc[..n]);
                         std::thread::yield_now();
                     }
-                    Err(Error::Invalid(m)) if sw == 1 && posted % 3 == 2 => {
+                    Err(
+                        m @ Error::NeverFits {
+                            wrs: 2, depth: 1, ..
+                        },
+                    ) if sw == 1 && posted % 3 == 2 => {
                         // a batch of 2 never fits a queue of 1
                         let _ = m;
                         posted += 2;
@@ -381,7 +391,7 @@ fn refused_post_changes_no_later_wqe() {
             .unwrap();
         if refuse {
             let err = refused(&mut a, &[SendWr::rdma_write(2, &osg, remote(&e.dst, 0))]);
-            assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+            assert!(matches!(err, Error::ForeignPd { .. }), "{err:?}");
         }
         assert_eq!(poll_n(&mut a, 1)[0].wr_id, 1);
         a.post_send(&[SendWr::rdma_write(3, &sg, remote(&e.dst, 0))])
@@ -493,7 +503,14 @@ fn odd_qp_configs_through_the_in_place_posts() {
     ] {
         let err = refused(&mut a, &[w]);
         println!("sge0: {err:?}");
-        assert!(matches!(err, Error::Invalid(_)));
+        assert!(matches!(
+            err,
+            Error::TooManySges {
+                sges: 1,
+                max: 0,
+                ..
+            }
+        ));
     }
     a.post_send(&[SendWr::rdma_write(2, &[], to).signaled()])
         .unwrap();
@@ -514,7 +531,10 @@ fn odd_qp_configs_through_the_in_place_posts() {
     };
     let (mut a, _b) = e.pd.create_connected_pair(&c).unwrap();
     let err = refused(&mut a, &[SendWr::rdma_write(1, &by, to).inline()]);
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(
+        matches!(err, Error::InlineTooLong { len: 8, max: 0 }),
+        "{err:?}"
+    );
     let z: [u8; 0] = [];
     let bz = [Sge::bytes(&z).unwrap()];
     a.post_send(&[SendWr::rdma_write(4, &bz, to).inline().signaled()])
@@ -571,7 +591,7 @@ fn odd_qp_configs_through_the_in_place_posts() {
 #[test]
 fn a_bytes_sge_of_2_pow_31_is_refused() {
     let v = vec![0u8; 1 << 31];
-    assert!(matches!(Sge::bytes(&v), Err(Error::Invalid(_))));
+    assert!(matches!(Sge::bytes(&v), Err(Error::LengthOverflow { .. })));
     assert!(Sge::bytes(&v[..(1 << 31) - 1]).is_ok());
 }
 

@@ -156,14 +156,17 @@ fn same_refusals_and_nothing_written() {
         },
         SendWr::rdma_write(2, &fsgs, r),
     );
-    assert!(matches!(e1, Error::Invalid(_)), "{e1:?}");
+    assert!(matches!(e1, Error::ForeignPd { .. }), "{e1:?}");
     let bigs = [Sge::bytes(&big).unwrap()];
     let e1 = check(
         &mut a,
         &|q| q.post_write_inline(3, &big, r, SendFlags::empty()),
         SendWr::rdma_write(3, &bigs, r).inline(),
     );
-    assert!(matches!(e1, Error::Invalid(_) | Error::Wqe(_)), "{e1:?}");
+    assert!(
+        matches!(e1, Error::InlineTooLong { .. } | Error::Wqe(_)),
+        "{e1:?}"
+    );
     // A full SQ (4 WRs outstanding, none polled): QueueFull from both.
     for i in 0..4 {
         a.post_write(&WriteWr {

@@ -140,7 +140,7 @@ fn bytes_sges_refused_everywhere() {
         let wb = WriteWr { flags, ..wb };
         let e1 = refused_by(&mut a, |q| q.post_write(&wb));
         let e2 = refused_by(&mut a, |q| q.post_send(&[wb.to_send_wr()]));
-        assert!(matches!(e1, Error::Invalid(_)), "{e1:?}");
+        assert!(matches!(e1, Error::BytesSge), "{e1:?}");
         assert_eq!(format!("{e1:?}"), format!("{e2:?}"));
         for batch in [
             vec![wb],
@@ -152,14 +152,14 @@ fn bytes_sges_refused_everywhere() {
             let e1 = refused_by(&mut a, |q| q.post_writes(&batch));
             let sends: Vec<SendWr<'_>> = batch.iter().map(WriteWr::to_send_wr).collect();
             let e2 = refused_by(&mut a, |q| q.post_send(&sends));
-            assert!(matches!(e1, Error::Invalid(_)), "{e1:?}");
+            assert!(matches!(e1, Error::BytesSge), "{e1:?}");
             assert_eq!(format!("{e1:?}"), format!("{e2:?}"));
         }
         // A long batch (the allocating general path) with one at the end.
         let mut long: Vec<WriteWr<'_>> = (0..100).map(|i| WriteWr { wr_id: i, ..wg }).collect();
         long.push(wb);
         let e1 = refused_by(&mut a, |q| q.post_writes(&long));
-        assert!(matches!(e1, Error::Invalid(_)), "{e1:?}");
+        assert!(matches!(e1, Error::BytesSge), "{e1:?}");
     }
     a.post_write(&wg.signaled()).unwrap();
     assert_eq!(poll_n(&mut a, 1)[0].wr_id, 2);
@@ -183,7 +183,15 @@ fn foreign_sges_refused() {
             let wf = WriteWr::new(1, Sge::new(m, 0, len).unwrap(), r);
             let e1 = refused_by(&mut a, |q| q.post_write(&wf));
             let e2 = refused_by(&mut a, |q| q.post_send(&[wf.to_send_wr()]));
-            assert!(matches!(e1, Error::Invalid(_)), "len {len}: {e1:?}");
+            assert!(
+                matches!(
+                    e1,
+                    Error::ForeignPd {
+                        object: rdma_direct::PdObject::Sge
+                    }
+                ),
+                "len {len}: {e1:?}"
+            );
             assert_eq!(format!("{e1:?}"), format!("{e2:?}"));
             for batch in [vec![wf, wg], vec![wg, wf], vec![wg, wf, wg]] {
                 let e1 = refused_by(&mut a, |q| q.post_writes(&batch));
@@ -224,11 +232,35 @@ fn pd_tag_refusals_everywhere() {
         for sig in [false, true] {
             let w = if sig { w.signaled() } else { w };
             let e1 = refused_at(&mut a, &format!("post_write {k}"), |q| q.post_write(&w));
-            assert!(matches!(e1, Error::Invalid(_)), "{k}: {e1:?}");
+            assert!(
+                if k < 2 {
+                    matches!(
+                        e1,
+                        Error::ForeignPd {
+                            object: rdma_direct::PdObject::Sge
+                        }
+                    )
+                } else {
+                    matches!(e1, Error::BytesSge)
+                },
+                "{k}: {e1:?}"
+            );
             let e1 = refused_at(&mut a, &format!("post_writes {k}"), |q| {
                 q.post_writes(&[WriteWr::new(0, Sge::new(&e.src, 0, 8).unwrap(), r), w])
             });
-            assert!(matches!(e1, Error::Invalid(_)), "{k}: {e1:?}");
+            assert!(
+                if k < 2 {
+                    matches!(
+                        e1,
+                        Error::ForeignPd {
+                            object: rdma_direct::PdObject::Sge
+                        }
+                    )
+                } else {
+                    matches!(e1, Error::BytesSge)
+                },
+                "{k}: {e1:?}"
+            );
             let sends = [*s];
             for sw in [
                 SendWr::rdma_write(1, &sends, r),
@@ -236,24 +268,66 @@ fn pd_tag_refusals_everywhere() {
                 SendWr::rdma_read(1, &sends, r),
             ] {
                 let e1 = refused_at(&mut a, &format!("post_send {k}"), |q| q.post_send(&[sw]));
-                assert!(matches!(e1, Error::Invalid(_)), "{k}: {e1:?}");
+                assert!(
+                    if k < 2 {
+                        matches!(
+                            e1,
+                            Error::ForeignPd {
+                                object: rdma_direct::PdObject::Sge
+                            }
+                        )
+                    } else {
+                        matches!(e1, Error::BytesSge)
+                    },
+                    "{k}: {e1:?}"
+                );
             }
         }
         let rs = [*s];
         let e1 = a.post_recv(&[RecvWr::new(1, &rs)]).unwrap_err();
-        assert!(matches!(e1, Error::Invalid(_)), "recv {k}: {e1:?}");
+        assert!(
+            if k < 2 {
+                matches!(
+                    e1,
+                    Error::ForeignPd {
+                        object: rdma_direct::PdObject::Sge
+                    }
+                )
+            } else {
+                matches!(e1, Error::BytesSge)
+            },
+            "recv {k}: {e1:?}"
+        );
     }
     // Owned posts of a buffer of another PD.
     let ob = other.reg_local(4096, Access::LOCAL_WRITE).unwrap();
     let Err(f) = a.post_send_owned(&SendWr::rdma_write(1, &[], r), ob, 0, 8) else {
         panic!("an owned send of another PD's buffer was posted");
     };
-    assert!(matches!(f.error, Error::Invalid(_)), "{:?}", f.error);
+    assert!(
+        matches!(
+            f.error,
+            Error::ForeignPd {
+                object: rdma_direct::PdObject::Sge
+            }
+        ),
+        "{:?}",
+        f.error
+    );
     let ob = other.reg_local(4096, Access::LOCAL_WRITE).unwrap();
     let Err(f) = a.post_recv_owned(1, ob, 0, 8) else {
         panic!("an owned receive of another PD's buffer was posted");
     };
-    assert!(matches!(f.error, Error::Invalid(_)), "{:?}", f.error);
+    assert!(
+        matches!(
+            f.error,
+            Error::ForeignPd {
+                object: rdma_direct::PdObject::Sge
+            }
+        ),
+        "{:?}",
+        f.error
+    );
     // And the QP still posts.
     a.post_write(&WriteWr::new(5, Sge::new(&e.src, 0, 8).unwrap(), r).signaled())
         .unwrap();
@@ -286,7 +360,15 @@ fn many_pds_stay_apart() {
                 assert_eq!(poll_n(&mut a, 1)[0].wr_id, j as u64);
             } else {
                 let e1 = refused_by(&mut a, |q| q.post_write(&w));
-                assert!(matches!(e1, Error::Invalid(_)), "{i} {j}: {e1:?}");
+                assert!(
+                    matches!(
+                        e1,
+                        Error::ForeignPd {
+                            object: rdma_direct::PdObject::Sge
+                        }
+                    ),
+                    "{i} {j}: {e1:?}"
+                );
             }
         }
     }

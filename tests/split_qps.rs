@@ -31,7 +31,10 @@ fn srq_qp_split_recv_half_refuses_srq_receives_complete() {
     let (mut tx, mut rx) = b.split().unwrap();
     let rs = [Sge::new(&e.dst, 0, 64).unwrap()];
     let r = rx.post_recv(&[RecvWr::new(9, &rs)]);
-    assert!(is_invalid(&r), "a receive half of a QP on an SRQ: {r:?}");
+    assert!(
+        matches!(r, Err(Error::SrqAttached { .. })),
+        "a receive half of a QP on an SRQ: {r:?}"
+    );
     rx.post_recv(&[]).unwrap();
     let rws: Vec<RecvWr> = (0..4).map(|i| RecvWr::new(100 + i, &rs)).collect();
     srq.post_recv(&rws).unwrap();
@@ -99,7 +102,7 @@ fn ud_qp_split_halves_post() {
     }
     // An RC-only WR through a UD half: refused as the whole QP refuses it.
     let r = atx.post_send(&[SendWr::rdma_write(4, &s, remote(&e.dst, 0))]);
-    assert!(is_invalid(&r), "{r:?}");
+    assert!(matches!(r, Err(Error::WrongTransport { .. })), "{r:?}");
 }
 
 /// A UC QP splits; its send half writes, and refuses READ (IB spec
@@ -116,7 +119,10 @@ fn uc_qp_split_refuses_read_writes_go() {
     let s = [Sge::new(&e.src, 0, 8).unwrap()];
     let before = a.sq_snapshot();
     let r = tx.post_send(&[SendWr::rdma_read(1, &s, remote(&e.dst, 0)).signaled()]);
-    assert!(is_invalid(&r), "READ on a UC half: {r:?}");
+    assert!(
+        matches!(r, Err(Error::WrongTransport { .. })),
+        "READ on a UC half: {r:?}"
+    );
     assert_eq!(a.sq_snapshot(), before, "the refused READ wrote the SQ");
     e.src.write(0, &[7; 8]).unwrap();
     tx.post_send(&[SendWr::rdma_write(2, &s, remote(&e.dst, 0)).signaled()])
@@ -174,7 +180,10 @@ fn zero_sge_and_zero_recv_wr_halves_refuse_as_the_qp() {
     }
     let rs = [Sge::new(&e.dst, 0, 8).unwrap()];
     let r = rx.post_recv(&[RecvWr::new(4, &rs)]);
-    assert!(is_invalid(&r), "receive on max_recv_wr 0: {r:?}");
+    assert!(
+        matches!(r, Err(Error::NeverFits { depth: 0, .. })),
+        "receive on max_recv_wr 0: {r:?}"
+    );
     rx.post_recv(&[]).unwrap();
 }
 
@@ -373,10 +382,16 @@ fn stale_owner_exact_limits_and_never_fits() {
         .map(|i| SendWr::rdma_write(i, &s, remote(&e.dst, 0)))
         .collect();
     let r = tx.post_send(&big);
-    assert!(is_invalid(&r), "a batch of 7 on a queue of 6: {r:?}");
+    assert!(
+        matches!(r, Err(Error::NeverFits { wrs: 7, .. })),
+        "a batch of 7 on a queue of 6: {r:?}"
+    );
     let bigr: Vec<RecvWr> = (0..6).map(|i| RecvWr::new(i, &rs)).collect();
     let r = rx.post_recv(&bigr);
-    assert!(is_invalid(&r), "6 receives on a queue of 5: {r:?}");
+    assert!(
+        matches!(r, Err(Error::NeverFits { wrs: 6, .. })),
+        "6 receives on a queue of 5: {r:?}"
+    );
     let mut n = 0;
     loop {
         match tx.post_send(&[SendWr::rdma_write(n, &s, remote(&e.dst, 0))]) {
@@ -530,26 +545,44 @@ fn other_pd_sges_through_halves_refused_nothing_posted() {
     let fs = [Sge::new(&foreign, 0, 8).unwrap()];
     let good = [Sge::new(&e.src, 0, 8).unwrap()];
     let r = tx.post_send(&[SendWr::rdma_write(1, &fs, remote(&e.dst, 0)).signaled()]);
-    assert!(is_invalid(&r), "post_send: {r:?}");
+    assert!(
+        matches!(r, Err(Error::ForeignPd { .. })),
+        "post_send: {r:?}"
+    );
     let r = tx.post_send(&[
         SendWr::rdma_write(2, &good, remote(&e.dst, 0)).signaled(),
         SendWr::send(3, &fs).signaled(),
     ]);
-    assert!(is_invalid(&r), "post_send batch: {r:?}");
+    assert!(
+        matches!(r, Err(Error::ForeignPd { .. })),
+        "post_send batch: {r:?}"
+    );
     let r = tx.post_write(&WriteWr::new(4, fs[0], remote(&e.dst, 0)).signaled());
-    assert!(is_invalid(&r), "post_write: {r:?}");
+    assert!(
+        matches!(r, Err(Error::ForeignPd { .. })),
+        "post_write: {r:?}"
+    );
     let r = tx.post_writes(&[
         WriteWr::new(5, good[0], remote(&e.dst, 0)).signaled(),
         WriteWr::new(6, fs[0], remote(&e.dst, 0)).signaled(),
     ]);
-    assert!(is_invalid(&r), "post_writes: {r:?}");
+    assert!(
+        matches!(r, Err(Error::ForeignPd { .. })),
+        "post_writes: {r:?}"
+    );
     let r = tx.post_send(&[SendWr::rdma_read(7, &fs, remote(&e.dst, 0)).signaled()]);
-    assert!(is_invalid(&r), "READ into another PD's memory: {r:?}");
+    assert!(
+        matches!(r, Err(Error::ForeignPd { .. })),
+        "READ into another PD's memory: {r:?}"
+    );
     assert_eq!(a.sq_snapshot(), before, "refused posts wrote the SQ");
     let rf = [Sge::new(&foreign, 0, 8).unwrap()];
     let rg = [Sge::new(&e.dst, 64, 8).unwrap()];
     let r = rx.post_recv(&[RecvWr::new(50, &rg), RecvWr::new(51, &rf)]);
-    assert!(is_invalid(&r), "post_recv: {r:?}");
+    assert!(
+        matches!(r, Err(Error::ForeignPd { .. })),
+        "post_recv: {r:?}"
+    );
     assert!(drain(&mut a).is_empty(), "a refused WR completed");
     rx.post_recv(&[RecvWr::new(52, &rg)]).unwrap();
     tx.post_send(&[SendWr::rdma_write(8, &good, remote(&e.dst, 0)).signaled()])
@@ -575,7 +608,10 @@ fn one_opcode_posts_through_half() {
     let before = a.sq_snapshot();
     let big = vec![1u8; max + 1];
     let r = tx.post_write_inline(1, &big, remote(&e.dst, 0), SendFlags::SIGNALED);
-    assert!(is_invalid(&r), "inline over max_inline: {r:?}");
+    assert!(
+        matches!(r, Err(Error::InlineTooLong { .. })),
+        "inline over max_inline: {r:?}"
+    );
     assert_eq!(a.sq_snapshot(), before);
     let data: Vec<u8> = (0..max as u32).map(|i| i as u8).collect();
     tx.post_write_inline(2, &data, remote(&e.dst, 1024), SendFlags::SIGNALED)
@@ -621,11 +657,24 @@ fn bad_recv_wrs_through_half_post_nothing() {
     let raw = [0u8; 8];
     let bytes = [Sge::bytes(&raw).unwrap()];
     let r = rx.post_recv(&[RecvWr::new(1, &two)]);
-    assert!(is_invalid(&r), "2 SGEs on max_recv_sge 1: {r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::TooManySges {
+                sges: 2,
+                max: 1,
+                ..
+            })
+        ),
+        "2 SGEs on max_recv_sge 1: {r:?}"
+    );
     let r = rx.post_recv(&[RecvWr::new(2, &one), RecvWr::new(3, &two)]);
-    assert!(is_invalid(&r), "good then bad: {r:?}");
+    assert!(
+        matches!(r, Err(Error::TooManySges { .. })),
+        "good then bad: {r:?}"
+    );
     let r = rx.post_recv(&[RecvWr::new(4, &bytes)]);
-    assert!(is_invalid(&r), "plain bytes: {r:?}");
+    assert!(matches!(r, Err(Error::BytesSge)), "plain bytes: {r:?}");
     rx.post_recv(&[RecvWr::new(5, &one)]).unwrap();
     let s = [Sge::new(&e.src, 0, 8).unwrap()];
     b.post_send(&[SendWr::send(1, &s).signaled()]).unwrap();
@@ -661,7 +710,10 @@ fn wait_room_blocks_a_thread_until_the_owner_polls() {
     }
     let r = tx.post_send(&[SendWr::rdma_write(4, &s, to).signaled()]);
     assert!(matches!(r, Err(Error::QueueFull)), "{r:?}");
-    assert!(is_invalid(&tx.wait_room(5, Duration::ZERO).map(|_| ())));
+    assert!(matches!(
+        tx.wait_room(5, Duration::ZERO),
+        Err(Error::NeverFits { wrs: 5, .. })
+    ));
     // Nobody polls: no room within 100 ms.
     assert!(!tx.wait_room(1, Duration::from_millis(100)).unwrap());
     let got = std::thread::scope(|sc| {

@@ -43,7 +43,7 @@ fn srq_bad_input_refused_nothing_posted() {
         (1, u32::MAX),
     ] {
         assert!(
-            matches!(e.pd.create_srq(w, s), Err(Error::Invalid(_))),
+            matches!(e.pd.create_srq(w, s), Err(Error::Config { .. })),
             "{w} {s}"
         );
     }
@@ -56,7 +56,7 @@ fn srq_bad_input_refused_nothing_posted() {
         let sg = srq_sges(&rb, max_wr as usize + 1, 64);
         let all = recvs(&sg, 0);
         let err = srq.post_recv(&all).unwrap_err();
-        assert!(matches!(err, Error::Invalid(_)), "max_wr+1: {err:?}");
+        assert!(matches!(err, Error::NeverFits { .. }), "max_wr+1: {err:?}");
         assert_eq!(srq.outstanding(), 0);
         let three = [
             Sge::new(&rb, 0, 8).unwrap(),
@@ -70,7 +70,13 @@ fn srq_bad_input_refused_nothing_posted() {
             let mut b = all[..max_wr as usize - 1].to_vec();
             b.push(RecvWr::new(99, bad));
             let err = srq.post_recv(&b).unwrap_err();
-            assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+            assert!(
+                matches!(
+                    err,
+                    Error::TooManySges { .. } | Error::ForeignPd { .. } | Error::BytesSge
+                ),
+                "{err:?}"
+            );
             assert_eq!(srq.outstanding(), 0);
         }
         srq.post_recv(&all[..max_wr as usize]).unwrap();
@@ -80,7 +86,10 @@ fn srq_bad_input_refused_nothing_posted() {
         srq.post_recv(&[]).unwrap();
         assert_eq!(srq.outstanding(), max_wr);
         // Limits.
-        assert!(matches!(srq.set_limit(max_wr + 1), Err(Error::Invalid(_))));
+        assert!(matches!(
+            srq.set_limit(max_wr + 1),
+            Err(Error::Config { .. })
+        ));
         srq.set_limit(max_wr).unwrap();
         srq.set_limit(0).unwrap();
     }
@@ -88,7 +97,9 @@ fn srq_bad_input_refused_nothing_posted() {
     let srq2 = pd2.create_srq(4, 1).unwrap();
     assert!(matches!(
         e.pd.create_qp_on_srq(&QpConfig::default(), &srq2),
-        Err(Error::Invalid(_))
+        Err(Error::ForeignPd {
+            object: PdObject::Srq
+        })
     ));
     let srq = e.pd.create_srq(4, 1).unwrap();
     let mut q = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
@@ -96,14 +107,14 @@ fn srq_bad_input_refused_nothing_posted() {
     let s = [Sge::new(&rb, 0, 8).unwrap()];
     assert!(matches!(
         q.post_recv(&[RecvWr::new(1, &s)]),
-        Err(Error::Invalid(_))
+        Err(Error::SrqAttached { .. })
     ));
     Qp::connect_loopback(&mut q, &mut p).unwrap();
     assert!(matches!(
         q.post_recv(&[RecvWr::new(1, &s)]),
-        Err(Error::Invalid(_))
+        Err(Error::SrqAttached { .. })
     ));
-    assert!(matches!(q.post_recv(&[]), Err(Error::Invalid(_))));
+    assert!(matches!(q.post_recv(&[]), Err(Error::SrqAttached { .. })));
     // An own CQ too small for the SRQ's receives.
     let srq = e.pd.create_srq(64, 1).unwrap();
     let small = QpConfig {
@@ -112,12 +123,12 @@ fn srq_bad_input_refused_nothing_posted() {
     };
     assert!(matches!(
         e.pd.create_qp_on_srq(&small, &srq),
-        Err(Error::Invalid(_))
+        Err(Error::SrqCqCredits { .. })
     ));
     let mut cq = e.pd.create_shared_cq(32).unwrap();
     assert!(matches!(
         cq.create_qp_on_srq(&QpConfig::default(), &srq),
-        Err(Error::Invalid(_))
+        Err(Error::SrqCqCredits { .. })
     ));
     assert_eq!(cq.credits_free(), 32);
     assert!(cq.is_empty());
@@ -606,7 +617,7 @@ fn srq_many_qps_small_shared_cqs() {
     let before = small.credits_free();
     assert!(matches!(
         small.create_qp_on_srq(&cfg, &srq),
-        Err(Error::Invalid(_))
+        Err(Error::SrqCqCredits { .. })
     ));
     assert_eq!(small.credits_free(), before);
     let free = cqs[0].credits_free();

@@ -25,7 +25,15 @@ fn ud_bad_destinations_refused_nothing_written() {
     let pd2 = e.ctx.alloc_pd().unwrap();
     let ah2 = pd2.create_ah(&a.av_to(&b.endpoint())).unwrap();
     let s = [Sge::new(&e.src, 0, 64).unwrap()];
-    let inv = |e: Error, what: &str| assert!(matches!(e, Error::Invalid(_)), "{what}: {e:?}");
+    let inv = |e: Error, what: &str| {
+        assert!(
+            matches!(
+                e,
+                Error::ForeignPd { .. } | Error::Config { .. } | Error::WrongTransport { .. }
+            ),
+            "{what}: {e:?}"
+        )
+    };
     for signaled in [false, true] {
         fn sig_(w: SendWr<'_>, s: bool) -> SendWr<'_> {
             if s {
@@ -135,14 +143,14 @@ fn ud_send_on_rc_and_uc_refused() {
         ] {
             let err = refused_by(&mut a, |q| q.post_send(&[w]));
             assert!(
-                matches!(err, Error::Invalid(_)),
+                matches!(err, Error::WrongTransport { .. }),
                 "{:?}: {err:?}",
                 cfg.qp_type
             );
             let ok = SendWr::rdma_write(2, &s, to(&e.dst, 0));
             let err = refused_by(&mut a, |q| q.post_send(&[ok, w]));
             assert!(
-                matches!(err, Error::Invalid(_)),
+                matches!(err, Error::WrongTransport { .. }),
                 "{:?}: {err:?}",
                 cfg.qp_type
             );
@@ -150,7 +158,10 @@ fn ud_send_on_rc_and_uc_refused() {
         assert!(drain(&mut a).is_empty());
         // ready_ud is for UD QPs.
         let mut c = e.pd.create_qp(&cfg).unwrap();
-        assert!(matches!(c.ready_ud(QKEY), Err(Error::Invalid(_))));
+        assert!(matches!(
+            c.ready_ud(QKEY),
+            Err(Error::WrongTransport { .. })
+        ));
         assert_eq!(c.state(), QpState::Reset);
     }
 }
@@ -213,14 +224,20 @@ fn ud_mtu_boundary() {
     let err = refused_by(&mut a, |q| {
         q.post_send(&[SendWr::ud_send(9, &bs, d, None).inline()])
     });
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
+    assert!(
+        matches!(err, Error::InlineTooLong { len: 513, max: 512 }),
+        "{err:?}"
+    );
     let huge = vec![1u8; 5000];
     let hs = [Sge::bytes(&huge).unwrap()];
     let err = refused_by(&mut a, |q| {
         q.post_send(&[SendWr::ud_send(9, &hs, d, None).inline()])
     });
     assert!(
-        matches!(err, Error::MessageTooLong { .. } | Error::Invalid(_)),
+        matches!(
+            err,
+            Error::MessageTooLong { .. } | Error::InlineTooLong { .. }
+        ),
         "{err:?}"
     );
     // Exactly the MTU goes, both ways; an inline of 512 too.
@@ -376,7 +393,7 @@ fn ud_post_outside_rts_refused() {
     q.post_send(&[w]).unwrap();
     assert_eq!(poll_n(&mut q, 1)[0].wr_id, 1);
     // ready_ud on a QP not in RESET: Invalid, state unchanged.
-    assert!(matches!(q.ready_ud(QKEY), Err(Error::Invalid(_))));
+    assert!(matches!(q.ready_ud(QKEY), Err(Error::NotInReset { .. })));
     assert_eq!(q.state(), QpState::Rts);
 }
 
@@ -549,16 +566,20 @@ fn uc_read_and_atomics_refused() {
         SendWr::atomic_fetch_add(2, &s8, r, 1).signaled(),
     ] {
         let err = refused_by(&mut a, |q| q.post_send(&[w]));
-        assert!(matches!(err, Error::Invalid(_)), "{:?}: {err:?}", w.op);
+        assert!(
+            matches!(err, Error::WrongTransport { .. }),
+            "{:?}: {err:?}",
+            w.op
+        );
         let err = refused_by(&mut a, |q| q.post_send(&[ok, w]));
         assert!(
-            matches!(err, Error::Invalid(_)),
+            matches!(err, Error::WrongTransport { .. }),
             "batch {:?}: {err:?}",
             w.op
         );
         let err = refused_by(&mut a, |q| q.post_send(&[ok, ok, w, ok]));
         assert!(
-            matches!(err, Error::Invalid(_)),
+            matches!(err, Error::WrongTransport { .. }),
             "batch {:?}: {err:?}",
             w.op
         );

@@ -91,11 +91,18 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("rdma-direct: error: {e}");
                 // Bad arguments exit 2, as clap's do.
-                ExitCode::from(if matches!(e, rdma_direct::Error::Invalid(_)) {
-                    2
-                } else {
-                    1
-                })
+                ExitCode::from(
+                    if matches!(
+                        e,
+                        rdma_direct::Error::Invalid(_)
+                            | rdma_direct::Error::Config { .. }
+                            | rdma_direct::Error::Unsupported { .. }
+                    ) {
+                        2
+                    } else {
+                        1
+                    },
+                )
             }
         };
     }
@@ -112,6 +119,11 @@ fn main() -> ExitCode {
             // Bad arguments exit 2 (as clap's do); failures of the run exit 1.
             match e {
                 rdma_direct::Error::Invalid(_)
+                | rdma_direct::Error::Config { .. }
+                | rdma_direct::Error::Unsupported { .. }
+                | rdma_direct::Error::TooManySges { .. }
+                | rdma_direct::Error::InlineTooLong { .. }
+                | rdma_direct::Error::WrongTransport { .. }
                 | rdma_direct::Error::NoSuchDevice { .. }
                 | rdma_direct::Error::NoVerbs { .. } => ExitCode::from(2),
                 _ => ExitCode::FAILURE,

@@ -124,7 +124,7 @@ fn create_ah_from_recv_refuses_what_is_not_a_good_ud_receive() {
         ..Completion::default()
     };
     let inval = |r: Result<Ah>, what: &str| match r {
-        Err(Error::Invalid(_)) => {}
+        Err(Error::Invalid(_) | Error::Config { .. }) => {}
         Err(e) => panic!("{what}: {e:?}, not Error::Invalid"),
         Ok(_) => panic!("{what}: an AH was made"),
     };
@@ -225,8 +225,14 @@ mod cm_refusals {
         ));
         assert!(t.elapsed() < Duration::from_secs(10));
         assert!(
-            matches!(e, Error::Invalid(_)),
-            "a sim QP through rdma_cm: {e:?} ({e}), not Error::Invalid"
+            matches!(
+                e,
+                Error::Unsupported {
+                    feature: rdma_direct::Feature::RdmaCm,
+                    ..
+                }
+            ),
+            "a sim QP through rdma_cm: {e:?} ({e}), not Error::Unsupported"
         );
         assert_eq!(q.state(), QpState::Reset, "the QP untouched");
     }
@@ -243,8 +249,14 @@ mod cm_refusals {
             Duration::from_secs(2),
         ));
         assert!(
-            matches!(e, Error::Invalid(_)),
-            "an RC QP to connect_ud: {e:?} ({e}), not Error::Invalid"
+            matches!(
+                e,
+                Error::Unsupported {
+                    feature: rdma_direct::Feature::RdmaCm,
+                    ..
+                }
+            ),
+            "an RC QP to connect_ud: {e:?} ({e}), not Error::Unsupported"
         );
     }
 
@@ -260,8 +272,14 @@ mod cm_refusals {
             Duration::from_secs(2),
         ));
         assert!(
-            matches!(e, Error::Invalid(_)),
-            "a UD QP to connect: {e:?} ({e}), not Error::Invalid"
+            matches!(
+                e,
+                Error::Unsupported {
+                    feature: rdma_direct::Feature::RdmaCm,
+                    ..
+                }
+            ),
+            "a UD QP to connect: {e:?} ({e}), not Error::Unsupported"
         );
     }
 
@@ -278,7 +296,13 @@ mod cm_refusals {
             Duration::from_secs(2),
         ));
         assert!(
-            matches!(e, Error::Invalid(_)),
+            matches!(
+                e,
+                Error::Unsupported {
+                    feature: rdma_direct::Feature::RdmaCm,
+                    ..
+                }
+            ),
             "{e:?}: the QP's refusal, not the host's"
         );
     }
@@ -294,7 +318,16 @@ mod cm_refusals {
                 let wrong = refusal(l.accept(&mut q, &offer(), Duration::from_millis(10)));
                 assert!(matches!(wrong, Error::Invalid(_)), "{wrong:?}");
                 let sim_qp = refusal(l.accept_ud(&mut q, &offer(), Duration::from_millis(10)));
-                assert!(matches!(sim_qp, Error::Invalid(_)), "{sim_qp:?}");
+                assert!(
+                    matches!(
+                        sim_qp,
+                        Error::Unsupported {
+                            feature: rdma_direct::Feature::RdmaCm,
+                            ..
+                        }
+                    ),
+                    "{sim_qp:?}"
+                );
             }
             // No CM here (no rdma_ucm): the call that failed is named.
             Err(e) => assert!(

@@ -402,7 +402,7 @@ impl Listener {
 
 /// Client side: connects to `host:port`, retrying until `wait` has passed
 /// (the server may not be listening yet), then swaps messages. A host name
-/// that does not resolve, or port 0, is [`Error::Invalid`] at once.
+/// that does not resolve, is [`Error::Invalid`], port 0 [`Error::Config`], at once.
 pub fn connect(
     host: &str,
     port: u16,
@@ -439,9 +439,12 @@ async fn connect_in<W: FdWait>(
     // A name that does not resolve, or port 0, is an argument error, not
     // something to wait out (the server not listening yet is).
     if port == 0 {
-        return Err(Error::Invalid(
-            "TCP port 0 cannot be connected to: name the server's port".into(),
-        ));
+        return Err(Error::Config {
+            field: "TCP port (name the server's port; 0 cannot be connected to)",
+            value: 0,
+            min: 1,
+            max: u16::MAX as u64,
+        });
     }
     use std::net::ToSocketAddrs;
     let addrs: Vec<std::net::SocketAddr> = match (host, port).to_socket_addrs() {

@@ -153,13 +153,11 @@ impl CompChannel {
     /// Takes `token` for a CQ about to be made on the channel; the count
     /// its events advance, and the seat that gives the token back.
     ///
-    /// Errors: [`Error::Invalid`] when a live CQ on the channel has it.
+    /// Errors: [`Error::DuplicateToken`] when a live CQ on the channel has it.
     pub(crate) fn seat(&self, token: u64) -> Result<(ChannelSeat, Arc<AtomicU32>)> {
         let mut cqs = self.shared.lock();
         if cqs.values().any(|(t, _)| *t == token) {
-            return Err(Error::Invalid(format!(
-                "token {token} names a CQ already on this completion channel: its events could not be told apart"
-            )));
+            return Err(Error::DuplicateToken { token });
         }
         let n = Arc::new(AtomicU32::new(0));
         let serial = next_serial();

@@ -106,7 +106,7 @@ impl<'c> Completions<'c> {
     /// `out`, with how many (at most `out.len()`). Cancel-safe: dropped
     /// before it resolves, it took none.
     ///
-    /// Errors: `out` is empty ([`Error::Invalid`]); the poll's, arm's or
+    /// Errors: `out` is empty ([`Error::Config`]); the poll's, arm's or
     /// event's; [`Error::Reactor`].
     pub async fn next_batch(&mut self, out: &mut [Completion]) -> Result<usize> {
         std::future::poll_fn(|cx| self.poll_completions(cx, out)).await
@@ -119,9 +119,12 @@ impl<'c> Completions<'c> {
         out: &mut [Completion],
     ) -> Poll<Result<usize>> {
         if out.is_empty() {
-            return Poll::Ready(Err(Error::Invalid(
-                "waiting for completions needs room for at least one".into(),
-            )));
+            return Poll::Ready(Err(Error::Config {
+                field: "room for completions (out.len())",
+                value: 0,
+                min: 1,
+                max: usize::MAX as u64,
+            }));
         }
         self.poll_cq(cx, out)
     }

@@ -172,11 +172,11 @@ impl SharedCq {
     /// The QPs share the CQ's credits (one per WR outstanding, across all
     /// of them), so a QP may join a CQ smaller than its own `max_send_wr +
     /// max_recv_wr`: its posts are then refused with [`Error::CqFull`] (or
-    /// [`Error::Invalid`] for a batch larger than the CQ) while the CQ is
+    /// [`Error::NeverFits`] for a batch larger than the CQ) while the CQ is
     /// full, never an overrun. [`CqSizing`](crate::CqSizing) gives a depth
     /// that never limits posting.
     ///
-    /// Errors: as [`Pd::create_qp`](crate::Pd::create_qp); [`Error::Invalid`] when `cfg.cq_depth`
+    /// Errors: as [`Pd::create_qp`](crate::Pd::create_qp); [`Error::Config`] when `cfg.cq_depth`
     /// is set (the depth is the shared CQ's).
     pub fn create_qp(&mut self, cfg: &QpConfig) -> Result<usize> {
         let m = &mut self.members;
@@ -192,7 +192,7 @@ impl SharedCq {
     /// of it), held until the last of them goes.
     ///
     /// Errors: as [`Self::create_qp`]; `srq` of another PD, or fewer CQ
-    /// credits free than the SRQ's `max_wr` ([`Error::Invalid`]).
+    /// credits free than the SRQ's `max_wr` ([`Error::SrqCqCredits`]).
     pub fn create_qp_on_srq(&mut self, cfg: &QpConfig, srq: &crate::Srq) -> Result<usize> {
         let m = &mut self.members;
         let qp = Qp::create(
@@ -348,7 +348,7 @@ impl SharedCq {
     /// be connected again. [`Qp::modify`] to RESET on a QP of a shared CQ
     /// does this only when nothing is outstanding.
     ///
-    /// Errors: [`Error::Invalid`] when the QP at `index` does not complete
+    /// Errors: [`Error::NotOnCq`] when the QP at `index` does not complete
     /// into this CQ (one swapped in through [`Self::qp_mut`]); the device's
     /// refusal of the transition (nothing changed in either case). An error
     /// met while draining is kept for a later poll.
@@ -358,10 +358,10 @@ impl SharedCq {
     pub fn reset_qp(&mut self, index: usize) -> Result<()> {
         let qp = &mut self.members.qps[index];
         if qp.shared_cq != Some(self.members.tag) {
-            return Err(Error::Invalid(format!(
-                "QP {:#x} at index {index} does not complete into this CQ (swapped in?)",
-                qp.qp_num()
-            )));
+            return Err(Error::NotOnCq {
+                qpn: qp.qp_num(),
+                index,
+            });
         }
         let qpn = qp.qp_num();
         // Halves dropped: their queues back first, so that what they left
@@ -411,7 +411,7 @@ impl SharedCq {
     /// Sleeps until the armed CQ raises its event or `timeout` passes, as
     /// [`Qp::wait_cq_event`]; `true` if an event came (consumed and acked).
     ///
-    /// Errors: [`Error::Invalid`] on a shared [`CompChannel`](crate::CompChannel)
+    /// Errors: [`Error::ChannelShared`] on a shared [`CompChannel`](crate::CompChannel)
     /// (its events are taken there); the wait's ([`Error::Verbs`]).
     pub fn wait_event(&mut self, timeout: Duration) -> Result<bool> {
         self.own_channel()?;
@@ -426,9 +426,9 @@ impl SharedCq {
     /// events, or adaptive: see [`CompletionMode`]): returns as soon as at
     /// least one is in `out`, or 0 when `timeout` passed first.
     ///
-    /// Errors: `out` is empty ([`Error::Invalid`]); a mode other than
+    /// Errors: `out` is empty ([`Error::Config`]); a mode other than
     /// busy polling on a shared [`CompChannel`](crate::CompChannel)
-    /// ([`Error::Invalid`]: wait on the channel); as [`Self::poll`].
+    /// ([`Error::ChannelShared`]: wait on the channel); as [`Self::poll`].
     pub fn wait(
         &mut self,
         out: &mut [Completion],
@@ -452,9 +452,7 @@ impl SharedCq {
     fn own_channel(&self) -> Result<()> {
         match self.channel_token() {
             None => Ok(()),
-            Some(t) => Err(Error::Invalid(format!(
-                "this CQ's events go to a shared completion channel (token {t}): wait on the channel, then poll the CQ"
-            ))),
+            Some(token) => Err(Error::ChannelShared { token }),
         }
     }
 }

@@ -33,9 +33,12 @@ pub(crate) fn wait_on<C: CqOps>(
     timeout: Duration,
 ) -> Result<usize> {
     if out.is_empty() {
-        return Err(Error::Invalid(
-            "waiting for completions needs room for at least one".into(),
-        ));
+        return Err(Error::Config {
+            field: "room for completions (out.len())",
+            value: 0,
+            min: 1,
+            max: usize::MAX as u64,
+        });
     }
     // A completion already there costs no clock read (under emulation a
     // clock read can be a system call): the timeout counts from the first

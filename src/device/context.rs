@@ -87,14 +87,14 @@ impl Context {
     /// Opens `name` with the data path `backend` asks for.
     ///
     /// Errors: [`Backend::Direct`] on a device that is neither the sim nor
-    /// an mlx5, or [`Backend::Verbs`] on the sim ([`Error::Invalid`]).
+    /// an mlx5, or [`Backend::Verbs`] on the sim ([`Error::Unsupported`]).
     pub fn open_with(name: &str, backend: Backend) -> Result<Context> {
         if name == SIM_DEVICE {
             if backend == Backend::Verbs {
-                return Err(Error::Invalid(
-                    "the sim has only the direct path (--backend verbs needs an ibverbs device)"
-                        .into(),
-                ));
+                return Err(Error::Unsupported {
+                    device: SIM_DEVICE.into(),
+                    feature: crate::Feature::VerbsPath,
+                });
             }
             let dev = sim::Device::new();
             dev.start()?;
@@ -114,9 +114,10 @@ impl Context {
                         Backend::Auto | Backend::Verbs => DataPath::Verbs,
                         Backend::Direct if mlx5 => DataPath::Direct,
                         Backend::Direct => {
-                            return Err(Error::Invalid(format!(
-                                "{name} is not an mlx5 device: the direct path drives ConnectX (and the sim) only"
-                            )))
+                            return Err(Error::Unsupported {
+                                device: name.into(),
+                                feature: crate::Feature::DirectPath,
+                            })
                         }
                     };
                     Ok(Context {
@@ -155,7 +156,7 @@ impl Context {
     /// Which events each device raises: `docs/concepts.md`.
     ///
     /// Errors: the system's refusal of the wait or the read
-    /// ([`Error::Verbs`], [`Error::Invalid`]).
+    /// ([`Error::Verbs`], [`Error::Os`]).
     #[cfg_attr(not(feature = "verbs"), allow(clippy::infallible_destructuring_match))]
     pub fn get_async_event(&self, timeout: std::time::Duration) -> Result<Option<AsyncEvent>> {
         let dev = match &self.kind {
@@ -187,7 +188,10 @@ impl Context {
                 d.async_event_fd()?
                     .as_fd()
                     .try_clone_to_owned()
-                    .map_err(|e| Error::Invalid(format!("dup of the sim's async event fd: {e}")))
+                    .map_err(|e| Error::Os {
+                        what: "dup of the sim's async event fd".into(),
+                        source: e,
+                    })
             }
             #[cfg(feature = "verbs")]
             CtxKind::Verbs(c, _) => ibv::async_fd(c),

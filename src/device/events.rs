@@ -50,7 +50,7 @@ impl AsyncEvents<'_> {
     /// took none.
     ///
     /// Errors: the read's ([`Error::Verbs`](crate::Error::Verbs),
-    /// [`Error::Invalid`](crate::Error::Invalid));
+    /// [`Error::Os`](crate::Error::Os));
     /// [`Error::Reactor`](crate::Error::Reactor).
     pub async fn next_event(&mut self) -> Result<AsyncEvent> {
         std::future::poll_fn(|cx| self.poll_event(cx)).await

@@ -128,7 +128,7 @@ impl CqSizing {
     /// The depth in CQEs: `max(ceil(outstanding x headroom), outstanding)`,
     /// at least 1. The device may round it up (to a power of two on mlx5).
     ///
-    /// Errors: [`Error::Invalid`] when that exceeds [`Self::MAX_DEPTH`].
+    /// Errors: [`Error::Config`] when that exceeds [`Self::MAX_DEPTH`].
     pub fn depth(&self) -> Result<u32> {
         let factor = if self.headroom.is_nan() {
             1.0
@@ -139,11 +139,12 @@ impl CqSizing {
             .max(self.outstanding)
             .max(1);
         if want > Self::MAX_DEPTH as u64 {
-            return Err(Error::Invalid(format!(
-                "a CQ for {} outstanding WRs with headroom {factor} needs {want} CQEs; at most {}",
-                self.outstanding,
-                Self::MAX_DEPTH
-            )));
+            return Err(Error::Config {
+                field: "CQ depth (CqSizing: outstanding WRs times headroom)",
+                value: want,
+                min: 1,
+                max: Self::MAX_DEPTH as u64,
+            });
         }
         Ok(want as u32)
     }

@@ -3,7 +3,13 @@
 use mlx5_dv::wqe::WqeError;
 
 /// Every error the crate returns.
+///
+/// The refusals a caller may act on have variants of their own, with the
+/// numbers that matter; [`Error::Invalid`] is left for the rare rest. Every
+/// refusal before a device is asked changes nothing. New variants may come
+/// (`#[non_exhaustive]`): match the ones you act on, and print the rest.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// `Context::open` found no device of that name.
     #[error("no RDMA device named {name:?} (try `rdma-direct devices`)")]
@@ -40,6 +46,258 @@ pub enum Error {
     /// An argument is out of range; nothing was changed.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A work request with more SGEs than the limit `limit` allows (the
+    /// QP's `max_send_sge` or `max_recv_sge`, the SRQ's `max_sge`, or the
+    /// direct path's SGEs per WQE); nothing was posted. Post fewer SGEs
+    /// (copy into one buffer), or create the QP or SRQ with more.
+    #[error("{sges} SGEs exceed {limit} of {max}")]
+    TooManySges {
+        /// The WR's SGE count.
+        sges: usize,
+        /// The most the limit allows.
+        max: u32,
+        /// Which limit (`the QP's max_send_sge`, ...).
+        limit: &'static str,
+    },
+    /// An inline send or write of `len` bytes, more than `max` bytes (the
+    /// QP's `max_inline`, or the direct path's inline bytes per WQE);
+    /// nothing was posted. Post it from registered memory, not inline, or
+    /// create the QP with a larger `max_inline`.
+    #[error("inline payload of {len} bytes exceeds the inline limit of {max} bytes (the QP's max_inline, or the path's)")]
+    InlineTooLong {
+        /// The payload's length in bytes (the sum of its SGEs).
+        len: u64,
+        /// The limit in bytes.
+        max: u32,
+    },
+    /// A message (a send's, a receive's, or one `Sge::bytes` slice) of
+    /// `len` bytes, more than `max` bytes (2^31, the most one WR carries);
+    /// nothing was posted. Split it into several WRs.
+    #[error("message of {len} bytes exceeds 2^31 (at most {max} bytes per WR)")]
+    LengthOverflow {
+        /// The length in bytes.
+        len: u64,
+        /// The limit in bytes (2^31).
+        max: u64,
+    },
+    /// `object` belongs to another protection domain (or device) than the
+    /// QP, SRQ or PD it was handed to; nothing was changed. Use one of the
+    /// same PD (register the memory, create the AH, SRQ or QP on it).
+    #[error("the {object} belongs to another protection domain (or device)")]
+    ForeignPd {
+        /// What was foreign.
+        object: PdObject,
+    },
+    /// An SGE of plain bytes ([`Sge::bytes`](crate::Sge::bytes)) in a WR
+    /// that is not an inline send; nothing was posted. Mark the WR inline,
+    /// or use an SGE of registered memory.
+    #[error("an SGE of plain bytes (Sge::bytes) is inline data: only an inline send takes it")]
+    BytesSge,
+    /// A QP of one path (`qp`: `sim`, `ConnectX`, `direct-path`, `verbs`)
+    /// was handed `object` of another (`theirs`); nothing was created. Make
+    /// both on one device and path.
+    #[error("a {qp} QP cannot use a {theirs} {object}")]
+    PathMismatch {
+        /// The QP's device or path.
+        qp: &'static str,
+        /// What it was handed.
+        object: PdObject,
+        /// That object's device or path.
+        theirs: &'static str,
+    },
+    /// `op` is not for a QP of type `qp_type` (an RDMA READ or atomic on UC
+    /// or UD, IB spec 9.8.3; a UD send on RC or UC; a connected operation
+    /// on UD, or a UD one on RC or UC); nothing was posted or changed. Use
+    /// a QP of the right type, or another operation.
+    #[error("{op} is not for a {} QP", .qp_type.name())]
+    WrongTransport {
+        /// The QP's type.
+        qp_type: super::qp_attr::QpType,
+        /// What was asked (`an RDMA READ or atomic (IB spec 9.8.3)`, ...).
+        op: &'static str,
+    },
+    /// A batch of `wrs` WRs larger than `queue` ever holds (`depth`: its
+    /// WRs, or CQEs for a CQ): polling would never make room; nothing was
+    /// posted. Post it in parts (or size the CQ with
+    /// [`CqSizing`](crate::CqSizing)).
+    #[error("a batch of {wrs} WRs can never fit {queue} of {depth} {}: post it in parts{}", .queue.unit(), .queue.hint())]
+    NeverFits {
+        /// The batch's WR count.
+        wrs: usize,
+        /// The queue that could never hold it.
+        queue: Queue,
+        /// Its depth: WRs (CQEs for a CQ).
+        depth: u32,
+    },
+    /// A QP's halves ([`crate::Qp::split`]) may post `wrs` WRs, more than
+    /// its CQ of `cqes` CQEs holds; nothing was split. Size the CQ with
+    /// [`CqSizing`](crate::CqSizing).
+    #[error("QP {qpn:#x}'s halves may post {wrs} WRs, more than its CQ of {cqes} CQEs holds: size the CQ with CqSizing to split it")]
+    CqTooSmall {
+        /// The QP's QPN.
+        qpn: u32,
+        /// The WRs its halves may have outstanding.
+        wrs: u32,
+        /// The CQ's depth in CQEs.
+        cqes: u32,
+    },
+    /// A QP on an SRQ of `max_wr` receives, whose CQ has only `free` CQ
+    /// credits free: it needs room for that many receives besides its
+    /// sends; nothing was created. Size the CQ with
+    /// `CqSizing::new().queue(srq.max_wr())` plus the sends of its QPs.
+    #[error(
+        "the QP's CQ has {free} CQ credits free; a QP on an SRQ of max_wr {max_wr} needs room \
+             for that many receives besides its sends (size the CQ with \
+             CqSizing::new().queue(srq.max_wr()).queue(the sends of its QPs))"
+    )]
+    SrqCqCredits {
+        /// The CQ's free credits (CQEs).
+        free: u32,
+        /// The SRQ's `max_wr`.
+        max_wr: u32,
+    },
+    /// `op` needs the QP in RESET, and it is in `state`; nothing changed.
+    /// Move it to RESET first (or use a fresh QP).
+    #[error("{op} needs the QP in RESET (it is in {state:?})")]
+    NotInReset {
+        /// What was asked (`connecting`, ...).
+        op: &'static str,
+        /// The state it is in.
+        state: super::qp_state::QpState,
+    },
+    /// An atomic WR of the wrong shape: it takes exactly one 8-byte SGE
+    /// for the old value, not inline. `sges` and `len` (bytes, all SGEs)
+    /// are this one's; nothing was posted.
+    #[error("an atomic takes exactly one 8-byte SGE for the old value, not inline (this one: {sges} SGEs, {len} bytes{})", if *.inline { ", inline" } else { "" })]
+    AtomicShape {
+        /// Its SGE count.
+        sges: usize,
+        /// Its length in bytes.
+        len: u64,
+        /// Whether it was marked inline.
+        inline: bool,
+    },
+    /// An atomic's remote address `addr` is not 8-byte aligned; nothing
+    /// was posted.
+    #[error("atomic remote address {addr:#x} is not 8-byte aligned")]
+    AtomicUnaligned {
+        /// The remote address.
+        addr: u64,
+    },
+    /// An RDMA READ marked inline (it lands in local memory, it sends
+    /// none); nothing was posted.
+    #[error("an RDMA READ cannot be inline")]
+    ReadInline,
+    /// A configuration value out of range at creation (QP, CQ, SRQ, AH,
+    /// connection): `field` is `value`, which must be within
+    /// `min..=max`; nothing was created. Ask for a value in range.
+    #[error("{field} {value} is out of range: must be {min}..={max}")]
+    Config {
+        /// The setting (`max_send_wr`, `cq_depth`, `port`, ...).
+        field: &'static str,
+        /// The value asked for.
+        value: u64,
+        /// The smallest allowed.
+        min: u64,
+        /// The largest allowed.
+        max: u64,
+    },
+    /// The device `device` does not have `feature`; nothing was changed.
+    /// Use another device (or path), or do without it.
+    #[error("{device} does not support {feature}")]
+    Unsupported {
+        /// The device's name (`sim`, `mlx5_0`, ...).
+        device: String,
+        /// What it lacks.
+        feature: Feature,
+    },
+    /// A memory window operation refused for the window's state (bind of
+    /// a bound window, invalidation of a free one, ...); nothing changed.
+    /// Raised by memory windows (to come).
+    #[error("the memory window is {state:?}")]
+    MemoryWindow {
+        /// The window's state.
+        state: MwState,
+    },
+    /// A receive posted to a QP that receives from an SRQ; nothing was
+    /// posted. Post receives to the SRQ.
+    #[error("QP {qpn:#x} receives from an SRQ: post receives to the SRQ")]
+    SrqAttached {
+        /// The QP's QPN.
+        qpn: u32,
+    },
+    /// `offset + len` bytes (`len` bytes at `offset`) leave `object` of
+    /// `size` bytes; nothing was changed. Stay within it.
+    #[error("range {offset}+{len} is outside the {size}-byte {object}")]
+    OutOfBounds {
+        /// The start, in bytes from the start of `object`.
+        offset: u64,
+        /// The length in bytes.
+        len: u64,
+        /// `object`'s size in bytes.
+        size: u64,
+        /// What (`memory region`, `pool buffer`, `buffer`).
+        object: &'static str,
+    },
+    /// `object` lacks the access `needs` (all of those bits, or for
+    /// remote access any of them); nothing was posted. Register the memory
+    /// with that access.
+    #[error("{object} needs {needs:?}")]
+    MissingAccess {
+        /// What needs it (`a receive buffer`, ...).
+        object: &'static str,
+        /// The access.
+        needs: super::mem::Access,
+    },
+    /// An operating-system call failed (`what` names it and its arguments).
+    #[error("{what}: {source}")]
+    Os {
+        /// The call and what it was asked (`memfd_create`, ...).
+        what: String,
+        /// The OS's error.
+        source: std::io::Error,
+    },
+    /// A completion channel already has a CQ of `token`: its events could
+    /// not be told apart; nothing was created. Pick another token.
+    #[error("token {token} names a CQ already on this completion channel: its events could not be told apart")]
+    DuplicateToken {
+        /// The token asked for.
+        token: u64,
+    },
+    /// The CQ's events go to a shared completion channel (its `token`
+    /// there): wait on the channel, then poll the CQ.
+    #[error("this CQ's events go to a shared completion channel (token {token}): wait on the channel, then poll the CQ")]
+    ChannelShared {
+        /// The CQ's token on the channel.
+        token: u64,
+    },
+    /// QP `qpn` completes into a shared CQ and has `outstanding` WRs: it
+    /// is not moved to RESET. Reset it with
+    /// [`SharedCq::reset_qp`](crate::SharedCq::reset_qp), which drains the
+    /// CQ of its completions.
+    #[error("QP {qpn:#x} completes into a shared CQ and has {outstanding} WRs outstanding: reset it with SharedCq::reset_qp, which drains the CQ of its completions")]
+    SharedCqOutstanding {
+        /// The QP's QPN.
+        qpn: u32,
+        /// Its outstanding WRs.
+        outstanding: u32,
+    },
+    /// The QP at `index` of a shared CQ (QPN `qpn`) does not complete into
+    /// it (swapped in?); nothing changed.
+    #[error("QP {qpn:#x} at index {index} does not complete into this CQ (swapped in?)")]
+    NotOnCq {
+        /// The QP's QPN.
+        qpn: u32,
+        /// Its index in the shared CQ's QPs.
+        index: usize,
+    },
+    /// [`Qp::join`](crate::Qp::join) was handed halves of another QP (or
+    /// of another split); nothing changed.
+    #[error("these halves are not those of QP {qpn:#x}")]
+    NotTheHalves {
+        /// The QPN of the QP asked to join them.
+        qpn: u32,
+    },
     /// A memory registration was refused before any device was asked;
     /// nothing was registered.
     #[error("registration refused: {0}")]
@@ -215,6 +473,139 @@ pub enum RegRefusal {
     /// writable memory.
     #[error("a LocalMr needs writable memory (register a read-only mapping with Pd::register)")]
     LocalReadOnly,
+}
+
+/// Which object an [`Error::ForeignPd`] or [`Error::PathMismatch`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PdObject {
+    /// An SGE's memory (its memory region).
+    Sge,
+    /// An address handle.
+    Ah,
+    /// A shared receive queue.
+    Srq,
+    /// A completion queue.
+    Cq,
+    /// A queue pair.
+    Qp,
+    /// A completion channel.
+    CompChannel,
+}
+
+impl std::fmt::Display for PdObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PdObject::Sge => "SGE's memory",
+            PdObject::Ah => "address handle",
+            PdObject::Srq => "SRQ",
+            PdObject::Cq => "CQ",
+            PdObject::Qp => "QP",
+            PdObject::CompChannel => "completion channel",
+        })
+    }
+}
+
+/// The queue an [`Error::NeverFits`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Queue {
+    /// A QP's send queue (its `max_send_wr`).
+    Send,
+    /// A QP's receive queue (its `max_recv_wr`; 0: it takes no receives).
+    Recv,
+    /// A completion queue (its depth in CQEs; size it with `CqSizing`).
+    Cq,
+    /// A shared receive queue (its `max_wr`).
+    Srq,
+}
+
+impl std::fmt::Display for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Queue::Send => "a send queue",
+            Queue::Recv => "a receive queue",
+            Queue::Cq => "a CQ",
+            Queue::Srq => "an SRQ",
+        })
+    }
+}
+
+impl Queue {
+    fn unit(self) -> &'static str {
+        match self {
+            Queue::Cq => "CQEs",
+            _ => "WRs",
+        }
+    }
+
+    fn hint(self) -> &'static str {
+        match self {
+            Queue::Cq => ", or size the CQ with CqSizing",
+            _ => "",
+        }
+    }
+}
+
+/// A device feature an [`Error::Unsupported`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Feature {
+    /// CQE compression (mlx5 mini-CQEs).
+    CqeCompression,
+    /// Inline receive (scatter to CQE).
+    InlineReceive,
+    /// Dynamically connected transport (DC).
+    Dc,
+    /// DMA-BUF memory registration.
+    DmaBuf,
+    /// On-demand paging (ODP).
+    Odp,
+    /// Masked atomics (extended atomics).
+    MaskedAtomics,
+    /// A connection manager (rdma_cm): kernel RDMA devices only.
+    RdmaCm,
+    /// The verbs path (the sim has only the direct path).
+    VerbsPath,
+    /// The direct path: mlx5 (ConnectX) devices and the sim only.
+    DirectPath,
+    /// A GID table (RoCE devices).
+    GidTable,
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Feature::CqeCompression => "CQE compression",
+            Feature::InlineReceive => "inline receive",
+            Feature::Dc => "DC (dynamically connected) QPs",
+            Feature::DmaBuf => "DMA-BUF registration",
+            Feature::Odp => "on-demand paging (ODP)",
+            Feature::MaskedAtomics => "masked atomics",
+            Feature::RdmaCm => {
+                "rdma_cm (it needs a kernel RDMA device; the sim has no connection manager)"
+            }
+            Feature::VerbsPath => {
+                "the verbs path (the sim has only the direct path; --backend verbs needs an ibverbs device)"
+            }
+            Feature::DirectPath => {
+                "the direct path (it drives ConnectX, mlx5, devices and the sim only)"
+            }
+            Feature::GidTable => "a GID table (GID indices apply to RoCE devices)",
+        })
+    }
+}
+
+/// A memory window's state ([`Error::MemoryWindow`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MwState {
+    /// Allocated, bound to no memory.
+    Free,
+    /// Bound to a memory region's range.
+    Bound,
+    /// Invalidated (by a local or remote invalidate): bind it again to use it.
+    Invalidated,
 }
 
 /// `std::result::Result` with this crate's [`Error`] as the default error.

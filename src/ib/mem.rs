@@ -39,12 +39,15 @@ impl AlignedBuf {
     /// `len` zeroed bytes at a 4096-byte-aligned address.
     ///
     /// Errors: [`RegRefusal::ZeroLength`]; a length the allocator refuses
-    /// ([`Error::Invalid`]).
+    /// ([`Error::Os`]).
     pub fn zeroed(len: usize) -> Result<Self> {
         if len == 0 {
             return Err(RegRefusal::ZeroLength.into());
         }
-        let too_big = || Error::Invalid(format!("cannot allocate a buffer of {len} bytes"));
+        let too_big = || Error::Os {
+            what: format!("allocating a buffer of {len} bytes"),
+            source: std::io::ErrorKind::OutOfMemory.into(),
+        };
         let layout = Layout::from_size_align(len, 4096).map_err(|_| too_big())?;
         // SAFETY: nonzero size.
         let ptr = std::ptr::NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(too_big)?;
@@ -165,14 +168,16 @@ impl Memory {
     ///
     /// Errors: [`RegRefusal::ZeroLength`]; the system's (`memfd_create`,
     /// `ftruncate`, `mmap`; `ENOMEM` when no huge page is free) as
-    /// [`Error::Invalid`] naming the call.
+    /// [`Error::Os`] naming the call.
     pub fn memfd(len: usize, pages: MemfdPages) -> Result<memmap2::MmapMut> {
         let file = Self::memfd_file(len, pages)?;
         // SAFETY: `file` is the only handle to a file no one else can open
         // (see above); it is dropped when this returns, and the mapping then
         // is the file's only user.
-        unsafe { memmap2::MmapMut::map_mut(&file) }
-            .map_err(|e| Error::Invalid(format!("mmap of a {len}-byte memfd: {e}")))
+        unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| Error::Os {
+            what: format!("mmap of a {len}-byte memfd"),
+            source: e,
+        })
     }
 
     /// A new unnamed file holding `bytes`, mapped read-only and shared (a
@@ -184,11 +189,15 @@ impl Memory {
     pub fn memfd_read_only(bytes: &[u8]) -> Result<memmap2::Mmap> {
         use std::io::Write;
         let mut file = Self::memfd_file(bytes.len(), MemfdPages::Tmpfs)?;
-        file.write_all(bytes)
-            .map_err(|e| Error::Invalid(format!("writing a memfd: {e}")))?;
+        file.write_all(bytes).map_err(|e| Error::Os {
+            what: "writing a memfd".into(),
+            source: e,
+        })?;
         // SAFETY: as in `memfd`: the only handle is `file`, dropped on return.
-        unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| Error::Invalid(format!("mmap of a {}-byte memfd: {e}", bytes.len())))
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::Os {
+            what: format!("mmap of a {}-byte memfd", bytes.len()),
+            source: e,
+        })
     }
 
     fn memfd_file(len: usize, pages: MemfdPages) -> Result<std::fs::File> {
@@ -200,11 +209,15 @@ impl Memory {
         if pages == MemfdPages::Huge2M {
             flags |= MFdFlags::MFD_HUGETLB | MFdFlags::MFD_HUGE_2MB;
         }
-        let fd = memfd_create(c"rdma-direct", flags)
-            .map_err(|e| Error::Invalid(format!("memfd_create: {e}")))?;
+        let fd = memfd_create(c"rdma-direct", flags).map_err(|e| Error::Os {
+            what: "memfd_create".into(),
+            source: e.into(),
+        })?;
         let file = std::fs::File::from(fd);
-        file.set_len(len as u64)
-            .map_err(|e| Error::Invalid(format!("ftruncate of a memfd to {len} bytes: {e}")))?;
+        file.set_len(len as u64).map_err(|e| Error::Os {
+            what: format!("ftruncate of a memfd to {len} bytes"),
+            source: e,
+        })?;
         Ok(file)
     }
 }
@@ -359,7 +372,10 @@ impl Buffer {
                 let m = memmap2::MmapOptions::new()
                     .len(len)
                     .map_anon()
-                    .map_err(|e| Error::Invalid(format!("cannot map {len} bytes: {e}")))?;
+                    .map_err(|e| Error::Os {
+                        what: format!("cannot map {len} bytes"),
+                        source: e,
+                    })?;
                 // Only advice: without THP the chunk still works.
                 #[cfg(not(miri))]
                 let _ = m.advise(memmap2::Advice::HugePage);

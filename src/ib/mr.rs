@@ -190,8 +190,8 @@ impl Mr {
     /// store each (a peer's RDMA may race with it: the bytes are then
     /// unspecified, as with DMA, but there is no undefined behaviour).
     ///
-    /// Errors: the range is outside the region, or the region is read-only
-    /// ([`Error::Invalid`]); nothing is written.
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]), or
+    /// the region is read-only ([`Error::Invalid`]); nothing is written.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_write(offset, src.len())?;
         // SAFETY: range checked, memory writable; the buffer lives as long as
@@ -204,7 +204,7 @@ impl Mr {
     /// byte load each (a plain copy when the region is not writable: then
     /// nothing writes it).
     ///
-    /// Errors: the range is outside the region ([`Error::Invalid`]).
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
         let src = self.inner.ptr.wrapping_add(offset);
@@ -258,7 +258,7 @@ impl Mr {
 
     /// `len` bytes at `offset` as a plain slice, read at memory speed.
     ///
-    /// Errors: the range is outside the region ([`Error::Invalid`]).
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]).
     ///
     /// # Safety
     /// While the slice lives nothing may write those bytes: no peer (by RDMA
@@ -276,8 +276,8 @@ impl Mr {
     /// `len` bytes at `offset` as a plain mutable slice, written at memory
     /// speed.
     ///
-    /// Errors: the range is outside the region, or the region is read-only
-    /// ([`Error::Invalid`]).
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]), or
+    /// the region is read-only ([`Error::Invalid`]).
     ///
     /// # Safety
     /// While the slice lives nothing else may read or write those bytes: no
@@ -328,9 +328,12 @@ impl std::fmt::Debug for Mr {
 fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(Error::Invalid(format!(
-            "range {offset}+{len} is outside the {size}-byte memory region"
-        ))),
+        _ => Err(Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+            object: "memory region",
+        }),
     }
 }
 
@@ -371,7 +374,7 @@ impl LocalMr {
     /// Copies `src` into the region at `offset` (`copy_from_slice`:
     /// memcpy speed).
     ///
-    /// Errors: the range is outside the region ([`Error::Invalid`]); nothing
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]); nothing
     /// is written.
     #[inline]
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
@@ -382,7 +385,7 @@ impl LocalMr {
 
     /// Copies from the region at `offset` into `dst` (memcpy speed).
     ///
-    /// Errors: the range is outside the region ([`Error::Invalid`]).
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]).
     #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         check_range(offset, dst.len(), self.len())?;

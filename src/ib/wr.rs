@@ -64,16 +64,16 @@ impl<'mr> Sge<'mr> {
     /// an inline WR's lkeys are ignored. The copy is a plain `memcpy`,
     /// where an [`Mr`]'s bytes (which a peer may write meanwhile) are read
     /// one atomic byte at a time. A WR that is not inline, and every
-    /// receive, refuses it with [`Error::Invalid`](crate::Error::Invalid).
+    /// receive, refuses it with [`Error::BytesSge`](crate::Error::BytesSge).
     ///
-    /// Errors: [`Error::Invalid`](crate::Error::Invalid) for 2^31 bytes or
+    /// Errors: [`Error::LengthOverflow`](crate::Error::LengthOverflow) for 2^31 bytes or
     /// more (no inline payload is near that: see `QpConfig::max_inline`).
     pub fn bytes(data: &'mr [u8]) -> Result<Sge<'mr>> {
         if data.len() >= 1 << 31 {
-            return Err(crate::Error::Invalid(format!(
-                "{} bytes of inline data exceed any WQE",
-                data.len()
-            )));
+            return Err(crate::Error::LengthOverflow {
+                len: data.len() as u64,
+                max: (1 << 31) - 1,
+            });
         }
         Ok(Sge {
             addr: data.as_ptr() as u64,

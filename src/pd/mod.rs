@@ -206,7 +206,7 @@ impl Pd {
     /// Creates two QPs (RC or UC, `cfg.qp_type`) on this device, each with
     /// its own CQ, and takes both RESET -> INIT -> RTR -> RTS connected to
     /// each other (loopback): [`Pd::create_qp`] twice, then
-    /// [`Qp::connect_loopback`]. A UD config is [`Error::Invalid`] (UD
+    /// [`Qp::connect_loopback`]. A UD config is [`Error::WrongTransport`] (UD
     /// connects to no peer: [`Qp::ready_ud`]).
     pub fn create_connected_pair(&self, cfg: &QpConfig) -> Result<(Qp, Qp)> {
         let mut a = self.create_qp(cfg)?;
@@ -223,7 +223,7 @@ impl Pd {
     /// posted receive (what a flush after an error produces), so it cannot
     /// overrun.
     ///
-    /// Errors: [`Error::Invalid`], before the device is asked, when
+    /// Errors: [`Error::Config`], before the device is asked, when
     /// `max_send_wr` is not 1..=16384, `max_recv_wr` over 16384, `rnr_retry`
     /// over 7, `min_rnr_timer` over 31 or `cq_depth` not 1..=4194304; the
     /// device's own refusals as [`Error::Verbs`] naming the call.
@@ -236,14 +236,17 @@ impl Pd {
     /// UD WQE copies it, as rdma-core does). The sim routes by QPN alone:
     /// its AHs carry no path.
     ///
-    /// Errors: port 0 ([`Error::Invalid`]); the device's refusal
+    /// Errors: port 0 ([`Error::Config`]); the device's refusal
     /// ([`Error::Verbs`], `ibv_create_ah`: on RoCE, an `av` without a GRH).
     pub fn create_ah(&self, av: &crate::AddressVector) -> Result<crate::Ah> {
         use crate::ib::ah::Ah;
         if av.port == 0 {
-            return Err(Error::Invalid(
-                "port 0 does not exist (ports count from 1)".into(),
-            ));
+            return Err(Error::Config {
+                field: "port (ports count from 1)",
+                value: 0,
+                min: 1,
+                max: u8::MAX as u64,
+            });
         }
         let inner = match &self.inner.kind {
             PdKind::Sim(..) => sim_ah(self.inner.id),
@@ -274,8 +277,8 @@ impl Pd {
     #[cfg_attr(not(feature = "verbs"), doc = "(`cm::CmListener::accept_ud`).")]
     /// On the sim the AH carries no path, as [`Self::create_ah`]'s.
     ///
-    /// Errors: port 0, a completion that is not a successful receive, or a
-    /// receive without a GRH ([`Error::Invalid`]: [`Completion`](crate::Completion)
+    /// Errors: port 0 ([`Error::Config`]), a completion that is not a
+    /// successful receive, or a receive without a GRH ([`Error::Invalid`]: [`Completion`](crate::Completion)
     /// carries no source LID, which InfiniBand without a GRH would need);
     /// the device's refusal ([`Error::Verbs`], `ibv_create_ah_from_wc`).
     pub fn create_ah_from_recv(
@@ -286,9 +289,12 @@ impl Pd {
     ) -> Result<crate::Ah> {
         use crate::ib::ah::Ah;
         if port == 0 {
-            return Err(Error::Invalid(
-                "port 0 does not exist (ports count from 1)".into(),
-            ));
+            return Err(Error::Config {
+                field: "port (ports count from 1)",
+                value: 0,
+                min: 1,
+                max: u8::MAX as u64,
+            });
         }
         if !c.status.is_ok() || c.opcode != crate::WcOpcode::RECV {
             return Err(Error::Invalid(format!(
@@ -323,7 +329,7 @@ impl Pd {
     /// ([`Self::create_qp_on_srq`], [`SharedCq::create_qp_on_srq`]) take
     /// their receives from it. See [`Srq`](crate::Srq).
     ///
-    /// Errors: [`Error::Invalid`] when `max_wr` is not 1..=16384 or
+    /// Errors: [`Error::Config`] when `max_wr` is not 1..=16384 or
     /// `max_sge` not 1..=30, or the device granted less; the device's
     /// refusal ([`Error::Verbs`], `ibv_create_srq`; [`Error::Sim`]).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<crate::Srq> {
@@ -339,7 +345,7 @@ impl Pd {
     /// Errors: as [`Self::create_qp`]; `srq` of another PD, or a CQ whose
     /// free CQ credits are fewer than the SRQ's `max_wr` (a `cq_depth` too
     /// small: size it with [`CqSizing`](crate::CqSizing)`::new().queue(srq.max_wr())`
-    /// and the sends) ([`Error::Invalid`]).
+    /// and the sends) ([`Error::SrqCqCredits`]).
     pub fn create_qp_on_srq(&self, cfg: &QpConfig, srq: &crate::Srq) -> Result<Qp> {
         Qp::create(&self.inner, cfg, None, Some(srq))
     }
@@ -349,13 +355,16 @@ impl Pd {
     /// limits posting. On verbs this is `ibv_create_cq` with a completion
     /// channel; on the direct path our poller runs over its ring.
     ///
-    /// Errors: [`Error::Invalid`] when `depth` is not 1..=4194304; the
+    /// Errors: [`Error::Config`] when `depth` is not 1..=4194304; the
     /// device's refusal as [`Error::Verbs`].
     pub fn create_shared_cq(&self, depth: u32) -> Result<SharedCq> {
         if depth == 0 || depth > 1 << 22 {
-            return Err(Error::Invalid(format!(
-                "shared CQ depth {depth} must be 1..=4194304"
-            )));
+            return Err(Error::Config {
+                field: "shared CQ depth",
+                value: depth as u64,
+                min: 1,
+                max: 1 << 22,
+            });
         }
         let kind = match &self.inner.kind {
             PdKind::Sim(dev, _) => SharedKind::Direct(direct::DirectCq::create_sim(dev, depth)?),
@@ -381,7 +390,7 @@ impl Pd {
     /// `ibv_create_cq(3)` with `channel` and `cq_context`; on the direct
     /// path the arm's sequence number counts the events the channel took.
     ///
-    /// Errors: as [`Self::create_shared_cq`]; [`Error::Invalid`] when
+    /// Errors: as [`Self::create_shared_cq`]; [`Error::ForeignPd`], [`Error::DuplicateToken`] when
     /// `channel` is another device's or `token` names a live CQ on it.
     pub fn create_shared_cq_on(
         &self,
@@ -390,11 +399,16 @@ impl Pd {
         token: u64,
     ) -> Result<SharedCq> {
         if depth == 0 || depth > 1 << 22 {
-            return Err(Error::Invalid(format!(
-                "shared CQ depth {depth} must be 1..=4194304"
-            )));
+            return Err(Error::Config {
+                field: "shared CQ depth",
+                value: depth as u64,
+                min: 1,
+                max: 1 << 22,
+            });
         }
-        let other = || Error::Invalid("the completion channel is another device's".into());
+        let other = || Error::ForeignPd {
+            object: crate::PdObject::CompChannel,
+        };
         let (seat, taken) = match (&self.inner.kind, channel.kind()) {
             (PdKind::Sim(d, _), ChannelKind::Sim(cd, _)) if d.same(cd) => channel.seat(token)?,
             #[cfg(feature = "verbs")]

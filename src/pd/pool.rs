@@ -60,7 +60,8 @@ impl Pool {
     /// Maps and registers `cfg.chunks` chunks on `pd`.
     ///
     /// Errors: [`Error::Invalid`] for a chunk size not a positive multiple
-    /// of 4096, a buffer size not a power of two in 64..=chunk size, no
+    /// of 4096, [`Error::Config`] for a buffer size not a power of two in
+    /// 64..=chunk size, [`Error::Invalid`] for no
     /// chunks, 2^32 buffers or more, or access flags `Pd::reg_mr` refuses;
     /// the mapping's and the registration's own errors (the chunks
     /// registered before the failure are released).
@@ -72,10 +73,12 @@ impl Pool {
             )));
         }
         if !cfg.buf_size.is_power_of_two() || cfg.buf_size < 64 || cfg.buf_size > cfg.chunk_size {
-            return Err(Error::Invalid(format!(
-                "pool buffer size {} must be a power of two in 64..={}",
-                cfg.buf_size, cfg.chunk_size
-            )));
+            return Err(Error::Config {
+                field: "pool buffer size (a power of two)",
+                value: cfg.buf_size as u64,
+                min: 64,
+                max: cfg.chunk_size as u64,
+            });
         }
         let per_chunk = cfg.chunk_size / cfg.buf_size;
         let total = per_chunk
@@ -95,9 +98,12 @@ impl Pool {
             )));
         }
         let mut chunks = Vec::new();
-        chunks.try_reserve_exact(cfg.chunks).map_err(|_| {
-            Error::Invalid(format!("no memory to track {} pool chunks", cfg.chunks))
-        })?;
+        chunks
+            .try_reserve_exact(cfg.chunks)
+            .map_err(|_| Error::Os {
+                what: format!("no memory to track {} pool chunks", cfg.chunks),
+                source: std::io::ErrorKind::OutOfMemory.into(),
+            })?;
         let mut pages = Pages::Huge;
         for _ in 0..cfg.chunks {
             // On error the chunks registered so far are dropped: deregistered
@@ -205,7 +211,7 @@ impl PoolBuf {
 
     /// A local SGE over `[offset, offset + len)` of the buffer.
     ///
-    /// Errors: [`Error::Invalid`] when the range leaves the buffer.
+    /// Errors: [`Error::OutOfBounds`] when the range leaves the buffer.
     pub fn sge(&self, offset: usize, len: u32) -> Result<Sge<'_>> {
         self.check(offset, len as usize)?;
         Sge::new(self.chunk(), self.base() + offset, len)
@@ -214,21 +220,23 @@ impl PoolBuf {
     /// The buffer at `offset`, as a peer names it (the peer may access
     /// from there to the buffer's end).
     ///
-    /// Errors: [`Error::Invalid`] when `offset` is not inside the buffer, or
+    /// Errors: [`Error::OutOfBounds`], [`Error::MissingAccess`] when `offset` is not inside the buffer, or
     /// the pool's access has no REMOTE_* flag (no peer could reach it).
     pub fn remote(&self, offset: u64) -> Result<RemoteAddr> {
         let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
         if !self.chunk().access().intersects(remote) {
-            return Err(Error::Invalid(
-                "the pool was built without remote access (PoolConfig::access): no peer can reach its buffers"
-                    .into(),
-            ));
+            return Err(Error::MissingAccess {
+                object: "the pool was built without remote access (PoolConfig::access): no peer can reach its buffers; a remote address",
+                needs: remote,
+            });
         }
         if offset >= self.len() as u64 {
-            return Err(Error::Invalid(format!(
-                "offset {offset} is outside a pool buffer of {} bytes",
-                self.len()
-            )));
+            return Err(Error::OutOfBounds {
+                offset,
+                len: 1,
+                size: self.len() as u64,
+                object: "pool buffer",
+            });
         }
         Ok(RemoteAddr {
             addr: self.addr() + offset,
@@ -251,10 +259,12 @@ impl PoolBuf {
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
-            _ => Err(Error::Invalid(format!(
-                "{len} bytes at offset {offset} leave a pool buffer of {} bytes",
-                self.len()
-            ))),
+            _ => Err(Error::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len() as u64,
+                object: "pool buffer",
+            }),
         }
     }
 }

@@ -29,9 +29,9 @@ impl Qp {
     ) -> Result<Qp> {
         if let Some(s) = srq {
             if !Arc::ptr_eq(s.pd(), pd_inner) {
-                return Err(Error::Invalid(
-                    "the SRQ belongs to another protection domain".into(),
-                ));
+                return Err(Error::ForeignPd {
+                    object: crate::PdObject::Srq,
+                });
             }
         }
         // On an SRQ the receive limits are the SRQ's (its CQ room, its SGEs).
@@ -48,28 +48,36 @@ impl Qp {
             _ => None,
         };
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
-            return Err(Error::Invalid(format!(
-                "max_send_wr {} must be 1..=16384",
-                cfg.max_send_wr
-            )));
+            return Err(Error::Config {
+                field: "max_send_wr",
+                value: cfg.max_send_wr as u64,
+                min: 1,
+                max: 1 << 14,
+            });
         }
         if cfg.max_recv_wr > 1 << 14 {
-            return Err(Error::Invalid(format!(
-                "max_recv_wr {} must be at most 16384",
-                cfg.max_recv_wr
-            )));
+            return Err(Error::Config {
+                field: "max_recv_wr",
+                value: cfg.max_recv_wr as u64,
+                min: 0,
+                max: 1 << 14,
+            });
         }
         if cfg.rnr_retry > 7 {
-            return Err(Error::Invalid(format!(
-                "rnr_retry {} must be 0..=7 (7: retry forever)",
-                cfg.rnr_retry
-            )));
+            return Err(Error::Config {
+                field: "rnr_retry (7: retry forever)",
+                value: cfg.rnr_retry as u64,
+                min: 0,
+                max: 7,
+            });
         }
         if cfg.min_rnr_timer > 31 {
-            return Err(Error::Invalid(format!(
-                "min_rnr_timer {} must be 0..=31 (IB spec table 45 code)",
-                cfg.min_rnr_timer
-            )));
+            return Err(Error::Config {
+                field: "min_rnr_timer (IB spec table 45 code)",
+                value: cfg.min_rnr_timer as u64,
+                min: 0,
+                max: 31,
+            });
         }
         let cq_depth = match cfg.cq_depth {
             Some(_) if shared.is_some() => {
@@ -78,7 +86,12 @@ impl Qp {
                 ))
             }
             Some(d) if d == 0 || d > 1 << 22 => {
-                return Err(Error::Invalid(format!("cq_depth {d} must be 1..=4194304")))
+                return Err(Error::Config {
+                    field: "cq_depth",
+                    value: d as u64,
+                    min: 1,
+                    max: 1 << 22,
+                })
             }
             Some(d) => d,
             // Default: room for a completion of every outstanding send and
@@ -89,43 +102,28 @@ impl Qp {
             None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
             Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
             #[cfg(feature = "verbs")]
-            Some((SharedKind::Verbs(..), ..)) => Err(Error::Invalid(
-                "a direct-path QP cannot complete into a verbs CQ".into(),
-            )),
+            Some((SharedKind::Verbs(..), ..)) => Err(Error::PathMismatch {
+                qp: "direct-path",
+                object: crate::PdObject::Cq,
+                theirs: "verbs",
+            }),
         };
         let mut kind = match &pd_inner.kind {
             PdKind::Sim(dev, pdn) => {
-                if cfg.max_send_sge as usize > direct::MAX_SGE {
-                    return Err(Error::Invalid(format!(
-                        "max_send_sge {} exceeds the direct path's {} SGEs per WQE",
-                        cfg.max_send_sge,
-                        direct::MAX_SGE
-                    )));
-                }
-                if cfg.max_recv_sge as usize > direct::MAX_SGE {
-                    return Err(Error::Invalid(format!(
-                        "max_recv_sge {} exceeds the direct path's {} SGEs per receive WQE",
-                        cfg.max_recv_sge,
-                        direct::MAX_SGE
-                    )));
-                }
-                if cfg.max_inline as usize > direct::MAX_INLINE {
-                    return Err(Error::Invalid(format!(
-                        "max_inline {} exceeds the direct path's {} inline bytes per WQE",
-                        cfg.max_inline,
-                        direct::MAX_INLINE
-                    )));
-                }
+                direct_limits(cfg)?;
                 if cfg.port != 1 {
-                    return Err(Error::Invalid(format!(
-                        "the sim has one port, 1 (asked for port {})",
-                        cfg.port
-                    )));
+                    return Err(Error::Config {
+                        field: "port (the sim has one)",
+                        value: cfg.port as u64,
+                        min: 1,
+                        max: 1,
+                    });
                 }
-                if let Some(i) = cfg.gid_index {
-                    return Err(Error::Invalid(format!(
-                        "the sim has no GID table (asked for GID index {i}); GID indices apply to RoCE devices"
-                    )));
+                if cfg.gid_index.is_some() {
+                    return Err(Error::Unsupported {
+                        device: crate::SIM_DEVICE.into(),
+                        feature: crate::Feature::GidTable,
+                    });
                 }
                 // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
                 let per_wqe = direct::max_wqebbs_of(cfg.qp_type, cfg.max_send_sge, cfg.max_inline);
@@ -165,16 +163,7 @@ impl Qp {
                     max_recv_sge: cfg.max_recv_sge.max(1),
                 };
                 if *direct == DataPath::Direct {
-                    if cfg.max_send_sge as usize > direct::MAX_SGE
-                        || cfg.max_recv_sge as usize > direct::MAX_SGE
-                        || cfg.max_inline as usize > direct::MAX_INLINE
-                    {
-                        return Err(Error::Invalid(format!(
-                            "the direct path takes at most {} SGEs and {} inline bytes per WQE",
-                            direct::MAX_SGE,
-                            direct::MAX_INLINE
-                        )));
-                    }
+                    direct_limits(cfg)?;
                     let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?, direct_srq)?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)
@@ -187,17 +176,21 @@ impl Qp {
                             verbs::CqChoice::Shared(c, credits)
                         }
                         Some((SharedKind::Direct(_), ..)) => {
-                            return Err(Error::Invalid(
-                                "a verbs QP cannot complete into a direct-path CQ".into(),
-                            ))
+                            return Err(Error::PathMismatch {
+                                qp: "verbs",
+                                object: crate::PdObject::Cq,
+                                theirs: "direct-path",
+                            })
                         }
                     };
                     let verbs_srq = match srq.map(Srq::kind) {
                         Some(SrqKind::Verbs(v)) => Some(v),
                         Some(SrqKind::Direct(_)) => {
-                            return Err(Error::Invalid(
-                                "a verbs QP cannot receive from a direct-path SRQ".into(),
-                            ))
+                            return Err(Error::PathMismatch {
+                                qp: "verbs",
+                                object: crate::PdObject::Srq,
+                                theirs: "direct-path",
+                            })
                         }
                         None => None,
                     };
@@ -269,4 +262,37 @@ impl Qp {
         }
         Ok(qp)
     }
+}
+
+/// The direct path's limits per WQE: `max_send_sge`, `max_recv_sge` and
+/// `max_inline` within them ([`Error::Config`] naming the first that is not).
+fn direct_limits(cfg: &QpConfig) -> Result<()> {
+    let limits = [
+        (
+            "max_send_sge (the direct path's SGEs per WQE)",
+            cfg.max_send_sge,
+            direct::MAX_SGE,
+        ),
+        (
+            "max_recv_sge (the direct path's SGEs per receive WQE)",
+            cfg.max_recv_sge,
+            direct::MAX_SGE,
+        ),
+        (
+            "max_inline (the direct path's inline bytes per WQE)",
+            cfg.max_inline,
+            direct::MAX_INLINE,
+        ),
+    ];
+    for (field, value, max) in limits {
+        if value as usize > max {
+            return Err(Error::Config {
+                field,
+                value: value as u64,
+                min: 0,
+                max: max as u64,
+            });
+        }
+    }
+    Ok(())
 }

@@ -122,19 +122,23 @@ impl Qp {
     /// and each QP's own `rnr_retry` ([`Self::connect_remote`] on each side).
     ///
     /// Errors: the QPs belong to different PDs, or either is not in RESET
-    /// ([`Error::Invalid`], nothing changed); a failed transition (the QP is
+    /// ([`Error::ForeignPd`], [`Error::NotInReset`], nothing changed); a failed transition (the QP is
     /// left where it got to).
     pub fn connect_loopback(a: &mut Qp, b: &mut Qp) -> Result<()> {
         if !Arc::ptr_eq(&a.pd, &b.pd) {
-            return Err(Error::Invalid(
-                "connect_loopback joins two QPs of one PD".into(),
-            ));
+            return Err(Error::ForeignPd {
+                object: crate::PdObject::Qp,
+            });
         }
         if a.state != QpState::Reset || b.state != QpState::Reset {
-            return Err(Error::Invalid(format!(
-                "connect_loopback needs both QPs in RESET (they are in {:?} and {:?})",
-                a.state, b.state
-            )));
+            return Err(Error::NotInReset {
+                op: "connect_loopback (both QPs)",
+                state: if a.state != QpState::Reset {
+                    a.state
+                } else {
+                    b.state
+                },
+            });
         }
         let (ea, eb) = (a.local, b.local);
         let (psn_a, psn_b) = (random_psn(), random_psn());
@@ -166,9 +170,10 @@ impl Qp {
                 QpAttr::rts_unreliable(my_psn),
             ),
             QpType::Ud => {
-                return Err(Error::Invalid(
-                    "a UD QP connects to no peer: bring it up with Qp::ready_ud".into(),
-                ))
+                return Err(Error::WrongTransport {
+                    qp_type: QpType::Ud,
+                    op: "connecting to a peer (bring a UD QP up with Qp::ready_ud)",
+                })
             }
         };
         let rtr = self.rtr_attr(peer, peer_psn);
@@ -179,10 +184,10 @@ impl Qp {
     /// before the first modify; a failed modify takes the QP back to RESET.
     pub(crate) fn connect_steps(&mut self, init: QpAttr, rtr: QpAttr, rts: QpAttr) -> Result<()> {
         if self.state != QpState::Reset {
-            return Err(Error::Invalid(format!(
-                "connecting needs the QP in RESET (it is in {:?})",
-                self.state
-            )));
+            return Err(Error::NotInReset {
+                op: "connecting",
+                state: self.state,
+            });
         }
         let steps = [
             (QpState::Reset, QpState::Init, init),
@@ -309,7 +314,7 @@ impl Qp {
     /// Moving to RESET forgets every outstanding WR and discards the QP's
     /// completions not yet polled; the QP can then be connected again
     /// (ERR -> RESET -> INIT -> RTR -> RTS). A QP on a [`SharedCq`](crate::SharedCq) moves to
-    /// RESET here only with no WR outstanding ([`Error::Invalid`]
+    /// RESET here only with no WR outstanding ([`Error::SharedCqOutstanding`]
     /// otherwise): the CQ holds other QPs' completions too, so reset it with
     /// [`SharedCq::reset_qp`](crate::SharedCq::reset_qp), which drains the CQ of its completions.
     pub fn modify(&mut self, to: QpState, attr: &QpAttr) -> Result<()> {
@@ -361,21 +366,22 @@ impl Qp {
         if to == QpState::Reset && self.shared_cq.is_some() && !cq_drained {
             let outstanding = self.outstanding();
             if outstanding > 0 {
-                return Err(Error::Invalid(format!(
-                    "QP {:#x} completes into a shared CQ and has {outstanding} WRs outstanding: \
-                     reset it with SharedCq::reset_qp, which drains the CQ of its completions",
-                    self.local.qpn
-                )));
+                return Err(Error::SharedCqOutstanding {
+                    qpn: self.local.qpn,
+                    outstanding,
+                });
             }
         }
         let sim = matches!(self.pd.kind, PdKind::Sim(..));
         // The sim has one port, as its `create_qp` says.
         let ports = [attr.port, attr.av.map(|av| av.port)];
-        if sim && ports.iter().flatten().any(|&p| p != 1) {
-            return Err(Error::Invalid(format!(
-                "the sim has one port (1); the attributes name {:?}",
-                ports.iter().flatten().collect::<Vec<_>>()
-            )));
+        if let Some(&p) = ports.iter().flatten().find(|&&p| sim && p != 1) {
+            return Err(Error::Config {
+                field: "port (the sim has one)",
+                value: p as u64,
+                min: 1,
+                max: 1,
+            });
         }
         let local = self.local;
         // The path facts an RTR or RTS sets (the sim has no wire: none).
@@ -466,17 +472,17 @@ impl Qp {
     /// when the send queue has no room for the whole batch, [`Error::CqFull`]
     /// when its CQ has no room for their completions (CQ credits): poll and
     /// post again. A batch larger than `max_send_wr` or the CQ, which could
-    /// never fit, is [`Error::Invalid`].
+    /// never fit, is [`Error::NeverFits`].
     ///
     /// A QP that is not connected (RTS) refuses every WR with
     /// [`Error::QpState`]; an SGE of an MR of another PD (or device) is
-    /// [`Error::Invalid`] (only its own PD's QPs hold a dropped MR back).
+    /// [`Error::ForeignPd`] (only its own PD's QPs hold a dropped MR back).
     ///
     /// By transport: a UC QP refuses RDMA READ and atomics; a UD QP takes
     /// only UD sends ([`SendWr::ud_send`]) through an AH of its PD to a
     /// 24-bit QPN, each at most [`Self::ud_mtu`] bytes
     /// ([`Error::MessageTooLong`]); an RC or UC QP refuses a UD send (the
-    /// others are [`Error::Invalid`]).
+    /// others are [`Error::WrongTransport`]).
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
@@ -525,10 +531,11 @@ impl Qp {
         for i in 0..wrs.count() {
             let w = wrs.wr(i);
             if w.sges.len() > max_sge as usize {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_send_sge of {max_sge}",
-                    w.sges.len()
-                )));
+                return Err(Error::TooManySges {
+                    sges: w.sges.len(),
+                    max: max_sge,
+                    limit: "the QP's max_send_sge",
+                });
             }
             self.check_transport(&w)?;
             if !reliable
@@ -537,10 +544,10 @@ impl Qp {
                     WrOp::RdmaRead { .. } | WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }
                 )
             {
-                return Err(Error::Invalid(format!(
-                    "a {} QP takes no RDMA READ or atomic (IB spec 9.8.3)",
-                    self.cfg.qp_type.name()
-                )));
+                return Err(Error::WrongTransport {
+                    qp_type: self.cfg.qp_type,
+                    op: "an RDMA READ or atomic (IB spec 9.8.3)",
+                });
             }
             if !w.inline {
                 // (Inline bytes are copied now: any memory will do.)
@@ -549,61 +556,66 @@ impl Qp {
             match w.op {
                 WrOp::AtomicCmpSwp { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
                     if w.inline || w.sges.len() != 1 || w.sges[0].len() != 8 {
-                        return Err(Error::Invalid(
-                            "an atomic takes exactly one 8-byte SGE for the old value, not inline"
-                                .into(),
-                        ));
+                        return Err(Error::AtomicShape {
+                            sges: w.sges.len(),
+                            len: w.total_len(),
+                            inline: w.inline,
+                        });
                     }
                     if remote.addr % 8 != 0 {
-                        return Err(Error::Invalid(format!(
-                            "atomic remote address {:#x} is not 8-byte aligned",
-                            remote.addr
-                        )));
+                        return Err(Error::AtomicUnaligned { addr: remote.addr });
                     }
                 }
                 WrOp::RdmaRead { .. } if w.inline => {
-                    return Err(Error::Invalid("an RDMA READ cannot be inline".into()));
+                    return Err(Error::ReadInline);
                 }
                 _ => {}
             }
             if w.inline && w.total_len() > max_inline as u64 {
-                return Err(Error::Invalid(format!(
-                    "inline payload of {} bytes exceeds the QP's max_inline of {max_inline}",
-                    w.total_len()
-                )));
+                return Err(Error::InlineTooLong {
+                    len: w.total_len(),
+                    max: max_inline,
+                });
             }
             if w.total_len() > 1 << 31 {
-                return Err(Error::Invalid(format!(
-                    "message of {} bytes exceeds 2^31",
-                    w.total_len()
-                )));
+                return Err(Error::LengthOverflow {
+                    len: w.total_len(),
+                    max: 1 << 31,
+                });
             }
         }
         let r = backend!(&mut self.kind, post_send(wrs));
         match r {
-            Err(Error::QueueFull | Error::CqFull) => {
-                Err(self.never_fits(wrs.count(), self.cfg.max_send_wr, r.unwrap_err()))
-            }
+            Err(Error::QueueFull | Error::CqFull) => Err(self.never_fits(
+                wrs.count(),
+                crate::Queue::Send,
+                self.cfg.max_send_wr,
+                r.unwrap_err(),
+            )),
             r => r,
         }
     }
 
     /// A full queue or CQ (`e`) that polling cannot cure: a batch of `n`
     /// WRs larger than the queue (`queue`: `max_send_wr` or `max_recv_wr`)
-    /// or the CQ is [`Error::Invalid`], so the caller does not retry it for
+    /// or the CQ is [`Error::NeverFits`], so the caller does not retry it for
     /// ever.
     #[cold]
-    fn never_fits(&self, n: usize, queue: u32, e: Error) -> Error {
+    fn never_fits(&self, n: usize, which: crate::Queue, queue: u32, e: Error) -> Error {
         if n > queue as usize {
-            return Error::Invalid(format!(
-                "a batch of {n} WRs can never fit a queue of {queue} WRs: post it in parts"
-            ));
+            return Error::NeverFits {
+                wrs: n,
+                queue: which,
+                depth: queue,
+            };
         }
         let depth = self.cq_depth();
         if n > depth as usize {
-            return Error::Invalid(format!(
-                "a batch of {n} WRs can never fit a CQ of {depth} CQEs: post it in parts, or size the CQ with CqSizing"
-            ));
+            return Error::NeverFits {
+                wrs: n,
+                queue: crate::Queue::Cq,
+                depth,
+            };
         }
         e
     }
@@ -612,10 +624,10 @@ impl Qp {
     /// checked first; on any error nothing is posted. [`Error::RecvQueueFull`]
     /// when the QP would hold more than `max_recv_wr` receives,
     /// [`Error::CqFull`] when its CQ has no room for their completions; a
-    /// batch larger than either, which could never fit, is [`Error::Invalid`].
+    /// batch larger than either, which could never fit, is [`Error::NeverFits`].
     ///
     /// A QP in RESET refuses every WR with [`Error::QpState`]; an SGE of an
-    /// MR of another PD (or device) is [`Error::Invalid`].
+    /// MR of another PD (or device) is [`Error::ForeignPd`].
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         if self.halves.is_some() && !self.rejoin_parked() {
             return Err(Error::QpSplit {
@@ -623,10 +635,9 @@ impl Qp {
             });
         }
         if self.srq.is_some() {
-            return Err(Error::Invalid(format!(
-                "QP {:#x} receives from an SRQ: post receives to the SRQ",
-                self.local.qpn
-            )));
+            return Err(Error::SrqAttached {
+                qpn: self.local.qpn,
+            });
         }
         if self.state == QpState::Reset {
             return Err(Error::QpState {
@@ -636,9 +647,11 @@ impl Qp {
         }
         if self.cfg.max_recv_wr == 0 && !wrs.is_empty() {
             // (The verbs device was asked for one receive, as it must be.)
-            return Err(Error::Invalid(
-                "the QP was created with max_recv_wr 0: it takes no receives".into(),
-            ));
+            return Err(Error::NeverFits {
+                wrs: wrs.len(),
+                queue: crate::Queue::Recv,
+                depth: 0,
+            });
         }
         // Room first: noting the lkeys of a receive that cannot be posted
         // would overwrite the slot of the oldest one still posted.
@@ -648,7 +661,12 @@ impl Qp {
             ..
         } = self.counts();
         if posted - retired + wrs.len() as u64 > self.cfg.max_recv_wr as u64 {
-            return Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, Error::RecvQueueFull));
+            return Err(self.never_fits(
+                wrs.len(),
+                crate::Queue::Recv,
+                self.cfg.max_recv_wr,
+                Error::RecvQueueFull,
+            ));
         }
         // The lkeys each receive names, before it is posted: a dropped MR
         // waits only for the outstanding receives that name it (noting the
@@ -662,9 +680,12 @@ impl Qp {
         }
         let r = backend!(&mut self.kind, post_recv(wrs));
         match r {
-            Err(Error::RecvQueueFull | Error::CqFull) => {
-                Err(self.never_fits(wrs.len(), self.cfg.max_recv_wr, r.unwrap_err()))
-            }
+            Err(Error::RecvQueueFull | Error::CqFull) => Err(self.never_fits(
+                wrs.len(),
+                crate::Queue::Recv,
+                self.cfg.max_recv_wr,
+                r.unwrap_err(),
+            )),
             r => r,
         }
     }
@@ -675,15 +696,12 @@ impl Qp {
     #[inline]
     fn check_pd(&self, sges: &[Sge<'_>]) -> Result<()> {
         if sges.iter().any(|s| s.pd() == BYTES_PD) {
-            return Err(Error::Invalid(
-                "an SGE of plain bytes (Sge::bytes) is inline data: only an inline send takes it"
-                    .into(),
-            ));
+            return Err(Error::BytesSge);
         }
         if sges.iter().any(|s| s.pd() != self.pd.id) {
-            return Err(Error::Invalid(
-                "an SGE names memory registered on another protection domain (or device)".into(),
-            ));
+            return Err(Error::ForeignPd {
+                object: crate::PdObject::Sge,
+            });
         }
         Ok(())
     }
@@ -701,7 +719,7 @@ impl Qp {
     /// events, or adaptive: see [`CompletionMode`]): returns as soon as at
     /// least one is in `out`, or 0 when `timeout` passed first.
     ///
-    /// Errors: `out` is empty ([`Error::Invalid`]); [`Error::SharedCq`] on a
+    /// Errors: `out` is empty ([`Error::Config`]); [`Error::SharedCq`] on a
     /// QP of a [`SharedCq`](crate::SharedCq) (wait there); the device's.
     pub fn wait(
         &mut self,

@@ -16,7 +16,7 @@ impl Qp {
     /// Posts one RDMA WRITE of `w.sge` to `w.remote`, with `w.flags`: what
     /// [`Self::post_send`] posts for [`WriteWr::to_send_wr`], and the same
     /// errors ([`Error::QpState`], [`Error::QueueFull`], [`Error::CqFull`],
-    /// [`Error::Invalid`] for an SGE of another PD). On the direct path the
+    /// [`Error::ForeignPd`] for an SGE of another PD). On the direct path the
     /// WQE (one WQEBB: `docs/prm.md`) is written in place and rung with
     /// BlueFlame. A zero-length SGE is posted as a WRITE of no data
     /// segment, as [`Self::post_send`] does.
@@ -24,7 +24,7 @@ impl Qp {
     /// [`Error::QpState`]: crate::Error::QpState
     /// [`Error::QueueFull`]: crate::Error::QueueFull
     /// [`Error::CqFull`]: crate::Error::CqFull
-    /// [`Error::Invalid`]: crate::Error::Invalid
+    /// [`Error::ForeignPd`]: crate::Error::ForeignPd
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_write(&mut self, w: &WriteWr<'_>) -> Result<()> {
@@ -51,11 +51,11 @@ impl Qp {
     /// again when this returns), with `flags`: what [`Self::post_send`]
     /// posts for `SendWr::rdma_write(wr_id, &[Sge::bytes(data)?],
     /// remote).inline()` with those flags, and the same errors, and
-    /// [`Error::Invalid`] above [`Self::max_inline`] bytes. On the direct
+    /// [`Error::InlineTooLong`] above [`Self::max_inline`] bytes. On the direct
     /// path the WQE (`ceil((36 + len) / 64)` WQEBBs: `docs/prm.md`) is built
     /// in place and rung with BlueFlame. (UCX's `uct_ep_put_short`.)
     ///
-    /// [`Error::Invalid`]: crate::Error::Invalid
+    /// [`Error::InlineTooLong`]: crate::Error::InlineTooLong
     #[inline(always)]
     #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_write_inline(

@@ -20,8 +20,9 @@ impl Qp {
     /// plainly (memcpy).
     ///
     /// Everything [`Self::post_send`] checks applies. Errors: those, and
-    /// [`Error::Invalid`] when `wr.sges` is not empty, the range is outside
-    /// `buf`, an RDMA READ or atomic target lacks LOCAL_WRITE, or the buffer
+    /// [`Error::Invalid`] when `wr.sges` is not empty, [`Error::OutOfBounds`]
+    /// when the range is outside `buf`, [`Error::MissingAccess`] when an RDMA
+    /// READ or atomic target lacks LOCAL_WRITE, [`Error::Invalid`] when the buffer
     /// of the WR posted `max_send_wr` WRs ago has not been taken back yet;
     /// the buffer comes back in [`Refused`], nothing posted.
     ///
@@ -47,9 +48,10 @@ impl Qp {
             WrOp::RdmaRead { .. } | WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }
         );
         if lands && !buf.access().contains(Access::LOCAL_WRITE) {
-            let error = Error::Invalid(
-                "an RDMA READ or atomic writes its local buffer: it needs LOCAL_WRITE".into(),
-            );
+            let error = Error::MissingAccess {
+                object: "an RDMA READ or atomic writes its local buffer: it",
+                needs: Access::LOCAL_WRITE,
+            };
             return Err(Refused { error, buf });
         }
         let sge = [Sge::owned(&buf, offset, len)];
@@ -69,8 +71,9 @@ impl Qp {
     /// then read in place (`&buf[offset..offset + byte_len]`).
     ///
     /// Everything [`Self::post_recv`] checks applies. Errors: those, and
-    /// [`Error::Invalid`] when the range is outside `buf`, `buf` lacks
-    /// LOCAL_WRITE, or the buffer of the receive posted `max_recv_wr`
+    /// [`Error::OutOfBounds`] when the range is outside `buf`,
+    /// [`Error::MissingAccess`] when `buf` lacks LOCAL_WRITE, [`Error::Invalid`]
+    /// when the buffer of the receive posted `max_recv_wr`
     /// receives ago has not been taken back yet; the buffer comes back in
     /// [`Refused`], nothing posted.
     #[allow(clippy::result_large_err)]
@@ -86,7 +89,10 @@ impl Qp {
             return Err(Refused { error, buf });
         }
         if !buf.access().contains(Access::LOCAL_WRITE) {
-            let error = Error::Invalid("a receive buffer needs LOCAL_WRITE".into());
+            let error = Error::MissingAccess {
+                object: "a receive buffer",
+                needs: Access::LOCAL_WRITE,
+            };
             return Err(Refused { error, buf });
         }
         let sge = [Sge::owned(&buf, offset, len)];
@@ -117,10 +123,12 @@ impl Qp {
             .checked_add(len as usize)
             .is_none_or(|end| end > buf.len())
         {
-            return Err(Error::Invalid(format!(
-                "range {offset}+{len} is outside the {}-byte buffer",
-                buf.len()
-            )));
+            return Err(Error::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                size: buf.len() as u64,
+                object: "buffer",
+            });
         }
         let counts = self.counts();
         let (q, take, retired, full) = if send {

@@ -46,7 +46,7 @@ pub struct SendHalf {
 /// The receive half of a split QP ([`Qp::split`]): posts receives, from
 /// any one thread or task at a time. `Send`, not `Sync`. A QP on an SRQ
 /// has no receives of its own: its receive half refuses every post
-/// ([`Error::Invalid`]; post to the [`Srq`](crate::Srq)).
+/// ([`Error::SrqAttached`]; post to the [`Srq`](crate::Srq)).
 pub struct RecvHalf {
     qp: Qp,
     halves: Arc<Halves>,
@@ -68,7 +68,7 @@ impl Qp {
     /// Errors: the QP is not in RTS ([`Error::QpState`]: connect it
     /// first); it is split already ([`Error::QpSplit`]); the CQ has not
     /// the credits free now ([`Error::CqFull`]: poll and split again), or
-    /// never could ([`Error::Invalid`]: its own CQ holds fewer than
+    /// never could ([`Error::CqTooSmall`]: its own CQ holds fewer than
     /// `max_send_wr + max_recv_wr` CQEs; size it with
     /// [`CqSizing`](crate::CqSizing)). Nothing changes.
     ///
@@ -118,15 +118,12 @@ impl Qp {
 
     /// Takes back the halves of [`Self::split`]: the QP posts again.
     ///
-    /// Errors: the halves are not this QP's ([`Error::Invalid`]; they are
+    /// Errors: the halves are not this QP's ([`Error::NotTheHalves`]; they are
     /// dropped, which hands them back to their own QP).
     pub fn join(&mut self, send: SendHalf, recv: RecvHalf) -> Result<()> {
         let ours = |h: &Arc<Halves>| self.halves.as_ref().is_some_and(|m| Arc::ptr_eq(m, h));
         if !ours(&send.halves) || !ours(&recv.halves) {
-            return Err(Error::Invalid(format!(
-                "these halves are not those of QP {:#x}",
-                self.qp_num()
-            )));
+            return Err(Error::NotTheHalves { qpn: self.qp_num() });
         }
         drop((send, recv));
         self.rejoin_parked();
@@ -299,7 +296,7 @@ impl SendHalf {
     /// refused with [`Error::QueueFull`], rather than retrying. The owner
     /// wakes it with the poll that gave the room back. Cancel-safe.
     ///
-    /// Errors: `n` is more than the queue ever holds ([`Error::Invalid`]);
+    /// Errors: `n` is more than the queue ever holds ([`Error::NeverFits`]);
     /// the QP was dropped, so no room will come ([`Error::CqOwnerGone`]).
     pub async fn room(&mut self, n: u32) -> Result<()> {
         std::future::poll_fn(|cx| self.poll_room(cx, n)).await
@@ -367,7 +364,7 @@ impl RecvHalf {
     /// Waits until `n` receives may be posted, as [`SendHalf::room`].
     ///
     /// Errors: as [`SendHalf::room`]; on a QP on an SRQ, which takes no
-    /// receives of its own, every `n` is [`Error::Invalid`].
+    /// receives of its own, every `n` is [`Error::NeverFits`].
     pub async fn room(&mut self, n: u32) -> Result<()> {
         std::future::poll_fn(|cx| self.poll_room(cx, n)).await
     }
@@ -417,9 +414,15 @@ fn poll_room(
 ) -> Poll<Result<()>> {
     let (free, max) = room();
     if n > max {
-        return Poll::Ready(Err(Error::Invalid(format!(
-            "room for {n} WRs: QP {qpn:#x}'s queue holds {max}"
-        ))));
+        return Poll::Ready(Err(Error::NeverFits {
+            wrs: n as usize,
+            queue: if which == 0 {
+                crate::Queue::Send
+            } else {
+                crate::Queue::Recv
+            },
+            depth: max,
+        }));
     }
     if free >= n {
         return Poll::Ready(Ok(()));

@@ -14,15 +14,15 @@ impl Qp {
     /// RTR -> RTS (a random first PSN). A UD QP is connected to no peer:
     /// each send names its destination ([`SendWr::ud_send`]).
     ///
-    /// Errors: the QP is not UD or not in RESET ([`Error::Invalid`]); an
+    /// Errors: the QP is not UD or not in RESET ([`Error::WrongTransport`], [`Error::NotInReset`]); an
     /// attribute out of range ([`Error::QpAttr`]); the device's refusal (the
     /// QP is put back in RESET).
     pub fn ready_ud(&mut self, qkey: u32) -> Result<()> {
         if self.cfg.qp_type != QpType::Ud {
-            return Err(Error::Invalid(format!(
-                "ready_ud brings up a UD QP; this one is {}",
-                self.cfg.qp_type.name()
-            )));
+            return Err(Error::WrongTransport {
+                qp_type: self.cfg.qp_type,
+                op: "ready_ud (it brings up a UD QP)",
+            });
         }
         let init = QpAttr::init_ud(self.cfg.port, qkey);
         let rts = QpAttr::rts_unreliable(Qp::random_psn());
@@ -44,34 +44,36 @@ impl Qp {
     /// [`WrOp::UdSend`] with its destination, an AH of this QP's PD, at
     /// most [`Self::ud_mtu`] bytes; elsewhere no UD send.
     ///
-    /// Errors: [`Error::Invalid`]; [`Error::MessageTooLong`].
+    /// Errors: [`Error::WrongTransport`], [`Error::ForeignPd`], [`Error::Config`]; [`Error::MessageTooLong`].
     pub(crate) fn check_transport(&self, w: &SendWr<'_>) -> Result<()> {
         let ud_op = matches!(w.op, WrOp::UdSend { .. });
         if self.cfg.qp_type != QpType::Ud {
             if ud_op {
-                return Err(Error::Invalid(format!(
-                    "a UD send on a {} QP",
-                    self.cfg.qp_type.name()
-                )));
+                return Err(Error::WrongTransport {
+                    qp_type: self.cfg.qp_type,
+                    op: "a UD send",
+                });
             }
             return Ok(());
         }
         let Some(d) = w.ud.filter(|_| ud_op) else {
-            return Err(Error::Invalid(
-                "a UD QP takes UD sends only (SendWr::ud_send: an AH, the remote QPN and qkey)"
-                    .into(),
-            ));
+            return Err(Error::WrongTransport {
+                qp_type: QpType::Ud,
+                op: "a WR other than a UD send (SendWr::ud_send: an AH, the remote QPN and qkey)",
+            });
         };
         if d.ah.inner.pd != self.pd.id {
-            return Err(Error::Invalid(
-                "the address handle belongs to another protection domain".into(),
-            ));
+            return Err(Error::ForeignPd {
+                object: crate::PdObject::Ah,
+            });
         }
         if d.remote_qpn > 0xff_ffff {
-            return Err(Error::Invalid(format!(
-                "remote QPN {:#x} is more than 24 bits",
-                d.remote_qpn
-            )));
+            return Err(Error::Config {
+                field: "remote QPN",
+                value: d.remote_qpn as u64,
+                min: 0,
+                max: 0xff_ffff,
+            });
         }
         let mtu = self.ud_mtu();
         if w.total_len() > mtu as u64 {

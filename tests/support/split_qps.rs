@@ -34,7 +34,3 @@ pub fn poll_shared_n(cq: &mut SharedCq, n: usize) -> Vec<Completion> {
 pub fn ids(c: &[Completion]) -> Vec<u64> {
     c.iter().map(|c| c.wr_id).collect()
 }
-
-pub fn is_invalid(r: &Result<()>) -> bool {
-    matches!(r, Err(Error::Invalid(_)))
-}

@@ -169,17 +169,21 @@ impl DirectQp {
             DirectCqDev::Sim(s) => s,
             #[cfg(feature = "verbs")]
             DirectCqDev::Mlx5(_) => {
-                return Err(Error::Invalid(
-                    "a sim QP cannot complete into a ConnectX CQ".into(),
-                ))
+                return Err(Error::PathMismatch {
+                    qp: "sim",
+                    object: crate::PdObject::Cq,
+                    theirs: "ConnectX",
+                })
             }
         };
         let stride = (max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_cnt = max_recv_wr.max(1).next_power_of_two().max(64 / stride);
         if srq.is_some() && srq.and_then(DirectSrq::sim).is_none() {
-            return Err(Error::Invalid(
-                "a sim QP cannot receive from a ConnectX SRQ".into(),
-            ));
+            return Err(Error::PathMismatch {
+                qp: "sim",
+                object: crate::PdObject::Srq,
+                theirs: "ConnectX",
+            });
         }
         let sim_type = match qp_type {
             QpType::Rc => sim::QpType::Rc,
@@ -245,17 +249,21 @@ impl DirectQp {
         let vcq = match &cq.in_use(&own).dev {
             DirectCqDev::Mlx5(v) => v,
             DirectCqDev::Sim(_) => {
-                return Err(Error::Invalid(
-                    "a ConnectX QP cannot complete into a sim CQ".into(),
-                ))
+                return Err(Error::PathMismatch {
+                    qp: "ConnectX",
+                    object: crate::PdObject::Cq,
+                    theirs: "sim",
+                })
             }
         };
         let vsrq = match srq.map(|s| &**s.dev()) {
             Some(DirectSrqDev::Mlx5(v)) => Some(v),
             Some(DirectSrqDev::Sim(_)) => {
-                return Err(Error::Invalid(
-                    "a ConnectX QP cannot receive from a sim SRQ".into(),
-                ))
+                return Err(Error::PathMismatch {
+                    qp: "ConnectX",
+                    object: crate::PdObject::Srq,
+                    theirs: "sim",
+                })
             }
             None => None,
         };

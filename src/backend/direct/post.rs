@@ -397,10 +397,7 @@ impl DirectQp {
             return Err(Error::QpSplit { qpn: self.qpn });
         }
         if self.rq.is_srq() && !wrs.is_empty() {
-            return Err(Error::Invalid(format!(
-                "QP {:#x} receives from an SRQ: post receives to the SRQ",
-                self.qpn
-            )));
+            return Err(Error::SrqAttached { qpn: self.qpn });
         }
         check_recvs(wrs, self.max_recv_sge, "the QP's max_recv_sge")?;
         let held = self.rq.outstanding();
@@ -478,20 +475,22 @@ impl DirectQp {
 /// names it in the error) and 2^31 bytes: the checks an RQ's and an SRQ's
 /// posts make before writing anything.
 ///
-/// Errors: [`Error::Invalid`].
-pub(super) fn check_recvs(wrs: &[RecvWr<'_>], max_sge: u32, what: &str) -> Result<()> {
+/// Errors: [`Error::TooManySges`], [`Error::LengthOverflow`].
+pub(super) fn check_recvs(wrs: &[RecvWr<'_>], max_sge: u32, what: &'static str) -> Result<()> {
     for w in wrs {
         if w.sges.len() > max_sge as usize {
-            return Err(Error::Invalid(format!(
-                "{} SGEs exceed {what} of {max_sge}",
-                w.sges.len()
-            )));
+            return Err(Error::TooManySges {
+                sges: w.sges.len(),
+                max: max_sge,
+                limit: what,
+            });
         }
         let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
         if total > 1 << 31 {
-            return Err(Error::Invalid(format!(
-                "receive of {total} bytes exceeds 2^31"
-            )));
+            return Err(Error::LengthOverflow {
+                len: total,
+                max: 1 << 31,
+            });
         }
     }
     Ok(())
@@ -670,10 +669,11 @@ fn with_wqe_shape<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Resul
 #[inline(always)]
 fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
     if w.sges.len() > MAX_SGE {
-        return Err(Error::Invalid(format!(
-            "{} SGEs; the direct path takes at most {MAX_SGE}",
-            w.sges.len()
-        )));
+        return Err(Error::TooManySges {
+            sges: w.sges.len(),
+            max: MAX_SGE as u32,
+            limit: "the direct path's SGEs per WQE",
+        });
     }
     let rs = |r: RemoteAddr| {
         Some(RemoteSeg {
@@ -738,9 +738,10 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
     let payload = if w.inline {
         let total = w.total_len();
         if total > MAX_INLINE as u64 {
-            return Err(Error::Invalid(format!(
-                "inline payload of {total} bytes; at most {MAX_INLINE}"
-            )));
+            return Err(Error::InlineTooLong {
+                len: total,
+                max: MAX_INLINE as u32,
+            });
         }
         if !COPY {
             // (Bytes of no meaning: only the length is read.)

@@ -41,7 +41,7 @@ impl DirectQp {
     /// counts CQ credits takes, now, the credits every WR the halves may
     /// post needs (`max_send_wr` and `max_recv_wr`, less what is
     /// outstanding): [`Error::CqFull`] if the CQ has not that many free,
-    /// [`Error::Invalid`] if it never could (its own CQ is shallower), and
+    /// [`Error::CqTooSmall`] if it never could (its own CQ is shallower), and
     /// nothing changes. While split, a CQE naming a WQE within the ring's
     /// width past the oldest outstanding one is taken as that WQE's (this
     /// copy does not know the halves' producer index): a stale CQE is
@@ -61,13 +61,11 @@ impl DirectQp {
         };
         if outstanding + reserve > self.credits.depth() {
             // (Only a CQ shallower than the QP's WR limits counts credits.)
-            return Err(Error::Invalid(format!(
-                "QP {:#x}'s halves may post {} WRs, more than its CQ of {} CQEs holds: \
-                 size the CQ with CqSizing to split it",
-                self.qpn,
-                outstanding + reserve,
-                self.credits.depth()
-            )));
+            return Err(Error::CqTooSmall {
+                qpn: self.qpn,
+                wrs: outstanding + reserve,
+                cqes: self.credits.depth(),
+            });
         }
         if reserve > 0 && !self.credits.take(reserve) {
             return Err(Error::CqFull);

@@ -101,29 +101,36 @@ pub(crate) fn srq_num_of(raw: *mut ibv_srq) -> u32 {
 /// The context's async event fd (`ibv_context.async_fd`), made
 /// non-blocking, borrowed for as long as `ctx`.
 ///
-/// Errors: `fcntl` ([`Error::Invalid`]).
+/// Errors: `fcntl` ([`Error::Os`]).
 fn nonblocking_async_fd(ctx: &super::Ctx) -> Result<std::os::fd::BorrowedFd<'_>> {
     // SAFETY: a live context.
     let fd = unsafe { (*ctx.raw).async_fd };
     // SAFETY: the context keeps its fd open while it lives, and the
     // borrow is `ctx`'s.
     let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    let flags = nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_GETFL)
-        .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
+    let flags = nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_GETFL).map_err(|e| Error::Os {
+        what: "fcntl(async_fd)".into(),
+        source: e.into(),
+    })?;
     let nb = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
-    nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_SETFL(nb))
-        .map_err(|e| Error::Invalid(format!("fcntl(async_fd): {e}")))?;
+    nix::fcntl::fcntl(bfd, nix::fcntl::FcntlArg::F_SETFL(nb)).map_err(|e| Error::Os {
+        what: "fcntl(async_fd)".into(),
+        source: e.into(),
+    })?;
     Ok(bfd)
 }
 
 /// A duplicate of the context's async event fd, made non-blocking: what
 /// an async event stream watches.
 ///
-/// Errors: `fcntl` or `dup` ([`Error::Invalid`]).
+/// Errors: `fcntl` or `dup` ([`Error::Os`]).
 pub(crate) fn async_fd(ctx: &super::Ctx) -> Result<std::os::fd::OwnedFd> {
     nonblocking_async_fd(ctx)?
         .try_clone_to_owned()
-        .map_err(|e| Error::Invalid(format!("dup(async_fd): {e}")))
+        .map_err(|e| Error::Os {
+            what: "dup(async_fd)".into(),
+            source: e,
+        })
 }
 
 /// Reads one async event of `ctx` (`ibv_get_async_event` on its

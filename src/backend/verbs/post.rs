@@ -224,18 +224,15 @@ impl VerbsQp {
             return Err(Error::QpSplit { qpn: self.qpn });
         }
         if self.srq.is_some() && !wrs.is_empty() {
-            return Err(Error::Invalid(format!(
-                "QP {:#x} receives from an SRQ: post receives to the SRQ",
-                self.qpn
-            )));
+            return Err(Error::SrqAttached { qpn: self.qpn });
         }
         for w in wrs {
             if w.sges.len() > self.caps.max_recv_sge as usize {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the QP's max_recv_sge of {}",
-                    w.sges.len(),
-                    self.caps.max_recv_sge
-                )));
+                return Err(Error::TooManySges {
+                    sges: w.sges.len(),
+                    max: self.caps.max_recv_sge,
+                    limit: "the QP's max_recv_sge",
+                });
             }
         }
         if self.recv_posted - self.recv_done + wrs.len() as u64 > self.max_recv as u64 {

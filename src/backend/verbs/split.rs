@@ -42,13 +42,11 @@ impl VerbsQp {
             self.max_recv - (self.recv_posted - self.recv_done) as u32
         };
         if outstanding + sends + recvs > self.credits.depth() {
-            return Err(Error::Invalid(format!(
-                "QP {:#x}'s halves may post {} WRs, more than its CQ of {} CQEs holds: \
-                 size the CQ with CqSizing to split it",
-                self.qpn,
-                outstanding + sends + recvs,
-                self.credits.depth()
-            )));
+            return Err(Error::CqTooSmall {
+                qpn: self.qpn,
+                wrs: outstanding + sends + recvs,
+                cqes: self.credits.depth(),
+            });
         }
         if !self.credits.take(sends + recvs) {
             return Err(Error::CqFull);

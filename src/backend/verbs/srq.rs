@@ -82,16 +82,18 @@ impl VerbsSrqPost {
         let max = self.max_sge as usize;
         for w in wrs {
             if w.sges.len() > max {
-                return Err(Error::Invalid(format!(
-                    "{} SGEs exceed the SRQ's max_sge of {max}",
-                    w.sges.len()
-                )));
+                return Err(Error::TooManySges {
+                    sges: w.sges.len(),
+                    max: max as u32,
+                    limit: "the SRQ's max_sge",
+                });
             }
             let total: u64 = w.sges.iter().map(|s| s.len as u64).sum();
             if total > 1 << 31 {
-                return Err(Error::Invalid(format!(
-                    "receive of {total} bytes exceeds 2^31"
-                )));
+                return Err(Error::LengthOverflow {
+                    len: total,
+                    max: 1 << 31,
+                });
             }
         }
         self.relink();

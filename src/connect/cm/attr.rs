@@ -104,26 +104,27 @@ pub(super) fn check_qp(qp: &Qp, id: &Id, peer: &str, ud: bool) -> Result<()> {
 /// Returns the QP's device name.
 pub(super) fn check_qp_here(qp: &Qp, ud: bool) -> Result<String> {
     let Some(ours) = qp.verbs_device() else {
-        return Err(Error::Invalid(
-            "rdma_cm needs a kernel RDMA device (the sim has no connection manager)".into(),
-        ));
+        return Err(Error::Unsupported {
+            device: crate::SIM_DEVICE.into(),
+            feature: crate::Feature::RdmaCm,
+        });
     };
     let is_ud = qp.config().qp_type == crate::QpType::Ud;
     if is_ud != ud {
-        return Err(Error::Invalid(if ud {
-            format!(
-                "a UD connection through rdma_cm needs a UD QP (this one is {})",
-                qp.config().qp_type.name()
-            )
-        } else {
-            "a UD QP connects through rdma_cm with cm::connect_ud / CmListener::bind_ud".into()
-        }));
+        return Err(Error::WrongTransport {
+            qp_type: qp.config().qp_type,
+            op: if ud {
+                "a UD connection through rdma_cm (it needs a UD QP)"
+            } else {
+                "a connection through rdma_cm's connect or accept (a UD QP connects with cm::connect_ud / CmListener::bind_ud)"
+            },
+        });
     }
     if qp.state() != crate::qp_attr::QpState::Reset {
-        return Err(Error::Invalid(format!(
-            "connecting through rdma_cm needs the QP in RESET (it is in {:?})",
-            qp.state()
-        )));
+        return Err(Error::NotInReset {
+            op: "connecting through rdma_cm",
+            state: qp.state(),
+        });
     }
     Ok(ours.to_string())
 }

@@ -93,8 +93,8 @@ impl CmListener {
     /// datagram ([`crate::Completion::src_qp`],
     /// [`crate::Pd::create_ah_from_recv`]).
     ///
-    /// Errors: as [`Self::accept`]; a listener of the TCP space, or a QP
-    /// not UD ([`Error::Invalid`]).
+    /// Errors: as [`Self::accept`]; a listener of the TCP space
+    /// ([`Error::Invalid`]), or a QP not UD ([`Error::WrongTransport`]).
     pub fn accept_ud(
         &self,
         qp: &mut Qp,

@@ -39,7 +39,7 @@
 //! RTR -> RTS with SQ_PSN 0 (librdmacm's own `ucma_init_ud_qp`).
 //!
 //! The CM needs a kernel RDMA device (rxe, ConnectX) and the `rdma_ucm`
-//! module: a QP of the sim is refused at once ([`Error::Invalid`]), and
+//! module: a QP of the sim is refused at once ([`Error::Unsupported`]), and
 //! [`CmListener::bind`] fails without the module. Every call has an async
 //! twin (`*_async`) that sleeps on the CM's event channel fd through a
 //! [`Reactor`](crate::Reactor) instead of blocking the thread.
@@ -450,7 +450,7 @@ pub async fn connect_async(
 /// (kept until the caller is done) and what the peer answered: its
 /// address, QPN and qkey. Retried as [`connect`] is.
 ///
-/// Errors: as [`connect`]; a QP not UD ([`Error::Invalid`]).
+/// Errors: as [`connect`]; a QP not UD ([`Error::WrongTransport`]).
 pub fn connect_ud(
     qp: &mut Qp,
     host: &str,

@@ -61,9 +61,13 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
 
     // Refusals: a token in use, another device's channel, the CQ's own waits.
     let refused = |r: Result<SharedCq, Error>, what: &str| match r {
-        Err(Error::Invalid(_)) => Ok(()),
-        Err(e) => Err(Failure(format!("{what}: {e}, want Invalid"))),
-        Ok(_) => Err(Failure(format!("{what}: made, want Invalid"))),
+        Err(Error::DuplicateToken { .. } | Error::ForeignPd { .. }) => Ok(()),
+        Err(e) => Err(Failure(format!(
+            "{what}: {e}, want DuplicateToken or ForeignPd"
+        ))),
+        Ok(_) => Err(Failure(format!(
+            "{what}: made, want DuplicateToken or ForeignPd"
+        ))),
     };
     refused(
         pd.create_shared_cq_on(depth, &ch, TOKENS[0]),
@@ -77,14 +81,17 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
     check_eq!(ch.cqs(), 3, "CQs on the channel after the refusals");
     let cq0 = &mut on.cqs[0];
     check!(
-        matches!(cq0.wait_event(Duration::ZERO), Err(Error::Invalid(_))),
+        matches!(
+            cq0.wait_event(Duration::ZERO),
+            Err(Error::ChannelShared { .. })
+        ),
         "wait_event on a CQ of a shared channel is refused"
     );
     let mut wc = [Completion::default(); 4];
     check!(
         matches!(
             cq0.wait(&mut wc, CompletionMode::Events, Duration::ZERO),
-            Err(Error::Invalid(_))
+            Err(Error::ChannelShared { .. })
         ),
         "an Events wait on a CQ of a shared channel is refused"
     );
@@ -95,7 +102,7 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
         &mut sleeps,
     );
     check!(
-        matches!(r, Some(Err(Error::Invalid(_)))),
+        matches!(r, Some(Err(Error::ChannelShared { .. }))),
         "an async wait on a CQ of a shared channel is refused: {r:?}"
     );
     check_eq!(

@@ -174,7 +174,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     check!(
         matches!(
             cq.qp_mut(qa[0]).modify(QpState::Reset, &QpAttr::default()),
-            Err(Error::Invalid(_))
+            Err(Error::SharedCqOutstanding { .. })
         ),
         "RESET with 16 receives outstanding on a shared CQ was not refused"
     );
@@ -251,7 +251,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     check!(
         matches!(
             cq.qp_mut(qa[0]).modify(QpState::Reset, &QpAttr::default()),
-            Err(Error::Invalid(_))
+            Err(Error::SharedCqOutstanding { .. })
         ),
         "RESET with 3 unsignaled WRITEs outstanding on a shared CQ was not refused"
     );
@@ -306,7 +306,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     let r = cq.reset_qp(0);
     std::mem::swap(cq.qp_mut(0), &mut peers[1]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::NotOnCq { index: 0, .. })),
         "reset_qp of a swapped-in QP: {r:?}"
     );
     // (No look at the sim's overrun flag: the direct path creates its CQs to
@@ -356,7 +356,7 @@ pub(super) fn completion_modes_wait_for_each_completion(dev: &str) -> CaseResult
     check!(
         matches!(
             s.a.wait(&mut [], CompletionMode::Busy, Duration::ZERO),
-            Err(Error::Invalid(_))
+            Err(Error::Config { value: 0, .. })
         ),
         "a wait with no room for a completion was not refused"
     );

@@ -180,7 +180,7 @@ pub(super) fn atomics_update_the_remote_word_and_return_the_old_value(dev: &str)
     for w in bad {
         check!(matches!(
             s.a.post_send(&[w.signaled()]),
-            Err(Error::Invalid(_))
+            Err(Error::AtomicShape { .. } | Error::AtomicUnaligned { .. })
         ));
     }
     let mut wc = [Completion::default(); 2];
@@ -337,13 +337,13 @@ pub(super) fn one_to_max_sges_gather_and_scatter(dev: &str) -> CaseResult {
     let r =
         s.a.post_send(&[SendWr::rdma_write(999, &over, remote(&far, 0)).signaled()]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::TooManySges { .. })),
         "{} SGEs accepted: {r:?}",
         MAX + 1
     );
     let r = s.b.post_recv(&[RecvWr::new(999, &over)]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::TooManySges { .. })),
         "receive with {} SGEs accepted: {r:?}",
         MAX + 1
     );
@@ -389,7 +389,7 @@ pub(super) fn inline_at_the_limit_and_one_over(dev: &str) -> CaseResult {
             .inline()
             .signaled()]);
         check!(
-            matches!(r, Err(Error::Invalid(_))),
+            matches!(r, Err(Error::InlineTooLong { .. })),
             "inline of {} bytes in {what} accepted: {r:?}",
             limit + 1
         );

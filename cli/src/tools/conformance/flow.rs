@@ -294,7 +294,7 @@ pub(super) fn memory_pool_serves_without_registering(dev: &str) -> CaseResult {
     dst.read(0, &mut got)?;
     check!(got == data, "WRITE between two pool buffers");
     check!(
-        matches!(src.sge(4000, 97), Err(Error::Invalid(_))),
+        matches!(src.sge(4000, 97), Err(Error::OutOfBounds { .. })),
         "an SGE leaving its pool buffer was accepted"
     );
     // Exhaustion, then a buffer back.

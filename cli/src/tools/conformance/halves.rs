@@ -367,7 +367,7 @@ pub(super) fn split_refusals_and_join(dev: &str) -> CaseResult {
     tx.post_send(&[write(4)])?;
     let (b_tx, b_rx) = b.split()?;
     check!(
-        matches!(a.join(b_tx, b_rx), Err(Error::Invalid(_))),
+        matches!(a.join(b_tx, b_rx), Err(Error::NotTheHalves { .. })),
         "QP a took QP b's halves"
     );
     check!(
@@ -424,7 +424,7 @@ pub(super) fn a_half_waits_for_room_until_the_owner_polls(dev: &str) -> CaseResu
     check!(
         matches!(
             super::async_waits::block_on(tx.room(9), Duration::from_secs(1), &mut 0),
-            Some(Err(Error::Invalid(_)))
+            Some(Err(Error::NeverFits { wrs: 9, .. }))
         ),
         "room for more WRs than the queue holds was not refused"
     );

@@ -104,12 +104,12 @@ pub(super) fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseR
     let r =
         s.a.post_send(&[SendWr::rdma_write(2, &sge, remote(&dst, 0)).signaled()]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::ForeignPd { .. })),
         "SGE of another PD: {r:?}"
     );
     let r = s.b.post_recv(&[RecvWr::new(3, &sge)]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::ForeignPd { .. })),
         "receive SGE of another PD: {r:?}"
     );
     // Plain bytes are inline data only: not the source of a WR that is not
@@ -119,12 +119,12 @@ pub(super) fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseR
     let r =
         s.a.post_send(&[SendWr::rdma_write(4, &bytes, remote(&dst, 0)).signaled()]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::BytesSge)),
         "plain bytes in a WR that is not inline: {r:?}"
     );
     let r = s.b.post_recv(&[RecvWr::new(5, &bytes)]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::BytesSge)),
         "plain bytes as a receive buffer: {r:?}"
     );
     check!(
@@ -160,12 +160,12 @@ pub(super) fn send_queue_full_refuses_the_whole_batch_until_completions_are_poll
         "5th WR accepted"
     );
     // The signaled completion retires all four; a batch of 5 can never
-    // fit (Invalid, not QueueFull: polling would not help), 4 do.
+    // fit (NeverFits, not QueueFull: polling would not help), 4 do.
     let c = poll_one(&mut a)?;
     check_eq!((c.status, c.wr_id), (WcStatus::SUCCESS, 3));
     let five: Vec<SendWr> = (10..15).map(|i| wr(i).signaled()).collect();
     check!(
-        matches!(a.post_send(&five), Err(Error::Invalid(_))),
+        matches!(a.post_send(&five), Err(Error::NeverFits { wrs: 5, .. })),
         "a batch larger than max_send_wr was not refused as invalid"
     );
     a.post_send(&five[..4])?;
@@ -219,7 +219,7 @@ pub(super) fn post_before_rts_is_refused(dev: &str) -> CaseResult {
     );
     let r = Qp::connect_loopback(&mut a, &mut b);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::NotInReset { .. })),
         "connecting twice: {r:?}"
     );
     nothing_completes(&mut a)?;
@@ -238,7 +238,7 @@ pub(super) fn post_before_rts_is_refused(dev: &str) -> CaseResult {
     passed(vec![])
 }
 
-/// QP configurations out of range are refused with `Error::Invalid` before
+/// QP configurations out of range are refused with `Error::Config` before
 /// the device is asked for anything, and a good one still works after them.
 pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
     let ctx = Context::open(dev)?;
@@ -282,7 +282,11 @@ pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
     ];
     for (what, cfg) in bad {
         let r = pd.create_qp(&cfg);
-        check!(matches!(r, Err(Error::Invalid(_))), "{what}: {:?}", r.err());
+        check!(
+            matches!(r, Err(Error::Config { .. })),
+            "{what}: {:?}",
+            r.err()
+        );
     }
     let mut qp = pd.create_qp(&QpConfig {
         min_rnr_timer: 31,
@@ -297,7 +301,7 @@ pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
             &rdma_direct::QpAttr::init(9, Access::all()),
         );
         check!(
-            matches!(r, Err(Error::Invalid(_))),
+            matches!(r, Err(Error::Config { .. })),
             "port 9 on the sim: {r:?}"
         );
         check_eq!(qp.state(), rdma_direct::QpState::Reset);
@@ -312,7 +316,7 @@ pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
     let one = [Sge::new(&buf, 0, 64)?];
     let r = b.post_recv(&[RecvWr::new(1, &one)]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::TooManySges { .. })),
         "1 SGE with max_recv_sge 0: {r:?}"
     );
     notes.push("1-SGE receive refused with max_recv_sge 0".into());
@@ -331,7 +335,7 @@ pub(super) fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     let r =
         s.b.post_recv(&[RecvWr::new(111, &one), RecvWr::new(222, &many)]);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::TooManySges { .. })),
         "8 SGEs with max_recv_sge 1: {r:?}"
     );
     s.b.post_recv(&[RecvWr::new(333, &one)])?;
@@ -347,7 +351,7 @@ pub(super) fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     nothing_completes(&mut s.b)?;
     // A receive batch short of CQ credits is CqFull (polling cures it),
     // whatever the send queue's depth; one larger than max_recv_wr or the
-    // CQ is Invalid (nothing would).
+    // CQ is NeverFits (nothing would).
     // (The device may make the CQ deeper than 16: rxe makes it 31.)
     let cfg = QpConfig {
         max_send_wr: 1,
@@ -380,7 +384,7 @@ pub(super) fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     Qp::connect_loopback(&mut fresh, &mut fresh_peer)?;
     let r = fresh.post_recv(&big);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::NeverFits { .. })),
         "65 receives, max_recv_wr 64: {r:?}"
     );
     passed(vec![])
@@ -505,7 +509,7 @@ pub(super) fn connect_checks_first_and_optional_attributes_apply(dev: &str) -> C
     b.modify(QpState::Rts, &QpAttr::rts(7, 6))?;
     let r = a.connect_remote(5, &eb, 7);
     check!(
-        matches!(r, Err(Error::Invalid(_))),
+        matches!(r, Err(Error::NotInReset { .. })),
         "connecting an RTS QP again: {r:?}"
     );
     let rts_rts = QpAttr {

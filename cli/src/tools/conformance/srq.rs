@@ -348,20 +348,24 @@ pub(super) fn srq_refusals_post_nothing(dev: &str) -> CaseResult {
     check!(
         matches!(
             r.rx[0].post_recv(&[RecvWr::new(1, &one)]),
-            Err(Error::Invalid(_))
+            Err(Error::SrqAttached { .. })
         ),
         "a receive posted to a QP on an SRQ"
     );
     check!(
         matches!(
             r.srq.post_recv(&[RecvWr::new(1, &two)]),
-            Err(Error::Invalid(_))
+            Err(Error::TooManySges {
+                sges: 2,
+                max: 1,
+                ..
+            })
         ),
         "2 SGEs on an SRQ of max_sge 1"
     );
     let five: Vec<RecvWr> = (0..5).map(|k| RecvWr::new(k, &one)).collect();
     check!(
-        matches!(r.srq.post_recv(&five), Err(Error::Invalid(_))),
+        matches!(r.srq.post_recv(&five), Err(Error::NeverFits { wrs: 5, .. })),
         "a batch over max_wr"
     );
     let other = r.ctx.alloc_pd()?;
@@ -370,12 +374,12 @@ pub(super) fn srq_refusals_post_nothing(dev: &str) -> CaseResult {
     check!(
         matches!(
             r.srq.post_recv(&[RecvWr::new(1, &f)]),
-            Err(Error::Invalid(_))
+            Err(Error::ForeignPd { .. })
         ),
         "an SGE of another PD"
     );
     check!(
-        matches!(r.srq.set_limit(5), Err(Error::Invalid(_))),
+        matches!(r.srq.set_limit(5), Err(Error::Config { .. })),
         "a limit over max_wr"
     );
     check!(

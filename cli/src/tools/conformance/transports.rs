@@ -67,7 +67,7 @@ pub(super) fn uc_write_lands_and_read_is_refused(dev: &str) -> CaseResult {
         check!(
             matches!(
                 s.a.post_send(std::slice::from_ref(w)),
-                Err(Error::Invalid(_))
+                Err(Error::WrongTransport { .. })
             ),
             "{:?} on a UC QP",
             w.op
@@ -280,7 +280,7 @@ pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
     check!(
         matches!(
             u.a.post_send(&[SendWr::send(2, &one)]),
-            Err(Error::Invalid(_))
+            Err(Error::WrongTransport { .. })
         ),
         "a plain SEND on a UD QP"
     );
@@ -334,7 +334,9 @@ pub(super) fn an_ah_from_a_receive_answers_its_sender(dev: &str) -> CaseResult {
     let mut grh = [0u8; 40];
     rb.read(0, &mut grh)?;
     let port = QpConfig::default().port;
-    let invalid = |r: rdma_direct::Result<rdma_direct::Ah>| matches!(r, Err(Error::Invalid(_)));
+    let invalid = |r: rdma_direct::Result<rdma_direct::Ah>| {
+        matches!(r, Err(Error::Invalid(_) | Error::Config { .. }))
+    };
     check!(invalid(u.pd.create_ah_from_recv(0, &c, &grh)), "port 0");
     let send = Completion {
         opcode: WcOpcode::SEND,
@@ -433,7 +435,7 @@ pub(super) fn ud_transitions_check_their_own_attributes(dev: &str) -> CaseResult
     check!(
         matches!(
             q.connect_remote(1, &other.endpoint(), 1),
-            Err(Error::Invalid(_))
+            Err(Error::WrongTransport { .. })
         ),
         "connect_remote of a UD QP"
     );
@@ -452,7 +454,7 @@ pub(super) fn ud_transitions_check_their_own_attributes(dev: &str) -> CaseResult
     q.modify(QpState::Rts, &QpAttr::rts_unreliable(0))?;
     check_eq!(q.query()?.state, QpState::Rts, "RTS");
     check!(
-        matches!(q.ready_ud(QKEY), Err(Error::Invalid(_))),
+        matches!(q.ready_ud(QKEY), Err(Error::NotInReset { .. })),
         "ready_ud of a QP not in RESET"
     );
     drop(other);

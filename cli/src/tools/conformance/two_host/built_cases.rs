@@ -236,7 +236,7 @@ pub(super) fn th_uc_write_lands_and_read_is_refused(
         check!(
             matches!(
                 q.post_send(std::slice::from_ref(&w)),
-                Err(Error::Invalid(_))
+                Err(Error::WrongTransport { .. })
             ),
             "{:?} on a UC QP",
             w.op

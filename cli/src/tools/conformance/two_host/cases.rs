@@ -543,7 +543,7 @@ pub(super) fn th_inline_at_the_limit_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer
     for (what, sges) in [("one SGE", &one_over[..]), ("two SGEs", &split[..])] {
         let r = a.post_send(&[SendWr::rdma_write(3, sges, far.at(0)).inline().signaled()]);
         check!(
-            matches!(r, Err(Error::Invalid(_))),
+            matches!(r, Err(Error::InlineTooLong { .. })),
             "inline of {} B in {what} accepted: {r:?}",
             limit + 1
         );
