@@ -59,9 +59,11 @@ pub use qp::{Qp, BF_OFFSET, BF_SIZE};
 pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
 pub use thread::{device_cpu, device_threads};
 pub use ud::{GRH_BYTES, UD_MTU};
+// The access flags, QP transports and QP states the sim takes: defined in
+// `crate::verbs`, shared with rdma-direct.
+pub use crate::verbs::{Access, QpState, QpType};
 
 use crate::prm::INVALID_LKEY;
-use bitflags::bitflags;
 use dma::DmaBuf;
 use exec::run_all;
 use std::collections::HashMap;
@@ -70,17 +72,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-bitflags! {
-    /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub struct Access: u32 {
-        const LOCAL_WRITE = 1;
-        const REMOTE_WRITE = 2;
-        const REMOTE_READ = 4;
-        const REMOTE_ATOMIC = 8;
-    }
-}
-
 /// Largest SQ the sim hands out, in WQEBBs.
 pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
 
@@ -88,35 +79,6 @@ pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
 /// responder's `min_rnr_timer` 12, 0.64 ms (IB spec table 45), what
 /// rdma-core's `ibv_rc_pingpong` and perftest ask for.
 pub const RNR_DELAY: std::time::Duration = std::time::Duration::from_micros(640);
-
-/// The transports the sim models (`enum ibv_qp_type`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum QpType {
-    /// Reliable connected: ACKs, RNR retries, remote errors reported.
-    #[default]
-    Rc,
-    /// Unreliable connected: no ACK, no retry, no RNR. A message the
-    /// responder cannot take (no receive posted, an access it refuses, a
-    /// responder not in RTR or RTS) is dropped, nothing at the responder
-    /// changes, and the requester completes it successfully. READ and the
-    /// atomics are local QP operation errors.
-    Uc,
-    /// Unreliable datagram.
-    Ud,
-}
-
-/// RC QP states the sim models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QpState {
-    Reset,
-    Init,
-    Rtr,
-    Rts,
-    /// Send queue drain: the WQEs whose doorbell came before the move run
-    /// to completion, later ones wait for RTS; the responder side goes on.
-    Sqd,
-    Err,
-}
 
 /// Errors from the sim's control path.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
