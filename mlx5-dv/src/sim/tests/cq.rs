@@ -19,8 +19,12 @@ fn cq_overrun_writes_nothing_and_raises_an_event() {
     }
     // SAFETY: as in `pair`.
     let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 16) }.unwrap();
+    // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+    // driver touches ring memory only when called.
     let mut cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     // Six signaled WQEs into a CQ of 4 that nobody polls.
@@ -68,6 +72,8 @@ fn an_armed_cq_raises_one_event_per_arm() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     let round = |a: &mut Side, id: u64| {
@@ -120,9 +126,13 @@ fn an_overrun_ignoring_cq_does_not_stop_on_a_stale_ci_record() {
         }
         // SAFETY: as in `pair`.
         let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 16) }.unwrap();
+        // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+        // driver touches ring memory only when called.
         let mut cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
         cqp.set_overrun_ignored(true);
         let mut dst = vec![0u8; 64];
+        // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls
+        // while it lives.
         let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
         let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
         let mut counters = Vec::new();
@@ -143,8 +153,8 @@ fn an_overrun_ignoring_cq_does_not_stop_on_a_stale_ci_record() {
             cqp.polled(from);
         }
         let dbrec = cq.dv().dbrec;
-        // SAFETY: the sim CQ's live doorbell record; word 0 is the CI.
         assert_eq!(
+            // SAFETY: the sim CQ's live doorbell record; word 0 is the CI.
             unsafe { crate::mmio::read_dbrec(dbrec) },
             0,
             "the CI record was never written"
@@ -180,6 +190,8 @@ fn overrun_detection_can_be_turned_back_on() {
     // SAFETY: as in `pair`.
     let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 16) }.unwrap();
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     for i in 0..5 {

@@ -10,9 +10,11 @@ fn rdma_write_lands_and_completes() {
     let (mut a, b) = pair(&dev);
     let mut src: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
     let mut dst = vec![0u8; 4096];
-    // SAFETY (every reg_mr in these tests): the Vecs outlive all device work,
-    // which happens only inside `dev.process()` calls made while they live.
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -49,7 +51,11 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
     let (mut a, b) = pair(&dev);
     let mut src = vec![0xabu8; 64];
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -59,6 +65,8 @@ fn bad_rkey_is_remote_access_error_and_memory_untouched() {
         )
     }
     .unwrap();
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kro = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
     let sge = [DataSeg {
         addr: src.as_ptr() as u64,
@@ -100,7 +108,11 @@ fn sge_range_that_wraps_the_address_space_is_a_protection_error() {
     let (mut a, _b) = pair(&dev);
     let mut src = vec![0u8; 64];
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -134,6 +146,8 @@ fn no_memory_key_is_the_invalid_lkey() {
     let dev = Device::new();
     let mut buf = vec![0u8; 64];
     for _ in 0..300 {
+        // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls
+        // while it lives.
         let k = unsafe { dev.reg_mr(PD, buf.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
         assert_ne!(k.lkey, crate::prm::INVALID_LKEY);
     }
@@ -145,6 +159,8 @@ fn wqe_naming_another_qpn_is_a_local_qp_operation_error() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
     // A send queue that believes its QPN is one more than the real one.
     // SAFETY: as in `pair`; this driver replaces a.sq, used no more.
@@ -177,9 +193,15 @@ fn solicited_sends_set_the_se_bit_of_the_receive_cqe() {
     }
     // SAFETY: as in `pair`.
     let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 4) }.unwrap();
+    // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+    // driver touches ring memory only when called.
     let mut rq = unsafe { ReceiveQueue::new(&qb.dv()) }.unwrap();
+    // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+    // driver touches ring memory only when called.
     let mut cq = unsafe { CompletionQueue::new(&cb.dv()) }.unwrap();
     let mut buf = vec![0u8; 128];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let k = unsafe { dev.reg_mr(PD, buf.as_mut_ptr(), 128, Access::LOCAL_WRITE) }.unwrap();
     let seg = |off: u64| DataSeg {
         addr: buf.as_ptr() as u64 + off,
@@ -215,6 +237,8 @@ fn device_thread_executes_doorbells() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 64];
+    // SAFETY: `dst` outlives the device work on it: `dev.stop()` joins the device thread before
+    // `dst` goes.
     let kd = unsafe {
         dev.reg_mr(
             PD,

@@ -28,6 +28,8 @@ fn pair(dev: &Device) -> (Side, Side) {
         // SAFETY: the descriptions come from the sim and stay valid while the
         // Side keeps qp and cq; the drivers touch ring memory only when called.
         let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128, 4) }.unwrap();
+        // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+        // driver touches ring memory only when called.
         let cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
         Side {
             qp,
@@ -64,6 +66,8 @@ fn pair_with(dev: &Device, sq_wqebbs: u32, max_post: u32) -> (Side, Side) {
         let qp = dev.create_qp(PD, &cq, sq_wqebbs).unwrap();
         // SAFETY: as in `pair`.
         let sq = unsafe { SendQueue::new(&qp.dv(), qp.qpn(), 128, max_post) }.unwrap();
+        // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+        // driver touches ring memory only when called.
         let cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
         Side {
             qp,

@@ -23,8 +23,12 @@ fn rnr_retry_is_counted_and_7_is_forever() {
         assert!(qa.to_rts_with(8).is_err());
         // SAFETY: as in `pair`.
         let mut sq = unsafe { SendQueue::new(&qa.dv(), qa.qpn(), 64, 4) }.unwrap();
+        // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+        // driver touches ring memory only when called.
         let mut cq = unsafe { CompletionQueue::new(&ca.dv()) }.unwrap();
         let mut src = vec![9u8; 64];
+        // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls
+        // while it lives.
         let k = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
         let sge = [DataSeg {
             addr: src.as_ptr() as u64,
@@ -77,8 +81,12 @@ fn qp_numbers_wrap_at_24_bits_and_skip_live_ones() {
     let c = dev.create_qp(PD, &cq, 8).unwrap();
     assert_eq!(c.qpn(), a.qpn() + 1, "skips the live QPN");
     let mut m = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let k1 = unsafe { dev.reg_mr(PD, m.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
     dev.lock().next_key = k1.lkey;
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let k2 = unsafe { dev.reg_mr(PD, m.as_mut_ptr(), 64, Access::LOCAL_WRITE) }.unwrap();
     assert_ne!(k1.lkey, k2.lkey, "a live key was handed out again");
 }
@@ -91,6 +99,8 @@ fn reset_zeroes_the_indices_and_the_qp_works_again() {
     let dev = Device::new();
     let (mut a, b) = pair(&dev);
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
     let bad = write_wqe(
         Payload::Inline(&[1; 8]),
@@ -109,6 +119,7 @@ fn reset_zeroes_the_indices_and_the_qp_works_again() {
     a.sq.reset();
     assert_eq!(a.sq.pi(), 0);
     assert_eq!(
+        // SAFETY: the live QP's doorbell record; word 1 is the SQ counter.
         unsafe { crate::mmio::read_dbrec(a.qp.dv().dbrec.add(1)) },
         0
     );

@@ -9,6 +9,8 @@ fn ring_wraps_with_owner_bits_across_many_passes() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 256];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -47,6 +49,8 @@ fn send_queue_holds_at_most_max_post_work_requests() {
     let dev = Device::new();
     let (mut a, _b) = pair(&dev);
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -89,6 +93,8 @@ fn one_signaled_cqe_retires_the_unsignaled_ones_before_it() {
     let (mut a, _b) = pair_with(&dev, 16, 0);
     a.sq.set_auto_signal(0);
     let mut dst = vec![0u8; 256];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -125,6 +131,8 @@ fn the_seventeenth_post_is_refused_and_writes_nothing() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 16, 32);
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
@@ -145,6 +153,7 @@ fn the_seventeenth_post_is_refused_and_writes_nothing() {
         unsafe { std::slice::from_raw_parts(dv.sq.buf as *const u8, 16 * 64) }.to_vec()
     };
     let before = ring(&dv);
+    // SAFETY: the live QP's doorbell record; word 1 is the SQ counter.
     let db_before = unsafe { crate::mmio::read_dbrec(dv.dbrec.add(1)) };
     // Sixteen 1-WQEBB WRs use every WQEBB and every WR slot (max_post is capped at wqe_cnt).
     assert_eq!(a.sq.free_wqebbs(), 0);
@@ -155,6 +164,7 @@ fn the_seventeenth_post_is_refused_and_writes_nothing() {
     a.sq.ring_doorbell();
     assert_eq!(ring(&dv), before, "a refused post wrote ring bytes");
     assert_eq!(
+        // SAFETY: the live QP's doorbell record; word 1 is the SQ counter.
         unsafe { crate::mmio::read_dbrec(dv.dbrec.add(1)) },
         db_before,
         "a refused post rang"
@@ -168,6 +178,8 @@ fn auto_signal_keeps_an_unsignaled_stream_flowing() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 16, 8);
     let mut dst = vec![0u8; 64];
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe {
         dev.reg_mr(
             PD,
