@@ -11,6 +11,8 @@
 //! - [`verbs`]: access flags, QP types and QP states (`verbs.h`), shared by the sim and rdma-direct.
 //! - [`sim`] (feature `sim`): a software mlx5 device that executes the rings.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 
 pub mod cqe;

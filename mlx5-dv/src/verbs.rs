@@ -3,7 +3,7 @@
 //! states (`enum ibv_qp_state`), from rdma-core's `libibverbs/verbs.h`.
 //!
 //! Always compiled (no feature): rdma-direct re-exports them as
-//! `rdma_direct::{Access, QpType, QpState}`, and [`crate::sim`] takes them.
+//! `rdma_direct::{Access, QpType, QpState}`, and the sim (`crate::sim`, feature `sim`) takes them.
 
 bitflags::bitflags! {
     /// Memory-region and QP access flags, with `enum ibv_access_flags` values.

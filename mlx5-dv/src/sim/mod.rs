@@ -83,31 +83,59 @@ pub const RNR_DELAY: std::time::Duration = std::time::Duration::from_micros(640)
 /// Errors from the sim's control path.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SimError {
+    /// A ring size (entries, or bytes per CQE) that is not a power of two in the range the sim takes.
     #[error("{what} = {value} must be a power of two between {min} and {max}")]
     BadSize {
+        /// The size asked, e.g. `cqe_cnt`.
         what: &'static str,
+        /// Its value.
         value: u32,
+        /// The smallest taken.
         min: u32,
+        /// The largest taken.
         max: u32,
     },
+    /// A memory region of zero bytes.
     #[error("memory region of zero length")]
     ZeroLength,
+    /// A memory region whose end passes the top of the address space.
     #[error("memory region {addr:#x}+{len} wraps the address space")]
-    BadRange { addr: u64, len: u64 },
+    BadRange {
+        /// Start address.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// No memory region has this lkey.
     #[error("no memory region with lkey {0:#x}")]
     NoSuchMr(u32),
+    /// An owned memory region ([`Device::reg_mr_owned`]) asked for REMOTE_* access.
     #[error("an owned memory region takes no REMOTE_* access (asked {0:?})")]
     RemoteOnOwned(Access),
+    /// A QP state transition the sim does not allow.
     #[error("invalid QP transition {from:?} -> {to:?}")]
-    BadTransition { from: QpState, to: QpState },
+    BadTransition {
+        /// The QP's state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
+    /// No QP has this number on this device.
     #[error("no QP {0:#x} on this device")]
     NoSuchQp(u32),
+    /// No SRQ has this number on this device.
     #[error("no SRQ {0:#x} on this device")]
     NoSuchSrq(u32),
+    /// The CQ (its number) was created by another device.
     #[error("CQ {0:#x} belongs to another device")]
     ForeignCq(u32),
+    /// Every number of a kind (QP, CQ, memory key) is in use.
     #[error("every {what} number is in use")]
-    Exhausted { what: &'static str },
+    Exhausted {
+        /// What ran out: `QP`, `CQ` or `memory key`.
+        what: &'static str,
+    },
+    /// The operating system refused a resource (an eventfd); the message says which and why.
     #[error("the operating system refused the sim a resource: {0}")]
     Os(String),
 }
@@ -115,7 +143,9 @@ pub enum SimError {
 /// Keys of a registered memory region (equal, as on ConnectX).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrKeys {
+    /// Local key (what data segments name).
     pub lkey: u32,
+    /// Remote key (what a peer's raddr segment names).
     pub rkey: u32,
 }
 
@@ -302,6 +332,7 @@ impl Device {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// A new device with no MR, CQ, QP or SRQ; it executes on [`Device::process`] until [`Device::start`].
     pub fn new() -> Self {
         let state = State {
             mrs: Table::default(),
