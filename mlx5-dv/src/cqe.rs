@@ -31,12 +31,15 @@ pub fn owner_bit(pi: u32, cqe_cnt: u32) -> u8 {
 /// A decoded CQE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cqe {
+    /// The CQE opcode (op_own, byte 63, bits 7:4).
     pub opcode: CqeOpcode,
     /// For requester CQEs (REQ, REQ_ERR): the WQE opcode they complete.
     pub wqe_opcode: WqeOpcode,
+    /// The QP (`sop_drop_qpn` bits 23:0, byte 56) whose WQE this CQE completes.
     pub qpn: u32,
     /// Low 16 bits of the index of the (last) WQE this CQE completes.
     pub wqe_counter: u16,
+    /// `byte_cnt` (bytes 44..48): the bytes the completed operation moved (a receive: the message length).
     pub byte_cnt: u32,
     /// Immediate data as the sender passed it.
     pub imm: u32,
@@ -51,6 +54,7 @@ pub struct Cqe {
     pub owner: bool,
     /// For REQ_ERR / RESP_ERR: the error syndrome; otherwise 0.
     pub syndrome: Syndrome,
+    /// For REQ_ERR / RESP_ERR: the vendor error syndrome (byte 54); otherwise 0.
     pub vendor_syndrome: u8,
     /// Responder CQEs (`flags_rqpn`, bytes 24..28): the sender's QPN in
     /// 23:0 (UD), its SL in 27:24, and in 29:28 whether a GRH came (then the
@@ -201,6 +205,7 @@ impl CqeRef<'_> {
         self.op_own
     }
 
+    /// The CQE opcode (op_own bits 7:4).
     #[inline(always)]
     pub fn opcode(&self) -> CqeOpcode {
         CqeOpcode(self.op_own() >> 4)

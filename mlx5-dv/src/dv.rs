@@ -11,17 +11,27 @@ use core::ffi::c_void;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_qp {
+    /// `__be32 *dbrec`: the QP doorbell record, two big-endian u32 (`[0]` RQ, `[1]` SQ counter).
     pub dbrec: *mut u32,
+    /// `sq`: the send queue ring.
     pub sq: mlx5dv_wq,
+    /// `rq`: the receive queue ring (no entries on an SRQ QP).
     pub rq: mlx5dv_wq,
+    /// `bf`: the BlueFlame (UAR) register the SQ doorbell is written to.
     pub bf: mlx5dv_bf,
+    /// `MLX5DV_QP_MASK_*` bits: in, the fields asked for; out, those filled.
     pub comp_mask: u64,
-    /// `off_t`.
+    /// `off_t uar_mmap_offset` (with `MLX5DV_QP_MASK_UAR_MMAP_OFFSET`).
     pub uar_mmap_offset: i64,
+    /// `tirn` (with `MLX5DV_QP_MASK_RAW_QP_HANDLES`; raw packet QPs).
     pub tirn: u32,
+    /// `tisn` (with `MLX5DV_QP_MASK_RAW_QP_HANDLES`; raw packet QPs).
     pub tisn: u32,
+    /// `rqn` (with `MLX5DV_QP_MASK_RAW_QP_HANDLES`; raw packet QPs).
     pub rqn: u32,
+    /// `sqn` (with `MLX5DV_QP_MASK_RAW_QP_HANDLES`; raw packet QPs).
     pub sqn: u32,
+    /// `tir_icm_addr` (with `MLX5DV_QP_MASK_RAW_QP_TIR_ADDR`).
     pub tir_icm_addr: u64,
 }
 
@@ -29,6 +39,7 @@ pub struct mlx5dv_qp {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_wq {
+    /// `void *buf`: the ring's first entry.
     pub buf: *mut c_void,
     /// Entries (WQEBBs for the SQ), a power of two.
     pub wqe_cnt: u32,
@@ -50,13 +61,19 @@ pub struct mlx5dv_bf {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_cq {
+    /// `void *buf`: the CQE ring, `cqe_cnt * cqe_size` bytes.
     pub buf: *mut c_void,
+    /// `__be32 *dbrec`: the CQ doorbell record (`[0]` consumer index, `[1]` arm word), big-endian.
     pub dbrec: *mut u32,
+    /// CQEs in the ring, a power of two.
     pub cqe_cnt: u32,
-    /// 64 or 128.
+    /// Bytes per CQE: 64 or 128.
     pub cqe_size: u32,
+    /// `void *cq_uar`: the UAR page holding the CQ doorbell (arm) register at 0x20; null: no arming.
     pub cq_uar: *mut c_void,
+    /// The CQ number (24 bits), as CQEs and the arm doorbell name it.
     pub cqn: u32,
+    /// `comp_mask` (no bits defined in `mlx5dv.h`).
     pub comp_mask: u64,
 }
 
@@ -124,19 +141,29 @@ impl<I, O> Copy for mlx5dv_obj_pair<I, O> {}
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_obj {
+    /// `struct ibv_qp *` in, [`mlx5dv_qp`] out (`MLX5DV_OBJ_QP`).
     pub qp: mlx5dv_obj_pair<c_void, mlx5dv_qp>,
+    /// `struct ibv_cq *` in, [`mlx5dv_cq`] out (`MLX5DV_OBJ_CQ`).
     pub cq: mlx5dv_obj_pair<c_void, mlx5dv_cq>,
+    /// `struct ibv_srq *` in, [`mlx5dv_srq`] out (`MLX5DV_OBJ_SRQ`).
     pub srq: mlx5dv_obj_pair<c_void, mlx5dv_srq>,
+    /// `struct ibv_wq *` in, `struct mlx5dv_rwq` out (`MLX5DV_OBJ_RWQ`; opaque here).
     pub rwq: mlx5dv_obj_pair<c_void, c_void>,
+    /// `struct ibv_dm *` in, `struct mlx5dv_dm` out (`MLX5DV_OBJ_DM`; opaque here).
     pub dm: mlx5dv_obj_pair<c_void, c_void>,
+    /// `struct ibv_ah *` in, [`mlx5dv_ah`] out (`MLX5DV_OBJ_AH`).
     pub ah: mlx5dv_obj_pair<c_void, mlx5dv_ah>,
+    /// `struct ibv_pd *` in, `struct mlx5dv_pd` out (`MLX5DV_OBJ_PD`; opaque here).
     pub pd: mlx5dv_obj_pair<c_void, c_void>,
 }
 
-/// `enum mlx5dv_obj_type`.
+/// `MLX5DV_OBJ_QP` (`enum mlx5dv_obj_type`): describe [`mlx5dv_obj::qp`].
 pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
+/// `MLX5DV_OBJ_CQ`: describe [`mlx5dv_obj::cq`].
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+/// `MLX5DV_OBJ_SRQ`: describe [`mlx5dv_obj::srq`].
 pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+/// `MLX5DV_OBJ_AH`: describe [`mlx5dv_obj::ah`].
 pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
 
 /// `struct mlx5dv_ah` (rdma-core `mlx5dv.h`): the AH's 48-byte AV
@@ -144,7 +171,9 @@ pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_ah {
+    /// `struct mlx5_wqe_av *av`: the 48-byte address vector.
     pub av: *mut c_void,
+    /// `comp_mask` (no bits defined in `mlx5dv.h`).
     pub comp_mask: u64,
 }
 
@@ -155,12 +184,19 @@ pub struct mlx5dv_ah {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_srq {
+    /// `void *buf`: the SRQ ring's first WQE.
     pub buf: *mut c_void,
+    /// `__be32 *dbrec`: the SRQ doorbell record (the WQE counter, big-endian).
     pub dbrec: *mut u32,
+    /// Bytes per WQE.
     pub stride: u32,
+    /// Index of the first WQE of the free list.
     pub head: u32,
+    /// Index of the last WQE of the free list.
     pub tail: u32,
+    /// `MLX5DV_SRQ_MASK_*` bits: in, asked for; out, filled (`MLX5DV_SRQ_MASK_SRQN` for `srqn`).
     pub comp_mask: u64,
+    /// The SRQ number (with `MLX5DV_SRQ_MASK_SRQN`).
     pub srqn: u32,
 }
 
@@ -194,7 +230,9 @@ impl mlx5dv_srq {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_cqe_comp_caps {
+    /// `max_num`: most CQEs one compressed CQE may stand for.
     pub max_num: u32,
+    /// `supported_format`: `enum mlx5dv_cqe_comp_res_format` bits.
     pub supported_format: u32,
 }
 
@@ -202,7 +240,9 @@ pub struct mlx5dv_cqe_comp_caps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_sw_parsing_caps {
+    /// `sw_parsing_offloads`: `enum mlx5dv_sw_parsing_offloads` bits.
     pub sw_parsing_offloads: u32,
+    /// `supported_qpts`: bit `1 << IBV_QPT_*` per QP type supported.
     pub supported_qpts: u32,
 }
 
@@ -210,10 +250,15 @@ pub struct mlx5dv_sw_parsing_caps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_striding_rq_caps {
+    /// `min_single_stride_log_num_of_bytes`: log2 of the smallest stride, in bytes.
     pub min_single_stride_log_num_of_bytes: u32,
+    /// `max_single_stride_log_num_of_bytes`: log2 of the largest stride, in bytes.
     pub max_single_stride_log_num_of_bytes: u32,
+    /// `min_single_wqe_log_num_of_strides`: log2 of the fewest strides per WQE.
     pub min_single_wqe_log_num_of_strides: u32,
+    /// `max_single_wqe_log_num_of_strides`: log2 of the most strides per WQE.
     pub max_single_wqe_log_num_of_strides: u32,
+    /// `supported_qpts`: bit `1 << IBV_QPT_*` per QP type supported.
     pub supported_qpts: u32,
 }
 
@@ -221,9 +266,13 @@ pub struct mlx5dv_striding_rq_caps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_sig_caps {
+    /// `block_size`: `enum mlx5dv_block_size_caps` bits.
     pub block_size: u64,
+    /// `block_prot`: `enum mlx5dv_sig_prot_caps` bits.
     pub block_prot: u32,
+    /// `t10dif_bg`: `enum mlx5dv_sig_t10dif_bg_caps` bits.
     pub t10dif_bg: u16,
+    /// `crc_type`: `enum mlx5dv_sig_crc_type_caps` bits.
     pub crc_type: u16,
 }
 
@@ -231,7 +280,9 @@ pub struct mlx5dv_sig_caps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_dci_streams_caps {
+    /// `max_log_num_concurent` (sic): log2 of the most concurrent DCI streams.
     pub max_log_num_concurent: u8,
+    /// `max_log_num_errored`: log2 of the most DCI streams in error at once.
     pub max_log_num_errored: u8,
 }
 
@@ -239,10 +290,15 @@ pub struct mlx5dv_dci_streams_caps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_crypto_caps {
+    /// `failed_selftests`: nonzero if some crypto self tests failed.
     pub failed_selftests: u16,
+    /// `crypto_engines`: `enum mlx5dv_crypto_engines_caps` bits.
     pub crypto_engines: u8,
+    /// `wrapped_import_method`: `enum mlx5dv_crypto_wrapped_import_method_caps` bits.
     pub wrapped_import_method: u8,
+    /// `log_max_num_deks`: log2 of the most data encryption keys.
     pub log_max_num_deks: u8,
+    /// `flags`: `enum mlx5dv_crypto_caps_flags` bits.
     pub flags: u32,
 }
 
@@ -251,22 +307,39 @@ pub struct mlx5dv_crypto_caps {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_context {
+    /// `version`: the provider's ABI version.
     pub version: u8,
+    /// `MLX5DV_CONTEXT_FLAGS_*` bits (e.g. [`MLX5DV_CONTEXT_FLAGS_CQE_V1`]).
     pub flags: u64,
+    /// `MLX5DV_CONTEXT_MASK_*` bits: in, the fields asked for; out, those filled.
     pub comp_mask: u64,
+    /// CQE compression (`MLX5DV_CONTEXT_MASK_CQE_COMPRESION`).
     pub cqe_comp_caps: mlx5dv_cqe_comp_caps,
+    /// Software parsing offloads (`MLX5DV_CONTEXT_MASK_SWP`).
     pub sw_parsing_caps: mlx5dv_sw_parsing_caps,
+    /// Striding RQ (`MLX5DV_CONTEXT_MASK_STRIDING_RQ`).
     pub striding_rq_caps: mlx5dv_striding_rq_caps,
+    /// `enum mlx5dv_tunnel_offloads` bits (`MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS`).
     pub tunnel_offloads_caps: u32,
+    /// Dynamic BlueFlame registers available (`MLX5DV_CONTEXT_MASK_DYN_BFREGS`).
     pub max_dynamic_bfregs: u32,
+    /// Nanoseconds between updates of the clock info page (`MLX5DV_CONTEXT_MASK_CLOCK_INFO_UPDATE`).
     pub max_clock_info_update_nsec: u64,
+    /// `enum mlx5dv_flow_action_cap_flags` bits (`MLX5DV_CONTEXT_MASK_FLOW_ACTION_FLAGS`).
     pub flow_action_flags: u32,
+    /// `enum ibv_odp_transport_cap_bits` for DC (`MLX5DV_CONTEXT_MASK_DC_ODP_CAPS`).
     pub dc_odp_caps: u32,
+    /// `void *hca_core_clock`: the mapped free-running clock (`MLX5DV_CONTEXT_MASK_HCA_CORE_CLOCK`).
     pub hca_core_clock: *mut c_void,
+    /// LAG ports (`MLX5DV_CONTEXT_MASK_NUM_LAG_PORTS`).
     pub num_lag_ports: u8,
+    /// Signature offload (`MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD`).
     pub sig_caps: mlx5dv_sig_caps,
+    /// DCI streams (`MLX5DV_CONTEXT_MASK_DCI_STREAMS`).
     pub dci_streams_caps: mlx5dv_dci_streams_caps,
+    /// Largest memcpy work request, in bytes (`MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH`).
     pub max_wr_memcpy_length: usize,
+    /// Crypto offload (`MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD`).
     pub crypto_caps: mlx5dv_crypto_caps,
 }
 
@@ -277,7 +350,9 @@ pub const MLX5DV_CONTEXT_FLAGS_CQE_V1: u64 = 1 << 0;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_dci_streams {
+    /// `log_num_concurent` (sic): log2 of the DCI's concurrent streams.
     pub log_num_concurent: u8,
+    /// `log_num_errored`: log2 of the streams that may be in error at once.
     pub log_num_errored: u8,
 }
 
@@ -285,7 +360,9 @@ pub struct mlx5dv_dci_streams {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union mlx5dv_dc_init_attr_u {
+    /// `dct_access_key`: the DC access key (`MLX5DV_DCTYPE_DCT`).
     pub dct_access_key: u64,
+    /// `dci_streams` (`MLX5DV_DCTYPE_DCI` with `MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`).
     pub dci_streams: mlx5dv_dci_streams,
 }
 
@@ -295,6 +372,7 @@ pub union mlx5dv_dc_init_attr_u {
 pub struct mlx5dv_dc_init_attr {
     /// `enum mlx5dv_dc_type`.
     pub dc_type: u32,
+    /// The anonymous union: DCT access key or DCI streams.
     pub u: mlx5dv_dc_init_attr_u,
 }
 
@@ -306,7 +384,9 @@ pub struct mlx5dv_qp_init_attr {
     pub comp_mask: u64,
     /// `MLX5DV_QP_CREATE_*`.
     pub create_flags: u32,
+    /// DC attributes (with `MLX5DV_QP_INIT_ATTR_MASK_DC`).
     pub dc_init_attr: mlx5dv_dc_init_attr,
+    /// `MLX5DV_QP_EX_WITH_*` bits (with `MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS`).
     pub send_ops_flags: u64,
 }
 

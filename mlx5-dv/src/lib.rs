@@ -8,8 +8,11 @@
 //! - [`driver`]: send queue and CQ poller over those descriptions (where the doorbell rings).
 //! - [`mmio`]: the only code that touches doorbell records, UAR registers and CQE ownership bytes.
 //! - [`trace`]: `RDMA_DIRECT_TRACE=1` prints every WQE posted and CQE polled, decoded.
+//! - [`verbs`]: access flags, QP types and QP states (`verbs.h`), shared by the sim and rdma-direct.
 //! - [`sim`] (feature `sim`): a software mlx5 device that executes the rings.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 
 pub mod cqe;
@@ -21,6 +24,7 @@ pub mod prm;
 pub mod ring;
 pub mod shared;
 pub mod trace;
+pub mod verbs;
 pub mod wqe;
 
 #[cfg(feature = "sim")]

@@ -24,14 +24,23 @@ pub const INLINE_SEG: u32 = 0x8000_0000;
 pub struct WqeOpcode(pub u8);
 
 impl WqeOpcode {
+    /// `MLX5_OPCODE_NOP`: no operation (a WQE that only completes).
     pub const NOP: Self = Self(0x00);
+    /// `MLX5_OPCODE_SEND_INVAL`: SEND with invalidate (an rkey to invalidate at the responder).
     pub const SEND_INVAL: Self = Self(0x01);
+    /// `MLX5_OPCODE_RDMA_WRITE`: RDMA WRITE.
     pub const RDMA_WRITE: Self = Self(0x08);
+    /// `MLX5_OPCODE_RDMA_WRITE_IMM`: RDMA WRITE with immediate (consumes a responder receive).
     pub const RDMA_WRITE_IMM: Self = Self(0x09);
+    /// `MLX5_OPCODE_SEND`: SEND.
     pub const SEND: Self = Self(0x0a);
+    /// `MLX5_OPCODE_SEND_IMM`: SEND with immediate.
     pub const SEND_IMM: Self = Self(0x0b);
+    /// `MLX5_OPCODE_RDMA_READ`: RDMA READ.
     pub const RDMA_READ: Self = Self(0x10);
+    /// `MLX5_OPCODE_ATOMIC_CS`: 8-byte atomic compare and swap.
     pub const ATOMIC_CS: Self = Self(0x11);
+    /// `MLX5_OPCODE_ATOMIC_FA`: 8-byte atomic fetch and add.
     pub const ATOMIC_FA: Self = Self(0x12);
 
     /// rdma-core's name without the `MLX5_OPCODE_` prefix (`None` if unknown).
@@ -103,15 +112,25 @@ bitflags! {
 pub struct CqeOpcode(pub u8);
 
 impl CqeOpcode {
+    /// `MLX5_CQE_REQ`: requester completion (a send-queue WQE succeeded).
     pub const REQ: Self = Self(0);
+    /// `MLX5_CQE_RESP_WR_IMM`: responder, RDMA WRITE with immediate received.
     pub const RESP_WR_IMM: Self = Self(1);
+    /// `MLX5_CQE_RESP_SEND`: responder, SEND received.
     pub const RESP_SEND: Self = Self(2);
+    /// `MLX5_CQE_RESP_SEND_IMM`: responder, SEND with immediate received.
     pub const RESP_SEND_IMM: Self = Self(3);
+    /// `MLX5_CQE_RESP_SEND_INV`: responder, SEND with invalidate received.
     pub const RESP_SEND_INV: Self = Self(4);
+    /// `MLX5_CQE_RESIZE_CQ`: marks the end of the old buffer of a resized CQ.
     pub const RESIZE_CQ: Self = Self(5);
+    /// `MLX5_CQE_NO_PACKET`: a completion with no packet behind it.
     pub const NO_PACKET: Self = Self(6);
+    /// `MLX5_CQE_SIG_ERR`: signature (T10-DIF) error.
     pub const SIG_ERR: Self = Self(12);
+    /// `MLX5_CQE_REQ_ERR`: requester error; the syndrome says which.
     pub const REQ_ERR: Self = Self(13);
+    /// `MLX5_CQE_RESP_ERR`: responder error; the syndrome says which.
     pub const RESP_ERR: Self = Self(14);
     /// Never software-owned: fresh CQ slots hold `op_own = 0xF0`.
     pub const INVALID: Self = Self(15);
@@ -134,6 +153,7 @@ impl CqeOpcode {
         })
     }
 
+    /// REQ_ERR or RESP_ERR: an error CQE (the syndrome in byte 55).
     pub fn is_error(self) -> bool {
         self == Self::REQ_ERR || self == Self::RESP_ERR
     }
@@ -144,18 +164,31 @@ impl CqeOpcode {
 pub struct Syndrome(pub u8);
 
 impl Syndrome {
+    /// `MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR`: reported as `IBV_WC_LOC_LEN_ERR`.
     pub const LOCAL_LENGTH_ERR: Self = Self(0x01);
+    /// `MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR`: reported as `IBV_WC_LOC_QP_OP_ERR`.
     pub const LOCAL_QP_OP_ERR: Self = Self(0x02);
+    /// `MLX5_CQE_SYNDROME_LOCAL_PROT_ERR`: reported as `IBV_WC_LOC_PROT_ERR`.
     pub const LOCAL_PROT_ERR: Self = Self(0x04);
+    /// `MLX5_CQE_SYNDROME_WR_FLUSH_ERR`: reported as `IBV_WC_WR_FLUSH_ERR`.
     pub const WR_FLUSH_ERR: Self = Self(0x05);
+    /// `MLX5_CQE_SYNDROME_MW_BIND_ERR`: reported as `IBV_WC_MW_BIND_ERR`.
     pub const MW_BIND_ERR: Self = Self(0x06);
+    /// `MLX5_CQE_SYNDROME_BAD_RESP_ERR`: reported as `IBV_WC_BAD_RESP_ERR`.
     pub const BAD_RESP_ERR: Self = Self(0x10);
+    /// `MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR`: reported as `IBV_WC_LOC_ACCESS_ERR`.
     pub const LOCAL_ACCESS_ERR: Self = Self(0x11);
+    /// `MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR`: reported as `IBV_WC_REM_INV_REQ_ERR`.
     pub const REMOTE_INVAL_REQ_ERR: Self = Self(0x12);
+    /// `MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR`: reported as `IBV_WC_REM_ACCESS_ERR`.
     pub const REMOTE_ACCESS_ERR: Self = Self(0x13);
+    /// `MLX5_CQE_SYNDROME_REMOTE_OP_ERR`: reported as `IBV_WC_REM_OP_ERR`.
     pub const REMOTE_OP_ERR: Self = Self(0x14);
+    /// `MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR`: reported as `IBV_WC_RETRY_EXC_ERR`.
     pub const TRANSPORT_RETRY_EXC_ERR: Self = Self(0x15);
+    /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`: reported as `IBV_WC_RNR_RETRY_EXC_ERR`.
     pub const RNR_RETRY_EXC_ERR: Self = Self(0x16);
+    /// `MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR`: reported as `IBV_WC_REM_ABORT_ERR`.
     pub const REMOTE_ABORTED_ERR: Self = Self(0x22);
 
     /// The `enum ibv_wc_status` value rdma-core reports for this syndrome

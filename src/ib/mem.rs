@@ -9,7 +9,7 @@ use super::error::{Error, RegRefusal, Result};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 /// Access flags (`enum ibv_access_flags` values): one type for every backend.
-pub use mlx5_dv::sim::Access;
+pub use mlx5_dv::verbs::Access;
 
 /// Pages behind a mapped buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

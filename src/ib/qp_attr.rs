@@ -10,6 +10,8 @@
 use super::error::{Error, Result};
 use super::mem::Access;
 pub use super::qp_state::QpState;
+// The transport of a QP (`enum ibv_qp_type`): defined in `mlx5_dv::verbs`.
+pub use mlx5_dv::verbs::QpType;
 
 bitflags::bitflags! {
     /// Which attributes a modify carries (`enum ibv_qp_attr_mask` values).
@@ -163,35 +165,6 @@ pub struct QpAttr {
     /// queue is drained (`IBV_QP_EN_SQD_ASYNC_NOTIFY`,
     /// `ibv_qp_attr.en_sqd_async_notify`).
     pub sqd_notify: Option<bool>,
-}
-
-/// The transport of a QP (`enum ibv_qp_type`): reliable connected (RC),
-/// unreliable connected (UC: WRITE, WRITE_WITH_IMM, SEND and
-/// SEND_WITH_IMM; no ACK, no retry, no RNR: a message the responder cannot
-/// take is dropped and the requester still succeeds), unreliable datagram
-/// (UD: SENDs to any UD QP named per WR by an address handle, QPN and
-/// qkey; at most the port's active MTU each; receives start with a 40-byte
-/// GRH slot). IB spec 9.8 (transport services), 11.2.4.2 (attributes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum QpType {
-    /// `IBV_QPT_RC`: reliable connected.
-    #[default]
-    Rc,
-    /// `IBV_QPT_UC`: unreliable connected.
-    Uc,
-    /// `IBV_QPT_UD`: unreliable datagram.
-    Ud,
-}
-
-impl QpType {
-    /// perftest's `-c` name: `RC`, `UC`, `UD`.
-    pub fn name(self) -> &'static str {
-        match self {
-            QpType::Rc => "RC",
-            QpType::Uc => "UC",
-            QpType::Ud => "UD",
-        }
-    }
 }
 
 impl QpAttr {

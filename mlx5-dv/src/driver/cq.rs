@@ -80,7 +80,7 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     /// Takes the CQE at the consumer index if it is software-owned, and
     /// advances the consumer index. Ordering as rdma-core's (`cq.c`
     /// `mlx5_get_next_cqe`, `udma_from_device_barrier`): `op_own` is read
-    /// first and tested (one compare: [`owned`]), then the from-device
+    /// first and tested (one compare: `owned`), then the from-device
     /// barrier (`lfence` on x86_64), then the fields the caller reads
     /// through the [`CqeRef`], only those (the others are never loaded).
     #[inline(always)]
@@ -218,6 +218,7 @@ impl CompletionQueue {
         self.lazy_ci
     }
 
+    /// The CQ number (`mlx5dv_cq.cqn`).
     pub fn cqn(&self) -> u32 {
         self.cqn
     }

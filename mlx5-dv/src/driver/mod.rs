@@ -31,12 +31,24 @@ pub use table::Table;
 /// Why a ring description was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum DescError {
+    /// A pointer of the description is null.
     #[error("{what} is null")]
-    Null { what: &'static str },
+    Null {
+        /// The field, e.g. `cq.dbrec`.
+        what: &'static str,
+    },
+    /// A count that must be a nonzero power of two is not.
     #[error("{what} = {value} must be a nonzero power of two")]
-    NotPow2 { what: &'static str, value: u32 },
+    NotPow2 {
+        /// The field, e.g. `sq.wqe_cnt`.
+        what: &'static str,
+        /// Its value.
+        value: u32,
+    },
+    /// The SQ stride is not 64 bytes (one WQEBB).
     #[error("SQ stride is {0} bytes; mlx5 send WQEBBs are 64")]
     Stride(u32),
+    /// The CQE size is neither 64 nor 128 bytes.
     #[error("CQE size is {0} bytes; mlx5 CQEs are 64 or 128")]
     CqeSize(u32),
 }

@@ -332,6 +332,7 @@ impl SendQueue {
         })
     }
 
+    /// The SQ's geometry.
     pub fn geometry(&self) -> &SqGeometry {
         &self.geo
     }

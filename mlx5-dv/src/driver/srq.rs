@@ -34,13 +34,15 @@ use std::sync::Arc;
 /// driver uses (`mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`, or the sim's).
 #[derive(Clone, Copy, Debug)]
 pub struct SrqDesc {
+    /// The ring's first WQE.
     pub buf: *mut u8,
     /// The SRQ's doorbell record (one big-endian u32).
     pub dbrec: *mut u32,
     /// Bytes per WQE (a power of two, at least 32).
     pub stride: u32,
-    /// The first free WQE, and the last (the list's tail, never posted).
+    /// The first free WQE (its index).
     pub head: u32,
+    /// The last free WQE (the list's tail, never posted).
     pub tail: u32,
 }
 
@@ -491,18 +493,28 @@ mod tests {
             head: 0,
             tail: 3,
         };
-        // SAFETY (each): `mem` holds 4 linked WQEs of 32 bytes.
+        // SAFETY: `d` describes `mem`: 4 linked WQEs of 32 bytes and one doorbell u32, live for
+        // the test.
         assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_ok());
         d.stride = 24;
+        // SAFETY: `d` lies within `mem` and `db` (4 WQEs of 32 bytes, one u32); `new` refuses it
+        // after reading only those.
         assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
         d.stride = 32;
-        d.tail = 2; // 3 WQEs: not a power of two
+        // 3 WQEs: not a power of two.
+        d.tail = 2;
+        // SAFETY: `d` lies within `mem` and `db` (4 WQEs of 32 bytes, one u32); `new` refuses it
+        // after reading only those.
         assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
         d.tail = 3;
-        d.head = 1; // the walk misses WQE 0
+        // The walk misses WQE 0.
+        d.head = 1;
+        // SAFETY: `d` lies within `mem` and `db` (4 WQEs of 32 bytes, one u32); `new` refuses it
+        // after reading only those.
         assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
         d.head = 0;
         d.buf = core::ptr::null_mut();
+        // SAFETY: `new` refuses a null `buf` before reading anything; `dbrec` is still live.
         assert!(unsafe { SharedReceiveQueue::new(&d, 1) }.is_err());
     }
 

@@ -142,6 +142,7 @@ pub struct Cq {
 }
 
 impl Cq {
+    /// The CQ number (24 bits).
     pub fn cqn(&self) -> u32 {
         self.cqn
     }
@@ -244,6 +245,7 @@ impl Cq {
             .pi = pi;
     }
 
+    /// The raw description, as `mlx5dv_init_obj` would return it. Valid while `self` lives.
     pub fn dv(&self) -> mlx5dv_cq {
         let st = self.dev.lock();
         let c = &st.cqs[&self.cqn];

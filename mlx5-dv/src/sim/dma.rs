@@ -16,6 +16,9 @@ pub(super) struct DmaBuf {
 // SAFETY: DmaBuf is plain memory; all access goes through raw pointers whose
 // cross-thread ordering is set by the doorbell-record / op_own atomics.
 unsafe impl Send for DmaBuf {}
+// SAFETY: `&DmaBuf` hands out only its raw pointer and length; every access
+// through it is a raw-pointer access whose cross-thread ordering, as for
+// `Send`, comes from the doorbell-record / op_own atomics (`mmio`, `shared`).
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {

@@ -59,9 +59,11 @@ pub use qp::{Qp, BF_OFFSET, BF_SIZE};
 pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
 pub use thread::{device_cpu, device_threads};
 pub use ud::{GRH_BYTES, UD_MTU};
+// The access flags, QP transports and QP states the sim takes: defined in
+// `crate::verbs`, shared with rdma-direct.
+pub use crate::verbs::{Access, QpState, QpType};
 
 use crate::prm::INVALID_LKEY;
-use bitflags::bitflags;
 use dma::DmaBuf;
 use exec::run_all;
 use std::collections::HashMap;
@@ -69,17 +71,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-
-bitflags! {
-    /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub struct Access: u32 {
-        const LOCAL_WRITE = 1;
-        const REMOTE_WRITE = 2;
-        const REMOTE_READ = 4;
-        const REMOTE_ATOMIC = 8;
-    }
-}
 
 /// Largest SQ the sim hands out, in WQEBBs.
 pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
@@ -89,63 +80,62 @@ pub const MAX_SQ_WQEBBS: u32 = 1 << 15;
 /// rdma-core's `ibv_rc_pingpong` and perftest ask for.
 pub const RNR_DELAY: std::time::Duration = std::time::Duration::from_micros(640);
 
-/// The transports the sim models (`enum ibv_qp_type`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum QpType {
-    /// Reliable connected: ACKs, RNR retries, remote errors reported.
-    #[default]
-    Rc,
-    /// Unreliable connected: no ACK, no retry, no RNR. A message the
-    /// responder cannot take (no receive posted, an access it refuses, a
-    /// responder not in RTR or RTS) is dropped, nothing at the responder
-    /// changes, and the requester completes it successfully. READ and the
-    /// atomics are local QP operation errors.
-    Uc,
-    /// Unreliable datagram.
-    Ud,
-}
-
-/// RC QP states the sim models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QpState {
-    Reset,
-    Init,
-    Rtr,
-    Rts,
-    /// Send queue drain: the WQEs whose doorbell came before the move run
-    /// to completion, later ones wait for RTS; the responder side goes on.
-    Sqd,
-    Err,
-}
-
 /// Errors from the sim's control path.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SimError {
+    /// A ring size (entries, or bytes per CQE) that is not a power of two in the range the sim takes.
     #[error("{what} = {value} must be a power of two between {min} and {max}")]
     BadSize {
+        /// The size asked, e.g. `cqe_cnt`.
         what: &'static str,
+        /// Its value.
         value: u32,
+        /// The smallest taken.
         min: u32,
+        /// The largest taken.
         max: u32,
     },
+    /// A memory region of zero bytes.
     #[error("memory region of zero length")]
     ZeroLength,
+    /// A memory region whose end passes the top of the address space.
     #[error("memory region {addr:#x}+{len} wraps the address space")]
-    BadRange { addr: u64, len: u64 },
+    BadRange {
+        /// Start address.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// No memory region has this lkey.
     #[error("no memory region with lkey {0:#x}")]
     NoSuchMr(u32),
+    /// An owned memory region ([`Device::reg_mr_owned`]) asked for REMOTE_* access.
     #[error("an owned memory region takes no REMOTE_* access (asked {0:?})")]
     RemoteOnOwned(Access),
+    /// A QP state transition the sim does not allow.
     #[error("invalid QP transition {from:?} -> {to:?}")]
-    BadTransition { from: QpState, to: QpState },
+    BadTransition {
+        /// The QP's state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
+    /// No QP has this number on this device.
     #[error("no QP {0:#x} on this device")]
     NoSuchQp(u32),
+    /// No SRQ has this number on this device.
     #[error("no SRQ {0:#x} on this device")]
     NoSuchSrq(u32),
+    /// The CQ (its number) was created by another device.
     #[error("CQ {0:#x} belongs to another device")]
     ForeignCq(u32),
+    /// Every number of a kind (QP, CQ, memory key) is in use.
     #[error("every {what} number is in use")]
-    Exhausted { what: &'static str },
+    Exhausted {
+        /// What ran out: `QP`, `CQ` or `memory key`.
+        what: &'static str,
+    },
+    /// The operating system refused a resource (an eventfd); the message says which and why.
     #[error("the operating system refused the sim a resource: {0}")]
     Os(String),
 }
@@ -153,7 +143,9 @@ pub enum SimError {
 /// Keys of a registered memory region (equal, as on ConnectX).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrKeys {
+    /// Local key (what data segments name).
     pub lkey: u32,
+    /// Remote key (what a peer's raddr segment names).
     pub rkey: u32,
 }
 
@@ -340,6 +332,7 @@ impl Device {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// A new device with no MR, CQ, QP or SRQ; it executes on [`Device::process`] until [`Device::start`].
     pub fn new() -> Self {
         let state = State {
             mrs: Table::default(),

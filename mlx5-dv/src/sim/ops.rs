@@ -326,11 +326,13 @@ pub(super) fn rdma_write(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -
     }
     // Copy in order, holding the very last byte back until everything else
     // landed: perftest-style pollers watch the last byte.
-    // SAFETY (every dma call below): both ranges were checked against
-    // registered MRs above; registration promises the memory stays valid.
+    // Every dma call below: both ranges were checked against registered
+    // MRs above; registration promises the memory stays valid.
     let last = remote.addr + total - 1;
     if let DecodedPayload::Inline { .. } = w.payload {
         let len = inline.len();
+        // SAFETY: `[remote.addr, remote.addr + len)` is the remote range
+        // checked above (`total` is the inline length), in a registered MR.
         unsafe {
             dma::write_from(remote.addr, &inline[..len - 1]);
             dma::store_last_byte(last, inline[len - 1]);

@@ -168,11 +168,13 @@ pub struct Qp {
     qpn: u32,
 }
 
-/// Offset of the first BlueFlame register in the UAR page, and its size.
+/// Offset of the first BlueFlame register in the UAR page, in bytes.
 pub const BF_OFFSET: usize = 0x800;
+/// Size of the BlueFlame register (`mlx5dv_qp.bf.size`), in bytes.
 pub const BF_SIZE: u32 = 256;
 
 impl Qp {
+    /// The QP number (24 bits).
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -188,8 +190,8 @@ impl Qp {
             wqe_cnt: q.sq_wqe_cnt,
             stride: WQEBB as u32,
         };
-        // SAFETY: BF_OFFSET < 4096, the UAR page's size.
         d.bf = mlx5dv_bf {
+            // SAFETY: BF_OFFSET < 4096, the UAR page's size: in bounds of its allocation.
             reg: unsafe { q.uar.ptr().add(BF_OFFSET) }.cast(),
             size: BF_SIZE,
         };
@@ -232,6 +234,7 @@ impl Qp {
         self.dev.lock().qps.get(&self.qpn).and_then(|q| q.peer)
     }
 
+    /// The QP's state (where the calls moved it, or ERR after an error).
     pub fn state(&self) -> QpState {
         self.dev.lock().qps[&self.qpn].state
     }

@@ -27,16 +27,28 @@ pub const MAX_SRQ_WR: u32 = (1 << 15) - 1;
 pub enum AsyncEvent {
     /// `IBV_EVENT_SRQ_LIMIT_REACHED`: a consumed WQE left fewer than the
     /// armed limit posted on SRQ `srqn`; the limit is disarmed.
-    SrqLimitReached { srqn: u32 },
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
     /// `IBV_EVENT_CQ_ERR`: CQ `cqn` overran (it stopped).
-    CqError { cqn: u32 },
+    CqError {
+        /// The CQ.
+        cqn: u32,
+    },
     /// `IBV_EVENT_QP_FATAL`: QP `qpn` met a WQE it could not parse (DS 0,
     /// the wrong WQE index or QPN in its ctrl segment); the WQE completes
     /// with a local QP operation error and the QP goes to ERR.
-    QpFatal { qpn: u32 },
+    QpFatal {
+        /// The QP.
+        qpn: u32,
+    },
     /// `IBV_EVENT_SQ_DRAINED`: QP `qpn`, moved to SQD asking for it, has
     /// run every WQE rung before the move.
-    SqDrained { qpn: u32 },
+    SqDrained {
+        /// The QP.
+        qpn: u32,
+    },
 }
 
 impl Device {
@@ -181,6 +193,7 @@ pub struct Srq {
 }
 
 impl Srq {
+    /// The SRQ number (24 bits).
     pub fn srqn(&self) -> u32 {
         self.srqn
     }

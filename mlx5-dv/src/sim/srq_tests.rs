@@ -43,12 +43,18 @@ fn rig(max_wr: u32) -> Rig {
     // SAFETY: the descriptions come from the sim objects the rig keeps
     // (dropped after the drivers: the test ends with the rig).
     let asq = unsafe { SendQueue::new(&a.dv(), a.qpn(), 64, 64) }.unwrap();
+    // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+    // driver touches ring memory only when called.
     let bcqp = unsafe { CompletionQueue::new(&bcq.dv()) }.unwrap();
+    // SAFETY: a description from a live sim object the test keeps longer than the driver; the
+    // driver touches ring memory only when called.
     let srq_ring = unsafe { SharedReceiveQueue::new(&srq.dv(), 2) }.unwrap();
     let mut src: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
     let mut dst = vec![0u8; 4096];
     // SAFETY: the Vecs live in the rig, which outlives all device work.
     let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
+    // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
+    // it lives.
     let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
     Rig {
         dev,

@@ -15,25 +15,43 @@ pub enum DecodedPayload {
     /// No payload segments.
     None,
     /// `count` data segments, the first at ring offset `first`.
-    Sges { first: usize, count: u32 },
+    Sges {
+        /// Ring offset of the first data segment, in bytes.
+        first: usize,
+        /// Data segments (16 bytes each).
+        count: u32,
+    },
     /// An inline segment: `len` bytes starting at ring offset `off` (wrapping).
-    Inline { off: usize, len: u32 },
+    Inline {
+        /// Ring offset of the first payload byte (after the 4-byte header).
+        off: usize,
+        /// Payload length in bytes.
+        len: u32,
+    },
 }
 
 /// A send WQE read back from an SQ ring: what the device sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodedWqe {
+    /// The opcode (ctrl byte 3).
     pub opcode: WqeOpcode,
+    /// The opcode modifier (ctrl byte 0).
     pub opmod: u8,
-    /// Low 16 bits of the WQE index.
+    /// Low 16 bits of the WQE index (ctrl bytes 1..3).
     pub wqe_idx: u16,
+    /// The QPN (ctrl bytes 4..7, 24 bits).
     pub qpn: u32,
+    /// The WQE's size in DS (16-byte units; ctrl byte 7, 6 bits).
     pub ds: u32,
+    /// The `fm_ce_se` byte (ctrl byte 11).
     pub flags: CtrlFlags,
     /// Immediate, as the application meant it (ctrl bytes 12..16, big-endian).
     pub imm: u32,
+    /// The raddr segment, for the RDMA and atomic opcodes.
     pub remote: Option<RemoteSeg>,
+    /// The atomic segment, for ATOMIC_CS and ATOMIC_FA.
     pub atomic: Option<AtomicSeg>,
+    /// Where the payload segments sit.
     pub payload: DecodedPayload,
     /// A UD WQE's datagram segment: its ring offset (48 bytes, wrapping).
     pub datagram: Option<usize>,
@@ -80,12 +98,32 @@ impl DecodedWqe {
 /// Why ring bytes are not a well-formed send WQE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The ctrl segment's DS count is too small for the opcode's segments.
     #[error("ctrl segment says {ds} DS; opcode {opcode:#04x} needs at least {min}")]
-    TooFewDs { ds: u32, opcode: u8, min: u32 },
+    TooFewDs {
+        /// The ctrl segment's DS count.
+        ds: u32,
+        /// The WQE opcode.
+        opcode: u8,
+        /// The fewest DS the opcode needs.
+        min: u32,
+    },
+    /// The inline segment's length runs past the WQE's DS.
     #[error("inline segment of {len} bytes overruns the WQE's {ds} DS")]
-    InlineOverrun { len: u32, ds: u32 },
+    InlineOverrun {
+        /// The inline header's byte count.
+        len: u32,
+        /// The ctrl segment's DS count.
+        ds: u32,
+    },
+    /// The WQE's DS count is larger than the whole ring.
     #[error("WQE of {ds} DS does not fit a ring of {wqe_cnt} WQEBBs")]
-    BiggerThanRing { ds: u32, wqe_cnt: u32 },
+    BiggerThanRing {
+        /// The ctrl segment's DS count.
+        ds: u32,
+        /// The ring's size in WQEBBs.
+        wqe_cnt: u32,
+    },
 }
 
 /// Reads the send WQE at producer index `pi` of an SQ of `wqe_cnt` WQEBBs

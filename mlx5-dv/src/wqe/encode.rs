@@ -286,7 +286,7 @@ pub(crate) unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
         // SAFETY: the caller's; fixed-size copies become plain moves.
         unsafe { core::ptr::copy_nonoverlapping(src, dst, N) }
     }
-    // SAFETY (every arm): each `block::<N>` covers `[0, N)` or
+    // SAFETY: (every arm) each `block::<N>` covers `[0, N)` or
     // `[len - N, len)` with `N <= len`, inside the caller's ranges.
     unsafe {
         if len > 64 {
@@ -325,7 +325,7 @@ pub(crate) unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
 /// [`wqe_size`] counts them) and not overlap any payload.
 #[inline(always)]
 unsafe fn write_linear(dst: *mut u8, ctrl: [u64; 2], wqe: &SendWqe<'_>) -> usize {
-    // SAFETY (whole body): each segment is written at the offset, and with
+    // SAFETY: (whole body) each segment is written at the offset, and with
     // the length, that `wqe_size` counted into `ds`: ctrl, the datagram
     // segment of a UD WQE (3 DS), then raddr when
     // the opcode has one, then atomic + data, or the inline segment (4-byte

@@ -67,7 +67,9 @@ pub struct DataSeg {
 /// The remote side of an RDMA operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteSeg {
+    /// Remote virtual address (raddr segment bytes 0..8).
     pub addr: u64,
+    /// Remote key of the memory region holding it (raddr segment bytes 8..12).
     pub rkey: u32,
 }
 
@@ -102,14 +104,19 @@ pub struct AtomicSeg {
 /// | NOP | - | - | none |
 #[derive(Clone, Copy, Debug)]
 pub struct SendWqe<'a> {
+    /// The WQE opcode (ctrl segment byte 3).
     pub opcode: WqeOpcode,
+    /// The ctrl segment's `fm_ce_se` byte (byte 11): completion, solicited, fence.
     pub flags: CtrlFlags,
     /// Immediate data as the application means it (SEND_IMM, RDMA_WRITE_IMM);
     /// written big-endian, so the responder's CQE returns the same `u32`.
     /// Other opcodes write 0.
     pub imm: u32,
+    /// The raddr segment (RDMA and atomic opcodes; see the table).
     pub remote: Option<RemoteSeg>,
+    /// The atomic segment (ATOMIC_CS, ATOMIC_FA).
     pub atomic: Option<AtomicSeg>,
+    /// The data or inline segments.
     pub payload: Payload<'a>,
     /// UD: the 48-byte datagram segment (`struct mlx5_wqe_datagram_seg`,
     /// the AV: qkey at 0, remote QPN | `MLX5_EXTENDED_UD_AV` at 8, ...),
@@ -155,40 +162,96 @@ pub struct Written {
 /// Why a WQE was refused. Nothing was written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WqeError {
+    /// The WQE needs more DS (16-byte units) than the ctrl segment's 6-bit `ds` field holds (63).
     #[error("WQE needs {ds} DS; the ctrl segment's ds field holds at most 63")]
-    TooManyDs { ds: u32 },
+    TooManyDs {
+        /// DS the WQE needs.
+        ds: u32,
+    },
+    /// The WQE needs more WQEBBs than the QP's largest send WQE ([`SqGeometry::max_wqebbs`]).
     #[error("WQE needs {wqebbs} WQEBBs; this QP's largest send WQE is {max} WQEBBs")]
-    TooBig { wqebbs: u32, max: u32 },
+    TooBig {
+        /// WQEBBs the WQE needs.
+        wqebbs: u32,
+        /// The QP's largest send WQE, in WQEBBs.
+        max: u32,
+    },
+    /// The inline payload is longer than the QP's `max_inline_data`.
     #[error("inline payload of {len} bytes exceeds this QP's max_inline_data of {max} bytes")]
-    InlineTooLong { len: usize, max: u32 },
+    InlineTooLong {
+        /// Payload length in bytes.
+        len: usize,
+        /// [`SqGeometry::max_inline`], in bytes.
+        max: u32,
+    },
+    /// The SGE lengths sum to more than 2^31 bytes (the largest message).
     #[error("scatter/gather lengths sum to {total} bytes, more than 2^31")]
-    LengthOverflow { total: u64 },
+    LengthOverflow {
+        /// The sum, in bytes.
+        total: u64,
+    },
+    /// One SGE is 2^31 bytes or longer (bit 31 of a data segment's byte count marks inline data).
     #[error("an SGE of {len} bytes: a data segment's byte count holds at most 2^31 - 1 (bit 31 marks inline data)")]
-    SgeTooLong { len: u32 },
+    SgeTooLong {
+        /// The SGE's length in bytes.
+        len: u32,
+    },
+    /// An RDMA or atomic opcode (the `u8`) without [`SendWqe::remote`].
     #[error("opcode {0:#04x} needs a remote address and rkey")]
     MissingRemote(u8),
+    /// An atomic opcode (the `u8`) without [`SendWqe::atomic`].
     #[error("opcode {0:#04x} needs atomic operands (swap/add, compare)")]
     MissingAtomic(u8),
+    /// An atomic's remote address (the `u64`) is not 8-byte aligned.
     #[error("atomic remote address {0:#x} is not 8-byte aligned")]
     UnalignedAtomic(u64),
+    /// An atomic's payload is not one SGE of at least 8 bytes.
     #[error("an atomic takes exactly one SGE of at least 8 bytes for the old value")]
     AtomicSge,
+    /// A nonempty inline payload on an opcode (the `u8`) that takes none (RDMA_READ, NOP).
     #[error("opcode {0:#04x} cannot carry inline data")]
     InlineNotAllowed(u8),
+    /// A receive WQE's data segments (16 bytes each) do not fit the RQ stride.
     #[error("a receive WQE of {need} data segments does not fit the RQ stride of {stride} bytes")]
-    RecvTooManySges { need: usize, stride: u32 },
+    RecvTooManySges {
+        /// Data segments needed.
+        need: usize,
+        /// The RQ stride in bytes.
+        stride: u32,
+    },
+    /// An RQ description that is not powers of two, a stride under 16 bytes, or a ring of another length.
     #[error("RQ geometry: {wqe_cnt} WQEs of {stride} bytes, ring of {ring_len} bytes (need powers of two, stride at least 16)")]
     BadRqGeometry {
+        /// Receive WQEs in the ring.
         wqe_cnt: u32,
+        /// Bytes per receive WQE.
         stride: u32,
+        /// Ring length in bytes.
         ring_len: usize,
     },
+    /// An opcode (the `u8`) this encoder does not write.
     #[error("opcode {0:#04x} is not supported by this encoder")]
     UnsupportedOpcode(u8),
+    /// Fewer WQEBBs are free in the SQ than the WQE needs.
     #[error("WQE needs {need} WQEBBs; only {free} are free in the SQ")]
-    QueueFull { need: u32, free: u32 },
+    QueueFull {
+        /// WQEBBs the WQE needs.
+        need: u32,
+        /// WQEBBs free.
+        free: u32,
+    },
+    /// The SQ's WQEBB count is not a power of two, or the ring is not `wqe_cnt * 64` bytes.
     #[error("SQ geometry says {wqe_cnt} WQEBBs, but the ring holds {ring_len} bytes (need a power of two, times 64)")]
-    BadGeometry { wqe_cnt: u32, ring_len: usize },
+    BadGeometry {
+        /// [`SqGeometry::wqe_cnt`].
+        wqe_cnt: u32,
+        /// Ring length in bytes.
+        ring_len: usize,
+    },
+    /// The SQ already holds `max_post` outstanding work requests.
     #[error("the SQ already holds max_send_wr = {max_post} outstanding work requests")]
-    WrLimit { max_post: u32 },
+    WrLimit {
+        /// The most outstanding work requests the SQ takes (`max_send_wr`).
+        max_post: u32,
+    },
 }

@@ -185,13 +185,8 @@ impl DirectQp {
                 theirs: "ConnectX",
             });
         }
-        let sim_type = match qp_type {
-            QpType::Rc => sim::QpType::Rc,
-            QpType::Uc => sim::QpType::Uc,
-            QpType::Ud => sim::QpType::Ud,
-        };
         let sim_qp = dev.create_qp_of(
-            sim_type,
+            qp_type,
             pd,
             sim_cq,
             sq_wqebbs,
@@ -527,16 +522,8 @@ impl DirectQp {
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => return o.query(),
         };
-        let state = match sim_qp.state() {
-            sim::QpState::Reset => QpState::Reset,
-            sim::QpState::Init => QpState::Init,
-            sim::QpState::Rtr => QpState::Rtr,
-            sim::QpState::Rts => QpState::Rts,
-            sim::QpState::Sqd => QpState::Sqd,
-            sim::QpState::Err => QpState::Err,
-        };
         Ok(QpInfo {
-            state,
+            state: sim_qp.state(),
             dest_qpn: sim_qp.dest_qpn(),
             rnr_retry: Some(sim_qp.rnr_retry()),
             min_rnr_timer: None,

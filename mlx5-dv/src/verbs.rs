@@ -1,0 +1,81 @@
+//! The verbs-level types the sim and rdma-direct share: access flags
+//! (`enum ibv_access_flags`), QP transports (`enum ibv_qp_type`) and QP
+//! states (`enum ibv_qp_state`), from rdma-core's `libibverbs/verbs.h`.
+//!
+//! Always compiled (no feature): rdma-direct re-exports them as
+//! `rdma_direct::{Access, QpType, QpState}`, and the sim (`crate::sim`, feature `sim`) takes them.
+
+bitflags::bitflags! {
+    /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Access: u32 {
+        /// `IBV_ACCESS_LOCAL_WRITE`: the local device may write the memory (receives, READ and atomic results).
+        const LOCAL_WRITE = 1;
+        /// `IBV_ACCESS_REMOTE_WRITE`: a peer's RDMA WRITE may write it.
+        const REMOTE_WRITE = 2;
+        /// `IBV_ACCESS_REMOTE_READ`: a peer's RDMA READ may read it.
+        const REMOTE_READ = 4;
+        /// `IBV_ACCESS_REMOTE_ATOMIC`: a peer's atomics may act on it.
+        const REMOTE_ATOMIC = 8;
+    }
+}
+
+/// The transport of a QP (`enum ibv_qp_type`): reliable connected (RC),
+/// unreliable connected (UC: WRITE, WRITE_WITH_IMM, SEND and
+/// SEND_WITH_IMM; no ACK, no retry, no RNR: a message the responder cannot
+/// take is dropped and the requester still succeeds), unreliable datagram
+/// (UD: SENDs to any UD QP named per WR by an address handle, QPN and
+/// qkey; at most the port's active MTU each; receives start with a 40-byte
+/// GRH slot). IB spec 9.8 (transport services), 11.2.4.2 (attributes).
+///
+/// In the sim, a UC message the responder cannot take (no receive posted,
+/// an access it refuses, a responder not in RTR or RTS) is dropped, nothing
+/// at the responder changes, and the requester completes it successfully;
+/// READ and the atomics on UC are local QP operation errors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// `IBV_QPT_RC`: reliable connected (ACKs, RNR retries, remote errors reported).
+    #[default]
+    Rc,
+    /// `IBV_QPT_UC`: unreliable connected.
+    Uc,
+    /// `IBV_QPT_UD`: unreliable datagram.
+    Ud,
+}
+
+impl QpType {
+    /// perftest's `-c` name: `RC`, `UC`, `UD`.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "RC",
+            QpType::Uc => "UC",
+            QpType::Ud => "UD",
+        }
+    }
+}
+
+/// QP states (IB spec 10.3.1; `enum ibv_qp_state`). rdma-direct's
+/// `Qp::state` is where that crate moved the QP; the device may move a QP
+/// to ERR on its own after an error (`Qp::query` reports it; the
+/// completions say why). The sim models every state here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// `IBV_QPS_RESET`: as created; no WR is taken, none outstanding.
+    Reset,
+    /// `IBV_QPS_INIT`: port, P_Key and access set; receives may be posted.
+    Init,
+    /// `IBV_QPS_RTR`: ready to receive (path, peer QPN and `rq_psn` set).
+    Rtr,
+    /// `IBV_QPS_RTS`: ready to send (`sq_psn`, timeouts and retries set).
+    Rts,
+    /// `IBV_QPS_SQD`, send queue drain (IB spec 10.3.1.4): the WRs posted
+    /// before the move are finished, none after it are started (they wait
+    /// for RTS; rdma-direct refuses to post sends here), receives go on.
+    /// With `en_sqd_async_notify` the device raises an SQ-drained async
+    /// event (`IBV_EVENT_SQ_DRAINED`) once the queue is drained. Entered
+    /// from RTS; left for RTS, ERR or RESET.
+    Sqd,
+    /// `IBV_QPS_ERR`: outstanding and newly posted WRs complete with
+    /// `WR_FLUSH_ERR`; only RESET leaves it.
+    Err,
+}
