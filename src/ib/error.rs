@@ -112,7 +112,7 @@ pub enum Error {
     #[error("{op} is not for a {} QP", .qp_type.name())]
     WrongTransport {
         /// The QP's type.
-        qp_type: super::qp_attr::QpType,
+        qp_type: mlx5_dv::verbs::QpType,
         /// What was asked (`an RDMA READ or atomic (IB spec 9.8.3)`, ...).
         op: &'static str,
     },
@@ -163,7 +163,7 @@ pub enum Error {
         /// What was asked (`connecting`, ...).
         op: &'static str,
         /// The state it is in.
-        state: super::qp_state::QpState,
+        state: mlx5_dv::verbs::QpState,
     },
     /// An atomic WR of the wrong shape: it takes exactly one 8-byte SGE
     /// for the old value, not inline. `sges` and `len` (bytes, all SGEs)
@@ -247,7 +247,7 @@ pub enum Error {
         /// What needs it (`a receive buffer`, ...).
         object: &'static str,
         /// The access.
-        needs: super::mem::Access,
+        needs: mlx5_dv::verbs::Access,
     },
     /// An operating-system call failed (`what` names it and its arguments).
     #[error("{what}: {source}")]
@@ -318,7 +318,7 @@ pub enum Error {
     #[error("QP is in {state:?}; posting needs {needs}")]
     QpState {
         /// The state the QP is in.
-        state: super::qp_state::QpState,
+        state: mlx5_dv::verbs::QpState,
         /// The states that would take the WR (`INIT or later`, ...).
         needs: &'static str,
     },

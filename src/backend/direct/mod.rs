@@ -16,6 +16,7 @@ mod mr;
 pub(crate) mod poll;
 mod post;
 mod qp_backend;
+mod recv;
 mod split;
 mod srq;
 

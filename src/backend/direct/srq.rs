@@ -105,12 +105,12 @@ impl DirectSrq {
     /// `max_sge` SGEs and 2^31 bytes, and at most `max_wr` outstanding
     /// after it ([`Error::RecvQueueFull`]: poll, then post again).
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        super::post::check_recvs(wrs, self.max_sge, "the SRQ's max_sge")?;
+        super::recv::check_recvs(wrs, self.max_sge, "the SRQ's max_sge")?;
         if self.outstanding() as usize + wrs.len() > self.max_wr as usize {
             return Err(Error::RecvQueueFull);
         }
         for w in wrs {
-            let (segs, n) = super::post::recv_segs(w);
+            let (segs, n) = super::recv::recv_segs(w);
             // Checked above (SGE count, length, room): cannot fail.
             self.ring.post(&segs[..n], w.wr_id)?;
         }
