@@ -230,8 +230,12 @@ bitflags::bitflags! {
     /// flag of the WQE). The values are the mlx5 ctrl segment's `fm_ce_se`
     /// bits (byte 11 of `struct mlx5_wqe_ctrl_seg`, rdma-core `mlx5dv.h`
     /// `MLX5_WQE_CTRL_*`), so the direct path stores them as they are; the
-    /// verbs path maps them to `IBV_SEND_*`. Other bits (which
-    /// `SendFlags::from_bits_retain` can make) are ignored.
+    /// verbs path maps them to `IBV_SEND_*`. No other bit belongs in a WR:
+    /// the builders' `with_flags` drop any (which only
+    /// `SendFlags::from_bits_retain` makes), and so do the one-opcode posts,
+    /// but a [`SendWr::flags`] assigned one directly would reach the ctrl
+    /// segment as it is (the in-place `post_send` copies the byte unmasked:
+    /// the mask cost it 2 instructions a WR, `scripts/insn-count`).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct SendFlags: u8 {
         /// Generate a completion (`IBV_SEND_SIGNALED`; mlx5
@@ -300,9 +304,10 @@ impl<'a> WriteWr<'a> {
     pub fn fence(self) -> Self {
         self.with_flags(SendFlags::FENCE)
     }
-    /// The same WR with `f` added to its flags.
+    /// The same WR with `f` added to its flags (any bit not defined in
+    /// [`SendFlags`] dropped).
     pub fn with_flags(mut self, f: SendFlags) -> Self {
-        self.flags |= f;
+        self.flags |= f & SendFlags::all();
         self
     }
 
@@ -366,7 +371,8 @@ pub struct SendWr<'a> {
     /// the QP's `max_send_sge` entries.
     pub sges: &'a [Sge<'a>],
     /// Signaled, solicited, fence (`send_flags`, the mlx5 ctrl segment's
-    /// `fm_ce_se`).
+    /// `fm_ce_se`, copied into it as they are: no bit but those three, see
+    /// [`SendFlags`]).
     pub flags: SendFlags,
     /// Copy the payload into the WQE at post time (`IBV_SEND_INLINE`), up
     /// to [`Qp::max_inline`](crate::Qp::max_inline) bytes: the SGEs may
@@ -490,9 +496,10 @@ impl<'a> SendWr<'a> {
     pub fn fence(self) -> Self {
         self.with_flags(SendFlags::FENCE)
     }
-    /// The same WR with `f` added to its flags.
+    /// The same WR with `f` added to its flags (any bit not defined in
+    /// [`SendFlags`] dropped).
     pub fn with_flags(mut self, f: SendFlags) -> Self {
-        self.flags |= f;
+        self.flags |= f & SendFlags::all();
         self
     }
     /// The same WR, inline ([`SendWr::inline`](#structfield.inline)).
@@ -529,9 +536,9 @@ mod tests {
     use super::*;
     use crate::ib::keys::{RemoteAddr, Rkey};
 
-    /// The ctrl byte of a WR's flags is its SIGNALED, SOLICITED and FENCE
-    /// bits, whatever other bits `from_bits_retain` put in, and whether the
-    /// WR is inline.
+    /// A WR's flags (the ctrl byte) are its SIGNALED, SOLICITED and FENCE
+    /// bits, whatever other bits `from_bits_retain` put in (`with_flags` and
+    /// `ctrl_bits` drop them), and whether the WR is inline.
     #[test]
     fn ctrl_bits_are_the_three_flags_whatever_inline_is() {
         let to = RemoteAddr {
@@ -543,7 +550,9 @@ mod tests {
                 let mut w =
                     SendWr::rdma_write(0, &[], to).with_flags(SendFlags::from_bits_retain(k));
                 w.inline = inline;
-                assert_eq!(w.flags.ctrl_bits(), k & 0x8a, "flags {k:#010b}");
+                assert_eq!(w.flags.bits(), k & 0x8a, "flags {k:#010b}");
+                let f = SendFlags::from_bits_retain(k);
+                assert_eq!(f.ctrl_bits(), k & 0x8a, "flags {k:#010b}");
             }
         }
         assert_eq!(SendWr::send(0, &[]).signaled().flags.ctrl_bits(), 0x08);
