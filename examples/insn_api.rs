@@ -145,7 +145,6 @@ fn main() -> rdma_direct::Result<()> {
             remote_qpn: ud_b.qp_num(),
             qkey: 0x1111_1111,
         },
-        None,
     )
     .signaled();
     let mut srq = pd.create_srq(64, 1)?;

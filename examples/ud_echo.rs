@@ -225,7 +225,7 @@ impl Side {
             remote_qpn: self.peer_qpn,
             qkey: self.peer_qkey,
         };
-        let wr = SendWr::ud_send(k as u64, &sge, to, None).signaled();
+        let wr = SendWr::ud_send(k as u64, &sge, to).signaled();
         self.qp.post_send(&[wr])
     }
 

@@ -645,16 +645,16 @@ fn uc_and_ud_qps_drain_and_refuse_posts_in_sqd() {
         remote_qpn: v.qp_num(),
         qkey: 0x11,
     };
-    u.post_send(&[SendWr::ud_send(1, &sge, d, None).signaled()])
+    u.post_send(&[SendWr::ud_send(1, &sge, d).signaled()])
         .unwrap();
     u.drain_sq().unwrap();
     assert!(sq_drained(&e.ctx, u.qp_num(), Duration::from_secs(10)));
     assert!(matches!(
-        u.post_send(&[SendWr::ud_send(2, &sge, d, None).signaled()]),
+        u.post_send(&[SendWr::ud_send(2, &sge, d).signaled()]),
         Err(Error::QpState { .. })
     ));
     u.modify(QpState::Rts, &QpAttr::default()).unwrap();
-    u.post_send(&[SendWr::ud_send(3, &sge, d, None).signaled()])
+    u.post_send(&[SendWr::ud_send(3, &sge, d).signaled()])
         .unwrap();
 }
 

@@ -276,19 +276,14 @@ fn singles_and_pairs_complete_alike_on_both_sides() {
     }
     let wrs = [
         SendWr::rdma_write(1, &sg, to).signaled(),
-        SendWr::rdma_write_with_imm(2, &sg, to, 0xabcd).signaled(),
+        SendWr::rdma_write(2, &sg, to).imm(0xabcd).signaled(),
         SendWr::send(3, &sg).signaled(),
-        SendWr::send_with_imm(4, &sg, 0x1234).signaled(),
+        SendWr::send(4, &sg).imm(0x1234).signaled(),
         SendWr::rdma_read(5, &sg, to).signaled(),
         SendWr::rdma_write(6, &by, to).inline().signaled(),
         SendWr::send(7, &by).inline().signaled(),
-        SendWr::send_with_imm(8, &by, 77)
-            .inline()
-            .signaled()
-            .solicited(),
-        SendWr::rdma_write_with_imm(9, &by, to, 78)
-            .inline()
-            .signaled(),
+        SendWr::send(8, &by).imm(77).inline().signaled().solicited(),
+        SendWr::rdma_write(9, &by, to).imm(78).inline().signaled(),
     ];
     let mut single = Vec::new();
     for w in &wrs {
@@ -363,7 +358,10 @@ fn in_place_trace_child() {
         };
         a.post_send(&wrs).unwrap();
         expect_posts += wrs.len();
-        let sig = wrs.iter().filter(|w| w.signaled).count();
+        let sig = wrs
+            .iter()
+            .filter(|w| w.flags.contains(SendFlags::SIGNALED))
+            .count();
         expect_cqes += sig;
         if sig > 0 {
             poll_n(&mut a, sig);

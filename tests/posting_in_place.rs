@@ -27,12 +27,9 @@ fn bytes_refused_in_every_non_inline_position() {
             "write signaled",
             vec![SendWr::rdma_write(1, &by, to).signaled()],
         ),
-        (
-            "write_imm",
-            vec![SendWr::rdma_write_with_imm(1, &by, to, 5)],
-        ),
+        ("write_imm", vec![SendWr::rdma_write(1, &by, to).imm(5)]),
         ("send", vec![SendWr::send(1, &by)]),
-        ("send_imm", vec![SendWr::send_with_imm(1, &by, 3)]),
+        ("send_imm", vec![SendWr::send(1, &by).imm(3)]),
         ("read", vec![SendWr::rdma_read(1, &by, to)]),
         ("read inline", vec![SendWr::rdma_read(1, &by, to).inline()]),
         ("cas", vec![SendWr::atomic_cmp_swp(1, &by[..], to, 0, 1)]),
@@ -620,12 +617,14 @@ fn fast_and_checked_write_the_same_wqes() {
             w1 = w1.signaled();
         }
         if i % 3 == 0 {
-            w1.fence = true;
+            w1 = w1.fence();
         }
         let w2 = match i % 3 {
             0 => SendWr::rdma_write(100 + i as u64, &sg, to),
             1 => SendWr::rdma_read(100 + i as u64, &sg, to).signaled(),
-            _ => SendWr::rdma_write_with_imm(100 + i as u64, &sg, to, 0xfeed).solicited(),
+            _ => SendWr::rdma_write(100 + i as u64, &sg, to)
+                .imm(0xfeed)
+                .solicited(),
         };
         let w2 = if i % 3 == 2 {
             SendWr {

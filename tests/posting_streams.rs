@@ -363,13 +363,13 @@ fn mixed_wqebbs_stream_matches_post_send() {
                     let len = [1usize, 28, 29, 92, 93, 156, 157, 220][rng.below(8) as usize];
                     let by = [Sge::bytes(&d[..len]).unwrap()];
                     let mut w = SendWr::rdma_write(step, &by, r).inline();
-                    w.signaled = sig;
+                    w.flags.set(SendFlags::SIGNALED, sig);
                     (a.post_send(&[w]), b.post_send(&[w]))
                 }
                 7 => {
                     let s3 = [sg, sg, sg];
                     let mut w = SendWr::rdma_write(step, &s3, r);
-                    w.signaled = sig;
+                    w.flags.set(SendFlags::SIGNALED, sig);
                     (a.post_send(&[w]), b.post_send(&[w]))
                 }
                 8 => (Ok(()), Ok(())),

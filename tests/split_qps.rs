@@ -87,11 +87,11 @@ fn ud_qp_split_halves_post() {
     let s = [Sge::new(&e.src, 0, 256).unwrap()];
     let pat = [0x5au8; 64];
     let inl = [Sge::bytes(&pat).unwrap()];
-    atx.post_send(&[SendWr::ud_send(1, &s, d, None).signaled()])
+    atx.post_send(&[SendWr::ud_send(1, &s, d).signaled()])
         .unwrap();
-    atx.post_send(&[SendWr::ud_send(2, &s, d, Some(9)).signaled()])
+    atx.post_send(&[SendWr::ud_send(2, &s, d).imm(9).signaled()])
         .unwrap();
-    atx.post_send(&[SendWr::ud_send(3, &inl, d, None).inline().signaled()])
+    atx.post_send(&[SendWr::ud_send(3, &inl, d).inline().signaled()])
         .unwrap();
     assert_eq!(ids(&poll_n(&mut a, 3)), vec![1, 2, 3]);
     let got = poll_n(&mut b, 3);

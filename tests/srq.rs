@@ -311,8 +311,8 @@ fn srq_handle_dropped_while_qps_use_it() {
         ])
         .unwrap();
     uds.post_send(&[
-        SendWr::ud_send(3, &s, dest(&ah, udq.qp_num()), None).signaled(),
-        SendWr::ud_send(4, &s, dest(&ah, udq.qp_num()), None).signaled(),
+        SendWr::ud_send(3, &s, dest(&ah, udq.qp_num())).signaled(),
+        SendWr::ud_send(4, &s, dest(&ah, udq.qp_num())).signaled(),
     ])
     .unwrap();
     let mut ids: Vec<u64> = poll_n(&mut server, 2).iter().map(|c| c.wr_id).collect();
@@ -328,7 +328,7 @@ fn srq_handle_dropped_while_qps_use_it() {
     poll_n(&mut client, 2);
     poll_n(&mut uds, 2);
     // No receive left: UD dropped, RC RNR retries exhausted.
-    uds.post_send(&[SendWr::ud_send(5, &s, dest(&ah, udq.qp_num()), None).signaled()])
+    uds.post_send(&[SendWr::ud_send(5, &s, dest(&ah, udq.qp_num())).signaled()])
         .unwrap();
     assert_eq!(poll_n(&mut uds, 1)[0].status, WcStatus::SUCCESS);
     assert!(drain(&mut udq).is_empty());
@@ -691,7 +691,9 @@ fn srq_ud_qp_receives() {
     srq.post_recv(&recvs(&sg, 0)).unwrap();
     e.src.write(0, &[3; 100]).unwrap();
     let s = [Sge::new(&e.src, 0, 100).unwrap()];
-    a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, r.qp_num()), Some(9)).signaled()])
+    a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, r.qp_num()))
+        .imm(9)
+        .signaled()])
         .unwrap();
     poll_n(&mut a, 1);
     let c = poll_n(&mut r, 1);

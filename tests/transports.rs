@@ -43,23 +43,18 @@ fn ud_bad_destinations_refused_nothing_written() {
             }
         }
         let sig = |w| sig_(w, signaled);
-        let w = sig(SendWr::ud_send(1, &s, dest(&ah2, b.qp_num()), None));
+        let w = sig(SendWr::ud_send(1, &s, dest(&ah2, b.qp_num())));
         inv(
             refused_by(&mut a, |q| q.post_send(&[w])),
             "AH of another PD",
         );
-        let w = sig(SendWr::ud_send(
-            1,
-            &s,
-            dest(&ah, 0x100_0000 | b.qp_num()),
-            None,
-        ));
+        let w = sig(SendWr::ud_send(1, &s, dest(&ah, 0x100_0000 | b.qp_num())));
         inv(refused_by(&mut a, |q| q.post_send(&[w])), "QPN > 24 bits");
-        let w = sig(SendWr::ud_send(1, &s, dest(&ah, u32::MAX), Some(3)));
+        let w = sig(SendWr::ud_send(1, &s, dest(&ah, u32::MAX)).imm(3));
         inv(refused_by(&mut a, |q| q.post_send(&[w])), "QPN u32::MAX");
         // Batches: a good one first, the bad one second: nothing posted.
-        let good = sig(SendWr::ud_send(1, &s, dest(&ah, b.qp_num()), None));
-        let bad = sig(SendWr::ud_send(2, &s, dest(&ah2, b.qp_num()), None));
+        let good = sig(SendWr::ud_send(1, &s, dest(&ah, b.qp_num())));
+        let bad = sig(SendWr::ud_send(2, &s, dest(&ah2, b.qp_num())));
         inv(
             refused_by(&mut a, |q| q.post_send(&[good, bad])),
             "batch, AH of another PD",
@@ -68,9 +63,9 @@ fn ud_bad_destinations_refused_nothing_written() {
         let r = to(&e.dst, 0);
         for w in [
             SendWr::send(3, &s),
-            SendWr::send_with_imm(3, &s, 9),
+            SendWr::send(3, &s).imm(9),
             SendWr::rdma_write(3, &s, r),
-            SendWr::rdma_write_with_imm(3, &s, r, 1),
+            SendWr::rdma_write(3, &s, r).imm(1),
             SendWr::rdma_read(3, &s, r),
         ] {
             let w = sig(w);
@@ -88,19 +83,11 @@ fn ud_bad_destinations_refused_nothing_written() {
                 "inline RC WR on UD",
             );
         }
-        // A UD op without its destination, and a SEND carrying one.
-        let mut w = sig(SendWr::ud_send(4, &s, dest(&ah, b.qp_num()), None));
-        w.ud = None;
-        inv(
-            refused_by(&mut a, |q| q.post_send(&[w])),
-            "UdSend without ud",
-        );
-        let mut w = sig(SendWr::send(4, &s));
-        w.ud = Some(dest(&ah, b.qp_num()));
-        inv(
-            refused_by(&mut a, |q| q.post_send(&[w])),
-            "Send op with ud set",
-        );
+        // A SEND (which names no destination) on a UD QP. (A UD send
+        // without its destination cannot be built: `WrOp::UdSend`'s
+        // compile_fail doctest.)
+        let w = sig(SendWr::send(4, &s));
+        inv(refused_by(&mut a, |q| q.post_send(&[w])), "Send op on UD");
     }
     let sg = Sge::new(&e.src, 0, 8).unwrap();
     let ww = WriteWr::new(5, sg, to(&e.dst, 0));
@@ -137,9 +124,11 @@ fn ud_send_on_rc_and_uc_refused() {
         let mut b = e.pd.create_qp(&cfg).unwrap();
         Qp::connect_loopback(&mut a, &mut b).unwrap();
         for w in [
-            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), None),
-            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), Some(5)).signaled(),
-            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), None).inline(),
+            SendWr::ud_send(1, &s, dest(&ah, y.qp_num())),
+            SendWr::ud_send(1, &s, dest(&ah, y.qp_num()))
+                .imm(5)
+                .signaled(),
+            SendWr::ud_send(1, &s, dest(&ah, y.qp_num())).inline(),
         ] {
             let err = refused_by(&mut a, |q| q.post_send(&[w]));
             assert!(
@@ -203,8 +192,13 @@ fn ud_mtu_boundary() {
         (&over[..], Some(1)),
     ] {
         for sig in [false, true] {
-            let mut w = SendWr::ud_send(9, sg, d, imm);
-            w.signaled = sig;
+            let mut w = SendWr::ud_send(9, sg, d);
+            if let Some(imm) = imm {
+                w = w.imm(imm);
+            }
+            if sig {
+                w = w.signaled();
+            }
             let err = refused_by(&mut a, |q| q.post_send(&[w]));
             assert!(
                 matches!(
@@ -222,7 +216,7 @@ fn ud_mtu_boundary() {
     let big = vec![1u8; 513];
     let bs = [Sge::bytes(&big).unwrap()];
     let err = refused_by(&mut a, |q| {
-        q.post_send(&[SendWr::ud_send(9, &bs, d, None).inline()])
+        q.post_send(&[SendWr::ud_send(9, &bs, d).inline()])
     });
     assert!(
         matches!(err, Error::InlineTooLong { len: 513, max: 512 }),
@@ -231,7 +225,7 @@ fn ud_mtu_boundary() {
     let huge = vec![1u8; 5000];
     let hs = [Sge::bytes(&huge).unwrap()];
     let err = refused_by(&mut a, |q| {
-        q.post_send(&[SendWr::ud_send(9, &hs, d, None).inline()])
+        q.post_send(&[SendWr::ud_send(9, &hs, d).inline()])
     });
     assert!(
         matches!(
@@ -253,9 +247,9 @@ fn ud_mtu_boundary() {
     b.post_recv(&rws).unwrap();
     let inl = [Sge::bytes(&pat[..512]).unwrap()];
     a.post_send(&[
-        SendWr::ud_send(1, &one, d, None).signaled(),
-        SendWr::ud_send(2, &split, d, Some(0xabcd)).signaled(),
-        SendWr::ud_send(3, &inl, d, None).inline().signaled(),
+        SendWr::ud_send(1, &one, d).signaled(),
+        SendWr::ud_send(2, &split, d).imm(0xabcd).signaled(),
+        SendWr::ud_send(3, &inl, d).inline().signaled(),
     ])
     .unwrap();
     let sent = poll_n(&mut a, 3);
@@ -312,7 +306,7 @@ fn ud_undeliverable_dropped_sender_succeeds() {
     };
     let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
     // No receive posted on b yet: dropped.
-    a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, b.qp_num()), None).signaled()])
+    a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, b.qp_num())).signaled()])
         .unwrap();
     let c = poll_n(&mut a, 1);
     assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::SUCCESS));
@@ -335,7 +329,7 @@ fn ud_undeliverable_dropped_sender_succeeds() {
             remote_qpn: *qpn,
             qkey: *qkey,
         };
-        a.post_send(&[SendWr::ud_send(10 + i as u64, &s, d, None).signaled()])
+        a.post_send(&[SendWr::ud_send(10 + i as u64, &s, d).signaled()])
             .unwrap();
     }
     let c = poll_n(&mut a, targets.len());
@@ -351,7 +345,7 @@ fn ud_undeliverable_dropped_sender_succeeds() {
     rb.read(0, &mut got).unwrap();
     assert!(got.iter().all(|&x| x == 0), "nothing landed");
     // The receive is still there for the next good one.
-    a.post_send(&[SendWr::ud_send(50, &s, dest(&ah, b.qp_num()), None).signaled()])
+    a.post_send(&[SendWr::ud_send(50, &s, dest(&ah, b.qp_num())).signaled()])
         .unwrap();
     assert_eq!(poll_n(&mut a, 1)[0].wr_id, 50);
     let c = poll_n(&mut b, 1);
@@ -372,7 +366,7 @@ fn ud_post_outside_rts_refused() {
     let e = env();
     let (_x, y, ah) = ud_pair(&e.pd);
     let s = [Sge::new(&e.src, 0, 32).unwrap()];
-    let w = SendWr::ud_send(1, &s, dest(&ah, y.qp_num()), None).signaled();
+    let w = SendWr::ud_send(1, &s, dest(&ah, y.qp_num())).signaled();
     let mut q = e.pd.create_qp(&ud_cfg()).unwrap();
     let err = refused_by(&mut q, |q| q.post_send(&[w]));
     assert!(matches!(err, Error::QpState { .. }), "{err:?}");
@@ -414,7 +408,7 @@ fn ud_receive_too_small_errors_once_and_flushes() {
     ])
     .unwrap();
     let s = [Sge::new(&e.src, 0, 100).unwrap()];
-    a.post_send(&[SendWr::ud_send(9, &s, dest(&ah, b.qp_num()), None).signaled()])
+    a.post_send(&[SendWr::ud_send(9, &s, dest(&ah, b.qp_num())).signaled()])
         .unwrap();
     assert_eq!(poll_n(&mut a, 1)[0].status, WcStatus::SUCCESS);
     let got = poll_n(&mut b, 3);
@@ -432,7 +426,7 @@ fn ud_receive_too_small_errors_once_and_flushes() {
     let (mut a, mut b, ah) = ud_pair(&e.pd);
     let fit = [Sge::new(&rb, 0, 140).unwrap()];
     b.post_recv(&[RecvWr::new(5, &fit)]).unwrap();
-    a.post_send(&[SendWr::ud_send(9, &s, dest(&ah, b.qp_num()), None).signaled()])
+    a.post_send(&[SendWr::ud_send(9, &s, dest(&ah, b.qp_num())).signaled()])
         .unwrap();
     poll_n(&mut a, 1);
     let c = poll_n(&mut b, 1);
@@ -457,7 +451,7 @@ fn ud_controlled_qkey_in_wr_uses_qp_qkey() {
         remote_qpn: b.qp_num(),
         qkey: 0x8000_0000,
     };
-    a.post_send(&[SendWr::ud_send(1, &s, d, None).signaled()])
+    a.post_send(&[SendWr::ud_send(1, &s, d).signaled()])
         .unwrap();
     poll_n(&mut a, 1);
     let c = drain(&mut b);
@@ -596,9 +590,9 @@ fn uc_read_and_atomics_refused() {
     .unwrap();
     a.post_send(&[
         SendWr::rdma_write(1, &s8, r).signaled(),
-        SendWr::rdma_write_with_imm(2, &s8, r, 7).signaled(),
+        SendWr::rdma_write(2, &s8, r).imm(7).signaled(),
         SendWr::send(3, &s8).signaled(),
-        SendWr::send_with_imm(4, &s8, 8).signaled(),
+        SendWr::send(4, &s8).imm(8).signaled(),
     ])
     .unwrap();
     let c = poll_n(&mut a, 4);

@@ -76,7 +76,7 @@ fn one_ud_receive(pd: &Pd, a: &mut Qp, b: &mut Qp) -> (Completion, Mr) {
         remote_qpn: b.qp_num(),
         qkey: QKEY,
     };
-    a.post_send(&[SendWr::ud_send(1, &ss, to, None).signaled()])
+    a.post_send(&[SendWr::ud_send(1, &ss, to).signaled()])
         .unwrap();
     assert!(poll1(a).status.is_ok());
     let c = poll1(b);
@@ -107,7 +107,7 @@ fn an_ah_from_a_ud_receive_answers_its_sender() {
         remote_qpn: c.src_qp.qpn(),
         qkey: QKEY,
     };
-    b.post_send(&[SendWr::ud_send(2, &ss, to, None).signaled()])
+    b.post_send(&[SendWr::ud_send(2, &ss, to).signaled()])
         .unwrap();
     assert!(poll1(&mut b).status.is_ok());
     let r = poll1(&mut a);

@@ -131,35 +131,44 @@ impl<'mr> Sge<'mr> {
 /// takes it.
 pub(crate) const BYTES_PD: u32 = !NOT_ONE_SEG;
 
-/// What a send work request does.
+/// What a send work request does: the opcode and its operands. Each
+/// variant is one opcode of verbs (`ibv_send_wr.opcode`) and of the mlx5
+/// ctrl segment (`MLX5_OPCODE_*`, rdma-core `mlx5dv.h`); [`SendWr`]'s
+/// constructors make them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WrOp {
-    /// RDMA WRITE of the gather list to `remote`.
+pub enum WrOp<'a> {
+    /// RDMA WRITE of the gather list to `remote` (`IBV_WR_RDMA_WRITE`,
+    /// `MLX5_OPCODE_RDMA_WRITE` 0x08).
     RdmaWrite {
         /// The peer's address and rkey (`wr.rdma`); the rkey's MR needs REMOTE_WRITE.
         remote: RemoteAddr,
     },
-    /// RDMA WRITE, then a completion with `imm` at the responder (consumes a receive).
+    /// RDMA WRITE, then a completion with `imm` at the responder (consumes
+    /// a receive) (`IBV_WR_RDMA_WRITE_WITH_IMM`, `MLX5_OPCODE_RDMA_WRITE_IMM` 0x09).
     RdmaWriteWithImm {
         /// The peer's address and rkey (`wr.rdma`); the rkey's MR needs REMOTE_WRITE.
         remote: RemoteAddr,
         /// The immediate, host order (sent big-endian, as `imm_data`).
         imm: u32,
     },
-    /// SEND of the gather list into the peer's next receive buffer.
+    /// SEND of the gather list into the peer's next receive buffer
+    /// (`IBV_WR_SEND`, `MLX5_OPCODE_SEND` 0x0a).
     Send,
-    /// SEND with immediate data (the receiver's completion carries `imm`).
+    /// SEND with immediate data (the receiver's completion carries `imm`)
+    /// (`IBV_WR_SEND_WITH_IMM`, `MLX5_OPCODE_SEND_IMM` 0x0b).
     SendWithImm {
         /// The immediate, host order (sent big-endian, as `imm_data`).
         imm: u32,
     },
-    /// RDMA READ from `remote` into the scatter list.
+    /// RDMA READ from `remote` into the scatter list (`IBV_WR_RDMA_READ`,
+    /// `MLX5_OPCODE_RDMA_READ` 0x10).
     RdmaRead {
         /// The peer's address and rkey (`wr.rdma`); the rkey's MR needs REMOTE_READ.
         remote: RemoteAddr,
     },
     /// If the 8-byte-aligned u64 at `remote` equals `compare`, replace it with
-    /// `swap`; the old value lands in the (8-byte) local SGE, host byte order.
+    /// `swap`; the old value lands in the (8-byte) local SGE, host byte order
+    /// (`IBV_WR_ATOMIC_CMP_AND_SWP`, `MLX5_OPCODE_ATOMIC_CS` 0x11).
     AtomicCmpSwp {
         /// The peer's 8-byte-aligned address and rkey (`wr.atomic`); the
         /// rkey's MR needs REMOTE_ATOMIC.
@@ -170,7 +179,8 @@ pub enum WrOp {
         swap: u64,
     },
     /// Add `add` to the 8-byte-aligned u64 at `remote`; the old value lands in
-    /// the (8-byte) local SGE, host byte order.
+    /// the (8-byte) local SGE, host byte order (`IBV_WR_ATOMIC_FETCH_AND_ADD`,
+    /// `MLX5_OPCODE_ATOMIC_FA` 0x12).
     AtomicFetchAdd {
         /// The peer's 8-byte-aligned address and rkey (`wr.atomic`); the
         /// rkey's MR needs REMOTE_ATOMIC.
@@ -178,9 +188,19 @@ pub enum WrOp {
         /// The addend, wrapping (`wr.atomic.compare_add`).
         add: u64,
     },
-    /// UD: a SEND (with immediate data when `imm` is `Some`) to the
-    /// destination in [`SendWr::ud`] ([`SendWr::ud_send`] makes both).
+    /// UD: a SEND to `dest` (`IBV_WR_SEND`, `MLX5_OPCODE_SEND` 0x0a, with
+    /// the datagram segment), with immediate data when `imm` is `Some`
+    /// (`IBV_WR_SEND_WITH_IMM`, `MLX5_OPCODE_SEND_IMM` 0x0b). The
+    /// destination is part of the operation, so a UD send without one
+    /// cannot be built:
+    ///
+    /// ```compile_fail
+    /// # use rdma_direct::WrOp;
+    /// let op: WrOp<'static> = WrOp::UdSend { imm: None }; // no `dest`
+    /// ```
     UdSend {
+        /// Where it goes (`wr.ud`).
+        dest: UdDest<'a>,
         /// The immediate, host order (`IBV_WR_SEND_WITH_IMM` when `Some`).
         imm: Option<u32>,
     },
@@ -203,20 +223,28 @@ pub struct UdDest<'a> {
 }
 
 bitflags::bitflags! {
-    /// The flags of a WR posted by one of [`Qp`](crate::Qp)'s one-opcode
-    /// posts ([`Qp::post_write`](crate::Qp::post_write),
-    /// [`Qp::post_write_inline`](crate::Qp::post_write_inline)): the
-    /// `signaled`, `solicited` and `fence` of a [`SendWr`]. The values are
-    /// the mlx5 ctrl segment's `fm_ce_se` bits (byte 11 of `struct
-    /// mlx5_wqe_ctrl_seg`, rdma-core `mlx5dv.h`), so the direct path stores
-    /// them as they are; the verbs path maps them to `IBV_SEND_*`.
+    /// The flags of every send WR ([`SendWr::flags`], [`WriteWr::flags`],
+    /// [`Qp::post_write_inline`](crate::Qp::post_write_inline)'s `flags`),
+    /// `ibv_send_wr.send_flags` but for `IBV_SEND_INLINE` (which is
+    /// [`SendWr::inline`]: a choice of how the payload travels, not a
+    /// flag of the WQE). The values are the mlx5 ctrl segment's `fm_ce_se`
+    /// bits (byte 11 of `struct mlx5_wqe_ctrl_seg`, rdma-core `mlx5dv.h`
+    /// `MLX5_WQE_CTRL_*`), so the direct path stores them as they are; the
+    /// verbs path maps them to `IBV_SEND_*`. No other bit belongs in a WR:
+    /// the builders' `with_flags` drop any (which only
+    /// `SendFlags::from_bits_retain` makes), and so do the one-opcode posts,
+    /// but a [`SendWr::flags`] assigned one directly would reach the ctrl
+    /// segment as it is (the in-place `post_send` copies the byte unmasked:
+    /// the mask cost it 2 instructions a WR, `scripts/insn-count`).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
     pub struct SendFlags: u8 {
         /// Generate a completion (`IBV_SEND_SIGNALED`; mlx5
         /// `MLX5_WQE_CTRL_CQ_UPDATE`, 0x08).
         const SIGNALED = 0x08;
         /// Ask for a solicited event at the responder (`IBV_SEND_SOLICITED`;
-        /// mlx5 `MLX5_WQE_CTRL_SOLICITED`, 0x02).
+        /// mlx5 `MLX5_WQE_CTRL_SOLICITED`, 0x02): its CQE carries the `se`
+        /// bit, which wakes a CQ armed for solicited completions only. SEND
+        /// and WRITE_WITH_IMM.
         const SOLICITED = 0x02;
         /// Start only after every earlier RDMA READ and atomic of this QP
         /// has completed (`IBV_SEND_FENCE`; mlx5 `MLX5_WQE_CTRL_FENCE`, 0x80).
@@ -224,9 +252,23 @@ bitflags::bitflags! {
     }
 }
 
-/// One RDMA WRITE of one SGE, for [`Qp::post_writes`](crate::Qp::post_writes):
-/// what `SendWr::rdma_write(wr_id, &[sge], remote)` with `flags` is, in a
-/// form that needs no decoding.
+impl SendFlags {
+    /// The ctrl segment's `fm_ce_se` byte of these flags: their bits, less
+    /// any not defined here (one AND).
+    #[inline(always)]
+    pub(crate) const fn ctrl_bits(self) -> u8 {
+        self.bits() & Self::all().bits()
+    }
+}
+
+/// One RDMA WRITE of one SGE (`IBV_WR_RDMA_WRITE`, `MLX5_OPCODE_RDMA_WRITE`
+/// 0x08), for [`Qp::post_write`](crate::Qp::post_write) and
+/// [`Qp::post_writes`](crate::Qp::post_writes): what
+/// `SendWr::rdma_write(wr_id, &[sge], remote)` with `flags` is, in a form
+/// that needs no decoding. Built as a [`SendWr`] is:
+/// `WriteWr::new(wr_id, sge, remote).signaled()`.
+///
+/// Errors at post: those of [`Qp::post_write`](crate::Qp::post_write).
 #[derive(Clone, Copy, Debug)]
 pub struct WriteWr<'a> {
     /// Returned in the completion's [`Completion::wr_id`](crate::Completion::wr_id).
@@ -240,7 +282,7 @@ pub struct WriteWr<'a> {
 }
 
 impl<'a> WriteWr<'a> {
-    /// An unsignaled WRITE of `sge` to `remote`.
+    /// An RDMA WRITE of `sge` to `remote`, no flags (unsignaled).
     pub fn new(wr_id: u64, sge: Sge<'a>, remote: RemoteAddr) -> Self {
         WriteWr {
             wr_id,
@@ -250,9 +292,22 @@ impl<'a> WriteWr<'a> {
         }
     }
 
-    /// The same WR, signaled.
-    pub fn signaled(mut self) -> Self {
-        self.flags |= SendFlags::SIGNALED;
+    /// The same WR, signaled ([`SendFlags::SIGNALED`]).
+    pub fn signaled(self) -> Self {
+        self.with_flags(SendFlags::SIGNALED)
+    }
+    /// The same WR, solicited ([`SendFlags::SOLICITED`]).
+    pub fn solicited(self) -> Self {
+        self.with_flags(SendFlags::SOLICITED)
+    }
+    /// The same WR, fenced ([`SendFlags::FENCE`]).
+    pub fn fence(self) -> Self {
+        self.with_flags(SendFlags::FENCE)
+    }
+    /// The same WR with `f` added to its flags (any bit not defined in
+    /// [`SendFlags`] dropped).
+    pub fn with_flags(mut self, f: SendFlags) -> Self {
+        self.flags |= f & SendFlags::all();
         self
     }
 
@@ -295,127 +350,91 @@ impl SendWrs for [WriteWr<'_>] {
 
 /// One send work request (`ibv_send_wr` without the linked list).
 ///
-/// `repr(C)`: the four flags are adjacent bytes in declaration order, so
-/// the direct path reads them with one load (`SendWr::ctrl_bits`).
+/// Every opcode is built the same way: its constructor takes the WR id and
+/// the operands it needs ([`Self::rdma_write`], [`Self::send`],
+/// [`Self::rdma_read`], [`Self::atomic_cmp_swp`],
+/// [`Self::atomic_fetch_add`], [`Self::ud_send`]), and the optional ones
+/// are chained: [`Self::signaled`], [`Self::solicited`], [`Self::fence`],
+/// [`Self::with_flags`], [`Self::inline`], [`Self::imm`]. A constructor
+/// makes an unsignaled WR, not inline, with no immediate.
+/// (`SendWr::rdma_write(7, &sges, to).imm(0x1234).signaled()`.)
+///
+/// Errors at post are [`Qp::post_send`](crate::Qp::post_send)'s.
 #[derive(Clone, Copy, Debug)]
-#[repr(C)]
 pub struct SendWr<'a> {
     /// Returned in the completion's [`Completion::wr_id`](crate::Completion::wr_id).
     pub wr_id: u64,
-    /// The operation and its remote operands (`opcode`, `wr.rdma`, `wr.atomic`).
-    pub op: WrOp,
+    /// The operation and its operands (`opcode`, `imm_data`, `wr.rdma`,
+    /// `wr.atomic`, `wr.ud`).
+    pub op: WrOp<'a>,
     /// The gather list (the scatter list for READ and atomics); at most
     /// the QP's `max_send_sge` entries.
     pub sges: &'a [Sge<'a>],
-    /// Generate a completion (`IBV_SEND_SIGNALED`, mlx5 CQ_UPDATE).
-    pub signaled: bool,
+    /// Signaled, solicited, fence (`send_flags`, the mlx5 ctrl segment's
+    /// `fm_ce_se`, copied into it as they are: no bit but those three, see
+    /// [`SendFlags`]).
+    pub flags: SendFlags,
     /// Copy the payload into the WQE at post time (`IBV_SEND_INLINE`), up
     /// to [`Qp::max_inline`](crate::Qp::max_inline) bytes: the SGEs may
     /// then name any memory, [`Sge::bytes`] included (copied plainly; an
-    /// [`Mr`]'s bytes are read one atomic byte at a time).
+    /// [`Mr`]'s bytes are read one atomic byte at a time). WRITE and SEND
+    /// only, with or without immediate, and UD SEND.
     pub inline: bool,
-    /// Ask for a solicited event at the responder (`IBV_SEND_SOLICITED`,
-    /// mlx5 ctrl `SOLICITED`): its CQE carries the `se` bit, which wakes a CQ
-    /// armed for solicited completions only. SEND and WRITE_WITH_IMM.
-    pub solicited: bool,
-    /// Start only after every earlier RDMA READ and atomic of this QP has
-    /// completed (`IBV_SEND_FENCE`, mlx5 ctrl `FENCE`).
-    pub fence: bool,
-    /// The destination of a [`WrOp::UdSend`] (read with that op only).
-    pub ud: Option<UdDest<'a>>,
 }
 
 impl<'a> SendWr<'a> {
-    /// A UD SEND of `sges` to `dest` (with immediate data when `imm` is
-    /// `Some`), unsignaled, not inline. Posting it takes at most the port's
-    /// active MTU of payload (`Qp::post_send` returns
-    /// [`Error::MessageTooLong`](crate::Error::MessageTooLong) otherwise);
-    /// the receiver's buffer needs 40 bytes more, for the GRH (a smaller one
-    /// fails: a local length error, or on rxe 6.1 a local QP operation
-    /// error, and the receiving QP goes to ERR).
-    pub fn ud_send(wr_id: u64, sges: &'a [Sge<'a>], dest: UdDest<'a>, imm: Option<u32>) -> Self {
+    /// `op` on `sges`, no flags, not inline.
+    #[inline(always)]
+    const fn of(wr_id: u64, op: WrOp<'a>, sges: &'a [Sge<'a>]) -> Self {
         SendWr {
-            op: WrOp::UdSend { imm },
-            ud: Some(dest),
-            ..SendWr::send(wr_id, sges)
+            wr_id,
+            op,
+            sges,
+            flags: SendFlags::empty(),
+            inline: false,
         }
     }
 
-    /// An RDMA WRITE of `sges` to `remote`, unsignaled, not inline.
+    /// An RDMA WRITE of `sges` to `remote` (`IBV_WR_RDMA_WRITE`,
+    /// `MLX5_OPCODE_RDMA_WRITE`; with [`Self::imm`],
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`, `MLX5_OPCODE_RDMA_WRITE_IMM`, which
+    /// consumes a receive at the peer). `remote`'s MR needs REMOTE_WRITE.
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge<'a>], remote: RemoteAddr) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::RdmaWrite { remote },
-            sges,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
+        Self::of(wr_id, WrOp::RdmaWrite { remote }, sges)
     }
-    /// A SEND of `sges`, unsignaled, not inline.
+
+    /// A SEND of `sges` into the peer's next receive buffer (`IBV_WR_SEND`,
+    /// `MLX5_OPCODE_SEND`; with [`Self::imm`], `IBV_WR_SEND_WITH_IMM`,
+    /// `MLX5_OPCODE_SEND_IMM`). RC and UC QPs; UD takes [`Self::ud_send`].
     pub fn send(wr_id: u64, sges: &'a [Sge<'a>]) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::Send,
-            sges,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
+        Self::of(wr_id, WrOp::Send, sges)
     }
 
-    /// A SEND with immediate data; `imm` reaches the receiver as the same `u32`.
-    pub fn send_with_imm(wr_id: u64, sges: &'a [Sge<'a>], imm: u32) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::SendWithImm { imm },
-            sges,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
+    /// A UD SEND of `sges` to `dest` (`IBV_WR_SEND`, `MLX5_OPCODE_SEND`
+    /// with the datagram segment; with [`Self::imm`],
+    /// `IBV_WR_SEND_WITH_IMM`, `MLX5_OPCODE_SEND_IMM`), on a UD QP.
+    /// Posting it takes at most the port's active MTU of payload
+    /// (`Qp::post_send` returns
+    /// [`Error::MessageTooLong`](crate::Error::MessageTooLong) otherwise)
+    /// and an AH of the QP's PD; the receiver's buffer needs 40 bytes
+    /// more, for the GRH (a smaller one fails: a local length error, or on
+    /// rxe 6.1 a local QP operation error, and the receiving QP goes to ERR).
+    pub fn ud_send(wr_id: u64, sges: &'a [Sge<'a>], dest: UdDest<'a>) -> Self {
+        Self::of(wr_id, WrOp::UdSend { dest, imm: None }, sges)
     }
 
-    /// An RDMA WRITE with immediate data (consumes a receive at the peer).
-    pub fn rdma_write_with_imm(
-        wr_id: u64,
-        sges: &'a [Sge<'a>],
-        remote: RemoteAddr,
-        imm: u32,
-    ) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::RdmaWriteWithImm { remote, imm },
-            sges,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
-    }
-
-    /// An RDMA READ of `remote` into `sges`, unsignaled.
+    /// An RDMA READ of `remote` into `sges` (`IBV_WR_RDMA_READ`,
+    /// `MLX5_OPCODE_RDMA_READ`), on an RC QP; `remote`'s MR needs
+    /// REMOTE_READ. Never inline.
     pub fn rdma_read(wr_id: u64, sges: &'a [Sge<'a>], remote: RemoteAddr) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::RdmaRead { remote },
-            sges,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
+        Self::of(wr_id, WrOp::RdmaRead { remote }, sges)
     }
 
-    /// A compare-and-swap on the u64 at `remote`; the old value goes to `old` (one 8-byte SGE).
+    /// A compare-and-swap on the 8-byte-aligned u64 at `remote`
+    /// (`IBV_WR_ATOMIC_CMP_AND_SWP`, `MLX5_OPCODE_ATOMIC_CS`), on an RC QP:
+    /// `swap` is stored if it holds `compare`; the old value goes to `old`
+    /// (exactly one 8-byte SGE, host byte order). `remote`'s MR needs
+    /// REMOTE_ATOMIC. Never inline.
     pub fn atomic_cmp_swp(
         wr_id: u64,
         old: &'a [Sge<'a>],
@@ -423,82 +442,69 @@ impl<'a> SendWr<'a> {
         compare: u64,
         swap: u64,
     ) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::AtomicCmpSwp {
-                remote,
-                compare,
-                swap,
-            },
-            sges: old,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
+        let op = WrOp::AtomicCmpSwp {
+            remote,
+            compare,
+            swap,
+        };
+        Self::of(wr_id, op, old)
     }
 
-    /// A fetch-and-add on the u64 at `remote`; the old value goes to `old` (one 8-byte SGE).
+    /// A fetch-and-add of `add` (wrapping) on the 8-byte-aligned u64 at
+    /// `remote` (`IBV_WR_ATOMIC_FETCH_AND_ADD`, `MLX5_OPCODE_ATOMIC_FA`), on
+    /// an RC QP; the old value goes to `old` (exactly one 8-byte SGE, host
+    /// byte order). `remote`'s MR needs REMOTE_ATOMIC. Never inline.
     pub fn atomic_fetch_add(wr_id: u64, old: &'a [Sge<'a>], remote: RemoteAddr, add: u64) -> Self {
-        SendWr {
-            wr_id,
-            op: WrOp::AtomicFetchAdd { remote, add },
-            sges: old,
-            signaled: false,
-            inline: false,
-            solicited: false,
-            fence: false,
-            ud: None,
-        }
+        Self::of(wr_id, WrOp::AtomicFetchAdd { remote, add }, old)
     }
 
-    /// See [`SendWr::signaled`](#structfield.signaled).
-    pub fn signaled(mut self) -> Self {
-        self.signaled = true;
+    /// The same WR carrying the immediate `imm` (host order; sent
+    /// big-endian as `imm_data`, and the receiver's completion carries the
+    /// same `u32`): a WRITE becomes `RdmaWriteWithImm`, a SEND
+    /// `SendWithImm`, a UD SEND gets `imm: Some(imm)`; on one that already
+    /// has one, `imm` replaces it.
+    ///
+    /// Panics on an RDMA READ or an atomic, which carry no immediate.
+    pub fn imm(mut self, imm: u32) -> Self {
+        self.op = match self.op {
+            WrOp::RdmaWrite { remote } | WrOp::RdmaWriteWithImm { remote, .. } => {
+                WrOp::RdmaWriteWithImm { remote, imm }
+            }
+            WrOp::Send | WrOp::SendWithImm { .. } => WrOp::SendWithImm { imm },
+            WrOp::UdSend { dest, .. } => WrOp::UdSend {
+                dest,
+                imm: Some(imm),
+            },
+            op @ (WrOp::RdmaRead { .. }
+            | WrOp::AtomicCmpSwp { .. }
+            | WrOp::AtomicFetchAdd { .. }) => {
+                panic!("SendWr::imm: {op:?} carries no immediate")
+            }
+        };
         self
     }
-    /// See [`SendWr::inline`](#structfield.inline).
+
+    /// The same WR, signaled ([`SendFlags::SIGNALED`]).
+    pub fn signaled(self) -> Self {
+        self.with_flags(SendFlags::SIGNALED)
+    }
+    /// The same WR, solicited ([`SendFlags::SOLICITED`]).
+    pub fn solicited(self) -> Self {
+        self.with_flags(SendFlags::SOLICITED)
+    }
+    /// The same WR, fenced ([`SendFlags::FENCE`]).
+    pub fn fence(self) -> Self {
+        self.with_flags(SendFlags::FENCE)
+    }
+    /// The same WR with `f` added to its flags (any bit not defined in
+    /// [`SendFlags`] dropped).
+    pub fn with_flags(mut self, f: SendFlags) -> Self {
+        self.flags |= f & SendFlags::all();
+        self
+    }
+    /// The same WR, inline ([`SendWr::inline`](#structfield.inline)).
     pub fn inline(mut self) -> Self {
         self.inline = true;
-        self
-    }
-    /// See [`SendWr::solicited`](#structfield.solicited).
-    pub fn solicited(mut self) -> Self {
-        self.solicited = true;
-        self
-    }
-    /// See [`SendWr::fence`](#structfield.fence).
-    pub fn fence(mut self) -> Self {
-        self.fence = true;
-        self
-    }
-    /// The mlx5 ctrl segment's `fm_ce_se` bits of `signaled` (CQ_UPDATE,
-    /// 0x08), `solicited` (SOLICITED, 0x02) and `fence` (FENCE, 0x80).
-    ///
-    /// The four flags, read as one little-endian word, hold `signaled` in
-    /// bit 0, `solicited` in bit 16 and `fence` in bit 24; one multiply
-    /// moves them to bits 27, 25 and 31 (the other products land outside
-    /// bits 24..32 and no two overlap, so nothing carries), and the top
-    /// byte is the answer: four instructions where testing each flag takes
-    /// thirteen. The result does not depend on the layout, only its speed.
-    #[inline(always)]
-    pub(crate) fn ctrl_bits(&self) -> u8 {
-        let v = u32::from_le_bytes([
-            self.signaled as u8,
-            self.inline as u8,
-            self.solicited as u8,
-            self.fence as u8,
-        ]);
-        let m = (v & 0x0101_0001) as u64;
-        ((m * ((1 << 27) | (1 << 9) | (1 << 7))) >> 24) as u8
-    }
-
-    /// This WR with `signaled`, `solicited` and `fence` as `f` says.
-    pub(crate) fn with_flags(mut self, f: SendFlags) -> Self {
-        self.signaled = f.contains(SendFlags::SIGNALED);
-        self.solicited = f.contains(SendFlags::SOLICITED);
-        self.fence = f.contains(SendFlags::FENCE);
         self
     }
 
@@ -530,20 +536,28 @@ mod tests {
     use super::*;
     use crate::ib::keys::{RemoteAddr, Rkey};
 
+    /// A WR's flags (the ctrl byte) are its SIGNALED, SOLICITED and FENCE
+    /// bits, whatever other bits `from_bits_retain` put in (`with_flags` and
+    /// `ctrl_bits` drop them), and whether the WR is inline.
     #[test]
     fn ctrl_bits_are_the_three_flags_whatever_inline_is() {
         let to = RemoteAddr {
             addr: 0,
             rkey: Rkey(0),
         };
-        for k in 0..16u8 {
-            let mut w = SendWr::rdma_write(0, &[], to);
-            (w.signaled, w.inline, w.solicited, w.fence) =
-                (k & 1 != 0, k & 2 != 0, k & 4 != 0, k & 8 != 0);
-            let want =
-                (w.signaled as u8 * 0x08) | (w.solicited as u8 * 0x02) | (w.fence as u8 * 0x80);
-            assert_eq!(w.ctrl_bits(), want, "flags {k:#06b}");
+        for k in 0..=255u8 {
+            for inline in [false, true] {
+                let mut w =
+                    SendWr::rdma_write(0, &[], to).with_flags(SendFlags::from_bits_retain(k));
+                w.inline = inline;
+                assert_eq!(w.flags.bits(), k & 0x8a, "flags {k:#010b}");
+                let f = SendFlags::from_bits_retain(k);
+                assert_eq!(f.ctrl_bits(), k & 0x8a, "flags {k:#010b}");
+            }
         }
+        assert_eq!(SendWr::send(0, &[]).signaled().flags.ctrl_bits(), 0x08);
+        assert_eq!(SendWr::send(0, &[]).solicited().flags.ctrl_bits(), 0x02);
+        assert_eq!(SendWr::send(0, &[]).fence().flags.ctrl_bits(), 0x80);
     }
 
     /// The PD tag: the PD alone for 1 to 2^31 - 1 bytes, with

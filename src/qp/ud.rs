@@ -41,14 +41,17 @@ impl Qp {
     }
 
     /// What a send WR must be on this QP's transport: on UD a
-    /// [`WrOp::UdSend`] with its destination, an AH of this QP's PD, at
+    /// [`WrOp::UdSend`], its destination an AH of this QP's PD, at
     /// most [`Self::ud_mtu`] bytes; elsewhere no UD send.
     ///
     /// Errors: [`Error::WrongTransport`], [`Error::ForeignPd`], [`Error::Config`]; [`Error::MessageTooLong`].
     pub(crate) fn check_transport(&self, w: &SendWr<'_>) -> Result<()> {
-        let ud_op = matches!(w.op, WrOp::UdSend { .. });
+        let ud_dest = match w.op {
+            WrOp::UdSend { dest, .. } => Some(dest),
+            _ => None,
+        };
         if self.cfg.qp_type != QpType::Ud {
-            if ud_op {
+            if ud_dest.is_some() {
                 return Err(Error::WrongTransport {
                     qp_type: self.cfg.qp_type,
                     op: "a UD send",
@@ -56,7 +59,7 @@ impl Qp {
             }
             return Ok(());
         }
-        let Some(d) = w.ud.filter(|_| ud_op) else {
+        let Some(d) = ud_dest else {
             return Err(Error::WrongTransport {
                 qp_type: QpType::Ud,
                 op: "a WR other than a UD send (SendWr::ud_send: an AH, the remote QPN and qkey)",

@@ -19,11 +19,8 @@ pub fn cfg(send: u32, max_inline: u32) -> QpConfig {
     }
 }
 
-pub fn with_flags(mut w: SendWr<'_>, f: SendFlags) -> SendWr<'_> {
-    w.signaled = f.contains(SendFlags::SIGNALED);
-    w.solicited = f.contains(SendFlags::SOLICITED);
-    w.fence = f.contains(SendFlags::FENCE);
-    w
+pub fn with_flags(w: SendWr<'_>, f: SendFlags) -> SendWr<'_> {
+    w.with_flags(f)
 }
 
 /// The QPN bytes (4..7) of a ctrl segment.

@@ -86,20 +86,29 @@ fn poll_until(q: &mut Qp, n: usize, what: &str) -> Vec<Completion> {
 
 /// One generated WR, as the oracle's `Wr` and as the pieces of a
 /// `SendWr` (SGE ranges of `src`, built by the caller).
-struct Gen {
+struct Gen<'a> {
     wr: Wr,
     /// (offset in `src`, length) of each SGE.
     sges: Vec<(usize, u32)>,
-    op: WrOp,
+    op: WrOp<'a>,
 }
 
-fn gen_wr(s: &mut Rng, e: &Env, qp_type: QpType, max_inline: u32, max_sge: u32, id: u64) -> Gen {
+/// A WR for a QP of `qp_type`; on UD, to `dest`.
+fn gen_wr<'a>(
+    s: &mut Rng,
+    e: &Env,
+    qp_type: QpType,
+    dest: Option<UdDest<'a>>,
+    (max_inline, max_sge): (u32, u32),
+    id: u64,
+) -> Gen<'a> {
     let remote = |s: &mut Rng, align: u64| RemoteAddr {
         addr: e.dst.addr() + (s.range(0, 60_000) & !(align - 1)),
         rkey: e.dst.rkey(),
     };
     let op = match (qp_type, s.range(0, 6)) {
         (QpType::Ud, k) => WrOp::UdSend {
+            dest: dest.expect("a UD QP's WRs have a destination"),
             imm: (k % 2 == 1).then(|| s.next_u64() as u32),
         },
         (_, 0) => WrOp::Send,
@@ -166,7 +175,7 @@ fn gen_wr(s: &mut Rng, e: &Env, qp_type: QpType, max_inline: u32, max_sge: u32, 
     let oop = match op {
         WrOp::Send => Op::Send,
         WrOp::SendWithImm { imm } => Op::SendImm { imm },
-        WrOp::UdSend { imm } => imm.map_or(Op::Send, |imm| Op::SendImm { imm }),
+        WrOp::UdSend { imm, .. } => imm.map_or(Op::Send, |imm| Op::SendImm { imm }),
         WrOp::RdmaWrite { remote } => Op::Write {
             raddr: o(remote).0,
             rkey: o(remote).1,
@@ -237,14 +246,19 @@ fn run(e: &Env, qp_type: QpType, cfg: &QpConfig, seed: u64, rounds: u32) -> (u64
     let (mut lists, mut wrs_done) = (0u64, 0u64);
     for round in 0..rounds {
         let n = s.range(1, cfg.max_send_wr.min(8) as u64) as usize;
+        let dest = ah.as_ref().map(|ah| UdDest {
+            ah,
+            remote_qpn: b.qp_num(),
+            qkey: QKEY,
+        });
         let mut gens: Vec<Gen> = (0..n)
             .map(|k| {
                 gen_wr(
                     &mut s,
                     e,
                     qp_type,
-                    max_inline,
-                    cfg.max_send_sge,
+                    dest,
+                    (max_inline, cfg.max_send_sge),
                     (round as u64) << 8 | k as u64,
                 )
             })
@@ -260,23 +274,21 @@ fn run(e: &Env, qp_type: QpType, cfg: &QpConfig, seed: u64, rounds: u32) -> (u64
                     .collect()
             })
             .collect();
-        let dest = ah.as_ref().map(|ah| UdDest {
-            ah,
-            remote_qpn: b.qp_num(),
-            qkey: QKEY,
-        });
         let wrs: Vec<SendWr<'_>> = gens
             .iter()
             .zip(&sges)
-            .map(|(g, sg)| SendWr {
-                wr_id: g.wr.wr_id,
-                op: g.op,
-                sges: sg,
-                signaled: g.wr.signaled,
-                inline: g.wr.inline,
-                solicited: g.wr.solicited,
-                fence: g.wr.fence,
-                ud: dest,
+            .map(|(g, sg)| {
+                let mut f = SendFlags::empty();
+                f.set(SendFlags::SIGNALED, g.wr.signaled);
+                f.set(SendFlags::SOLICITED, g.wr.solicited);
+                f.set(SendFlags::FENCE, g.wr.fence);
+                SendWr {
+                    wr_id: g.wr.wr_id,
+                    op: g.op,
+                    sges: sg,
+                    flags: f,
+                    inline: g.wr.inline,
+                }
             })
             .collect();
         // Receives for what consumes one at the peer.
@@ -312,13 +324,7 @@ fn run(e: &Env, qp_type: QpType, cfg: &QpConfig, seed: u64, rounds: u32) -> (u64
                 && w.sges.len() == 1
                 && !w.sges[0].is_empty()
         });
-        let flags = |w: &SendWr<'_>| {
-            let mut f = SendFlags::empty();
-            f.set(SendFlags::SIGNALED, w.signaled);
-            f.set(SendFlags::SOLICITED, w.solicited);
-            f.set(SendFlags::FENCE, w.fence);
-            f
-        };
+        let flags = |w: &SendWr<'_>| w.flags;
         let remote_of = |w: &SendWr<'_>| match w.op {
             WrOp::RdmaWrite { remote } => remote,
             _ => unreachable!(),

@@ -13,7 +13,7 @@ use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
 use crate::ib::progress::WrProgress;
 use crate::ib::qp_attr::{PathInfo, QpAttr, QpInfo, QpState};
-use crate::ib::wr::{RecvWr, SendWrs, WrOp};
+use crate::ib::wr::{RecvWr, SendFlags, SendWrs, WrOp};
 use mlx5_dv::driver::CqCredits;
 use mlx5_dv::driver::SrqSlots;
 use mlx5_dv::driver::Table;

@@ -85,9 +85,10 @@ impl VerbsQp {
             let seq = self.posted + i as u64;
             // Auto-signal, as the direct path does: a hidden CQE every
             // `auto_signal` unsignaled WRs keeps the accounting moving.
-            let forced = !w.signaled
+            let signaled = w.flags.contains(SendFlags::SIGNALED);
+            let forced = !signaled
                 && (self.unsignaled_run + 1 >= self.auto_signal || (signal_last && i + 1 == len));
-            self.unsignaled_run = if w.signaled || forced {
+            self.unsignaled_run = if signaled || forced {
                 0
             } else {
                 self.unsignaled_run + 1
@@ -102,16 +103,16 @@ impl VerbsQp {
             v.sg_list = unsafe { sge_base.add(first) };
             v.num_sge = w.sges.len() as i32;
             let mut flags = 0;
-            if w.signaled || forced {
+            if signaled || forced {
                 flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
             }
             if w.inline {
                 flags |= ibv_send_flags::IBV_SEND_INLINE.0;
             }
-            if w.solicited {
+            if w.flags.contains(SendFlags::SOLICITED) {
                 flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
             }
-            if w.fence {
+            if w.flags.contains(SendFlags::FENCE) {
                 flags |= ibv_send_flags::IBV_SEND_FENCE.0;
             }
             v.send_flags = flags;
@@ -165,7 +166,7 @@ impl VerbsQp {
                         rkey: remote.rkey.0,
                     };
                 }
-                WrOp::UdSend { imm } => {
+                WrOp::UdSend { dest: d, imm } => {
                     v.opcode = match imm {
                         None => ibv_wr_opcode::IBV_WR_SEND,
                         Some(i) => {
@@ -173,15 +174,13 @@ impl VerbsQp {
                             ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
                         }
                     };
-                    // (Checked by the caller: a UD WR has its destination,
-                    // an AH of this PD, which it borrows for the call.)
-                    if let Some(d) = w.ud {
-                        v.wr.ud = ud_t {
-                            ah: d.ah.inner.raw as *mut ibv_ah,
-                            remote_qpn: d.remote_qpn,
-                            remote_qkey: d.qkey,
-                        };
-                    }
+                    // (Checked by the caller: the destination's AH is of
+                    // this PD; the WR borrows it for the call.)
+                    v.wr.ud = ud_t {
+                        ah: d.ah.inner.raw as *mut ibv_ah,
+                        remote_qpn: d.remote_qpn,
+                        remote_qkey: d.qkey,
+                    };
                 }
             }
         }

@@ -446,10 +446,13 @@ pub(super) fn bw_loop(
                 let mut wr = l.wr;
                 for i in i0..i0 + k {
                     wr.wr_id = i as u64;
-                    wr.signaled = (i + 1) % cq_mod == 0
-                        || i + 1 == iters
-                        || over
-                        || (full && i + 1 == i0 + k);
+                    wr.flags.set(
+                        SendFlags::SIGNALED,
+                        (i + 1) % cq_mod == 0
+                            || i + 1 == iters
+                            || over
+                            || (full && i + 1 == i0 + k),
+                    );
                     batch.push(wr);
                 }
                 let t = ticks().wrapping_sub(start) as f64 / rate;
@@ -466,11 +469,7 @@ pub(super) fn bw_loop(
                         wr_id: w.wr_id,
                         sge,
                         remote,
-                        flags: if w.signaled {
-                            SendFlags::SIGNALED
-                        } else {
-                            SendFlags::empty()
-                        },
+                        flags: w.flags,
                     }));
                     m.post(k, || l.a.post_writes(&writes))
                 } else {

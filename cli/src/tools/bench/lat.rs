@@ -167,11 +167,7 @@ fn post_one_write(qp: &mut Qp, w: &SendWr<'_>) -> Result<()> {
             wr_id: w.wr_id,
             sge: *sge,
             remote,
-            flags: if w.signaled {
-                rdma_direct::SendFlags::SIGNALED
-            } else {
-                rdma_direct::SendFlags::empty()
-            },
+            flags: w.flags,
         }),
         _ => qp.post_send(std::slice::from_ref(w)),
     }

@@ -109,7 +109,6 @@ impl Dests {
                     remote_qpn: qpn,
                     qkey: UD_QKEY,
                 },
-                None,
             ),
             None => SendWr::send(0, sge),
         }

@@ -106,7 +106,7 @@ pub(super) fn async_waits_sleep_until_the_event(dev: &str) -> CaseResult {
                 let mut done = 0;
                 for k in 0..rounds {
                     std::thread::sleep(Duration::from_millis(1));
-                    let wr = SendWr::send_with_imm(k as u64, &sge, k as u32).signaled();
+                    let wr = SendWr::send(k as u64, &sge).imm(k as u32).signaled();
                     b.post_send(&[wr])?;
                     if k >= 32 {
                         let w =

@@ -137,7 +137,11 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     let psge = [Sge::new(&psrc, 0, 16)?];
     for (q, p) in peers.iter_mut().enumerate() {
         let sends: Vec<SendWr<'_>> = (0..16)
-            .map(|i| SendWr::send_with_imm(i as u64, &psge, (q * 16 + i) as u32).signaled())
+            .map(|i| {
+                SendWr::send(i as u64, &psge)
+                    .imm((q * 16 + i) as u32)
+                    .signaled()
+            })
             .collect();
         p.post_send(&sends)?;
         for c in poll_until(p, 16)? {
@@ -195,7 +199,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         (0..16).map(|i| id(0, i)).collect::<Vec<_>>(),
         "flushed wr_ids"
     );
-    peers[1].post_send(&[SendWr::send_with_imm(99, &psge, 99).signaled()])?;
+    peers[1].post_send(&[SendWr::send(99, &psge).imm(99).signaled()])?;
     check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
     let c = poll_until(&mut cq, 1)?[0];
     check_eq!(
@@ -246,7 +250,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         );
         std::thread::yield_now();
     }
-    peers[1].post_send(&[SendWr::send_with_imm(98, &psge, 98).signaled()])?;
+    peers[1].post_send(&[SendWr::send(98, &psge).imm(98).signaled()])?;
     check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
     check!(
         matches!(
@@ -293,7 +297,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         full - 14,
         "CQ credits after remove_qp: QP 1 holds 14 receives"
     );
-    peers[1].post_send(&[SendWr::send_with_imm(97, &psge, 97).signaled()])?;
+    peers[1].post_send(&[SendWr::send(97, &psge).imm(97).signaled()])?;
     check_eq!(poll_one(&mut peers[1])?.status, WcStatus::SUCCESS);
     let c = poll_until(&mut cq, 1)?[0];
     check_eq!(

@@ -15,7 +15,7 @@ fn send_all(tx: &mut SendHalf, src: &Mr, n: usize) -> Result<(), Failure> {
     let deadline = Instant::now() + COMPLETION_TIMEOUT;
     for i in 0..n {
         let sge = [Sge::new(src, (i % 64) * 8, 8)?];
-        let wr = SendWr::send_with_imm(i as u64, &sge, i as u32).signaled();
+        let wr = SendWr::send(i as u64, &sge).imm(i as u32).signaled();
         loop {
             match tx.post_send(&[wr]) {
                 Ok(()) => break,

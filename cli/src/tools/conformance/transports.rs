@@ -41,7 +41,7 @@ pub(super) fn uc_write_lands_and_read_is_refused(dev: &str) -> CaseResult {
     s.b.post_recv(&[RecvWr::new(20, &rbuf), RecvWr::new(21, &rbuf)])?;
     let small = [Sge::new(&src, 0, 64)?];
     s.a.post_send(&[
-        SendWr::rdma_write_with_imm(2, &small, remote(&dst, 1024), 0xabcd),
+        SendWr::rdma_write(2, &small, remote(&dst, 1024)).imm(0xabcd),
         SendWr::send(3, &small).signaled(),
     ])?;
     let got = poll_until(&mut s.b, 2)?;
@@ -231,7 +231,9 @@ pub(super) fn ud_send_lands_after_the_grh_slot(dev: &str) -> CaseResult {
     src.write(0, &pattern(1000, 11))?;
     u.b.post_recv(&[RecvWr::new(5, &[Sge::new(&dst, 0, 1040)?])])?;
     let sge = [Sge::new(&src, 0, 1000)?];
-    let w = SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY), Some(0x77)).signaled();
+    let w = SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY))
+        .imm(0x77)
+        .signaled();
     u.a.post_send(&[w])?;
     let s = poll_one(&mut u.a)?;
     check_eq!(
@@ -267,7 +269,7 @@ pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
     let before = ring_snapshot(&u.a);
     match u
         .a
-        .post_send(&[SendWr::ud_send(1, &over, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])
+        .post_send(&[SendWr::ud_send(1, &over, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])
     {
         Err(Error::MessageTooLong { len, mtu: m }) => {
             check_eq!((len, m), (mtu as u64 + 1, mtu), "the refusal's figures")
@@ -286,30 +288,28 @@ pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
     );
     nothing_completes(&mut u.a)?;
     // No receive posted: dropped, the sender succeeds.
-    u.a.post_send(&[SendWr::ud_send(3, &one, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    u.a.post_send(&[SendWr::ud_send(3, &one, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])?;
     check!(
         poll_one(&mut u.a)?.status.is_ok(),
         "a datagram with no receive posted"
     );
     // The wrong qkey: dropped, though a receive waits.
     u.b.post_recv(&[RecvWr::new(9, &[Sge::new(&dst, 0, 64)?])])?;
-    u.a.post_send(&[
-        SendWr::ud_send(4, &one, dest(&u.ah, u.b.qp_num(), QKEY ^ 1), None).signaled(),
-    ])?;
+    u.a.post_send(&[SendWr::ud_send(4, &one, dest(&u.ah, u.b.qp_num(), QKEY ^ 1)).signaled()])?;
     check!(
         poll_one(&mut u.a)?.status.is_ok(),
         "a datagram with the wrong qkey"
     );
     nothing_completes(&mut u.b)?;
     // The receive still waits for a datagram with the right qkey.
-    u.a.post_send(&[SendWr::ud_send(5, &one, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    u.a.post_send(&[SendWr::ud_send(5, &one, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])?;
     check!(poll_one(&mut u.a)?.status.is_ok(), "the right qkey");
     let r = poll_one(&mut u.b)?;
     check_eq!((r.wr_id, r.byte_len), (9, 48), "the receive that waited");
     // At the MTU exactly: sent.
     u.b.post_recv(&[RecvWr::new(10, &[Sge::new(&dst, 0, mtu + 40)?])])?;
     let at = [Sge::new(&src, 0, mtu)?];
-    u.a.post_send(&[SendWr::ud_send(6, &at, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    u.a.post_send(&[SendWr::ud_send(6, &at, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])?;
     check!(poll_one(&mut u.a)?.status.is_ok(), "a datagram of the MTU");
     check_eq!(poll_one(&mut u.b)?.byte_len, mtu + 40, "its receive");
     passed(vec![])
@@ -328,7 +328,7 @@ pub(super) fn an_ah_from_a_receive_answers_its_sender(dev: &str) -> CaseResult {
     u.b.post_recv(&[RecvWr::new(1, &[Sge::new(&rb, 0, 104)?])])?;
     u.a.post_recv(&[RecvWr::new(2, &[Sge::new(&ra, 0, 104)?])])?;
     let sge = [Sge::new(&src, 0, 64)?];
-    u.a.post_send(&[SendWr::ud_send(3, &sge, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    u.a.post_send(&[SendWr::ud_send(3, &sge, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])?;
     check!(poll_one(&mut u.a)?.status.is_ok(), "A's SEND");
     let c = poll_one(&mut u.b)?;
     let mut grh = [0u8; 40];
@@ -356,9 +356,7 @@ pub(super) fn an_ah_from_a_receive_answers_its_sender(dev: &str) -> CaseResult {
     );
     let back = u.pd.create_ah_from_recv(port, &c, &grh)?;
     let reply = [Sge::new(&rb, 40, 64)?];
-    u.b.post_send(&[
-        SendWr::ud_send(4, &reply, dest(&back, c.src_qp.qpn(), QKEY), None).signaled(),
-    ])?;
+    u.b.post_send(&[SendWr::ud_send(4, &reply, dest(&back, c.src_qp.qpn(), QKEY)).signaled()])?;
     check!(poll_one(&mut u.b)?.status.is_ok(), "B's reply");
     let r = poll_one(&mut u.a)?;
     check_eq!(
@@ -384,7 +382,7 @@ pub(super) fn ud_receive_too_small(dev: &str) -> CaseResult {
     let dst = u.pd.reg_mr(100, Access::LOCAL_WRITE)?;
     u.b.post_recv(&[RecvWr::new(1, &[Sge::new(&dst, 0, 100)?])])?;
     let sge = [Sge::new(&src, 0, 200)?];
-    u.a.post_send(&[SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY), None).signaled()])?;
+    u.a.post_send(&[SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])?;
     check!(poll_one(&mut u.a)?.status.is_ok(), "the sender");
     std::thread::sleep(Duration::from_millis(100));
     let mut wc = [Completion::default(); 2];

@@ -195,7 +195,6 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 remote_qpn: peer.endpoint.qpn,
                 qkey: peer.qkey,
             },
-            None,
         ),
         None => SendWr::send(0, sge),
     };

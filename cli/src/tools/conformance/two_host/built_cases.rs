@@ -37,7 +37,7 @@ pub(super) fn th_ud_send_lands_after_the_grh_slot(
     let sge = [Sge::new(&src, 0, 1000)?];
     let qkey = a.far[0].qkey;
     let (q, dest) = a.ud()?;
-    q.post_send(&[SendWr::ud_send(1, &sge, dest, Some(0x77)).signaled()])?;
+    q.post_send(&[SendWr::ud_send(1, &sge, dest).imm(0x77).signaled()])?;
     let s = poll_one(q)?;
     check_eq!(
         (s.wr_id, s.status, s.opcode),
@@ -81,7 +81,7 @@ pub(super) fn th_ud_reply_through_an_ah_from_the_receive(
     let (q, dest) = a.ud()?;
     q.post_recv(&[rdma_direct::RecvWr::new(2, &[Sge::new(&back, 0, 240)?])])?;
     let out = [Sge::new(&src, 0, 200)?];
-    q.post_send(&[SendWr::ud_send(3, &out, dest, None).signaled()])?;
+    q.post_send(&[SendWr::ud_send(3, &out, dest).signaled()])?;
     let sender = b.echo(&dst, 0)?;
     check_eq!(sender, q.qp_num(), "the QPN B answered");
     let got = poll_until(q, 2)?;
@@ -115,7 +115,7 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
     let src = pd.reg_mr(mtu as usize + 1, Access::LOCAL_WRITE)?;
     let over = [Sge::new(&src, 0, mtu + 1)?];
     let before = q.sq_snapshot();
-    match q.post_send(&[SendWr::ud_send(1, &over, dest, None).signaled()]) {
+    match q.post_send(&[SendWr::ud_send(1, &over, dest).signaled()]) {
         Err(Error::MessageTooLong { len, mtu: m }) => {
             check_eq!((len, m), (mtu as u64 + 1, mtu), "the refusal's figures")
         }
@@ -128,7 +128,7 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
         [Sge::new(&src, 0, 8)?],
         [Sge::new(&src, 0, 16)?],
     );
-    q.post_send(&[SendWr::ud_send(2, &s24, dest, None).signaled()])?;
+    q.post_send(&[SendWr::ud_send(2, &s24, dest).signaled()])?;
     check!(
         poll_one(q)?.status.is_ok(),
         "a datagram with no receive posted"
@@ -141,8 +141,8 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
         ..dest
     };
     q.post_send(&[
-        SendWr::ud_send(3, &s8, wrong, None).signaled(),
-        SendWr::ud_send(4, &s16, dest, None).signaled(),
+        SendWr::ud_send(3, &s8, wrong).signaled(),
+        SendWr::ud_send(4, &s16, dest).signaled(),
     ])?;
     check!(
         poll_until(q, 2)?.iter().all(|c| c.status.is_ok()),
@@ -158,7 +158,7 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
     // At the MTU exactly: delivered.
     b.post_recv(10, &[(dst, 0, mtu + 40)])?;
     let at = [Sge::new(&src, 0, mtu)?];
-    q.post_send(&[SendWr::ud_send(5, &at, dest, None).signaled()])?;
+    q.post_send(&[SendWr::ud_send(5, &at, dest).signaled()])?;
     check!(poll_one(q)?.status.is_ok(), "a datagram of the MTU");
     check_eq!(b.poll(1)?[0].byte_len, mtu + 40, "its receive");
     passed(vec![format!("MTU {mtu}")])
@@ -173,7 +173,7 @@ pub(super) fn th_ud_receive_too_small(a: &mut Near<'_>, b: &mut FarPeer<'_>) -> 
     b.post_recv(1, &[(dst, 0, 100)])?;
     let sge = [Sge::new(&src, 0, 200)?];
     let (q, dest) = a.ud()?;
-    q.post_send(&[SendWr::ud_send(1, &sge, dest, None).signaled()])?;
+    q.post_send(&[SendWr::ud_send(1, &sge, dest).signaled()])?;
     check!(poll_one(q)?.status.is_ok(), "the sender");
     let wc = b.poll_for(1, SETTLE)?;
     let state = b.state(0)?;
@@ -209,7 +209,7 @@ pub(super) fn th_uc_write_lands_and_read_is_refused(
     let q = &mut a.qps[0];
     q.post_send(&[
         SendWr::rdma_write(1, &big, at(0)).signaled(),
-        SendWr::send_with_imm(2, &small, 0xabcd).signaled(),
+        SendWr::send(2, &small).imm(0xabcd).signaled(),
     ])?;
     check!(
         poll_until(q, 2)?.iter().all(|c| c.status.is_ok()),

@@ -74,8 +74,10 @@ pub(super) fn th_send_and_imm_land_in_receives(
     let small = [Sge::new(&src, 0, 16)?];
     a.post_send(&[
         SendWr::send(1, &sge).signaled(),
-        SendWr::send_with_imm(2, &sge, 0x89AB_CDEF).signaled(),
-        SendWr::rdma_write_with_imm(3, &small, rbuf.at(0), 0x89AB_CDEF).signaled(),
+        SendWr::send(2, &sge).imm(0x89AB_CDEF).signaled(),
+        SendWr::rdma_write(3, &small, rbuf.at(0))
+            .imm(0x89AB_CDEF)
+            .signaled(),
     ])?;
     let sent = poll_until(a, 3)?;
     check!(sent.iter().all(|c| c.status.is_ok()), "sender: {sent:?}");
@@ -186,9 +188,9 @@ pub(super) fn th_every_opcode_at_every_size(a: &mut Qp, pd: &Pd, b: &mut dyn Pee
             let lsge = [Sge::new(&local, 0, n as u32)?];
             let wr = match op {
                 "WRITE" => SendWr::rdma_write(id, &lsge, far.at(0)),
-                "WRITE_WITH_IMM" => SendWr::rdma_write_with_imm(id, &lsge, far.at(0), imm),
+                "WRITE_WITH_IMM" => SendWr::rdma_write(id, &lsge, far.at(0)).imm(imm),
                 "SEND" => SendWr::send(id, &lsge),
-                "SEND_WITH_IMM" => SendWr::send_with_imm(id, &lsge, imm),
+                "SEND_WITH_IMM" => SendWr::send(id, &lsge).imm(imm),
                 _ => SendWr::rdma_read(id, &lsge, far.at(0)),
             };
             let responder = match op {

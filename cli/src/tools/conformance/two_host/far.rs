@@ -493,7 +493,7 @@ impl Far {
             remote_qpn: c.src_qp.qpn(),
             qkey: *peer_qkey,
         };
-        q.post_send(&[rdma_direct::SendWr::ud_send(u64::MAX, &sge, to, None).signaled()])?;
+        q.post_send(&[rdma_direct::SendWr::ud_send(u64::MAX, &sge, to).signaled()])?;
         let s = super::super::poll_one(q)?;
         if !s.status.is_ok() || s.wr_id != u64::MAX {
             return Err(Failure(format!("ECHO: the reply completed {s:?}")));
