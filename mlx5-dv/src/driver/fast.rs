@@ -1,7 +1,7 @@
-//! Posting without staging: [`SendQueue::post_segs_bf`] builds a WQE of one
+//! Posting without staging: [`SendQueue::post_segs`] builds a WQE of one
 //! WQEBB in place in the SQ ring from segment values its caller computed in
 //! registers and rings the doorbell with a BlueFlame copy of it;
-//! [`SendQueue::post_inline_bf`] does the same for an inline WRITE or SEND;
+//! [`SendQueue::post_inline`] does the same for an inline WRITE or SEND;
 //! [`SendQueue::reserve`] and [`Reserved`] fill a batch and ring once. The
 //! bytes are exactly what [`SendQueue::post`] (the codec's writer) writes
 //! for the same WR (`driver/fast_tests.rs` checks it), so the device cannot
@@ -12,17 +12,17 @@ use crate::prm::{CtrlFlags, WqeOpcode, WQEBB};
 use crate::wqe::{ctrl_stored, inline_ds, put_stored, CtrlQpn, Seg, WqeError};
 
 /// A WQE of one WQEBB written and counted in its queue, which it borrows,
-/// not yet rung ([`SendQueue::put_segs_gated`]; [`Put::ring`]): its index
+/// not yet rung ([`SendQueue::write_segs_gated`]; [`Written::ring`]): its index
 /// and its place in the ring. Dropped without a ring, the WQE stays posted
 /// and the queue's next doorbell publishes it.
-#[must_use = "a WQE put is rung by Put::ring"]
-pub struct Put<'q> {
+#[must_use = "a WQE written is rung by Written::ring"]
+pub struct Written<'q> {
     sq: &'q mut SendQueue,
     pi: u32,
     wqe: *mut u8,
 }
 
-impl Put<'_> {
+impl Written<'_> {
     /// Sends posted in all on the queue, this one included, modulo 2^32
     /// ([`SendQueue::posted_count`]).
     #[inline(always)]
@@ -32,10 +32,10 @@ impl Put<'_> {
 
     /// The doorbell: the doorbell record and the BlueFlame copy of the
     /// WQE (or [`SendQueue::ring_doorbell`], as in
-    /// [`SendQueue::post_segs_bf`]).
+    /// [`SendQueue::post_segs`]).
     #[inline(always)]
     pub fn ring(self) {
-        let Put { sq, pi, wqe } = self;
+        let Written { sq, pi, wqe } = self;
         // (`batch_start` read after the ring stores, so that it need not be
         // held in a register across them.)
         if sq.batch_start != pi as u64 || crate::trace::in_capture() {
@@ -45,7 +45,7 @@ impl Put<'_> {
         }
         // (`batch_last` is not stored: with `batch_start` at `pi` after the
         // doorbell, nothing reads it before the next post sets it.)
-        // SAFETY: `wqe` is WQE `pi`'s WQEBB in `sq`'s ring (`put_segs_unchecked`),
+        // SAFETY: `wqe` is WQE `pi`'s WQEBB in `sq`'s ring (`write_segs_unchecked`),
         // borrowed with `sq` since.
         unsafe { sq.ring_bf_one(wqe, pi.wrapping_add(1)) };
     }
@@ -69,7 +69,7 @@ impl SendQueue {
     /// Errors, with nothing written: [`WqeError::WrLimit`] when `max_post`
     /// WRs are outstanding, [`WqeError::QueueFull`] when no WQEBB is free.
     #[inline(always)]
-    pub fn post_segs_bf<const N: usize>(
+    pub fn post_segs<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
@@ -77,41 +77,42 @@ impl SendQueue {
         segs: [Seg; N],
         wr_id: u64,
     ) -> Result<(), WqeError> {
-        self.put_segs(opcode, flags, imm, segs, wr_id)?.ring();
+        self.write_segs_checked(opcode, flags, imm, segs, wr_id)?
+            .ring();
         Ok(())
     }
 
-    /// [`Self::post_segs_bf`]'s WQE, written when the gate is open
+    /// [`Self::post_segs`]'s WQE, written when the gate is open
     /// ([`Self::set_gate`]) and fewer than `max_post` WRs are outstanding,
-    /// and not rung: [`Put::ring`] rings it. The one check is the
+    /// and not rung: [`Written::ring`] rings it. The one check is the
     /// gate's (an open gate means the room check is implied). `None`, with
     /// nothing written, when the gate is closed or `max_post` WRs are
     /// outstanding.
     #[inline(always)]
-    pub fn put_segs_gated<const N: usize>(
+    pub fn write_segs_gated<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
         imm: u32,
         segs: [Seg; N],
         wr_id: u64,
-    ) -> Option<Put<'_>> {
+    ) -> Option<Written<'_>> {
         if self.posted.wrapping_sub(self.retired) >= self.gate {
             return None;
         }
-        Some(self.put_segs_unchecked(opcode, flags, imm, segs, wr_id))
+        Some(self.write_segs_unchecked(opcode, flags, imm, segs, wr_id))
     }
 
-    /// Checks of [`Self::post_segs_bf`], then [`Self::put_segs_unchecked`].
+    /// Checks of [`Self::post_segs`], then [`Self::write_segs_unchecked`].
     #[inline(always)]
-    fn put_segs<const N: usize>(
+    fn write_segs_checked<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
         imm: u32,
         segs: [Seg; N],
         wr_id: u64,
-    ) -> Result<Put<'_>, WqeError> {
+    ) -> Result<Written<'_>, WqeError> {
         if self.max_post == self.posted.wrapping_sub(self.retired) {
             return Err(self.wr_limit());
         }
@@ -120,20 +121,20 @@ impl SendQueue {
         if !self.room_implied && self.pi.wrapping_sub(self.tail) >= self.geo.wqe_cnt {
             return Err(self.no_room());
         }
-        Ok(self.put_segs_unchecked(opcode, flags, imm, segs, wr_id))
+        Ok(self.write_segs_unchecked(opcode, flags, imm, segs, wr_id))
     }
 
-    /// The ring stores and bookkeeping of [`Self::post_segs_bf`], its checks
+    /// The ring stores and bookkeeping of [`Self::post_segs`], its checks
     /// passed: fewer than `max_post` WRs outstanding, and a WQEBB free.
     #[inline(always)]
-    fn put_segs_unchecked<const N: usize>(
+    fn write_segs_unchecked<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
         imm: u32,
         segs: [Seg; N],
         wr_id: u64,
-    ) -> Put<'_> {
+    ) -> Written<'_> {
         const { assert!(N <= 3, "one WQEBB: the ctrl segment and three more") };
         let (pi, posted) = (self.pi, self.posted);
         let slot = pi & self.slot_mask;
@@ -155,19 +156,19 @@ impl SendQueue {
         // `hidden` a constant.
         if flags.contains(CtrlFlags::CQ_UPDATE) {
             self.last_signaled = posted;
-            self.put_rest::<N>(opcode, flags, false, imm, wqe, slot, wr_id, (pi, posted));
+            self.write_rest::<N>(opcode, flags, false, imm, wqe, slot, wr_id, (pi, posted));
         } else {
             let (flags, forced) = self.auto_signal(flags);
-            self.put_rest::<N>(opcode, flags, forced, imm, wqe, slot, wr_id, (pi, posted));
+            self.write_rest::<N>(opcode, flags, forced, imm, wqe, slot, wr_id, (pi, posted));
         }
-        Put { sq: self, pi, wqe }
+        Written { sq: self, pi, wqe }
     }
 
-    /// The slot and ctrl segment of [`Self::put_segs`]'s WQE, and the
+    /// The slot and ctrl segment of [`Self::write_segs_checked`]'s WQE, and the
     /// indices.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn put_rest<const N: usize>(
+    fn write_rest<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
@@ -190,7 +191,7 @@ impl SendQueue {
         };
         let ds = 1 + N as u32;
         let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), ds, flags, imm);
-        // SAFETY: `wqe` is the free WQEBB of `put_segs`, ours.
+        // SAFETY: `wqe` is the free WQEBB of `write_segs_checked`, ours.
         unsafe { put_stored(wqe, ctrl) };
         self.posted = posted.wrapping_add(1);
         self.pi = pi.wrapping_add(1);
@@ -206,7 +207,7 @@ impl SendQueue {
 }
 
 /// Room reserved in the SQ for a batch of WRs of one WQEBB each
-/// ([`SendQueue::reserve`]), filled in place by [`Self::push_segs`] and
+/// ([`SendQueue::reserve`]), filled in place by [`Self::write_segs`] and
 /// published by [`Self::ring`] with one doorbell: io_uring's "push, then
 /// submit once". The queue's indices stay in this value (in registers)
 /// while it is filled; they go back to the queue when it is rung or
@@ -259,13 +260,13 @@ impl SendQueue {
 }
 
 impl Reserved<'_> {
-    /// [`SendQueue::post_segs_bf`]'s WQE, into the reserved room without its
+    /// [`SendQueue::post_segs`]'s WQE, into the reserved room without its
     /// checks, and no doorbell.
     ///
     /// Errors, with nothing written: [`WqeError::WrLimit`] once as many WRs
     /// as were reserved have been pushed.
     #[inline(always)]
-    pub fn push_segs<const N: usize>(
+    pub fn write_segs<const N: usize>(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
@@ -296,7 +297,7 @@ impl Reserved<'_> {
         // SAFETY: `reserve` found this WQEBB free (`left` counts what is
         // left of it); `slot` is masked below the ring's WQEBBs.
         unsafe {
-            put_wqebb(
+            write_wqebb(
                 self.ring,
                 self.slots,
                 slot,
@@ -312,13 +313,13 @@ impl Reserved<'_> {
         Ok(())
     }
 
-    /// [`Self::push_segs`] for each of `items`, its WQE's opcode, flags,
+    /// [`Self::write_segs`] for each of `items`, its WQE's opcode, flags,
     /// immediate, segments and wr_id given by `wqe`; `false`, pushing
     /// nothing, when more items than the room left were given. The room is
     /// checked once for all of them, and the loop keeps the queue's indices
     /// in registers.
     #[inline(always)]
-    pub fn push_all<T, const N: usize>(
+    pub fn write_all<T, const N: usize>(
         &mut self,
         items: &[T],
         wqe: impl Fn(&T) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64),
@@ -341,7 +342,7 @@ impl Reserved<'_> {
         true
     }
 
-    /// [`Self::push_all`]'s loop, with auto-signal (`FORCE`) or, when
+    /// [`Self::write_all`]'s loop, with auto-signal (`FORCE`) or, when
     /// none of `items` can be signaled by force, without.
     #[inline(always)]
     fn push_loop<T, const N: usize, const FORCE: bool>(
@@ -371,9 +372,9 @@ impl Reserved<'_> {
                 imm,
             );
             // SAFETY: `reserve` found this WQEBB free (the room for
-            // `items.len()` more was checked by `push_all`); `slot` is masked
+            // `items.len()` more was checked by `write_all`); `slot` is masked
             // below the ring's WQEBBs.
-            unsafe { put_wqebb(ring, slots, slot, ctrl, segs, wr_id, posted, forced) };
+            unsafe { write_wqebb(ring, slots, slot, ctrl, segs, wr_id, posted, forced) };
             posted = posted.wrapping_add(1);
             pi = pi.wrapping_add(1);
         }
@@ -415,7 +416,7 @@ impl Reserved<'_> {
 /// `slots` (the queue's, `SendQueue::new`), that WQEBB free and ours.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn put_wqebb<const N: usize>(
+unsafe fn write_wqebb<const N: usize>(
     ring: *mut u8,
     slots: *mut Slot,
     slot: usize,
@@ -452,7 +453,7 @@ impl SendQueue {
     /// written, as rdma-core does not), built in place; the bytes continue
     /// at the start of the ring where they reach its end. Then the doorbell,
     /// with a BlueFlame copy of its WQEBBs when it is the only WQE since the
-    /// last doorbell and fits the register ([`Self::post_segs_bf`]).
+    /// last doorbell and fits the register ([`Self::post_segs`]).
     ///
     /// Errors, with nothing written: [`WqeError::InlineTooLong`] above the
     /// queue's `max_inline` (which `new` and `limit_wqe_size` keep within
@@ -466,7 +467,7 @@ impl SendQueue {
     /// loads, [`crate::shared::load_into`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub unsafe fn post_inline_bf(
+    pub unsafe fn post_inline(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,
@@ -567,14 +568,14 @@ impl SendQueue {
     /// first WQEBB, and `data` at the start of the second (5 DS, 2 WQEBBs,
     /// continuing at the ring's start past its end). Then the doorbell, with
     /// a BlueFlame copy of both WQEBBs when it is the only WQE since the last
-    /// doorbell and they fit the register ([`Self::post_segs_bf`]).
+    /// doorbell and they fit the register ([`Self::post_segs`]).
     ///
     /// Errors, with nothing written: [`WqeError::WrLimit`],
     /// [`WqeError::QueueFull`], [`WqeError::TooBig`] on a queue whose
     /// largest WQE is one WQEBB.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub fn post_ud_bf(
+    pub fn post_ud(
         &mut self,
         opcode: WqeOpcode,
         flags: CtrlFlags,

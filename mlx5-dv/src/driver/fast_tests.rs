@@ -2,8 +2,8 @@
 //! WRs, two send queues over plain memory end with the same ring bytes,
 //! doorbell record, BlueFlame register contents and bookkeeping, whether
 //! a WR goes through `SendQueue::post` + `ring_doorbell` (a `SendWqe`
-//! written by the codec's writer) or through `post_segs_bf`,
-//! `post_inline_bf` or a `Reserved` batch. So the device cannot tell them
+//! written by the codec's writer) or through `post_segs`,
+//! `post_inline` or a `Reserved` batch. So the device cannot tell them
 //! apart, and everything the codec is tested for holds for them.
 
 use super::*;
@@ -119,38 +119,38 @@ impl Wr {
     fn data(&self) -> Seg {
         Seg::data(self.addr, self.len, self.lkey)
     }
-    /// Through `post_segs_bf`.
+    /// Through `post_segs`.
     fn post_bf(&self, sq: &mut SendQueue) -> Result<(), WqeError> {
         let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
         match self.raddr() {
-            Some(r) => sq.post_segs_bf(op, f, imm, [r, self.data()], self.wr_id),
-            None => sq.post_segs_bf(op, f, imm, [self.data()], self.wr_id),
+            Some(r) => sq.post_segs(op, f, imm, [r, self.data()], self.wr_id),
+            None => sq.post_segs(op, f, imm, [self.data()], self.wr_id),
         }
     }
-    /// Through `put_segs_gated` + `ring_put` (`Qp::post_write`'s path):
+    /// Through `write_segs_gated` + `ring_put` (`Qp::post_write`'s path):
     /// whether it posted.
     fn post_gated(&self, sq: &mut SendQueue) -> bool {
         let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
         let put = match self.raddr() {
-            Some(r) => sq.put_segs_gated(op, f, imm, [r, self.data()], self.wr_id),
-            None => sq.put_segs_gated(op, f, imm, [self.data()], self.wr_id),
+            Some(r) => sq.write_segs_gated(op, f, imm, [r, self.data()], self.wr_id),
+            None => sq.write_segs_gated(op, f, imm, [self.data()], self.wr_id),
         };
-        put.map(Put::ring).is_some()
+        put.map(Written::ring).is_some()
     }
     /// Into a reserved batch.
     fn push(&self, room: &mut Reserved<'_>) -> Result<(), WqeError> {
         let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
         match self.raddr() {
-            Some(r) => room.push_segs(op, f, imm, [r, self.data()], self.wr_id),
-            None => room.push_segs(op, f, imm, [self.data()], self.wr_id),
+            Some(r) => room.write_segs(op, f, imm, [r, self.data()], self.wr_id),
+            None => room.write_segs(op, f, imm, [self.data()], self.wr_id),
         }
     }
-    /// Through `post_inline_bf` (plain bytes).
+    /// Through `post_inline` (plain bytes).
     fn post_inline(&self, sq: &mut SendQueue) -> Result<(), WqeError> {
         let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
         // SAFETY: `self.inline` is ours and nothing writes it meanwhile.
         unsafe {
-            sq.post_inline_bf(
+            sq.post_inline(
                 op,
                 f,
                 imm,
@@ -243,8 +243,8 @@ proptest! {
     // there is that the raw stores stay in bounds.
     #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 3 } else { 256 }))]
 
-    /// One WR at a time, each with its doorbell: `post_segs_bf` and
-    /// `post_inline_bf` against `post` + `ring_doorbell`, starting at a
+    /// One WR at a time, each with its doorbell: `post_segs` and
+    /// `post_inline` against `post` + `ring_doorbell`, starting at a
     /// random producer index so that inline payloads wrap at the ring end.
     #[test]
     fn in_place_posts_write_what_the_codec_writes(
@@ -292,7 +292,7 @@ proptest! {
         }
     }
 
-    /// A batch: `reserve` + `push_segs` + `ring` against `post` of each +
+    /// A batch: `reserve` + `write_segs` + `ring` against `post` of each +
     /// one `ring_doorbell` (the 8-byte doorbell of the last WQE).
     #[test]
     fn a_reserved_batch_writes_what_posting_each_writes(
@@ -313,11 +313,11 @@ proptest! {
         prop_assert_eq!(state(&a, &sa), state(&b, &sb));
     }
 
-    /// The gated post against `post_segs_bf`, gate open, over auto-signal
+    /// The gated post against `post_segs`, gate open, over auto-signal
     /// periods, WR limits and producer indices: the same bytes and slots,
     /// and where one refuses (the WR limit) the other does too.
     #[test]
-    fn gated_posts_write_what_post_segs_bf_writes(
+    fn gated_posts_write_what_post_segs_writes(
         wrs in prop::collection::vec(wr(), 1..40),
         period in 0u32..6,
         max_post in 1u32..5,
@@ -356,7 +356,7 @@ proptest! {
         }
     }
 
-    /// Batches through `Reserved::push_all` (its loop with auto-signal and
+    /// Batches through `Reserved::write_all` (its loop with auto-signal and
     /// the one without, which it takes when no WR can be signaled by
     /// force) against `post` of each and one `ring_doorbell`, over
     /// several auto-signal periods: the same bytes, the same hidden CQEs.
@@ -381,13 +381,13 @@ proptest! {
             }
             sa.ring_doorbell();
             let mut room = sb.reserve(wrs.len() as u32).unwrap();
-            let pushed = room.push_all(&wrs, |w| {
+            let pushed = room.write_all(&wrs, |w| {
                 let r = w.raddr().expect("filtered");
                 (opcode(w.op), w.flags(), w.imm(), [r, w.data()], w.wr_id)
             });
             prop_assert!(pushed);
             prop_assert!(
-                !room.push_all::<_, 2>(&wrs[..1], |_| unreachable!()),
+                !room.write_all::<_, 2>(&wrs[..1], |_| unreachable!()),
                 "no more than reserved"
             );
             room.ring();
@@ -481,7 +481,7 @@ fn a_closed_gate_refuses_and_writes_nothing() {
     let idle = state(&m, &sq);
     assert!(!w.post_gated(&mut sq), "closed again");
     assert_eq!(state(&m, &sq), idle);
-    assert!(w.post_bf(&mut sq).is_ok(), "post_segs_bf needs no gate");
+    assert!(w.post_bf(&mut sq).is_ok(), "post_segs needs no gate");
 }
 
 /// `limit_wqe_size` with WQEs outstanding changes nothing (a break-it
@@ -515,7 +515,7 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
     assert_eq!(sq.free_wqebbs(), 0, "two WQEs of 8 WQEBBs fill the ring");
     assert!(!sq.limit_wqe_size(1), "refused with WRs outstanding");
     let before = state(&m, &sq);
-    let r = sq.post_segs_bf(
+    let r = sq.post_segs(
         WqeOpcode::RDMA_WRITE,
         CtrlFlags::CQ_UPDATE,
         0,
@@ -529,7 +529,7 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
     assert!(sq.limit_wqe_size(1));
 }
 
-/// A UD SEND built in place (`post_ud_bf`) is the general writer's WQE for
+/// A UD SEND built in place (`post_ud`) is the general writer's WQE for
 /// the same WR (ctrl, the AV with the qkey and remote QPN patched in, the
 /// data segment), at every producer index of a small ring (so its second
 /// WQEBB wraps), signaled or not, with the same doorbell record and
@@ -589,7 +589,7 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
             };
             a.post(&wqe, 42).unwrap();
             a.ring_doorbell();
-            b.post_ud_bf(
+            b.post_ud(
                 WqeOpcode::SEND_IMM,
                 flags,
                 9,

@@ -238,7 +238,7 @@ pub struct SendQueue {
     /// Most work requests outstanding at once (`max_send_wr`), and the WR
     /// counts posted and retired so far.
     pub(super) max_post: u32,
-    /// The WR limit of the gated posts (`fast::put_segs_gated`): `max_post`
+    /// The WR limit of the gated posts (`fast::write_segs_gated`): `max_post`
     /// when their owner opened the gate and the room check is implied
     /// (`room_implied`), else 0 (every gated post refused).
     pub(super) gate: u32,
@@ -660,7 +660,7 @@ impl SendQueue {
 }
 
 impl SendQueue {
-    /// Opens (or closes) the gate of [`Self::put_segs_gated`]: while it is
+    /// Opens (or closes) the gate of [`Self::write_segs_gated`]: while it is
     /// closed every gated post is refused, so that its owner need not check
     /// a mode of its own on each post. It stays closed, whatever `open`,
     /// when the room check is not implied by the WR limit.

@@ -30,7 +30,7 @@ use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG};
 /// One 16-byte WQE segment, held as the two 64-bit values whose
 /// big-endian bytes it is: bytes 0..8 are `hi`'s, bytes 8..16 `lo`'s
 /// (rdma-core `mlx5dv.h` segment structs, all fields big-endian). What the
-/// ring driver's in-place posts take ([`crate::driver::SendQueue::post_segs_bf`])
+/// ring driver's in-place posts take ([`crate::driver::SendQueue::post_segs`])
 /// after the ctrl segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seg {

@@ -91,7 +91,7 @@ impl DirectQp {
         // (`set_post_mode`): its WR-limit check says the mode too.
         let Some(put) =
             self.sq
-                .put_segs_gated(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
+                .write_segs_gated(WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
         else {
             // The gate: another post mode, or no room.
             return Err(Declined::Mode);
@@ -137,11 +137,11 @@ impl DirectQp {
             let flags = ctrl_of(w.flags);
             (WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
         };
-        let pushed = room.push_all(head, wqe);
+        let pushed = room.write_all(head, wqe);
         if counted && super::credits_low(&self.credits) {
             room.signal_next();
         }
-        let pushed = pushed && room.push_all(std::slice::from_ref(last), wqe);
+        let pushed = pushed && room.write_all(std::slice::from_ref(last), wqe);
         debug_assert!(pushed, "room was reserved for the whole batch");
         room.ring();
         self.posted_sends(wrs.len());
@@ -169,7 +169,7 @@ impl DirectQp {
         // SAFETY: `data` is borrowed for the call and, being a shared
         // borrow of plain bytes, written by nothing meanwhile: copied plainly.
         let r = unsafe {
-            self.sq.post_inline_bf(
+            self.sq.post_inline(
                 WqeOpcode::RDMA_WRITE,
                 flags,
                 0,
@@ -257,7 +257,7 @@ impl DirectQp {
             let (src, len, shared, id) = (s.addr as *const u8, s.len as usize, !s.plain, w.wr_id);
             let sq = &mut self.sq;
             match w.op {
-                WrOp::RdmaWrite { remote } => sq.post_inline_bf(
+                WrOp::RdmaWrite { remote } => sq.post_inline(
                     WqeOpcode::RDMA_WRITE,
                     flags,
                     0,
@@ -267,7 +267,7 @@ impl DirectQp {
                     shared,
                     id,
                 ),
-                WrOp::RdmaWriteWithImm { remote, imm } => sq.post_inline_bf(
+                WrOp::RdmaWriteWithImm { remote, imm } => sq.post_inline(
                     WqeOpcode::RDMA_WRITE_IMM,
                     flags,
                     imm,
@@ -277,11 +277,9 @@ impl DirectQp {
                     shared,
                     id,
                 ),
-                WrOp::Send => {
-                    sq.post_inline_bf(WqeOpcode::SEND, flags, 0, None, src, len, shared, id)
-                }
+                WrOp::Send => sq.post_inline(WqeOpcode::SEND, flags, 0, None, src, len, shared, id),
                 WrOp::SendWithImm { imm } => {
-                    sq.post_inline_bf(WqeOpcode::SEND_IMM, flags, imm, None, src, len, shared, id)
+                    sq.post_inline(WqeOpcode::SEND_IMM, flags, imm, None, src, len, shared, id)
                 }
                 _ => return Err(Declined::Shape),
             }
@@ -314,9 +312,9 @@ impl DirectQp {
         let data = Seg::data(s.addr, s.len, s.lkey.0);
         let r = if RADDR {
             let raddr = Seg::raddr(remote.addr, remote.rkey.0);
-            self.sq.post_segs_bf(op, flags, imm, [raddr, data], w.wr_id)
+            self.sq.post_segs(op, flags, imm, [raddr, data], w.wr_id)
         } else {
-            self.sq.post_segs_bf(op, flags, imm, [data], w.wr_id)
+            self.sq.post_segs(op, flags, imm, [data], w.wr_id)
         };
         r.map_err(declined)?;
         self.posted_sends(1);
@@ -387,7 +385,7 @@ impl DirectQp {
 impl DirectQp {
     /// [`Self::post_one`] on a UD QP: a UD SEND (or SEND_IMM) of one SGE of
     /// 1 byte to the port's MTU on the QP's PD, through an AH of that PD,
-    /// not inline, built in place (`SendQueue::post_ud_bf`). `false`,
+    /// not inline, built in place (`SendQueue::post_ud`). `false`,
     /// having changed nothing, for anything else: the checked path posts it
     /// or says why not. (Inlined into `post_one_counted`, the out-of-line
     /// half of `post_one`: one call from `Qp::post_send`.)
@@ -412,7 +410,7 @@ impl DirectQp {
             Some(i) => (WqeOpcode::SEND_IMM, i),
         };
         let data = Seg::data(s.addr, s.len, s.lkey.0);
-        let r = self.sq.post_ud_bf(
+        let r = self.sq.post_ud(
             opcode,
             ctrl_flags(w),
             imm,
@@ -524,25 +522,25 @@ fn push_in_place(room: &mut Reserved<'_>, w: &SendWr<'_>) {
     let data = Seg::data(s.addr, s.len, s.lkey.0);
     let raddr = |r: RemoteAddr| Seg::raddr(r.addr, r.rkey.0);
     let r = match w.op {
-        WrOp::RdmaWrite { remote } => room.push_segs(
+        WrOp::RdmaWrite { remote } => room.write_segs(
             WqeOpcode::RDMA_WRITE,
             flags,
             0,
             [raddr(remote), data],
             w.wr_id,
         ),
-        WrOp::RdmaWriteWithImm { remote, imm } => room.push_segs(
+        WrOp::RdmaWriteWithImm { remote, imm } => room.write_segs(
             WqeOpcode::RDMA_WRITE_IMM,
             flags,
             imm,
             [raddr(remote), data],
             w.wr_id,
         ),
-        WrOp::Send => room.push_segs(WqeOpcode::SEND, flags, 0, [data], w.wr_id),
+        WrOp::Send => room.write_segs(WqeOpcode::SEND, flags, 0, [data], w.wr_id),
         WrOp::SendWithImm { imm } => {
-            room.push_segs(WqeOpcode::SEND_IMM, flags, imm, [data], w.wr_id)
+            room.write_segs(WqeOpcode::SEND_IMM, flags, imm, [data], w.wr_id)
         }
-        WrOp::RdmaRead { remote } => room.push_segs(
+        WrOp::RdmaRead { remote } => room.write_segs(
             WqeOpcode::RDMA_READ,
             flags,
             0,
