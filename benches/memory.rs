@@ -70,9 +70,9 @@ fn main() {
         "# {rounds} rounds, median; GB/s = 10^9 bytes/s; ratio = ours / memcpy throughput (1.00: memcpy speed)"
     );
     for n in SIZES {
-        let mut local: LocalMr = pd.reg_local(n, Access::LOCAL_WRITE).unwrap();
+        let mut local: LocalMr = pd.alloc_local_mr(n, Access::LOCAL_WRITE).unwrap();
         let shared: Mr = pd
-            .reg_mr(n, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .alloc_mr(n, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
         // Same alignment on every side: page-aligned buffers.
         let src = AlignedBuf::zeroed(n).unwrap();
@@ -126,9 +126,9 @@ fn fill_and_post(pd: &rdma_direct::Pd, rounds: usize) {
     };
     for n in [64usize, 4096, 64 << 10] {
         let (mut a, mut b) = pd.create_connected_pair(&cfg).unwrap();
-        let rmr = pd.reg_mr(n, Access::LOCAL_WRITE).unwrap();
-        let mut local = Some(pd.reg_local(n, Access::empty()).unwrap());
-        let shared = pd.reg_mr(n, Access::empty()).unwrap();
+        let rmr = pd.alloc_mr(n, Access::LOCAL_WRITE).unwrap();
+        let mut local = Some(pd.alloc_local_mr(n, Access::empty()).unwrap());
+        let shared = pd.alloc_mr(n, Access::empty()).unwrap();
         let mut scratch = vec![0u8; n];
         let fill = |buf: &mut [u8], k: u8| {
             for (i, x) in buf.iter_mut().enumerate() {

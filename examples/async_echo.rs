@@ -119,8 +119,8 @@ struct Bufs {
 impl Bufs {
     fn new(pd: &Pd, size: usize) -> Result<Bufs> {
         Ok(Bufs {
-            recv: pd.reg_mr(RECVS * size, Access::LOCAL_WRITE)?,
-            send: pd.reg_mr(size, Access::LOCAL_WRITE)?,
+            recv: pd.alloc_mr(RECVS * size, Access::LOCAL_WRITE)?,
+            send: pd.alloc_mr(size, Access::LOCAL_WRITE)?,
             size,
         })
     }

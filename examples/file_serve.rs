@@ -11,7 +11,7 @@
 //! The server creates a file on tmpfs (`/dev/shm`) of `-s` bytes, writes a
 //! deterministic pattern into it ([`pattern`]), maps it
 //! (`memmap2::MmapMut::map_mut`, shared), unlinks it (the mapping keeps the
-//! pages) and registers the mapping with `Pd::register` (memory a peer
+//! pages) and registers the mapping with `Pd::reg_mr` (memory a peer
 //! reaches: an `Mr`). Its address, rkey and length go to the client in the
 //! TCP exchange; then it waits for the client's "done".
 //!
@@ -169,7 +169,7 @@ fn serve_file(pd: &Pd, size: u64) -> Result<Mr, Failure> {
     // SAFETY: the file is this process's own (created above with a name of
     // its pid, `create_new`) and is unlinked right below, so nothing else
     // truncates or changes it while it is mapped; the program itself only
-    // hands the mapping to `Pd::register`, whose `Mr` governs every access.
+    // hands the mapping to `Pd::reg_mr`, whose `Mr` governs every access.
     let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| io("cannot map", e))?;
     drop(unlink);
     // Read-write and shared, with LOCAL_WRITE: kernel 6.1 pins every
@@ -177,7 +177,7 @@ fn serve_file(pd: &Pd, size: u64) -> Result<Mr, Failure> {
     // mapping (`memmap2::Mmap`) would fail with EFAULT even with REMOTE_READ
     // alone (and a private one would be copied on write, the device then
     // seeing the copy).
-    Ok(pd.register(map, Access::LOCAL_WRITE | Access::REMOTE_READ)?)
+    Ok(pd.reg_mr(map, Access::LOCAL_WRITE | Access::REMOTE_READ)?)
 }
 
 /// What the client found.
@@ -274,7 +274,7 @@ fn read_file(
 fn buffers(pd: &Pd, len: u64) -> rdma_direct::Result<Vec<LocalMr>> {
     let n = (IN_FLIGHT as u64).min(len.div_ceil(CHUNK)) as usize;
     (0..n)
-        .map(|_| pd.reg_local(CHUNK.min(len) as usize, Access::LOCAL_WRITE))
+        .map(|_| pd.alloc_local_mr(CHUNK.min(len) as usize, Access::LOCAL_WRITE))
         .collect()
 }
 

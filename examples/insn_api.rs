@@ -103,8 +103,8 @@ fn main() -> rdma_direct::Result<()> {
         ..QpConfig::default()
     };
     let (mut a, _b) = pd.create_connected_pair(&cfg)?;
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let to = RemoteAddr {
         addr: dst.addr(),
         rkey: dst.rkey(),

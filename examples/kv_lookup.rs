@@ -187,7 +187,7 @@ fn run(a: Args) -> rdma_direct::Result<()> {
     let ctx = Context::open(&dev)?;
     let pd = ctx.alloc_pd()?;
     // The client's READ target: one registration, made before the lookups.
-    let local = || pd.reg_local(SLOT, Access::LOCAL_WRITE);
+    let local = || pd.alloc_local_mr(SLOT, Access::LOCAL_WRITE);
     if dev == rdma_direct::SIM_DEVICE {
         let pool = pool(&pd)?;
         let table = fill_table(&pool)?;

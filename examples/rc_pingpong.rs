@@ -144,8 +144,8 @@ fn check(buf: &[u8], iter: u32) -> rdma_direct::Result<()> {
 /// (read by the device only: no access flags) and `recv` (LOCAL_WRITE).
 fn buffers(pd: &Pd, size: u32) -> rdma_direct::Result<(LocalMr, LocalMr)> {
     Ok((
-        pd.reg_local(size as usize, Access::empty())?,
-        pd.reg_local(size as usize, Access::LOCAL_WRITE)?,
+        pd.alloc_local_mr(size as usize, Access::empty())?,
+        pd.alloc_local_mr(size as usize, Access::LOCAL_WRITE)?,
     ))
 }
 

@@ -122,7 +122,7 @@ impl Server {
             cq.create_qp_on_srq(&cfg, &srq)?;
         }
         // Slots 0..recvs receive; recvs..recvs + qps send.
-        let mr = pd.reg_mr((recvs as usize + a.qps) * a.size, Access::LOCAL_WRITE)?;
+        let mr = pd.alloc_mr((recvs as usize + a.qps) * a.size, Access::LOCAL_WRITE)?;
         let s = Server {
             cq,
             srq: srq_post_all(&mut srq, &mr, recvs, a.size).map(|()| srq)?,
@@ -290,7 +290,7 @@ fn run(a: &Args) -> Result<()> {
     let ctx = Context::open(&a.dev)?;
     let pd = ctx.alloc_pd()?;
     let cfg = config(a);
-    let mr = pd.reg_mr(2 * a.qps * a.size, Access::LOCAL_WRITE)?;
+    let mr = pd.alloc_mr(2 * a.qps * a.size, Access::LOCAL_WRITE)?;
     if a.dev == rdma_direct::SIM_DEVICE {
         let mut server = Server::new(&pd, a)?;
         let mut qps = Vec::new();

@@ -183,7 +183,7 @@ impl Side {
         }
         let slots = 2 * a.window as usize;
         let size = a.size as usize;
-        let mr = pd.reg_mr(2 * slots * (GRH + size), Access::LOCAL_WRITE)?;
+        let mr = pd.alloc_mr(2 * slots * (GRH + size), Access::LOCAL_WRITE)?;
         let mut s = Side {
             qp,
             ah,

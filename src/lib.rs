@@ -6,8 +6,8 @@
 //! use rdma_direct::{Access, Context, QpConfig, RemoteAddr, SendWr, Sge, Completion};
 //! let ctx = Context::open("sim")?;
 //! let pd = ctx.alloc_pd()?;
-//! let src = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-//! let dst = pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let src = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+//! let dst = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! let (mut a, _b) = pd.create_connected_pair(&QpConfig::default())?;
 //! src.write(0, b"hello")?;
 //! let sge = [Sge::new(&src, 0, 5)?];

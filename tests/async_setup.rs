@@ -177,9 +177,9 @@ fn connect_qp_takes_the_psns_from_the_facts() {
     let mut a = pd.create_qp(&QpConfig::default()).unwrap();
     let mut b = pd.create_qp(&QpConfig::default()).unwrap();
     let dst = pd
-        .reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
-    let src = pd.reg_mr(8, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
     src.write(0, &[7; 8]).unwrap();
     let mine_a = ConnInfo::of(&a, 0x111);
     let mine_b = ConnInfo::of(&b, 0x222).offering(&dst);

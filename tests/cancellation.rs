@@ -51,9 +51,9 @@ fn a_wait_dropped_mid_flight_leaves_the_buffer_with_the_qp() {
         ..QpConfig::default()
     };
     let (mut a, mut b) = pd.create_connected_pair(&cfg).unwrap();
-    let mut buf = pd.reg_local(64, Access::empty()).unwrap();
+    let mut buf = pd.alloc_local_mr(64, Access::empty()).unwrap();
     buf.copy_from_slice(&[0x5a; 64]);
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let live = pd.live_mrs();
     a.post_send_owned(&SendWr::send(1, &[]).signaled(), buf, 0, 64)
         .map_err(|r| r.error)

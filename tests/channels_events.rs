@@ -136,8 +136,8 @@ fn every_clone_awaiting_the_channel_is_woken() {
         .as_mut()
         .poll(&mut TaskContext::from_waker(&wb))
         .is_pending());
-    c1.arm(false).unwrap();
-    c2.arm(false).unwrap();
+    c1.arm_cq(false).unwrap();
+    c2.arm_cq(false).unwrap();
     write_on(&mut c1, &e, 1);
     write_on(&mut c2, &e, 2);
     poll_n_with(|wc| c1.poll(wc), 1);
@@ -198,7 +198,7 @@ fn a_stream_of_one_clone_is_woken_while_another_clone_also_waits() {
         .is_pending());
     // B's task goes away (its select! took another branch, say).
     drop(b);
-    c1.arm(false).unwrap();
+    c1.arm_cq(false).unwrap();
     write_on(&mut c1, &e, 1);
     poll_n_with(|wc| c1.poll(wc), 1);
     let t = Instant::now();
@@ -251,7 +251,7 @@ fn a_channel_cq_refuses_its_own_event_waits() {
     let ch = e.ctx.create_comp_channel().unwrap();
     let (mut cq, _p) = cq_on(&e.pd, &ch, 3);
     assert!(matches!(
-        cq.wait_event(Duration::from_secs(5)),
+        cq.wait_cq_event(Duration::from_secs(5)),
         Err(Error::ChannelShared { token: 3 })
     ));
     let mut wc = [Completion::default(); 4];
@@ -282,10 +282,10 @@ fn dropping_the_channel_before_its_cqs_is_harmless() {
     let ch = e.ctx.create_comp_channel().unwrap();
     let (mut cq, _p) = cq_on(&e.pd, &ch, 9);
     drop(ch);
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
     write_on(&mut cq, &e, 1);
     poll_n_with(|wc| cq.poll(wc), 1);
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
     drop(cq);
 }
 
@@ -297,25 +297,25 @@ fn arming_twice_gives_one_event_and_the_next_arm_works() {
     let e = env();
     let ch = e.ctx.create_comp_channel().unwrap();
     let (mut cq, _p) = cq_on(&e.pd, &ch, 4);
-    cq.arm(false).unwrap();
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
+    cq.arm_cq(false).unwrap();
     write_on(&mut cq, &e, 1);
     assert_eq!(ch.get_event(Duration::from_secs(10)).unwrap(), Some(4));
     poll_n_with(|wc| cq.poll(wc), 1);
-    cq.arm(false).unwrap(); // a repeat before nothing
+    cq.arm_cq(false).unwrap(); // a repeat before nothing
     write_on(&mut cq, &e, 2);
     poll_n_with(|wc| cq.poll(wc), 1);
     assert_eq!(ch.get_event(Duration::from_secs(10)).unwrap(), Some(4));
     assert_eq!(ch.get_event(Duration::from_millis(100)).unwrap(), None);
     // An event pending at drop goes with the CQ; the token comes back.
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
     write_on(&mut cq, &e, 3);
     poll_n_with(|wc| cq.poll(wc), 1);
     std::thread::sleep(Duration::from_millis(50));
     drop(cq);
     assert_eq!(ch.get_event(Duration::from_millis(100)).unwrap(), None);
     let (mut cq, _p2) = cq_on(&e.pd, &ch, 4);
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
     write_on(&mut cq, &e, 4);
     assert_eq!(ch.get_event(Duration::from_secs(10)).unwrap(), Some(4));
 }
@@ -328,7 +328,7 @@ fn a_split_qp_of_a_channel_cq_raises_its_event_there() {
     let ch = e.ctx.create_comp_channel().unwrap();
     let (mut cq, _p) = cq_on(&e.pd, &ch, 12);
     let (mut tx, rx) = cq.qp_mut(0).split().unwrap();
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
     let sge = [Sge::new(&e.src, 0, 8).unwrap()];
     tx.post_send(&[SendWr::rdma_write(1, &sge, remote(&e.dst, 0)).signaled()])
         .unwrap();
@@ -358,7 +358,7 @@ fn no_event_is_lost_with_a_dispatcher_thread() {
             let _p = p;
             let mut wc = [Completion::default(); 4];
             for r in 0..rounds {
-                cq.arm(false).unwrap();
+                cq.arm_cq(false).unwrap();
                 assert_eq!(cq.poll(&mut wc).unwrap(), 0);
                 write_on(&mut cq, &e, r);
                 match rx.recv_timeout(Duration::from_secs(20)) {
@@ -433,14 +433,14 @@ fn a_token_reused_while_another_thread_takes_events_still_gets_its_events() {
     let mut result = Ok(());
     'outer: while t0.elapsed() < Duration::from_secs(15) {
         let (mut old, _po) = cq_on(&e.pd, &ch, 77);
-        old.arm(false).unwrap();
+        old.arm_cq(false).unwrap();
         write_on(&mut old, &e, 1);
         poll_n_with(|wc| old.poll(wc), 1);
         drop(old); // races the waiter's take of its event
         while rx.try_recv().is_ok() {}
         let (mut new, _pn) = cq_on(&e.pd, &ch, 77);
         for r in 0..3 {
-            new.arm(false).unwrap();
+            new.arm_cq(false).unwrap();
             write_on(&mut new, &e, r);
             poll_n_with(|wc| new.poll(wc), 1);
             if rx.recv_timeout(Duration::from_secs(2)).is_err() {
@@ -464,7 +464,7 @@ fn channel_waits_with_extreme_timeouts() {
     let ch = e.ctx.create_comp_channel().unwrap();
     assert_eq!(ch.get_event(Duration::ZERO).unwrap(), None);
     let (mut cq, _p) = cq_on(&e.pd, &ch, 0);
-    cq.arm(false).unwrap();
+    cq.arm_cq(false).unwrap();
     write_on(&mut cq, &e, 1);
     let r = bounded(Duration::from_secs(20), move || {
         ch.get_event(Duration::MAX).unwrap()
@@ -542,7 +542,7 @@ fn every_send_post_in_sqd_is_refused_and_posts_nothing() {
         to,
         SendFlags::SIGNALED
     )));
-    let buf = e.pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let buf = e.pd.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
     let r = a.post_send_owned(&SendWr::rdma_write(6, &[], to).signaled(), buf, 0, 8);
     let back = match r {
         Err(Refused {

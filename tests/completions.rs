@@ -572,8 +572,8 @@ fn dropped_mrs_wait_for_one_opcode_wrs() {
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(16, 64)).unwrap();
     let base = e.pd.live_mrs();
-    let m1 = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
-    let m2 = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m1 = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m2 = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let r = to(&e.dst, 0);
     a.post_write(&WriteWr::new(1, Sge::new(&m1, 0, 8).unwrap(), r))
         .unwrap();
@@ -593,7 +593,7 @@ fn dropped_mrs_wait_for_one_opcode_wrs() {
     e.pd.reclaim();
     assert_eq!(e.pd.live_mrs(), base);
     // And a single one, signaled, then RESET with it outstanding.
-    let m3 = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m3 = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     a.post_write(&WriteWr::new(5, Sge::new(&m3, 0, 8).unwrap(), r))
         .unwrap();
     drop(m3);
@@ -626,7 +626,7 @@ fn dropped_mr_waits_for_post_write_across_reset() {
     p.modify(QpState::Reset, &QpAttr::default()).unwrap();
     Qp::connect_loopback(&mut a, &mut p).unwrap();
     let base = e.pd.live_mrs();
-    let m = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     // A signaled WR before it, completed: does not retire the later one.
     a.post_write(&WriteWr::new(1, sg, r).signaled()).unwrap();
     a.post_write(&WriteWr::new(2, Sge::new(&m, 0, 8).unwrap(), r))

@@ -150,14 +150,14 @@ fn dropped_mrs_wait_for_fast_path_wrs() {
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(16, 16)).unwrap();
     let base = e.pd.live_mrs();
-    let m1 = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m1 = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let m2 =
-        e.pd.reg_mr(
+        e.pd.alloc_mr(
             4096,
             Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
         )
         .unwrap();
-    let m3 = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m3 = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     assert_eq!(e.pd.live_mrs(), base + 3);
     {
         let s1 = [Sge::new(&m1, 0, 8).unwrap()];
@@ -183,7 +183,7 @@ fn dropped_mrs_wait_for_fast_path_wrs() {
     e.pd.reclaim();
     assert_eq!(e.pd.live_mrs(), base);
     // Inline with an MR: dropped MR and reset
-    let m4 = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let m4 = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     {
         let s4 = [Sge::new(&m4, 0, 8).unwrap()];
         a.post_send(&[SendWr::rdma_write(5, &s4, remote(&e.dst, 0)).inline()])

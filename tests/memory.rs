@@ -46,9 +46,9 @@ fn one_completion(qp: &mut Qp) -> Completion {
 fn the_docs_write_lands_in_the_remote_mr() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let dst = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let (mut a, b) = pd.create_connected_pair(&cfg()).unwrap();
     src.write(0, b"hello").unwrap();
@@ -76,9 +76,9 @@ fn the_docs_write_lands_in_the_remote_mr() {
 fn read_and_inline_write_copy_the_right_bytes() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let local = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let local = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let far = pd
-        .reg_mr(
+        .alloc_mr(
             8192,
             Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
         )
@@ -125,9 +125,9 @@ fn read_and_inline_write_copy_the_right_bytes() {
 fn the_pd_and_the_qp_keep_posted_memory_alive() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let dst = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let (mut a, b) = pd.create_connected_pair(&cfg()).unwrap();
     src.write(0, &[0xab; 64]).unwrap();
@@ -155,9 +155,9 @@ fn the_pd_and_the_qp_keep_posted_memory_alive() {
 fn arming_while_the_sim_completes_is_no_data_race() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let dst = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
     let sge = [Sge::new(&src, 0, 8).unwrap()];
@@ -221,8 +221,8 @@ fn any_completion(qp: &mut Qp) -> Completion {
 fn owned_buffers_send_and_receive_in_place() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let mut msg = pd.register_local(vec![0u8; 256], Access::empty()).unwrap();
-    let rbuf = pd.reg_local(4096, Access::LOCAL_WRITE).unwrap();
+    let mut msg = pd.reg_local_mr(vec![0u8; 256], Access::empty()).unwrap();
+    let rbuf = pd.alloc_local_mr(4096, Access::LOCAL_WRITE).unwrap();
     let rbuf_addr = rbuf.addr();
     let (mut a, mut b) = pd.create_connected_pair(&cfg()).unwrap();
     b.post_recv_owned(7, rbuf, 16, 512).unwrap();
@@ -262,10 +262,10 @@ fn an_owned_read_target_is_read_in_place() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let table = pd
-        .register(vec![0u8; 1024], Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .reg_mr(vec![0u8; 1024], Access::LOCAL_WRITE | Access::REMOTE_READ)
         .unwrap();
     table.write(100, b"value-42").unwrap();
-    let dst: LocalMr = pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let dst: LocalMr = pd.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
     let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
     a.post_send_owned(
         &SendWr::rdma_read(3, &[], remote(&table, 100)).signaled(),
@@ -279,7 +279,7 @@ fn an_owned_read_target_is_read_in_place() {
     assert_eq!(&dst[8..16], b"value-42");
     // Not a buffer with LOCAL_WRITE: refused before posting, the buffer
     // handed back, nothing written.
-    let ro = pd.reg_local(64, Access::empty()).unwrap();
+    let ro = pd.alloc_local_mr(64, Access::empty()).unwrap();
     let sq = a.sq_snapshot();
     let r = a.post_send_owned(
         &SendWr::rdma_read(4, &[], remote(&table, 0)).signaled(),
@@ -299,7 +299,7 @@ fn a_refused_owned_post_hands_the_buffer_back() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
-    let buf = pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let buf = pd.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
     let addr = buf.addr();
     let r = a.post_send_owned(&SendWr::send(1, &[]), buf, 60, 8);
     let back = r.expect_err("outside the buffer").buf;
@@ -307,16 +307,16 @@ fn a_refused_owned_post_hands_the_buffer_back() {
     let r = a.post_recv_owned(2, back, 0, 64);
     assert!(r.is_ok());
     let sq = a.sq_snapshot();
-    let sim_buf = pd.reg_local(64, Access::empty()).unwrap();
+    let sim_buf = pd.alloc_local_mr(64, Access::empty()).unwrap();
     let r = a.post_recv_owned(3, sim_buf, 0, 64);
     assert!(matches!(r, Err(ref e) if matches!(e.error, Error::MissingAccess { .. })));
     assert_eq!(a.sq_snapshot(), sq);
     assert!(matches!(
-        pd.register_local(vec![0u8; 8], Access::LOCAL_WRITE | Access::REMOTE_WRITE),
+        pd.reg_local_mr(vec![0u8; 8], Access::LOCAL_WRITE | Access::REMOTE_WRITE),
         Err(Error::Register(RegRefusal::RemoteOnLocal))
     ));
     assert!(matches!(
-        pd.register(Vec::new(), Access::LOCAL_WRITE),
+        pd.reg_mr(Vec::new(), Access::LOCAL_WRITE),
         Err(Error::Register(RegRefusal::ZeroLength))
     ));
 }
@@ -329,10 +329,10 @@ fn a_dropped_mr_goes_after_its_last_wr_completes() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let dst = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
-    let src = pd.register(vec![0x5au8; 4096], Access::empty()).unwrap();
+    let src = pd.reg_mr(vec![0x5au8; 4096], Access::empty()).unwrap();
     assert_eq!(pd.live_mrs(), 2);
     let sge = [Sge::new(&src, 0, 4096).unwrap()];
     a.post_send(&[SendWr::rdma_write(9, &sge, remote(&dst, 0)).signaled()])
@@ -360,24 +360,24 @@ fn posted_receives_hold_only_the_mr_they_name() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let (mut a, mut b) = pd.create_connected_pair(&cfg()).unwrap();
-    let ring = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
-    let owned = pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let ring = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let owned = pd.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
     b.post_recv_owned(1, owned, 0, 64).unwrap();
     let sge = [Sge::new(&ring, 0, 64).unwrap()];
     b.post_recv(&[rdma_direct::RecvWr::new(2, &sge)]).unwrap();
     let live = pd.live_mrs();
     let other = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     drop(other);
     assert_eq!(pd.live_mrs(), live, "no outstanding receive names it");
     // A receive that names the dropped MR holds it until it completes.
-    let named = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let named = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let sge = [Sge::new(&named, 0, 64).unwrap()];
     b.post_recv(&[rdma_direct::RecvWr::new(3, &sge)]).unwrap();
     drop(named);
     assert_eq!(pd.live_mrs(), live + 1, "the third receive names it");
-    let msg = pd.reg_mr(64, Access::empty()).unwrap();
+    let msg = pd.alloc_mr(64, Access::empty()).unwrap();
     let s = [Sge::new(&msg, 0, 8).unwrap()];
     for i in 0..3 {
         a.post_send(&[SendWr::send(10 + i, &s).signaled()]).unwrap();
@@ -398,7 +398,7 @@ fn a_flush_hands_the_buffers_back() {
     let pd = ctx.alloc_pd().unwrap();
     let (_a, mut b) = pd.create_connected_pair(&cfg()).unwrap();
     for i in 0..3 {
-        let buf = pd.reg_local(128, Access::LOCAL_WRITE).unwrap();
+        let buf = pd.alloc_local_mr(128, Access::LOCAL_WRITE).unwrap();
         b.post_recv_owned(i, buf, 0, 128).unwrap();
     }
     assert!(b.take_recv_buf().is_none());
@@ -429,7 +429,7 @@ fn the_callers_memory_is_registered_and_handed_back() {
     ];
     for (i, mem) in kinds.into_iter().enumerate() {
         let ptr = mem.as_ptr() as u64;
-        let mr = pd.register(mem, rw).unwrap();
+        let mr = pd.reg_mr(mem, rw).unwrap();
         assert_eq!(mr.addr(), ptr);
         mr.write(0, &[0x10 + i as u8; 64]).unwrap();
         // As a local SGE: into its own second half (as a remote target).
@@ -459,9 +459,9 @@ fn the_callers_memory_is_registered_and_handed_back() {
 fn a_dropped_target_refuses_the_peers_write() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(64, Access::empty()).unwrap();
+    let src = pd.alloc_mr(64, Access::empty()).unwrap();
     let target = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let (mut a, _b) = pd.create_connected_pair(&cfg()).unwrap();
     let to = remote(&target, 0);
@@ -485,7 +485,7 @@ fn foreign_read_only_and_held_memory_misuse_is_refused() {
     let (ctx1, ctx2) = (Context::open("sim").unwrap(), Context::open("sim").unwrap());
     let (pd1, pd2) = (ctx1.alloc_pd().unwrap(), ctx2.alloc_pd().unwrap());
     let (mut a, mut b) = pd2.create_connected_pair(&cfg()).unwrap();
-    let m1 = pd1.register(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+    let m1 = pd1.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
     let sge = [Sge::new(&m1, 0, 64).unwrap()];
     let r = b.post_recv(&[rdma_direct::RecvWr::new(1, &sge)]);
     assert!(matches!(r, Err(Error::ForeignPd { .. })), "{r:?}");
@@ -494,16 +494,16 @@ fn foreign_read_only_and_held_memory_misuse_is_refused() {
 
     static RO: [u8; 64] = [7; 64];
     // SAFETY: a static, readable for the program's life; no write access asked.
-    let raw = unsafe { pd2.register_raw(RO.as_ptr() as *mut u8, 64, Access::REMOTE_READ) }.unwrap();
+    let raw = unsafe { pd2.reg_mr_raw(RO.as_ptr() as *mut u8, 64, Access::REMOTE_READ) }.unwrap();
     assert!(!raw.is_writable());
     assert!(raw.write(0, b"x").is_err());
     assert_eq!(raw.load_u8(63), 7);
 
     let far = pd2
-        .register(vec![b'!'; 64], Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .reg_mr(vec![b'!'; 64], Access::LOCAL_WRITE | Access::REMOTE_READ)
         .unwrap();
-    let decoy = pd2.reg_mr(64, Access::LOCAL_WRITE).unwrap();
-    let held = pd2.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let decoy = pd2.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let held = pd2.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
     let (lkey, addr) = (held.lkey().get(), held.addr());
     let sge = [Sge::new(&decoy, 0, 16).unwrap()];
     let wr = SendWr::rdma_read(2, &sge, remote(&far, 0)).signaled();
@@ -530,11 +530,11 @@ fn foreign_read_only_and_held_memory_misuse_is_refused() {
     };
     let (mut c, _d) = pd2.create_connected_pair(&cfg2).unwrap();
     for i in 0..2 {
-        let m = pd2.reg_local(8, Access::empty()).unwrap();
+        let m = pd2.alloc_local_mr(8, Access::empty()).unwrap();
         c.post_send_owned(&SendWr::send(i, &[]).signaled(), m, 0, 8)
             .unwrap();
     }
-    let m = pd2.reg_local(8, Access::empty()).unwrap();
+    let m = pd2.alloc_local_mr(8, Access::empty()).unwrap();
     let r = c.post_send_owned(&SendWr::send(3, &[]).signaled(), m, 0, 8);
     assert!(
         matches!(r, Err(ref e) if matches!(e.error, Error::QueueFull)),
@@ -549,9 +549,9 @@ fn foreign_read_only_and_held_memory_misuse_is_refused() {
 fn inline_wrap_and_batches_under_miri() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let dst = pd
-        .reg_mr(
+        .alloc_mr(
             4096,
             Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
         )
@@ -621,9 +621,9 @@ fn inline_wrap_and_batches_under_miri() {
 fn shared_cq_under_miri() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let dst = pd
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let c = QpConfig {
         max_send_wr: 2,

@@ -279,7 +279,7 @@ fn huge_sges_refused_or_failing_remotely() {
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 8)).unwrap();
     let big =
-        e.pd.reg_mr((1usize << 31) + 64, Access::LOCAL_WRITE)
+        e.pd.alloc_mr((1usize << 31) + 64, Access::LOCAL_WRITE)
             .unwrap();
     let bad = RemoteAddr {
         addr: 0x1000,
@@ -375,7 +375,7 @@ fn tiny_sq_unsignaled_streams() {
 fn refused_post_changes_no_later_wqe() {
     let e = env();
     let other = e.ctx.alloc_pd().unwrap();
-    let omr = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let omr = other.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let run = |refuse: bool| -> Vec<u8> {
         let c = QpConfig {
             cq_depth: Some(2),
@@ -412,7 +412,7 @@ fn refused_post_changes_no_later_wqe() {
 fn mixed_batches_all_or_nothing() {
     let e = env();
     let other = e.ctx.alloc_pd().unwrap();
-    let omr = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let omr = other.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let c = QpConfig {
         max_send_sge: 2,
         ..cfg(8, 8)
@@ -563,7 +563,7 @@ fn odd_qp_configs_through_the_in_place_posts() {
         vec![6, 7, 8, 9]
     );
     // Owned post with a non-empty sge list made of bytes: refused
-    let lm = e.pd.reg_local(4096, Access::LOCAL_WRITE).unwrap();
+    let lm = e.pd.alloc_local_mr(4096, Access::LOCAL_WRITE).unwrap();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(4, 4)).unwrap();
     let r = a.post_send_owned(&SendWr::rdma_write(1, &by, to), lm, 0, 8);
     let lm = match r {

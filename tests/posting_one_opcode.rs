@@ -106,7 +106,7 @@ fn same_wqes_as_post_send() {
 fn same_refusals_and_nothing_written() {
     let e = env();
     let other_pd = e.ctx.alloc_pd().unwrap();
-    let foreign = other_pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let foreign = other_pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let mut idle = e.pd.create_qp(&cfg(4, 64)).unwrap();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(4, 64)).unwrap();
     let r = to(&e.dst, 0);
@@ -306,7 +306,7 @@ fn batches_as_post_send() {
 fn batch_refusals_write_nothing() {
     let e = env();
     let other = e.ctx.alloc_pd().unwrap();
-    let foreign = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let foreign = other.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 64)).unwrap();
     let mut idle = e.pd.create_qp(&cfg(128, 64)).unwrap();
     let good = |i: u64| WriteWr::new(i, Sge::new(&e.src, 0, 8).unwrap(), to(&e.dst, 0));
@@ -517,7 +517,7 @@ fn huge_sges_as_post_send() {
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(8, 64)).unwrap();
     let big =
-        e.pd.reg_mr((1usize << 31) + 64, Access::LOCAL_WRITE)
+        e.pd.alloc_mr((1usize << 31) + 64, Access::LOCAL_WRITE)
             .unwrap();
     let bad = RemoteAddr {
         addr: 0x1000,

@@ -172,10 +172,10 @@ fn foreign_sges_refused() {
     let e = env();
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(16, 64)).unwrap();
     let other_pd = e.ctx.alloc_pd().unwrap();
-    let om = other_pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let om = other_pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let ctx2 = Context::open("sim").unwrap();
     let pd2 = ctx2.alloc_pd().unwrap();
-    let dm = pd2.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let dm = pd2.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let r = to(&e.dst, 0);
     let wg = WriteWr::new(2, Sge::new(&e.src, 0, 8).unwrap(), r);
     for m in [&om, &dm] {
@@ -217,7 +217,7 @@ fn pd_tag_refusals_everywhere() {
     };
     let (mut a, _b) = e.pd.create_connected_pair(&c).unwrap();
     let other = e.ctx.alloc_pd().unwrap();
-    let om = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let om = other.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let r = to(&e.dst, 0);
     let d = [1u8; 8];
     let e0: [u8; 0] = [];
@@ -300,7 +300,7 @@ fn pd_tag_refusals_everywhere() {
         );
     }
     // Owned posts of a buffer of another PD.
-    let ob = other.reg_local(4096, Access::LOCAL_WRITE).unwrap();
+    let ob = other.alloc_local_mr(4096, Access::LOCAL_WRITE).unwrap();
     let Err(f) = a.post_send_owned(&SendWr::rdma_write(1, &[], r), ob, 0, 8) else {
         panic!("an owned send of another PD's buffer was posted");
     };
@@ -314,7 +314,7 @@ fn pd_tag_refusals_everywhere() {
         "{:?}",
         f.error
     );
-    let ob = other.reg_local(4096, Access::LOCAL_WRITE).unwrap();
+    let ob = other.alloc_local_mr(4096, Access::LOCAL_WRITE).unwrap();
     let Err(f) = a.post_recv_owned(1, ob, 0, 8) else {
         panic!("an owned receive of another PD's buffer was posted");
     };
@@ -343,7 +343,7 @@ fn many_pds_stay_apart() {
     let mrs: Vec<Mr> = pds
         .iter()
         .map(|p| {
-            p.reg_mr(
+            p.alloc_mr(
                 4096,
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
             )
@@ -384,7 +384,7 @@ fn many_pds_stay_apart() {
 fn bad_wr_positions_refuse_the_batch() {
     let e = env();
     let other = e.ctx.alloc_pd().unwrap();
-    let om = other.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let om = other.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let d = [0u8; 8];
     let (mut a, _b) = e.pd.create_connected_pair(&cfg(128, 64)).unwrap();
     let r = to(&e.dst, 0);

@@ -126,8 +126,8 @@ mod tokio_tests {
             let ctx = rdma_direct::Context::open("sim").unwrap();
             let pd = ctx.alloc_pd().unwrap();
             let (mut a, mut b) = pd.create_connected_pair(&QpConfig::default()).unwrap();
-            let src = pd.reg_mr(8, Access::LOCAL_WRITE).unwrap();
-            let dst = pd.reg_mr(8 * 64, Access::LOCAL_WRITE).unwrap();
+            let src = pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
+            let dst = pd.alloc_mr(8 * 64, Access::LOCAL_WRITE).unwrap();
             let (_b_tx, mut b_rx) = b.split().unwrap();
             let (mut a_tx, _a_rx) = a.split().unwrap();
             let _keep = (_b_tx,);
@@ -199,7 +199,7 @@ mod tokio_tests {
                 ..QpConfig::default()
             };
             let (a, mut b) = pd.create_connected_pair(&cfg).unwrap();
-            let mut buf = pd.reg_local(64, Access::empty()).unwrap();
+            let mut buf = pd.alloc_local_mr(64, Access::empty()).unwrap();
             buf.copy_from_slice(&[0x3c; 64]);
             let live = pd.live_mrs();
             let a = Arc::new(tokio::sync::Mutex::new(a));
@@ -227,7 +227,7 @@ mod tokio_tests {
                 live,
                 "an MR went while its SEND was in flight"
             );
-            let dst = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+            let dst = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
             let rsge = [Sge::new(&dst, 0, 64).unwrap()];
             b.post_recv(&[RecvWr::new(9, &rsge)]).unwrap();
             let mut out = [Completion::default(); 1];

@@ -537,7 +537,7 @@ fn other_pd_sges_through_halves_refused_nothing_posted() {
     let e = env();
     let pd2 = e.ctx.alloc_pd().unwrap();
     let foreign = pd2
-        .reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
     let (mut a, mut b) = pair(&e.pd, &cfg(8, 8));
     let (mut tx, mut rx) = a.split().unwrap();

@@ -420,8 +420,8 @@ fn mr_dropped_under_half_wrs_waits_for_owner_poll() {
     };
     let (mut a, mut b) = pair(&e.pd, &c);
     let (mut tx, mut rx) = a.split().unwrap();
-    let m = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
-    let r = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let m = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let r = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let live0 = e.pd.live_mrs();
     let ms = [Sge::new(&m, 0, 8).unwrap()];
     let rsg = [Sge::new(&r, 0, 8).unwrap()];
@@ -453,8 +453,8 @@ fn refused_receive_keeps_mr_of_oldest_outstanding_receive() {
     for (through_half, refuse) in [(true, true), (false, true), (true, false), (false, false)] {
         let e = env();
         let (mut a, mut b) = pair(&e.pd, &cfg(8, 4));
-        let held = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
-        let other = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let held = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        let other = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
         let hs = [Sge::new(&held, 0, 8).unwrap()];
         let os = [Sge::new(&other, 0, 8).unwrap()];
         let mut halves = through_half.then(|| a.split().unwrap());
@@ -648,8 +648,8 @@ fn sq_snapshot_of_split_qp_races_with_send_half() {
 fn owned_buffers_posted_before_split_come_back_while_split() {
     let e = env();
     let (mut a, mut b) = pair(&e.pd, &cfg(8, 8));
-    let sb = e.pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
-    let rb = e.pd.reg_local(64, Access::LOCAL_WRITE).unwrap();
+    let sb = e.pd.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_local_mr(64, Access::LOCAL_WRITE).unwrap();
     a.post_recv_owned(5, rb, 0, 64)
         .map_err(|r| r.error)
         .unwrap();

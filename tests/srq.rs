@@ -48,8 +48,8 @@ fn srq_bad_input_refused_nothing_posted() {
         );
     }
     let pd2 = e.ctx.alloc_pd().unwrap();
-    let other = pd2.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
-    let rb = e.pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let other = pd2.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
     for max_wr in [1u32, 2, 3, 7, 8, 16, 63, 64] {
         let mut srq = e.pd.create_srq(max_wr, 2).unwrap();
         assert_eq!(srq.outstanding(), 0);
@@ -141,7 +141,7 @@ fn srq_bad_input_refused_nothing_posted() {
 fn srq_limit_events_once_per_arming() {
     let e = env();
     let mut srq = e.pd.create_srq(8, 1).unwrap();
-    let rb = e.pd.reg_mr(8 * 64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(8 * 64, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 8, 64);
     let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
     let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
@@ -218,7 +218,7 @@ fn srq_several_qps_every_wr_id_once() {
     let max_wr = 16u32;
     let mut srq = e.pd.create_srq(max_wr, 1).unwrap();
     let rb =
-        e.pd.reg_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
+        e.pd.alloc_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
             .unwrap();
     let sg = srq_sges(&rb, max_wr as usize, 64);
     let cfg = QpConfig {
@@ -286,7 +286,7 @@ fn srq_several_qps_every_wr_id_once() {
 fn srq_handle_dropped_while_qps_use_it() {
     let e = env();
     let mut srq = e.pd.create_srq(4, 1).unwrap();
-    let rb = e.pd.reg_mr(4 * 256, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 256, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 4, 256);
     let cfg = QpConfig {
         rnr_retry: 1,
@@ -350,7 +350,7 @@ fn srq_handle_dropped_while_qps_use_it() {
 fn srq_qp_reset_with_unpolled_receives_frees_srq_wqes() {
     let e = env();
     let mut srq = e.pd.create_srq(4, 1).unwrap();
-    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 4, 64);
     let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
     let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
@@ -383,7 +383,7 @@ fn srq_qp_reset_with_unpolled_receives_frees_srq_wqes() {
 fn srq_qp_reset_after_poll_and_reuse_and_drop_with_posted_receives() {
     let e = env();
     let mut srq = e.pd.create_srq(4, 1).unwrap();
-    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 4, 64);
     let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
     let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
@@ -424,7 +424,7 @@ fn srq_qp_reset_after_poll_and_reuse_and_drop_with_posted_receives() {
 fn srq_qp_dropped_with_unpolled_receives_frees_srq_wqes() {
     let e = env();
     let mut srq = e.pd.create_srq(4, 1).unwrap();
-    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
     let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
     let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
     Qp::connect_loopback(&mut server, &mut client).unwrap();
@@ -459,7 +459,7 @@ fn srq_qp_dropped_with_unpolled_receives_frees_srq_wqes() {
 fn srq_shared_cq_reset_qp_with_unpolled_receives_frees_srq_wqes() {
     let e = env();
     let mut srq = e.pd.create_srq(4, 1).unwrap();
-    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 4, 64);
     let mut cq =
         e.pd.create_shared_cq(CqSizing::new().queue(4).queue(256).depth().unwrap())
@@ -487,7 +487,7 @@ fn srq_shared_cq_reset_qp_with_unpolled_receives_frees_srq_wqes() {
 fn srq_shared_cq_remove_qp_with_unpolled_receives_frees_srq_wqes() {
     let e = env();
     let mut srq = e.pd.create_srq(4, 1).unwrap();
-    let rb = e.pd.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 4, 64);
     let mut cq = e.pd.create_shared_cq(512).unwrap();
     let x = cq.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
@@ -547,7 +547,7 @@ fn srq_many_qps_small_shared_cqs() {
         clients.push(c);
     }
     let rb =
-        e.pd.reg_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
+        e.pd.alloc_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
             .unwrap();
     let sg = srq_sges(&rb, max_wr as usize, 64);
     let s = [Sge::new(&e.src, 0, 8).unwrap()];
@@ -637,8 +637,8 @@ fn srq_mr_dropped_then_consumed_in_another_thread() {
     let mut server = e.pd.create_qp_on_srq(&QpConfig::default(), &srq).unwrap();
     let mut client = e.pd.create_qp(&QpConfig::default()).unwrap();
     Qp::connect_loopback(&mut server, &mut client).unwrap();
-    let keep = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
-    let gone = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let keep = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let gone = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let live = e.pd.live_mrs();
     {
         let a = [Sge::new(&gone, 0, 64).unwrap()];
@@ -686,7 +686,7 @@ fn srq_ud_qp_receives() {
     let mut a = e.pd.create_qp(&ud_cfg()).unwrap();
     a.ready_ud(QKEY).unwrap();
     let ah = e.pd.create_ah(&a.av_to(&r.endpoint())).unwrap();
-    let rb = e.pd.reg_mr(4 * 256, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4 * 256, Access::LOCAL_WRITE).unwrap();
     let sg = srq_sges(&rb, 4, 256);
     srq.post_recv(&recvs(&sg, 0)).unwrap();
     e.src.write(0, &[3; 100]).unwrap();

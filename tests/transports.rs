@@ -235,7 +235,7 @@ fn ud_mtu_boundary() {
         "{err:?}"
     );
     // Exactly the MTU goes, both ways; an inline of 512 too.
-    let rbuf = e.pd.reg_mr(3 * 8192, Access::LOCAL_WRITE).unwrap();
+    let rbuf = e.pd.alloc_mr(3 * 8192, Access::LOCAL_WRITE).unwrap();
     let rs: Vec<[Sge; 1]> = (0..3)
         .map(|k| [Sge::new(&rbuf, k * 8192, 40 + mtu).unwrap()])
         .collect();
@@ -304,7 +304,7 @@ fn ud_undeliverable_dropped_sender_succeeds() {
         Qp::connect_loopback(&mut x, &mut y).unwrap();
         (x, y)
     };
-    let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     // No receive posted on b yet: dropped.
     a.post_send(&[SendWr::ud_send(1, &s, dest(&ah, b.qp_num())).signaled()])
         .unwrap();
@@ -398,7 +398,7 @@ fn ud_post_outside_rts_refused() {
 fn ud_receive_too_small_errors_once_and_flushes() {
     let e = env();
     let (mut a, mut b, ah) = ud_pair(&e.pd);
-    let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let small = [Sge::new(&rb, 0, 40 + 99).unwrap()];
     let big = [Sge::new(&rb, 1024, 1024).unwrap()];
     b.post_recv(&[
@@ -442,7 +442,7 @@ fn ud_receive_too_small_errors_once_and_flushes() {
 fn ud_controlled_qkey_in_wr_uses_qp_qkey() {
     let e = env();
     let (mut a, mut b, ah) = ud_pair(&e.pd);
-    let rb = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let r = [Sge::new(&rb, 0, 4096).unwrap()];
     b.post_recv(&[RecvWr::new(1, &r)]).unwrap();
     let s = [Sge::new(&e.src, 0, 10).unwrap()];
@@ -580,7 +580,7 @@ fn uc_read_and_atomics_refused() {
     }
     assert!(drain(&mut a).is_empty());
     // WRITE, WRITE_IMM, SEND, SEND_IMM go.
-    let rb = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let rs = [Sge::new(&rb, 0, 64).unwrap()];
     b.post_recv(&[
         RecvWr::new(10, &rs),
@@ -625,7 +625,7 @@ fn uc_send_without_receive_dropped() {
     assert_eq!(b.query().unwrap().state, QpState::Rts);
     assert_eq!(a.query().unwrap().state, QpState::Rts);
     assert!(drain(&mut b).is_empty());
-    let rb = e.pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rb = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let rs = [Sge::new(&rb, 0, 64).unwrap()];
     b.post_recv(&[RecvWr::new(42, &rs)]).unwrap();
     a.post_send(&[SendWr::send(6, &s).signaled()]).unwrap();
@@ -653,7 +653,7 @@ fn uc_write_bad_rkey_dropped_responder_stays_rts() {
     let e = env();
     let (mut a, b) = uc_pair(&e.pd);
     e.src.write(0, &[0xee; 64]).unwrap();
-    let ro = e.pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let ro = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let s = [Sge::new(&e.src, 0, 64).unwrap()];
     let good = to(&e.dst, 0);
     let bads = [

@@ -67,7 +67,7 @@ fn one_ud_receive(pd: &Pd, a: &mut Qp, b: &mut Qp) -> (Completion, Mr) {
     a.ready_ud(QKEY).unwrap();
     b.ready_ud(QKEY).unwrap();
     let ah = pd.create_ah(&a.av_to(&b.endpoint())).unwrap();
-    let mr = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let rs = [Sge::new(&mr, 1024, 40 + 64).unwrap()];
     b.post_recv(&[RecvWr::new(9, &rs)]).unwrap();
     let ss = [Sge::new(&mr, 0, 64).unwrap()];
@@ -172,7 +172,7 @@ fn create_ah_from_recv_refuses_what_is_not_a_good_ud_receive() {
 fn create_ah_from_recv_refuses_an_rc_receive() {
     let (_ctx, pd) = sim();
     let (mut a, mut b) = pd.create_connected_pair(&QpConfig::default()).unwrap();
-    let mr = pd.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let rs = [Sge::new(&mr, 1024, 64).unwrap()];
     b.post_recv(&[RecvWr::new(9, &rs)]).unwrap();
     let ss = [Sge::new(&mr, 0, 64).unwrap()];

@@ -4,7 +4,7 @@
 //! CQs join it through [`Pd::create_shared_cq_on`](crate::Pd::create_shared_cq_on),
 //! each with a token its events carry (verbs' `cq_context`).
 //!
-//! The loop is rdma-core's: arm each CQ ([`SharedCq::arm`](crate::SharedCq::arm)),
+//! The loop is rdma-core's: arm each CQ ([`SharedCq::arm_cq`](crate::SharedCq::arm_cq)),
 //! take an event from the channel ([`CompChannel::get_event`], or
 //! `next_event().await`, or the `Stream`), poll the CQ its token names
 //! until empty, arm it again, poll it once more (a completion that came

@@ -47,7 +47,7 @@ use std::time::Duration;
 /// let (mut pa, mut pb) = (pd.create_qp(&cfg)?, pd.create_qp(&cfg)?);
 /// Qp::connect_loopback(cq.qp_mut(a), &mut pa)?;
 /// Qp::connect_loopback(cq.qp_mut(b), &mut pb)?;
-/// let mr = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+/// let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 /// let sge = [Sge::new(&mr, 0, 8)?];
 /// let to = RemoteAddr { addr: mr.addr() + 8, rkey: mr.rkey() };
 /// cq.qp_mut(a).post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])?;
@@ -400,7 +400,7 @@ impl SharedCq {
     /// there, naming this CQ's token: arm again only after taking it (the
     /// arm carries the count of events taken as its sequence number, PRM
     /// "CQ doorbell"; one made before is a repeat, as on ConnectX).
-    pub fn arm(&mut self, solicited_only: bool) -> Result<()> {
+    pub fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
         match &mut self.kind {
             SharedKind::Direct(c) => c.arm(solicited_only),
             #[cfg(feature = "verbs")]
@@ -413,7 +413,7 @@ impl SharedCq {
     ///
     /// Errors: [`Error::ChannelShared`] on a shared [`CompChannel`](crate::CompChannel)
     /// (its events are taken there); the wait's ([`Error::Verbs`]).
-    pub fn wait_event(&mut self, timeout: Duration) -> Result<bool> {
+    pub fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool> {
         self.own_channel()?;
         match &mut self.kind {
             SharedKind::Direct(c) => c.wait_event(timeout),
@@ -462,10 +462,10 @@ impl CqOps for SharedCq {
         self.poll(out)
     }
     fn arm_cq(&mut self) -> Result<()> {
-        self.arm(false)
+        SharedCq::arm_cq(self, false)
     }
     fn wait_cq(&mut self, timeout: Duration) -> Result<bool> {
-        self.wait_event(timeout)
+        self.wait_cq_event(timeout)
     }
     fn event_wake(&mut self, waker: &std::task::Waker) -> Result<crate::backend::EventWake<'_>> {
         self.own_channel()?;

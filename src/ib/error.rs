@@ -466,12 +466,12 @@ pub enum RegRefusal {
     ReadOnly,
     /// REMOTE_* access asked of a [`LocalMr`](crate::LocalMr), which only
     /// this program's own WRs may touch: register it with
-    /// [`Pd::register`](crate::Pd::register) instead.
-    #[error("a LocalMr takes no REMOTE_* access (use Pd::register for memory a peer reaches)")]
+    /// [`Pd::reg_mr`](crate::Pd::reg_mr) instead.
+    #[error("a LocalMr takes no REMOTE_* access (use Pd::reg_mr for memory a peer reaches)")]
     RemoteOnLocal,
     /// A [`LocalMr`](crate::LocalMr) hands out `&mut [u8]`: it needs
     /// writable memory.
-    #[error("a LocalMr needs writable memory (register a read-only mapping with Pd::register)")]
+    #[error("a LocalMr needs writable memory (register a read-only mapping with Pd::reg_mr)")]
     LocalReadOnly,
 }
 

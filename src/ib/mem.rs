@@ -22,7 +22,7 @@ pub enum Pages {
 }
 
 /// A zeroed heap buffer aligned to 4096 bytes (a page), of a fixed length:
-/// what [`Pd::reg_mr`](crate::Pd::reg_mr) registers, and what a
+/// what [`Pd::alloc_mr`](crate::Pd::alloc_mr) registers, and what a
 /// deregistered one hands back ([`Memory::Aligned`]).
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
@@ -89,8 +89,8 @@ impl std::fmt::Debug for AlignedBuf {
 }
 
 /// Memory the caller owns and hands to a registration
-/// ([`Pd::register`](crate::Pd::register),
-/// [`Pd::register_local`](crate::Pd::register_local)). The MR keeps it, and
+/// ([`Pd::reg_mr`](crate::Pd::reg_mr),
+/// [`Pd::reg_local_mr`](crate::Pd::reg_local_mr)). The MR keeps it, and
 /// hands it back unchanged (the same allocation or mapping) when it is
 /// deregistered ([`LocalMr::into_memory`](crate::LocalMr::into_memory),
 /// [`Mr::try_into_memory`](crate::Mr::try_into_memory)).
@@ -261,7 +261,7 @@ enum Owner {
     Aligned,
     MmapMut(memmap2::MmapMut),
     Mmap(memmap2::Mmap),
-    /// A range the caller manages ([`Pd::register_raw`](crate::Pd::register_raw)):
+    /// A range the caller manages ([`Pd::reg_mr_raw`](crate::Pd::reg_mr_raw)):
     /// nothing to free; the program may write it only if registered with
     /// write access (the contract promises it writable then, not otherwise).
     Raw {

@@ -296,7 +296,7 @@ impl Mr {
     /// Deregisters the region now and hands its memory back, if this is its
     /// last handle and no WR posted on a QP of its PD is outstanding (so
     /// none can name it). `Ok(None)` for a caller-managed range
-    /// ([`Pd::register_raw`](crate::Pd::register_raw)).
+    /// ([`Pd::reg_mr_raw`](crate::Pd::reg_mr_raw)).
     ///
     /// Errors: the handle itself, unchanged, when another handle lives or a
     /// WR is outstanding (poll, then try again; or drop it, and the PD
@@ -394,8 +394,8 @@ impl LocalMr {
     }
 
     /// Deregisters the region and hands its memory back: what was
-    /// registered ([`Pd::register_local`](crate::Pd::register_local)), or a
-    /// [`Memory::Aligned`] for the crate's own ([`Pd::reg_local`](crate::Pd::reg_local)).
+    /// registered ([`Pd::reg_local_mr`](crate::Pd::reg_local_mr)), or a
+    /// [`Memory::Aligned`] for the crate's own ([`Pd::alloc_local_mr`](crate::Pd::alloc_local_mr)).
     pub fn into_memory(self) -> Memory {
         self.mr
             .into_memory()

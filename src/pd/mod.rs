@@ -29,11 +29,11 @@ use std::sync::Arc;
 ///
 /// | call | memory | handle |
 /// |---|---|---|
-/// | [`Self::reg_mr`], [`Self::reg_mapped`] | the crate's, zeroed | [`Mr`] |
-/// | [`Self::register`] | the caller's ([`Memory`]) | [`Mr`] |
-/// | [`Self::register_raw`] (`unsafe`) | a range the caller manages | [`Mr`] |
-/// | [`Self::reg_local`] | the crate's, zeroed | [`LocalMr`] |
-/// | [`Self::register_local`] | the caller's ([`Memory`]) | [`LocalMr`] |
+/// | [`Self::alloc_mr`], [`Self::alloc_mapped_mr`] | the crate's, zeroed | [`Mr`] |
+/// | [`Self::reg_mr`] | the caller's ([`Memory`]) | [`Mr`] |
+/// | [`Self::reg_mr_raw`] (`unsafe`) | a range the caller manages | [`Mr`] |
+/// | [`Self::alloc_local_mr`] | the crate's, zeroed | [`LocalMr`] |
+/// | [`Self::reg_local_mr`] | the caller's ([`Memory`]) | [`LocalMr`] |
 ///
 /// Every registration is checked before a device is asked; a refusal is
 /// [`Error::Register`] ([`RegRefusal`]): zero bytes, a range that wraps,
@@ -55,7 +55,7 @@ impl Pd {
     /// second kind (any access; atomic copies).
     ///
     /// Errors: as the [type docs](Self).
-    pub fn reg_mr(&self, len: usize, access: Access) -> Result<Mr> {
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
         check_registration(0, len, access)?;
         self.shared(Buffer::new(len)?, access)
     }
@@ -64,7 +64,7 @@ impl Pd {
     /// the system has them: see [`Pages`]), as the memory pool's chunks are.
     ///
     /// Errors: as the [type docs](Self); the mapping's.
-    pub fn reg_mapped(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
+    pub fn alloc_mapped_mr(&self, len: usize, access: Access) -> Result<(Mr, Pages)> {
         check_registration(0, len, access)?;
         let (buf, pages) = Buffer::mapped(len)?;
         Ok((self.shared(buf, access)?, pages))
@@ -77,7 +77,7 @@ impl Pd {
     /// hands it back ([`Mr::try_into_memory`]).
     ///
     /// Errors: as the [type docs](Self).
-    pub fn register(&self, mem: impl Into<Memory>, access: Access) -> Result<Mr> {
+    pub fn reg_mr(&self, mem: impl Into<Memory>, access: Access) -> Result<Mr> {
         let mem = mem.into();
         check_registration(mem.as_ptr() as u64, mem.len(), access)?;
         self.check_read_only(&mem, access)?;
@@ -101,7 +101,7 @@ impl Pd {
     /// in it (a LocalMr's bytes are its WRs' alone). Without a write flag in
     /// `access` the range may be read-only: the `Mr`'s safe writes
     /// ([`Mr::write`], [`Mr::store_u8`], [`Mr::slice_mut`]) are then refused.
-    pub unsafe fn register_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
+    pub unsafe fn reg_mr_raw(&self, addr: *mut u8, len: usize, access: Access) -> Result<Mr> {
         check_registration(addr as u64, len, access)?;
         // SAFETY: the caller's contract, passed on.
         self.shared(unsafe { Buffer::raw(addr, len, writes(access)) }, access)
@@ -113,16 +113,16 @@ impl Pd {
     /// targets) or empty (send-only).
     ///
     /// Errors: as the [type docs](Self).
-    pub fn reg_local(&self, len: usize, access: Access) -> Result<LocalMr> {
-        self.register_local(AlignedBuf::zeroed(len)?, access)
+    pub fn alloc_local_mr(&self, len: usize, access: Access) -> Result<LocalMr> {
+        self.reg_local_mr(AlignedBuf::zeroed(len)?, access)
     }
 
     /// Registers the caller's writable `mem` as a [`LocalMr`] (see
-    /// [`Self::register`] for what `mem` may be; not a read-only `Mmap`).
+    /// [`Self::reg_mr`] for what `mem` may be; not a read-only `Mmap`).
     /// [`LocalMr::into_memory`] hands it back.
     ///
     /// Errors: as the [type docs](Self).
-    pub fn register_local(&self, mem: impl Into<Memory>, access: Access) -> Result<LocalMr> {
+    pub fn reg_local_mr(&self, mem: impl Into<Memory>, access: Access) -> Result<LocalMr> {
         let mem = mem.into();
         check_registration(mem.as_ptr() as u64, mem.len(), access)?;
         if access.intersects(Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC) {
@@ -385,7 +385,7 @@ impl Pd {
     /// there, each naming the CQ by `token` (verbs' `cq_context`; one token
     /// per live CQ of the channel). Take them with
     /// [`CompChannel::get_event`] or `next_event().await`; the CQ's own
-    /// event waits ([`SharedCq::wait_event`], [`SharedCq::wait`] in a mode
+    /// event waits ([`SharedCq::wait_cq_event`], [`SharedCq::wait`] in a mode
     /// other than busy polling, [`SharedCq::completions`]) are refused.
     /// `ibv_create_cq(3)` with `channel` and `cq_context`; on the direct
     /// path the arm's sequence number counts the events the channel took.

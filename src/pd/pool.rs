@@ -62,7 +62,7 @@ impl Pool {
     /// Errors: [`Error::Invalid`] for a chunk size not a positive multiple
     /// of 4096, [`Error::Config`] for a buffer size not a power of two in
     /// 64..=chunk size, [`Error::Invalid`] for no
-    /// chunks, 2^32 buffers or more, or access flags `Pd::reg_mr` refuses;
+    /// chunks, 2^32 buffers or more, or access flags `Pd::alloc_mr` refuses;
     /// the mapping's and the registration's own errors (the chunks
     /// registered before the failure are released).
     pub fn new(pd: &Pd, cfg: &PoolConfig) -> Result<Pool> {
@@ -108,7 +108,7 @@ impl Pool {
         for _ in 0..cfg.chunks {
             // On error the chunks registered so far are dropped: deregistered
             // and unmapped (no WR has named them).
-            let (mr, p) = pd.reg_mapped(cfg.chunk_size, cfg.access)?;
+            let (mr, p) = pd.alloc_mapped_mr(cfg.chunk_size, cfg.access)?;
             if p == Pages::Transparent {
                 pages = p;
             }

@@ -19,9 +19,9 @@ pub struct Env {
 pub fn env() -> Env {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
     let dst = pd
-        .reg_mr(
+        .alloc_mr(
             1 << 16,
             Access::LOCAL_WRITE
                 | Access::REMOTE_WRITE

@@ -84,12 +84,12 @@ pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
     let (mut qa, mut qb) = pd.create_connected_pair(&cfg)?;
     // The target side keeps 16 receives posted for the whole run, as a
     // server does (into memory of its own): they must hold no dropped MR.
-    let rbufs = pd.reg_mr(16 * 64, Access::LOCAL_WRITE)?;
+    let rbufs = pd.alloc_mr(16 * 64, Access::LOCAL_WRITE)?;
     for i in 0..16 {
         let s = [Sge::new(&rbufs, i * 64, 64)?];
         qb.post_recv(&[rdma_direct::RecvWr::new(i as u64, &s)])?;
     }
-    let src = pd.reg_mr(a.size, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(a.size, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, a.size as u32)?];
     let fixed = pd.live_mrs();
     let mut wc = vec![Completion::default(); a.depth as usize];
@@ -105,7 +105,7 @@ pub fn run(a: &SoakArgs) -> Result<bool, rdma_direct::Error> {
             }
             in_flight -= n as u32;
         }
-        let mr = pd.register(
+        let mr = pd.reg_mr(
             vec![0u8; a.size],
             Access::LOCAL_WRITE | Access::REMOTE_WRITE,
         )?;

@@ -40,11 +40,11 @@ struct Env {
 fn env() -> Env {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let src = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let src = pd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
     let all =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let dst = pd.reg_mr(1 << 16, all).unwrap();
-    let rbuf = pd.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+    let dst = pd.alloc_mr(1 << 16, all).unwrap();
+    let rbuf = pd.alloc_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
     Env {
         _ctx: ctx,
         pd,

@@ -190,8 +190,8 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     // (40 more on UD: a receive begins with the GRH slot.)
-    let mr_a = pd.reg_mr(size as usize + 40, access)?;
-    let mr_b = pd.reg_mr(size as usize + 40, access)?;
+    let mr_a = pd.alloc_mr(size as usize + 40, access)?;
+    let mr_b = pd.alloc_mr(size as usize + 40, access)?;
     let inline = matches!(test, BwTest::Write | BwTest::Send) && size <= cfg.lat.inline_size;
     // perftest's send_bw: 512 receives posted (`-r`), at most `iters`, and
     // never fewer than the sends in flight.

@@ -22,8 +22,8 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     // (40 more on UD: a receive begins with the GRH slot.)
-    let mr_a = pd.reg_mr(2 * size + 40, access)?;
-    let mr_b = pd.reg_mr(2 * size + 40, access)?;
+    let mr_a = pd.alloc_mr(2 * size + 40, access)?;
+    let mr_b = pd.alloc_mr(2 * size + 40, access)?;
     let inline = matches!(test, LatTest::Write | LatTest::Send) && size_asked <= cfg.inline_size;
     let qcfg = QpConfig {
         qp_type: cfg.qp_type,

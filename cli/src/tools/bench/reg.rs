@@ -54,7 +54,7 @@ pub fn run_reg_mr(
         for _ in 0..reps {
             let pd = ctx.alloc_pd()?;
             let t = Instant::now();
-            let (mr, _) = pd.reg_mapped(bytes, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            let (mr, _) = pd.alloc_mapped_mr(bytes, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
             reg.push(t.elapsed().as_secs_f64() * 1e6);
             drop(mr);
             let t = Instant::now();

@@ -74,8 +74,8 @@ fn stream_next(
 
 pub(super) fn async_waits_sleep_until_the_event(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = s.pd.reg_mr(64 * 64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = s.pd.alloc_mr(64 * 64, Access::LOCAL_WRITE)?;
     // Here a's CQ owner awaits each receive while a's receive half posts
     // more; another thread owns b, sends 1 ms apart (so that most waits
     // find the CQ empty and sleep) and takes its sends' completions as a
@@ -217,8 +217,8 @@ fn lost_events(dev: &str, rounds: usize, async_api: bool) -> Result<(u64, u64), 
     }
     let (mut tx0, _r0) = cq.qp_mut(qa[0]).split()?;
     let (mut tx1, _r1) = cq.qp_mut(qa[1]).split()?;
-    let src = pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(16, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(16, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let (mut sleeps, mut waits) = (0, 0);
     let sge = [Sge::new(&src, 0, 8)?];
     std::thread::scope(|sc| -> Result<(), Failure> {
@@ -294,8 +294,9 @@ pub(super) fn a_stale_consumer_index_at_arm_time(dev: &str) -> CaseResult {
             "{dev} runs verbs: the provider keeps the consumer index itself (a direct-path case: sim, ConnectX)"
         ));
     }
-    let src = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = s.pd.reg_mr(8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = s.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.alloc_mr(8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let write = |k| SendWr::rdma_write(k, &sge, remote(&dst, 0)).signaled();
     for k in 0..5 {
@@ -389,9 +390,9 @@ pub(super) fn the_send_queue_drains_with_an_event(dev: &str) -> CaseResult {
     let ctx = &s._ctx;
     // Events from before: not this case's.
     while ctx.get_async_event(Duration::ZERO)?.is_some() {}
-    let src = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let n = 16u64;
     for i in 0..n {
@@ -438,7 +439,7 @@ pub(super) fn the_send_queue_drains_with_an_event(dev: &str) -> CaseResult {
         );
     }
     // Receives go on in SQD: b sends to a.
-    let rbuf = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
     s.a.post_recv(&[RecvWr::new(7, &[Sge::new(&rbuf, 0, 8)?])])?;
     s.b.post_send(&[SendWr::send(8, &sge).signaled()])?;
     let w = poll_one(&mut s.a)?;
@@ -490,9 +491,9 @@ pub(super) fn a_dropped_wait_leaves_the_buffer_with_the_qp(dev: &str) -> CaseRes
             ..QpConfig::default()
         },
     )?;
-    let mut buf = s.pd.reg_local(64, Access::empty())?;
+    let mut buf = s.pd.alloc_local_mr(64, Access::empty())?;
     buf.copy_from_slice(&[0xa5; 64]);
-    let dst = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let live = s.pd.live_mrs();
     s.a.post_send_owned(&SendWr::send(3, &[]).signaled(), buf, 0, 64)
         .map_err(|r| r.error)?;

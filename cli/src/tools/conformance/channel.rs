@@ -82,7 +82,7 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
     let cq0 = &mut on.cqs[0];
     check!(
         matches!(
-            cq0.wait_event(Duration::ZERO),
+            cq0.wait_cq_event(Duration::ZERO),
             Err(Error::ChannelShared { .. })
         ),
         "wait_event on a CQ of a shared channel is refused"
@@ -111,11 +111,11 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
         "a busy wait is allowed (and finds nothing)"
     );
 
-    let src = pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     // One event per armed CQ that completes, naming it.
     for cq in &mut on.cqs {
-        cq.arm(false)?;
+        cq.arm_cq(false)?;
     }
     check_eq!(
         ch.get_event(Duration::ZERO)?,
@@ -153,7 +153,7 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
     let mut waiter = None;
     for r in 0..rounds {
         let k = (r % 3) as usize;
-        on.cqs[k].arm(false)?;
+        on.cqs[k].arm_cq(false)?;
         check_eq!(
             on.cqs[k].poll(&mut wc)?,
             0,
@@ -218,7 +218,7 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
 
     // A destroyed CQ's event not yet taken goes with it, and its token is
     // free again.
-    on.cqs[2].arm(false)?;
+    on.cqs[2].arm_cq(false)?;
     write_on(&mut on.cqs[2], &src, &dst, 500)?;
     poll_until(&mut on.cqs[2], 1)?;
     drop(on.cqs.pop());

@@ -8,9 +8,9 @@ use super::*;
 /// for a solicited one.
 pub(super) fn completion_events_wake_the_waiter(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let mut wc = [Completion::default(); 4];
     // Each round as an event-driven poller runs: post one signaled write,
@@ -44,7 +44,7 @@ pub(super) fn completion_events_wake_the_waiter(dev: &str) -> CaseResult {
         );
     }
     // Solicited only, at the responder.
-    let rbuf = s.pd.reg_mr(128, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.alloc_mr(128, Access::LOCAL_WRITE)?;
     let r = [Sge::new(&rbuf, 0, 64)?];
     let r2 = [Sge::new(&rbuf, 64, 64)?];
     s.b.post_recv(&[RecvWr::new(1, &r), RecvWr::new(2, &r2)])?;
@@ -95,9 +95,9 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         matches!(cq.qp_mut(qa[0]).poll(&mut wc), Err(Error::SharedCq { .. })),
         "polling a QP of a shared CQ on its own was not refused"
     );
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64 * 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let rbuf = pd.reg_mr(2 * 16 * 64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64 * 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let rbuf = pd.alloc_mr(2 * 16 * 64, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(64, 7))?;
     let sge = [Sge::new(&src, 0, 64)?];
     // wr_id: QP index in the high half, the WR's number in the low half.
@@ -133,7 +133,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
         "CQ credits with 96 WRs outstanding"
     );
     // Each peer SENDs 16 messages into its QP's receives.
-    let psrc = pd.reg_mr(16, Access::LOCAL_WRITE)?;
+    let psrc = pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let psge = [Sge::new(&psrc, 0, 16)?];
     for (q, p) in peers.iter_mut().enumerate() {
         let sends: Vec<SendWr<'_>> = (0..16)
@@ -223,7 +223,7 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
     peers[0].modify(QpState::Reset, &QpAttr::default())?;
     Qp::connect_loopback(cq.qp_mut(qa[0]), &mut peers[0])?;
     let marks: Vec<Vec<u8>> = (0..3).map(|i| pattern(64, 20 + i as u8)).collect();
-    let msrc = pd.reg_mr(3 * 64, Access::LOCAL_WRITE)?;
+    let msrc = pd.alloc_mr(3 * 64, Access::LOCAL_WRITE)?;
     for (i, m) in marks.iter().enumerate() {
         msrc.write(i * 64, m)?;
     }
@@ -327,9 +327,9 @@ pub(super) fn two_qps_share_one_cq(dev: &str) -> CaseResult {
 /// same through a `SharedCq` in event mode.
 pub(super) fn completion_modes_wait_for_each_completion(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let mut wc = [Completion::default(); 4];
     let modes = [

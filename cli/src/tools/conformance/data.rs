@@ -6,9 +6,9 @@ use super::*;
 
 pub(super) fn write_beyond_the_remote_mr_is_remote_access_error(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     src.write(0, &[0xee; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 4096 - 32)).signaled()])?;
@@ -21,9 +21,9 @@ pub(super) fn write_beyond_the_remote_mr_is_remote_access_error(dev: &str) -> Ca
 
 pub(super) fn inline_gather_and_unsignaled_writes_wrap_the_ring(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(8192, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(8192, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     // 300 rounds of: an unsignaled inline write, then a signaled 3-SGE write;
     // the signaled completion retires both. Sizes vary so WQEs straddle the SQ end.
     for round in 0..300u32 {
@@ -76,7 +76,7 @@ pub(super) fn inline_gather_and_unsignaled_writes_wrap_the_ring(dev: &str) -> Ca
 
 pub(super) fn zero_length_write_checks_no_rkey(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 0)?];
     let nowhere = RemoteAddr {
         addr: 0,
@@ -98,8 +98,8 @@ pub(super) fn rdma_read_lands_byte_for_byte_and_needs_remote_read(dev: &str) -> 
     let mut notes: Vec<String> = Vec::new();
     let mut s = setup(dev)?;
     let remote_mr =
-        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
-    let local = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+        s.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+    let local = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     let data = pattern(4096, 99);
     remote_mr.write(0, &data)?;
     // Two SGEs scatter the read: 1000 bytes then 3096.
@@ -119,8 +119,8 @@ pub(super) fn rdma_read_lands_byte_for_byte_and_needs_remote_read(dev: &str) -> 
     // A region without REMOTE_READ: remote access error, local memory untouched.
     let mut s = setup(dev)?;
     let no_read =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let local = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let local = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     no_read.write(0, &[7; 64])?;
     let sge = [Sge::new(&local, 0, 64)?];
     s.a.post_send(&[SendWr::rdma_read(9, &sge, remote(&no_read, 0)).signaled()])?;
@@ -138,8 +138,8 @@ pub(super) fn atomics_update_the_remote_word_and_return_the_old_value(dev: &str)
     let mut notes: Vec<String> = Vec::new();
     let mut s = setup(dev)?;
     let word =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
-    let old = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let old = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     word.write(8, &0x0102_0304_0506_0708u64.to_ne_bytes())?;
     let sge = [Sge::new(&old, 0, 8)?];
     s.a.post_send(&[SendWr::atomic_fetch_add(1, &sge, remote(&word, 8), 0x10).signaled()])?;
@@ -200,8 +200,8 @@ pub(super) fn the_16_bit_wqe_index_wraps(dev: &str) -> CaseResult {
         ..QpConfig::default()
     };
     let (mut a, _b) = pd.create_connected_pair(&cfg)?;
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let total = 70_000u64;
     let mut next = 0u64;
@@ -241,8 +241,8 @@ pub(super) fn one_to_max_sges_gather_and_scatter(dev: &str) -> CaseResult {
             ..QpConfig::default()
         },
     )?;
-    let local = s.pd.reg_mr(64 << 10, Access::LOCAL_WRITE)?;
-    let far = s.pd.reg_mr(
+    let local = s.pd.alloc_mr(64 << 10, Access::LOCAL_WRITE)?;
+    let far = s.pd.alloc_mr(
         64 << 10,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
     )?;
@@ -360,9 +360,9 @@ pub(super) fn one_to_max_sges_gather_and_scatter(dev: &str) -> CaseResult {
 pub(super) fn inline_at_the_limit_and_one_over(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
     let limit = s.a.max_inline() as usize;
-    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let data = pattern(limit + 1, 42);
     src.write(0, &data)?;
     let at_limit = [Sge::new(&src, 0, limit as u32)?];
@@ -414,8 +414,8 @@ pub(super) fn inline_at_the_limit_and_one_over(dev: &str) -> CaseResult {
 /// a solicited SEND lands like any other.
 pub(super) fn fence_and_solicited(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let local = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let far = s.pd.reg_mr(
+    let local = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+    let far = s.pd.alloc_mr(
         4096,
         Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
     )?;
@@ -438,7 +438,7 @@ pub(super) fn fence_and_solicited(dev: &str) -> CaseResult {
         got[2048..] == data[..2048],
         "the fenced WRITE did not carry the READ's data"
     );
-    let rbuf = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     s.b.post_recv(&[RecvWr::new(3, &[Sge::new(&rbuf, 0, 64)?])])?;
     let sge = [Sge::new(&local, 0, 64)?];
     s.a.post_send(&[SendWr::send(4, &sge).solicited().signaled()])?;

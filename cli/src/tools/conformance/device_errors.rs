@@ -22,9 +22,9 @@ pub(super) fn malformed_wqes_are_local_qp_operation_errors(dev: &str) -> CaseRes
     ];
     for (what, patch) in patches {
         let mut s = setup(dev)?;
-        let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+        let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
         let dst =
-            s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+            s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
         src.write(0, &[0x99; 64])?;
         let sge = [Sge::new(&src, 0, 64)?];
         let Some(mut hook) = s.a.sim_hook() else {
@@ -80,8 +80,8 @@ pub(super) fn malformed_wqes_are_local_qp_operation_errors(dev: &str) -> CaseRes
 pub(super) fn misaligned_atomic_is_a_remote_invalid_request(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
     let word =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
-    let old = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let old = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     word.write(0, &[0x11; 64])?;
     let sge = [Sge::new(&old, 0, 8)?];
     let Some(mut hook) = s.a.sim_hook() else {
@@ -123,9 +123,9 @@ pub(super) fn cq_overrun_stops_the_cq_and_raises_an_event(dev: &str) -> CaseResu
             ..QpConfig::default()
         },
     )?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let Some(mut hook) = s.a.sim_hook() else {
         return cq_overrun_on_verbs(s, &sge, &dst);

@@ -12,8 +12,8 @@ pub(super) fn unsignaled_streams_never_fill_the_send_queue(dev: &str) -> CaseRes
         max_send_wr: 8,
         ..QpConfig::default()
     })?;
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut wc = [Completion::default(); 8];
@@ -42,7 +42,7 @@ pub(super) fn rnr_retry_finite_and_forever(dev: &str) -> CaseResult {
         ..QpConfig::default()
     };
     let mut s = setup_with(dev, cfg(1))?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     s.a.post_send(&[
         SendWr::send(1, &sge).signaled(),
@@ -60,8 +60,8 @@ pub(super) fn rnr_retry_finite_and_forever(dev: &str) -> CaseResult {
     );
 
     let mut s = setup_with(dev, cfg(7))?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let rbuf = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let rbuf = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[0x3c; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     s.a.post_send(&[SendWr::send(3, &sge).signaled()])?;
@@ -102,9 +102,9 @@ pub(super) fn cq_credits_bound_what_is_outstanding(dev: &str) -> CaseResult {
             "asked for a CQ of 4, {dev} made it {d} deep, not less than the SQ"
         ));
     }
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let wr = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0));
     // d - 1 unsignaled, then one signaled: d outstanding.
@@ -164,9 +164,9 @@ pub(super) fn unsignaled_streams_never_exhaust_cq_credits(dev: &str) -> CaseResu
             ..QpConfig::default()
         },
     )?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     // Two receives hold two of the credits the whole time.
     s.a.post_recv(&[RecvWr::new(1, &sge), RecvWr::new(2, &sge)])?;
@@ -244,7 +244,7 @@ pub(super) fn rnr_exhaustion_time(dev: &str, timer: u8) -> Result<Duration, Fail
     a.modify(QpState::Rtr, &a.rtr_attr(&eb, 2))?;
     a.modify(QpState::Rts, &QpAttr::rts(1, 1))?;
     b.modify(QpState::Rts, &QpAttr::rts(2, 1))?;
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     let t = Instant::now();
     a.post_send(&[SendWr::send(1, &sge).signaled()])?;

@@ -108,10 +108,10 @@ pub(super) fn halves_post_from_four_threads_while_the_owner_polls(dev: &str) -> 
             ..QpConfig::default()
         },
     )?;
-    let src = s.pd.reg_mr(64 * 8, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64 * 8, Access::LOCAL_WRITE)?;
     let dst = [
-        s.pd.reg_mr(64 * 8, Access::LOCAL_WRITE)?,
-        s.pd.reg_mr(64 * 8, Access::LOCAL_WRITE)?,
+        s.pd.alloc_mr(64 * 8, Access::LOCAL_WRITE)?,
+        s.pd.alloc_mr(64 * 8, Access::LOCAL_WRITE)?,
     ];
     let (mut a_tx, mut a_rx) = s.a.split()?;
     let (mut b_tx, mut b_rx) = s.b.split()?;
@@ -206,8 +206,8 @@ pub(super) fn halves_of_qps_on_a_shared_cq(dev: &str) -> CaseResult {
         }
         Err(e) => return Err(e.into()),
     };
-    let dst = pd.reg_mr(2 * 64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let src = pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(2 * 64 * 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(8, Access::LOCAL_WRITE)?;
     let n = 500;
     let mut halves = [tx0, tx1];
     let mut seen = [Vec::new(), Vec::new()];
@@ -310,8 +310,8 @@ pub(super) fn split_refusals_and_join(dev: &str) -> CaseResult {
         "a QP in RESET was split"
     );
     Qp::connect_loopback(&mut a, &mut b)?;
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     let write = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0)).signaled();
     let before = ring_snapshot(&a);
@@ -416,8 +416,9 @@ pub(super) fn a_half_waits_for_room_until_the_owner_polls(dev: &str) -> CaseResu
             ..QpConfig::default()
         },
     )?;
-    let src = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = s.pd.reg_mr(8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = s.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst =
+        s.pd.alloc_mr(8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let write = |k| SendWr::rdma_write(k, &sge, remote(&dst, 0)).signaled();
     let (mut tx, mut rx) = s.a.split()?;

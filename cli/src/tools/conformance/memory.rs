@@ -16,10 +16,10 @@ fn local_and_remote(s: &mut Setup, mem: Memory, what: &str) -> CaseResult {
     let (ptr, len) = (mem.as_ptr() as u64, mem.len());
     let n = len.min(64 << 10);
     let mr =
-        s.pd.register(mem, RW)
+        s.pd.reg_mr(mem, RW)
             .map_err(|e| Failure(format!("register {what}: {e}")))?;
     check_eq!(mr.addr(), ptr, "{what}: the MR is the caller's memory");
-    let other = s.pd.reg_mr(n, RW)?;
+    let other = s.pd.alloc_mr(n, RW)?;
     let out = pattern(n, 0x31);
     mr.write(0, &out)?;
     let sge = [Sge::new(&mr, 0, n as u32)?];
@@ -105,11 +105,11 @@ pub(super) fn a_hugetlbfs_mapping_is_a_local_sge_and_a_remote_target(dev: &str) 
 /// buffer comes back and the message is read in place, as a slice.
 pub(super) fn a_receive_is_read_in_place(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let rbuf: LocalMr = s.pd.reg_local(4096, Access::LOCAL_WRITE)?;
+    let rbuf: LocalMr = s.pd.alloc_local_mr(4096, Access::LOCAL_WRITE)?;
     let at = rbuf.addr();
     s.b.post_recv_owned(5, rbuf, 64, 1024)
         .map_err(Error::from)?;
-    let mut msg = s.pd.register_local(vec![0u8; 1024], Access::empty())?;
+    let mut msg = s.pd.reg_local_mr(vec![0u8; 1024], Access::empty())?;
     let text = pattern(1000, 3);
     msg[..1000].copy_from_slice(&text);
     s.a.post_send_owned(&SendWr::send(6, &[]).signaled(), msg, 0, 1000)
@@ -153,8 +153,8 @@ pub(super) fn a_receive_is_read_in_place(dev: &str) -> CaseResult {
 pub(super) fn a_dropped_in_flight_mr_goes_after_its_completion(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
     let len = 1 << 20;
-    let dst = s.pd.reg_mr(len, RW)?;
-    let src = s.pd.register(pattern(len, 9), Access::empty())?;
+    let dst = s.pd.alloc_mr(len, RW)?;
+    let src = s.pd.reg_mr(pattern(len, 9), Access::empty())?;
     let live = s.pd.live_mrs();
     let sge = [Sge::new(&src, 0, len as u32)?];
     s.a.post_send(&[SendWr::rdma_write(7, &sge, remote(&dst, 0)).signaled()])?;
@@ -188,8 +188,8 @@ pub(super) fn a_dropped_in_flight_mr_goes_after_its_completion(dev: &str) -> Cas
 /// once: the next WRITE into it fails with REM_ACCESS_ERR.
 pub(super) fn a_dropped_remote_target_refuses_the_next_write(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let target = s.pd.reg_mr(4096, RW)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let target = s.pd.alloc_mr(4096, RW)?;
     let to = remote(&target, 0);
     let sge = [Sge::new(&src, 0, 8)?];
     s.a.post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])?;
@@ -217,7 +217,7 @@ pub(super) fn local_write_on_read_only_memory_is_refused(dev: &str) -> CaseResul
     let map = Memory::memfd_read_only(&[7u8; 8192])?;
     let live = s.pd.live_mrs();
     let regs = s.pd.registrations();
-    let r = s.pd.register(map, Access::LOCAL_WRITE);
+    let r = s.pd.reg_mr(map, Access::LOCAL_WRITE);
     let how = match &r {
         Err(Error::Register(RegRefusal::ReadOnly)) => "refused by type (sim)".to_string(),
         Err(Error::Verbs {
@@ -244,20 +244,20 @@ pub(super) fn local_write_on_read_only_memory_is_refused(dev: &str) -> CaseResul
 /// that receive's completion.
 pub(super) fn posted_receives_hold_only_the_mr_they_name(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let ring = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let ring = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     for i in 0..4 {
         let sge = [Sge::new(&ring, i * 1024, 1024)?];
         s.b.post_recv(&[RecvWr::new(i as u64, &sge)])?;
     }
     let live = s.pd.live_mrs();
-    let target = s.pd.reg_mr(4096, RW)?;
+    let target = s.pd.alloc_mr(4096, RW)?;
     drop(target);
     check_eq!(
         s.pd.live_mrs(),
         live,
         "a dropped MR no posted receive names"
     );
-    let named = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let named = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&named, 0, 64)?];
     s.b.post_recv(&[RecvWr::new(9, &sge)])?;
     drop(named);
@@ -266,7 +266,7 @@ pub(super) fn posted_receives_hold_only_the_mr_they_name(dev: &str) -> CaseResul
         live + 1,
         "a dropped MR the fifth receive names"
     );
-    let msg = s.pd.reg_mr(64, Access::empty())?;
+    let msg = s.pd.alloc_mr(64, Access::empty())?;
     let m = [Sge::new(&msg, 0, 8)?];
     for i in 0..5 {
         s.a.post_send(&[SendWr::send(i, &m).signaled()])?;

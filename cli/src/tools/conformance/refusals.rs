@@ -8,21 +8,21 @@ pub(super) fn bad_input_is_refused_and_posts_nothing(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
     check!(
         matches!(
-            s.pd.reg_mr(0, Access::LOCAL_WRITE),
+            s.pd.alloc_mr(0, Access::LOCAL_WRITE),
             Err(Error::Register(RegRefusal::ZeroLength))
         ),
         "zero-length MR"
     );
     check!(
         matches!(
-            s.pd.reg_mr(64, Access::REMOTE_WRITE),
+            s.pd.alloc_mr(64, Access::REMOTE_WRITE),
             Err(Error::Register(RegRefusal::RemoteNeedsLocalWrite))
         ),
         "REMOTE_WRITE alone"
     );
-    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     check!(Sge::new(&src, 4000, 200).is_err(), "SGE outside the MR");
     check!(
         Sge::new(&src, usize::MAX, 2).is_err(),
@@ -57,8 +57,8 @@ pub(super) fn qp_outlives_its_context_handle(dev: &str) -> CaseResult {
     let s = setup(dev)?;
     let Setup { _ctx, pd, mut a, b } = s;
     drop(_ctx);
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     src.write(0, &[3; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     a.post_send(&[SendWr::rdma_write(9, &sge, remote(&dst, 0)).signaled()])?;
@@ -72,8 +72,8 @@ pub(super) fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseR
     let mut notes: Vec<String> = Vec::new();
     let mut s = setup(dev)?;
     let other = s._ctx.alloc_pd()?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let foreign_dst = other.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let foreign_dst = other.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     src.write(0, &[0x11; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&foreign_dst, 0)).signaled()])?;
@@ -95,9 +95,9 @@ pub(super) fn memory_of_another_protection_domain_is_refused(dev: &str) -> CaseR
     // mlx5 and the sim with a local protection error, rxe a local QP
     // operation error).
     let mut s = setup(dev)?;
-    let foreign_src = other.reg_mr(64, Access::LOCAL_WRITE)?;
+    let foreign_src = other.alloc_mr(64, Access::LOCAL_WRITE)?;
     let dst =
-        s.pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     foreign_src.write(0, &[0x22; 64])?;
     let sge = [Sge::new(&foreign_src, 0, 64)?];
     let before = ring_snapshot(&s.a);
@@ -148,8 +148,8 @@ pub(super) fn send_queue_full_refuses_the_whole_batch_until_completions_are_poll
         ..QpConfig::default()
     };
     let (mut a, _b) = pd.create_connected_pair(&cfg)?;
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let wr = |id| SendWr::rdma_write(id, &sge, remote(&dst, 0));
     // Three unsignaled and one signaled: four outstanding.
@@ -193,8 +193,8 @@ pub(super) fn post_before_rts_is_refused(dev: &str) -> CaseResult {
     let mut a = pd.create_qp(&cfg)?;
     let mut b = pd.create_qp(&cfg)?;
     check_eq!(a.state(), rdma_direct::QpState::Reset);
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     src.write(0, &[0x77; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     let before = ring_snapshot(&a);
@@ -312,7 +312,7 @@ pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
         max_recv_sge: 0,
         ..QpConfig::default()
     })?;
-    let buf = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let buf = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let one = [Sge::new(&buf, 0, 64)?];
     let r = b.post_recv(&[RecvWr::new(1, &one)]);
     check!(
@@ -326,8 +326,8 @@ pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
 /// A receive batch with one bad WR posts none of it.
 pub(super) fn refused_receive_batches_post_nothing(dev: &str) -> CaseResult {
     let mut s = setup(dev)?;
-    let buf = s.pd.reg_mr(256, Access::LOCAL_WRITE)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let buf = s.pd.alloc_mr(256, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let one = [Sge::new(&buf, 0, 64)?];
     let many = (0..8)
         .map(|i| Sge::new(&buf, i * 8, 8))
@@ -458,8 +458,8 @@ pub(super) fn modify_checks_attributes_by_name(dev: &str) -> CaseResult {
     let info = a.query()?;
     check_eq!((info.state, info.rnr_retry), (QpState::Rts, Some(6)));
     // Connected by hand: traffic works.
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     src.write(0, &[0x42; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled()])?;
@@ -517,8 +517,8 @@ pub(super) fn connect_checks_first_and_optional_attributes_apply(dev: &str) -> C
         ..Default::default()
     };
     b.modify(QpState::Rts, &rts_rts)?;
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled()])?;
     let c = poll_one(&mut a)?;

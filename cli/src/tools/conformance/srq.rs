@@ -67,8 +67,8 @@ fn send(qp: &mut Qp, wr_id: u64, sge: &[Sge<'_>]) -> Result<(), Failure> {
 /// took it, with the wr_id posted to the SRQ.
 pub(super) fn srq_scatters_a_send_over_two_sges(dev: &str) -> CaseResult {
     let mut r = rig(dev, 1, 16, 2)?;
-    let src = r.pd.reg_mr(100, Access::LOCAL_WRITE)?;
-    let dst = r.pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let src = r.pd.alloc_mr(100, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(256, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(100, 3))?;
     let sges = [Sge::new(&dst, 0, 32)?, Sge::new(&dst, 128, 96)?];
     r.srq.post_recv(&[RecvWr::new(77, &sges)])?;
@@ -115,8 +115,8 @@ pub(super) fn one_srq_feeds_four_qps_on_one_cq(dev: &str) -> CaseResult {
         Qp::connect_loopback(cq.qp_mut(i), &mut t)?;
         tx.push(t);
     }
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = pd.reg_mr(64 * 256, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = pd.alloc_mr(64 * 256, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     // Receive wr_id k lands in slot k % 256; posted in order.
     let mut next_recv = 0u64;
@@ -197,8 +197,8 @@ pub(super) fn one_srq_feeds_four_qps_on_one_cq(dev: &str) -> CaseResult {
 /// comes again.
 pub(super) fn srq_limit_event_is_raised_once_then_rearmed(dev: &str) -> CaseResult {
     let mut r = rig(dev, 1, 16, 1)?;
-    let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = r.pd.reg_mr(64 * 16, Access::LOCAL_WRITE)?;
+    let src = r.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(64 * 16, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let bufs = slots(&dst, 6)?;
     let wrs = recvs(&bufs, 0);
@@ -257,8 +257,8 @@ pub(super) fn out_of_order_receive_completions_on_rq_and_srq(dev: &str) -> CaseR
     if s.b.sim_hook().is_none() {
         return skipped("needs the sim's hook that completes receives out of order");
     }
-    let src = s.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = s.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
+    let src = s.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = s.pd.alloc_mr(64 * 4, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     s.b.sim_hook().expect("sim").swap_recv_completions(true);
     let bufs = slots(&dst, 4)?;
@@ -287,8 +287,8 @@ pub(super) fn out_of_order_receive_completions_on_rq_and_srq(dev: &str) -> CaseR
 
     // On an SRQ of 3: WQE 1 completed first is free again at once.
     let mut r = rig(dev, 1, 3, 1)?;
-    let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
+    let src = r.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(64 * 4, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     r.rx[0].sim_hook().expect("sim").swap_recv_completions(true);
     let bufs = slots(&dst, 3)?;
@@ -311,8 +311,8 @@ pub(super) fn out_of_order_receive_completions_on_rq_and_srq(dev: &str) -> CaseR
 /// the SRQ's receives: the other QP on the SRQ receives into them.
 pub(super) fn a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others(dev: &str) -> CaseResult {
     let mut r = rig(dev, 2, 8, 1)?;
-    let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
+    let src = r.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(64 * 4, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
     let bufs = slots(&dst, 4)?;
     let wrs = recvs(&bufs, 0);
@@ -342,7 +342,7 @@ pub(super) fn a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others(dev: &str) -> C
 /// What an SRQ and its QPs refuse, each with nothing posted.
 pub(super) fn srq_refusals_post_nothing(dev: &str) -> CaseResult {
     let mut r = rig(dev, 1, 4, 1)?;
-    let dst = r.pd.reg_mr(256, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(256, Access::LOCAL_WRITE)?;
     let one = [Sge::new(&dst, 0, 64)?];
     let two = [Sge::new(&dst, 0, 32)?, Sge::new(&dst, 64, 32)?];
     check!(
@@ -369,7 +369,7 @@ pub(super) fn srq_refusals_post_nothing(dev: &str) -> CaseResult {
         "a batch over max_wr"
     );
     let other = r.ctx.alloc_pd()?;
-    let foreign = other.reg_mr(64, Access::LOCAL_WRITE)?;
+    let foreign = other.alloc_mr(64, Access::LOCAL_WRITE)?;
     let f = [Sge::new(&foreign, 0, 64)?];
     check!(
         matches!(
@@ -420,9 +420,9 @@ pub(super) fn srq_refusals_post_nothing(dev: &str) -> CaseResult {
 /// until that receive completes; one no receive names goes at once.
 pub(super) fn an_srq_receive_holds_only_the_mr_it_names(dev: &str) -> CaseResult {
     let mut r = rig(dev, 1, 8, 1)?;
-    let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let named = r.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let free = r.pd.reg_mr(64, RW)?;
+    let src = r.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let named = r.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let free = r.pd.alloc_mr(64, RW)?;
     r.srq
         .post_recv(&[RecvWr::new(1, &[Sge::new(&named, 0, 64)?])])?;
     let live = r.pd.live_mrs();
@@ -455,8 +455,8 @@ pub(super) fn an_srq_receive_holds_only_the_mr_it_names(dev: &str) -> CaseResult
 /// when the shared CQ is dropped while the SRQ lives on.
 pub(super) fn a_reset_gives_unpolled_srq_receives_back(dev: &str) -> CaseResult {
     let mut r = rig(dev, 1, 4, 1)?;
-    let src = r.pd.reg_mr(8, Access::LOCAL_WRITE)?;
-    let dst = r.pd.reg_mr(64 * 4, Access::LOCAL_WRITE)?;
+    let src = r.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(64 * 4, Access::LOCAL_WRITE)?;
     let bufs = slots(&dst, 4)?;
     let wrs = recvs(&bufs, 0);
     r.srq.post_recv(&wrs)?;

@@ -21,8 +21,8 @@ fn uc_setup(dev: &str) -> Result<Setup, Failure> {
 /// refused at post, with nothing written.
 pub(super) fn uc_write_lands_and_read_is_refused(dev: &str) -> CaseResult {
     let mut s = uc_setup(dev)?;
-    let src = s.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let dst = s.pd.reg_mr(4096, RW)?;
+    let src = s.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+    let dst = s.pd.alloc_mr(4096, RW)?;
     src.write(0, &pattern(4096, 5))?;
     let sge = [Sge::new(&src, 0, 1000)?];
     s.a.post_send(&[SendWr::rdma_write(1, &sge, remote(&dst, 0)).signaled()])?;
@@ -83,8 +83,8 @@ pub(super) fn uc_write_lands_and_read_is_refused(dev: &str) -> CaseResult {
 /// and the responder stays in RTS, taking the next SEND.
 pub(super) fn uc_drops_what_the_responder_cannot_take(dev: &str) -> CaseResult {
     let mut s = uc_setup(dev)?;
-    let src = s.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let dst = s.pd.reg_mr(4096, RW)?;
+    let src = s.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = s.pd.alloc_mr(4096, RW)?;
     src.write(0, &[7; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     s.a.post_send(&[SendWr::send(1, &sge).signaled()])?;
@@ -226,8 +226,8 @@ fn dest(ah: &rdma_direct::Ah, remote_qpn: u32, qkey: u32) -> rdma_direct::UdDest
 /// sender's QPN as the source; the sender's completion is a SEND.
 pub(super) fn ud_send_lands_after_the_grh_slot(dev: &str) -> CaseResult {
     let mut u = ud_pair(dev)?;
-    let src = u.pd.reg_mr(1000, Access::LOCAL_WRITE)?;
-    let dst = u.pd.reg_mr(1040, Access::LOCAL_WRITE)?;
+    let src = u.pd.alloc_mr(1000, Access::LOCAL_WRITE)?;
+    let dst = u.pd.alloc_mr(1040, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(1000, 11))?;
     u.b.post_recv(&[RecvWr::new(5, &[Sge::new(&dst, 0, 1040)?])])?;
     let sge = [Sge::new(&src, 0, 1000)?];
@@ -263,8 +263,8 @@ pub(super) fn ud_send_lands_after_the_grh_slot(dev: &str) -> CaseResult {
 pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
     let mut u = ud_pair(dev)?;
     let mtu = u.a.ud_mtu();
-    let src = u.pd.reg_mr(mtu as usize + 1, Access::LOCAL_WRITE)?;
-    let dst = u.pd.reg_mr(mtu as usize + 64, Access::LOCAL_WRITE)?;
+    let src = u.pd.alloc_mr(mtu as usize + 1, Access::LOCAL_WRITE)?;
+    let dst = u.pd.alloc_mr(mtu as usize + 64, Access::LOCAL_WRITE)?;
     let over = [Sge::new(&src, 0, mtu + 1)?];
     let before = ring_snapshot(&u.a);
     match u
@@ -321,9 +321,9 @@ pub(super) fn ud_drops_and_refusals(dev: &str) -> CaseResult {
 /// refused with `Invalid`.
 pub(super) fn an_ah_from_a_receive_answers_its_sender(dev: &str) -> CaseResult {
     let mut u = ud_pair(dev)?;
-    let src = u.pd.reg_mr(64, Access::LOCAL_WRITE)?;
-    let rb = u.pd.reg_mr(104, Access::LOCAL_WRITE)?;
-    let ra = u.pd.reg_mr(104, Access::LOCAL_WRITE)?;
+    let src = u.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let rb = u.pd.alloc_mr(104, Access::LOCAL_WRITE)?;
+    let ra = u.pd.alloc_mr(104, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(64, 9))?;
     u.b.post_recv(&[RecvWr::new(1, &[Sge::new(&rb, 0, 104)?])])?;
     u.a.post_recv(&[RecvWr::new(2, &[Sge::new(&ra, 0, 104)?])])?;
@@ -378,8 +378,8 @@ pub(super) fn an_ah_from_a_receive_answers_its_sender(dev: &str) -> CaseResult {
 /// Either way the sender succeeds.
 pub(super) fn ud_receive_too_small(dev: &str) -> CaseResult {
     let mut u = ud_pair(dev)?;
-    let src = u.pd.reg_mr(200, Access::LOCAL_WRITE)?;
-    let dst = u.pd.reg_mr(100, Access::LOCAL_WRITE)?;
+    let src = u.pd.alloc_mr(200, Access::LOCAL_WRITE)?;
+    let dst = u.pd.alloc_mr(100, Access::LOCAL_WRITE)?;
     u.b.post_recv(&[RecvWr::new(1, &[Sge::new(&dst, 0, 100)?])])?;
     let sge = [Sge::new(&src, 0, 200)?];
     u.a.post_send(&[SendWr::ud_send(1, &sge, dest(&u.ah, u.b.qp_num(), QKEY)).signaled()])?;

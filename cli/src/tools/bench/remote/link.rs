@@ -46,7 +46,7 @@ pub(super) fn connect_link(
     let pd = ctx.alloc_pd()?;
     // [0, size) what this side sends; from size, the peer's half (on UD
     // 40 bytes more: a receive starts with the GRH slot).
-    let mr = pd.reg_mr(
+    let mr = pd.alloc_mr(
         2 * size + 40,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
     )?;

@@ -30,9 +30,9 @@ pub(super) fn th_ud_send_lands_after_the_grh_slot(
     a: &mut Near<'_>,
     b: &mut FarPeer<'_>,
 ) -> CaseResult {
-    let src = a.pd.reg_mr(1000, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(1000, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(1000, 11))?;
-    let dst = b.reg_mr(1040, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(1040, Access::LOCAL_WRITE)?;
     b.post_recv(5, &[(dst, 0, 1040)])?;
     let sge = [Sge::new(&src, 0, 1000)?];
     let qkey = a.far[0].qkey;
@@ -73,10 +73,10 @@ pub(super) fn th_ud_reply_through_an_ah_from_the_receive(
 ) -> CaseResult {
     let pd = a.pd;
     let b_qpn = a.far[0].endpoint.qpn;
-    let src = pd.reg_mr(200, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(200, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(200, 21))?;
-    let back = pd.reg_mr(240, Access::LOCAL_WRITE)?;
-    let dst = b.reg_mr(240, Access::LOCAL_WRITE)?;
+    let back = pd.alloc_mr(240, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(240, Access::LOCAL_WRITE)?;
     b.post_recv(1, &[(dst, 0, 240)])?;
     let (q, dest) = a.ud()?;
     q.post_recv(&[rdma_direct::RecvWr::new(2, &[Sge::new(&back, 0, 240)?])])?;
@@ -112,7 +112,7 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
     let pd = a.pd;
     let (q, dest) = a.ud()?;
     let mtu = q.ud_mtu();
-    let src = pd.reg_mr(mtu as usize + 1, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(mtu as usize + 1, Access::LOCAL_WRITE)?;
     let over = [Sge::new(&src, 0, mtu + 1)?];
     let before = q.sq_snapshot();
     match q.post_send(&[SendWr::ud_send(1, &over, dest).signaled()]) {
@@ -134,7 +134,7 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
         "a datagram with no receive posted"
     );
     std::thread::sleep(SETTLE);
-    let dst = b.reg_mr(mtu as usize + 40, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(mtu as usize + 40, Access::LOCAL_WRITE)?;
     b.post_recv(9, &[(dst, 0, mtu + 40)])?;
     let wrong = rdma_direct::UdDest {
         qkey: dest.qkey ^ 1,
@@ -168,8 +168,8 @@ pub(super) fn th_ud_drops_what_it_cannot_deliver(
 /// (the sim) or a local QP operation error (rxe on Linux 6.1), with B's QP
 /// in ERR; or dropped, B's QP in RTS (newer kernels). A's send succeeds.
 pub(super) fn th_ud_receive_too_small(a: &mut Near<'_>, b: &mut FarPeer<'_>) -> CaseResult {
-    let src = a.pd.reg_mr(200, Access::LOCAL_WRITE)?;
-    let dst = b.reg_mr(100, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(200, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(100, Access::LOCAL_WRITE)?;
     b.post_recv(1, &[(dst, 0, 100)])?;
     let sge = [Sge::new(&src, 0, 200)?];
     let (q, dest) = a.ud()?;
@@ -197,9 +197,9 @@ pub(super) fn th_uc_write_lands_and_read_is_refused(
     a: &mut Near<'_>,
     b: &mut FarPeer<'_>,
 ) -> CaseResult {
-    let src = a.pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(4096, 5))?;
-    let dst = b.reg_mr(4096, RW)?;
+    let dst = b.alloc_mr(4096, RW)?;
     b.post_recv(20, &[(dst, 3072, 64)])?;
     let at = |o: u64| RemoteAddr {
         addr: dst.addr + o,
@@ -254,9 +254,9 @@ pub(super) fn th_uc_drops_what_the_responder_cannot_take(
     a: &mut Near<'_>,
     b: &mut FarPeer<'_>,
 ) -> CaseResult {
-    let src = a.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[7; 64])?;
-    let dst = b.reg_mr(4096, RW)?;
+    let dst = b.alloc_mr(4096, RW)?;
     let (s32, s64) = ([Sge::new(&src, 0, 32)?], [Sge::new(&src, 0, 64)?]);
     let bad = RemoteAddr {
         addr: dst.addr + 1024,
@@ -297,9 +297,9 @@ pub(super) fn th_srq_scatters_a_send_over_two_sges(
     a: &mut Near<'_>,
     b: &mut FarPeer<'_>,
 ) -> CaseResult {
-    let src = a.pd.reg_mr(100, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(100, Access::LOCAL_WRITE)?;
     src.write(0, &pattern(100, 3))?;
-    let dst = b.reg_mr(256, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(256, Access::LOCAL_WRITE)?;
     b.post_recv(77, &[(dst, 0, 32), (dst, 128, 96)])?;
     let q = &mut a.qps[0];
     q.post_send(&[SendWr::send(1, &[Sge::new(&src, 0, 100)?]).signaled()])?;
@@ -331,9 +331,9 @@ pub(super) fn th_one_srq_feeds_four_qps(a: &mut Near<'_>, b: &mut FarPeer<'_>) -
     const ROUND: u64 = 125;
     const WINDOW: u64 = 32;
     let qps = a.qps.len() as u64;
-    let src = a.pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
-    let dst = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(64, Access::LOCAL_WRITE)?;
     let total = qps * EACH;
     let mut seen = vec![false; total as usize];
     let mut per_qp = vec![0u64; qps as usize];
@@ -387,9 +387,9 @@ pub(super) fn th_srq_limit_event_is_raised_once_then_rearmed(
     a: &mut Near<'_>,
     b: &mut FarPeer<'_>,
 ) -> CaseResult {
-    let src = a.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
-    let dst = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(64, Access::LOCAL_WRITE)?;
     b.post_recvs(0, 6, (dst, 0, 64))?;
     b.set_limit(4)?;
     let want = limit_event(b.srq_num()?);
@@ -438,9 +438,9 @@ pub(super) fn th_a_qp_on_an_srq_in_err_leaves_the_srq_to_the_others(
     a: &mut Near<'_>,
     b: &mut FarPeer<'_>,
 ) -> CaseResult {
-    let src = a.pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let src = a.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 8)?];
-    let dst = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(64, Access::LOCAL_WRITE)?;
     b.post_recvs(0, 4, (dst, 0, 64))?;
     b.move_to_err(0)?;
     check_eq!(b.state(0)?, QpState::Err, "B's QP 0");

@@ -4,8 +4,8 @@
 use super::*;
 
 pub(super) fn th_write_4096_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let src = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
-    let dst = b.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let data = pattern(4096, 9);
     src.write(0, &data)?;
     let sge = [Sge::new(&src, 0, 4096)?];
@@ -20,10 +20,10 @@ pub(super) fn th_write_4096_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> Case
 }
 
 pub(super) fn th_read_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let far = b.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+    let far = b.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
     let data = pattern(4096, 33);
     b.write(&far, 0, &data)?;
-    let local = pd.reg_mr(4096, Access::LOCAL_WRITE)?;
+    let local = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&local, 0, 4096)?];
     a.post_send(&[SendWr::rdma_read(2, &sge, far.at(0)).signaled()])?;
     let c = poll_one(a)?;
@@ -42,8 +42,8 @@ pub(super) fn th_wrong_rkey_leaves_memory_alone(
     pd: &Pd,
     b: &mut dyn Peer,
 ) -> CaseResult {
-    let src = pd.reg_mr(256, Access::LOCAL_WRITE)?;
-    let dst = b.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(256, Access::LOCAL_WRITE)?;
+    let dst = b.alloc_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let before = pattern(256, 200);
     b.write(&dst, 0, &before)?;
     let sge = [Sge::new(&src, 0, 256)?];
@@ -63,8 +63,8 @@ pub(super) fn th_send_and_imm_land_in_receives(
     pd: &Pd,
     b: &mut dyn Peer,
 ) -> CaseResult {
-    let src = pd.reg_mr(1024, Access::LOCAL_WRITE)?;
-    let rbuf = b.reg_mr(2048, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let src = pd.alloc_mr(1024, Access::LOCAL_WRITE)?;
+    let rbuf = b.alloc_mr(2048, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let data = pattern(1024, 71);
     src.write(0, &data)?;
     b.post_recv(10, &[(rbuf, 0, 1024)])?;
@@ -103,9 +103,9 @@ pub(super) fn th_send_and_imm_land_in_receives(
 }
 
 pub(super) fn th_fetch_and_add(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let word = b.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let word = b.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
     b.write(&word, 8, &0x0102_0304_0506_0708u64.to_ne_bytes())?;
-    let old = pd.reg_mr(8, Access::LOCAL_WRITE)?;
+    let old = pd.alloc_mr(8, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&old, 0, 8)?];
     a.post_send(&[SendWr::atomic_fetch_add(4, &sge, word.at(8), 0x10).signaled()])?;
     let c = poll_one(a)?;
@@ -127,9 +127,9 @@ pub(super) fn th_error_flushes_and_both_go_to_err(
     pd: &Pd,
     b: &mut dyn Peer,
 ) -> CaseResult {
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[0x5a; 64])?;
-    let dst = b.reg_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let dst = b.alloc_mr(256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     let bad = RemoteAddr {
         addr: dst.addr,
@@ -167,8 +167,8 @@ pub(super) fn th_every_opcode_at_every_size(a: &mut Qp, pd: &Pd, b: &mut dyn Pee
     const SIZES: [usize; 6] = [0, 1, 63, 64, 4096, 1 << 20];
     const GUARD: usize = 16;
     let len = (1 << 20) + GUARD;
-    let local = pd.reg_mr(len, Access::LOCAL_WRITE)?;
-    let far = b.reg_mr(
+    let local = pd.alloc_mr(len, Access::LOCAL_WRITE)?;
+    let far = b.alloc_mr(
         len,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
     )?;
@@ -244,8 +244,8 @@ pub(super) fn th_too_small_receive_fails_both_sides(
     pd: &Pd,
     b: &mut dyn Peer,
 ) -> CaseResult {
-    let src = pd.reg_mr(256, Access::LOCAL_WRITE)?;
-    let rbuf = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(256, Access::LOCAL_WRITE)?;
+    let rbuf = b.alloc_mr(64, Access::LOCAL_WRITE)?;
     b.post_recv(7, &[(rbuf, 0, 64)])?;
     let sge = [Sge::new(&src, 0, 256)?];
     a.post_send(&[SendWr::send(8, &sge).signaled()])?;
@@ -270,9 +270,9 @@ pub(super) fn th_too_small_receive_fails_both_sides(
 /// A's post returned): the SEND is NAKed until it is there (`rnr_retry` 6
 /// at B's `min_rnr_timer` 31, about 2.9 s of retries), then lands.
 pub(super) fn th_rnr_waits_for_a_late_receive(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[0x3c; 64])?;
-    let rbuf = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let rbuf = b.alloc_mr(64, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     a.post_send(&[SendWr::send(1, &sge).signaled()])?;
     b.post_recv(2, &[(rbuf, 0, 64)])?;
@@ -294,9 +294,9 @@ pub(super) fn th_rnr_waits_for_a_late_receive(a: &mut Qp, pd: &Pd, b: &mut dyn P
 /// After an error both QPs are in ERR; both go ERR -> RESET -> INIT -> RTR
 /// -> RTS toward each other again, and traffic works.
 pub(super) fn th_err_reset_reconnect(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[0x66; 64])?;
-    let dst = b.reg_mr(128, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let dst = b.alloc_mr(128, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     let bad = RemoteAddr {
         addr: dst.addr,
@@ -331,8 +331,8 @@ pub(super) fn th_err_reset_reconnect(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> C
 /// `max_send_sge`) land contiguous at side B, every byte in its place and
 /// nothing past the end.
 pub(super) fn th_gather_and_scatter_sges(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let local = pd.reg_mr(8192, Access::LOCAL_WRITE)?;
-    let far = b.reg_mr(8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let local = pd.alloc_mr(8192, Access::LOCAL_WRITE)?;
+    let far = b.alloc_mr(8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     for k in 1..=4usize {
         // k pieces of (7 i + 3) bytes at 1 KiB * i, gathered into one WRITE.
         let piece = |i: usize| (i << 10, 7 * i as u32 + 3);
@@ -410,9 +410,9 @@ pub(super) fn th_gather_and_scatter_sges(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) 
 /// Compare-and-swap on side B's word: a match swaps and returns the old
 /// value; a mismatch leaves the word and returns it too.
 pub(super) fn th_compare_and_swap(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let word = b.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
+    let word = b.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)?;
     b.write(&word, 16, &0x0102_0304_0506_0718u64.to_ne_bytes())?;
-    let old = pd.reg_mr(16, Access::LOCAL_WRITE)?;
+    let old = pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&old, 0, 8)?];
     let read_word = |b: &mut dyn Peer| -> Result<u64, Failure> {
         Ok(u64::from_ne_bytes(
@@ -444,7 +444,7 @@ pub(super) fn th_rnr_without_a_receive_exhausts_retries(
     pd: &Pd,
     b: &mut dyn Peer,
 ) -> CaseResult {
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let sge = [Sge::new(&src, 0, 64)?];
     let t0 = std::time::Instant::now();
     a.post_send(&[SendWr::send(1, &sge).signaled()])?;
@@ -473,9 +473,9 @@ pub(super) fn th_rnr_without_a_receive_exhausts_retries(
 /// solicited bit completes at B without an event; one with it raises the
 /// event (IB spec 11.4.2.2, `ibv_req_notify_cq(cq, 1)`).
 pub(super) fn th_solicited_event_wakes_b(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     src.write(0, &[0x5a; 64])?;
-    let rbuf = b.reg_mr(256, Access::LOCAL_WRITE)?;
+    let rbuf = b.alloc_mr(256, Access::LOCAL_WRITE)?;
     b.post_recv(10, &[(rbuf, 0, 64)])?;
     b.post_recv(11, &[(rbuf, 64, 64)])?;
     b.arm_cq(true)?;
@@ -505,10 +505,10 @@ pub(super) fn th_solicited_event_wakes_b(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) 
 /// before anything is posted, and B's memory stays as it was.
 pub(super) fn th_inline_at_the_limit_lands(a: &mut Qp, pd: &Pd, b: &mut dyn Peer) -> CaseResult {
     let limit = a.max_inline() as usize;
-    let src = pd.reg_mr(limit + 1, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(limit + 1, Access::LOCAL_WRITE)?;
     let data = pattern(limit + 1, 77);
     src.write(0, &data)?;
-    let far = b.reg_mr(2 * limit + 2, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let far = b.alloc_mr(2 * limit + 2, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let at_limit = [Sge::new(&src, 0, limit as u32)?];
     a.post_send(&[SendWr::rdma_write(1, &at_limit, far.at(0))
         .inline()
@@ -571,11 +571,11 @@ pub(super) fn th_unsignaled_stream_lands_in_order(
     b: &mut dyn Peer,
 ) -> CaseResult {
     const N: u64 = 1000;
-    let src = pd.reg_mr(8 * N as usize, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(8 * N as usize, Access::LOCAL_WRITE)?;
     for i in 0..N {
         src.write(8 * i as usize, &(i + 1).to_le_bytes())?;
     }
-    let far = b.reg_mr(8 * N as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let far = b.alloc_mr(8 * N as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let mut done = Vec::new();
     let mut wc = [Completion::default(); 16];
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -640,11 +640,11 @@ pub(super) fn th_dropped_target_refuses_the_next_write(
     pd: &Pd,
     b: &mut dyn Peer,
 ) -> CaseResult {
-    let src = pd.reg_mr(64, Access::LOCAL_WRITE)?;
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE)?;
     let data = pattern(64, 123);
     src.write(0, &data)?;
-    let target = b.reg_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
-    let kept = b.reg_mr(64, Access::LOCAL_WRITE)?;
+    let target = b.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let kept = b.alloc_mr(64, Access::LOCAL_WRITE)?;
     b.write(&kept, 0, &[0xa5; 64])?;
     let sge = [Sge::new(&src, 0, 64)?];
     a.post_send(&[SendWr::rdma_write(1, &sge, target.at(0)).signaled()])?;

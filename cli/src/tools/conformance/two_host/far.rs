@@ -623,7 +623,7 @@ impl FarPeer<'_> {
         }
     }
 
-    pub fn reg_mr(&mut self, len: usize, access: rdma_direct::Access) -> Result<PeerMr, Failure> {
+    pub fn alloc_mr(&mut self, len: usize, access: rdma_direct::Access) -> Result<PeerMr, Failure> {
         wire::parse_reg(&self.call(&format!("REG {len} {}", access.bits()))?)
     }
 

@@ -65,7 +65,7 @@ impl PeerMr {
 
 /// Side B of a two-sided case.
 pub trait Peer {
-    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure>;
+    fn alloc_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure>;
     fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure>;
     fn read(&mut self, mr: &PeerMr, offset: usize, len: usize) -> Result<Vec<u8>, Failure>;
     /// Drops side B's handle of `mr` (its id is not reused) and returns
@@ -111,8 +111,8 @@ fn peer_mr(mrs: &[Option<Mr>], id: u64) -> Result<&Mr, Failure> {
 }
 
 impl Peer for LocalPeer<'_> {
-    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
-        let mr = self.pd.reg_mr(len, access)?;
+    fn alloc_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
+        let mr = self.pd.alloc_mr(len, access)?;
         let p = PeerMr {
             id: self.mrs.len() as u32,
             addr: mr.addr(),
@@ -215,7 +215,7 @@ impl RemotePeer {
 }
 
 impl Peer for RemotePeer {
-    fn reg_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
+    fn alloc_mr(&mut self, len: usize, access: Access) -> Result<PeerMr, Failure> {
         parse_reg(&self.call(&format!("REG {len} {}", access.bits()))?)
     }
     fn write(&mut self, mr: &PeerMr, offset: usize, data: &[u8]) -> Result<(), Failure> {
@@ -330,7 +330,7 @@ fn connect_over(
     side: Side<'_>,
 ) -> rdma_direct::Result<(Qp, TcpStream, Mr, Option<CmConn>)> {
     let mut qp = pd.create_qp(&two_host_config())?;
-    let mr = pd.reg_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let psn = Qp::random_psn();
     let mine = ConnInfo {
         endpoint: qp.endpoint(),

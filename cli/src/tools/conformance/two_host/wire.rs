@@ -112,7 +112,7 @@ pub(super) fn mr_command(
                 .ok()
                 .and_then(Access::from_bits)
                 .ok_or_else(|| Failure("access bits".into()))?;
-            let m = pd.reg_mr(num(1)? as usize, access)?;
+            let m = pd.alloc_mr(num(1)? as usize, access)?;
             let a = format!("{} {} {}", mrs.len(), m.addr(), m.rkey().0);
             mrs.push(Some(m));
             Ok(Some(a))
