@@ -214,7 +214,7 @@ impl Rig {
         // SAFETY: `mem` is kept in `self.mrs` until `drop`, which
         // deregisters it before freeing it (after stopping the device).
         let k =
-            unsafe { self.dev.alloc_mr(self.pd, mem.ptr(), len as usize, access) }.expect("reg_mr");
+            unsafe { self.dev.reg_mr(self.pd, mem.ptr(), len as usize, access) }.expect("reg_mr");
         let r = Region {
             addr: mem.ptr() as u64,
             len,
