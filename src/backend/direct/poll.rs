@@ -58,14 +58,33 @@ fn stale(qpn: u32, counter: u16) -> Error {
     Error::StaleCqe { qpn, counter }
 }
 
+/// A CQE whose `wqe_counter` names no outstanding WQE ([`retire`]'s
+/// refusal, made [`Error::StaleCqe`] by [`Stale::error`] where it is
+/// reported): no bytes, so that the polls' loops move no whole [`Error`]
+/// along with each completion.
+#[derive(Clone, Copy, Debug)]
+struct Stale;
+
+impl Stale {
+    /// [`Error::StaleCqe`] for `cqe`.
+    #[cold]
+    fn error(cqe: &Cqe) -> Error {
+        stale(cqe.qpn, cqe.wqe_counter)
+    }
+}
+
 /// Retires what one CQE of a QP completes, of any opcode: the receive it
 /// names, or the send WQE it names with every unsignaled one before it.
 /// Returns the completion to report (`None`: the CQE was asked for by
 /// auto-signal only).
 ///
-/// Errors: [`Error::StaleCqe`] when its `wqe_counter` names no outstanding WQE.
+/// Errors: [`Stale`] when its `wqe_counter` names no outstanding WQE.
 #[inline(always)]
-fn retire(sq: &mut Retirer<'_>, rq: &mut ReceiveQueue, cqe: &Cqe) -> Result<Option<Completion>> {
+fn retire(
+    sq: &mut Retirer<'_>,
+    rq: &mut ReceiveQueue,
+    cqe: &Cqe,
+) -> std::result::Result<Option<Completion>, Stale> {
     let requester = matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR);
     let retired = if requester {
         sq.complete(cqe.wqe_counter)
@@ -77,7 +96,7 @@ fn retire(sq: &mut Retirer<'_>, rq: &mut ReceiveQueue, cqe: &Cqe) -> Result<Opti
     };
     match retired {
         Some(r) => Ok(completion(cqe, r)),
-        None => Err(stale(cqe.qpn, cqe.wqe_counter)),
+        None => Err(Stale),
     }
 }
 
@@ -137,7 +156,8 @@ pub fn completion_of(
             return Ok((!hidden).then(|| sent(wr_id, cqe, qpn)));
         }
     }
-    retire(sq, rq, &cqe.decode())
+    let cqe = cqe.decode();
+    retire(sq, rq, &cqe).map_err(|_| Stale::error(&cqe))
 }
 
 impl DirectQp {
@@ -465,8 +485,8 @@ impl DirectCq {
                     n += 1;
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    result = Err(e);
+                Err(Stale) => {
+                    result = Err(Stale::error(&cqe));
                     break;
                 }
             }
