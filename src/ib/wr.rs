@@ -224,8 +224,13 @@ pub struct UdDest<'a> {
 
 bitflags::bitflags! {
     /// The flags of every send WR ([`SendWr::flags`], [`WriteWr::flags`],
-    /// [`Qp::post_write_inline`](crate::Qp::post_write_inline)'s `flags`),
-    /// `ibv_send_wr.send_flags` but for `IBV_SEND_INLINE` (which is
+    /// [`Qp::post_write_inline`](crate::Qp::post_write_inline)'s `flags`).
+    ///
+    /// **Not `IBV_SEND_*` values**: build them from these constants or the
+    /// WR builders (`.signaled()`, ...), never from rdma-core's numbers
+    /// (`IBV_SEND_SIGNALED` is 2, which is [`Self::SOLICITED`] here).
+    ///
+    /// The same as `ibv_send_wr.send_flags` but for `IBV_SEND_INLINE` (which is
     /// [`SendWr::inline`]: a choice of how the payload travels, not a
     /// flag of the WQE). The values are the mlx5 ctrl segment's `fm_ce_se`
     /// bits (byte 11 of `struct mlx5_wqe_ctrl_seg`, rdma-core `mlx5dv.h`

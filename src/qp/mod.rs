@@ -475,7 +475,7 @@ impl Qp {
     /// never fit, is [`Error::NeverFits`].
     ///
     /// A QP that is not connected (RTS) refuses every WR with
-    /// [`Error::QpState`]; an SGE of an MR of another PD (or device) is
+    /// [`Error::QpState`] (a QP in ERR takes them and flushes them); an SGE of an MR of another PD (or device) is
     /// [`Error::ForeignPd`] (only its own PD's QPs hold a dropped MR back).
     ///
     /// By transport: a UC QP refuses RDMA READ and atomics; a UD QP takes

@@ -85,7 +85,7 @@ pub(super) fn many_cqs_on_one_channel(dev: &str) -> CaseResult {
             cq0.wait_cq_event(Duration::ZERO),
             Err(Error::ChannelShared { .. })
         ),
-        "wait_event on a CQ of a shared channel is refused"
+        "wait_cq_event on a CQ of a shared channel is refused"
     );
     let mut wc = [Completion::default(); 4];
     check!(
