@@ -84,6 +84,85 @@ pub(crate) trait QpBackend {
     fn set_path(&mut self, p: PathInfo);
 }
 
+/// `impl QpBackend for $t`, each method the inherent one of the same name
+/// and signature (inlined: the front end's dispatch costs nothing over
+/// calling it directly). One impl for both backends, so the two cannot
+/// drift apart.
+macro_rules! qp_backend_by_inherent {
+    ($t:ty) => {
+        impl QpBackend for $t {
+            #[inline(always)]
+            fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+                <$t>::post_send(self, wrs)
+            }
+            #[inline(always)]
+            fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+                <$t>::post_recv(self, wrs)
+            }
+            #[inline(always)]
+            fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+                <$t>::poll(self, out)
+            }
+            #[inline(always)]
+            fn arm_cq(&mut self, solicited_only: bool) -> Result<()> {
+                <$t>::arm_cq(self, solicited_only)
+            }
+            #[inline(always)]
+            fn wait_cq_event(&mut self, timeout: std::time::Duration) -> Result<bool> {
+                <$t>::wait_cq_event(self, timeout)
+            }
+            #[inline(always)]
+            fn event_wake(&mut self, waker: &std::task::Waker) -> Result<EventWake<'_>> {
+                <$t>::event_wake(self, waker)
+            }
+            #[inline(always)]
+            fn take_events(&mut self) -> Result<u32> {
+                <$t>::take_events(self)
+            }
+            #[inline(always)]
+            fn modify(&mut self, from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
+                <$t>::modify(self, from, to, attr)
+            }
+            #[inline(always)]
+            fn query(&self) -> Result<QpInfo> {
+                <$t>::query(self)
+            }
+            #[inline(always)]
+            fn counts(&self) -> WrCounts {
+                <$t>::counts(self)
+            }
+            #[inline(always)]
+            fn progress(&self) -> &Arc<WrProgress> {
+                <$t>::progress(self)
+            }
+            #[inline(always)]
+            fn cq_depth(&self) -> u32 {
+                <$t>::cq_depth(self)
+            }
+            #[inline(always)]
+            fn max_send_sge(&self) -> u32 {
+                <$t>::max_send_sge(self)
+            }
+            #[inline(always)]
+            fn qpn(&self) -> u32 {
+                <$t>::qpn(self)
+            }
+            #[inline(always)]
+            fn path(&self) -> PathInfo {
+                <$t>::path(self)
+            }
+            #[inline(always)]
+            fn set_path(&mut self, p: PathInfo) {
+                <$t>::set_path(self, p)
+            }
+        }
+    };
+}
+
+qp_backend_by_inherent!(direct::DirectQp);
+#[cfg(feature = "verbs")]
+qp_backend_by_inherent!(verbs::VerbsQp);
+
 /// The QPs of a shared CQ as the front end keeps them: what a backend's
 /// poller needs to hand each completion to the QP (of type `Q`) its QPN
 /// names, and the CQ credits their retired WRs give back.

@@ -15,7 +15,6 @@ mod hooks;
 mod mr;
 pub(crate) mod poll;
 mod post;
-mod qp_backend;
 mod recv;
 mod split;
 mod srq;

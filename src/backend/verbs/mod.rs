@@ -3,7 +3,6 @@
 //! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
 
 mod post;
-mod qp_backend;
 mod split;
 mod srq;
 
@@ -312,7 +311,8 @@ impl VerbsQp {
 
     /// Waits up to `timeout` for a completion event of the QP's own CQ.
     /// The own CQ's completion channel fd, for an async wait.
-    pub(crate) fn event_wake(&self) -> Result<super::EventWake<'_>> {
+    /// (The waker is not kept: the channel's fd wakes the reactor.)
+    pub(crate) fn event_wake(&self, _waker: &std::task::Waker) -> Result<super::EventWake<'_>> {
         Ok(super::EventWake::Fd(self.own_cq()?.channel_fd()))
     }
 
