@@ -235,9 +235,10 @@ pub mod baseline {
 }
 
 /// The C baseline of the public API's post and poll (`driver.c`: a small
-/// mlx5 driver on rdma-core's `mlx5dv.h` helpers; frozen, see its header).
-/// `scripts/insn-count` counts the instructions inside these entry points
-/// beside ours.
+/// mlx5 driver on rdma-core's `mlx5dv.h` helpers; frozen, see its header;
+/// issue 15's UD post and SRQ poll in `driver_ud_srq.c`, issue 29's
+/// receive posts and polls in `driver_recv.c`). `scripts/insn-count`
+/// counts the instructions inside these entry points beside ours.
 pub mod driver {
     /// A send queue as the driver keeps it (`struct cb_sq`).
     #[repr(C)]
