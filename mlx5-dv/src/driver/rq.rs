@@ -386,6 +386,59 @@ mod tests {
         q.post(&sge, wr_id)
     }
 
+    /// The in-place post writes the ring bytes and doorbell record that
+    /// `post` + `ring_doorbell` write (with the terminating segment when
+    /// the stride holds more), and refuses a full queue writing nothing;
+    /// `complete_in_order` takes in-order completions only, and none
+    /// while one completed out of order is pending.
+    #[test]
+    fn in_place_post_and_in_order_completion() {
+        for stride in [16u32, 32] {
+            let words = (4 * stride / 8) as usize;
+            let (mut r1, mut d1) = (vec![0u64; words], [0u32; 2]);
+            let (mut r2, mut d2) = (vec![0u64; words], [0u32; 2]);
+            let mk = |ring: &mut Vec<u64>, db: &mut [u32; 2]| {
+                let mut d = mlx5dv_qp::zeroed();
+                d.dbrec = db.as_mut_ptr();
+                d.rq = mlx5dv_wq {
+                    buf: ring.as_mut_ptr().cast(),
+                    wqe_cnt: 4,
+                    stride,
+                };
+                // SAFETY: the ring holds 4 WQEs of `stride` bytes and the
+                // record two words, both outliving the queue.
+                unsafe { ReceiveQueue::new(&d) }.expect("receive queue")
+            };
+            let (mut a, mut b) = (mk(&mut r1, &mut d1), mk(&mut r2, &mut d2));
+            let s = crate::wqe::Seg::data(0x1000, 64, 1);
+            for w in 0..4u64 {
+                post(&mut a, 100 + w).unwrap();
+                a.ring_doorbell();
+                assert!(b.post_one_seg(&s, 100 + w));
+            }
+            drop((a, b));
+            assert_eq!((&r1, d1), (&r2, d2), "stride {stride}");
+            let mut b = mk(&mut r2, &mut d2);
+            for w in 0..4u64 {
+                assert!(b.post_one_seg(&s, 100 + w));
+            }
+            assert!(!b.post_one_seg(&s, 9), "full");
+            assert_eq!(b.complete_in_order(1), None, "out of order");
+            assert_eq!(b.complete(1), Some(101));
+            assert_eq!(
+                b.complete_in_order(0),
+                None,
+                "one completed early is pending"
+            );
+            assert_eq!(b.complete(0), Some(100));
+            assert_eq!(b.complete_in_order(2), Some(102));
+            assert_eq!(b.complete_in_order(2), None, "completed already");
+            assert_eq!(b.complete_in_order(3), Some(103));
+            assert_eq!(b.outstanding(), 0);
+            assert_eq!(b.complete_in_order(4), None, "nothing outstanding");
+        }
+    }
+
     /// Issue 15's rule: completions for WQEs 1, 0, 3, 2 (wr_ids 100..103 at
     /// indices 0..3) report 101, 100, 103, 102, and no room comes back
     /// until WQE 0 completes; a second completion of a WQE is refused.
