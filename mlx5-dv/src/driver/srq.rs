@@ -106,6 +106,20 @@ impl SrqSlots {
         self.device[i].store(true, Ordering::Release);
     }
 
+    /// [`Self::give`] of a WQE of one SGE, of `lkey`.
+    #[inline(always)]
+    pub fn give1(&self, idx: u32, wr_id: u64, lkey: u32) {
+        let i = idx as usize;
+        self.wr_id[i].store(wr_id, Ordering::Relaxed);
+        let keys = &self.lkeys[i * self.max_sge..(i + 1) * self.max_sge];
+        keys[0].store(lkey, Ordering::Relaxed);
+        for k in &keys[1..] {
+            k.store(0, Ordering::Relaxed);
+        }
+        // Release: as `give`'s.
+        self.device[i].store(true, Ordering::Release);
+    }
+
     /// A completion names WQE `idx`: returns its wr_id and queues the WQE
     /// for relinking, or `None` for an index that names no WQE the device
     /// holds (out of range, never posted, or completed already).
@@ -360,9 +374,9 @@ impl SharedReceiveQueue {
     /// list is empty. The WQE at the head keeps its next segment; `seg` at
     /// byte 16, and when the stride holds more, the terminating segment
     /// (lkey `MLX5_INVALID_LKEY`) at byte 32, as rdma-core's
-    /// `mlx5_post_srq_recv` writes them. Returns `false`, writing nothing,
-    /// when no WQE is free, or when `max_outstanding` WQEs would be
-    /// exceeded (counted before relinking: a conservative count).
+    /// `mlx5_post_srq_recv` writes them. Returns `false`, writing nothing
+    /// but relinked WQEs, when no WQE is free, or when more than
+    /// `max_outstanding` WQEs would be the device's.
     #[inline(always)]
     pub fn post_one_seg(
         &mut self,
@@ -371,11 +385,13 @@ impl SharedReceiveQueue {
         wr_id: u64,
         max_outstanding: u32,
     ) -> bool {
-        if self.free == 0 {
+        let full = |q: &Self| q.free == 0 || q.count - 1 - q.free >= max_outstanding;
+        if full(self) {
+            // (WQEs completed and not yet relinked count as outstanding.)
             self.relink();
-        }
-        if self.free == 0 || self.count - 1 - self.free >= max_outstanding {
-            return false;
+            if full(self) {
+                return false;
+            }
         }
         let idx = self.head;
         let base = idx as usize * self.stride as usize;
@@ -386,11 +402,9 @@ impl SharedReceiveQueue {
                 &crate::wqe::RECV_END.to_bytes(),
             );
         }
-        let mut next = [0u8; 2];
-        self.buf
-            .read_wrapping(base + crate::wqe::SRQ_NEXT_WQE_INDEX, &mut next);
-        self.slots.give(idx, wr_id, core::iter::once(lkey));
-        self.head = u16::from_be_bytes(next) as u32;
+        let next = self.buf.read_seg(base);
+        self.slots.give1(idx, wr_id, lkey);
+        self.head = decode_srq_next_seg(&next) as u32;
         self.free -= 1;
         self.counter = self.counter.wrapping_add(1);
         mmio::to_device_barrier();
