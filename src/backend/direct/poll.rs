@@ -19,7 +19,7 @@ use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef};
-use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
+use mlx5_dv::driver::{PutBack, ReceiveQueue, Retired, Retirer};
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
 
 /// The [`WcOpcode`] of a requester completion, by the WQE opcode its CQE
@@ -259,8 +259,8 @@ impl DirectQp {
         if cqe.op_own() >= COMMON_SEND_LIMIT {
             // A receive's, or one of the general path's: out of line, so
             // that this path keeps few registers.
-            taken.put_back();
-            return self.poll_recv::<SLOT>(out);
+            let again = taken.put_back();
+            return self.poll_recv::<SLOT>(out, again);
         }
         let Some(Retired { wr_id, hidden }) = self.sq.complete(cqe.wqe_counter()) else {
             // Stale (nothing retired): `retire`'s.
@@ -302,19 +302,24 @@ impl DirectQp {
     }
 
     /// A poll whose first CQE (at the consumer index, put back by
-    /// [`Self::poll_cqes`]) is not a send's common CQE: a receive's in the
+    /// [`Self::poll_cqes`], `again`: taken again without a second
+    /// ownership test) is not a send's common CQE: a receive's in the
     /// common case ([`received`]) is taken here, in straight-line code,
     /// and the poll goes on in [`Self::poll_rest`] if another CQE waits;
     /// any other goes to [`Self::poll_general`].
     #[inline(never)]
-    fn poll_recv<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+    fn poll_recv<const SLOT: usize>(
+        &mut self,
+        out: &mut [Completion],
+        again: PutBack<SLOT>,
+    ) -> Result<usize> {
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
         let Some(first) = out.first_mut() else {
             return Ok(0);
         };
-        let Some(taken) = own.cq.take::<SLOT>() else {
+        let Some(taken) = own.cq.take_put_back(again) else {
             return Ok(0);
         };
         let cqe = taken.cqe();
