@@ -659,6 +659,9 @@ fn fast_and_checked_write_the_same_wqes() {
     let _ = drain(&mut b);
 }
 
+/// A WR of this id, SGEs and remote address.
+type MakeWr = for<'s> fn(u64, &'s [Sge<'s>], RemoteAddr) -> SendWr<'s>;
+
 /// A batch of one opcode (all WRITEs, all SENDs: written by one loop) and
 /// a mixed one write the SQ bytes and complete the WRs that the same WRs
 /// posted one at a time write and complete, whatever their flags.
@@ -678,7 +681,7 @@ fn batches_of_one_opcode_write_what_single_posts_write() {
         SendFlags::FENCE,
         SendFlags::SIGNALED,
     ];
-    let kinds: [for<'s> fn(u64, &'s [Sge<'s>], RemoteAddr) -> SendWr<'s>; 3] = [
+    let kinds: [MakeWr; 3] = [
         |id, s, to| SendWr::rdma_write(id, s, to),
         |id, s, _| SendWr::send(id, s),
         |id, s, to| {
