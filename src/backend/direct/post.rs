@@ -32,6 +32,86 @@ impl DirectQp {
         }
     }
 
+    /// [`Self::post_one`] of an inline WR in the in-place post mode
+    /// ([`Self::post_inline`]); [`Declined`], having changed nothing, in
+    /// another mode or for another WR.
+    #[inline(always)]
+    pub(crate) fn post_one_inline(&mut self, w: &SendWr<'_>) -> InPlace {
+        if self.post_mode != PostMode::InPlace || !w.inline {
+            return Err(Declined::Mode);
+        }
+        // The commonest, a WRITE of plain bytes, built for itself (as
+        // `post_write_inline` is: the copy known to be a plain one).
+        if let (WrOp::RdmaWrite { remote }, [s]) = (w.op, w.sges) {
+            if s.plain {
+                let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+                // SAFETY: `s` borrows its memory for the call (`Sge<'mr>`),
+                // its range checked by `Sge::bytes` / `Sge::new`; a `plain`
+                // SGE is plain bytes (or a LocalMr the WR owns) that nothing
+                // else writes now: copied plainly.
+                let r = unsafe {
+                    self.sq.post_inline(
+                        WqeOpcode::RDMA_WRITE,
+                        ctrl_flags(w),
+                        0,
+                        Some(raddr),
+                        s.addr as *const u8,
+                        s.len as usize,
+                        false,
+                        w.wr_id,
+                    )
+                };
+                r.map_err(declined)?;
+                self.posted_sends(1);
+                return Ok(());
+            }
+        }
+        self.post_inline(w)
+    }
+
+    /// [`Self::post_one`]'s commonest WRs alone, for inlining into
+    /// `Qp::post_send`: one SGE on PD `pd` of 1 to 2^31 - 1 bytes, not
+    /// inline, a WRITE or a SEND, built in place when the SQ's gate is
+    /// open (`SendQueue::write_segs_gated`: the in-place post mode, and a
+    /// WR free under `max_post`: one compare for both, as the one-opcode
+    /// posts'). [`Declined`], having changed nothing, for any other: the
+    /// caller's out-of-line path (`Self::post_one`, `Self::post_many`).
+    #[inline(always)]
+    pub(crate) fn post_one_sge(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
+        // The opcode first: a WR of another (a UD SEND, an atomic) is
+        // declined in one compare.
+        let remote = match w.op {
+            WrOp::RdmaWrite { remote } => Some(remote),
+            WrOp::Send => None,
+            _ => return Err(Declined::Shape),
+        };
+        let s = match (w.sges, w.inline) {
+            ([s], false) if s.one_seg_on(pd) => s,
+            _ => return Err(Declined::Shape),
+        };
+        let flags = ctrl_flags(w);
+        let data = Seg::data(s.addr, s.len, s.lkey.0);
+        let put = match remote {
+            Some(r) => self.sq.write_segs_gated(
+                WqeOpcode::RDMA_WRITE,
+                flags,
+                0,
+                [Seg::raddr(r.addr, r.rkey.0), data],
+                w.wr_id,
+            ),
+            None => self
+                .sq
+                .write_segs_gated(WqeOpcode::SEND, flags, 0, [data], w.wr_id),
+        };
+        let Some(put) = put else {
+            return Err(Declined::Mode);
+        };
+        // (Published before the doorbell, as `post_write` does.)
+        super::count_sends(&mut self.sent, &self.progress, 1, put.posted_count());
+        put.ring();
+        Ok(())
+    }
+
     /// Posts a batch of WRs, each of [`Self::post_one`]'s kinds, built in
     /// place, with one doorbell (the 8-byte one, as rdma-core rings a batch).
     /// [`Declined`], having changed nothing, when one is of another kind
@@ -207,8 +287,9 @@ impl DirectQp {
     }
 
     /// [`Self::post_one`] taking a CQ credit (a shared CQ, or a shallow one);
-    /// [`Declined::Mode`] in the checked post mode.
-    #[inline(never)]
+    /// [`Declined::Mode`] in the checked post mode. (Inlined into
+    /// `Qp::post_send`'s out-of-line half.)
+    #[inline(always)]
     fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         match self.post_mode {
             PostMode::Ud => return self.post_ud_one(w, pd),
