@@ -1,11 +1,12 @@
 //! The completion queue poller: the ownership check, one CQE at a time
-//! with its barrier, the consumer index (written lazily on a CQ that
-//! ignores overrun), arming.
+//! with its barrier, compressed sessions expanded in place (out of line),
+//! the consumer index (written lazily on a CQ that ignores overrun), arming.
 
 use super::{pow2, DescError};
 use crate::cqe::{sw_owned, Cqe, CqeRef};
 use crate::doorbell::{cq_arm_uar, cq_arm_word, cq_ci, CQ_DBREC_ARM, CQ_DBREC_CI, CQ_UAR_DOORBELL};
 use crate::dv::mlx5dv_cq;
+use crate::mini_cqe::{self, CqSlots};
 use crate::mmio;
 use crate::prm::CQE64;
 
@@ -83,6 +84,13 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     /// first and tested (one compare: `owned`), then the from-device
     /// barrier (`lfence` on x86_64), then the fields the caller reads
     /// through the [`CqeRef`], only those (the others are never loaded).
+    ///
+    /// On a CQ of 64-byte slots, a compressed session's title (format 3,
+    /// [`crate::mini_cqe`]) is expanded in place first, out of line
+    /// ([`unzip`]): the title is consumed as nothing and its first
+    /// completion handed out, the others following as ordinary CQEs. A
+    /// title [`mini_cqe::expand_session`] refuses (a corrupt count or
+    /// opcode) is not handed out: `None`, the consumer index left on it.
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // borrows from the cursor: no Iterator
     pub fn next(&mut self) -> Option<CqeRef<'_>> {
@@ -100,6 +108,11 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
             return None;
         }
         mmio::from_device_barrier();
+        let (at, p, op_own) = if SLOT == CQE64 && mini_cqe::is_title(op_own) {
+            unzip(self.op_own0, at, self.ring_mask)?
+        } else {
+            (at, p, op_own)
+        };
         self.at = at.wrapping_add(SLOT);
         // SAFETY: the 64-byte CQE proper ends at `p` (its byte 63), inside
         // the slot. The device wrote it before publishing its op_own, which
@@ -147,6 +160,61 @@ impl<const SLOT: usize> Taken<'_, SLOT> {
     pub fn put_back(self) {
         self.cq.at = self.cq.at.wrapping_sub(SLOT);
     }
+}
+
+/// The CQ ring's 64-byte slots as [`mini_cqe::expand_in`] reads and
+/// writes them: `base` is slot 0, `cnt` the slots.
+struct RawSlots {
+    base: *mut u8,
+    cnt: u32,
+}
+
+impl CqSlots for RawSlots {
+    fn cqe_cnt(&self) -> u32 {
+        self.cnt
+    }
+    fn read(&self, i: u32) -> [u8; CQE64] {
+        // SAFETY: slot `i < cnt` of the ring (`unzip`'s contract): 64
+        // readable bytes, which the device does not write meanwhile.
+        unsafe { (self.base.add(i as usize * CQE64) as *const [u8; CQE64]).read_unaligned() }
+    }
+    fn write(&mut self, i: u32, b: &[u8; CQE64]) {
+        let p = self.base.wrapping_add(i as usize * CQE64);
+        // SAFETY: as in `read`: a slot of the session being expanded,
+        // software-owned, which the device writes again only after the
+        // consumer index has passed it. `op_own` goes last, as an atomic
+        // store as the device's (the next poll reads it as one).
+        unsafe {
+            core::ptr::copy_nonoverlapping(b.as_ptr(), p, CQE64 - 1);
+            mmio::publish_op_own(p.add(CQE64 - 1), b[CQE64 - 1]);
+        }
+    }
+}
+
+/// The title of a compressed session is at ring byte offset `at` (a
+/// consumer index in bytes, 64-byte slots) of the ring whose slot 0's
+/// `op_own` is at `op_own0` and whose `cqe_cnt * 64 - 1` is `ring_mask`:
+/// expands the session in place ([`mini_cqe::expand_in`]) and returns the
+/// position, `op_own` address and `op_own` of its first completion (the
+/// title consumed). `None` when the expansion refuses the title (nothing
+/// written). Out of line: the common poll never comes here.
+#[cold]
+#[inline(never)]
+fn unzip(op_own0: *const u8, at: usize, ring_mask: usize) -> Option<(usize, *const u8, u8)> {
+    let mut slots = RawSlots {
+        base: op_own0.wrapping_sub(CQE64 - 1) as *mut u8,
+        cnt: ((ring_mask + 1) / CQE64) as u32,
+    };
+    // The title and the N slots after it are software-owned: the device
+    // wrote the arrays before publishing the title's op_own, which the
+    // caller loaded before its barrier.
+    mini_cqe::expand_in(&mut slots, ((at & ring_mask) / CQE64) as u32).ok()?;
+    let at = at.wrapping_add(CQE64);
+    let p = op_own0.wrapping_add(at & ring_mask);
+    // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+    // offset of a whole slot), just written by the expansion.
+    let op_own = unsafe { mmio::read_op_own(p) };
+    Some((at, p, op_own))
 }
 
 /// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
@@ -282,6 +350,8 @@ impl CompletionQueue {
     /// CQ of `SLOT`-byte slots: for a poll that takes one CQE in
     /// straight-line code, which then keeps none of the CQ's state in
     /// registers across the barrier (what it needs after it, it loads).
+    /// A compressed session's title is expanded first, as by
+    /// [`CqCursor::next`].
     ///
     /// # Panics
     /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
@@ -297,6 +367,11 @@ impl CompletionQueue {
             return None;
         }
         mmio::from_device_barrier();
+        let (at, p, op_own) = if SLOT == CQE64 && mini_cqe::is_title(op_own) {
+            unzip(self.op_own0, at, self.ring_mask)?
+        } else {
+            (at, p, op_own)
+        };
         self.at = at.wrapping_add(SLOT);
         Some(Taken {
             p: p.wrapping_sub(CQE64 - 1),
