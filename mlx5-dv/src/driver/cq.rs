@@ -322,15 +322,32 @@ impl CompletionQueue {
 
     /// Whether the `k` CQEs from the consumer index on are software-owned
     /// (`k` at most `cqe_cnt`): a look that consumes nothing, for tests and
-    /// measurements that must know a poll will find them.
+    /// measurements that must know a poll will find them. A compressed
+    /// session's title counts as its `N` completions (its `byte_cnt`), the
+    /// slots it covers not looked at.
     pub fn ready(&self, k: u32) -> bool {
-        (0..k.min(self.cqe_cnt())).all(|j| {
-            let i = self.ci().wrapping_add(j);
+        let k = k.min(self.cqe_cnt());
+        let (mut i, mut found) = (self.ci(), 0);
+        while found < k {
             // SAFETY: the op_own byte of a slot inside the CQ buffer
             // (masked index, constructor contract).
             let op_own = unsafe { mmio::read_op_own(self.op_own_at(i)) };
-            sw_owned(op_own, i, self.cqe_cnt())
-        })
+            if !sw_owned(op_own, i, self.cqe_cnt()) {
+                return false;
+            }
+            mmio::from_device_barrier();
+            if self.slot_log == 6 && mini_cqe::is_title(op_own) {
+                // SAFETY: a software-owned 64-byte CQE (tested above, before
+                // the barrier); its byte_cnt is bytes 44..48.
+                let n = unsafe { Cqe::decode_raw(self.op_own_at(i).sub(CQE64 - 1)) }.byte_cnt;
+                found += n.max(1);
+                i = i.wrapping_add(n.saturating_add(1));
+            } else {
+                found += 1;
+                i = i.wrapping_add(1);
+            }
+        }
+        true
     }
 
     /// Whether the CQE at the consumer index is software-owned: one load of
