@@ -91,6 +91,7 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     /// completion handed out, the others following as ordinary CQEs. A
     /// title [`mini_cqe::expand_session`] refuses (a corrupt count or
     /// opcode) is not handed out: `None`, the consumer index left on it.
+    /// The common path pays one bit test for this ([`maybe_title`]).
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // borrows from the cursor: no Iterator
     pub fn next(&mut self) -> Option<CqeRef<'_>> {
@@ -108,8 +109,14 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
             return None;
         }
         mmio::from_device_barrier();
-        let (at, p, op_own) = if SLOT == CQE64 && mini_cqe::is_title(op_own) {
-            unzip(self.op_own0, at, self.ring_mask)?
+        let (at, p, op_own) = if SLOT == CQE64 && maybe_title(op_own) {
+            let at = unzip(self.op_own0, at, self.ring_mask, op_own)?;
+            let p = self.op_own0.wrapping_add(at & self.ring_mask);
+            // SAFETY: the op_own byte of a slot inside the CQ buffer
+            // (masked offset of a whole slot), software-owned: the CQE
+            // tested (not a title), or a session's first completion, just
+            // written by the expansion.
+            (at, p, unsafe { mmio::read_op_own(p) })
         } else {
             (at, p, op_own)
         };
@@ -191,16 +198,49 @@ impl CqSlots for RawSlots {
     }
 }
 
-/// The title of a compressed session is at ring byte offset `at` (a
-/// consumer index in bytes, 64-byte slots) of the ring whose slot 0's
-/// `op_own` is at `op_own0` and whose `cqe_cnt * 64 - 1` is `ring_mask`:
-/// expands the session in place ([`mini_cqe::expand_in`]) and returns the
-/// position, `op_own` address and `op_own` of its first completion (the
-/// title consumed). `None` when the expansion refuses the title (nothing
-/// written). Out of line: the common poll never comes here.
+/// The test on the common path, one bit (`test` and a branch): whether a
+/// software-owned CQE of a 64-byte slot may be a compressed session's
+/// title. Bit 3 of `op_own` is set in format 3 (a title) and in format 2
+/// (`MLX5_INLINE_SCATTER_64`, which needs 128-byte CQEs: never in a 64-byte
+/// slot), so the exact test ([`mini_cqe::is_title`]) is left to [`unzip`].
+#[inline(always)]
+fn maybe_title(op_own: u8) -> bool {
+    op_own & 0x08 != 0
+}
+
+/// A software-owned CQE whose `op_own` has bit 3 set ([`maybe_title`]) is
+/// at ring byte offset `at` (a consumer index in bytes, 64-byte slots) of
+/// the ring whose slot 0's `op_own` is at `op_own0` and whose `cqe_cnt *
+/// 64 - 1` is `ring_mask`. If it is a compressed session's title
+/// ([`mini_cqe::is_title`]), expands the session in place
+/// ([`mini_cqe::expand_in`]) and returns the position of its first
+/// completion, now an ordinary CQE in the next slot (the title consumed
+/// as nothing); for any other CQE (format 2) returns `at`, to take it as
+/// it is. `None` when the expansion refuses the title (nothing written).
+/// Out of line, taking and returning values in registers: the common
+/// poll never comes here, and pays for it no stack frame.
+/// [`unzip`] at `cq`'s consumer index, which it moves to the CQE to take;
+/// false when the expansion refused the title. Out of line, through the
+/// `CompletionQueue` (in memory already): its inlined caller keeps nothing
+/// live across the call.
 #[cold]
 #[inline(never)]
-fn unzip(op_own0: *const u8, at: usize, ring_mask: usize) -> Option<(usize, *const u8, u8)> {
+fn unzip_cq(cq: &mut CompletionQueue, op_own: u8) -> bool {
+    match unzip(cq.op_own0, cq.at, cq.ring_mask, op_own) {
+        Some(at) => {
+            cq.at = at;
+            true
+        }
+        None => false,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn unzip(op_own0: *const u8, at: usize, ring_mask: usize, op_own: u8) -> Option<usize> {
+    if !mini_cqe::is_title(op_own) {
+        return Some(at);
+    }
     let mut slots = RawSlots {
         base: op_own0.wrapping_sub(CQE64 - 1) as *mut u8,
         cnt: ((ring_mask + 1) / CQE64) as u32,
@@ -209,12 +249,7 @@ fn unzip(op_own0: *const u8, at: usize, ring_mask: usize) -> Option<(usize, *con
     // wrote the arrays before publishing the title's op_own, which the
     // caller loaded before its barrier.
     mini_cqe::expand_in(&mut slots, ((at & ring_mask) / CQE64) as u32).ok()?;
-    let at = at.wrapping_add(CQE64);
-    let p = op_own0.wrapping_add(at & ring_mask);
-    // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
-    // offset of a whole slot), just written by the expansion.
-    let op_own = unsafe { mmio::read_op_own(p) };
-    Some((at, p, op_own))
+    Some(at.wrapping_add(CQE64))
 }
 
 /// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
@@ -383,12 +418,34 @@ impl CompletionQueue {
         if !owned(op_own, (at & self.ring_size != 0) as u8) {
             return None;
         }
+        if SLOT == CQE64 && maybe_title(op_own) {
+            return self.take_unzipped(op_own);
+        }
         mmio::from_device_barrier();
-        let (at, p, op_own) = if SLOT == CQE64 && mini_cqe::is_title(op_own) {
-            unzip(self.op_own0, at, self.ring_mask)?
-        } else {
-            (at, p, op_own)
-        };
+        self.at = at.wrapping_add(SLOT);
+        Some(Taken {
+            p: p.wrapping_sub(CQE64 - 1),
+            op_own,
+            cq: self,
+        })
+    }
+
+    /// [`Self::take`] at a software-owned CQE whose `op_own` has bit 3 set
+    /// ([`maybe_title`]): a title is expanded ([`unzip`]) and its first
+    /// completion taken, any other CQE taken as it is. Everything is read
+    /// from `self` again after the expansion, so that the inlined `take`
+    /// keeps nothing live across the call.
+    #[inline(always)]
+    fn take_unzipped<const SLOT: usize>(&mut self, op_own: u8) -> Option<Taken<'_, SLOT>> {
+        mmio::from_device_barrier();
+        if !unzip_cq(self, op_own) {
+            return None;
+        }
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: as in `take`: the CQE at `at` is software-owned (the one
+        // tested, or a completion the expansion just wrote).
+        let op_own = unsafe { mmio::read_op_own(p) };
         self.at = at.wrapping_add(SLOT);
         Some(Taken {
             p: p.wrapping_sub(CQE64 - 1),
