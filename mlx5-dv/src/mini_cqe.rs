@@ -380,7 +380,7 @@ pub fn write_session(
     }
     let mask = cqe_cnt - 1;
     for (j, chunk) in minis.chunks(MINIS_PER_SLOT as usize).enumerate() {
-        r.write((t + array_offset(j as u32)) & mask, &array(chunk));
+        r.write(t.wrapping_add(array_offset(j as u32)) & mask, &array(chunk));
     }
     r.write(t & mask, &title(first, n));
     Ok(())

@@ -74,7 +74,7 @@ fn round_trip(cqe_cnt: u32, t: u32, cqes: &[Cqe]) -> Vec<u8> {
     let n = expand_session(&mut r, cqe_cnt, t).unwrap();
     assert_eq!(n, cqes.len() as u32);
     for (k, c) in cqes.iter().enumerate() {
-        let i = t + 1 + k as u32;
+        let i = t.wrapping_add(1 + k as u32);
         let o = (i & (cqe_cnt - 1)) as usize * CQE64;
         let slot: [u8; CQE64] = r[o..o + CQE64].try_into().unwrap();
         assert!(
@@ -241,4 +241,14 @@ fn the_largest_session_fills_all_but_one_slot_and_writes_only_inside_the_ring() 
     let cqes: Vec<Cqe> = (0..15).map(|k| recv_cqe(k, k as u32)).collect();
     let r = round_trip(cnt, 7, &cqes);
     assert_eq!(r.len(), 16 * CQE64);
+}
+
+#[test]
+fn a_title_index_near_u32_max_wraps_without_overflow() {
+    // Found by the cqe_session fuzz target: write_session added the array
+    // offset to the title index unwrapped.
+    let cnt = 16;
+    let t = u32::MAX;
+    let cqes: Vec<Cqe> = (0..9).map(|k| recv_cqe(k, k as u32)).collect();
+    round_trip(cnt, t, &cqes);
 }
