@@ -36,8 +36,9 @@
 //! handles ([`Cq`], [`Qp`]); `thread` runs the device thread; `exec`
 //! executes an SQ's WQEs (RNR retries, errors, requester CQEs), `ops` each
 //! opcode (DMA, the responder's checks), `recv` the responder's receive
-//! queue; `cq` also writes CQEs and raises events. `dma` is the sim's door
-//! to memory.
+//! queue; `cq` also writes CQEs and raises events, `session` holds runs of
+//! them as compressed sessions on a CQ that compresses (the sim's model of
+//! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to memory.
 //!
 //! [`mlx5dv_qp`]: crate::dv::mlx5dv_qp
 //! [`mlx5dv_cq`]: crate::dv::mlx5dv_cq
