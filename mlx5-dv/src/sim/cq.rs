@@ -270,7 +270,7 @@ impl Cq {
     /// slot, its owner bit, the user index, `op_own` published last; an
     /// overrun or an armed event as for any CQE), so that a test can poll
     /// the very bytes the sim writes without executing WQEs for them.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn hook_push_cqe(&self, c: &Cqe, uidx: u32) {
         push_cqe_to(&mut self.dev.lock(), self.cqn, c, uidx);
     }
@@ -279,7 +279,7 @@ impl Cq {
     /// `pi`, as if `pi` CQEs had been written since it was made (the next
     /// CQE goes to slot `pi % cqe_cnt` with the owner bit of that pass).
     /// Nothing is written.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn hook_start_at(&self, pi: u32) {
         self.dev
             .lock()
