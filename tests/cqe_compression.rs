@@ -207,7 +207,7 @@ fn a_compressed_shared_cq_delivers_each_qps_completions_in_order() {
     let sg = [Sge::new(&e.src, 0, 8).unwrap()];
     for round in 0..5u64 {
         for (q, &x) in idx.iter().enumerate() {
-            let base = (q as u64) << 32 | round * 10;
+            let base = ((q as u64) << 32) | (round * 10);
             let wrs: Vec<SendWr> = (base..base + 10)
                 .map(|i| SendWr::rdma_write(i, &sg, remote(&e.dst, 0)).signaled())
                 .collect();
