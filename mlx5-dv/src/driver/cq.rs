@@ -87,11 +87,11 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     ///
     /// On a CQ of 64-byte slots, a compressed session's title (format 3,
     /// [`crate::mini_cqe`]) is expanded in place first, out of line
-    /// ([`unzip`]): the title is consumed as nothing and its first
+    /// (`unzip`): the title is consumed as nothing and its first
     /// completion handed out, the others following as ordinary CQEs. A
     /// title [`mini_cqe::expand_session`] refuses (a corrupt count or
     /// opcode) is not handed out: `None`, the consumer index left on it.
-    /// The common path pays one bit test for this ([`maybe_title`]).
+    /// The common path pays one bit test for this (`op_own` bit 3).
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // borrows from the cursor: no Iterator
     pub fn next(&mut self) -> Option<CqeRef<'_>> {

@@ -180,7 +180,7 @@ impl Cq {
     /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`
     /// (call it before the CQ's first CQE, as creation would). The sim then
     /// writes runs of CQEs as compressed sessions in the basic layout
-    /// ([`crate::mini_cqe`]; the model: [`super::session`]'s docs); a
+    /// ([`crate::mini_cqe`]; the model is documented in `sim/session.rs`); a
     /// poller must expand them ([`crate::driver::CompletionQueue`] does).
     /// A session takes one slot more than its completions: the host sizes
     /// the ring for that (1.5 slots per completion at most: sessions hold
