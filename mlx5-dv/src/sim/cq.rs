@@ -269,7 +269,9 @@ impl Cq {
     /// index is `uidx` as the device writes every CQE (`push_cqe`: the next
     /// slot, its owner bit, the user index, `op_own` published last; an
     /// overrun or an armed event as for any CQE), so that a test can poll
-    /// the very bytes the sim writes without executing WQEs for them.
+    /// the very bytes the sim writes without executing WQEs for them. On a
+    /// CQ that compresses it may be held in a session
+    /// ([`Cq::set_compression`]) until the next [`Device::process`].
     #[cfg(any(test, feature = "test-hooks"))]
     pub fn hook_push_cqe(&self, c: &Cqe, uidx: u32) {
         push_cqe_to(&mut self.dev.lock(), self.cqn, c, uidx);
