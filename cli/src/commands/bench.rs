@@ -163,6 +163,7 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         qp_type: a.connection.into(),
         use_srq: a.use_srq,
+        cqe_comp: a.cqe_comp,
     };
     let test_name = match a.test {
         Test::Write => "write_lat",

@@ -168,7 +168,7 @@ impl DirectQp {
         srq: Option<&DirectSrq>,
         qp_type: QpType,
     ) -> Result<Self> {
-        let (own, credits) = cq.resolve(|depth| DirectCq::create_sim(dev, depth))?;
+        let (own, credits) = cq.resolve(|depth, zip| DirectCq::create_sim_ex(dev, depth, zip))?;
         let sim_cq = match &cq.in_use(&own).dev {
             DirectCqDev::Sim(s) => s,
             #[cfg(feature = "verbs")]
@@ -245,7 +245,8 @@ impl DirectQp {
         srq: Option<&DirectSrq>,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
-        let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
+        let (own, credits) =
+            cq.resolve(|depth, zip| DirectCq::create_mlx5_ex(&pd.ctx, depth, zip))?;
         let vcq = match &cq.in_use(&own).dev {
             DirectCqDev::Mlx5(v) => v,
             DirectCqDev::Sim(_) => {

@@ -71,6 +71,8 @@ pub struct LatConfig {
     /// The receiving sides take their receives from an SRQ (perftest
     /// `--use-srq`; SEND tests).
     pub use_srq: bool,
+    /// CQE compression on the QPs' CQs (`--cqe-comp`; ours, not perftest's).
+    pub cqe_comp: bool,
 }
 
 /// Most round trips a latency test with a duration keeps (their stamps are
@@ -123,6 +125,7 @@ impl Default for LatConfig {
             duration: None,
             qp_type: rdma_direct::QpType::Rc,
             use_srq: false,
+            cqe_comp: false,
         }
     }
 }
@@ -228,3 +231,17 @@ pub use results::*;
 use timing::*;
 pub use transport::check_transport;
 use wait::*;
+
+/// CQE bytes the sim wrote into the CQs of `qps` (64 a CQE written whole;
+/// with CQE compression 64 a session title and a mini-CQE array): `None`
+/// off the sim.
+pub(crate) fn sim_cqe_bytes<'q>(qps: impl IntoIterator<Item = &'q mut Qp>) -> Option<u64> {
+    use rdma_direct::testing::QpHooks;
+    let mut total = None;
+    for q in qps {
+        if let Some(h) = q.sim_hook() {
+            *total.get_or_insert(0) += h.cqe_bytes_written();
+        }
+    }
+    total
+}

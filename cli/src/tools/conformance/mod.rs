@@ -142,6 +142,7 @@ mod async_waits;
 mod benchmarks;
 mod channel;
 mod completions;
+mod compression;
 mod data;
 mod device_errors;
 mod flow;
@@ -156,6 +157,7 @@ use async_waits::*;
 use benchmarks::*;
 use channel::*;
 use completions::*;
+use compression::*;
 use data::*;
 use device_errors::*;
 use flow::*;
@@ -390,4 +392,5 @@ const ONE_SIDED: &[Case] = &[
     case!(the_send_queue_drains_with_an_event),
     case!(a_dropped_wait_leaves_the_buffer_with_the_qp),
     case!(port_events_stream_when_the_link_goes_down_and_up),
+    case!(cqe_compression_sessions_deliver_every_completion_once),
 ];
