@@ -106,8 +106,9 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
         // we loaded before the barrier; it writes the slot again only a
         // whole ring later, which the caller's CQ credits (or WR limits)
         // keep from happening while the CqeRef (borrowing this cursor)
-        // lives.
-        Some(unsafe { CqeRef::new(p.wrapping_sub(CQE64 - 1), op_own) })
+        // lives. The slot is `SLOT` bytes (`cursor` asserts it), so with
+        // 128 its first half precedes the CQE proper, likewise.
+        Some(unsafe { CqeRef::in_slot(p.wrapping_sub(CQE64 - 1), op_own, SLOT) })
     }
 }
 
@@ -136,8 +137,9 @@ impl<const SLOT: usize> Taken<'_, SLOT> {
         // inside the slot, and was software-owned before `take`'s barrier;
         // the device writes the slot again only a whole ring later, which
         // the caller's CQ credits (or WR limits) keep from happening while
-        // the CqeRef (borrowing this, which borrows the CQ) lives.
-        unsafe { CqeRef::new(self.p, self.op_own) }
+        // the CqeRef (borrowing this, which borrows the CQ) lives. The slot
+        // is `SLOT` bytes (`take` asserts it).
+        unsafe { CqeRef::in_slot(self.p, self.op_own, SLOT) }
     }
 
     /// Puts the CQE back: the consumer index goes back to it, and the next

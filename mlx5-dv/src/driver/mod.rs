@@ -13,6 +13,9 @@ mod fast;
 #[cfg(test)]
 mod fast_tests;
 mod rq;
+mod scatter;
+#[cfg(test)]
+mod scatter_tests;
 mod sq;
 mod srq;
 mod table;
@@ -24,6 +27,7 @@ pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, Taken};
 pub use fast::{Reserved, Written};
 pub use rq::ReceiveQueue;
+pub use scatter::ScatterError;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
 pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots};
 pub use table::Table;
