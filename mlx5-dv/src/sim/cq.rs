@@ -365,3 +365,82 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
         }
     }
 }
+
+/// [`push_cqe_to`] for a CQE that carries `data` (scatter to CQE,
+/// `scatter.rs`; never compressed): on a CQ of 64-byte CQEs at most 32
+/// bytes, in bytes 0..32 of the CQE proper, `op_own` bit 0x4
+/// (`MLX5_INLINE_SCATTER_32`); on one of 128-byte CQEs at most 64, in the
+/// slot's first 64 bytes, before the CQE proper, bit 0x8
+/// (`MLX5_INLINE_SCATTER_64`). The data is written before `op_own` is
+/// published. Overrun and events as for any CQE.
+pub(super) fn push_cqe_with_data(st: &mut State, cqn: u32, c: &Cqe, uidx: u32, data: &[u8]) {
+    let cq = st.cqs.get_mut(&cqn).expect("cq");
+    let before = cq.error_events;
+    push_cqe_data(cq, c, uidx, data);
+    if cq.error_events != before {
+        super::srq::raise(st, super::AsyncEvent::CqError { cqn });
+    }
+}
+
+fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
+    use crate::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
+    let slot128 = cq.cqe_size == 128;
+    assert!(data.len() <= if slot128 { 64 } else { 32 }, "scatter data too long");
+    if cq.overrun {
+        return;
+    }
+    if cq_full(cq) {
+        cq.overrun = true;
+        cq.error_events += 1;
+        return;
+    }
+    let mut bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
+    let slot = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize;
+    let off = slot + cq.cqe_size as usize - CQE64;
+    if slot128 {
+        bytes[63] |= INLINE_SCATTER_64;
+        cq.buf.write(slot, data);
+    } else {
+        bytes[63] |= INLINE_SCATTER_32;
+        // Over whatever the CQE proper holds there (flags_rqpn at 24 among
+        // them), as the device overlays it.
+        bytes[..data.len()].copy_from_slice(data);
+    }
+    cq.buf.write(off, &bytes[..63]);
+    cq.buf.publish_op_own(off + 63, bytes[63]);
+    cq.pi = cq.pi.wrapping_add(1);
+    // As in `push_cqe`: the CQE before the arm is read, then the event.
+    mmio::store_load_barrier();
+    raise_if_armed(cq, c);
+}
+
+/// `push_cqe`'s completion event, for [`push_cqe_data`]: the arm doorbell
+/// names this CQ and the sequence number the next event answers, and `c`
+/// is what the arm asked for (any, or solicited / error only).
+fn raise_if_armed(cq: &mut CqEntry, c: &Cqe) {
+    // SAFETY: the UAR page is 4096 bytes, 4096-aligned, and lives with `cq`;
+    // the host writes the register atomically (`mmio::write_uar_doorbell`).
+    let db =
+        u64::from_be(unsafe { mmio::read_uar_doorbell(cq.uar.ptr().add(CQ_UAR_DOORBELL).cast()) });
+    let arm = (db >> 32) as u32;
+    if db as u32 != cq.cqn || (arm >> 28) & 3 != cq.event_sn & 3 {
+        return;
+    }
+    let solicited_only = arm & (1 << 24) != 0;
+    if solicited_only && !c.solicited && !c.opcode.is_error() {
+        return;
+    }
+    cq.completion_events += 1;
+    cq.event_sn = cq.event_sn.wrapping_add(1);
+    if let Some((ch, context)) = &cq.channel {
+        ch.raise(cq.cqn, *context);
+        return;
+    }
+    // A full counter (2^64 - 2 unread events) cannot happen here.
+    let _ = cq.event_fd.write(1);
+    let w = cq.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(w) = w {
+        w.wake();
+    }
+}

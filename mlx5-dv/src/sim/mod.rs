@@ -49,6 +49,7 @@ mod exec;
 mod ops;
 mod qp;
 mod recv;
+mod scatter;
 mod srq;
 mod thread;
 mod ud;
@@ -244,6 +245,13 @@ struct QpEntry {
     /// completing out of order; the first of a pair waits here.
     swap_recv: bool,
     held_recv: Option<crate::cqe::Cqe>,
+    /// Scatter to CQE (`scatter.rs`): the QP context's `cs_res` (small
+    /// SENDs received into the CQE) and `cs_req` (small READ responses and
+    /// atomic results into a signaled requester CQE), and the data of the
+    /// executing WQE's requester CQE.
+    scatter_resp: bool,
+    scatter_req: bool,
+    req_inline: Option<scatter::InlineData>,
 }
 
 struct SrqEntry {
