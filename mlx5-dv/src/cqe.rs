@@ -262,12 +262,14 @@ impl CqeRef<'_> {
         unsafe { Cqe::decode_raw(self.p) }
     }
 
-    /// Whether the CQE carries inline-scattered data ([`INLINE_SCATTER_32`]
-    /// or [`INLINE_SCATTER_64`] in `op_own`): one test of the byte the
-    /// ownership test read.
+    /// Whether the CQE carries inline-scattered data: format 1
+    /// ([`INLINE_SCATTER_32`]) or 2 ([`INLINE_SCATTER_64`]) in `op_own`
+    /// bits 3:2 (format 3, both bits, is a compressed CQE block, not
+    /// data). One test of the byte the ownership test read.
     #[inline(always)]
     pub fn has_inline_data(&self) -> bool {
-        self.op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64) != 0
+        let f = self.op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64);
+        f != 0 && f != INLINE_SCATTER_32 | INLINE_SCATTER_64
     }
 
     /// The data a scatter-to-CQE completion carries, read in place (valid
@@ -277,11 +279,11 @@ impl CqeRef<'_> {
     /// a CQE without either bit, an error CQE, and a CQE whose bits or
     /// `byte_cnt` do not fit its slot (`INLINE_SCATTER_64` in a 64-byte
     /// slot, a count over 32 or 64): the device wrote no such CQE, and
-    /// nothing outside the slot is read. With both bits set,
-    /// `INLINE_SCATTER_32` wins, as in rdma-core's `cq.c`.
+    /// nothing outside the slot is read. `None` too with both bits set
+    /// (format 3: a compressed CQE block).
     #[inline]
     pub fn inline_data(&self) -> Option<&[u8]> {
-        if self.opcode().is_error() {
+        if self.opcode().is_error() || !self.has_inline_data() {
             return None;
         }
         let len = self.byte_cnt() as usize;
@@ -409,7 +411,9 @@ mod tests {
         assert_eq!(data_of(&slot_with(64, resp | INLINE_SCATTER_64, 8)), None);
         assert_eq!(data_of(&slot_with(64, resp | INLINE_SCATTER_32, 33)), None);
         assert_eq!(data_of(&slot_with(128, resp | INLINE_SCATTER_64, 65)), None);
-        // No bits, or an error CQE: none.
+        // No bits, both (format 3: compressed), or an error CQE: none.
+        let both = INLINE_SCATTER_32 | INLINE_SCATTER_64;
+        assert_eq!(data_of(&slot_with(128, resp | both, 8)), None);
         assert_eq!(data_of(&slot_with(64, resp, 8)), None);
         let err = CqeOpcode::RESP_ERR.0 << 4;
         assert_eq!(data_of(&slot_with(64, err | INLINE_SCATTER_32, 8)), None);

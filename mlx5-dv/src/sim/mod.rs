@@ -252,6 +252,8 @@ struct QpEntry {
     scatter_resp: bool,
     scatter_req: bool,
     req_inline: Option<scatter::InlineData>,
+    /// CQEs written for this QP with data in them (responder and requester).
+    scatter_cqes: u64,
 }
 
 struct SrqEntry {

@@ -156,6 +156,7 @@ impl Device {
                 scatter_resp: false,
                 scatter_req: false,
                 req_inline: None,
+                scatter_cqes: 0,
             },
         );
         Ok(Qp {

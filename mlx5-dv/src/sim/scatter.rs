@@ -88,6 +88,7 @@ pub(super) fn requester_scatters(st: &State, qpn: u32, len: usize, signaled: boo
 pub(super) fn push_req_cqe(st: &mut State, qpn: u32, cqn: u32, c: &Cqe, uidx: u32) {
     match st.qps.get_mut(&qpn).and_then(|q| q.req_inline.take()) {
         Some(d) if c.opcode == crate::prm::CqeOpcode::REQ => {
+            st.qps.get_mut(&qpn).expect("qp").scatter_cqes += 1;
             push_cqe_with_data(st, cqn, c, uidx, d.get())
         }
         _ => push_cqe_to(st, cqn, c, uidx),
@@ -99,6 +100,7 @@ pub(super) fn push_req_cqe(st: &mut State, qpn: u32, cqn: u32, c: &Cqe, uidx: u3
 /// list), and the CQE written with the data.
 pub(super) fn complete_recv_inline(st: &mut State, qpn: u32, idx: u16, c: Cqe, data: &[u8]) {
     let q = st.qps.get_mut(&qpn).expect("qp");
+    q.scatter_cqes += 1;
     let srq = q.srq;
     if srq.is_none() {
         q.rq_ci = q.rq_ci.wrapping_add(1);
@@ -146,6 +148,13 @@ impl Qp {
         q.scatter_resp = responder && matches!(q.qp_type, QpType::Rc | QpType::Uc);
         q.scatter_req = requester && q.qp_type == QpType::Rc;
         Ok((q.scatter_resp, q.scatter_req))
+    }
+
+    /// CQEs the device wrote for this QP with data in them (received
+    /// SENDs, READ responses, atomic results), for tests that must know
+    /// the data did come in the CQE.
+    pub fn scatter_cqes(&self) -> u64 {
+        self.dev.lock().qps[&self.qpn].scatter_cqes
     }
 
     /// The scatter to CQE in force, `(responder, requester)`.

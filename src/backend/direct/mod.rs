@@ -16,6 +16,7 @@ mod mr;
 pub(crate) mod poll;
 mod post;
 mod recv;
+mod scatter;
 mod split;
 mod srq;
 
@@ -163,8 +164,9 @@ impl DirectQp {
         max_recv_sge: u32,
         srq: Option<&DirectSrq>,
         qp_type: QpType,
+        inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
-        let (own, credits) = cq.resolve(|depth| DirectCq::create_sim(dev, depth))?;
+        let (own, credits) = cq.resolve(|depth| scatter::create_sim_cq(dev, depth, inline_recv))?;
         let sim_cq = match &cq.in_use(&own).dev {
             DirectCqDev::Sim(s) => s,
             #[cfg(feature = "verbs")]
@@ -194,6 +196,7 @@ impl DirectQp {
             stride,
             srq.and_then(DirectSrq::sim),
         )?;
+        scatter::set_sim_qp(&sim_qp, inline_recv)?;
         // SAFETY: the descriptions come from `sim_qp`, which this struct owns
         // and drops after the drivers (field order); nothing else on the host
         // uses these rings.
@@ -238,6 +241,7 @@ impl DirectQp {
         caps: ibv::QpCaps,
         cq: CqFor<'_>,
         srq: Option<&DirectSrq>,
+        inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
         let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
@@ -262,7 +266,7 @@ impl DirectQp {
             }
             None => None,
         };
-        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq)?;
+        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq, inline_recv.is_on())?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
         // that `objs` owns; this struct drops the drivers before `objs`
         // (field order), and no one else posts to it (the QP is never

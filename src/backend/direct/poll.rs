@@ -18,7 +18,11 @@ use super::{DirectCq, DirectQp};
 use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
-use mlx5_dv::cqe::{Cqe, CqeRef};
+use mlx5_dv::cqe::{Cqe, CqeRef, INLINE_SCATTER_32, INLINE_SCATTER_64};
+
+/// `op_own`'s format bits (3:2): scatter-to-CQE data (1, 2) or a
+/// compressed block (3). A CQE with any set goes to the general path.
+const FORMAT: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
 
@@ -213,7 +217,9 @@ impl DirectQp {
         };
         let cqe = taken.cqe();
         let retired = match cqe.opcode() {
-            CqeOpcode::REQ => self.sq.complete(cqe.wqe_counter()),
+            // (Format bits set, scatter-to-CQE data or compression: the
+            // general path's.)
+            CqeOpcode::REQ if cqe.op_own() & FORMAT == 0 => self.sq.complete(cqe.wqe_counter()),
             _ => None,
         };
         let Some(Retired { wr_id, hidden }) = retired else {
@@ -300,7 +306,7 @@ impl DirectQp {
         let mut other = None;
         while n < out.len() {
             let Some(cqe) = cqes.next() else { break };
-            if cqe.opcode() == CqeOpcode::REQ {
+            if cqe.opcode() == CqeOpcode::REQ && cqe.op_own() & FORMAT == 0 {
                 // The common CQE: a send completed without error.
                 match sq.complete(cqe.wqe_counter()) {
                     Some(Retired {
@@ -317,7 +323,7 @@ impl DirectQp {
                     None => {}
                 }
             }
-            other = Some(cqe.decode());
+            other = Some(super::scatter::decode(cqe, &sq, &self.rq));
             break;
         }
         drop((sq, cqes));
@@ -360,7 +366,7 @@ impl DirectQp {
             let cqe = match first.take() {
                 Some(c) => c,
                 None if n < out.len() => match cqes.next() {
-                    Some(c) => c.decode(),
+                    Some(c) => super::scatter::decode(c, &sq, rq),
                     None => break,
                 },
                 None => break,
@@ -453,8 +459,8 @@ impl DirectCq {
         let mut n = 0;
         let mut result = Ok(());
         while n < max {
-            let Some(cqe) = cqes.next() else { break };
-            let cqe = cqe.decode();
+            let Some(raw) = cqes.next() else { break };
+            let cqe = raw.decode();
             if skip == Some(cqe.qpn) {
                 // Dropped unretired; but a receive of an SRQ is the SRQ's
                 // again.
@@ -469,6 +475,7 @@ impl DirectCq {
                 result = Err(Error::ForeignCqe { qpn: cqe.qpn });
                 break;
             };
+            let cqe = super::scatter::decode_shared(raw, cqe, q);
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.
                 q.retire_split(|q| retire(&mut q.sq.retirer(), &mut q.rq, &cqe))
