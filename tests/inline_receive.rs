@@ -204,7 +204,10 @@ fn two_sges_split_the_data_and_an_unsignaled_read_is_dmaed() {
     let s = [Sge::new(&far, 0, 25).unwrap()];
     c.post_send(&[SendWr::send(3, &s).signaled()]).unwrap();
     let wc = one(&mut d);
-    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (7, WcStatus::SUCCESS, 25));
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (7, WcStatus::SUCCESS, 25)
+    );
     assert_eq!(scattered(&mut d), 1);
     rdst.read(0, &mut got).unwrap();
     assert_eq!(&got[AT..AT + 3], &data[..3]);
@@ -254,12 +257,18 @@ fn atomic_results_come_in_the_cqe() {
     a.post_send(&[SendWr::atomic_fetch_add(1, &s, remote, 1).signaled()])
         .unwrap();
     let wc = one(&mut a);
-    assert_eq!((wc.status, wc.opcode), (WcStatus::SUCCESS, WcOpcode::FETCH_ADD));
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::SUCCESS, WcOpcode::FETCH_ADD)
+    );
     check_target(&old, &41u64.to_ne_bytes(), "fetch-and-add");
     a.post_send(&[SendWr::atomic_cmp_swp(2, &s, remote, 42, 7).signaled()])
         .unwrap();
     let wc = one(&mut a);
-    assert_eq!((wc.status, wc.opcode), (WcStatus::SUCCESS, WcOpcode::COMP_SWAP));
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::SUCCESS, WcOpcode::COMP_SWAP)
+    );
     check_target(&old, &42u64.to_ne_bytes(), "compare-and-swap");
     assert_eq!(scattered(&mut a), 2);
     let mut v = [0u8; 8];
@@ -288,7 +297,8 @@ fn srq_receives_take_cqe_data() {
             src.write(0, &data).unwrap();
             let before = scattered(&mut b);
             let s = [Sge::new(&src, 0, n as u32).unwrap()];
-            a.post_send(&[SendWr::send(k as u64, &s).signaled()]).unwrap();
+            a.post_send(&[SendWr::send(k as u64, &s).signaled()])
+                .unwrap();
             let wc = one(&mut b);
             assert_eq!((wc.wr_id, wc.status), (k as u64, WcStatus::SUCCESS));
             assert_eq!(wc.byte_len, n as u32);
@@ -350,7 +360,10 @@ fn uc_scatters_ud_ignores_it_and_off_is_the_default() {
         b.post_recv(&[RecvWr::new(1, &r)]).unwrap();
         a.post_send(&[wr]).unwrap();
         let wc = one(&mut b);
-        assert_eq!((wc.status, wc.byte_len), (WcStatus::SUCCESS, 20 + 40 * ud as u32));
+        assert_eq!(
+            (wc.status, wc.byte_len),
+            (WcStatus::SUCCESS, 20 + 40 * ud as u32)
+        );
         let mut got = vec![0u8; 256];
         dst.read(0, &mut got).unwrap();
         assert_eq!(&got[AT..AT + 20], &data[..], "{qp_type:?}");

@@ -385,7 +385,10 @@ pub(super) fn push_cqe_with_data(st: &mut State, cqn: u32, c: &Cqe, uidx: u32, d
 fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
     use crate::cqe::{INLINE_SCATTER_32, INLINE_SCATTER_64};
     let slot128 = cq.cqe_size == 128;
-    assert!(data.len() <= if slot128 { 64 } else { 32 }, "scatter data too long");
+    assert!(
+        data.len() <= if slot128 { 64 } else { 32 },
+        "scatter data too long"
+    );
     if cq.overrun {
         return;
     }

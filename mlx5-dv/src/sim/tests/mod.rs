@@ -4,6 +4,7 @@
 mod cq;
 mod execution;
 mod qp_lifecycle;
+mod scatter;
 mod send_queue;
 
 use super::*;
