@@ -163,6 +163,11 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         qp_type: a.connection.into(),
         use_srq: a.use_srq,
+        inline_recv: match a.inline_recv {
+            None => rdma_direct::InlineRecv::Off,
+            Some(64) => rdma_direct::InlineRecv::Up64,
+            Some(_) => rdma_direct::InlineRecv::Up32,
+        },
     };
     let test_name = match a.test {
         Test::Write => "write_lat",

@@ -31,6 +31,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         max_inline: if inline { cfg.inline_size } else { 0 },
         port: cfg.port,
         gid_index: cfg.gid_index,
+        inline_recv: cfg.inline_recv,
         ..QpConfig::default()
     };
     let (pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq)?;
@@ -65,6 +66,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         sides: [side(&a, &mr_a), side(&b, &mr_b)],
         qp_type: cfg.qp_type,
         use_srq: cfg.use_srq,
+        inline_recv: cfg.inline_recv,
     };
     let remote = |mr: &Mr| RemoteAddr {
         addr: mr.addr() + size as u64,

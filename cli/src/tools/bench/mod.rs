@@ -71,6 +71,9 @@ pub struct LatConfig {
     /// The receiving sides take their receives from an SRQ (perftest
     /// `--use-srq`; SEND tests).
     pub use_srq: bool,
+    /// Inline receive (scatter to CQE) on the QPs (`--inline-recv`; not in
+    /// perftest, which runs with libmlx5's default: on).
+    pub inline_recv: rdma_direct::InlineRecv,
 }
 
 /// Most round trips a latency test with a duration keeps (their stamps are
@@ -123,6 +126,7 @@ impl Default for LatConfig {
             duration: None,
             qp_type: rdma_direct::QpType::Rc,
             use_srq: false,
+            inline_recv: rdma_direct::InlineRecv::Off,
         }
     }
 }

@@ -183,6 +183,8 @@ pub struct RunInfo {
     /// The transport (`-c`) and whether receives come from an SRQ.
     pub qp_type: rdma_direct::QpType,
     pub use_srq: bool,
+    /// Inline receive (scatter to CQE) asked for (`--inline-recv`).
+    pub inline_recv: rdma_direct::InlineRecv,
 }
 
 /// One side's address, as perftest prints "local address" / "remote address".
@@ -239,6 +241,13 @@ impl RunInfo {
             line(format!(" GID index       : {g}"));
         }
         line(format!(" Max inline data : {}[B]", self.inline));
+        line(format!(
+            " Inline receive  : {}",
+            match self.inline_recv.max_bytes() {
+                0 => "OFF".to_string(),
+                n => format!("ON, up to {n}[B] in the CQE (scatter to CQE)"),
+            }
+        ));
         line(format!(
             " CQ waits        : {}",
             match self.completion {

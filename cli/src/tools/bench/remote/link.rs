@@ -159,6 +159,7 @@ pub(super) fn connect_link(
         },
         qp_type: qcfg.qp_type,
         use_srq: lat.use_srq,
+        inline_recv: qcfg.inline_recv,
         sides: [
             SideInfo {
                 qpn: qp.qp_num(),
