@@ -5,7 +5,8 @@
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
 //! Files: `sq` ([`SendQueue`]), `rq` ([`ReceiveQueue`]), `srq`
-//! ([`SharedReceiveQueue`], [`SrqSlots`]) and `cq` ([`CompletionQueue`]); here, what they share ([`DescError`]) and the CQ
+//! ([`SharedReceiveQueue`], [`SrqSlots`]), `cq` ([`CompletionQueue`]) and
+//! `scatter` (scatter to CQE: `scatter_from_cqe`, [`ScatterError`]); here, what they share ([`DescError`]) and the CQ
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
 
 mod cq;
