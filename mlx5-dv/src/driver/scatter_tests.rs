@@ -193,10 +193,8 @@ fn srq_copy_skips_the_next_segment() {
     let on = ReceiveQueue::on_srq(slots.clone());
     assert_eq!(slots.complete(idx as u16), Some(7));
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { on.scatter_from_cqe(idx as u16, &data) },
-        Err(ScatterError::Stale)
-    );
+    let r = unsafe { on.scatter_from_cqe(idx as u16, &data) };
+    assert_eq!(r, Err(ScatterError::Stale));
 }
 
 /// A send queue of `wqe_cnt` WQEBBs over `ring`.
