@@ -19,12 +19,12 @@ use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef, INLINE_SCATTER_32, INLINE_SCATTER_64};
+use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
+use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
 
 /// `op_own`'s format bits (3:2): scatter-to-CQE data (1, 2) or a
 /// compressed block (3). A CQE with any set goes to the general path.
 const FORMAT: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
-use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
-use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
 
 /// The [`WcOpcode`] of a requester completion, by the WQE opcode its CQE
 /// names (byte 56): one load instead of a chain of compares. WQE opcodes
