@@ -17,12 +17,23 @@
 //!   CQEs are there before the call: `SimHook::cqes_ready`);
 //! - `api_poll_empty`: `Qp::poll` of an empty CQ;
 //! - `api_shared_poll_empty`: `SharedCq::poll` of an empty shared CQ (one
-//!   connected QP on it).
+//!   connected QP on it);
+//! - `api_half_write1`: `SendHalf::post_write` of one signaled 1-SGE RDMA
+//!   WRITE (issue 16);
+//! - `api_ud_post`: `Qp::post_send` of one signaled 1-SGE UD SEND;
+//!   `api_srq_poll`: `Qp::poll` of one receive completion of a QP on an SRQ
+//!   (issue 15);
+//! - `api_post_recv`: `Qp::post_recv` of one 1-SGE receive on the QP's own
+//!   RQ; `api_srq_post_recv`: `Srq::post_recv` of one 1-SGE receive (the
+//!   peer's SEND takes each, and its completions are polled, uncounted);
+//! - `api_rq_poll`, `api_ud_poll`: `Qp::poll` into a 1-entry slice of one
+//!   receive completion of an RC, a UD QP's own RQ (the receive posted and
+//!   the peer's SEND completed before the call) (issue 29).
 
 use rdma_direct::testing::QpHooks;
 use rdma_direct::{
     Access, Completion, Context, CqSizing, Qp, QpConfig, QpType, RecvWr, RemoteAddr, SendFlags,
-    SendHalf, SendWr, Sge, SharedCq, UdDest, WriteWr,
+    SendHalf, SendWr, Sge, SharedCq, Srq, UdDest, WriteWr,
 };
 use std::hint::black_box;
 
@@ -70,6 +81,18 @@ pub fn api_poll(qp: &mut Qp, out: &mut [Completion]) -> rdma_direct::Result<usiz
 
 #[no_mangle]
 #[inline(never)]
+pub fn api_post_recv(qp: &mut Qp, wrs: &[RecvWr<'_>]) -> rdma_direct::Result<()> {
+    qp.post_recv(wrs)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_srq_post_recv(srq: &mut Srq, wrs: &[RecvWr<'_>]) -> rdma_direct::Result<()> {
+    srq.post_recv(wrs)
+}
+
+#[no_mangle]
+#[inline(never)]
 pub fn api_shared_poll(cq: &mut SharedCq, out: &mut [Completion]) -> rdma_direct::Result<usize> {
     cq.poll(out)
 }
@@ -92,7 +115,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll> <N>");
+        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll|api_post_recv|api_srq_post_recv|api_rq_poll|api_ud_poll> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
@@ -156,6 +179,10 @@ fn main() -> rdma_direct::Result<()> {
     let (mut split_a, _split_b) = pd.create_connected_pair(&cfg)?;
     let (mut half_tx, _half_rx) = split_a.split()?;
     let send = SendWr::send(5, &sge).signaled();
+    // Issue 29's rows: an RC pair whose first QP receives on its own RQ
+    // (and the UD pair above, ud_b receiving: 40 bytes of GRH, then 64).
+    let (mut rc_rx, mut rc_tx) = pd.create_connected_pair(&cfg)?;
+    let ud_rbuf = [Sge::new(&dst, 0, 128)?];
     for _ in 0..n {
         match op.as_str() {
             "api_post_write" => {
@@ -211,6 +238,52 @@ fn main() -> rdma_direct::Result<()> {
                 let got = api_poll(&mut srq_rx, black_box(&mut out))?;
                 assert_eq!((got, out[0].wr_id), (1, 9), "the receive's CQE was there");
                 drain(&mut srq_tx, 1);
+            }
+            "api_post_recv" => {
+                api_post_recv(
+                    &mut rc_rx,
+                    std::slice::from_ref(black_box(&RecvWr::new(9, &rbuf))),
+                )?;
+                rc_tx.post_send(&[send])?;
+                drain(&mut rc_rx, 1);
+                drain(&mut rc_tx, 1);
+            }
+            "api_srq_post_recv" => {
+                api_srq_post_recv(
+                    &mut srq,
+                    std::slice::from_ref(black_box(&RecvWr::new(9, &rbuf))),
+                )?;
+                srq_tx.post_send(&[send])?;
+                drain(&mut srq_rx, 1);
+                drain(&mut srq_tx, 1);
+            }
+            "api_rq_poll" => {
+                rc_rx.post_recv(&[RecvWr::new(9, &rbuf)])?;
+                rc_tx.post_send(&[send])?;
+                let hook = rc_rx.sim_hook().expect("the sim");
+                while !hook.cqes_ready(1) {
+                    std::thread::yield_now();
+                }
+                let got = api_poll(&mut rc_rx, black_box(&mut out[..1]))?;
+                assert_eq!((got, out[0].wr_id), (1, 9), "the receive's CQE was there");
+                drain(&mut rc_tx, 1);
+            }
+            "api_ud_poll" => {
+                ud_b.post_recv(&[RecvWr::new(10, &ud_rbuf)])?;
+                ud_a.post_send(&[ud_wr])?;
+                let hook = ud_b.sim_hook().expect("the sim");
+                while !hook.cqes_ready(1) {
+                    std::thread::yield_now();
+                }
+                let got = api_poll(&mut ud_b, black_box(&mut out[..1]))?;
+                let c = out[0];
+                assert_eq!(
+                    (got, c.wr_id, c.byte_len),
+                    (1, 10, 40 + 64),
+                    "the receive's CQE was there"
+                );
+                assert_eq!(c.src_qp.qpn(), ud_a.qp_num());
+                drain(&mut ud_a, 1);
             }
             "api_poll_empty" => {
                 assert_eq!(api_poll(&mut a, black_box(&mut out))?, 0);

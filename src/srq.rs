@@ -205,7 +205,22 @@ impl Srq {
     /// bytes, a batch larger than `max_wr` (it could never fit), an SGE of
     /// another PD or of plain bytes; a verbs device's refusal
     /// ([`Error::Verbs`], `ibv_post_srq_recv`).
+    #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        // One receive of one SGE on the direct path: in place
+        // (`DirectSrq::post_recv_one`); anything else, or anything it
+        // declines, takes the checked path.
+        if let (SrqKind::Direct(d), [w]) = (&mut self.kind, wrs) {
+            if d.post_recv_one(w, self.shared.pd_id) {
+                return Ok(());
+            }
+        }
+        self.post_recv_checked(wrs)
+    }
+
+    /// [`Self::post_recv`] with every check, for every WR and backend.
+    #[inline(never)]
+    fn post_recv_checked(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         for w in wrs {
             if w.sges.iter().any(|s| s.pd() == BYTES_PD) {
                 return Err(Error::BytesSge);

@@ -12,9 +12,15 @@
 //! `cb_post_write`, `cb_post_inline`, `cb_batch32`, `cb_poll1`, `cb_poll16`,
 //! `cb_poll_empty`: the C driver baseline of the public API's post and poll
 //! (`mlx5-dv/oracle/driver.c`), run `N` times (batches of 32 WRITEs, polls
-//! of 1 or 16 CQEs, empty polls); `scripts/insn-count` counts only inside
-//! its entry points (callgrind `--toggle-collect`). The queue is retired,
-//! and the CQEs written, outside them.
+//! of 1 or 16 CQEs, empty polls); `cb_ud_send` (a 1-SGE UD SEND),
+//! `cb_poll_srq` (one receive CQE of a QP on an SRQ; both
+//! `driver_ud_srq.c`); `cb_post_recv` (one 1-SGE receive on a QP's own
+//! RQ), `cb_post_srq_recv` (on an SRQ), `cb_poll_rq` (one RC receive CQE
+//! of a QP's own RQ), `cb_poll_ud_recv` (one UD receive CQE; all four
+//! `driver_recv.c`, rdma-core v59's libmlx5 without its locks).
+//! `scripts/insn-count` counts only inside their entry points (callgrind
+//! `--toggle-collect`). The queue is retired, and the CQEs written,
+//! outside them.
 
 use mlx5_dv::cqe::{sw_owned, Cqe};
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, WQEBB};
@@ -321,6 +327,72 @@ fn c_driver(op: &str, n: u32) {
             "driver_ud_srq.c built without mlx5dv.h"
         );
     }
+    // Issue 29's receive rows (driver_recv.c): a QP's own RQ of 64 WQEs of
+    // 16 bytes (one data segment: what `QpConfig::default()` makes), and an
+    // SRQ of 64 WQEs of 32 bytes (next segment, one data segment: what
+    // `create_srq(64, 1)` makes) whose free list runs 0, 1, .., 63.
+    if matches!(
+        op,
+        "cb_post_recv" | "cb_post_srq_recv" | "cb_poll_rq" | "cb_poll_ud_recv"
+    ) {
+        assert!(
+            driver::available29(),
+            "driver_recv.c built without mlx5dv.h"
+        );
+    }
+    let mut rq_ring = vec![0u8; 64 * 16];
+    let mut rq_wrid: Vec<u64> = (0..64).collect();
+    let mut rq = driver::Rq {
+        buf: rq_ring.as_mut_ptr(),
+        wqe_cnt: 64,
+        wqe_shift: 4,
+        max_gs: 1,
+        max_post: 64,
+        head: 0,
+        tail: 0,
+        wrid: rq_wrid.as_mut_ptr(),
+        dbrec: dbrec.as_mut_ptr(),
+    };
+    let mut psrq_ring = vec![0u8; 64 * 32];
+    for i in 0..64usize {
+        psrq_ring[i * 32 + 2..i * 32 + 4].copy_from_slice(&((i as u16 + 1) & 63).to_be_bytes());
+    }
+    let mut psrq_wrid = vec![0u64; 64];
+    let mut srq_db = 0u32;
+    let mut psrq = driver::PostSrq {
+        buf: psrq_ring.as_mut_ptr(),
+        wqe_shift: 5,
+        max_gs: 1,
+        head: 0,
+        tail: 63,
+        counter: 0,
+        wrid: psrq_wrid.as_mut_ptr(),
+        db: &mut srq_db,
+    };
+    let mut recv_sge = driver::IbvSge {
+        addr: 0x7f00_0000_1000,
+        length: 64,
+        lkey: 0x11,
+    };
+    // A responder CQE of a SEND of 64 bytes into RQ WQE `idx`: RC (no
+    // source QPN), or UD from QPN 0x99 with a GRH (as the sim writes them).
+    let rq_cqe = |owner: u8, idx: u16, flags_rqpn: u32| {
+        Cqe {
+            opcode: CqeOpcode::RESP_SEND,
+            wqe_opcode: WqeOpcode(0),
+            qpn: 0x1234,
+            wqe_counter: idx,
+            byte_cnt: 64,
+            imm: 0,
+            solicited: false,
+            format: 0,
+            syndrome: Syndrome(0),
+            vendor_syndrome: 0,
+            flags_rqpn,
+            owner: false,
+        }
+        .encode(owner)
+    };
     for _ in 0..n {
         match op {
             "cb_post_write" => {
@@ -381,6 +453,67 @@ fn c_driver(op: &str, n: u32) {
                 assert_eq!(got, 1);
                 black_box(rwc);
             }
+            "cb_post_recv" => {
+                let mut wr = driver::IbvRecvWr {
+                    wr_id: 9,
+                    next: std::ptr::null_mut(),
+                    sg_list: &mut recv_sge,
+                    num_sge: 1,
+                };
+                let mut bad = std::ptr::null_mut();
+                // SAFETY: `rq` describes the vectors above, which live to the
+                // end of this function; `wr` is one WR of one SGE.
+                let r = unsafe { driver::cb_post_recv(&mut rq, black_box(&mut wr), &mut bad) };
+                assert_eq!(r, 0);
+                // The device took it and its completion was polled.
+                rq.tail = rq.head;
+            }
+            "cb_post_srq_recv" => {
+                let mut wr = driver::IbvRecvWr {
+                    wr_id: 9,
+                    next: std::ptr::null_mut(),
+                    sg_list: &mut recv_sge,
+                    num_sge: 1,
+                };
+                let mut bad = std::ptr::null_mut();
+                let taken = psrq.head as usize;
+                // SAFETY: `psrq` describes the vectors above, which live to
+                // the end of this function, its free list linked; `wr` is one
+                // WR of one SGE.
+                let r =
+                    unsafe { driver::cb_post_srq_recv(&mut psrq, black_box(&mut wr), &mut bad) };
+                assert_eq!(r, 0);
+                // The device took it and its completion was polled: the WQE
+                // goes back to the list's tail (as cb_poll_srq relinks it).
+                let t = psrq.tail as usize * 32;
+                psrq_ring[t + 2..t + 4].copy_from_slice(&(taken as u16).to_be_bytes());
+                psrq.tail = taken as u32;
+            }
+            "cb_poll_rq" | "cb_poll_ud_recv" => {
+                // The receive was posted, and the device completed it.
+                let idx = (rq.head & 63) as u16;
+                rq.head += 1;
+                let i = cq.ci;
+                let at = (i & (CQES - 1)) as usize * 64;
+                let flags = if op == "cb_poll_rq" {
+                    0
+                } else {
+                    1 << 28 | 0x99
+                };
+                cqes[at..at + 64].copy_from_slice(&rq_cqe(((i / CQES) & 1) as u8, idx, flags));
+                let mut rwc = driver::RecvCompletion::default();
+                // SAFETY: `cq` and `rq` describe the vectors here, which
+                // live to the end of this function.
+                let got = unsafe {
+                    if op == "cb_poll_rq" {
+                        driver::cb_poll_rq(&mut cq, &mut rq, &mut rwc)
+                    } else {
+                        driver::cb_poll_ud_recv(&mut cq, &mut rq, &mut rwc)
+                    }
+                };
+                assert_eq!((got, rwc.wr_id), (1, idx as u64));
+                black_box(rwc);
+            }
             "cb_poll1" | "cb_poll16" | "cb_poll_empty" => {
                 let k = match op {
                     "cb_poll1" => 1,
@@ -400,4 +533,5 @@ fn c_driver(op: &str, n: u32) {
         }
     }
     black_box((&ring, &bf, &dbrec, &cq_dbrec, &wc, &srq_ring, &srq_wrid));
+    black_box((&rq_ring, &rq_wrid, &psrq_ring, &psrq_wrid, srq_db));
 }

@@ -2,10 +2,12 @@ fn main() {
     println!("cargo:rerun-if-changed=oracle.c");
     println!("cargo:rerun-if-changed=driver.c");
     println!("cargo:rerun-if-changed=driver_ud_srq.c");
+    println!("cargo:rerun-if-changed=driver_recv.c");
     cc::Build::new()
         .file("oracle.c")
         .file("driver.c")
         .file("driver_ud_srq.c")
+        .file("driver_recv.c")
         .warnings(false)
         .compile("mlx5dv_oracle");
 }

@@ -255,6 +255,20 @@ impl CqeRef<'_> {
         self.be32(44)
     }
 
+    /// `imm_inval_pkey` (bytes 36..40): a responder CQE's immediate data
+    /// (RESP_WR_IMM, RESP_SEND_IMM) or invalidated rkey (RESP_SEND_INV).
+    #[inline(always)]
+    pub fn imm(&self) -> u32 {
+        self.be32(36)
+    }
+
+    /// `flags_rqpn` (bytes 24..28): a responder CQE's source QPN in 23:0,
+    /// SL in 27:24, GRH in 29:28 ([`Cqe::flags_rqpn`]).
+    #[inline(always)]
+    pub fn flags_rqpn(&self) -> u32 {
+        self.be32(24)
+    }
+
     /// Every field, as [`Cqe::decode`] reads them.
     #[inline(always)]
     pub fn decode(&self) -> Cqe {

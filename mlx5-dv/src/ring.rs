@@ -122,10 +122,37 @@ impl<'a> RingBuf<'a> {
         }
     }
 
-    /// Writes one 16-byte segment at `off` (wrapping). At a 16-byte-aligned
-    /// `off` a segment never straddles the end of the ring.
-    #[inline]
+    /// Reads the 16-byte segment at `off` (as [`Self::write_seg`] places it).
+    #[inline(always)]
+    pub fn read_seg(&self, off: usize) -> [u8; 16] {
+        let off = off & (self.len - 1) & !15;
+        // SAFETY: as in `write_seg`: `off + 16 <= len`, the ring's bytes.
+        unsafe {
+            self.ptr
+                .as_ptr()
+                .add(off)
+                .cast::<[u8; 16]>()
+                .read_unaligned()
+        }
+    }
+
+    /// Writes one 16-byte segment at `off` (taken modulo the length and
+    /// rounded down to a multiple of 16, as every WQE segment's offset is):
+    /// a 16-byte-aligned segment never straddles the end of a ring of a
+    /// power-of-two length of at least 64 bytes, so this is one store,
+    /// with no wrap test and nothing staged.
+    #[inline(always)]
     pub fn write_seg(&mut self, off: usize, seg: &[u8; 16]) {
-        self.write_wrapping(off, seg);
+        let off = off & (self.len - 1) & !15;
+        // SAFETY: `off + 16 <= len` (a multiple of 16 below a length that
+        // is a multiple of 16: the constructors' power of two, at least
+        // 64); the ring owns these bytes for 'a (constructor contract).
+        unsafe {
+            self.ptr
+                .as_ptr()
+                .add(off)
+                .cast::<[u8; 16]>()
+                .write_unaligned(*seg)
+        };
     }
 }

@@ -20,7 +20,8 @@ pub(crate) struct WrProgress {
     recv_posted: AtomicU64,
     recv_retired: AtomicU64,
     /// `recv_sges` lkeys per receive, receive `seq` at slot
-    /// `seq % recv_slots` (at most `recv_slots` receives are outstanding);
+    /// `seq % recv_slots` (at most `recv_slots`, a power of two, receives
+    /// are outstanding);
     /// 0 past a receive's last SGE.
     recv_keys: Box<[AtomicU32]>,
     recv_slots: u64,
@@ -39,7 +40,11 @@ impl WrProgress {
     /// For a QP holding at most `recv_wr` receives of at most `recv_sge`
     /// SGEs each.
     pub(crate) fn new(recv_wr: u32, recv_sge: u32) -> Self {
-        let (slots, sges) = (recv_wr.max(1) as usize, recv_sge.max(1) as usize);
+        // A power of two: a receive's slot is its sequence number masked.
+        let (slots, sges) = (
+            (recv_wr.max(1) as usize).next_power_of_two(),
+            recv_sge.max(1) as usize,
+        );
         WrProgress {
             recv_keys: (0..slots * sges).map(|_| AtomicU32::new(0)).collect(),
             recv_slots: slots as u64,
@@ -55,13 +60,26 @@ impl WrProgress {
     /// the QP's limit are ignored: the post refuses them).
     #[inline]
     pub(crate) fn note_recv(&self, seq: u64, lkeys: impl Iterator<Item = u32>) {
-        let base = (seq % self.recv_slots) as usize * self.recv_sges;
+        let base = (seq & (self.recv_slots - 1)) as usize * self.recv_sges;
         let slot = &self.recv_keys[base..base + self.recv_sges];
         let mut keys = lkeys.fuse();
         for k in slot {
             // Relaxed: the receive is posted (and its count stored) after
             // this, and an MR it names is dropped after that (see `ticket`).
             k.store(keys.next().unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
+    /// [`Self::note_recv`] of a receive of one SGE, of `lkey`.
+    #[inline(always)]
+    pub(crate) fn note_recv1(&self, seq: u64, lkey: u32) {
+        let base = (seq & (self.recv_slots - 1)) as usize * self.recv_sges;
+        // Relaxed: as `note_recv`'s.
+        self.recv_keys[base].store(lkey, Ordering::Relaxed);
+        if self.recv_sges > 1 {
+            for k in &self.recv_keys[base + 1..base + self.recv_sges] {
+                k.store(0, Ordering::Relaxed);
+            }
         }
     }
 
@@ -103,6 +121,12 @@ impl WrProgress {
     #[inline(always)]
     pub(crate) fn sends_retired(&self, sends: u32) {
         self.send_retired.store(sends, Ordering::Release);
+    }
+    /// After a poll that retired receives only: receives retired in all
+    /// (as [`Self::retired`], the sends' count unchanged).
+    #[inline(always)]
+    pub(crate) fn recvs_retired(&self, recvs: u64) {
+        self.recv_retired.store(recvs, Ordering::Release);
     }
     /// The sends and receives retired as last published (by this QP's own
     /// thread: relaxed loads of its own stores), so that a poll can tell

@@ -628,7 +628,22 @@ impl Qp {
     ///
     /// A QP in RESET refuses every WR with [`Error::QpState`]; an SGE of an
     /// MR of another PD (or device) is [`Error::ForeignPd`].
+    #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        // One receive of one SGE on the direct path: in place, with the
+        // checks it needs (`DirectQp::post_recv_one`); anything else, or
+        // anything that would refuse, takes the checked path.
+        if let (QpKind::Direct(q), [w]) = (&mut self.kind, wrs) {
+            if q.post_recv_one(w, self.pd_id).is_ok() {
+                return Ok(());
+            }
+        }
+        self.post_recv_checked(wrs)
+    }
+
+    /// [`Self::post_recv`] with every check, for every WR and backend.
+    #[inline(never)]
+    fn post_recv_checked(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         if self.halves.is_some() && !self.rejoin_parked() {
             return Err(Error::QpSplit {
                 qpn: self.local.qpn,

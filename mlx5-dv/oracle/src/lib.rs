@@ -235,9 +235,10 @@ pub mod baseline {
 }
 
 /// The C baseline of the public API's post and poll (`driver.c`: a small
-/// mlx5 driver on rdma-core's `mlx5dv.h` helpers; frozen, see its header).
-/// `scripts/insn-count` counts the instructions inside these entry points
-/// beside ours.
+/// mlx5 driver on rdma-core's `mlx5dv.h` helpers; frozen, see its header;
+/// issue 15's UD post and SRQ poll in `driver_ud_srq.c`, issue 29's
+/// receive posts and polls in `driver_recv.c`). `scripts/insn-count`
+/// counts the instructions inside these entry points beside ours.
 pub mod driver {
     /// A send queue as the driver keeps it (`struct cb_sq`).
     #[repr(C)]
@@ -385,5 +386,122 @@ pub mod driver {
     pub fn available() -> bool {
         // SAFETY: no arguments, no side effects.
         unsafe { cb_available() != 0 }
+    }
+
+    /// A QP's own receive queue as libmlx5 keeps it (`struct cb_rq`,
+    /// `driver_recv.c`).
+    #[repr(C)]
+    pub struct Rq {
+        /// `wqe_cnt` WQEs of `1 << wqe_shift` bytes.
+        pub buf: *mut u8,
+        /// A power of two.
+        pub wqe_cnt: u32,
+        pub wqe_shift: u32,
+        /// Data segments a WQE holds.
+        pub max_gs: u32,
+        /// WRs outstanding at most.
+        pub max_post: u32,
+        /// WRs posted and completed.
+        pub head: u32,
+        pub tail: u32,
+        /// `wqe_cnt` entries: each WQE's wr_id.
+        pub wrid: *mut u64,
+        /// The QP's doorbell record (`[0]` is the RQ's).
+        pub dbrec: *mut u32,
+    }
+
+    /// An SRQ as libmlx5 keeps it for posting (`struct cb_post_srq`).
+    #[repr(C)]
+    pub struct PostSrq {
+        /// WQEs of `1 << wqe_shift` bytes: the 16-byte next segment, then
+        /// data segments.
+        pub buf: *mut u8,
+        pub wqe_shift: u32,
+        pub max_gs: u32,
+        /// The free list's first and last WQE.
+        pub head: u32,
+        pub tail: u32,
+        /// WRs posted: the doorbell record's value.
+        pub counter: u32,
+        /// The wr_id of each WQE.
+        pub wrid: *mut u64,
+        /// The SRQ's doorbell record.
+        pub db: *mut u32,
+    }
+
+    /// `struct ibv_sge` (`<infiniband/verbs.h>`).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct IbvSge {
+        pub addr: u64,
+        pub length: u32,
+        pub lkey: u32,
+    }
+
+    /// `struct ibv_recv_wr` (`<infiniband/verbs.h>`): a list of receives.
+    #[repr(C)]
+    #[derive(Debug)]
+    pub struct IbvRecvWr {
+        pub wr_id: u64,
+        pub next: *mut IbvRecvWr,
+        pub sg_list: *mut IbvSge,
+        pub num_sge: i32,
+    }
+
+    /// A receive completion (`struct cb_recv_wc`): the `ibv_wc` fields our
+    /// `Completion` has.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct RecvCompletion {
+        pub wr_id: u64,
+        pub status: u32,
+        /// `enum ibv_wc_opcode`.
+        pub opcode: u32,
+        /// `IBV_WC_GRH`, `IBV_WC_WITH_IMM`, `IBV_WC_WITH_INV`.
+        pub wc_flags: u32,
+        pub imm_data: u32,
+        pub byte_len: u32,
+        pub qp_num: u32,
+        pub src_qp: u32,
+        pub vendor_err: u32,
+    }
+
+    extern "C" {
+        fn cb29_available() -> i32;
+        /// rdma-core v59's `mlx5_post_recv` (issue 29's baseline,
+        /// `driver_recv.c`): 0, or ENOMEM / EINVAL with `*bad_wr` the WR
+        /// refused.
+        ///
+        /// # Safety
+        /// `rq` describes live memory of the sizes its fields say; `wr` is
+        /// a valid list whose SGE lists hold `num_sge` entries.
+        pub fn cb_post_recv(rq: *mut Rq, wr: *mut IbvRecvWr, bad_wr: *mut *mut IbvRecvWr) -> i32;
+        /// rdma-core v59's `mlx5_post_srq_recv`; as [`cb_post_recv`].
+        ///
+        /// # Safety
+        /// As [`cb_post_recv`], for `srq`, whose free list is well linked.
+        pub fn cb_post_srq_recv(
+            srq: *mut PostSrq,
+            wr: *mut IbvRecvWr,
+            bad_wr: *mut *mut IbvRecvWr,
+        ) -> i32;
+        /// One responder CQE of an RC QP's own RQ (`mlx5_poll_one`,
+        /// `handle_responder`): 1, 0 when the CQ holds none, -1 for a CQE
+        /// not a receive's.
+        ///
+        /// # Safety
+        /// `cq` and `rq` describe live rings; `wc` is writable.
+        pub fn cb_poll_rq(cq: *mut Cq, rq: *mut Rq, wc: *mut RecvCompletion) -> i32;
+        /// The same for a UD QP (the same code in libmlx5).
+        ///
+        /// # Safety
+        /// As [`cb_poll_rq`].
+        pub fn cb_poll_ud_recv(cq: *mut Cq, rq: *mut Rq, wc: *mut RecvCompletion) -> i32;
+    }
+
+    /// Whether `driver_recv.c` was built with `<infiniband/mlx5dv.h>`.
+    pub fn available29() -> bool {
+        // SAFETY: no arguments, no side effects.
+        unsafe { cb29_available() != 0 }
     }
 }

@@ -143,11 +143,37 @@ impl<const SLOT: usize> Taken<'_, SLOT> {
     }
 
     /// Puts the CQE back: the consumer index goes back to it, and the next
-    /// poll takes it again (its ownership tested again), for a caller that
-    /// hands it on to a poll of another kind.
+    /// poll takes it again, for a caller that hands it on to a poll of
+    /// another kind: with its ownership tested again ([`CompletionQueue::take`]),
+    /// or with the [`PutBack`] returned here
+    /// ([`CompletionQueue::take_put_back`]), which skips the test and the
+    /// barrier this take did.
     #[inline(always)]
-    pub fn put_back(self) {
-        self.cq.at = self.cq.at.wrapping_sub(SLOT);
+    pub fn put_back(self) -> PutBack<SLOT> {
+        let at = self.cq.at.wrapping_sub(SLOT);
+        self.cq.at = at;
+        PutBack {
+            at,
+            op_own: self.op_own,
+        }
+    }
+}
+
+/// A CQE [`Taken::put_back`] put back: its `op_own` as tested, and the
+/// consumer index it is at. Plain data: [`CompletionQueue::take_put_back`]
+/// refuses one whose consumer index is no longer the CQ's.
+#[derive(Clone, Copy, Debug)]
+pub struct PutBack<const SLOT: usize> {
+    at: usize,
+    op_own: u8,
+}
+
+impl<const SLOT: usize> PutBack<SLOT> {
+    /// The CQE's `op_own` (byte 63): opcode in bits 7:4, format 3:2, se 1,
+    /// owner 0.
+    #[inline(always)]
+    pub fn op_own(&self) -> u8 {
+        self.op_own
     }
 }
 
@@ -303,6 +329,30 @@ impl CompletionQueue {
         Some(Taken {
             p: p.wrapping_sub(CQE64 - 1),
             op_own,
+            cq: self,
+        })
+    }
+
+    /// Takes again the CQE `p` names ([`Taken::put_back`]): no ownership
+    /// test and no barrier (the take that put it back did both, and a
+    /// slot software owns stays software's until the consumer index passes
+    /// it); the consumer index advances past it. `None`, taking nothing,
+    /// when the consumer index is no longer the one `p` was put back at.
+    #[inline(always)]
+    pub fn take_put_back<const SLOT: usize>(
+        &mut self,
+        p: PutBack<SLOT>,
+    ) -> Option<Taken<'_, SLOT>> {
+        if p.at != self.at {
+            return None;
+        }
+        self.at = p.at.wrapping_add(SLOT);
+        Some(Taken {
+            p: self
+                .op_own0
+                .wrapping_add(p.at & self.ring_mask)
+                .wrapping_sub(CQE64 - 1),
+            op_own: p.op_own,
             cq: self,
         })
     }

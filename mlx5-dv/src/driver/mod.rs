@@ -25,7 +25,7 @@ mod tests;
 
 /// The segment and SRQ layout the posts take, from the codec (`crate::wqe`).
 pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
-pub use cq::{CompletionQueue, CqCursor, Taken};
+pub use cq::{CompletionQueue, CqCursor, PutBack, Taken};
 pub use fast::{Reserved, Written};
 pub use rq::ReceiveQueue;
 pub use scatter::ScatterError;

@@ -29,6 +29,9 @@ pub struct ReceiveQueue {
     /// no longer the device's but its room is not back yet: room comes
     /// back only as the completed prefix from `tail` grows.
     pub(super) done: Table<bool>,
+    /// Slots of `done` set: while 0, every completion names `tail` (the
+    /// in-order case [`Self::complete_in_order`] takes).
+    early: u32,
 }
 
 // SAFETY: as for SendQueue.
@@ -45,6 +48,7 @@ impl ReceiveQueue {
         for i in 0..self.done.len() {
             self.done.set(i, false);
         }
+        self.early = 0;
         if self.dbrec.is_null() {
             return;
         }
@@ -79,6 +83,7 @@ impl ReceiveQueue {
             wr_id: unsafe { self.wr_id.share() },
             // SAFETY: as above.
             done: unsafe { self.done.share() },
+            early: self.early,
         }
     }
 
@@ -125,6 +130,7 @@ impl ReceiveQueue {
             pending: false,
             wr_id: Table::new(0, 0),
             done: Table::new(0, false),
+            early: 0,
         }
     }
 
@@ -178,6 +184,7 @@ impl ReceiveQueue {
             pending: false,
             wr_id: Table::new(wqe_cnt as usize, 0),
             done: Table::new(wqe_cnt as usize, false),
+            early: 0,
         })
     }
 
@@ -238,6 +245,47 @@ impl ReceiveQueue {
         Ok(())
     }
 
+    /// Posts one receive of one data segment (`seg`: 1 to 2^31 - 1 bytes,
+    /// the caller's check) and rings the doorbell: [`Self::post`] and
+    /// [`Self::ring_doorbell`] for the common receive, with nothing
+    /// staged. The WQE at `head`: `seg` at byte 0, and when the stride
+    /// holds more, the terminating segment (lkey `MLX5_INVALID_LKEY`) at
+    /// byte 16, as rdma-core's `mlx5_post_recv` writes them. `false`,
+    /// writing nothing, when the queue is full (or has no ring: on an SRQ).
+    #[inline(always)]
+    pub fn post_one_seg(&mut self, seg: &crate::wqe::Seg, wr_id: u64) -> bool {
+        let head = self.head;
+        let Some(buf) = self
+            .buf
+            .as_mut()
+            .filter(|_| head.wrapping_sub(self.tail) < self.wqe_cnt)
+        else {
+            return false;
+        };
+        let slot = head & (self.wqe_cnt - 1);
+        let off = slot as usize * self.stride as usize;
+        buf.write_seg(off, &seg.to_bytes());
+        if self.stride > crate::prm::DS as u32 {
+            buf.write_seg(off + crate::prm::DS, &crate::wqe::RECV_END.to_bytes());
+        }
+        self.wr_id.set(slot as usize, wr_id);
+        if crate::trace::enabled() {
+            crate::trace::recv_posted(head, off, wr_id, 1);
+        }
+        self.head = head.wrapping_add(1);
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor
+        // contract; a queue with a ring has one).
+        unsafe {
+            mmio::write_dbrec(
+                self.dbrec.add(crate::doorbell::QP_DBREC_RQ),
+                crate::doorbell::rq_dbrec(self.head),
+            )
+        };
+        self.pending = false;
+        true
+    }
+
     /// Publishes what was posted: barrier, then `dbrec[0] = be32(head & 0xffff)`.
     #[inline]
     pub fn ring_doorbell(&mut self) {
@@ -253,6 +301,24 @@ impl ReceiveQueue {
             )
         };
         self.pending = false;
+    }
+
+    /// [`Self::complete`] in the common case, in a few instructions: the
+    /// QP's own RQ, nothing completed out of order, and `wqe_counter` names
+    /// the oldest outstanding receive (libmlx5's `wq->tail`). Returns its
+    /// wr_id; `None`, changing nothing, in every other case (an SRQ's
+    /// receive, a stale counter, one out of order): [`Self::complete`]
+    /// then says what it is.
+    #[inline(always)]
+    pub fn complete_in_order(&mut self, wqe_counter: u16) -> Option<u64> {
+        let tail = self.tail;
+        if wqe_counter != tail as u16 || self.early != 0 || self.head == tail {
+            return None;
+        }
+        // (An SRQ's queue has no WQEs of its own: head == tail, always.)
+        let wr_id = self.wr_id.get((tail & (self.wqe_cnt - 1)) as usize);
+        self.tail = tail.wrapping_add(1);
+        Some(wr_id)
     }
 
     /// Completes the receive WQE a responder CQE names; returns its wr_id, or
@@ -278,11 +344,13 @@ impl ReceiveQueue {
         let wr_id = self.wr_id.get(slot);
         if idx != self.tail {
             self.done.set(slot, true);
+            self.early += 1;
             return Some(wr_id);
         }
         let mut tail = idx.wrapping_add(1);
         while tail != self.head && self.done.get((tail & mask) as usize) {
             self.done.set((tail & mask) as usize, false);
+            self.early -= 1;
             tail = tail.wrapping_add(1);
         }
         self.tail = tail;
@@ -316,6 +384,59 @@ mod tests {
             lkey: 1,
         }];
         q.post(&sge, wr_id)
+    }
+
+    /// The in-place post writes the ring bytes and doorbell record that
+    /// `post` + `ring_doorbell` write (with the terminating segment when
+    /// the stride holds more), and refuses a full queue writing nothing;
+    /// `complete_in_order` takes in-order completions only, and none
+    /// while one completed out of order is pending.
+    #[test]
+    fn in_place_post_and_in_order_completion() {
+        for stride in [16u32, 32] {
+            let words = (4 * stride / 8) as usize;
+            let (mut r1, mut d1) = (vec![0u64; words], [0u32; 2]);
+            let (mut r2, mut d2) = (vec![0u64; words], [0u32; 2]);
+            let mk = |ring: &mut Vec<u64>, db: &mut [u32; 2]| {
+                let mut d = mlx5dv_qp::zeroed();
+                d.dbrec = db.as_mut_ptr();
+                d.rq = mlx5dv_wq {
+                    buf: ring.as_mut_ptr().cast(),
+                    wqe_cnt: 4,
+                    stride,
+                };
+                // SAFETY: the ring holds 4 WQEs of `stride` bytes and the
+                // record two words, both outliving the queue.
+                unsafe { ReceiveQueue::new(&d) }.expect("receive queue")
+            };
+            let (mut a, mut b) = (mk(&mut r1, &mut d1), mk(&mut r2, &mut d2));
+            let s = crate::wqe::Seg::data(0x1000, 64, 1);
+            for w in 0..4u64 {
+                post(&mut a, 100 + w).unwrap();
+                a.ring_doorbell();
+                assert!(b.post_one_seg(&s, 100 + w));
+            }
+            drop((a, b));
+            assert_eq!((&r1, d1), (&r2, d2), "stride {stride}");
+            let mut b = mk(&mut r2, &mut d2);
+            for w in 0..4u64 {
+                assert!(b.post_one_seg(&s, 100 + w));
+            }
+            assert!(!b.post_one_seg(&s, 9), "full");
+            assert_eq!(b.complete_in_order(1), None, "out of order");
+            assert_eq!(b.complete(1), Some(101));
+            assert_eq!(
+                b.complete_in_order(0),
+                None,
+                "one completed early is pending"
+            );
+            assert_eq!(b.complete(0), Some(100));
+            assert_eq!(b.complete_in_order(2), Some(102));
+            assert_eq!(b.complete_in_order(2), None, "completed already");
+            assert_eq!(b.complete_in_order(3), Some(103));
+            assert_eq!(b.outstanding(), 0);
+            assert_eq!(b.complete_in_order(4), None, "nothing outstanding");
+        }
     }
 
     /// Issue 15's rule: completions for WQEs 1, 0, 3, 2 (wr_ids 100..103 at

@@ -112,6 +112,20 @@ impl SrqSlots {
         self.device[i].store(true, Ordering::Release);
     }
 
+    /// [`Self::give`] of a WQE of one SGE, of `lkey`.
+    #[inline(always)]
+    pub fn give1(&self, idx: u32, wr_id: u64, lkey: u32) {
+        let i = idx as usize;
+        self.wr_id[i].store(wr_id, Ordering::Relaxed);
+        let keys = &self.lkeys[i * self.max_sge..(i + 1) * self.max_sge];
+        keys[0].store(lkey, Ordering::Relaxed);
+        for k in &keys[1..] {
+            k.store(0, Ordering::Relaxed);
+        }
+        // Release: as `give`'s.
+        self.device[i].store(true, Ordering::Release);
+    }
+
     /// A completion names WQE `idx`: returns its wr_id and queues the WQE
     /// for relinking, or `None` for an index that names no WQE the device
     /// holds (out of range, never posted, or completed already).
@@ -361,6 +375,53 @@ impl SharedReceiveQueue {
         Ok(idx)
     }
 
+    /// Posts one receive of one data segment (`seg`, of `lkey`: 1 to
+    /// 2^31 - 1 bytes, the caller's check) and rings the doorbell:
+    /// [`Self::post`] and [`Self::ring_doorbell`] for the common receive,
+    /// with nothing staged, relinking completed WQEs only when the free
+    /// list is empty. The WQE at the head keeps its next segment; `seg` at
+    /// byte 16, and when the stride holds more, the terminating segment
+    /// (lkey `MLX5_INVALID_LKEY`) at byte 32, as rdma-core's
+    /// `mlx5_post_srq_recv` writes them. Returns `false`, writing nothing
+    /// but relinked WQEs, when no WQE is free, or when more than
+    /// `max_outstanding` WQEs would be the device's.
+    #[inline(always)]
+    pub fn post_one_seg(
+        &mut self,
+        seg: &crate::wqe::Seg,
+        lkey: u32,
+        wr_id: u64,
+        max_outstanding: u32,
+    ) -> bool {
+        let full = |q: &Self| q.free == 0 || q.count - 1 - q.free >= max_outstanding;
+        if full(self) {
+            // (WQEs completed and not yet relinked count as outstanding.)
+            self.relink();
+            if full(self) {
+                return false;
+            }
+        }
+        let idx = self.head;
+        let base = idx as usize * self.stride as usize;
+        self.buf.write_seg(base + SRQ_NEXT_SEG, &seg.to_bytes());
+        if self.stride as usize > SRQ_NEXT_SEG + crate::prm::DS {
+            self.buf.write_seg(
+                base + SRQ_NEXT_SEG + crate::prm::DS,
+                &crate::wqe::RECV_END.to_bytes(),
+            );
+        }
+        let next = self.buf.read_seg(base);
+        self.slots.give1(idx, wr_id, lkey);
+        self.head = decode_srq_next_seg(&next) as u32;
+        self.free -= 1;
+        self.counter = self.counter.wrapping_add(1);
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec, self.counter as u32) };
+        self.pending = false;
+        true
+    }
+
     /// Publishes what was posted: barrier, then `dbrec = be32(counter)`.
     #[inline]
     pub fn ring_doorbell(&mut self) {
@@ -377,6 +438,13 @@ impl SharedReceiveQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl SharedReceiveQueue {
+        fn dbrec_value(&self) -> &u32 {
+            // SAFETY: the test's record, alive while the queue is.
+            unsafe { &*self.dbrec }
+        }
+    }
 
     /// A ring of `count` WQEs of `stride` bytes linked 0 -> 1 -> ... as
     /// libmlx5's `set_srq_buf_ll` leaves it: head 0, tail `count - 1`.
@@ -421,6 +489,42 @@ mod tests {
 
     /// A full SRQ holds one less than its WQEs; the doorbell record is the
     /// big-endian count of WQEs posted; posts follow the list.
+    /// The in-place post writes the ring bytes and doorbell record that
+    /// `post` + `ring_doorbell` write, for strides of one data segment
+    /// and of more (the terminating segment), takes WQEs completed back
+    /// when the free list runs out, and refuses past `max_outstanding`
+    /// or a full list, writing nothing.
+    #[test]
+    fn post_one_seg_writes_what_post_writes() {
+        for stride in [32u32, 64] {
+            let (mut m1, mut d1) = ring(4, stride);
+            let (mut m2, mut d2) = ring(4, stride);
+            let mut a = srq(&mut m1, &mut d1, 4, stride);
+            let mut b = srq(&mut m2, &mut d2, 4, stride);
+            let s = crate::wqe::Seg::data(0x1000, 64, 0x200);
+            for w in 0..3u64 {
+                a.post(&seg(64), 10 + w).unwrap();
+                a.ring_doorbell();
+                assert!(b.post_one_seg(&s, 0x200, 10 + w, 3));
+            }
+            assert_eq!(m1, m2, "stride {stride}");
+            assert_eq!(d1, d2);
+            let before = m2.clone();
+            assert!(!b.post_one_seg(&s, 0x200, 99, 3), "the list is empty");
+            assert_eq!(m2, before);
+            assert_eq!(b.slots.complete(1), Some(11));
+            let db = *b.dbrec_value();
+            assert!(!b.post_one_seg(&s, 0x200, 99, 2), "over max_outstanding");
+            // (Relinking WQE 1 wrote the tail's next segment, which the
+            // device never reads; nothing else changed.)
+            assert_eq!(*b.dbrec_value(), db);
+            assert_eq!(m2[4..8], before[4..8], "WQE 1 as it was");
+            // WQE 1 relinked after the old tail (3), which is posted now.
+            assert!(b.post_one_seg(&s, 0x200, 20, 3));
+            assert_eq!(b.slots.complete(3), Some(20));
+        }
+    }
+
     #[test]
     fn holds_one_less_than_its_wqes_and_counts_posts() {
         let (mut mem, mut db) = ring(4, 32);

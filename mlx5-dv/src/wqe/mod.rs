@@ -40,7 +40,7 @@ pub use encode::{wqe_size, write_send_wqe};
 pub(crate) use recv::write_recv_segs;
 pub use recv::{
     decode_recv_wqe, decode_srq_next_seg, srq_next_seg, write_recv_wqe, RecvLayout, RecvWqe,
-    SRQ_NEXT_SEG, SRQ_NEXT_WQE_INDEX,
+    RECV_END, SRQ_NEXT_SEG, SRQ_NEXT_WQE_INDEX,
 };
 pub use segments::{
     atomic_seg, ctrl_seg, data_seg, datagram_seg, decode_atomic_seg, decode_ctrl_seg,

@@ -43,8 +43,9 @@ pub fn decode_srq_next_seg(b: &[u8; SRQ_NEXT_SEG]) -> u16 {
 }
 
 /// The data segment that ends a receive WQE shorter than its stride:
-/// byte count 0, lkey `MLX5_INVALID_LKEY` (0x100), address 0.
-const RECV_END: Seg = Seg::data(0, 0, INVALID_LKEY);
+/// byte count 0, lkey `MLX5_INVALID_LKEY` (0x100), address 0 (16 bytes,
+/// big-endian fields; rdma-core `mlx5_post_recv`).
+pub const RECV_END: Seg = Seg::data(0, 0, INVALID_LKEY);
 
 /// Writes the data segments of a receive WQE from ring offset `off` on:
 /// one per non-empty SGE of `sges`, then, when fewer than `slots` (the

@@ -72,6 +72,10 @@ pub(crate) struct DirectQp {
     /// credits change rather than per WR: [`PostMode::Checked`], [`PostMode::InPlace`]
     /// or [`PostMode::InPlaceCounted`].
     post_mode: PostMode,
+    /// Whether a receive of one SGE is posted in place
+    /// ([`Self::post_recv_one`]): a QP out of RESET, not split, with an RQ
+    /// of its own. Set with [`Self::post_mode`].
+    recv_in_place: bool,
     /// The device objects that own the rings (dropped after the drivers).
     dev: Arc<DirectDev>,
     /// The SRQ its receives come from (its ring's owner, dropped after the
@@ -218,6 +222,7 @@ impl DirectQp {
             max_recv_wr,
             count_credits: cq.counts_credits(&credits, max_send_wr + max_recv_wr),
             post_mode: PostMode::Checked,
+            recv_in_place: false,
             credits,
             dev: Arc::new(DirectDev::Sim(sim_qp)),
             _srq: srq.map(|s| s.dev().clone()),
@@ -293,6 +298,7 @@ impl DirectQp {
             max_recv_wr: caps.max_recv_wr,
             count_credits: cq.counts_credits(&credits, caps.max_send_wr + caps.max_recv_wr),
             post_mode: PostMode::Checked,
+            recv_in_place: false,
             credits,
             path: PathInfo::unconnected(""),
             dev: Arc::new(DirectDev::Mlx5(objs)),
@@ -359,6 +365,10 @@ impl DirectQp {
     /// The post mode in `state`: only RTS posts (and ERR, which flushes
     /// what it is given); a QP with no send SGE posts nothing in place.
     fn set_mode_for(&mut self, state: QpState) {
+        self.recv_in_place = state != QpState::Reset
+            && !self.rq.is_srq()
+            && self.max_recv_wr > 0
+            && self.max_recv_sge > 0;
         self.set_post_mode(match state {
             _ if self.max_send_sge == 0 => PostMode::Checked,
             QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => PostMode::Ud,
@@ -380,6 +390,9 @@ impl DirectQp {
             mode
         };
         self.post_mode = mode;
+        if self.split.is_some() {
+            self.recv_in_place = false;
+        }
         self.sq.set_gate(mode == PostMode::InPlace);
     }
 

@@ -19,7 +19,7 @@ use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef, INLINE_SCATTER_32, INLINE_SCATTER_64};
-use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
+use mlx5_dv::driver::{PutBack, ReceiveQueue, Retired, Retirer};
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
 
 /// `op_own`'s format bits (3:2): scatter-to-CQE data (1, 2) or a
@@ -38,6 +38,50 @@ static REQ_WC_OPCODE: [u8; 256] = {
     t[WqeOpcode::ATOMIC_FA.0 as usize] = WcOpcode::FETCH_ADD.0 as u8;
     t
 };
+
+/// An `op_own` below this is a successful requester CQE (opcode REQ, 0)
+/// in the plain format (bits 3:2 clear: neither compressed nor carrying
+/// scattered data), whatever its `se` and owner bits: the send poll's
+/// common CQE, told in one compare.
+const COMMON_SEND_LIMIT: u8 = 0x04;
+
+/// The receive a successful responder CQE of the plain format retires in
+/// the common case ([`ReceiveQueue::complete_in_order`] on the QP's own
+/// RQ; its slot on an SRQ), and its wr_id. `None`, having retired
+/// nothing, for any other CQE: an error, a compressed or scattering one,
+/// a receive out of order or stale (the general path's).
+#[inline(always)]
+fn received(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u64> {
+    // Opcodes RESP_WR_IMM (1) to RESP_SEND_INV (4), format bits clear.
+    if op_own & 0x0c != 0 || (op_own >> 4).wrapping_sub(CqeOpcode::RESP_WR_IMM.0) > 3 {
+        return None;
+    }
+    if rq.is_srq() {
+        return rq.complete(cqe.wqe_counter());
+    }
+    rq.complete_in_order(cqe.wqe_counter())
+}
+
+/// The completion of a receive [`received`] retired (`wr_id`) of QP
+/// `qpn`, as [`completion`] makes it, from the fields a receive needs and
+/// without a branch: RESP_WR_IMM (1) is RECV_RDMA_WITH_IMM (129), the
+/// others RECV (128); the odd opcodes (RESP_WR_IMM, RESP_SEND_IMM) carry
+/// an immediate.
+#[inline(always)]
+fn recv_completion(wr_id: u64, cqe: CqeRef<'_>, op_own: u8, qpn: u32) -> Completion {
+    let op = op_own >> 4;
+    let f = cqe.flags_rqpn();
+    Completion {
+        wr_id,
+        status: WcStatus::SUCCESS,
+        opcode: WcOpcode(WcOpcode::RECV.0 | (op == CqeOpcode::RESP_WR_IMM.0) as u32),
+        imm: (op & 1 != 0).then(|| cqe.imm()),
+        byte_len: cqe.byte_cnt(),
+        qp_num: qpn,
+        vendor_err: 0,
+        src_qp: SrcQp(f & 0xff_ffff | ((f & 0x3000_0000 != 0) as u32) << 31),
+    }
+}
 
 /// The completion of a successful requester CQE (opcode REQ) of QP `qpn`
 /// whose WR is `wr_id`.
@@ -216,14 +260,14 @@ impl DirectQp {
             return Ok(0);
         };
         let cqe = taken.cqe();
-        let retired = match cqe.opcode() {
-            // (Format bits set, scatter-to-CQE data or compression: the
-            // general path's.)
-            CqeOpcode::REQ if cqe.op_own() & FORMAT == 0 => self.sq.complete(cqe.wqe_counter()),
-            _ => None,
-        };
-        let Some(Retired { wr_id, hidden }) = retired else {
-            // Another opcode, or stale (nothing retired): `retire`'s.
+        if cqe.op_own() >= COMMON_SEND_LIMIT {
+            // A receive's, or one of the general path's: out of line, so
+            // that this path keeps few registers.
+            let again = taken.put_back();
+            return self.poll_recv::<SLOT>(out, again);
+        }
+        let Some(Retired { wr_id, hidden }) = self.sq.complete(cqe.wqe_counter()) else {
+            // Stale (nothing retired): `retire`'s.
             taken.put_back();
             return self.poll_general::<SLOT>(out);
         };
@@ -253,17 +297,52 @@ impl DirectQp {
     #[cold]
     #[inline(never)]
     fn polled_one(&mut self, n: usize) -> Result<usize> {
-        let sends = self.sq.retired_count();
-        if self.count_credits {
-            let (s0, _) = self.progress.retired_published();
-            self.credits.give(sends.wrapping_sub(s0));
-        }
-        self.progress.sends_retired(sends);
+        self.publish_polled();
         if let Some(c) = &mut self.cq {
             let from = c.cq.ci().wrapping_sub(1);
             c.cq.polled(from);
         }
         Ok(n)
+    }
+
+    /// A poll whose first CQE (at the consumer index, put back by
+    /// [`Self::poll_cqes`], `again`: taken again without a second
+    /// ownership test) is not a send's common CQE: a receive's in the
+    /// common case ([`received`]) is taken here, in straight-line code,
+    /// and the poll goes on in [`Self::poll_rest`] if another CQE waits;
+    /// any other goes to [`Self::poll_general`].
+    #[inline(never)]
+    fn poll_recv<const SLOT: usize>(
+        &mut self,
+        out: &mut [Completion],
+        again: PutBack<SLOT>,
+    ) -> Result<usize> {
+        let Some(own) = &mut self.cq else {
+            return self.shared_cq();
+        };
+        let Some(first) = out.first_mut() else {
+            return Ok(0);
+        };
+        let Some(taken) = own.cq.take_put_back(again) else {
+            return Ok(0);
+        };
+        let cqe = taken.cqe();
+        let op_own = cqe.op_own();
+        let Some(wr_id) = received(&mut self.rq, cqe, op_own) else {
+            taken.put_back();
+            return self.poll_general::<SLOT>(out);
+        };
+        *first = recv_completion(wr_id, cqe, op_own, self.qpn);
+        if 1 < out.len() && own.cq.has_cqe() {
+            let from = own.cq.ci().wrapping_sub(1);
+            return self.poll_rest::<SLOT>(out, 1, None, from);
+        }
+        if self.count_credits || !own.cq.quiet_polls() {
+            return self.polled_one(1);
+        }
+        self.progress
+            .recvs_retired(self.recvd.wrapping_sub(self.rq.outstanding() as u64));
+        Ok(1)
     }
 
     /// A poll whose first CQE (at the consumer index) is not a common one:

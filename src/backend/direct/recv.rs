@@ -1,10 +1,11 @@
 //! Receives on the direct path: a QP's own RQ (`post_recv`), and the
 //! checks an RQ's and an SRQ's posts share (`check_recvs`, `recv_segs`).
 
+use super::post::{Declined, InPlace};
 use super::{DirectQp, MAX_SGE};
 use crate::ib::error::{Error, Result};
 use crate::ib::wr::RecvWr;
-use mlx5_dv::wqe::DataSeg;
+use mlx5_dv::wqe::{DataSeg, Seg};
 
 impl DirectQp {
     /// Receives take at most `n` SGEs (the QP's config), whatever the
@@ -12,6 +13,43 @@ impl DirectQp {
     #[cfg(feature = "verbs")]
     pub(crate) fn limit_recv_sge(&mut self, n: u32) {
         self.max_recv_sge = self.max_recv_sge.min(n);
+    }
+
+    /// Posts one receive of one SGE in place, and rings the RQ doorbell:
+    /// an SGE on the QP's PD of 1 to 2^31 - 1 bytes, on a QP that posts
+    /// receives in place (out of RESET, not split, its own RQ), with room
+    /// (`max_recv_wr`, the RQ, CQ credits). Its lkey is noted for the PD's
+    /// deferred deregistration first, as the general path does.
+    /// [`Declined`], having changed nothing, otherwise: the caller's
+    /// general path then posts it or says why not.
+    #[inline(always)]
+    pub(crate) fn post_recv_one(&mut self, w: &RecvWr<'_>, pd: u32) -> InPlace {
+        let [s] = w.sges else {
+            return Err(Declined::Shape);
+        };
+        if !self.recv_in_place || !s.one_seg_on(pd) {
+            return Err(Declined::Shape);
+        }
+        if self.rq.outstanding() >= self.max_recv_wr {
+            return Err(Declined::NoRoom);
+        }
+        if self.count_credits && !self.credits.take(1) {
+            return Err(Declined::NoRoom);
+        }
+        self.progress.note_recv1(self.recvd, s.lkey.0);
+        if !self
+            .rq
+            .post_one_seg(&Seg::data(s.addr, s.len, s.lkey.0), w.wr_id)
+        {
+            // (Room was checked: not reached.)
+            if self.count_credits {
+                self.credits.give(1);
+            }
+            return Err(Declined::NoRoom);
+        }
+        self.recvd += 1;
+        self.progress.recvs_posted(self.recvd);
+        Ok(())
     }
 
     /// Posts receive WQEs and rings the RQ doorbell once. Checked first: on

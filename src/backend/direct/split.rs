@@ -125,6 +125,7 @@ impl DirectQp {
             credits: self.credits.clone(),
             count_credits: false,
             post_mode: PostMode::Checked,
+            recv_in_place: false,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),
             path: self.path,

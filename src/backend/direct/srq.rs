@@ -6,7 +6,7 @@
 use super::ibv;
 use crate::ib::error::{Error, Result};
 use crate::ib::wr::RecvWr;
-use mlx5_dv::driver::{SharedReceiveQueue, SrqSlots};
+use mlx5_dv::driver::{Seg, SharedReceiveQueue, SrqSlots};
 use mlx5_dv::sim;
 use std::sync::Arc;
 
@@ -99,6 +99,25 @@ impl DirectSrq {
     /// a post relinks them).
     pub(crate) fn outstanding(&mut self) -> u32 {
         self.ring.count() - 1 - self.ring.free()
+    }
+
+    /// Posts one receive of one SGE of PD `pd` (1 to 2^31 - 1 bytes) in
+    /// place and rings the doorbell (`SharedReceiveQueue::post_one_seg`);
+    /// `false`, having changed nothing, for anything else, or without
+    /// room: [`Self::post_recv`] then posts it or says why not.
+    #[inline(always)]
+    pub(crate) fn post_recv_one(&mut self, w: &RecvWr<'_>, pd: u32) -> bool {
+        let [s] = w.sges else {
+            return false;
+        };
+        s.one_seg_on(pd)
+            && self.max_sge > 0
+            && self.ring.post_one_seg(
+                &Seg::data(s.addr, s.len, s.lkey.0),
+                s.lkey.0,
+                w.wr_id,
+                self.max_wr,
+            )
     }
 
     /// Posts `wrs` with one doorbell, all or nothing: each at most

@@ -370,6 +370,8 @@ const ONE_SIDED: &[Case] = &[
     case!(srq_refusals_post_nothing),
     case!(an_srq_receive_holds_only_the_mr_it_names),
     case!(a_reset_gives_unpolled_srq_receives_back),
+    case!(an_error_receive_gives_its_srq_wqe_back),
+    case!(a_qp_on_an_srq_ignores_its_receive_caps),
     case!(uc_write_lands_and_read_is_refused),
     case!(uc_drops_what_the_responder_cannot_take),
     case!(uc_transitions_check_their_own_attributes),

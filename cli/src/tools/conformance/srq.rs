@@ -1,7 +1,8 @@
 //! Shared receive queues: a SEND scattered over an SRQ receive's SGEs,
 //! one SRQ feeding four QPs on one CQ, the limit event, completions out of
-//! order, a QP on an SRQ in ERR, the refusals, and an MR a posted SRQ
-//! receive holds.
+//! order, a QP on an SRQ in ERR, the refusals, an MR a posted SRQ
+//! receive holds, an error receive's WQE given back, and a QP on an SRQ
+//! whose own receive caps are ignored.
 
 use super::*;
 use rdma_direct::testing::QpHooks;
@@ -490,5 +491,77 @@ pub(super) fn a_reset_gives_unpolled_srq_receives_back(dev: &str) -> CaseResult 
     check_eq!(r.srq.outstanding(), 1, "the last one consumed, not polled");
     drop(cq2);
     check_eq!(r.srq.outstanding(), 0, "after the shared CQ is dropped");
+    passed(vec![])
+}
+
+/// A receive an SRQ gave that completes with an error (a SEND longer than
+/// its buffer) goes back to the SRQ at once, as rdma-core frees the SRQ
+/// WQE of every responder CQE (`cq.c`): the SRQ's outstanding count drops
+/// with its completion, and the others still serve another QP (UCX PR
+/// #11933: error CQEs skipped without their descriptor ran an SRQ dry).
+pub(super) fn an_error_receive_gives_its_srq_wqe_back(dev: &str) -> CaseResult {
+    let mut r = rig(dev, 2, 4, 1)?;
+    let src = r.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(64 * 4, Access::LOCAL_WRITE)?;
+    let bufs: Vec<[Sge<'_>; 1]> = (0..4)
+        .map(|k| Ok([Sge::new(&dst, k * 64, 8)?]))
+        .collect::<Result<_, Failure>>()?;
+    r.srq.post_recv(&recvs(&bufs, 0))?;
+    send(&mut r.tx[0], 7, &[Sge::new(&src, 0, 64)?])?;
+    let e = poll_one(&mut r.rx[0])?;
+    check!(
+        !e.status.is_ok(),
+        "a 64-byte SEND into 8 bytes fails: {e:?}"
+    );
+    check!(e.wr_id < 4, "the receive's wr_id: {e:?}");
+    check_eq!(
+        r.srq.outstanding(),
+        3,
+        "its WQE went back with its completion"
+    );
+    let sge = [Sge::new(&src, 0, 8)?];
+    for k in 0..3 {
+        send(&mut r.tx[1], k, &sge)?;
+    }
+    let got = poll_until(&mut r.rx[1], 3)?;
+    check!(got.iter().all(|c| c.status.is_ok()), "{got:?}");
+    check_eq!(
+        r.srq.outstanding(),
+        0,
+        "the other three served the other QP"
+    );
+    r.srq.post_recv(&recvs(&bufs, 10))?;
+    check_eq!(r.srq.outstanding(), 4, "all four posted again");
+    poll_until(&mut r.tx[1], 3)?;
+    passed(vec![])
+}
+
+/// A QP on an SRQ takes the SRQ's receive limits whatever its own config
+/// asks: receive caps far past any device's (2^20 WRs, 1000 SGEs) create
+/// it (rdma-core PR #1624: libmlx5 checked `max_recv_wr` against the
+/// device even on an SRQ; we pass 0), and it receives.
+pub(super) fn a_qp_on_an_srq_ignores_its_receive_caps(dev: &str) -> CaseResult {
+    let mut r = rig(dev, 0, 4, 1)?;
+    let cfg = QpConfig {
+        max_recv_wr: 1 << 20,
+        max_recv_sge: 1000,
+        ..QpConfig::default()
+    };
+    let mut rx = r.pd.create_qp_on_srq(&cfg, &r.srq)?;
+    let mut tx = r.pd.create_qp(&QpConfig::default())?;
+    Qp::connect_loopback(&mut rx, &mut tx)?;
+    let src = r.pd.alloc_mr(8, Access::LOCAL_WRITE)?;
+    let dst = r.pd.alloc_mr(64, Access::LOCAL_WRITE)?;
+    let bufs = slots(&dst, 1)?;
+    r.srq.post_recv(&recvs(&bufs, 5))?;
+    send(&mut tx, 1, &[Sge::new(&src, 0, 8)?])?;
+    let c = poll_one(&mut rx)?;
+    check_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (5, WcStatus::SUCCESS, 8),
+        "{c:?}"
+    );
+    poll_until(&mut tx, 1)?;
+    drop(r.ctx);
     passed(vec![])
 }
