@@ -77,6 +77,16 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
         (self.at >> self.cq.slot_log) as u32
     }
 
+    /// Puts back the CQE the last [`Self::next`] took (call it only after
+    /// one that returned a CQE): the consumer index goes back one slot, and
+    /// the next `next` here or on a later cursor takes it again, its
+    /// ownership tested again. For a loop that hands a CQE it does not
+    /// handle to a poll of another kind without decoding it.
+    #[inline(always)]
+    pub fn put_back(&mut self) {
+        self.at = self.at.wrapping_sub(SLOT);
+    }
+
     /// Takes the CQE at the consumer index if it is software-owned, and
     /// advances the consumer index. Ordering as rdma-core's (`cq.c`
     /// `mlx5_get_next_cqe`, `udma_from_device_barrier`): `op_own` is read

@@ -18,13 +18,9 @@ use super::{DirectCq, DirectQp};
 use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
-use mlx5_dv::cqe::{Cqe, CqeRef, INLINE_SCATTER_32, INLINE_SCATTER_64};
+use mlx5_dv::cqe::{Cqe, CqeRef};
 use mlx5_dv::driver::{PutBack, ReceiveQueue, Retired, Retirer};
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
-
-/// `op_own`'s format bits (3:2): scatter-to-CQE data (1, 2) or a
-/// compressed block (3). A CQE with any set goes to the general path.
-const FORMAT: u8 = INLINE_SCATTER_32 | INLINE_SCATTER_64;
 
 /// The [`WcOpcode`] of a requester completion, by the WQE opcode its CQE
 /// names (byte 56): one load instead of a chain of compares. WQE opcodes
@@ -385,7 +381,7 @@ impl DirectQp {
         let mut other = None;
         while n < out.len() {
             let Some(cqe) = cqes.next() else { break };
-            if cqe.opcode() == CqeOpcode::REQ && cqe.op_own() & FORMAT == 0 {
+            if cqe.op_own() < COMMON_SEND_LIMIT {
                 // The common CQE: a send completed without error.
                 match sq.complete(cqe.wqe_counter()) {
                     Some(Retired {
@@ -402,12 +398,20 @@ impl DirectQp {
                     None => {}
                 }
             }
-            other = Some(super::scatter::decode(cqe, &sq, &self.rq));
+            // Any other CQE is `poll_rest`'s: decoded, or, when it carries
+            // scatter-to-CQE data (copied out there, from the slot), put
+            // back and taken again.
+            other = Some(if cqe.has_inline_data() {
+                cqes.put_back();
+                None
+            } else {
+                Some(cqe.decode())
+            });
             break;
         }
         drop((sq, cqes));
-        if other.is_some() {
-            return self.poll_rest::<SLOT>(out, n, other, from);
+        if let Some(first) = other {
+            return self.poll_rest::<SLOT>(out, n, first, from);
         }
         own.cq.polled(from);
         // Only sends retired.
