@@ -82,7 +82,7 @@ pub use device::context::{list_devices, Context};
 pub use device::events::AsyncEvents;
 pub use ib::ah::Ah;
 pub use ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
-pub use ib::config::{CompletionMode, CqSizing, QpConfig};
+pub use ib::config::{CompletionMode, CqSizing, InlineRecv, QpConfig};
 pub use ib::device::{Backend, DataPath, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
 pub use ib::error::RegRefusal;
 pub use ib::error::{Error, Feature, MwState, PdObject, Queue, Result};

@@ -141,6 +141,13 @@ impl SimHook<'_> {
         self.q.cq_overrun()
     }
 
+    /// CQEs the sim wrote for this QP with data in them (scatter to CQE,
+    /// [`InlineRecv`](crate::InlineRecv)): received SENDs, READ responses
+    /// and atomic results that came in the CQE rather than by DMA.
+    pub fn scatter_cqes(&self) -> u64 {
+        self.q.scatter_cqes()
+    }
+
     /// With `on`, the device writes this QP's receive CQEs in swapped
     /// pairs (the receives into WQEs 0, 1, 2, 3 complete as 1, 0, 3, 2),
     /// as a device that completes receives out of order; the first of a

@@ -210,6 +210,19 @@ pub struct BenchArgs {
     /// devices, ConnectX for now) and with --use-srq.
     #[arg(long = "cqe-comp")]
     pub cqe_comp: bool,
+    /// Inline receive (scatter to CQE): small receives, READ responses and
+    /// atomic results come inside the CQE, up to 32 bytes (64-byte CQEs)
+    /// or, with `--inline-recv=64`, 64 (128-byte CQEs; the sim only). Off
+    /// by default; perftest has no such flag and runs with libmlx5's
+    /// default, which is on. The direct path only (the verbs path refuses it).
+    #[arg(long = "inline-recv", value_name = "BYTES", num_args = 0..=1,
+          default_missing_value = "32",
+          value_parser = {
+              use clap::builder::TypedValueParser;
+              clap::builder::PossibleValuesParser::new(["32", "64"])
+                  .map(|s| s.parse::<u32>().expect("32 or 64"))
+          })]
+    pub inline_recv: Option<u32>,
 }
 
 #[derive(clap::Args)]

@@ -13,6 +13,17 @@
 
 use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64};
 
+/// `op_own` bit 2 (`MLX5_INLINE_SCATTER_32`, rdma-core `mlx5dv.h`): the
+/// data of a small receive, READ response or atomic result sits in bytes
+/// 0..32 of the 64-byte CQE proper (length: `byte_cnt`, at most 32) and
+/// was not written to the WR's buffers: the host copies it out.
+pub const INLINE_SCATTER_32: u8 = 0x4;
+/// `op_own` bit 3 (`MLX5_INLINE_SCATTER_64`): as [`INLINE_SCATTER_32`],
+/// up to 64 bytes in the 64 bytes before the CQE proper, the first half of
+/// a 128-byte CQ slot (rdma-core `cq.c`: `cqe - 1`). Never on a CQ of
+/// 64-byte slots.
+pub const INLINE_SCATTER_64: u8 = 0x8;
+
 /// Whether the CQE whose `op_own` byte is given is owned by software at
 /// consumer index `ci` of a CQ with `cqe_cnt` entries (a power of two):
 /// its opcode is not INVALID and its owner bit equals `(ci / cqe_cnt) & 1`.
@@ -170,32 +181,40 @@ pub struct CqeRef<'a> {
     p: *const u8,
     /// Its byte 63, as the ownership test read it.
     op_own: u8,
+    /// The slot is 128 bytes: the 64 bytes before `p` are its first half
+    /// (where [`INLINE_SCATTER_64`] data lies).
+    slot128: bool,
     _cq: core::marker::PhantomData<&'a [u8; CQE64]>,
 }
 
 impl CqeRef<'_> {
+    /// The CQE proper at `p` of a CQ slot of `slot` bytes (64 or 128; in a
+    /// 128-byte slot `p` is the slot's byte 64), whose byte 63 is `op_own`.
+    ///
     /// # Safety
     /// `p` must be valid for reads of 64 bytes, which nothing writes, for
-    /// the lifetime chosen; `op_own` is its byte 63.
+    /// the lifetime chosen; with `slot` 128 the 64 bytes before `p` too
+    /// (the slot's first half).
     #[inline(always)]
-    pub(crate) unsafe fn new(p: *const u8, op_own: u8) -> Self {
+    pub(crate) unsafe fn in_slot(p: *const u8, op_own: u8, slot: usize) -> Self {
         CqeRef {
             p,
             op_own,
+            slot128: slot == 128,
             _cq: core::marker::PhantomData,
         }
     }
 
     #[inline(always)]
     fn be32(&self, o: usize) -> u32 {
-        // SAFETY: `o + 4 <= 64` at every call below (`new`'s contract);
+        // SAFETY: `o + 4 <= 64` at every call below (`in_slot`'s contract);
         // unaligned reads need no alignment.
         u32::from_be(unsafe { (self.p.add(o) as *const u32).read_unaligned() })
     }
 
     #[inline(always)]
     fn byte(&self, o: usize) -> u8 {
-        // SAFETY: `o < 64` at every call below (`new`'s contract).
+        // SAFETY: `o < 64` at every call below (`in_slot`'s contract).
         unsafe { *self.p.add(o) }
     }
 
@@ -214,7 +233,7 @@ impl CqeRef<'_> {
     /// Low 16 bits of the index of the (last) WQE this CQE completes (bytes 60..62).
     #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
-        // SAFETY: bytes 60..62 of the CQE (`new`'s contract).
+        // SAFETY: bytes 60..62 of the CQE (`in_slot`'s contract).
         u16::from_be(unsafe { (self.p.add(60) as *const u16).read_unaligned() })
     }
 
@@ -253,8 +272,53 @@ impl CqeRef<'_> {
     /// Every field, as [`Cqe::decode`] reads them.
     #[inline(always)]
     pub fn decode(&self) -> Cqe {
-        // SAFETY: `new`'s contract: 64 readable bytes.
+        // SAFETY: `in_slot`'s contract: 64 readable bytes.
         unsafe { Cqe::decode_raw(self.p) }
+    }
+
+    /// Whether the CQE carries inline-scattered data: format 1
+    /// ([`INLINE_SCATTER_32`]) or 2 ([`INLINE_SCATTER_64`]) in `op_own`
+    /// bits 3:2 (format 3, both bits, is a compressed CQE block, not
+    /// data). One test of the byte the ownership test read.
+    #[inline(always)]
+    pub fn has_inline_data(&self) -> bool {
+        let f = self.op_own & (INLINE_SCATTER_32 | INLINE_SCATTER_64);
+        f != 0 && f != INLINE_SCATTER_32 | INLINE_SCATTER_64
+    }
+
+    /// The data a scatter-to-CQE completion carries, read in place (valid
+    /// while the CQE is): `byte_cnt` bytes from byte 0 of the CQE proper
+    /// with [`INLINE_SCATTER_32`] (at most 32), or from byte 0 of a
+    /// 128-byte slot with [`INLINE_SCATTER_64`] (at most 64). `None` for
+    /// a CQE without either bit, an error CQE, and a CQE whose bits or
+    /// `byte_cnt` do not fit its slot (`INLINE_SCATTER_64` in a 64-byte
+    /// slot, a count over 32 or 64): the device wrote no such CQE, and
+    /// nothing outside the slot is read. `None` too with both bits set
+    /// (format 3: a compressed CQE block).
+    #[inline]
+    pub fn inline_data(&self) -> Option<&[u8]> {
+        if self.opcode().is_error() || !self.has_inline_data() {
+            return None;
+        }
+        let len = self.byte_cnt() as usize;
+        let start = if self.op_own & INLINE_SCATTER_32 != 0 {
+            if len > 32 {
+                return None;
+            }
+            self.p
+        } else if self.op_own & INLINE_SCATTER_64 != 0 && self.slot128 {
+            if len > 64 {
+                return None;
+            }
+            self.p.wrapping_sub(CQE64)
+        } else {
+            return None;
+        };
+        // SAFETY: `len` bytes from byte 0 of the CQE proper (at most 32 of
+        // its 64), or from byte 0 of a 128-byte slot (at most 64, the half
+        // before the CQE proper): readable and unwritten for `'_`
+        // (`in_slot`'s contract).
+        Some(unsafe { core::slice::from_raw_parts(start, len) })
     }
 }
 
@@ -318,5 +382,59 @@ mod tests {
         assert_eq!(b[63], 0x02);
         assert_eq!(Cqe::decode(&b), c);
         assert_eq!(c.wc_status(), 0);
+    }
+
+    /// A slot of `slot` bytes whose CQE proper has `op_own` and
+    /// `byte_cnt`, bytes `0..slot - 64` (the half before it) set to 0xaa
+    /// and its first 32 to 0x55.
+    fn slot_with(slot: usize, op_own: u8, byte_cnt: u32) -> Vec<u8> {
+        let mut b = vec![0xaau8; slot];
+        let p = slot - CQE64;
+        b[p..p + 32].fill(0x55);
+        b[p + 44..p + 48].copy_from_slice(&byte_cnt.to_be_bytes());
+        b[p + 63] = op_own;
+        b
+    }
+
+    fn data_of(b: &[u8]) -> Option<Vec<u8>> {
+        let p = b.len() - CQE64;
+        // SAFETY: `b` is the whole slot (64 or 128 bytes), alive and
+        // unwritten while the CqeRef is used.
+        let r = unsafe { CqeRef::in_slot(b.as_ptr().add(p), b[p + 63], b.len()) };
+        r.inline_data().map(<[u8]>::to_vec)
+    }
+
+    #[test]
+    fn inline_data_is_read_where_the_scatter_bits_say() {
+        let resp = CqeOpcode::RESP_SEND.0 << 4;
+        // SCATTER_32: bytes 0..byte_cnt of the CQE proper, either slot size.
+        assert_eq!(
+            data_of(&slot_with(64, resp | INLINE_SCATTER_32, 32)),
+            Some(vec![0x55; 32])
+        );
+        assert_eq!(
+            data_of(&slot_with(128, resp | INLINE_SCATTER_32, 1)),
+            Some(vec![0x55])
+        );
+        // SCATTER_64: the 64 bytes before the CQE proper of a 128-byte slot.
+        assert_eq!(
+            data_of(&slot_with(128, resp | INLINE_SCATTER_64, 64)),
+            Some(vec![0xaa; 64])
+        );
+        // Never outside the slot: SCATTER_64 in a 64-byte slot, counts too big.
+        assert_eq!(data_of(&slot_with(64, resp | INLINE_SCATTER_64, 8)), None);
+        assert_eq!(data_of(&slot_with(64, resp | INLINE_SCATTER_32, 33)), None);
+        assert_eq!(data_of(&slot_with(128, resp | INLINE_SCATTER_64, 65)), None);
+        // No bits, both (format 3: compressed), or an error CQE: none.
+        let both = INLINE_SCATTER_32 | INLINE_SCATTER_64;
+        assert_eq!(data_of(&slot_with(128, resp | both, 8)), None);
+        assert_eq!(data_of(&slot_with(64, resp, 8)), None);
+        let err = CqeOpcode::RESP_ERR.0 << 4;
+        assert_eq!(data_of(&slot_with(64, err | INLINE_SCATTER_32, 8)), None);
+        // Zero bytes: an empty slice, not None.
+        assert_eq!(
+            data_of(&slot_with(64, resp | INLINE_SCATTER_32, 0)),
+            Some(vec![])
+        );
     }
 }

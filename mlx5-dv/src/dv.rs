@@ -394,6 +394,10 @@ pub struct mlx5dv_qp_init_attr {
 pub const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1 << 0;
 /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`: keep small responses out of CQEs.
 pub const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
+/// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`: scatter to CQE on, for the
+/// requester too without `sq_sig_all` (small READ responses and atomic
+/// results in the CQE; rdma-core PR #404).
+pub const MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE: u32 = 1 << 4;
 
 #[cfg(feature = "rdma-core")]
 #[link(name = "mlx5")]

@@ -52,6 +52,7 @@ int main(void) {
     F(mlx5dv_qp_init_attr, dc_init_attr); F(mlx5dv_qp_init_attr, send_ops_flags);
     printf("mlx5dv_dc_init_attr %zu\n", sizeof(struct mlx5dv_dc_init_attr));
     printf("MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE %u\n", (unsigned)MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
+    printf("MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE %u\n", (unsigned)MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE);
     printf("MLX5DV_OBJ_QP %u\n", (unsigned)MLX5DV_OBJ_QP);
     printf("MLX5DV_OBJ_CQ %u\n", (unsigned)MLX5DV_OBJ_CQ);
     printf("MLX5DV_OBJ_SRQ %u\n", (unsigned)MLX5DV_OBJ_SRQ);
@@ -166,6 +167,10 @@ fn ours() -> Vec<(String, usize)> {
     v.push((
         "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE".into(),
         MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE as usize,
+    ));
+    v.push((
+        "MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE".into(),
+        MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE as usize,
     ));
     v.push(("MLX5DV_OBJ_QP".into(), MLX5DV_OBJ_QP as usize));
     v.push(("MLX5DV_OBJ_CQ".into(), MLX5DV_OBJ_CQ as usize));

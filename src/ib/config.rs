@@ -59,6 +59,72 @@ pub struct QpConfig {
     /// [`Error::Invalid`]: crate::Error::Invalid
     /// [`Error::Unsupported`]: crate::Error::Unsupported
     pub cqe_compression: bool,
+    /// Scatter to CQE, "inline receive" (UCX's RX inline, rdma-core's
+    /// `MLX5_SCATTER_TO_CQE`): small payloads come inside the CQE and the
+    /// poll copies them to the WR's buffers. Off by default, as in UCX
+    /// (libmlx5 turns it on by default). See [`InlineRecv`].
+    pub inline_recv: InlineRecv,
+}
+
+/// Scatter to CQE ("inline receive") for a QP, on the direct path
+/// (ConnectX and the sim). The NIC writes a small payload into the CQE
+/// itself instead of DMAing it to the WR's buffers, saving a DMA write and
+/// the CPU a cache miss; the poll copies it to the WR's SGEs before it
+/// reports the completion, so a caller sees the same buffers and
+/// [`Completion`](crate::Completion)s either way (a WR whose SGEs are too
+/// small for the data completes with `WcStatus::LOC_LEN_ERR`, and then
+/// none of the data was copied). What scatters:
+///
+/// - **responder** (RC and UC): a received SEND or SEND_IMM of 1 up to
+///   32 bytes ([`Self::Up32`]: in bytes 0..32 of the 64-byte CQE, `op_own`
+///   bit 0x4, `MLX5_INLINE_SCATTER_32`) or 64 bytes ([`Self::Up64`]: in
+///   the first half of a 128-byte CQE, bit 0x8, `MLX5_INLINE_SCATTER_64`).
+///   On UD it is ignored, as the kernel's mlx5 driver ignores it (the QP
+///   context's `cs_res` is set for RC and UC only), libmlx5's default.
+/// - **requester** (RC only): an RDMA READ response or an atomic's old
+///   value (8 bytes) of a *signaled* WR, up to the same size, goes into
+///   its send CQE (libmlx5's `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`: the
+///   kernel's `cs_req`). An unsignaled READ or atomic gets its data by DMA
+///   (no CQE is written for it).
+///
+/// Larger payloads are DMAed as without it. The sizes are the device's:
+/// 32 bytes with 64-byte CQEs, 64 with 128-byte CQEs (the QP's own CQ is
+/// created with 128-byte CQEs for [`Self::Up64`]).
+///
+/// Refusals, before anything is created: the verbs backend (rxe, or
+/// `DataPath::Verbs`) with [`Error::Unsupported`] and
+/// [`Feature::InlineReceive`](crate::Feature::InlineReceive) (libibverbs
+/// has no such attribute); [`Self::Up64`] on a shared CQ (its CQEs are 64
+/// bytes) with [`Error::Invalid`], and on ConnectX with
+/// [`Error::Unsupported`] (128-byte CQEs need `mlx5dv_create_cq`, which
+/// the direct path does not call yet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InlineRecv {
+    /// No scatter to CQE (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`).
+    #[default]
+    Off,
+    /// Up to 32 bytes, in a 64-byte CQE.
+    Up32,
+    /// Up to 64 bytes, in a 128-byte CQE (the QP's own CQ only; the sim
+    /// only, for now).
+    Up64,
+}
+
+impl InlineRecv {
+    /// Whether it asks for scatter to CQE at all.
+    pub fn is_on(self) -> bool {
+        self != InlineRecv::Off
+    }
+
+    /// The most bytes a CQE carries: 0, 32 or 64.
+    pub fn max_bytes(self) -> u32 {
+        match self {
+            InlineRecv::Off => 0,
+            InlineRecv::Up32 => 32,
+            InlineRecv::Up64 => 64,
+        }
+    }
 }
 
 impl Default for QpConfig {
@@ -76,6 +142,7 @@ impl Default for QpConfig {
             min_rnr_timer: 12,
             cq_depth: None,
             cqe_compression: false,
+            inline_recv: InlineRecv::Off,
         }
     }
 }

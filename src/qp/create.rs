@@ -129,6 +129,7 @@ impl Qp {
                 theirs: "verbs",
             }),
         };
+        inline_recv_gate(cfg, pd_inner, shared.is_some())?;
         let mut kind = match &pd_inner.kind {
             PdKind::Sim(dev, pdn) => {
                 direct_limits(cfg)?;
@@ -171,6 +172,7 @@ impl Qp {
                     cfg.max_recv_sge,
                     direct_srq,
                     cfg.qp_type,
+                    cfg.inline_recv,
                 )?)
             }
             #[cfg(feature = "verbs")]
@@ -185,7 +187,13 @@ impl Qp {
                 };
                 if *direct == DataPath::Direct {
                     direct_limits(cfg)?;
-                    let mut q = direct::DirectQp::create_mlx5(pd, caps, direct_cq()?, direct_srq)?;
+                    let mut q = direct::DirectQp::create_mlx5(
+                        pd,
+                        caps,
+                        direct_cq()?,
+                        direct_srq,
+                        cfg.inline_recv,
+                    )?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)
                 } else {
@@ -320,6 +328,46 @@ fn direct_limits(cfg: &QpConfig) -> Result<()> {
                 max: max as u64,
             });
         }
+    }
+    Ok(())
+}
+
+/// Refuses an [`InlineRecv`](crate::InlineRecv) the QP cannot have, before
+/// anything is created: any on the verbs path (libibverbs has no scatter
+/// to CQE: [`Error::Unsupported`], [`Feature::InlineReceive`](crate::Feature::InlineReceive)),
+/// `Up64` on a shared CQ or with CQE compression (64-byte CQEs:
+/// [`Error::Invalid`]) and on
+/// ConnectX (128-byte CQEs need `mlx5dv_create_cq`: [`Error::Unsupported`]).
+/// UD takes any and ignores it, as the kernel's mlx5 driver does.
+fn inline_recv_gate(cfg: &QpConfig, pd: &PdInner, shared_cq: bool) -> Result<()> {
+    use crate::InlineRecv;
+    if !cfg.inline_recv.is_on() {
+        return Ok(());
+    }
+    let up64 = cfg.inline_recv == InlineRecv::Up64;
+    match &pd.kind {
+        PdKind::Sim(..) => {}
+        #[cfg(feature = "verbs")]
+        PdKind::Verbs(p, path) => {
+            if *path != DataPath::Direct || up64 {
+                return Err(Error::Unsupported {
+                    device: p.ctx.name.clone(),
+                    feature: crate::Feature::InlineReceive,
+                });
+            }
+        }
+    }
+    if up64 && shared_cq {
+        return Err(Error::Invalid(
+            "InlineRecv::Up64 needs 128-byte CQEs: the QP's own CQ (a shared CQ has 64-byte CQEs)"
+                .into(),
+        ));
+    }
+    if up64 && cfg.cqe_compression {
+        return Err(Error::Invalid(
+            "InlineRecv::Up64 needs 128-byte CQEs, and CQE compression 64-byte ones:              ask for one of them"
+                .into(),
+        ));
     }
     Ok(())
 }

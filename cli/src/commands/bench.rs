@@ -164,6 +164,11 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         qp_type: a.connection.into(),
         use_srq: a.use_srq,
         cqe_comp: a.cqe_comp,
+        inline_recv: match a.inline_recv {
+            None => rdma_direct::InlineRecv::Off,
+            Some(64) => rdma_direct::InlineRecv::Up64,
+            Some(_) => rdma_direct::InlineRecv::Up32,
+        },
     };
     let test_name = match a.test {
         Test::Write => "write_lat",

@@ -78,6 +78,16 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
         (self.at >> self.cq.slot_log) as u32
     }
 
+    /// Puts back the CQE the last [`Self::next`] took (call it only after
+    /// one that returned a CQE): the consumer index goes back one slot, and
+    /// the next `next` here or on a later cursor takes it again, its
+    /// ownership tested again. For a loop that hands a CQE it does not
+    /// handle to a poll of another kind without decoding it.
+    #[inline(always)]
+    pub fn put_back(&mut self) {
+        self.at = self.at.wrapping_sub(SLOT);
+    }
+
     /// Takes the CQE at the consumer index if it is software-owned, and
     /// advances the consumer index. Ordering as rdma-core's (`cq.c`
     /// `mlx5_get_next_cqe`, `udma_from_device_barrier`): `op_own` is read
@@ -126,8 +136,34 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
         // we loaded before the barrier; it writes the slot again only a
         // whole ring later, which the caller's CQ credits (or WR limits)
         // keep from happening while the CqeRef (borrowing this cursor)
-        // lives.
-        Some(unsafe { CqeRef::new(p.wrapping_sub(CQE64 - 1), op_own) })
+        // lives. The slot is `SLOT` bytes (`cursor` asserts it), so with
+        // 128 its first half precedes the CQE proper, likewise.
+        Some(unsafe { CqeRef::in_slot(p.wrapping_sub(CQE64 - 1), op_own, SLOT) })
+    }
+}
+
+impl<const SLOT: usize> CqCursor<'_, SLOT> {
+    /// [`Self::next`] without the test for a compressed session's title: a
+    /// title is handed out as it is (its `op_own` format bits 3:2 are 3:
+    /// [`crate::mini_cqe::is_title`]), for a loop that tests `op_own`
+    /// anyway and hands anything but its common CQE back
+    /// ([`Self::put_back`]) to a poll that uses [`Self::next`]. The common
+    /// path then pays nothing for compression.
+    #[inline(always)]
+    pub fn next_plain(&mut self) -> Option<CqeRef<'_>> {
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: as in `next`.
+        let op_own = unsafe { mmio::read_op_own(p) };
+        if !owned(op_own, (at & (self.ring_mask + 1) != 0) as u8) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        self.at = at.wrapping_add(SLOT);
+        // SAFETY: as in `next`: the CQE proper ends at `p`, inside the
+        // slot, software-owned and not written again while the CqeRef
+        // (borrowing this cursor) lives.
+        Some(unsafe { CqeRef::in_slot(p.wrapping_sub(CQE64 - 1), op_own, SLOT) })
     }
 }
 
@@ -156,8 +192,9 @@ impl<const SLOT: usize> Taken<'_, SLOT> {
         // inside the slot, and was software-owned before `take`'s barrier;
         // the device writes the slot again only a whole ring later, which
         // the caller's CQ credits (or WR limits) keep from happening while
-        // the CqeRef (borrowing this, which borrows the CQ) lives.
-        unsafe { CqeRef::new(self.p, self.op_own) }
+        // the CqeRef (borrowing this, which borrows the CQ) lives. The slot
+        // is `SLOT` bytes (`take` asserts it).
+        unsafe { CqeRef::in_slot(self.p, self.op_own, SLOT) }
     }
 
     /// Puts the CQE back: the consumer index goes back to it, and the next
@@ -421,6 +458,35 @@ impl CompletionQueue {
         // offset of a whole slot; constructor contract).
         let op_own = unsafe { mmio::read_op_own(self.op_own0.wrapping_add(at & self.ring_mask)) };
         owned(op_own, (at & self.ring_size != 0) as u8)
+    }
+
+    /// [`Self::take`] without the test for a compressed session's title: a
+    /// title is taken as it is (its `op_own` format bits 3:2 are 3), for a
+    /// poll that tests `op_own` anyway and puts anything but its common
+    /// CQE back ([`Taken::put_back`]) for a poll that uses [`Self::take`] or
+    /// [`CqCursor::next`]. The common path then pays nothing for
+    /// compression.
+    ///
+    /// # Panics
+    /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
+    #[inline(always)]
+    pub fn take_plain<const SLOT: usize>(&mut self) -> Option<Taken<'_, SLOT>> {
+        assert!(SLOT == self.slot_size(), "the slot size taken");
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; constructor contract).
+        let op_own = unsafe { mmio::read_op_own(p) };
+        if !owned(op_own, (at & self.ring_size != 0) as u8) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        self.at = at.wrapping_add(SLOT);
+        Some(Taken {
+            p: p.wrapping_sub(CQE64 - 1),
+            op_own,
+            cq: self,
+        })
     }
 
     /// Takes the CQE at the consumer index if it is software-owned, as

@@ -5,7 +5,8 @@
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
 //! Files: `sq` ([`SendQueue`]), `rq` ([`ReceiveQueue`]), `srq`
-//! ([`SharedReceiveQueue`], [`SrqSlots`]) and `cq` ([`CompletionQueue`]); here, what they share ([`DescError`]) and the CQ
+//! ([`SharedReceiveQueue`], [`SrqSlots`]), `cq` ([`CompletionQueue`]) and
+//! `scatter` (scatter to CQE: `scatter_from_cqe`, [`ScatterError`]); here, what they share ([`DescError`]) and the CQ
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
 
 mod cq;
@@ -13,6 +14,9 @@ mod fast;
 #[cfg(test)]
 mod fast_tests;
 mod rq;
+mod scatter;
+#[cfg(test)]
+mod scatter_tests;
 mod sq;
 mod srq;
 mod table;
@@ -24,6 +28,7 @@ pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, PutBack, Taken};
 pub use fast::{Reserved, Written};
 pub use rq::ReceiveQueue;
+pub use scatter::ScatterError;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};
 pub use srq::{SharedReceiveQueue, SrqDesc, SrqSlots};
 pub use table::Table;

@@ -14,21 +14,21 @@ use std::sync::Arc;
 /// Receive queue of one QP (`mlx5dv_qp.rq`, doorbell record word 0).
 pub struct ReceiveQueue {
     /// `None` for a QP on an SRQ ([`Self::on_srq`]): it has no RQ ring.
-    buf: Option<RingBuf<'static>>,
+    pub(super) buf: Option<RingBuf<'static>>,
     /// The SRQ its receives come from: completions go to its slots.
-    srq: Option<Arc<SrqSlots>>,
-    wqe_cnt: u32,
-    stride: u32,
+    pub(super) srq: Option<Arc<SrqSlots>>,
+    pub(super) wqe_cnt: u32,
+    pub(super) stride: u32,
     dbrec: *mut u32,
     /// Next receive WQE index to post, and the oldest not yet completed.
-    head: u32,
-    tail: u32,
+    pub(super) head: u32,
+    pub(super) tail: u32,
     pending: bool,
     wr_id: Table<u64>,
     /// Per slot: completed ahead of `tail` (out of order), so its WQE is
     /// no longer the device's but its room is not back yet: room comes
     /// back only as the completed prefix from `tail` grows.
-    done: Table<bool>,
+    pub(super) done: Table<bool>,
     /// Slots of `done` set: while 0, every completion names `tail` (the
     /// in-order case [`Self::complete_in_order`] takes).
     early: u32,

@@ -82,15 +82,15 @@ impl Slot {
 /// See [`SendQueue::retirer`].
 pub struct Retirer<'a> {
     /// `pi - 1`: the index of the last WQE posted.
-    last: u32,
+    pub(super) last: u32,
     /// `pi - tail`: WQEBBs outstanding.
-    inflight: u32,
+    pub(super) inflight: u32,
     retired: u32,
     posted: u32,
     /// `sq.slots`, `wqe_cnt` entries (not resized while borrowed).
     slots: *const Slot,
     slot_mask: u32,
-    sq: &'a mut SendQueue,
+    pub(super) sq: &'a mut SendQueue,
 }
 
 impl Retirer<'_> {

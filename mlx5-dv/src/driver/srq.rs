@@ -60,12 +60,16 @@ pub struct SrqDesc {
 #[derive(Debug)]
 pub struct SrqSlots {
     wr_id: Box<[AtomicU64]>,
-    device: Box<[AtomicBool]>,
+    pub(super) device: Box<[AtomicBool]>,
     lkeys: Box<[AtomicU32]>,
     max_sge: usize,
     returned: Box<[AtomicU64]>,
     returned_at: AtomicU64,
     count: u32,
+    /// The ring's address and stride, for copying scatter-to-CQE data out
+    /// (`scatter.rs`); 0 when there is none (the verbs backend's slots).
+    pub(super) ring: usize,
+    pub(super) stride: u32,
 }
 
 impl SrqSlots {
@@ -83,6 +87,8 @@ impl SrqSlots {
             returned: (0..ring).map(|_| AtomicU64::new(0)).collect(),
             returned_at: AtomicU64::new(0),
             count,
+            ring: 0,
+            stride: 0,
         }
     }
 
@@ -280,7 +286,9 @@ impl SharedReceiveQueue {
             counter: 0,
             pending: false,
             returned_at: 0,
-            slots: Arc::new(SrqSlots::new(count, max_sge.min(d.stride / 16 - 1))),
+            slots: Arc::new(
+                SrqSlots::new(count, max_sge.min(d.stride / 16 - 1)).with_ring(buf, d.stride),
+            ),
         })
     }
 

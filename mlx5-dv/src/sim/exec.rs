@@ -2,7 +2,6 @@
 //! doorbell record, one at a time (malformed ones, RNR retries, ERR flushes),
 //! with the requester's CQEs; each WQE decoded and handed to its opcode.
 
-use super::cq::push_cqe_to;
 use super::ops::{atomic, rdma_read, rdma_write, rdma_write_imm, send, Exec, MAX_WQE};
 use super::recv::flush_recv;
 use super::{QpState, QpType, State, RNR_DELAY};
@@ -177,7 +176,7 @@ fn run_qp(st: &mut State, qpn: u32) -> usize {
         };
         if let Some(c) = cqe {
             let uidx = st.qps[&qpn].uidx;
-            push_cqe_to(st, send_cqn, &c, uidx);
+            super::scatter::push_req_cqe(st, qpn, send_cqn, &c, uidx);
         }
         done += 1;
     }

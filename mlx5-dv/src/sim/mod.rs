@@ -50,6 +50,7 @@ mod exec;
 mod ops;
 mod qp;
 mod recv;
+mod scatter;
 mod session;
 mod srq;
 mod thread;
@@ -259,6 +260,15 @@ struct QpEntry {
     /// completing out of order; the first of a pair waits here.
     swap_recv: bool,
     held_recv: Option<crate::cqe::Cqe>,
+    /// Scatter to CQE (`scatter.rs`): the QP context's `cs_res` (small
+    /// SENDs received into the CQE) and `cs_req` (small READ responses and
+    /// atomic results into a signaled requester CQE), and the data of the
+    /// executing WQE's requester CQE.
+    scatter_resp: bool,
+    scatter_req: bool,
+    req_inline: Option<scatter::InlineData>,
+    /// CQEs written for this QP with data in them (responder and requester).
+    scatter_cqes: u64,
 }
 
 struct SrqEntry {

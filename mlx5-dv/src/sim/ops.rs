@@ -63,6 +63,9 @@ fn deliver(
         (true, Some(v)) => (CqeOpcode::RESP_SEND_IMM, v),
         (false, v) => (CqeOpcode::RESP_WR_IMM, v.unwrap_or(0)),
     };
+    // Scatter to CQE (`scatter.rs`): the payload goes into the CQE, not
+    // to the receive's buffers (checked all the same).
+    let inline = data.filter(|d| super::scatter::responder_scatters(st, peer, d.len()));
     if let Some(data) = data {
         if segs[..n]
             .iter()
@@ -81,17 +84,18 @@ fn deliver(
                 Syndrome::REMOTE_INVAL_REQ_ERR,
             );
         }
-        scatter(st, &segs[..n], data);
+        if inline.is_none() {
+            scatter(st, &segs[..n], data);
+        }
     }
-    complete_recv(
-        st,
-        peer,
-        idx,
-        Cqe {
-            solicited,
-            ..resp_cqe(opcode, byte_cnt, imm, Syndrome(0))
-        },
-    );
+    let c = Cqe {
+        solicited,
+        ..resp_cqe(opcode, byte_cnt, imm, Syndrome(0))
+    };
+    match inline {
+        Some(d) => super::scatter::complete_recv_inline(st, peer, idx, c, d),
+        None => complete_recv(st, peer, idx, c),
+    }
     Exec::Ok { byte_cnt }
 }
 
@@ -408,6 +412,18 @@ pub(super) fn rdma_read(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) ->
     ) {
         return Exec::Err(s);
     }
+    let signaled = w.flags.contains(CtrlFlags::CQ_UPDATE);
+    if super::scatter::requester_scatters(st, qpn, total as usize, signaled) {
+        // Scatter to CQE: the response goes into the CQE (`scatter.rs`).
+        let mut resp = [0u8; 64];
+        // SAFETY: the remote range was checked against a registered MR above.
+        unsafe { dma::read_into(remote.addr, &mut resp[..total as usize]) };
+        let data = super::scatter::InlineData::new(&resp[..total as usize]);
+        st.qps.get_mut(&qpn).expect("qp").req_inline = Some(data);
+        return Exec::Ok {
+            byte_cnt: total as u32,
+        };
+    }
     let mut src = remote.addr;
     for d in &dsts[..n] {
         // SAFETY: both ranges were checked against registered MRs above; an
@@ -451,6 +467,13 @@ pub(super) fn atomic(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Ex
             dma::fetch_add(remote.addr, a.swap_add)
         }
     };
+    let signaled = w.flags.contains(CtrlFlags::CQ_UPDATE);
+    if super::scatter::requester_scatters(st, qpn, 8, signaled) {
+        // Scatter to CQE: the old value goes into the CQE (`scatter.rs`).
+        let data = super::scatter::InlineData::new(&old.to_ne_bytes());
+        st.qps.get_mut(&qpn).expect("qp").req_inline = Some(data);
+        return Exec::Ok { byte_cnt: 8 };
+    }
     // SAFETY: checked above.
     unsafe { dma::write_from(old_to.addr, &old.to_ne_bytes()) };
     Exec::Ok { byte_cnt: 8 }

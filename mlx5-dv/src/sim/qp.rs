@@ -153,6 +153,10 @@ impl Device {
                 uidx,
                 swap_recv: false,
                 held_recv: None,
+                scatter_resp: false,
+                scatter_req: false,
+                req_inline: None,
+                scatter_cqes: 0,
             },
         );
         Ok(Qp {
@@ -164,8 +168,8 @@ impl Device {
 
 /// A sim RC QP; destroyed on drop.
 pub struct Qp {
-    dev: Device,
-    qpn: u32,
+    pub(super) dev: Device,
+    pub(super) qpn: u32,
 }
 
 /// Offset of the first BlueFlame register in the UAR page, in bytes.

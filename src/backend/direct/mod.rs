@@ -16,6 +16,7 @@ mod mr;
 pub(crate) mod poll;
 mod post;
 mod recv;
+mod scatter;
 mod split;
 mod srq;
 
@@ -167,8 +168,13 @@ impl DirectQp {
         max_recv_sge: u32,
         srq: Option<&DirectSrq>,
         qp_type: QpType,
+        inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
-        let (own, credits) = cq.resolve(|depth, zip| DirectCq::create_sim_ex(dev, depth, zip))?;
+        // (The front end refuses compression with 128-byte CQEs.)
+        let (own, credits) = cq.resolve(|depth, zip| match zip {
+            true => DirectCq::create_sim_ex(dev, depth, true),
+            false => scatter::create_sim_cq(dev, depth, inline_recv),
+        })?;
         let sim_cq = match &cq.in_use(&own).dev {
             DirectCqDev::Sim(s) => s,
             #[cfg(feature = "verbs")]
@@ -198,6 +204,7 @@ impl DirectQp {
             stride,
             srq.and_then(DirectSrq::sim),
         )?;
+        scatter::set_sim_qp(&sim_qp, inline_recv)?;
         // SAFETY: the descriptions come from `sim_qp`, which this struct owns
         // and drops after the drivers (field order); nothing else on the host
         // uses these rings.
@@ -243,6 +250,7 @@ impl DirectQp {
         caps: ibv::QpCaps,
         cq: CqFor<'_>,
         srq: Option<&DirectSrq>,
+        inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
         let (own, credits) =
@@ -268,7 +276,7 @@ impl DirectQp {
             }
             None => None,
         };
-        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq)?;
+        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq, inline_recv.is_on())?;
         // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
         // that `objs` owns; this struct drops the drivers before `objs`
         // (field order), and no one else posts to it (the QP is never

@@ -41,6 +41,11 @@ static REQ_WC_OPCODE: [u8; 256] = {
 /// common CQE, told in one compare.
 const COMMON_SEND_LIMIT: u8 = 0x04;
 
+/// The format bits of `op_own` (3:2): 0 a plain CQE, 1 or 2 one carrying
+/// scattered data (`MLX5_INLINE_SCATTER_32` / `_64`), 3 a compressed
+/// session's title. The fast paths take format 0 alone.
+const FORMAT: u8 = 0x0c;
+
 /// The receive a successful responder CQE of the plain format retires in
 /// the common case ([`ReceiveQueue::complete_in_order`] on the QP's own
 /// RQ; its slot on an SRQ), and its wr_id. `None`, having retired
@@ -249,7 +254,9 @@ impl DirectQp {
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
-        let Some(taken) = own.cq.take::<SLOT>() else {
+        // (A compressed session's title fails the common CQE's test below
+        // and goes to the general path, which expands it.)
+        let Some(taken) = own.cq.take_plain::<SLOT>() else {
             return Ok(0);
         };
         // (Tested after the empty CQ's test: an empty poll does not pay it.)
@@ -382,8 +389,10 @@ impl DirectQp {
         let mut sq = self.sq.retirer();
         let mut other = None;
         while n < out.len() {
-            let Some(cqe) = cqes.next() else { break };
-            if cqe.opcode() == CqeOpcode::REQ {
+            let Some(cqe) = cqes.next_plain() else {
+                break;
+            };
+            if cqe.op_own() < COMMON_SEND_LIMIT {
                 // The common CQE: a send completed without error.
                 match sq.complete(cqe.wqe_counter()) {
                     Some(Retired {
@@ -400,12 +409,21 @@ impl DirectQp {
                     None => {}
                 }
             }
-            other = Some(cqe.decode());
+            // Any other CQE is `poll_rest`'s: decoded, or, in another
+            // format (scatter-to-CQE data, copied out there from the slot;
+            // a compressed session's title, expanded there), put back and
+            // taken again.
+            other = Some(if cqe.op_own() & FORMAT != 0 {
+                cqes.put_back();
+                None
+            } else {
+                Some(cqe.decode())
+            });
             break;
         }
         drop((sq, cqes));
-        if other.is_some() {
-            return self.poll_rest::<SLOT>(out, n, other, from);
+        if let Some(first) = other {
+            return self.poll_rest::<SLOT>(out, n, first, from);
         }
         own.cq.polled(from);
         // Only sends retired.
@@ -443,7 +461,7 @@ impl DirectQp {
             let cqe = match first.take() {
                 Some(c) => c,
                 None if n < out.len() => match cqes.next() {
-                    Some(c) => c.decode(),
+                    Some(c) => super::scatter::decode(c, &sq, rq),
                     None => break,
                 },
                 None => break,
@@ -536,8 +554,8 @@ impl DirectCq {
         let mut n = 0;
         let mut result = Ok(());
         while n < max {
-            let Some(cqe) = cqes.next() else { break };
-            let cqe = cqe.decode();
+            let Some(raw) = cqes.next() else { break };
+            let cqe = raw.decode();
             if skip == Some(cqe.qpn) {
                 // Dropped unretired; but a receive of an SRQ is the SRQ's
                 // again.
@@ -552,6 +570,7 @@ impl DirectCq {
                 result = Err(Error::ForeignCqe { qpn: cqe.qpn });
                 break;
             };
+            let cqe = super::scatter::decode_shared(raw, cqe, q);
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.
                 q.retire_split(|q| retire(&mut q.sq.retirer(), &mut q.rq, &cqe))

@@ -54,14 +54,18 @@ impl Mlx5Objs {
     }
 }
 
-/// Creates an RC QP for the direct path on a ConnectX (`mlx5dv_create_qp`
-/// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`) completing into `cq`,
-/// and describes it with `mlx5dv_init_obj`.
+/// Creates a QP for the direct path on a ConnectX (`mlx5dv_create_qp`)
+/// completing into `cq`, and describes it with `mlx5dv_init_obj`. Without
+/// `scatter`, with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`; with it
+/// (`InlineRecv`), with `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`, which
+/// turns on responder scatter (RC, UC; the kernel ignores it on UD) and
+/// requester scatter without `sq_sig_all` (RC).
 pub(crate) fn create_mlx5_qp(
     pd: &Arc<Pd>,
     caps: QpCaps,
     cq: &Arc<VerbsCq>,
     srq: Option<&super::VerbsSrq>,
+    scatter: bool,
 ) -> Result<(Mlx5Objs, mlx5_dv::dv::mlx5dv_qp)> {
     use mlx5_dv::dv::*;
     // SAFETY: plain data; zero is valid.
@@ -84,7 +88,11 @@ pub(crate) fn create_mlx5_qp(
     // SAFETY: plain data; zero is valid.
     let mut dv_attr: mlx5dv_qp_init_attr = unsafe { std::mem::zeroed() };
     dv_attr.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
-    dv_attr.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+    dv_attr.create_flags = if scatter {
+        MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE
+    } else {
+        MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE
+    };
     // SAFETY: live context; both attribute structs valid for the call.
     let qp = unsafe {
         mlx5dv_create_qp(

@@ -208,6 +208,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         port: cfg.lat.port,
         gid_index: cfg.lat.gid_index,
         cqe_compression: cfg.lat.cqe_comp,
+        inline_recv: cfg.lat.inline_recv,
         ..QpConfig::default()
     };
     let mut pairs = Vec::with_capacity(cfg.qps as usize);
@@ -244,6 +245,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         use_srq: cfg.lat.use_srq,
         cqe_comp: cfg.lat.cqe_comp,
         cqe_bytes: None,
+        inline_recv: cfg.lat.inline_recv,
     };
     let to_b = RemoteAddr {
         addr: mr_b.addr(),

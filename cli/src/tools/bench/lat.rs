@@ -32,6 +32,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         port: cfg.port,
         gid_index: cfg.gid_index,
         cqe_compression: cfg.cqe_comp,
+        inline_recv: cfg.inline_recv,
         ..QpConfig::default()
     };
     let (pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq)?;
@@ -68,6 +69,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         use_srq: cfg.use_srq,
         cqe_comp: cfg.cqe_comp,
         cqe_bytes: None,
+        inline_recv: cfg.inline_recv,
     };
     let remote = |mr: &Mr| RemoteAddr {
         addr: mr.addr() + size as u64,

@@ -73,6 +73,9 @@ pub struct LatConfig {
     pub use_srq: bool,
     /// CQE compression on the QPs' CQs (`--cqe-comp`; ours, not perftest's).
     pub cqe_comp: bool,
+    /// Inline receive (scatter to CQE) on the QPs (`--inline-recv`; not in
+    /// perftest, which runs with libmlx5's default: on).
+    pub inline_recv: rdma_direct::InlineRecv,
 }
 
 /// Most round trips a latency test with a duration keeps (their stamps are
@@ -126,6 +129,7 @@ impl Default for LatConfig {
             qp_type: rdma_direct::QpType::Rc,
             use_srq: false,
             cqe_comp: false,
+            inline_recv: rdma_direct::InlineRecv::Off,
         }
     }
 }

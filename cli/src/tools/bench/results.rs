@@ -187,6 +187,8 @@ pub struct RunInfo {
     /// sim wrote during the run (`None` off the sim).
     pub cqe_comp: bool,
     pub cqe_bytes: Option<u64>,
+    /// Inline receive (scatter to CQE) asked for (`--inline-recv`).
+    pub inline_recv: rdma_direct::InlineRecv,
 }
 
 /// One side's address, as perftest prints "local address" / "remote address".
@@ -249,6 +251,13 @@ impl RunInfo {
             line(format!(" GID index       : {g}"));
         }
         line(format!(" Max inline data : {}[B]", self.inline));
+        line(format!(
+            " Inline receive  : {}",
+            match self.inline_recv.max_bytes() {
+                0 => "OFF".to_string(),
+                n => format!("ON, up to {n}[B] in the CQE (scatter to CQE)"),
+            }
+        ));
         line(format!(
             " CQ waits        : {}",
             match self.completion {

@@ -147,6 +147,7 @@ mod data;
 mod device_errors;
 mod flow;
 mod halves;
+mod inline_recv;
 mod memory;
 mod refusals;
 mod srq;
@@ -162,6 +163,7 @@ use data::*;
 use device_errors::*;
 use flow::*;
 use halves::*;
+use inline_recv::*;
 use memory::*;
 use refusals::*;
 use srq::*;
@@ -393,4 +395,7 @@ const ONE_SIDED: &[Case] = &[
     case!(a_dropped_wait_leaves_the_buffer_with_the_qp),
     case!(port_events_stream_when_the_link_goes_down_and_up),
     case!(cqe_compression_sessions_deliver_every_completion_once),
+    case!(inline_receive_sends_of_1_to_65_bytes_land_whole),
+    case!(inline_receive_reads_of_1_to_65_bytes_land_whole),
+    case!(inline_receive_two_sges_and_a_receive_too_small),
 ];

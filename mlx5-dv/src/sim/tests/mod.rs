@@ -5,6 +5,7 @@ mod compression;
 mod cq;
 mod execution;
 mod qp_lifecycle;
+mod scatter;
 mod send_queue;
 
 use super::*;

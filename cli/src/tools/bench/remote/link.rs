@@ -161,6 +161,7 @@ pub(super) fn connect_link(
         use_srq: lat.use_srq,
         cqe_comp: lat.cqe_comp,
         cqe_bytes: None,
+        inline_recv: qcfg.inline_recv,
         sides: [
             SideInfo {
                 qpn: qp.qp_num(),
