@@ -28,7 +28,11 @@
 //!   peer's SEND takes each, and its completions are polled, uncounted);
 //! - `api_rq_poll`, `api_ud_poll`: `Qp::poll` into a 1-entry slice of one
 //!   receive completion of an RC, a UD QP's own RQ (the receive posted and
-//!   the peer's SEND completed before the call) (issue 29).
+//!   the peer's SEND completed before the call) (issue 29);
+//! - `api_poll16_zip`: `Qp::poll` taking 16 completions of 16 signaled
+//!   WRITEs that the sim wrote as one compressed session (a title and two
+//!   mini-CQE arrays; `QpConfig::cqe_compression`): the expansion counted
+//!   per completion, beside `api_poll16` (issue 29).
 
 use rdma_direct::testing::QpHooks;
 use rdma_direct::{
@@ -115,7 +119,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll|api_post_recv|api_srq_post_recv|api_rq_poll|api_ud_poll> <N>");
+        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll|api_post_recv|api_srq_post_recv|api_rq_poll|api_ud_poll|api_poll16_zip> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
@@ -126,6 +130,11 @@ fn main() -> rdma_direct::Result<()> {
         ..QpConfig::default()
     };
     let (mut a, _b) = pd.create_connected_pair(&cfg)?;
+    // Issue 29's compressed row: a pair whose CQs compress.
+    let (mut zip_a, _zip_b) = pd.create_connected_pair(&QpConfig {
+        cqe_compression: true,
+        ..cfg
+    })?;
     let src = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
     let dst = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let to = RemoteAddr {
@@ -223,6 +232,15 @@ fn main() -> rdma_direct::Result<()> {
                 }
                 let got = api_poll(&mut a, black_box(&mut out))?;
                 assert_eq!(got, k, "the CQEs were there");
+            }
+            "api_poll16_zip" => {
+                zip_a.post_send(&[write; 16])?;
+                let hook = zip_a.sim_hook().expect("the sim");
+                while !hook.cqes_ready(16) {
+                    std::thread::yield_now();
+                }
+                let got = api_poll(&mut zip_a, black_box(&mut out))?;
+                assert_eq!(got, 16, "the session was there");
             }
             "api_ud_post" => {
                 api_post_send(&mut ud_a, std::slice::from_ref(black_box(&ud_wr)))?;

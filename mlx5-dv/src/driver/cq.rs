@@ -460,6 +460,29 @@ impl CompletionQueue {
         owned(op_own, (at & self.ring_size != 0) as u8)
     }
 
+    /// If the CQE at the consumer index is a compressed session's title
+    /// (software-owned, [`crate::mini_cqe::is_title`], on a CQ of 64-byte
+    /// slots), expands the session in place and consumes the title: its
+    /// completions are then ordinary CQEs from the consumer index on, for
+    /// any poll (the fast ones among them). Returns whether it did; `false`,
+    /// changing nothing, for any other CQE, an empty CQ, or a title the
+    /// expansion refuses ([`crate::mini_cqe::expand_session`]'s errors).
+    #[inline]
+    pub fn expand_title(&mut self) -> bool {
+        if self.slot_log != 6 {
+            return false;
+        }
+        let at = self.at;
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; constructor contract).
+        let op_own = unsafe { mmio::read_op_own(self.op_own0.wrapping_add(at & self.ring_mask)) };
+        if !owned(op_own, (at & self.ring_size != 0) as u8) || !mini_cqe::is_title(op_own) {
+            return false;
+        }
+        mmio::from_device_barrier();
+        unzip_cq(self, op_own) && self.at != at
+    }
+
     /// [`Self::take`] without the test for a compressed session's title: a
     /// title is taken as it is (its `op_own` format bits 3:2 are 3), for a
     /// poll that tests `op_own` anyway and puts anything but its common

@@ -364,6 +364,10 @@ impl DirectQp {
             // inlined poll took no CQE and came here.)
             return self.retire_split(|q| q.poll_rest::<SLOT>(out, 0, None, from));
         }
+        if self.cq.as_mut().is_some_and(|c| c.cq.expand_title()) {
+            // A compressed session, now ordinary CQEs: the fast loop's.
+            return self.poll_more::<SLOT>(out, 0);
+        }
         self.poll_rest::<SLOT>(out, 0, None, from)
     }
 
