@@ -408,3 +408,54 @@ fn up64_on_a_shared_cq_is_refused_and_up32_works_there() {
     assert_eq!((recv.status, recv.byte_len), (WcStatus::SUCCESS, 30));
     check_target(&dst, &data, "a SEND on a shared CQ");
 }
+
+/// A QP split into halves: the receive half posts, the owner's poll (in
+/// the retiring copy's window) copies the CQE's data out; the send half's
+/// READ likewise.
+#[test]
+fn a_split_qp_copies_cqe_data_out_for_its_halves() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let far = pd
+        .alloc_mr(256, Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    let data = payload(24, 77);
+    far.write(0, &data).unwrap();
+    let (mut a, mut b) = pd.create_connected_pair(&cfg(InlineRecv::Up32)).unwrap();
+    let dst = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
+    dst.write(0, &[GUARD; 256]).unwrap();
+    let rdst = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
+    rdst.write(0, &[GUARD; 256]).unwrap();
+    {
+        let (mut tx, mut rx) = b.split().unwrap();
+        let r = [Sge::new(&rdst, AT, SGE_LEN).unwrap()];
+        rx.post_recv(&[RecvWr::new(1, &r)]).unwrap();
+        let s = [Sge::new(&dst, AT, 24).unwrap()];
+        let remote = RemoteAddr {
+            addr: far.addr(),
+            rkey: far.rkey(),
+        };
+        tx.post_send(&[SendWr::rdma_read(2, &s, remote).signaled()])
+            .unwrap();
+        let g = [Sge::new(&far, 0, 24).unwrap()];
+        a.post_send(&[SendWr::send(3, &g).signaled()]).unwrap();
+        let mut got = Vec::new();
+        let t = Instant::now();
+        while got.len() < 2 {
+            let mut wc = [Completion::default(); 2];
+            let n = b.poll(&mut wc).unwrap();
+            got.extend_from_slice(&wc[..n]);
+            assert!(t.elapsed() < Duration::from_secs(10), "{got:?}");
+        }
+        got.sort_by_key(|c| c.wr_id);
+        assert_eq!(
+            got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            vec![(1, WcStatus::SUCCESS), (2, WcStatus::SUCCESS)]
+        );
+        b.join(tx, rx).unwrap();
+    }
+    assert_eq!(scattered(&mut b), 2, "the receive and the READ in CQEs");
+    check_target(&rdst, &data, "the receive half's receive");
+    check_target(&dst, &data, "the send half's READ");
+    assert!(one(&mut a).status.is_ok());
+}
