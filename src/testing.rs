@@ -129,6 +129,13 @@ impl SimHook<'_> {
         self.q.ignore_credits();
     }
 
+    /// CQE bytes the sim has written into the QP's own CQ: 64 per CQE
+    /// written whole; with CQE compression (`QpConfig::cqe_compression`)
+    /// 64 per session title and per mini-CQE array, not per completion.
+    pub fn cqe_bytes_written(&self) -> u64 {
+        self.q.cqe_bytes_written().unwrap_or(0)
+    }
+
     /// Whether the QP's CQ overran, and the CQ error events it raised.
     pub fn cq_overrun(&self) -> (bool, u64) {
         self.q.cq_overrun()

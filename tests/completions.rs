@@ -647,3 +647,35 @@ fn dropped_mr_waits_for_post_write_across_reset() {
     e.pd.reclaim();
     assert_eq!(e.pd.live_mrs(), base);
 }
+
+/// A poll into an empty slice takes nothing, whatever waits in the CQ (a
+/// send's CQE, a receive's): the next poll delivers each, once.
+#[test]
+fn a_poll_into_no_room_takes_nothing() {
+    let e = env();
+    let (mut a, mut b) = e.pd.create_connected_pair(&cfg(8, 0)).unwrap();
+    let sge = [Sge::new(&e.src, 0, 8).unwrap()];
+    let rbuf = [Sge::new(&e.dst, 0, 64).unwrap()];
+    b.post_recv(&[RecvWr::new(9, &rbuf)]).unwrap();
+    a.post_send(&[SendWr::send(5, &sge).signaled()]).unwrap();
+    let hook = a.sim_hook().unwrap();
+    while !hook.cqes_ready(1) {
+        std::thread::yield_now();
+    }
+    let hook = b.sim_hook().unwrap();
+    while !hook.cqes_ready(1) {
+        std::thread::yield_now();
+    }
+    for q in [&mut a, &mut b] {
+        for _ in 0..3 {
+            assert_eq!(q.poll(&mut []).unwrap(), 0);
+        }
+    }
+    assert_eq!(poll_n(&mut a, 1)[0].wr_id, 5);
+    assert_eq!(poll_n(&mut b, 1)[0].wr_id, 9);
+    let mut out = [Completion::default(); 4];
+    assert_eq!(
+        (a.poll(&mut out).unwrap(), b.poll(&mut out).unwrap()),
+        (0, 0)
+    );
+}

@@ -658,3 +658,89 @@ fn fast_and_checked_write_the_same_wqes() {
     let _ = drain(&mut a);
     let _ = drain(&mut b);
 }
+
+/// A WR of this id, SGEs and remote address.
+type MakeWr = for<'s> fn(u64, &'s [Sge<'s>], RemoteAddr) -> SendWr<'s>;
+
+/// A batch of one opcode (all WRITEs, all SENDs: written by one loop) and
+/// a mixed one write the SQ bytes and complete the WRs that the same WRs
+/// posted one at a time write and complete, whatever their flags.
+#[test]
+fn batches_of_one_opcode_write_what_single_posts_write() {
+    let e = env();
+    let c = cfg(64, 64);
+    let (mut a, mut pa) = e.pd.create_connected_pair(&c).unwrap();
+    let (mut b, mut pb) = e.pd.create_connected_pair(&c).unwrap();
+    let sges: Vec<[Sge<'_>; 1]> = (0..8)
+        .map(|i| [Sge::new(&e.src, 16 * i, 8 + i as u32).unwrap()])
+        .collect();
+    let rbuf = [Sge::new(&e.dst, 0, 64).unwrap()];
+    let flags = [
+        SendFlags::empty(),
+        SendFlags::SOLICITED,
+        SendFlags::FENCE,
+        SendFlags::SIGNALED,
+    ];
+    let kinds: [MakeWr; 3] = [
+        |id, s, to| SendWr::rdma_write(id, s, to),
+        |id, s, _| SendWr::send(id, s),
+        |id, s, to| {
+            if id % 2 == 0 {
+                SendWr::send(id, s)
+            } else {
+                SendWr::rdma_write(id, s, to)
+            }
+        },
+    ];
+    for (round, make) in kinds.iter().enumerate() {
+        let wrs: Vec<SendWr<'_>> = (0..8)
+            .map(|i| {
+                let w = make(
+                    (round * 100 + i) as u64,
+                    &sges[i],
+                    remote(&e.dst, 64 * i as u64),
+                );
+                w.with_flags(
+                    flags[i % 4]
+                        | if i == 7 {
+                            SendFlags::SIGNALED
+                        } else {
+                            SendFlags::empty()
+                        },
+                )
+            })
+            .collect();
+        for peer in [&mut pa, &mut pb] {
+            for i in 0..8 {
+                peer.post_recv(&[RecvWr::new(i, &rbuf)]).unwrap();
+            }
+        }
+        a.post_send(&wrs).unwrap();
+        for w in &wrs {
+            b.post_send(std::slice::from_ref(w)).unwrap();
+        }
+        let want = wrs
+            .iter()
+            .filter(|w| w.flags.contains(SendFlags::SIGNALED))
+            .count();
+        let ids = |v: Vec<Completion>| v.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>();
+        assert_eq!(
+            ids(poll_n(&mut a, want)),
+            ids(poll_n(&mut b, want)),
+            "round {round}"
+        );
+        drain(&mut pa);
+        drain(&mut pb);
+    }
+    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
+    assert_eq!(sa.len(), sb.len());
+    for (k, (x, y)) in sa.chunks(64).zip(sb.chunks(64)).enumerate() {
+        // (Bytes 4..7 of a ctrl segment: the QPN, the two QPs' own.)
+        let same = if x.len() == 64 {
+            x[..4] == y[..4] && x[7..] == y[7..]
+        } else {
+            x == y
+        };
+        assert!(same, "WQEBB {k}:\n{x:02x?}\n{y:02x?}");
+    }
+}

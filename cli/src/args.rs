@@ -215,6 +215,14 @@ pub struct BenchArgs {
                   .map(|s| s.parse::<u32>().expect("32 or 64"))
           })]
     pub inline_recv: Option<u32>,
+    /// CQE compression on the QPs' CQs (ours, not perftest's: perftest has
+    /// no flag for it): the device writes runs of alike completions as a
+    /// title CQE and 8-byte mini-CQEs, which the poller expands. On the
+    /// sim, its model of it; the banner then gives the CQE bytes the sim
+    /// wrote. Refused with a typed error where the device has none (verbs
+    /// devices, ConnectX for now) and with --use-srq.
+    #[arg(long = "cqe-comp")]
+    pub cqe_comp: bool,
 }
 
 #[derive(clap::Args)]

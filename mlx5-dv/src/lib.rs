@@ -3,6 +3,7 @@
 //! - [`prm`]: opcodes, flags and syndromes from the PRM / rdma-core `mlx5dv.h`.
 //! - [`wqe`]: send WQE segments and the SQ writer (where a work request becomes ring bytes).
 //! - [`cqe`]: CQE ownership and decoding (where a CQE is read).
+//! - [`mini_cqe`]: CQE compression (basic layout): mini-CQEs, sessions, their expansion in place.
 //! - [`doorbell`]: doorbell-record values.
 //! - [`dv`]: `#[repr(C)]` `mlx5dv_qp` / `mlx5dv_cq`, and (feature `rdma-core`) libmlx5 FFI.
 //! - [`driver`]: send queue and CQ poller over those descriptions (where the doorbell rings).
@@ -19,6 +20,7 @@ pub mod cqe;
 pub mod doorbell;
 pub mod driver;
 pub mod dv;
+pub mod mini_cqe;
 pub mod mmio;
 pub mod prm;
 pub mod ring;

@@ -39,6 +39,26 @@ pub struct QpConfig {
     /// (including the flush after an error) are refused with
     /// [`Error::CqFull`], so the CQ never overruns.
     pub cq_depth: Option<u32>,
+    /// CQE compression on the QP's own CQ (default off): the device writes
+    /// runs of alike completions as a title CQE and arrays of 8-byte
+    /// mini-CQEs (the basic layout, up to 8 completions per 64-byte slot),
+    /// which the poller expands in place; what the program sees is the same.
+    /// On the sim it turns on the sim's model of it
+    /// (`mlx5_dv::sim::Cq::set_compression`); its CQ's ring then has twice
+    /// the slots of its depth (a session takes one slot more than its
+    /// completions). Refused: with a shared CQ ([`Error::Invalid`]: the
+    /// shared CQ's own option decides, `Pd::create_compressed_shared_cq`);
+    /// on a QP on an SRQ ([`Error::Invalid`]: responder mini-CQEs carry no
+    /// WQE counter, the first's plus the position stands for it, and our
+    /// SRQ is a linked list whose WQEs complete out of index order); on the
+    /// verbs path and on ConnectX for now ([`Error::Unsupported`],
+    /// `Feature::CqeCompression`: the ConnectX CQ would be made by
+    /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`,
+    /// which is not bound yet).
+    ///
+    /// [`Error::Invalid`]: crate::Error::Invalid
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
+    pub cqe_compression: bool,
     /// Scatter to CQE, "inline receive" (UCX's RX inline, rdma-core's
     /// `MLX5_SCATTER_TO_CQE`): small payloads come inside the CQE and the
     /// poll copies them to the WR's buffers. Off by default, as in UCX
@@ -121,6 +141,7 @@ impl Default for QpConfig {
             rnr_retry: 6,
             min_rnr_timer: 12,
             cq_depth: None,
+            cqe_compression: false,
             inline_recv: InlineRecv::Off,
         }
     }

@@ -380,6 +380,47 @@ impl Pd {
         Ok(self.shared_cq(kind, None))
     }
 
+    /// [`Self::create_shared_cq`] with CQE compression (basic layout: the
+    /// device writes runs of alike completions as a title CQE and arrays of
+    /// 8-byte mini-CQEs; the poller expands them in place, and what
+    /// [`SharedCq::poll`] hands out is the same). On the sim, its model of
+    /// it (`mlx5_dv::sim::Cq::set_compression`; the ring has twice the slots
+    /// of `depth`). A QP on an SRQ may not complete into it
+    /// ([`Error::Invalid`] at QP creation: responder mini-CQEs carry no WQE
+    /// counter).
+    ///
+    /// Errors: as [`Self::create_shared_cq`]; [`Error::Unsupported`]
+    /// (`Feature::CqeCompression`) on the verbs path, and on ConnectX for
+    /// now (`mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`
+    /// is not bound yet); nothing is created.
+    pub fn create_compressed_shared_cq(&self, depth: u32) -> Result<SharedCq> {
+        if depth == 0 || depth > 1 << 22 {
+            return Err(Error::Config {
+                field: "shared CQ depth",
+                value: depth as u64,
+                min: 1,
+                max: 1 << 22,
+            });
+        }
+        let kind = match &self.inner.kind {
+            PdKind::Sim(dev, _) => {
+                SharedKind::Direct(direct::DirectCq::create_sim_ex(dev, depth, true)?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, DataPath::Direct) => {
+                SharedKind::Direct(direct::DirectCq::create_mlx5_ex(&pd.ctx, depth, true)?)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, DataPath::Verbs) => {
+                return Err(Error::Unsupported {
+                    device: pd.ctx.name.clone(),
+                    feature: crate::Feature::CqeCompression,
+                })
+            }
+        };
+        Ok(self.shared_cq(kind, None))
+    }
+
     /// [`Self::create_shared_cq`] on `channel`, a completion channel other
     /// CQs may share ([`CompChannel`]): the CQ's completion events go
     /// there, each naming the CQ by `token` (verbs' `cq_context`; one token

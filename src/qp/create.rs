@@ -98,8 +98,29 @@ impl Qp {
             // posted receive, with the sizing helper's headroom.
             None => CqSizing::new().qp(cfg).depth()?,
         };
+        // CQE compression: the QP's own CQ's, or the shared CQ's. Not for a
+        // QP on an SRQ (responder mini-CQEs carry no counter; the SRQ is a
+        // linked list completing out of index order).
+        let compressed = match shared {
+            Some(_) if cfg.cqe_compression => {
+                return Err(Error::Invalid(
+                    "cqe_compression is the shared CQ's (Pd::create_compressed_shared_cq): \
+                     leave QpConfig::cqe_compression false"
+                        .into(),
+                ))
+            }
+            Some((SharedKind::Direct(c), ..)) => c.compressed,
+            _ => cfg.cqe_compression,
+        };
+        if compressed && srq.is_some() {
+            return Err(Error::Invalid(
+                "a CQ with CQE compression cannot serve a QP on an SRQ: responder mini-CQEs \
+                 carry no WQE counter, and an SRQ's WQEs complete out of index order"
+                    .into(),
+            ));
+        }
         let direct_cq = || match shared {
-            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth)),
+            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth, cfg.cqe_compression)),
             Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
             #[cfg(feature = "verbs")]
             Some((SharedKind::Verbs(..), ..)) => Err(Error::PathMismatch {
@@ -176,6 +197,12 @@ impl Qp {
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)
                 } else {
+                    if cfg.cqe_compression {
+                        return Err(Error::Unsupported {
+                            device: pd.ctx.name.clone(),
+                            feature: crate::Feature::CqeCompression,
+                        });
+                    }
                     // The device is asked for at least one receive SGE;
                     // receives are held to what the caller asked.
                     let choice = match shared {
@@ -308,7 +335,8 @@ fn direct_limits(cfg: &QpConfig) -> Result<()> {
 /// Refuses an [`InlineRecv`](crate::InlineRecv) the QP cannot have, before
 /// anything is created: any on the verbs path (libibverbs has no scatter
 /// to CQE: [`Error::Unsupported`], [`Feature::InlineReceive`](crate::Feature::InlineReceive)),
-/// `Up64` on a shared CQ (64-byte CQEs: [`Error::Invalid`]) and on
+/// `Up64` on a shared CQ or with CQE compression (64-byte CQEs:
+/// [`Error::Invalid`]) and on
 /// ConnectX (128-byte CQEs need `mlx5dv_create_cq`: [`Error::Unsupported`]).
 /// UD takes any and ignores it, as the kernel's mlx5 driver does.
 fn inline_recv_gate(cfg: &QpConfig, pd: &PdInner, shared_cq: bool) -> Result<()> {
@@ -328,6 +356,9 @@ fn inline_recv_gate(cfg: &QpConfig, pd: &PdInner, shared_cq: bool) -> Result<()>
                 });
             }
         }
+    }
+    if up64 && cfg.cqe_compression {
+        return Err(Error::Invalid(direct::UP64_ZIP.into()));
     }
     if up64 && shared_cq {
         return Err(Error::Invalid(

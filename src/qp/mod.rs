@@ -490,10 +490,56 @@ impl Qp {
         // the checks it needs, each once (`DirectQp::post_one`). Anything
         // else, or anything that one would refuse, takes the general path,
         // which checks everything from the start and says why.
+        // The commonest (one SGE, a WRITE or a SEND) inlined into the
+        // caller; the other in-place posts out of line.
+        if let QpKind::Direct(q) = &mut self.kind {
+            if let [w] = wrs {
+                if w.inline {
+                    return self.post_send_inline(w);
+                }
+                if q.post_one_sge(w, self.pd_id).is_ok() {
+                    return Ok(());
+                }
+                return self.post_send_one_direct(w);
+            }
+            return self.post_send_direct(wrs);
+        }
+        self.post_send_checked(wrs)
+    }
+
+    /// [`Self::post_send`] of one inline WR on the direct path:
+    /// `DirectQp::post_one_inline`, then `DirectQp::post_one` (the counted
+    /// post mode), then the checked path.
+    #[inline(never)]
+    fn post_send_inline(&mut self, w: &SendWr<'_>) -> Result<()> {
+        if let QpKind::Direct(q) = &mut self.kind {
+            if q.post_one_inline(w).is_ok() || q.post_one(w, self.pd_id).is_ok() {
+                return Ok(());
+            }
+        }
+        self.post_send_checked(std::slice::from_ref(w))
+    }
+
+    /// [`Self::post_send`] of one WR on the direct path that its inlined
+    /// post did not take: `DirectQp::post_one` (inline WRs, the other
+    /// opcodes, the counted and UD post modes), then the checked path.
+    #[inline(never)]
+    fn post_send_one_direct(&mut self, w: &SendWr<'_>) -> Result<()> {
+        if let QpKind::Direct(q) = &mut self.kind {
+            if q.post_one(w, self.pd_id).is_ok() {
+                return Ok(());
+            }
+        }
+        self.post_send_checked(std::slice::from_ref(w))
+    }
+
+    /// [`Self::post_send`] of a batch (or nothing) on the direct path:
+    /// `DirectQp::post_many`, then the checked path.
+    #[inline(never)]
+    fn post_send_direct(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         if let QpKind::Direct(q) = &mut self.kind {
             let posted = match wrs {
-                [w] => q.post_one(w, self.pd_id),
-                [] => Err(direct::Declined::Shape),
+                [] | [_] => Err(direct::Declined::Shape),
                 _ => q.post_many(wrs, self.pd_id),
             };
             if posted.is_ok() {

@@ -168,6 +168,7 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             Some(64) => rdma_direct::InlineRecv::Up64,
             Some(_) => rdma_direct::InlineRecv::Up32,
         },
+        cqe_comp: a.cqe_comp,
     };
     let test_name = match a.test {
         Test::Write => "write_lat",

@@ -1,11 +1,12 @@
 //! The completion queue poller: the ownership check, one CQE at a time
-//! with its barrier, the consumer index (written lazily on a CQ that
-//! ignores overrun), arming.
+//! with its barrier, compressed sessions expanded in place (out of line),
+//! the consumer index (written lazily on a CQ that ignores overrun), arming.
 
 use super::{pow2, DescError};
 use crate::cqe::{sw_owned, Cqe, CqeRef};
 use crate::doorbell::{cq_arm_uar, cq_arm_word, cq_ci, CQ_DBREC_ARM, CQ_DBREC_CI, CQ_UAR_DOORBELL};
 use crate::dv::mlx5dv_cq;
+use crate::mini_cqe::{self, CqSlots};
 use crate::mmio;
 use crate::prm::CQE64;
 
@@ -93,6 +94,14 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     /// first and tested (one compare: `owned`), then the from-device
     /// barrier (`lfence` on x86_64), then the fields the caller reads
     /// through the [`CqeRef`], only those (the others are never loaded).
+    ///
+    /// On a CQ of 64-byte slots, a compressed session's title (format 3,
+    /// [`crate::mini_cqe`]) is expanded in place first, out of line
+    /// (`unzip`): the title is consumed as nothing and its first
+    /// completion handed out, the others following as ordinary CQEs. A
+    /// title [`mini_cqe::expand_session`] refuses (a corrupt count or
+    /// opcode) is not handed out: `None`, the consumer index left on it.
+    /// The common path pays one bit test for this (`op_own` bit 3).
     #[inline(always)]
     #[allow(clippy::should_implement_trait)] // borrows from the cursor: no Iterator
     pub fn next(&mut self) -> Option<CqeRef<'_>> {
@@ -110,6 +119,17 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
             return None;
         }
         mmio::from_device_barrier();
+        let (at, p, op_own) = if SLOT == CQE64 && maybe_title(op_own) {
+            let at = unzip(self.op_own0, at, self.ring_mask, op_own)?;
+            let p = self.op_own0.wrapping_add(at & self.ring_mask);
+            // SAFETY: the op_own byte of a slot inside the CQ buffer
+            // (masked offset of a whole slot), software-owned: the CQE
+            // tested (not a title), or a session's first completion, just
+            // written by the expansion.
+            (at, p, unsafe { mmio::read_op_own(p) })
+        } else {
+            (at, p, op_own)
+        };
         self.at = at.wrapping_add(SLOT);
         // SAFETY: the 64-byte CQE proper ends at `p` (its byte 63), inside
         // the slot. The device wrote it before publishing its op_own, which
@@ -185,6 +205,89 @@ impl<const SLOT: usize> PutBack<SLOT> {
     pub fn op_own(&self) -> u8 {
         self.op_own
     }
+}
+
+/// The CQ ring's 64-byte slots as [`mini_cqe::expand_in`] reads and
+/// writes them: `base` is slot 0, `cnt` the slots.
+struct RawSlots {
+    base: *mut u8,
+    cnt: u32,
+}
+
+impl CqSlots for RawSlots {
+    fn cqe_cnt(&self) -> u32 {
+        self.cnt
+    }
+    fn read(&self, i: u32) -> [u8; CQE64] {
+        // SAFETY: slot `i < cnt` of the ring (`unzip`'s contract): 64
+        // readable bytes, which the device does not write meanwhile.
+        unsafe { (self.base.add(i as usize * CQE64) as *const [u8; CQE64]).read_unaligned() }
+    }
+    fn write(&mut self, i: u32, b: &[u8; CQE64]) {
+        let p = self.base.wrapping_add(i as usize * CQE64);
+        // SAFETY: as in `read`: a slot of the session being expanded,
+        // software-owned, which the device writes again only after the
+        // consumer index has passed it. `op_own` goes last, as an atomic
+        // store as the device's (the next poll reads it as one).
+        unsafe {
+            core::ptr::copy_nonoverlapping(b.as_ptr(), p, CQE64 - 1);
+            mmio::publish_op_own(p.add(CQE64 - 1), b[CQE64 - 1]);
+        }
+    }
+}
+
+/// The test on the common path, one bit (`test` and a branch): whether a
+/// software-owned CQE of a 64-byte slot may be a compressed session's
+/// title. Bit 3 of `op_own` is set in format 3 (a title) and in format 2
+/// (`MLX5_INLINE_SCATTER_64`, which needs 128-byte CQEs: never in a 64-byte
+/// slot), so the exact test ([`mini_cqe::is_title`]) is left to [`unzip`].
+#[inline(always)]
+fn maybe_title(op_own: u8) -> bool {
+    op_own & 0x08 != 0
+}
+
+/// A software-owned CQE whose `op_own` has bit 3 set ([`maybe_title`]) is
+/// at ring byte offset `at` (a consumer index in bytes, 64-byte slots) of
+/// the ring whose slot 0's `op_own` is at `op_own0` and whose `cqe_cnt *
+/// 64 - 1` is `ring_mask`. If it is a compressed session's title
+/// ([`mini_cqe::is_title`]), expands the session in place
+/// ([`mini_cqe::expand_in`]) and returns the position of its first
+/// completion, now an ordinary CQE in the next slot (the title consumed
+/// as nothing); for any other CQE (format 2) returns `at`, to take it as
+/// it is. `None` when the expansion refuses the title (nothing written).
+/// Out of line, taking and returning values in registers: the common
+/// poll never comes here, and pays for it no stack frame.
+/// [`unzip`] at `cq`'s consumer index, which it moves to the CQE to take;
+/// false when the expansion refused the title. Out of line, through the
+/// `CompletionQueue` (in memory already): its inlined caller keeps nothing
+/// live across the call.
+#[cold]
+#[inline(never)]
+fn unzip_cq(cq: &mut CompletionQueue, op_own: u8) -> bool {
+    match unzip(cq.op_own0, cq.at, cq.ring_mask, op_own) {
+        Some(at) => {
+            cq.at = at;
+            true
+        }
+        None => false,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn unzip(op_own0: *const u8, at: usize, ring_mask: usize, op_own: u8) -> Option<usize> {
+    if !mini_cqe::is_title(op_own) {
+        return Some(at);
+    }
+    let mut slots = RawSlots {
+        base: op_own0.wrapping_sub(CQE64 - 1) as *mut u8,
+        cnt: ((ring_mask + 1) / CQE64) as u32,
+    };
+    // The title and the N slots after it are software-owned: the device
+    // wrote the arrays before publishing the title's op_own, which the
+    // caller loaded before its barrier.
+    mini_cqe::expand_in(&mut slots, ((at & ring_mask) / CQE64) as u32).ok()?;
+    Some(at.wrapping_add(CQE64))
 }
 
 /// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
@@ -272,7 +375,7 @@ impl CompletionQueue {
     /// reach the indices a long-lived CQ does (the owner bit of any pass,
     /// the record's 24 bits wrapping at 2^24, the index at 2^32) without
     /// polling 2^24 CQEs. Nothing is written to the doorbell record.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn start_at(&mut self, ci: u32) {
         self.at = (ci as usize) << self.slot_log;
     }
@@ -292,15 +395,32 @@ impl CompletionQueue {
 
     /// Whether the `k` CQEs from the consumer index on are software-owned
     /// (`k` at most `cqe_cnt`): a look that consumes nothing, for tests and
-    /// measurements that must know a poll will find them.
+    /// measurements that must know a poll will find them. A compressed
+    /// session's title counts as its `N` completions (its `byte_cnt`), the
+    /// slots it covers not looked at.
     pub fn ready(&self, k: u32) -> bool {
-        (0..k.min(self.cqe_cnt())).all(|j| {
-            let i = self.ci().wrapping_add(j);
+        let k = k.min(self.cqe_cnt());
+        let (mut i, mut found) = (self.ci(), 0);
+        while found < k {
             // SAFETY: the op_own byte of a slot inside the CQ buffer
             // (masked index, constructor contract).
             let op_own = unsafe { mmio::read_op_own(self.op_own_at(i)) };
-            sw_owned(op_own, i, self.cqe_cnt())
-        })
+            if !sw_owned(op_own, i, self.cqe_cnt()) {
+                return false;
+            }
+            mmio::from_device_barrier();
+            if self.slot_log == 6 && mini_cqe::is_title(op_own) {
+                // SAFETY: a software-owned 64-byte CQE (tested above, before
+                // the barrier); its byte_cnt is bytes 44..48.
+                let n = unsafe { Cqe::decode_raw(self.op_own_at(i).sub(CQE64 - 1)) }.byte_cnt;
+                found += n.max(1);
+                i = i.wrapping_add(n.saturating_add(1));
+            } else {
+                found += 1;
+                i = i.wrapping_add(1);
+            }
+        }
+        true
     }
 
     /// Whether the CQE at the consumer index is software-owned: one load of
@@ -320,6 +440,8 @@ impl CompletionQueue {
     /// CQ of `SLOT`-byte slots: for a poll that takes one CQE in
     /// straight-line code, which then keeps none of the CQ's state in
     /// registers across the barrier (what it needs after it, it loads).
+    /// A compressed session's title is expanded first, as by
+    /// [`CqCursor::next`].
     ///
     /// # Panics
     /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
@@ -333,6 +455,9 @@ impl CompletionQueue {
         let op_own = unsafe { mmio::read_op_own(p) };
         if !owned(op_own, (at & self.ring_size != 0) as u8) {
             return None;
+        }
+        if SLOT == CQE64 && maybe_title(op_own) {
+            return self.take_unzipped(op_own);
         }
         mmio::from_device_barrier();
         self.at = at.wrapping_add(SLOT);
@@ -363,6 +488,30 @@ impl CompletionQueue {
                 .wrapping_add(p.at & self.ring_mask)
                 .wrapping_sub(CQE64 - 1),
             op_own: p.op_own,
+            cq: self,
+        })
+    }
+
+    /// [`Self::take`] at a software-owned CQE whose `op_own` has bit 3 set
+    /// ([`maybe_title`]): a title is expanded ([`unzip`]) and its first
+    /// completion taken, any other CQE taken as it is. Everything is read
+    /// from `self` again after the expansion, so that the inlined `take`
+    /// keeps nothing live across the call.
+    #[inline(always)]
+    fn take_unzipped<const SLOT: usize>(&mut self, op_own: u8) -> Option<Taken<'_, SLOT>> {
+        mmio::from_device_barrier();
+        if !unzip_cq(self, op_own) {
+            return None;
+        }
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: as in `take`: the CQE at `at` is software-owned (the one
+        // tested, or a completion the expansion just wrote).
+        let op_own = unsafe { mmio::read_op_own(p) };
+        self.at = at.wrapping_add(SLOT);
+        Some(Taken {
+            p: p.wrapping_sub(CQE64 - 1),
+            op_own,
             cq: self,
         })
     }

@@ -122,6 +122,9 @@ impl Device {
                 waker: waker.clone(),
                 channel,
                 refs: 1,
+                compress: false,
+                held: Default::default(),
+                cqe_bytes: 0,
             },
         );
         Ok(Cq {
@@ -171,6 +174,47 @@ impl Cq {
             .get_mut(&self.cqn)
             .expect("a live CQ")
             .ignore_overrun = ignore;
+    }
+
+    /// Turns CQE compression on (or off) for this CQ: the sim's side of
+    /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`
+    /// (call it before the CQ's first CQE, as creation would). The sim then
+    /// writes runs of CQEs as compressed sessions in the basic layout
+    /// ([`crate::mini_cqe`]; the model is documented in `sim/session.rs`); a
+    /// poller must expand them ([`crate::driver::CompletionQueue`] does).
+    /// A session takes one slot more than its completions: the host sizes
+    /// the ring for that (1.5 slots per completion at most: sessions hold
+    /// 2 or more), and the sim compresses only when the consumer-index
+    /// record shows room for the whole session.
+    ///
+    /// Errors: [`SimError::Unsupported`] on a CQ of 128-byte CQEs (the
+    /// sim models 64-byte slots only; our choice). Turning it off writes a
+    /// session held.
+    pub fn set_compression(&self, on: bool) -> Result<(), SimError> {
+        let mut st = self.dev.lock();
+        let c = st.cqs.get_mut(&self.cqn).expect("a live CQ");
+        if on && c.cqe_size != 64 {
+            return Err(SimError::Unsupported {
+                what: "CQE compression on a CQ of 128-byte CQEs",
+            });
+        }
+        c.compress = on;
+        if !on {
+            super::session::write_held(&mut st);
+        }
+        Ok(())
+    }
+
+    /// Whether the CQ compresses ([`Self::set_compression`]).
+    pub fn compresses(&self) -> bool {
+        self.dev.lock().cqs[&self.cqn].compress
+    }
+
+    /// CQE bytes the sim has written into this CQ's ring: `cqe_size` per
+    /// CQE written whole; for a compressed session 64 for the title and 64
+    /// per mini-CQE array, not per completion (what crosses PCIe on a NIC).
+    pub fn cqe_bytes_written(&self) -> u64 {
+        self.dev.lock().cqs[&self.cqn].cqe_bytes
     }
 
     /// A file descriptor that becomes readable when the CQ raises a
@@ -225,8 +269,10 @@ impl Cq {
     /// index is `uidx` as the device writes every CQE (`push_cqe`: the next
     /// slot, its owner bit, the user index, `op_own` published last; an
     /// overrun or an armed event as for any CQE), so that a test can poll
-    /// the very bytes the sim writes without executing WQEs for them.
-    #[cfg(feature = "test-hooks")]
+    /// the very bytes the sim writes without executing WQEs for them. On a
+    /// CQ that compresses it may be held in a session
+    /// ([`Cq::set_compression`]) until the next [`Device::process`].
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn hook_push_cqe(&self, c: &Cqe, uidx: u32) {
         push_cqe_to(&mut self.dev.lock(), self.cqn, c, uidx);
     }
@@ -235,7 +281,7 @@ impl Cq {
     /// `pi`, as if `pi` CQEs had been written since it was made (the next
     /// CQE goes to slot `pi % cqe_cnt` with the owner bit of that pass).
     /// Nothing is written.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn hook_start_at(&self, pi: u32) {
         self.dev
             .lock()
@@ -290,48 +336,83 @@ pub(super) fn release_cq(st: &mut State, cqn: u32) {
 /// consumer index in the CQ doorbell record reaches `cqe_cnt`. Never for a
 /// CQ that ignores overrun, which does not read the record.
 fn cq_full(cq: &CqEntry) -> bool {
-    if cq.ignore_overrun {
-        return false;
-    }
+    !cq.ignore_overrun && cq_room(cq) == 0
+}
+
+/// Free slots by the consumer-index record (word 0 of the CQ doorbell
+/// record): `cqe_cnt - (pi - ci)`, 0 when the record says the CQ is full or
+/// past it. On a CQ that ignores overrun the host writes the record only
+/// now and then, so this is a lower bound there.
+pub(super) fn cq_room(cq: &CqEntry) -> u32 {
     // SAFETY: the CQ dbrec DmaBuf is 64 bytes, 4096-aligned; word 0 is the consumer index.
     let ci =
         unsafe { mmio::read_dbrec((cq.dbrec.ptr() as *const u32).add(CQ_DBREC_CI)) } & 0xff_ffff;
-    (cq.pi.wrapping_sub(ci) & 0xff_ffff) >= cq.cqe_cnt
+    cq.cqe_cnt
+        .saturating_sub(cq.pi.wrapping_sub(ci) & 0xff_ffff)
 }
 
-/// Writes CQE `c` into the next slot, unless that slot has not been released
-/// through the consumer index: then the CQ overruns (PRM: the CQ moves to
-/// error and raises a CQ error event) and neither this nor any later CQE is
-/// written. A CQ that ignores overrun writes the slot whatever it holds.
 /// Writes CQE `c` of a QP whose user index is `uidx` into CQ `cqn`; an
-/// overrun it causes raises `AsyncEvent::CqError` too.
+/// overrun it causes raises `AsyncEvent::CqError` too. On a CQ that
+/// compresses, `c` may be held as part of a session instead
+/// ([`super::session`]), written when the run breaks or the pass ends.
 pub(super) fn push_cqe_to(st: &mut State, cqn: u32, c: &Cqe, uidx: u32) {
     let cq = st.cqs.get_mut(&cqn).expect("cq");
     let before = cq.error_events;
-    push_cqe(cq, c, uidx);
-    if cq.error_events != before {
+    let held = cq.compress && super::session::hold(cq, c, uidx);
+    if !held {
+        push_cqe(cq, c, uidx);
+    }
+    let list = held && cq.held.take_listing();
+    let overran = cq.error_events != before;
+    if list {
+        st.held_cqs.push(cqn);
+    }
+    if overran {
         super::srq::raise(st, super::AsyncEvent::CqError { cqn });
     }
 }
 
 /// Writes CQE `c` of a QP whose user index is `uidx` (version-1 CQEs carry
-/// it in `srqn_uidx`, bytes 32..36, low 24 bits).
+/// it in `srqn_uidx`, bytes 32..36, low 24 bits) into the next slot, unless
+/// that slot has not been released through the consumer index: then the CQ
+/// overruns (PRM: the CQ moves to error and raises a CQ error event) and
+/// neither this nor any later CQE is written. A CQ that ignores overrun
+/// writes the slot whatever it holds.
 pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
+    let mut bytes = c.encode(0);
+    bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
+    if write_cqe(cq, &mut bytes) {
+        raise_if_armed(cq, c.solicited || c.opcode.is_error());
+    }
+}
+
+/// Writes the 64-byte CQE proper `bytes` into the next slot, its owner bit
+/// set to that slot's lap, `op_own` published last; false (nothing
+/// written) when the CQ has overrun or does now.
+pub(super) fn write_cqe(cq: &mut CqEntry, bytes: &mut [u8; CQE64]) -> bool {
     if cq.overrun {
-        return;
+        return false;
     }
     if cq_full(cq) {
         cq.overrun = true;
         cq.error_events += 1;
-        return;
+        return false;
     }
-    let mut bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
-    bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
+    bytes[63] = (bytes[63] & !1) | owner_bit(cq.pi, cq.cqe_cnt);
     let off =
         (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize + cq.cqe_size as usize - CQE64;
     cq.buf.write(off, &bytes[..63]);
     cq.buf.publish_op_own(off + 63, bytes[63]);
     cq.pi = cq.pi.wrapping_add(1);
+    cq.cqe_bytes += cq.cqe_size as u64;
+    true
+}
+
+/// After CQEs were written (one, or a compressed session): raises the
+/// completion event if the CQ is armed for it; `solicited` says whether
+/// what was written is solicited or an error (what a solicited-only arm
+/// waits for).
+pub(super) fn raise_if_armed(cq: &mut CqEntry, solicited: bool) {
     // The CQE is written before the arm is read (a full fence: the host
     // arms, fences, then polls; with both fences one of the two sides sees
     // the other's write, so a completion never goes without either a poll
@@ -349,7 +430,7 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
     let arm = (db >> 32) as u32;
     if db as u32 == cq.cqn && (arm >> 28) & 3 == cq.event_sn & 3 {
         let solicited_only = arm & (1 << 24) != 0;
-        if !solicited_only || c.solicited || c.opcode.is_error() {
+        if !solicited_only || solicited {
             cq.completion_events += 1;
             cq.event_sn = cq.event_sn.wrapping_add(1);
             if let Some((ch, context)) = &cq.channel {
@@ -367,15 +448,19 @@ pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
 }
 
 /// [`push_cqe_to`] for a CQE that carries `data` (scatter to CQE,
-/// `scatter.rs`; never compressed): on a CQ of 64-byte CQEs at most 32
-/// bytes, in bytes 0..32 of the CQE proper, `op_own` bit 0x4
-/// (`MLX5_INLINE_SCATTER_32`); on one of 128-byte CQEs at most 64, in the
-/// slot's first 64 bytes, before the CQE proper, bit 0x8
+/// `scatter.rs`; never compressed: on a CQ that compresses, the run held
+/// is written first, as any CQE that cannot join it does): on a CQ of
+/// 64-byte CQEs at most 32 bytes, in bytes 0..32 of the CQE proper,
+/// `op_own` bit 0x4 (`MLX5_INLINE_SCATTER_32`); on one of 128-byte CQEs at
+/// most 64, in the slot's first 64 bytes, before the CQE proper, bit 0x8
 /// (`MLX5_INLINE_SCATTER_64`). The data is written before `op_own` is
 /// published. Overrun and events as for any CQE.
 pub(super) fn push_cqe_with_data(st: &mut State, cqn: u32, c: &Cqe, uidx: u32, data: &[u8]) {
     let cq = st.cqs.get_mut(&cqn).expect("cq");
     let before = cq.error_events;
+    if cq.compress {
+        super::session::write_run(cq);
+    }
     push_cqe_data(cq, c, uidx, data);
     if cq.error_events != before {
         super::srq::raise(st, super::AsyncEvent::CqError { cqn });
@@ -389,20 +474,17 @@ fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
         data.len() <= if slot128 { 64 } else { 32 },
         "scatter data too long"
     );
-    if cq.overrun {
+    if cq.overrun || cq_full(cq) {
+        // `write_cqe` records the overrun; the slot is not ours to write.
+        let mut bytes = c.encode(0);
+        write_cqe(cq, &mut bytes);
         return;
     }
-    if cq_full(cq) {
-        cq.overrun = true;
-        cq.error_events += 1;
-        return;
-    }
-    let mut bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
+    let mut bytes = c.encode(0);
     bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
-    let slot = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize;
-    let off = slot + cq.cqe_size as usize - CQE64;
     if slot128 {
         bytes[63] |= INLINE_SCATTER_64;
+        let slot = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize;
         cq.buf.write(slot, data);
     } else {
         bytes[63] |= INLINE_SCATTER_32;
@@ -410,40 +492,7 @@ fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
         // them), as the device overlays it.
         bytes[..data.len()].copy_from_slice(data);
     }
-    cq.buf.write(off, &bytes[..63]);
-    cq.buf.publish_op_own(off + 63, bytes[63]);
-    cq.pi = cq.pi.wrapping_add(1);
-    // As in `push_cqe`: the CQE before the arm is read, then the event.
-    mmio::store_load_barrier();
-    raise_if_armed(cq, c);
-}
-
-/// `push_cqe`'s completion event, for [`push_cqe_data`]: the arm doorbell
-/// names this CQ and the sequence number the next event answers, and `c`
-/// is what the arm asked for (any, or solicited / error only).
-fn raise_if_armed(cq: &mut CqEntry, c: &Cqe) {
-    // SAFETY: the UAR page is 4096 bytes, 4096-aligned, and lives with `cq`;
-    // the host writes the register atomically (`mmio::write_uar_doorbell`).
-    let db =
-        u64::from_be(unsafe { mmio::read_uar_doorbell(cq.uar.ptr().add(CQ_UAR_DOORBELL).cast()) });
-    let arm = (db >> 32) as u32;
-    if db as u32 != cq.cqn || (arm >> 28) & 3 != cq.event_sn & 3 {
-        return;
-    }
-    let solicited_only = arm & (1 << 24) != 0;
-    if solicited_only && !c.solicited && !c.opcode.is_error() {
-        return;
-    }
-    cq.completion_events += 1;
-    cq.event_sn = cq.event_sn.wrapping_add(1);
-    if let Some((ch, context)) = &cq.channel {
-        ch.raise(cq.cqn, *context);
-        return;
-    }
-    // A full counter (2^64 - 2 unread events) cannot happen here.
-    let _ = cq.event_fd.write(1);
-    let w = cq.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(w) = w {
-        w.wake();
+    if write_cqe(cq, &mut bytes) {
+        raise_if_armed(cq, c.solicited || c.opcode.is_error());
     }
 }

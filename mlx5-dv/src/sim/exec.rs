@@ -19,6 +19,8 @@ pub(super) fn run_all(st: &mut State) -> usize {
         let qpn = st.qp_order[i];
         n += run_qp(st, qpn);
     }
+    // Compressed sessions held end with the pass (sim/session.rs).
+    super::session::write_held(st);
     n
 }
 

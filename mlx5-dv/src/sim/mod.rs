@@ -36,8 +36,9 @@
 //! handles ([`Cq`], [`Qp`]); `thread` runs the device thread; `exec`
 //! executes an SQ's WQEs (RNR retries, errors, requester CQEs), `ops` each
 //! opcode (DMA, the responder's checks), `recv` the responder's receive
-//! queue; `cq` also writes CQEs and raises events. `dma` is the sim's door
-//! to memory.
+//! queue; `cq` also writes CQEs and raises events, `session` holds runs of
+//! them as compressed sessions on a CQ that compresses (the sim's model of
+//! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to memory.
 //!
 //! [`mlx5dv_qp`]: crate::dv::mlx5dv_qp
 //! [`mlx5dv_cq`]: crate::dv::mlx5dv_cq
@@ -50,6 +51,7 @@ mod ops;
 mod qp;
 mod recv;
 mod scatter;
+mod session;
 mod srq;
 mod thread;
 mod ud;
@@ -136,6 +138,12 @@ pub enum SimError {
         /// What ran out: `QP`, `CQ` or `memory key`.
         what: &'static str,
     },
+    /// A feature the sim does not model in the form asked.
+    #[error("the sim does not support {what}")]
+    Unsupported {
+        /// What was asked.
+        what: &'static str,
+    },
     /// The operating system refused a resource (an eventfd); the message says which and why.
     #[error("the operating system refused the sim a resource: {0}")]
     Os(String),
@@ -198,6 +206,13 @@ struct CqEntry {
     /// Handles keeping the CQ: its `Cq` and every QP completing to it. The
     /// entry (and its ring memory) goes when the last one does.
     refs: u32,
+    /// CQE compression (basic layout, [`crate::mini_cqe`]) is on
+    /// ([`Cq::set_compression`]), and the run of CQEs held as the session
+    /// being gathered (written at the latest when the pass ends).
+    compress: bool,
+    held: session::Held,
+    /// CQE bytes written into the ring ([`Cq::cqe_bytes_written`]).
+    cqe_bytes: u64,
 }
 
 struct QpEntry {
@@ -316,6 +331,9 @@ struct State {
     async_fd: Option<Arc<nix::sys::eventfd::EventFd>>,
     /// Reused buffer for SEND payloads.
     scratch: Vec<u8>,
+    /// CQs holding a compressed session not yet written (written when the
+    /// pass over the QPs ends: `session::write_held`).
+    held_cqs: Vec<u32>,
 }
 
 struct Inner {
@@ -362,6 +380,7 @@ impl Device {
             async_events: Vec::new(),
             async_fd: None,
             scratch: Vec::new(),
+            held_cqs: Vec::new(),
         };
         Device {
             inner: Arc::new(Inner {

@@ -230,6 +230,8 @@ impl Qp {
         q.swap_recv = on;
         if !on {
             super::recv::release_held(&mut st, self.qpn);
+            // Outside a pass: a compressed session it joined is written now.
+            super::session::write_held(&mut st);
         }
     }
 

@@ -17,6 +17,9 @@ pub(crate) struct DirectCq {
     /// On a completion channel other CQs share: the events of this CQ its
     /// reader has taken (on any thread), the sequence number of the next arm.
     pub(super) channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    /// Made with CQE compression ([`Self::create_sim_ex`]): its ring has
+    /// twice the slots its depth says.
+    pub(crate) compressed: bool,
 }
 
 /// Who owns a direct-path CQ's ring.
@@ -28,9 +31,10 @@ pub(crate) enum DirectCqDev {
 }
 
 /// Where a new direct-path QP's completions go: a CQ of its own of this
-/// many CQEs, or a shared CQ whose credits it takes from.
+/// many CQEs (compressing CQEs or not), or a shared CQ whose credits it
+/// takes from.
 pub(crate) enum CqFor<'a> {
-    Own(u32),
+    Own(u32, bool),
     Shared(&'a DirectCq, &'a CqCredits),
 }
 
@@ -39,11 +43,11 @@ impl<'a> CqFor<'a> {
     /// credits the QP takes from.
     pub(super) fn resolve(
         &self,
-        create: impl FnOnce(u32) -> Result<DirectCq>,
+        create: impl FnOnce(u32, bool) -> Result<DirectCq>,
     ) -> Result<(Option<DirectCq>, CqCredits)> {
         Ok(match self {
-            CqFor::Own(depth) => {
-                let c = create(*depth)?;
+            CqFor::Own(depth, compress) => {
+                let c = create(*depth, *compress)?;
                 let credits = CqCredits::new(c.depth());
                 (Some(c), credits)
             }
@@ -56,7 +60,7 @@ impl<'a> CqFor<'a> {
     /// the CQ is shallower than that.
     pub(super) fn counts_credits(&self, credits: &CqCredits, outstanding: u32) -> bool {
         match self {
-            CqFor::Own(_) => credits.depth() < outstanding,
+            CqFor::Own(..) => credits.depth() < outstanding,
             CqFor::Shared(..) => true,
         }
     }
@@ -66,7 +70,7 @@ impl<'a> CqFor<'a> {
     pub(super) fn in_use<'c>(&'c self, own: &'c Option<DirectCq>) -> &'c DirectCq {
         match (own, self) {
             (Some(c), _) | (None, &CqFor::Shared(c, _)) => c,
-            (None, CqFor::Own(_)) => unreachable!("resolve made the QP's own CQ"),
+            (None, CqFor::Own(..)) => unreachable!("resolve made the QP's own CQ"),
         }
     }
 }
@@ -80,6 +84,27 @@ impl DirectCq {
     pub(crate) fn create_sim(dev: &sim::Device, depth: u32) -> Result<Self> {
         let sim_cq = dev.create_cq_ex(depth.next_power_of_two().max(2), 64, true)?;
         Self::over_sim(sim_cq, None)
+    }
+
+    /// [`Self::create_sim`], and with `compress` a CQ with CQE compression
+    /// (basic layout; the sim's model: `mlx5_dv::sim::Cq::set_compression`),
+    /// whose sessions the poller expands in place. A session of `N >= 2`
+    /// completions takes `N + 1` slots, so at most 1.5 slots a completion:
+    /// its ring has twice the slots of the depth it reports (the depth CQ
+    /// credits count), and the poller writes the consumer-index record
+    /// after each poll, which the sim reads to see room for a session
+    /// (the sim CQ still ignores overrun: it never stops).
+    pub(crate) fn create_sim_ex(dev: &sim::Device, depth: u32, compress: bool) -> Result<Self> {
+        if !compress {
+            return Self::create_sim(dev, depth);
+        }
+        let cqe_cnt = (depth.max(1).next_power_of_two() * 2).max(2);
+        let sim_cq = dev.create_cq_ex(cqe_cnt, 64, true)?;
+        sim_cq.set_compression(true)?;
+        let mut c = Self::over_sim(sim_cq, None)?;
+        c.cq.set_overrun_ignored(false);
+        c.compressed = true;
+        Ok(c)
     }
 
     /// [`Self::create_sim`] on `channel`, shared with other CQs: its events
@@ -109,6 +134,7 @@ impl DirectCq {
             cq,
             dev: DirectCqDev::Sim(sim_cq),
             channel_events,
+            compressed: false,
         })
     }
 
@@ -122,6 +148,29 @@ impl DirectCq {
     pub(crate) fn create_mlx5(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
         let vcq = ibv::VerbsCq::create_ex(ctx, depth, true)?;
         Self::over_mlx5(vcq, None)
+    }
+
+    /// [`Self::create_mlx5`], and with `compress` a CQ with CQE compression:
+    /// on ConnectX that is `mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`, gated on
+    /// `mlx5dv_query_device`'s `cqe_comp_caps`. Not wired yet (no
+    /// `mlx5dv_create_cq` binding): refused with [`Error::Unsupported`]
+    /// (`Feature::CqeCompression`), nothing created.
+    ///
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
+    #[cfg(feature = "verbs")]
+    pub(crate) fn create_mlx5_ex(
+        ctx: &std::sync::Arc<ibv::Ctx>,
+        depth: u32,
+        compress: bool,
+    ) -> Result<Self> {
+        if compress {
+            return Err(crate::Error::Unsupported {
+                device: ctx.name.clone(),
+                feature: crate::Feature::CqeCompression,
+            });
+        }
+        Self::create_mlx5(ctx, depth)
     }
 
     /// [`Self::create_mlx5`] on `channel`, shared with other CQs, as
@@ -153,13 +202,15 @@ impl DirectCq {
             cq,
             dev: DirectCqDev::Mlx5(vcq),
             channel_events,
+            compressed: false,
         })
     }
 
-    /// CQEs the CQ holds.
+    /// CQEs the CQ holds (a compressing CQ: half its slots, see
+    /// [`Self::create_sim_ex`]).
     pub(crate) fn depth(&self) -> u32 {
         match &self.dev {
-            DirectCqDev::Sim(c) => c.dv().cqe_cnt,
+            DirectCqDev::Sim(c) => c.dv().cqe_cnt >> self.compressed as u32,
             #[cfg(feature = "verbs")]
             DirectCqDev::Mlx5(v) => v.depth,
         }

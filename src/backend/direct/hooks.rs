@@ -71,6 +71,16 @@ impl DirectQp {
         self.cq.as_ref().is_some_and(|c| c.cq.ready(k))
     }
 
+    /// CQE bytes the sim wrote into the QP's own CQ
+    /// (`mlx5_dv::sim::Cq::cqe_bytes_written`); `None` without one.
+    pub(crate) fn cqe_bytes_written(&self) -> Option<u64> {
+        match &self.cq.as_ref()?.dev {
+            super::cq::DirectCqDev::Sim(c) => Some(c.cqe_bytes_written()),
+            #[cfg(feature = "verbs")]
+            super::cq::DirectCqDev::Mlx5(_) => None,
+        }
+    }
+
     /// Whether the QP runs on the sim (its test hooks apply).
     pub(crate) fn is_sim(&self) -> bool {
         matches!(*self.dev, DirectDev::Sim(_))

@@ -22,6 +22,7 @@ mod srq;
 
 pub(crate) use cq::{CqFor, DirectCq, DirectCqDev};
 pub(crate) use mr::reg_sim_mr;
+pub(crate) use scatter::UP64_ZIP;
 pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]
@@ -170,7 +171,8 @@ impl DirectQp {
         qp_type: QpType,
         inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
-        let (own, credits) = cq.resolve(|depth| scatter::create_sim_cq(dev, depth, inline_recv))?;
+        let (own, credits) =
+            cq.resolve(|depth, zip| scatter::create_sim_cq(dev, depth, zip, inline_recv))?;
         let sim_cq = match &cq.in_use(&own).dev {
             DirectCqDev::Sim(s) => s,
             #[cfg(feature = "verbs")]
@@ -249,7 +251,8 @@ impl DirectQp {
         inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
-        let (own, credits) = cq.resolve(|depth| DirectCq::create_mlx5(&pd.ctx, depth))?;
+        let (own, credits) =
+            cq.resolve(|depth, zip| DirectCq::create_mlx5_ex(&pd.ctx, depth, zip))?;
         let vcq = match &cq.in_use(&own).dev {
             DirectCqDev::Mlx5(v) => v,
             DirectCqDev::Sim(_) => {

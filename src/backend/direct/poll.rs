@@ -249,10 +249,12 @@ impl DirectQp {
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
-        let Some(first) = out.first_mut() else {
+        let Some(taken) = own.cq.take::<SLOT>() else {
             return Ok(0);
         };
-        let Some(taken) = own.cq.take::<SLOT>() else {
+        // (Tested after the empty CQ's test: an empty poll does not pay it.)
+        let Some(first) = out.first_mut() else {
+            taken.put_back();
             return Ok(0);
         };
         let cqe = taken.cqe();

@@ -32,6 +32,86 @@ impl DirectQp {
         }
     }
 
+    /// [`Self::post_one`] of an inline WR in the in-place post mode
+    /// ([`Self::post_inline`]); [`Declined`], having changed nothing, in
+    /// another mode or for another WR.
+    #[inline(always)]
+    pub(crate) fn post_one_inline(&mut self, w: &SendWr<'_>) -> InPlace {
+        if self.post_mode != PostMode::InPlace || !w.inline {
+            return Err(Declined::Mode);
+        }
+        // The commonest, a WRITE of plain bytes, built for itself (as
+        // `post_write_inline` is: the copy known to be a plain one).
+        if let (WrOp::RdmaWrite { remote }, [s]) = (w.op, w.sges) {
+            if s.plain {
+                let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+                // SAFETY: `s` borrows its memory for the call (`Sge<'mr>`),
+                // its range checked by `Sge::bytes` / `Sge::new`; a `plain`
+                // SGE is plain bytes (or a LocalMr the WR owns) that nothing
+                // else writes now: copied plainly.
+                let r = unsafe {
+                    self.sq.post_inline(
+                        WqeOpcode::RDMA_WRITE,
+                        ctrl_flags(w),
+                        0,
+                        Some(raddr),
+                        s.addr as *const u8,
+                        s.len as usize,
+                        false,
+                        w.wr_id,
+                    )
+                };
+                r.map_err(declined)?;
+                self.posted_sends(1);
+                return Ok(());
+            }
+        }
+        self.post_inline(w)
+    }
+
+    /// [`Self::post_one`]'s commonest WRs alone, for inlining into
+    /// `Qp::post_send`: one SGE on PD `pd` of 1 to 2^31 - 1 bytes, not
+    /// inline, a WRITE or a SEND, built in place when the SQ's gate is
+    /// open (`SendQueue::write_segs_gated`: the in-place post mode, and a
+    /// WR free under `max_post`: one compare for both, as the one-opcode
+    /// posts'). [`Declined`], having changed nothing, for any other: the
+    /// caller's out-of-line path (`Self::post_one`, `Self::post_many`).
+    #[inline(always)]
+    pub(crate) fn post_one_sge(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
+        // The opcode first: a WR of another (a UD SEND, an atomic) is
+        // declined in one compare.
+        let remote = match w.op {
+            WrOp::RdmaWrite { remote } => Some(remote),
+            WrOp::Send => None,
+            _ => return Err(Declined::Shape),
+        };
+        let s = match (w.sges, w.inline) {
+            ([s], false) if s.one_seg_on(pd) => s,
+            _ => return Err(Declined::Shape),
+        };
+        let flags = ctrl_flags(w);
+        let data = Seg::data(s.addr, s.len, s.lkey.0);
+        let put = match remote {
+            Some(r) => self.sq.write_segs_gated(
+                WqeOpcode::RDMA_WRITE,
+                flags,
+                0,
+                [Seg::raddr(r.addr, r.rkey.0), data],
+                w.wr_id,
+            ),
+            None => self
+                .sq
+                .write_segs_gated(WqeOpcode::SEND, flags, 0, [data], w.wr_id),
+        };
+        let Some(put) = put else {
+            return Err(Declined::Mode);
+        };
+        // (Published before the doorbell, as `post_write` does.)
+        super::count_sends(&mut self.sent, &self.progress, 1, put.posted_count());
+        put.ring();
+        Ok(())
+    }
+
     /// Posts a batch of WRs, each of [`Self::post_one`]'s kinds, built in
     /// place, with one doorbell (the 8-byte one, as rdma-core rings a batch).
     /// [`Declined`], having changed nothing, when one is of another kind
@@ -45,9 +125,23 @@ impl DirectQp {
             _ => return Err(Declined::Mode),
         };
         let reads = self.qp_type == QpType::Rc;
-        if !wrs.iter().all(|w| in_place_sge(w, pd, reads).is_some()) {
-            return Err(Declined::Shape);
-        }
+        // What the batch is: of one opcode (WRITE or SEND: written by one
+        // loop, `write_all`, as `post_writes` writes), or of several.
+        let one_seg = |w: &SendWr<'_>| !w.inline && matches!(w.sges, [s] if s.one_seg_on(pd));
+        let all = match wrs.first().map(Uniform::of) {
+            Some(Uniform::Write)
+                if wrs
+                    .iter()
+                    .all(|w| matches!(w.op, WrOp::RdmaWrite { .. }) && one_seg(w)) =>
+            {
+                Uniform::Write
+            }
+            Some(Uniform::Send) if wrs.iter().all(|w| matches!(w.op, WrOp::Send) && one_seg(w)) => {
+                Uniform::Send
+            }
+            _ if wrs.iter().all(|w| in_place_sge(w, pd, reads).is_some()) => Uniform::Mixed,
+            _ => return Err(Declined::Shape),
+        };
         // One WQEBB each.
         let n = wrs.len() as u32;
         if counted && !self.credits.take(n) {
@@ -60,14 +154,21 @@ impl DirectQp {
             return Err(Declined::NoRoom);
         };
         let (last, head) = wrs.split_last().expect("a batch of two or more");
-        for w in head {
-            push_in_place(&mut room, w);
+        let low = counted && super::credits_low(&self.credits);
+        match all {
+            Uniform::Write => write_uniform(&mut room, head, last, low, write_wqe),
+            Uniform::Send => write_uniform(&mut room, head, last, low, send_wqe),
+            Uniform::Mixed => {
+                for w in head {
+                    push_in_place(&mut room, w);
+                }
+                if low {
+                    // As `signal_if_credits_low`: the last WR makes a CQE.
+                    room.signal_next();
+                }
+                push_in_place(&mut room, last);
+            }
         }
-        if counted && super::credits_low(&self.credits) {
-            // As `signal_if_credits_low`: the last WR makes a CQE.
-            room.signal_next();
-        }
-        push_in_place(&mut room, last);
         room.ring();
         self.posted_sends(wrs.len());
         Ok(())
@@ -186,8 +287,9 @@ impl DirectQp {
     }
 
     /// [`Self::post_one`] taking a CQ credit (a shared CQ, or a shallow one);
-    /// [`Declined::Mode`] in the checked post mode.
-    #[inline(never)]
+    /// [`Declined::Mode`] in the checked post mode. (Inlined into
+    /// `Qp::post_send`'s out-of-line half.)
+    #[inline(always)]
     fn post_one_counted(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         match self.post_mode {
             PostMode::Ud => return self.post_ud_one(w, pd),
@@ -512,6 +614,81 @@ fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32, reads: bool) -> Option<&'a Sge<'
         (_, [s]) if !w.inline && s.one_seg_on(pd) => Some(s),
         _ => None,
     }
+}
+
+/// Whether a batch's WRs share one opcode that [`write_uniform`] writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Uniform {
+    /// All RDMA WRITEs (without immediate).
+    Write,
+    /// All SENDs (without immediate).
+    Send,
+    /// Anything else.
+    Mixed,
+}
+
+impl Uniform {
+    /// What a batch that begins with `w` may be.
+    #[inline(always)]
+    fn of(w: &SendWr<'_>) -> Self {
+        match w.op {
+            WrOp::RdmaWrite { .. } => Uniform::Write,
+            WrOp::Send => Uniform::Send,
+            _ => Uniform::Mixed,
+        }
+    }
+}
+
+/// The WQE of a WR of a [`Uniform::Write`] batch: the RDMA WRITE of its
+/// one SGE ([`in_place_sge`] saw to both).
+#[inline(always)]
+fn write_wqe(w: &SendWr<'_>) -> (WqeOpcode, CtrlFlags, u32, [Seg; 2], u64) {
+    let remote = match w.op {
+        WrOp::RdmaWrite { remote } => remote,
+        _ => NO_REMOTE,
+    };
+    let data = match w.sges {
+        [s] => Seg::data(s.addr, s.len, s.lkey.0),
+        _ => Seg::data(0, 0, 0),
+    };
+    let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+    (
+        WqeOpcode::RDMA_WRITE,
+        ctrl_flags(w),
+        0,
+        [raddr, data],
+        w.wr_id,
+    )
+}
+
+/// The WQE of a WR of a [`Uniform::Send`] batch: the SEND of its one SGE.
+#[inline(always)]
+fn send_wqe(w: &SendWr<'_>) -> (WqeOpcode, CtrlFlags, u32, [Seg; 1], u64) {
+    let data = match w.sges {
+        [s] => Seg::data(s.addr, s.len, s.lkey.0),
+        _ => Seg::data(0, 0, 0),
+    };
+    (WqeOpcode::SEND, ctrl_flags(w), 0, [data], w.wr_id)
+}
+
+/// Writes a batch of one opcode (`head`, then `last`), each WQE made by
+/// `wqe`, into room reserved for all of it, in one loop per part
+/// (`Reserved::write_all`); `low`: the last makes a CQE
+/// (`signal_if_credits_low`).
+#[inline(always)]
+fn write_uniform<const N: usize>(
+    room: &mut Reserved<'_>,
+    head: &[SendWr<'_>],
+    last: &SendWr<'_>,
+    low: bool,
+    wqe: impl Fn(&SendWr<'_>) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64) + Copy,
+) {
+    let pushed = room.write_all(head, wqe);
+    if low {
+        room.signal_next();
+    }
+    let pushed = pushed && room.write_all(std::slice::from_ref(last), wqe);
+    debug_assert!(pushed, "room was reserved for the whole batch");
 }
 
 /// Writes one WR that [`in_place_sge`] accepted into room reserved for it.

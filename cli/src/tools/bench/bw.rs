@@ -208,6 +208,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         port: cfg.lat.port,
         gid_index: cfg.lat.gid_index,
         inline_recv: cfg.lat.inline_recv,
+        cqe_compression: cfg.lat.cqe_comp,
         ..QpConfig::default()
     };
     let mut pairs = Vec::with_capacity(cfg.qps as usize);
@@ -230,7 +231,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         rkey: mr.rkey().0,
         vaddr: mr.addr(),
     };
-    let info = RunInfo {
+    let mut info = RunInfo {
         qps: cfg.qps,
         rdma_cm: false,
         completion: cfg_completion(&cfg.lat),
@@ -243,6 +244,8 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         qp_type: cfg.lat.qp_type,
         use_srq: cfg.lat.use_srq,
         inline_recv: cfg.lat.inline_recv,
+        cqe_comp: cfg.lat.cqe_comp,
+        cqe_bytes: None,
     };
     let to_b = RemoteAddr {
         addr: mr_b.addr(),
@@ -286,6 +289,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         Some(_) => count.report(size),
     };
     drop(lanes);
+    info.cqe_bytes = super::sim_cqe_bytes(pairs.iter_mut().flat_map(|p| [&mut p.a, &mut p.b]));
     drop(pairs);
     report.cpu = m.report();
     Ok((info, report))

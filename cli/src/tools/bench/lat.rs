@@ -32,6 +32,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         port: cfg.port,
         gid_index: cfg.gid_index,
         inline_recv: cfg.inline_recv,
+        cqe_compression: cfg.cqe_comp,
         ..QpConfig::default()
     };
     let (pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq)?;
@@ -53,7 +54,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         rkey: mr.rkey().0,
         vaddr: mr.addr(),
     };
-    let info = RunInfo {
+    let mut info = RunInfo {
         qps: 1,
         rdma_cm: false,
         completion: cfg_completion(cfg),
@@ -67,6 +68,8 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         qp_type: cfg.qp_type,
         use_srq: cfg.use_srq,
         inline_recv: cfg.inline_recv,
+        cqe_comp: cfg.cqe_comp,
+        cqe_bytes: None,
     };
     let remote = |mr: &Mr| RemoteAddr {
         addr: mr.addr() + size as u64,
@@ -156,6 +159,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             }
         }
     }
+    info.cqe_bytes = super::sim_cqe_bytes([&mut a, &mut b]);
     drop((b, srq_b, srq_a));
     let report = lat_report(size_asked, &stamps, test.rtt_factor(), &m)?;
     Ok((info, report))

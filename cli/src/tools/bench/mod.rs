@@ -74,6 +74,8 @@ pub struct LatConfig {
     /// Inline receive (scatter to CQE) on the QPs (`--inline-recv`; not in
     /// perftest, which runs with libmlx5's default: on).
     pub inline_recv: rdma_direct::InlineRecv,
+    /// CQE compression on the QPs' CQs (`--cqe-comp`; ours, not perftest's).
+    pub cqe_comp: bool,
 }
 
 /// Most round trips a latency test with a duration keeps (their stamps are
@@ -127,6 +129,7 @@ impl Default for LatConfig {
             qp_type: rdma_direct::QpType::Rc,
             use_srq: false,
             inline_recv: rdma_direct::InlineRecv::Off,
+            cqe_comp: false,
         }
     }
 }
@@ -232,3 +235,17 @@ pub use results::*;
 use timing::*;
 pub use transport::check_transport;
 use wait::*;
+
+/// CQE bytes the sim wrote into the CQs of `qps` (64 a CQE written whole;
+/// with CQE compression 64 a session title and a mini-CQE array): `None`
+/// off the sim.
+pub(crate) fn sim_cqe_bytes<'q>(qps: impl IntoIterator<Item = &'q mut Qp>) -> Option<u64> {
+    use rdma_direct::testing::QpHooks;
+    let mut total = None;
+    for q in qps {
+        if let Some(h) = q.sim_hook() {
+            *total.get_or_insert(0) += h.cqe_bytes_written();
+        }
+    }
+    total
+}

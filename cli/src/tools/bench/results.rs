@@ -185,6 +185,10 @@ pub struct RunInfo {
     pub use_srq: bool,
     /// Inline receive (scatter to CQE) asked for (`--inline-recv`).
     pub inline_recv: rdma_direct::InlineRecv,
+    /// CQE compression was asked for (`--cqe-comp`), and the CQE bytes the
+    /// sim wrote during the run (`None` off the sim).
+    pub cqe_comp: bool,
+    pub cqe_bytes: Option<u64>,
 }
 
 /// One side's address, as perftest prints "local address" / "remote address".
@@ -232,6 +236,12 @@ impl RunInfo {
                 ))
         ));
         line(format!(" TX depth        : {}", self.tx_depth));
+        line(format!(
+            " CQE compression : {}{}",
+            if self.cqe_comp { "ON" } else { "OFF" },
+            self.cqe_bytes
+                .map_or(String::new(), |b| format!("\t\tCQE bytes (sim): {b}"))
+        ));
         line(format!(
             " Mtu             : {}",
             p.mtu.map_or("-".to_string(), |m| format!("{m}[B]"))

@@ -142,6 +142,7 @@ mod async_waits;
 mod benchmarks;
 mod channel;
 mod completions;
+mod compression;
 mod data;
 mod device_errors;
 mod flow;
@@ -157,6 +158,7 @@ use async_waits::*;
 use benchmarks::*;
 use channel::*;
 use completions::*;
+use compression::*;
 use data::*;
 use device_errors::*;
 use flow::*;
@@ -395,4 +397,5 @@ const ONE_SIDED: &[Case] = &[
     case!(inline_receive_sends_of_1_to_65_bytes_land_whole),
     case!(inline_receive_reads_of_1_to_65_bytes_land_whole),
     case!(inline_receive_two_sges_and_a_receive_too_small),
+    case!(cqe_compression_sessions_deliver_every_completion_once),
 ];

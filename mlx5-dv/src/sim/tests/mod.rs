@@ -1,6 +1,7 @@
 //! Sim unit tests driven through the ring driver, synchronously: the
 //! helpers every subject shares here, the tests in a file per subject.
 
+mod compression;
 mod cq;
 mod execution;
 mod qp_lifecycle;

@@ -161,6 +161,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         rnr_retry: if rx_depth > 0 { 7 } else { 6 },
         qp_type: lat.qp_type,
         inline_recv: lat.inline_recv,
+        cqe_compression: lat.cqe_comp,
         ..QpConfig::default()
     };
     let Link {
