@@ -529,7 +529,10 @@ fn with_cqe_compression_cqes_with_data_break_the_run_and_keep_order() {
     let inline = sizes.iter().filter(|&&n| n <= 32).count() as u64;
     assert_eq!(scattered(&mut b), inline);
     let bytes = b.sim_hook().unwrap().cqe_bytes_written();
-    assert!(bytes < 64 * sizes.len() as u64, "some run compressed: {bytes} bytes");
+    assert!(
+        bytes < 64 * sizes.len() as u64,
+        "some run compressed: {bytes} bytes"
+    );
     let mut sent = 0;
     while sent < sizes.len() {
         let mut wc = [Completion::default(); 16];
