@@ -202,6 +202,14 @@ pub struct BenchArgs {
     /// send_bw), as perftest's --use-srq.
     #[arg(long = "use-srq")]
     pub use_srq: bool,
+    /// CQE compression on the QPs' CQs (ours, not perftest's: perftest has
+    /// no flag for it): the device writes runs of alike completions as a
+    /// title CQE and 8-byte mini-CQEs, which the poller expands. On the
+    /// sim, its model of it; the banner then gives the CQE bytes the sim
+    /// wrote. Refused with a typed error where the device has none (verbs
+    /// devices, ConnectX for now) and with --use-srq.
+    #[arg(long = "cqe-comp")]
+    pub cqe_comp: bool,
     /// Inline receive (scatter to CQE): small receives, READ responses and
     /// atomic results come inside the CQE, up to 32 bytes (64-byte CQEs)
     /// or, with `--inline-recv=64`, 64 (128-byte CQEs; the sim only). Off
@@ -215,14 +223,6 @@ pub struct BenchArgs {
                   .map(|s| s.parse::<u32>().expect("32 or 64"))
           })]
     pub inline_recv: Option<u32>,
-    /// CQE compression on the QPs' CQs (ours, not perftest's: perftest has
-    /// no flag for it): the device writes runs of alike completions as a
-    /// title CQE and 8-byte mini-CQEs, which the poller expands. On the
-    /// sim, its model of it; the banner then gives the CQE bytes the sim
-    /// wrote. Refused with a typed error where the device has none (verbs
-    /// devices, ConnectX for now) and with --use-srq.
-    #[arg(long = "cqe-comp")]
-    pub cqe_comp: bool,
 }
 
 #[derive(clap::Args)]

@@ -357,12 +357,15 @@ fn inline_recv_gate(cfg: &QpConfig, pd: &PdInner, shared_cq: bool) -> Result<()>
             }
         }
     }
-    if up64 && cfg.cqe_compression {
-        return Err(Error::Invalid(direct::UP64_ZIP.into()));
-    }
     if up64 && shared_cq {
         return Err(Error::Invalid(
             "InlineRecv::Up64 needs 128-byte CQEs: the QP's own CQ (a shared CQ has 64-byte CQEs)"
+                .into(),
+        ));
+    }
+    if up64 && cfg.cqe_compression {
+        return Err(Error::Invalid(
+            "InlineRecv::Up64 needs 128-byte CQEs, and CQE compression 64-byte ones:              ask for one of them"
                 .into(),
         ));
     }

@@ -163,12 +163,12 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         qp_type: a.connection.into(),
         use_srq: a.use_srq,
+        cqe_comp: a.cqe_comp,
         inline_recv: match a.inline_recv {
             None => rdma_direct::InlineRecv::Off,
             Some(64) => rdma_direct::InlineRecv::Up64,
             Some(_) => rdma_direct::InlineRecv::Up32,
         },
-        cqe_comp: a.cqe_comp,
     };
     let test_name = match a.test {
         Test::Write => "write_lat",

@@ -142,6 +142,31 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     }
 }
 
+impl<const SLOT: usize> CqCursor<'_, SLOT> {
+    /// [`Self::next`] without the test for a compressed session's title: a
+    /// title is handed out as it is (its `op_own` format bits 3:2 are 3:
+    /// [`crate::mini_cqe::is_title`]), for a loop that tests `op_own`
+    /// anyway and hands anything but its common CQE back
+    /// ([`Self::put_back`]) to a poll that uses [`Self::next`]. The common
+    /// path then pays nothing for compression.
+    #[inline(always)]
+    pub fn next_plain(&mut self) -> Option<CqeRef<'_>> {
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: as in `next`.
+        let op_own = unsafe { mmio::read_op_own(p) };
+        if !owned(op_own, (at & (self.ring_mask + 1) != 0) as u8) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        self.at = at.wrapping_add(SLOT);
+        // SAFETY: as in `next`: the CQE proper ends at `p`, inside the
+        // slot, software-owned and not written again while the CqeRef
+        // (borrowing this cursor) lives.
+        Some(unsafe { CqeRef::in_slot(p.wrapping_sub(CQE64 - 1), op_own, SLOT) })
+    }
+}
+
 impl<const SLOT: usize> Drop for CqCursor<'_, SLOT> {
     #[inline(always)]
     fn drop(&mut self) {
@@ -433,6 +458,35 @@ impl CompletionQueue {
         // offset of a whole slot; constructor contract).
         let op_own = unsafe { mmio::read_op_own(self.op_own0.wrapping_add(at & self.ring_mask)) };
         owned(op_own, (at & self.ring_size != 0) as u8)
+    }
+
+    /// [`Self::take`] without the test for a compressed session's title: a
+    /// title is taken as it is (its `op_own` format bits 3:2 are 3), for a
+    /// poll that tests `op_own` anyway and puts anything but its common
+    /// CQE back ([`Taken::put_back`]) for a poll that uses [`Self::take`] or
+    /// [`CqCursor::next`]. The common path then pays nothing for
+    /// compression.
+    ///
+    /// # Panics
+    /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
+    #[inline(always)]
+    pub fn take_plain<const SLOT: usize>(&mut self) -> Option<Taken<'_, SLOT>> {
+        assert!(SLOT == self.slot_size(), "the slot size taken");
+        let at = self.at;
+        let p = self.op_own0.wrapping_add(at & self.ring_mask);
+        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
+        // offset of a whole slot; constructor contract).
+        let op_own = unsafe { mmio::read_op_own(p) };
+        if !owned(op_own, (at & self.ring_size != 0) as u8) {
+            return None;
+        }
+        mmio::from_device_barrier();
+        self.at = at.wrapping_add(SLOT);
+        Some(Taken {
+            p: p.wrapping_sub(CQE64 - 1),
+            op_own,
+            cq: self,
+        })
     }
 
     /// Takes the CQE at the consumer index if it is software-owned, as

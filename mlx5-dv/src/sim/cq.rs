@@ -448,18 +448,18 @@ pub(super) fn raise_if_armed(cq: &mut CqEntry, solicited: bool) {
 }
 
 /// [`push_cqe_to`] for a CQE that carries `data` (scatter to CQE,
-/// `scatter.rs`; never compressed: on a CQ that compresses, the run held
-/// is written first, as any CQE that cannot join it does): on a CQ of
-/// 64-byte CQEs at most 32 bytes, in bytes 0..32 of the CQE proper,
-/// `op_own` bit 0x4 (`MLX5_INLINE_SCATTER_32`); on one of 128-byte CQEs at
-/// most 64, in the slot's first 64 bytes, before the CQE proper, bit 0x8
+/// `scatter.rs`; never compressed): on a CQ of 64-byte CQEs at most 32
+/// bytes, in bytes 0..32 of the CQE proper, `op_own` bit 0x4
+/// (`MLX5_INLINE_SCATTER_32`); on one of 128-byte CQEs at most 64, in the
+/// slot's first 64 bytes, before the CQE proper, bit 0x8
 /// (`MLX5_INLINE_SCATTER_64`). The data is written before `op_own` is
 /// published. Overrun and events as for any CQE.
 pub(super) fn push_cqe_with_data(st: &mut State, cqn: u32, c: &Cqe, uidx: u32, data: &[u8]) {
     let cq = st.cqs.get_mut(&cqn).expect("cq");
     let before = cq.error_events;
     if cq.compress {
-        super::session::write_run(cq);
+        // A session held before it is written first: CQEs in order.
+        super::session::write_pending(cq);
     }
     push_cqe_data(cq, c, uidx, data);
     if cq.error_events != before {
@@ -474,17 +474,20 @@ fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
         data.len() <= if slot128 { 64 } else { 32 },
         "scatter data too long"
     );
-    if cq.overrun || cq_full(cq) {
-        // `write_cqe` records the overrun; the slot is not ours to write.
-        let mut bytes = c.encode(0);
-        write_cqe(cq, &mut bytes);
+    if cq.overrun {
         return;
     }
-    let mut bytes = c.encode(0);
+    if cq_full(cq) {
+        cq.overrun = true;
+        cq.error_events += 1;
+        return;
+    }
+    let mut bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
     bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
+    let slot = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize;
+    let off = slot + cq.cqe_size as usize - CQE64;
     if slot128 {
         bytes[63] |= INLINE_SCATTER_64;
-        let slot = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize;
         cq.buf.write(slot, data);
     } else {
         bytes[63] |= INLINE_SCATTER_32;
@@ -492,7 +495,9 @@ fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
         // them), as the device overlays it.
         bytes[..data.len()].copy_from_slice(data);
     }
-    if write_cqe(cq, &mut bytes) {
-        raise_if_armed(cq, c.solicited || c.opcode.is_error());
-    }
+    cq.buf.write(off, &bytes[..63]);
+    cq.buf.publish_op_own(off + 63, bytes[63]);
+    cq.pi = cq.pi.wrapping_add(1);
+    cq.cqe_bytes += cq.cqe_size as u64;
+    raise_if_armed(cq, c.solicited || c.opcode.is_error());
 }

@@ -140,8 +140,14 @@ pub(super) fn write_held(st: &mut State) {
     st.held_cqs = cqns;
 }
 
+/// Writes CQ `cq`'s held run, if any, before a CQE that is never held
+/// (one that carries scattered data, `cq::push_cqe_with_data`).
+pub(super) fn write_pending(cq: &mut CqEntry) {
+    write_run(cq);
+}
+
 /// Writes CQ `cq`'s held run, if any: a session, or whole CQEs.
-pub(super) fn write_run(cq: &mut CqEntry) {
+fn write_run(cq: &mut CqEntry) {
     let n = cq.held.cqes.len();
     if n == 0 {
         return;

@@ -22,7 +22,6 @@ mod srq;
 
 pub(crate) use cq::{CqFor, DirectCq, DirectCqDev};
 pub(crate) use mr::reg_sim_mr;
-pub(crate) use scatter::UP64_ZIP;
 pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]
@@ -171,8 +170,11 @@ impl DirectQp {
         qp_type: QpType,
         inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
-        let (own, credits) =
-            cq.resolve(|depth, zip| scatter::create_sim_cq(dev, depth, zip, inline_recv))?;
+        // (The front end refuses compression with 128-byte CQEs.)
+        let (own, credits) = cq.resolve(|depth, zip| match zip {
+            true => DirectCq::create_sim_ex(dev, depth, true),
+            false => scatter::create_sim_cq(dev, depth, inline_recv),
+        })?;
         let sim_cq = match &cq.in_use(&own).dev {
             DirectCqDev::Sim(s) => s,
             #[cfg(feature = "verbs")]

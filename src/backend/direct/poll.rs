@@ -41,6 +41,11 @@ static REQ_WC_OPCODE: [u8; 256] = {
 /// common CQE, told in one compare.
 const COMMON_SEND_LIMIT: u8 = 0x04;
 
+/// The format bits of `op_own` (3:2): 0 a plain CQE, 1 or 2 one carrying
+/// scattered data (`MLX5_INLINE_SCATTER_32` / `_64`), 3 a compressed
+/// session's title. The fast paths take format 0 alone.
+const FORMAT: u8 = 0x0c;
+
 /// The receive a successful responder CQE of the plain format retires in
 /// the common case ([`ReceiveQueue::complete_in_order`] on the QP's own
 /// RQ; its slot on an SRQ), and its wr_id. `None`, having retired
@@ -249,7 +254,9 @@ impl DirectQp {
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
-        let Some(taken) = own.cq.take::<SLOT>() else {
+        // (A compressed session's title fails the common CQE's test below
+        // and goes to the general path, which expands it.)
+        let Some(taken) = own.cq.take_plain::<SLOT>() else {
             return Ok(0);
         };
         // (Tested after the empty CQ's test: an empty poll does not pay it.)
@@ -382,7 +389,9 @@ impl DirectQp {
         let mut sq = self.sq.retirer();
         let mut other = None;
         while n < out.len() {
-            let Some(cqe) = cqes.next() else { break };
+            let Some(cqe) = cqes.next_plain() else {
+                break;
+            };
             if cqe.op_own() < COMMON_SEND_LIMIT {
                 // The common CQE: a send completed without error.
                 match sq.complete(cqe.wqe_counter()) {
@@ -400,10 +409,11 @@ impl DirectQp {
                     None => {}
                 }
             }
-            // Any other CQE is `poll_rest`'s: decoded, or, when it carries
-            // scatter-to-CQE data (copied out there, from the slot), put
-            // back and taken again.
-            other = Some(if cqe.has_inline_data() {
+            // Any other CQE is `poll_rest`'s: decoded, or, in another
+            // format (scatter-to-CQE data, copied out there from the slot;
+            // a compressed session's title, expanded there), put back and
+            // taken again.
+            other = Some(if cqe.op_own() & FORMAT != 0 {
                 cqes.put_back();
                 None
             } else {

@@ -30,31 +30,14 @@ use mlx5_dv::prm::{CqeOpcode, Syndrome};
 use mlx5_dv::sim;
 
 /// The QP's own CQ on the sim, of at least `depth` CQEs: 128-byte CQEs for
-/// [`InlineRecv::Up64`], 64-byte otherwise (`DirectCq::create_sim_ex`'s,
-/// compressing with `zip`).
-///
-/// Errors: [`Error::Invalid`](crate::Error::Invalid) for `Up64` with
-/// `zip` (the sim compresses 64-byte CQEs only; `Qp::create` refuses the
-/// pair before this).
-pub(super) fn create_sim_cq(
-    dev: &sim::Device,
-    depth: u32,
-    zip: bool,
-    mode: InlineRecv,
-) -> Result<DirectCq> {
+/// [`InlineRecv::Up64`], 64-byte otherwise (`DirectCq::create_sim`'s).
+pub(super) fn create_sim_cq(dev: &sim::Device, depth: u32, mode: InlineRecv) -> Result<DirectCq> {
     if mode != InlineRecv::Up64 {
-        return DirectCq::create_sim_ex(dev, depth, zip);
-    }
-    if zip {
-        return Err(crate::Error::Invalid(UP64_ZIP.into()));
+        return DirectCq::create_sim(dev, depth);
     }
     let sim_cq = dev.create_cq_ex(depth.next_power_of_two().max(2), 128, true)?;
     DirectCq::over_sim(sim_cq, None)
 }
-
-/// Why `InlineRecv::Up64` and CQE compression do not go together.
-pub(crate) const UP64_ZIP: &str =
-    "InlineRecv::Up64 needs 128-byte CQEs, CQE compression 64-byte ones: ask for one of them";
 
 /// Turns scatter to CQE on for a new sim QP (in RESET) when `mode` asks
 /// for it: responder and requester, which the sim takes on RC, responder

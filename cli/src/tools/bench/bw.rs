@@ -207,8 +207,8 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         max_inline: if inline { cfg.lat.inline_size } else { 0 },
         port: cfg.lat.port,
         gid_index: cfg.lat.gid_index,
-        inline_recv: cfg.lat.inline_recv,
         cqe_compression: cfg.lat.cqe_comp,
+        inline_recv: cfg.lat.inline_recv,
         ..QpConfig::default()
     };
     let mut pairs = Vec::with_capacity(cfg.qps as usize);
@@ -243,9 +243,9 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         sides: [side(a, &mr_a), side(b, &mr_b)],
         qp_type: cfg.lat.qp_type,
         use_srq: cfg.lat.use_srq,
-        inline_recv: cfg.lat.inline_recv,
         cqe_comp: cfg.lat.cqe_comp,
         cqe_bytes: None,
+        inline_recv: cfg.lat.inline_recv,
     };
     let to_b = RemoteAddr {
         addr: mr_b.addr(),

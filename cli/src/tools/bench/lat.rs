@@ -31,8 +31,8 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         max_inline: if inline { cfg.inline_size } else { 0 },
         port: cfg.port,
         gid_index: cfg.gid_index,
-        inline_recv: cfg.inline_recv,
         cqe_compression: cfg.cqe_comp,
+        inline_recv: cfg.inline_recv,
         ..QpConfig::default()
     };
     let (pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq)?;
@@ -67,9 +67,9 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         sides: [side(&a, &mr_a), side(&b, &mr_b)],
         qp_type: cfg.qp_type,
         use_srq: cfg.use_srq,
-        inline_recv: cfg.inline_recv,
         cqe_comp: cfg.cqe_comp,
         cqe_bytes: None,
+        inline_recv: cfg.inline_recv,
     };
     let remote = |mr: &Mr| RemoteAddr {
         addr: mr.addr() + size as u64,

@@ -71,11 +71,11 @@ pub struct LatConfig {
     /// The receiving sides take their receives from an SRQ (perftest
     /// `--use-srq`; SEND tests).
     pub use_srq: bool,
+    /// CQE compression on the QPs' CQs (`--cqe-comp`; ours, not perftest's).
+    pub cqe_comp: bool,
     /// Inline receive (scatter to CQE) on the QPs (`--inline-recv`; not in
     /// perftest, which runs with libmlx5's default: on).
     pub inline_recv: rdma_direct::InlineRecv,
-    /// CQE compression on the QPs' CQs (`--cqe-comp`; ours, not perftest's).
-    pub cqe_comp: bool,
 }
 
 /// Most round trips a latency test with a duration keeps (their stamps are
@@ -128,8 +128,8 @@ impl Default for LatConfig {
             duration: None,
             qp_type: rdma_direct::QpType::Rc,
             use_srq: false,
-            inline_recv: rdma_direct::InlineRecv::Off,
             cqe_comp: false,
+            inline_recv: rdma_direct::InlineRecv::Off,
         }
     }
 }

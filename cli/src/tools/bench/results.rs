@@ -183,12 +183,12 @@ pub struct RunInfo {
     /// The transport (`-c`) and whether receives come from an SRQ.
     pub qp_type: rdma_direct::QpType,
     pub use_srq: bool,
-    /// Inline receive (scatter to CQE) asked for (`--inline-recv`).
-    pub inline_recv: rdma_direct::InlineRecv,
     /// CQE compression was asked for (`--cqe-comp`), and the CQE bytes the
     /// sim wrote during the run (`None` off the sim).
     pub cqe_comp: bool,
     pub cqe_bytes: Option<u64>,
+    /// Inline receive (scatter to CQE) asked for (`--inline-recv`).
+    pub inline_recv: rdma_direct::InlineRecv,
 }
 
 /// One side's address, as perftest prints "local address" / "remote address".

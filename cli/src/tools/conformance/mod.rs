@@ -394,8 +394,8 @@ const ONE_SIDED: &[Case] = &[
     case!(the_send_queue_drains_with_an_event),
     case!(a_dropped_wait_leaves_the_buffer_with_the_qp),
     case!(port_events_stream_when_the_link_goes_down_and_up),
+    case!(cqe_compression_sessions_deliver_every_completion_once),
     case!(inline_receive_sends_of_1_to_65_bytes_land_whole),
     case!(inline_receive_reads_of_1_to_65_bytes_land_whole),
     case!(inline_receive_two_sges_and_a_receive_too_small),
-    case!(cqe_compression_sessions_deliver_every_completion_once),
 ];

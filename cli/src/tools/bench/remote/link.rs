@@ -159,9 +159,9 @@ pub(super) fn connect_link(
         },
         qp_type: qcfg.qp_type,
         use_srq: lat.use_srq,
-        inline_recv: qcfg.inline_recv,
         cqe_comp: lat.cqe_comp,
         cqe_bytes: None,
+        inline_recv: qcfg.inline_recv,
         sides: [
             SideInfo {
                 qpn: qp.qp_num(),

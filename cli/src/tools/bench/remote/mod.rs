@@ -160,8 +160,8 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         gid_index: lat.gid_index,
         rnr_retry: if rx_depth > 0 { 7 } else { 6 },
         qp_type: lat.qp_type,
-        inline_recv: lat.inline_recv,
         cqe_compression: lat.cqe_comp,
+        inline_recv: lat.inline_recv,
         ..QpConfig::default()
     };
     let Link {
