@@ -408,3 +408,134 @@ fn up64_on_a_shared_cq_is_refused_and_up32_works_there() {
     assert_eq!((recv.status, recv.byte_len), (WcStatus::SUCCESS, 30));
     check_target(&dst, &data, "a SEND on a shared CQ");
 }
+
+/// A QP split into halves: the receive half posts, the owner's poll (in
+/// the retiring copy's window) copies the CQE's data out; the send half's
+/// READ likewise.
+#[test]
+fn a_split_qp_copies_cqe_data_out_for_its_halves() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let far = pd
+        .alloc_mr(256, Access::LOCAL_WRITE | Access::REMOTE_READ)
+        .unwrap();
+    let data = payload(24, 77);
+    far.write(0, &data).unwrap();
+    let (mut a, mut b) = pd.create_connected_pair(&cfg(InlineRecv::Up32)).unwrap();
+    let dst = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
+    dst.write(0, &[GUARD; 256]).unwrap();
+    let rdst = pd.alloc_mr(256, Access::LOCAL_WRITE).unwrap();
+    rdst.write(0, &[GUARD; 256]).unwrap();
+    {
+        let (mut tx, mut rx) = b.split().unwrap();
+        let r = [Sge::new(&rdst, AT, SGE_LEN).unwrap()];
+        rx.post_recv(&[RecvWr::new(1, &r)]).unwrap();
+        let s = [Sge::new(&dst, AT, 24).unwrap()];
+        let remote = RemoteAddr {
+            addr: far.addr(),
+            rkey: far.rkey(),
+        };
+        tx.post_send(&[SendWr::rdma_read(2, &s, remote).signaled()])
+            .unwrap();
+        let g = [Sge::new(&far, 0, 24).unwrap()];
+        a.post_send(&[SendWr::send(3, &g).signaled()]).unwrap();
+        let mut got = Vec::new();
+        let t = Instant::now();
+        while got.len() < 2 {
+            let mut wc = [Completion::default(); 2];
+            let n = b.poll(&mut wc).unwrap();
+            got.extend_from_slice(&wc[..n]);
+            assert!(t.elapsed() < Duration::from_secs(10), "{got:?}");
+        }
+        got.sort_by_key(|c| c.wr_id);
+        assert_eq!(
+            got.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            vec![(1, WcStatus::SUCCESS), (2, WcStatus::SUCCESS)]
+        );
+        b.join(tx, rx).unwrap();
+    }
+    assert_eq!(scattered(&mut b), 2, "the receive and the READ in CQEs");
+    check_target(&rdst, &data, "the receive half's receive");
+    check_target(&dst, &data, "the send half's READ");
+    assert!(one(&mut a).status.is_ok());
+}
+
+/// With CQE compression too: a CQE with data is never compressed and
+/// breaks the run held before it, so receives of mixed sizes (in the CQE
+/// and by DMA) complete in order, each whole; `Up64` with compression is
+/// refused (128-byte CQEs against 64-byte ones).
+#[test]
+fn with_cqe_compression_cqes_with_data_break_the_run_and_keep_order() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let zip = |mode| QpConfig {
+        cqe_compression: true,
+        ..cfg(mode)
+    };
+    let r = pd.create_qp(&zip(InlineRecv::Up64)).map(|_| ());
+    assert!(matches!(r, Err(Error::Invalid(_))), "{r:?}");
+    let (mut a, mut b) = pd.create_connected_pair(&zip(InlineRecv::Up32)).unwrap();
+    let src = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let dst = pd.alloc_mr(16 * 256, Access::LOCAL_WRITE).unwrap();
+    dst.write(0, &[GUARD; 16 * 256]).unwrap();
+    // Runs of DMAed receives (compressible) broken by ones with data.
+    let sizes = [40usize, 50, 60, 8, 70, 80, 90, 16, 33, 34, 1, 100];
+    let rs: Vec<[Sge<'_>; 1]> = (0..sizes.len())
+        .map(|k| [Sge::new(&dst, k * 256 + AT, 128).unwrap()])
+        .collect();
+    let rws: Vec<RecvWr<'_>> = rs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr::new(k as u64, s))
+        .collect();
+    b.post_recv(&rws).unwrap();
+    let mut want = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        let data = payload(n, 200 + k as u8);
+        src.write(k * 128, &data).unwrap();
+        want.push(data);
+    }
+    let gs: Vec<[Sge<'_>; 1]> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| [Sge::new(&src, k * 128, n as u32).unwrap()])
+        .collect();
+    let ws: Vec<SendWr<'_>> = gs
+        .iter()
+        .enumerate()
+        .map(|(k, g)| SendWr::send(k as u64, g).signaled())
+        .collect();
+    a.post_send(&ws).unwrap();
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while got.len() < sizes.len() {
+        let mut wc = [Completion::default(); 3];
+        let n = b.poll(&mut wc).unwrap();
+        got.extend_from_slice(&wc[..n]);
+        assert!(t.elapsed() < Duration::from_secs(10), "{got:?}");
+    }
+    let ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..sizes.len() as u64).collect::<Vec<_>>(), "in order");
+    let mut all = vec![0u8; 16 * 256];
+    dst.read(0, &mut all).unwrap();
+    for (k, c) in got.iter().enumerate() {
+        assert_eq!((c.status, c.byte_len), (WcStatus::SUCCESS, sizes[k] as u32));
+        let at = k * 256 + AT;
+        assert_eq!(&all[at..at + sizes[k]], &want[k][..], "receive {k}");
+        assert!(all[at + sizes[k]..(k + 1) * 256]
+            .iter()
+            .all(|&b| b == GUARD));
+    }
+    let inline = sizes.iter().filter(|&&n| n <= 32).count() as u64;
+    assert_eq!(scattered(&mut b), inline);
+    let bytes = b.sim_hook().unwrap().cqe_bytes_written();
+    assert!(
+        bytes < 64 * sizes.len() as u64,
+        "some run compressed: {bytes} bytes"
+    );
+    let mut sent = 0;
+    while sent < sizes.len() {
+        let mut wc = [Completion::default(); 16];
+        sent += a.poll(&mut wc).unwrap();
+    }
+}
