@@ -511,6 +511,7 @@ impl Qp {
     /// `DirectQp::post_one_inline`, then `DirectQp::post_one` (the counted
     /// post mode), then the checked path.
     #[inline(never)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     fn post_send_inline(&mut self, w: &SendWr<'_>) -> Result<()> {
         if let QpKind::Direct(q) = &mut self.kind {
             if q.post_one_inline(w).is_ok() || q.post_one(w, self.pd_id).is_ok() {
@@ -524,6 +525,7 @@ impl Qp {
     /// post did not take: `DirectQp::post_one` (inline WRs, the other
     /// opcodes, the counted and UD post modes), then the checked path.
     #[inline(never)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     fn post_send_one_direct(&mut self, w: &SendWr<'_>) -> Result<()> {
         if let QpKind::Direct(q) = &mut self.kind {
             if q.post_one(w, self.pd_id).is_ok() {
@@ -536,6 +538,7 @@ impl Qp {
     /// [`Self::post_send`] of a batch (or nothing) on the direct path:
     /// `DirectQp::post_many`, then the checked path.
     #[inline(never)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     fn post_send_direct(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         if let QpKind::Direct(q) = &mut self.kind {
             let posted = match wrs {
