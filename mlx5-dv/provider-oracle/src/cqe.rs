@@ -21,7 +21,9 @@
 //! consumer index, the CQ doorbell record, the SQ's retired WR count.
 //!
 //! Shared by `tests/cqes.rs` and, later, a fuzz target: [`run`] takes any
-//! [`Source`].
+//! [`Source`]. `sessions` (with the oracle linked): compressed sessions
+//! against libmlx5's parse of the full CQEs they stand for
+//! (`tests/cqe_sessions.rs`).
 
 use crate::gen::{self, Source, ARENA};
 use crate::send::SqConfig;
@@ -521,3 +523,5 @@ fn budget(s: &mut impl Source, n: usize) -> usize {
 mod oracle;
 #[cfg(provider_oracle)]
 pub use oracle::*;
+#[cfg(provider_oracle)]
+pub mod sessions;

@@ -97,30 +97,30 @@ pub enum Event<'a> {
     Poll { n: usize, from: u32, to: u32 },
 }
 
-struct OurQp {
-    qpn: u32,
-    sq: SendQueue,
+pub(super) struct OurQp {
+    pub(super) qpn: u32,
+    pub(super) sq: SendQueue,
     rq: ReceiveQueue,
 }
 
 /// Both sides of one case and the sim CQ the CQEs come from. The
 /// provider's objects are freed in `Drop`, then the drivers and the
 /// sim go, then the memory they all point into.
-struct World {
-    cq: CompletionQueue,
-    qps: Vec<OurQp>,
+pub(super) struct World {
+    pub(super) cq: CompletionQueue,
+    pub(super) qps: Vec<OurQp>,
     srq: Option<SharedReceiveQueue>,
     ctx: *mut po_ctx,
-    pcq: *mut po_cq,
-    pqps: Vec<*mut po_qp>,
+    pub(super) pcq: *mut po_cq,
+    pub(super) pqps: Vec<*mut po_qp>,
     psrq: *mut po_srq,
     scq: sim::Cq,
     _dev: sim::Device,
     /// The sim CQ's ring (`cqe_cnt * cqe_size` bytes, while `scq` lives).
     sim_ring: *const u8,
     /// CQ rings and doorbell records: ours, theirs.
-    rings: [Mem; 2],
-    dbrecs: [Mem; 2],
+    pub(super) rings: [Mem; 2],
+    pub(super) dbrecs: [Mem; 2],
     _mem: Vec<Mem>,
 }
 
@@ -162,21 +162,21 @@ fn post_their_recvs(
     Ok(())
 }
 
-/// Posts `wrs` through `mlx5_post_send`; every one must be taken.
+/// Posts `wrs` through `mlx5_post_send`, 64 a call (the harness's
+/// most); every one must be taken.
 fn post_their_sends(qp: *mut po_qp, wrs: &[Wr]) -> Result<(), String> {
-    if wrs.is_empty() {
-        return Ok(());
-    }
-    let pw = ProviderWrs::of(wrs);
-    let list = &pw.list;
-    let mut bad = 0;
-    // SAFETY: `qp` is live; the list, its SGE arrays and AVs outlive the call.
-    let err = unsafe { po_post_send(qp, list.as_ptr(), list.len() as u32, &mut bad) };
-    if err != 0 {
-        return Err(format!(
-            "the provider refused send {bad} of {}: errno {err}",
-            list.len()
-        ));
+    for chunk in wrs.chunks(64) {
+        let pw = ProviderWrs::of(chunk);
+        let list = &pw.list;
+        let mut bad = 0;
+        // SAFETY: `qp` is live; the list, its SGE arrays and AVs outlive the call.
+        let err = unsafe { po_post_send(qp, list.as_ptr(), list.len() as u32, &mut bad) };
+        if err != 0 {
+            return Err(format!(
+                "the provider refused send {bad} of {}: errno {err}",
+                list.len()
+            ));
+        }
     }
     Ok(())
 }
@@ -203,7 +203,7 @@ fn stale(s: &mut impl Source) -> Cqe {
 impl World {
     /// Both sides of `case` with every WR posted, and the sim CQ with
     /// the stale CQEs ahead of `start_ci` copied into both rings.
-    fn new(s: &mut impl Source, case: &Case) -> Result<(World, Posted), String> {
+    pub(super) fn new(s: &mut impl Source, case: &Case) -> Result<(World, Posted), String> {
         let (cnt, size, ci) = (case.cqe_cnt, case.cqe_size, case.start_ci);
         let mut keep = Vec::new();
         let rings = [0, 1].map(|_| Mem::zeroed(cnt as usize * size as usize));
@@ -454,7 +454,7 @@ impl World {
     /// Our poll of up to `ne` completions, as the direct backend's:
     /// the cursor, [`rdma_direct::testing::direct_completion_of`] per CQE on
     /// the QP its QPN names, then `polled` (the record, if written).
-    fn poll_ours<const SLOT: usize>(
+    pub(super) fn poll_ours<const SLOT: usize>(
         &mut self,
         ne: usize,
         out: &mut Vec<Completion>,
@@ -493,7 +493,7 @@ impl World {
     /// After a poll: the consumer indices, the CQ doorbell records
     /// (ours, on a CQ that ignores overrun, still as it started), each
     /// SQ's retired WRs (the provider's `sq.tail`).
-    fn indices(&self, start_ci: u32) -> Result<(), String> {
+    pub(super) fn indices(&self, start_ci: u32) -> Result<(), String> {
         // SAFETY: the CQ is live.
         let theirs = unsafe { po_cq_cons_index(self.pcq) };
         if self.cq.ci() != theirs {
@@ -531,7 +531,7 @@ impl World {
     }
 }
 
-fn batch(s: &mut impl Source) -> usize {
+pub(super) fn batch(s: &mut impl Source) -> usize {
     match s.range(0, 9) {
         0..=2 => 64,
         3 | 4 => 1,
