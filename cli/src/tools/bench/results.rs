@@ -254,7 +254,9 @@ impl RunInfo {
         line(format!(
             " Inline receive  : {}",
             match self.inline_recv.max_bytes() {
-                0 => "OFF".to_string(),
+                // perftest has no flag: it takes libmlx5's default.
+                0 => "OFF (perftest on ConnectX: ON, libmlx5's MLX5_SCATTER_TO_CQE default)"
+                    .to_string(),
                 n => format!("ON, up to {n}[B] in the CQE (scatter to CQE)"),
             }
         ));
