@@ -392,7 +392,8 @@ impl Pd {
     /// On ConnectX (the direct path), `mlx5dv_create_cq` with
     /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE` in a mini-CQE format the
     /// device reports in `cqe_comp_caps` (compiles; not yet run on
-    /// hardware).
+    /// hardware; for now held back, refused with [`Error::Unsupported`],
+    /// until the decoder's session geometry matches the hardware's).
     ///
     /// Errors: as [`Self::create_shared_cq`]; [`Error::Unsupported`]
     /// (`Feature::CqeCompression`) on the verbs path, and on a ConnectX

@@ -163,6 +163,17 @@ impl DirectCq {
     /// depth it reports, and the poller writes the consumer-index record
     /// after each poll, as on the sim. Then `mlx5dv_init_obj` as for any CQ.
     ///
+    /// **Held back** ([`CONNECTX_COMPRESSION_HELD_BACK`]): refused before
+    /// anything is created, because the session geometry our decoder
+    /// expands (`mlx5_dv::mini_cqe`, the sim's model: a session of `N`
+    /// completions takes `N + 1` slots, completion `k` lands in slot
+    /// `t + 1 + k`, the next CQE is at `t + N + 1`) disagrees with the
+    /// basic-layout decoders that run on ConnectX (DPDK's
+    /// `mlx5_rx_poll_len`: `zip->cq_ci = title + cqe_cnt`; UCX's former
+    /// `uct_ib_mlx5_iface_cqe_unzip`: the consumer index ends at
+    /// `title + block_size`): there a session takes `N` slots and the next
+    /// CQE is at `t + N`, which our expansion would overwrite.
+    ///
     /// Errors: [`Error::Unsupported`] (`Feature::CqeCompression`) where the
     /// device cannot compress (`max_num` 0, or no mini-CQE format we know)
     /// or `mlx5dv_create_cq` refuses it (`EINVAL`, `EOPNOTSUPP`); nothing
@@ -180,6 +191,9 @@ impl DirectCq {
             return Self::create_mlx5(ctx, depth);
         }
         let feature = crate::Feature::CqeCompression;
+        if CONNECTX_COMPRESSION_HELD_BACK {
+            return Err(unsupported(ctx, feature));
+        }
         let format = ibv::mini_cqe_format(&ibv::cqe_comp_caps(ctx))
             .ok_or_else(|| unsupported(ctx, feature))?;
         let dv = mlx5dv_cq_init_attr {
@@ -385,6 +399,14 @@ impl DirectCq {
         }
     }
 }
+
+/// CQE compression on ConnectX is refused ([`DirectCq::create_mlx5_ex`])
+/// until the basic layout's session geometry in `mlx5_dv::mini_cqe` and
+/// the sim (`N + 1` slots a session) matches the hardware's as DPDK and
+/// UCX decode it (`N` slots). Everything else is wired: set this to
+/// `false` to create the CQ through `mlx5dv_create_cq`.
+#[cfg(feature = "verbs")]
+const CONNECTX_COMPRESSION_HELD_BACK: bool = true;
 
 /// [`Error::Unsupported`](crate::Error::Unsupported): `ctx`'s device lacks `feature`.
 #[cfg(feature = "verbs")]
