@@ -292,3 +292,34 @@ fn init_obj(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::mini_cqe_format;
+    use mlx5_dv::dv::*;
+
+    fn caps(max_num: u32, supported_format: u32) -> mlx5dv_cqe_comp_caps {
+        mlx5dv_cqe_comp_caps {
+            max_num,
+            supported_format,
+        }
+    }
+
+    #[test]
+    fn the_mini_cqe_format_is_one_the_device_reports() {
+        let (h, c, s) = (
+            MLX5DV_CQE_RES_FORMAT_HASH,
+            MLX5DV_CQE_RES_FORMAT_CSUM,
+            MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX,
+        );
+        let all = u32::from(h | c | s);
+        // No compression at all, whatever the formats say.
+        assert_eq!(mini_cqe_format(&caps(0, all)), None);
+        assert_eq!(mini_cqe_format(&caps(64, 0)), None);
+        // A bit we do not know is never passed on.
+        assert_eq!(mini_cqe_format(&caps(64, 1 << 3)), None);
+        assert_eq!(mini_cqe_format(&caps(64, all)), Some(h));
+        assert_eq!(mini_cqe_format(&caps(64, u32::from(c | s))), Some(c));
+        assert_eq!(mini_cqe_format(&caps(64, u32::from(s))), Some(s));
+    }
+}
