@@ -346,6 +346,82 @@ pub struct mlx5dv_context {
 /// `MLX5DV_CONTEXT_FLAGS_CQE_V1`: the device writes version-1 CQEs.
 pub const MLX5DV_CONTEXT_FLAGS_CQE_V1: u64 = 1 << 0;
 
+impl mlx5dv_context {
+    /// An all-zero context (no `MLX5DV_CONTEXT_MASK_*` bit asked for), for
+    /// `mlx5dv_query_device` to fill once `comp_mask` is set.
+    pub fn zeroed() -> Self {
+        Self {
+            version: 0,
+            flags: 0,
+            comp_mask: 0,
+            cqe_comp_caps: mlx5dv_cqe_comp_caps::default(),
+            sw_parsing_caps: mlx5dv_sw_parsing_caps::default(),
+            striding_rq_caps: mlx5dv_striding_rq_caps::default(),
+            tunnel_offloads_caps: 0,
+            max_dynamic_bfregs: 0,
+            max_clock_info_update_nsec: 0,
+            flow_action_flags: 0,
+            dc_odp_caps: 0,
+            hca_core_clock: core::ptr::null_mut(),
+            num_lag_ports: 0,
+            sig_caps: mlx5dv_sig_caps::default(),
+            dci_streams_caps: mlx5dv_dci_streams_caps::default(),
+            max_wr_memcpy_length: 0,
+            crypto_caps: mlx5dv_crypto_caps::default(),
+        }
+    }
+}
+
+/// `MLX5DV_CONTEXT_MASK_CQE_COMPRESION` (sic): ask `mlx5dv_query_device`
+/// for [`mlx5dv_context::cqe_comp_caps`]; set in the returned `comp_mask`
+/// when the provider filled it.
+pub const MLX5DV_CONTEXT_MASK_CQE_COMPRESION: u64 = 1 << 0;
+/// `MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP`: CQE compression with 128-byte CQEs.
+pub const MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP: u64 = 1 << 4;
+/// `MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD`: 128-byte CQE padding
+/// ([`MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD`]).
+pub const MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD: u64 = 1 << 5;
+
+/// `MLX5DV_CQE_RES_FORMAT_HASH` (`enum mlx5dv_cqe_comp_res_format`): a
+/// responder mini-CQE carries the RX hash result (and `byte_cnt`).
+pub const MLX5DV_CQE_RES_FORMAT_HASH: u8 = 1 << 0;
+/// `MLX5DV_CQE_RES_FORMAT_CSUM`: a responder mini-CQE carries the
+/// checksum (and `byte_cnt`).
+pub const MLX5DV_CQE_RES_FORMAT_CSUM: u8 = 1 << 1;
+/// `MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX`: a responder mini-CQE carries the
+/// checksum and the stride index (and `byte_cnt`).
+pub const MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX: u8 = 1 << 2;
+
+/// `struct mlx5dv_cq_init_attr` (`mlx5dv_create_cq`): the mlx5 attributes
+/// of a new CQ, each taken when its `MLX5DV_CQ_INIT_ATTR_MASK_*` bit is set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct mlx5dv_cq_init_attr {
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_*` bits: the fields below that are set.
+    pub comp_mask: u64,
+    /// One `MLX5DV_CQE_RES_FORMAT_*` value: the responder mini-CQE format
+    /// (with [`MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`], which turns
+    /// compression on; libmlx5 checks it against
+    /// [`mlx5dv_cqe_comp_caps::supported_format`], the kernel takes exactly one).
+    pub cqe_comp_res_format: u8,
+    /// `MLX5DV_CQ_INIT_ATTR_FLAGS_*` (with [`MLX5DV_CQ_INIT_ATTR_MASK_FLAGS`]).
+    pub flags: u32,
+    /// Bytes per CQE, 64 or 128 (with [`MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`];
+    /// otherwise libmlx5 takes `MLX5_CQE_SIZE` from the environment, or 64).
+    pub cqe_size: u16,
+}
+
+/// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`: CQE compression, in the
+/// format [`mlx5dv_cq_init_attr::cqe_comp_res_format`] names.
+pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
+/// `MLX5DV_CQ_INIT_ATTR_MASK_FLAGS`: [`mlx5dv_cq_init_attr::flags`] is set.
+pub const MLX5DV_CQ_INIT_ATTR_MASK_FLAGS: u64 = 1 << 1;
+/// `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`: [`mlx5dv_cq_init_attr::cqe_size`] is set.
+pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
+/// `MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD`: pad 128-byte CQEs (needs
+/// [`MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD`] and `cqe_size` 128).
+pub const MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD: u32 = 1 << 0;
+
 /// `struct mlx5dv_dci_streams`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -409,6 +485,15 @@ extern "C" {
     pub fn mlx5dv_init_obj(obj: *mut mlx5dv_obj, obj_type: u64) -> i32;
     /// `int mlx5dv_query_device(struct ibv_context *ctx, struct mlx5dv_context *attrs_out)`.
     pub fn mlx5dv_query_device(ctx: *mut c_void, attrs_out: *mut mlx5dv_context) -> i32;
+    /// `struct ibv_cq_ex *mlx5dv_create_cq(struct ibv_context *context,
+    /// struct ibv_cq_init_attr_ex *cq_attr, struct mlx5dv_cq_init_attr *mlx5_cq_attr)`:
+    /// a CQ with mlx5 attributes (compression, CQE size); null with `errno`
+    /// set on failure (`EOPNOTSUPP` where the context has no mlx5 ops).
+    pub fn mlx5dv_create_cq(
+        context: *mut c_void,
+        cq_attr: *mut c_void,
+        mlx5_cq_attr: *mut mlx5dv_cq_init_attr,
+    ) -> *mut c_void;
     /// `struct ibv_qp *mlx5dv_create_qp(struct ibv_context *, struct ibv_qp_init_attr_ex *,
     /// struct mlx5dv_qp_init_attr *)`.
     pub fn mlx5dv_create_qp(

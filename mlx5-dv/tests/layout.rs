@@ -53,6 +53,25 @@ int main(void) {
     printf("mlx5dv_dc_init_attr %zu\n", sizeof(struct mlx5dv_dc_init_attr));
     printf("MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE %u\n", (unsigned)MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE);
     printf("MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE %u\n", (unsigned)MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE);
+    printf("mlx5dv_cqe_comp_caps %zu\n", sizeof(struct mlx5dv_cqe_comp_caps));
+    F(mlx5dv_cqe_comp_caps, max_num); F(mlx5dv_cqe_comp_caps, supported_format);
+    printf("mlx5dv_cq_init_attr %zu\n", sizeof(struct mlx5dv_cq_init_attr));
+    F(mlx5dv_cq_init_attr, comp_mask); F(mlx5dv_cq_init_attr, cqe_comp_res_format);
+    F(mlx5dv_cq_init_attr, flags); F(mlx5dv_cq_init_attr, cqe_size);
+    printf("MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE %u\n", (unsigned)MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE);
+    printf("MLX5DV_CQ_INIT_ATTR_MASK_FLAGS %u\n", (unsigned)MLX5DV_CQ_INIT_ATTR_MASK_FLAGS);
+    printf("MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE %u\n", (unsigned)MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE);
+    printf("MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD %u\n", (unsigned)MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD);
+    printf("MLX5DV_CQE_RES_FORMAT_HASH %u\n", (unsigned)MLX5DV_CQE_RES_FORMAT_HASH);
+    printf("MLX5DV_CQE_RES_FORMAT_CSUM %u\n", (unsigned)MLX5DV_CQE_RES_FORMAT_CSUM);
+    printf("MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX %u\n", (unsigned)MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX);
+    printf("MLX5DV_CONTEXT_MASK_CQE_COMPRESION %u\n", (unsigned)MLX5DV_CONTEXT_MASK_CQE_COMPRESION);
+    printf("MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP %u\n", (unsigned)MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP);
+    printf("MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD %u\n", (unsigned)MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD);
+    /* The function's type (no link against libmlx5): a mismatch fails to compile. */
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&mlx5dv_create_cq),
+        struct ibv_cq_ex *(*)(struct ibv_context *, struct ibv_cq_init_attr_ex *,
+                              struct mlx5dv_cq_init_attr *)), "mlx5dv_create_cq's type");
     printf("MLX5DV_OBJ_QP %u\n", (unsigned)MLX5DV_OBJ_QP);
     printf("MLX5DV_OBJ_CQ %u\n", (unsigned)MLX5DV_OBJ_CQ);
     printf("MLX5DV_OBJ_SRQ %u\n", (unsigned)MLX5DV_OBJ_SRQ);
@@ -172,6 +191,64 @@ fn ours() -> Vec<(String, usize)> {
         "MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE".into(),
         MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE as usize,
     ));
+    v.push((
+        "mlx5dv_cqe_comp_caps".to_string(),
+        size_of::<mlx5dv_cqe_comp_caps>(),
+    ));
+    f!(v, mlx5dv_cqe_comp_caps, max_num);
+    f!(v, mlx5dv_cqe_comp_caps, supported_format);
+    v.push((
+        "mlx5dv_cq_init_attr".to_string(),
+        size_of::<mlx5dv_cq_init_attr>(),
+    ));
+    f!(v, mlx5dv_cq_init_attr, comp_mask);
+    f!(v, mlx5dv_cq_init_attr, cqe_comp_res_format);
+    f!(v, mlx5dv_cq_init_attr, flags);
+    f!(v, mlx5dv_cq_init_attr, cqe_size);
+    for (k, c) in [
+        (
+            "MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE",
+            MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE,
+        ),
+        (
+            "MLX5DV_CQ_INIT_ATTR_MASK_FLAGS",
+            MLX5DV_CQ_INIT_ATTR_MASK_FLAGS,
+        ),
+        (
+            "MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE",
+            MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
+        ),
+        (
+            "MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD",
+            MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD as u64,
+        ),
+        (
+            "MLX5DV_CQE_RES_FORMAT_HASH",
+            MLX5DV_CQE_RES_FORMAT_HASH as u64,
+        ),
+        (
+            "MLX5DV_CQE_RES_FORMAT_CSUM",
+            MLX5DV_CQE_RES_FORMAT_CSUM as u64,
+        ),
+        (
+            "MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX",
+            MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX as u64,
+        ),
+        (
+            "MLX5DV_CONTEXT_MASK_CQE_COMPRESION",
+            MLX5DV_CONTEXT_MASK_CQE_COMPRESION,
+        ),
+        (
+            "MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP",
+            MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP,
+        ),
+        (
+            "MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD",
+            MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD,
+        ),
+    ] {
+        v.push((k.into(), c as usize));
+    }
     v.push(("MLX5DV_OBJ_QP".into(), MLX5DV_OBJ_QP as usize));
     v.push(("MLX5DV_OBJ_CQ".into(), MLX5DV_OBJ_CQ as usize));
     v.push(("MLX5DV_OBJ_SRQ".into(), MLX5DV_OBJ_SRQ as usize));

@@ -51,10 +51,15 @@ pub struct QpConfig {
     /// on a QP on an SRQ ([`Error::Invalid`]: responder mini-CQEs carry no
     /// WQE counter, the first's plus the position stands for it, and our
     /// SRQ is a linked list whose WQEs complete out of index order); on the
-    /// verbs path and on ConnectX for now ([`Error::Unsupported`],
-    /// `Feature::CqeCompression`: the ConnectX CQ would be made by
-    /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`,
-    /// which is not bound yet).
+    /// verbs path ([`Error::Unsupported`], `Feature::CqeCompression`). On
+    /// ConnectX the CQ is made by `mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE` (64-byte CQEs, a mini-CQE
+    /// format from the device's `cqe_comp_caps`); refused with the same
+    /// [`Error::Unsupported`] where those caps have no `max_num` or no
+    /// format we know, or the call refuses it. Wired; compiles, not yet run
+    /// on hardware; for now held back (refused with that error on every
+    /// ConnectX) until the decoder's session geometry matches the
+    /// hardware's as DPDK and UCX decode it.
     ///
     /// [`Error::Invalid`]: crate::Error::Invalid
     /// [`Error::Unsupported`]: crate::Error::Unsupported
@@ -95,9 +100,12 @@ pub struct QpConfig {
 /// `DataPath::Verbs`) with [`Error::Unsupported`] and
 /// [`Feature::InlineReceive`](crate::Feature::InlineReceive) (libibverbs
 /// has no such attribute); [`Self::Up64`] on a shared CQ (its CQEs are 64
-/// bytes) with [`Error::Invalid`], and on ConnectX with
-/// [`Error::Unsupported`] (128-byte CQEs need `mlx5dv_create_cq`, which
-/// the direct path does not call yet).
+/// bytes) or with CQE compression (64-byte CQEs) with [`Error::Invalid`].
+/// On ConnectX [`Self::Up64`]'s CQ is made by `mlx5dv_create_cq` with
+/// `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE` 128 (the kernel then scatters up to
+/// 64 bytes); where the device refuses that, [`Error::Unsupported`] with
+/// [`Feature::InlineReceive`](crate::Feature::InlineReceive). Wired;
+/// compiles, not yet run on hardware.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InlineRecv {
@@ -106,8 +114,8 @@ pub enum InlineRecv {
     Off,
     /// Up to 32 bytes, in a 64-byte CQE.
     Up32,
-    /// Up to 64 bytes, in a 128-byte CQE (the QP's own CQ only; the sim
-    /// only, for now).
+    /// Up to 64 bytes, in a 128-byte CQE (the QP's own CQ only; on
+    /// ConnectX through `mlx5dv_create_cq`, not yet run on hardware).
     Up64,
 }
 

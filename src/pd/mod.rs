@@ -389,10 +389,16 @@ impl Pd {
     /// ([`Error::Invalid`] at QP creation: responder mini-CQEs carry no WQE
     /// counter).
     ///
+    /// On ConnectX (the direct path), `mlx5dv_create_cq` with
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE` in a mini-CQE format the
+    /// device reports in `cqe_comp_caps` (compiles; not yet run on
+    /// hardware; for now held back, refused with [`Error::Unsupported`],
+    /// until the decoder's session geometry matches the hardware's).
+    ///
     /// Errors: as [`Self::create_shared_cq`]; [`Error::Unsupported`]
-    /// (`Feature::CqeCompression`) on the verbs path, and on ConnectX for
-    /// now (`mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`
-    /// is not bound yet); nothing is created.
+    /// (`Feature::CqeCompression`) on the verbs path, and on a ConnectX
+    /// whose `cqe_comp_caps` has no `max_num` or no format we know, or
+    /// whose `mlx5dv_create_cq` refuses compression; nothing is created.
     pub fn create_compressed_shared_cq(&self, depth: u32) -> Result<SharedCq> {
         if depth == 0 || depth > 1 << 22 {
             return Err(Error::Config {

@@ -336,8 +336,9 @@ fn direct_limits(cfg: &QpConfig) -> Result<()> {
 /// anything is created: any on the verbs path (libibverbs has no scatter
 /// to CQE: [`Error::Unsupported`], [`Feature::InlineReceive`](crate::Feature::InlineReceive)),
 /// `Up64` on a shared CQ or with CQE compression (64-byte CQEs:
-/// [`Error::Invalid`]) and on
-/// ConnectX (128-byte CQEs need `mlx5dv_create_cq`: [`Error::Unsupported`]).
+/// [`Error::Invalid`]). On ConnectX, `Up64`'s 128-byte CQEs are made by
+/// `mlx5dv_create_cq`, which refuses them with [`Error::Unsupported`]
+/// where the device does (before the QP is created).
 /// UD takes any and ignores it, as the kernel's mlx5 driver does.
 fn inline_recv_gate(cfg: &QpConfig, pd: &PdInner, shared_cq: bool) -> Result<()> {
     use crate::InlineRecv;
@@ -349,7 +350,9 @@ fn inline_recv_gate(cfg: &QpConfig, pd: &PdInner, shared_cq: bool) -> Result<()>
         PdKind::Sim(..) => {}
         #[cfg(feature = "verbs")]
         PdKind::Verbs(p, path) => {
-            if *path != DataPath::Direct || up64 {
+            // ConnectX's Up64 (128-byte CQEs) is gated where its CQ is made
+            // (`DirectCq::create_mlx5_wide`).
+            if *path != DataPath::Direct {
                 return Err(Error::Unsupported {
                     device: p.ctx.name.clone(),
                     feature: crate::Feature::InlineReceive,

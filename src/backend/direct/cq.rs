@@ -17,15 +17,16 @@ pub(crate) struct DirectCq {
     /// On a completion channel other CQs share: the events of this CQ its
     /// reader has taken (on any thread), the sequence number of the next arm.
     pub(super) channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
-    /// Made with CQE compression ([`Self::create_sim_ex`]): its ring has
-    /// twice the slots its depth says.
+    /// Made with CQE compression ([`Self::create_sim_ex`],
+    /// [`Self::create_mlx5_ex`]): its ring has twice the slots its depth says.
     pub(crate) compressed: bool,
 }
 
 /// Who owns a direct-path CQ's ring.
 pub(crate) enum DirectCqDev {
     Sim(sim::Cq),
-    /// A ConnectX CQ made by `ibv_create_cq`, described by `mlx5dv_init_obj`.
+    /// A ConnectX CQ made by `ibv_create_cq(_ex)`, or by `mlx5dv_create_cq`
+    /// for CQE compression or 128-byte CQEs, described by `mlx5dv_init_obj`.
     #[cfg(feature = "verbs")]
     Mlx5(std::sync::Arc<ibv::VerbsCq>),
 }
@@ -150,12 +151,33 @@ impl DirectCq {
         Self::over_mlx5(vcq, None)
     }
 
-    /// [`Self::create_mlx5`], and with `compress` a CQ with CQE compression:
-    /// on ConnectX that is `mlx5dv_create_cq` with
-    /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`, gated on
-    /// `mlx5dv_query_device`'s `cqe_comp_caps`. Not wired yet (no
-    /// `mlx5dv_create_cq` binding): refused with [`Error::Unsupported`]
-    /// (`Feature::CqeCompression`), nothing created.
+    /// [`Self::create_mlx5`], and with `compress` a CQ with CQE compression
+    /// (basic layout), the ConnectX twin of [`Self::create_sim_ex`]:
+    /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`
+    /// in the responder mini-CQE format `ibv::mini_cqe_format` picks from
+    /// `mlx5dv_query_device`'s `cqe_comp_caps`, and
+    /// `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE` 64 (our sessions are 64-byte
+    /// slots; libmlx5 would otherwise take `MLX5_CQE_SIZE` from the
+    /// environment), ignoring overrun where the device accepts it as
+    /// [`Self::create_mlx5`] does. Its ring has twice the slots of the
+    /// depth it reports, and the poller writes the consumer-index record
+    /// after each poll, as on the sim. Then `mlx5dv_init_obj` as for any CQ.
+    ///
+    /// **Held back** ([`CONNECTX_COMPRESSION_HELD_BACK`]): refused before
+    /// anything is created, because the session geometry our decoder
+    /// expands (`mlx5_dv::mini_cqe`, the sim's model: a session of `N`
+    /// completions takes `N + 1` slots, completion `k` lands in slot
+    /// `t + 1 + k`, the next CQE is at `t + N + 1`) disagrees with the
+    /// basic-layout decoders that run on ConnectX (DPDK's
+    /// `mlx5_rx_poll_len`: `zip->cq_ci = title + cqe_cnt`; UCX's former
+    /// `uct_ib_mlx5_iface_cqe_unzip`: the consumer index ends at
+    /// `title + block_size`): there a session takes `N` slots and the next
+    /// CQE is at `t + N`, which our expansion would overwrite.
+    ///
+    /// Errors: [`Error::Unsupported`] (`Feature::CqeCompression`) where the
+    /// device cannot compress (`max_num` 0, or no mini-CQE format we know)
+    /// or `mlx5dv_create_cq` refuses it (`EINVAL`, `EOPNOTSUPP`); nothing
+    /// is created. Compiles; not yet run on hardware.
     ///
     /// [`Error::Unsupported`]: crate::Error::Unsupported
     #[cfg(feature = "verbs")]
@@ -164,13 +186,59 @@ impl DirectCq {
         depth: u32,
         compress: bool,
     ) -> Result<Self> {
-        if compress {
-            return Err(crate::Error::Unsupported {
-                device: ctx.name.clone(),
-                feature: crate::Feature::CqeCompression,
-            });
+        use mlx5_dv::dv::*;
+        if !compress {
+            return Self::create_mlx5(ctx, depth);
         }
-        Self::create_mlx5(ctx, depth)
+        let feature = crate::Feature::CqeCompression;
+        if CONNECTX_COMPRESSION_HELD_BACK {
+            return Err(unsupported(ctx, feature));
+        }
+        let format = ibv::mini_cqe_format(&ibv::cqe_comp_caps(ctx))
+            .ok_or_else(|| unsupported(ctx, feature))?;
+        let dv = mlx5dv_cq_init_attr {
+            comp_mask: MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE | MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
+            cqe_comp_res_format: format,
+            flags: 0,
+            cqe_size: 64,
+        };
+        // Depths are at most 2^22 (checked by the callers): no overflow.
+        let slots = depth.max(1) * 2;
+        let vcq =
+            ibv::VerbsCq::create_dv(ctx, slots, true, dv).map_err(|e| refused(e, ctx, feature))?;
+        let mut c = Self::over_mlx5(vcq, None)?;
+        c.cq.set_overrun_ignored(false);
+        c.compressed = true;
+        Ok(c)
+    }
+
+    /// [`Self::create_mlx5`] with 128-byte CQEs, for `InlineRecv::Up64`
+    /// (the kernel then sets the QP's responder scatter to 64 bytes):
+    /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE` 128,
+    /// ignoring overrun where accepted. No context cap gates plain
+    /// 128-byte CQEs (`MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP` and `_PAD` are
+    /// about compression and padding): the device's answer to the call is
+    /// the gate. Errors: [`Error::Unsupported`] (`Feature::InlineReceive`)
+    /// where `mlx5dv_create_cq` refuses it (`EINVAL`, `EOPNOTSUPP`) or the
+    /// CQ `mlx5dv_init_obj` describes is not of 128-byte CQEs; nothing is
+    /// left created. Compiles; not yet run on hardware.
+    ///
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
+    #[cfg(feature = "verbs")]
+    pub(crate) fn create_mlx5_wide(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
+        use mlx5_dv::dv::*;
+        let feature = crate::Feature::InlineReceive;
+        let dv = mlx5dv_cq_init_attr {
+            comp_mask: MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
+            cqe_size: 128,
+            ..Default::default()
+        };
+        let vcq =
+            ibv::VerbsCq::create_dv(ctx, depth, true, dv).map_err(|e| refused(e, ctx, feature))?;
+        if ibv::describe_mlx5_cq(&vcq)?.cqe_size != 128 {
+            return Err(unsupported(ctx, feature));
+        }
+        Self::over_mlx5(vcq, None)
     }
 
     /// [`Self::create_mlx5`] on `channel`, shared with other CQs, as
@@ -207,12 +275,12 @@ impl DirectCq {
     }
 
     /// CQEs the CQ holds (a compressing CQ: half its slots, see
-    /// [`Self::create_sim_ex`]).
+    /// [`Self::create_sim_ex`] and [`Self::create_mlx5_ex`]).
     pub(crate) fn depth(&self) -> u32 {
         match &self.dev {
             DirectCqDev::Sim(c) => c.dv().cqe_cnt >> self.compressed as u32,
             #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(v) => v.depth,
+            DirectCqDev::Mlx5(v) => v.depth >> self.compressed as u32,
         }
     }
 
@@ -329,5 +397,36 @@ impl DirectCq {
             #[cfg(feature = "verbs")]
             DirectCqDev::Mlx5(_) => (false, 0),
         }
+    }
+}
+
+/// CQE compression on ConnectX is refused ([`DirectCq::create_mlx5_ex`])
+/// until the basic layout's session geometry in `mlx5_dv::mini_cqe` and
+/// the sim (`N + 1` slots a session) matches the hardware's as DPDK and
+/// UCX decode it (`N` slots). Everything else is wired: set this to
+/// `false` to create the CQ through `mlx5dv_create_cq`.
+#[cfg(feature = "verbs")]
+const CONNECTX_COMPRESSION_HELD_BACK: bool = true;
+
+/// [`Error::Unsupported`](crate::Error::Unsupported): `ctx`'s device lacks `feature`.
+#[cfg(feature = "verbs")]
+fn unsupported(ctx: &ibv::Ctx, feature: crate::Feature) -> crate::Error {
+    crate::Error::Unsupported {
+        device: ctx.name.clone(),
+        feature,
+    }
+}
+
+/// A failed `mlx5dv_create_cq`: the device refusing an attribute
+/// (`EINVAL`, `EOPNOTSUPP`: libmlx5's and the kernel's answers to a
+/// compression or CQE size they do not take) is [`unsupported`]; any other
+/// failure stays as it is.
+#[cfg(feature = "verbs")]
+fn refused(e: crate::Error, ctx: &ibv::Ctx, feature: crate::Feature) -> crate::Error {
+    match e {
+        crate::Error::Verbs { errno, .. } if errno == libc::EINVAL || errno == libc::EOPNOTSUPP => {
+            unsupported(ctx, feature)
+        }
+        e => e,
     }
 }

@@ -253,8 +253,11 @@ impl DirectQp {
         inline_recv: crate::InlineRecv,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
-        let (own, credits) =
-            cq.resolve(|depth, zip| DirectCq::create_mlx5_ex(&pd.ctx, depth, zip))?;
+        // (The front end refuses compression with 128-byte CQEs.)
+        let (own, credits) = cq.resolve(|depth, zip| match (zip, inline_recv) {
+            (false, crate::InlineRecv::Up64) => DirectCq::create_mlx5_wide(&pd.ctx, depth),
+            _ => DirectCq::create_mlx5_ex(&pd.ctx, depth, zip),
+        })?;
         let vcq = match &cq.in_use(&own).dev {
             DirectCqDev::Mlx5(v) => v,
             DirectCqDev::Sim(_) => {

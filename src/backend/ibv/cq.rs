@@ -158,7 +158,24 @@ impl VerbsCq {
         ignore_overrun: bool,
     ) -> Result<Arc<VerbsCq>> {
         let channel = VerbsChannel::create(ctx)?;
-        Self::make(ctx, depth, ignore_overrun, channel, false, 0)
+        Self::make(ctx, depth, ignore_overrun, None, channel, false, 0)
+    }
+
+    /// [`Self::create_ex`] through `mlx5dv_create_cq` with the mlx5
+    /// attributes `dv` (CQE compression, CQE size; ConnectX only): with
+    /// `ignore_overrun`, first with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`,
+    /// then, where that fails, again without it (`ignores_overrun` says
+    /// which made the CQ). An error names `mlx5dv_create_cq` with the
+    /// last call's errno (`EINVAL` or `EOPNOTSUPP` where the device refuses
+    /// an attribute; nothing is left created).
+    pub(crate) fn create_dv(
+        ctx: &Arc<Ctx>,
+        depth: u32,
+        ignore_overrun: bool,
+        dv: mlx5_dv::dv::mlx5dv_cq_init_attr,
+    ) -> Result<Arc<VerbsCq>> {
+        let channel = VerbsChannel::create(ctx)?;
+        Self::make(ctx, depth, ignore_overrun, Some(dv), channel, false, 0)
     }
 
     /// [`Self::create_ex`] on `channel`, which other CQs may share: the
@@ -171,50 +188,82 @@ impl VerbsCq {
         channel: &Arc<VerbsChannel>,
         context: u64,
     ) -> Result<Arc<VerbsCq>> {
-        Self::make(ctx, depth, ignore_overrun, channel.clone(), true, context)
+        Self::make(
+            ctx,
+            depth,
+            ignore_overrun,
+            None,
+            channel.clone(),
+            true,
+            context,
+        )
     }
 
     fn make(
         ctx: &Arc<Ctx>,
         depth: u32,
         ignore_overrun: bool,
+        mut dv: Option<mlx5_dv::dv::mlx5dv_cq_init_attr>,
         channel: Arc<VerbsChannel>,
         shared_channel: bool,
         context: u64,
     ) -> Result<Arc<VerbsCq>> {
         let cqe = depth.min(i32::MAX as u32);
         let cq_context = context as usize as *mut std::ffi::c_void;
-        let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        let mut attr = ibv_cq_init_attr_ex {
+            cqe,
+            cq_context,
+            channel: channel.raw,
+            comp_vector: 0,
+            wc_flags: 0,
+            comp_mask: 0,
+            flags: 0,
+            parent_domain: std::ptr::null_mut(),
+        };
         if ignore_overrun {
-            let mut attr = ibv_cq_init_attr_ex {
-                cqe,
-                cq_context,
-                channel: channel.raw,
-                comp_vector: 0,
-                wc_flags: 0,
-                comp_mask: ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0,
-                flags: ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0,
-                parent_domain: std::ptr::null_mut(),
-            };
-            // SAFETY: live context and channel; `attr` is a valid
-            // `ibv_cq_init_attr_ex` for the call.
-            if let Some(ex) = unsafe { ibv_create_cq_ex(ctx.raw, &mut attr) } {
-                if !ex.is_null() {
-                    // SAFETY: `ex` is the CQ just made; `ibv_cq_ex_to_cq`
-                    // is a cast (an `ibv_cq_ex` starts with the `ibv_cq` fields).
-                    cq = unsafe { ibv_cq_ex_to_cq(ex) };
+            attr.comp_mask = ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
+            attr.flags = ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
+        }
+        let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        match &mut dv {
+            Some(d) => cq = super::mlx5::dv_create_cq(ctx, &mut attr, d),
+            None if ignore_overrun => {
+                // SAFETY: live context and channel; `attr` is a valid
+                // `ibv_cq_init_attr_ex` for the call.
+                if let Some(ex) = unsafe { ibv_create_cq_ex(ctx.raw, &mut attr) } {
+                    if !ex.is_null() {
+                        // SAFETY: `ex` is the CQ just made; `ibv_cq_ex_to_cq`
+                        // is a cast (an `ibv_cq_ex` starts with the `ibv_cq` fields).
+                        cq = unsafe { ibv_cq_ex_to_cq(ex) };
+                    }
+                }
+            }
+            None => {}
+        }
+        let ignores_overrun = ignore_overrun && !cq.is_null();
+        if cq.is_null() {
+            match &mut dv {
+                // Again without the flag (the device refused it).
+                Some(d) if ignore_overrun => {
+                    attr.comp_mask = 0;
+                    attr.flags = 0;
+                    cq = super::mlx5::dv_create_cq(ctx, &mut attr, d);
+                }
+                Some(_) => {}
+                None => {
+                    // SAFETY: live context and channel; the context is a
+                    // value, never dereferenced.
+                    cq = unsafe { ibv_create_cq(ctx.raw, cqe as i32, cq_context, channel.raw, 0) }
                 }
             }
         }
-        let ignores_overrun = !cq.is_null();
-        if cq.is_null() {
-            // SAFETY: live context and channel; the context is a value,
-            // never dereferenced.
-            cq = unsafe { ibv_create_cq(ctx.raw, cqe as i32, cq_context, channel.raw, 0) };
-        }
         if cq.is_null() {
             return Err(Error::Verbs {
-                call: "ibv_create_cq",
+                call: if dv.is_some() {
+                    "mlx5dv_create_cq"
+                } else {
+                    "ibv_create_cq"
+                },
                 errno: errno(),
                 detail: format!(" ({depth} CQEs)"),
             });

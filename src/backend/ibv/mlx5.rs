@@ -1,5 +1,7 @@
 //! The mlx5dv calls that hand a ConnectX's rings to the direct path:
-//! `mlx5dv_is_supported`, `mlx5dv_create_qp`, `mlx5dv_init_obj`.
+//! `mlx5dv_is_supported`, `mlx5dv_query_device` (the CQE compression
+//! caps), `mlx5dv_create_cq` (the call itself; [`VerbsCq`] makes the CQ),
+//! `mlx5dv_create_qp`, `mlx5dv_init_obj`.
 
 use super::{errno, modify_raw, query_raw, Ctx, Pd, QpCaps, VerbsCq};
 use crate::ib::error::{Error, Result};
@@ -12,6 +14,74 @@ use std::sync::Arc;
 pub(crate) fn mlx5_supported(ctx: &Ctx) -> bool {
     // SAFETY: live context; its device pointer is valid while it is open.
     unsafe { mlx5_dv::dv::mlx5dv_is_supported((*ctx.raw).device.cast()) }
+}
+
+/// The device's CQE compression caps (`mlx5dv_query_device` with
+/// `MLX5DV_CONTEXT_MASK_CQE_COMPRESION`): all zero where the call fails or
+/// the provider leaves them out (no `max_num`: no compression).
+pub(crate) fn cqe_comp_caps(ctx: &Ctx) -> mlx5_dv::dv::mlx5dv_cqe_comp_caps {
+    use mlx5_dv::dv::*;
+    let mut out = mlx5dv_context::zeroed();
+    out.comp_mask = MLX5DV_CONTEXT_MASK_CQE_COMPRESION;
+    // SAFETY: live context; `out` is a writable `struct mlx5dv_context`
+    // (layout-tested), whose `comp_mask` asks only for the caps it has room for.
+    let rc = unsafe { mlx5dv_query_device(ctx.raw.cast(), &mut out) };
+    if rc != 0 || out.comp_mask & MLX5DV_CONTEXT_MASK_CQE_COMPRESION == 0 {
+        return mlx5dv_cqe_comp_caps::default();
+    }
+    out.cqe_comp_caps
+}
+
+/// The responder mini-CQE format a compressed CQ is created with
+/// (`mlx5dv_cq_init_attr::cqe_comp_res_format`, exactly one: the kernel
+/// takes one value), from those `caps` reports; `None` when the device
+/// cannot compress (`max_num` 0) or reports none of the three known.
+///
+/// The basic layout's requester mini-CQEs carry `wqe_counter` and the WQE
+/// opcode in every format; the format only says what a responder mini-CQE
+/// carries beside `byte_cnt` (the RX hash, or the checksum and stride
+/// index). Our expansion reads a responder mini's `byte_cnt` only (its
+/// counter is the title's plus the position), so any format serves:
+/// `MLX5DV_CQE_RES_FORMAT_HASH` first, the hardware's format 0, which the
+/// kernel reports with `CSUM` on every device with `cqe_compression`;
+/// then `CSUM`; then `CSUM_STRIDX` (which the kernel adds only with
+/// `mini_cqe_resp_stride_index`).
+pub(crate) fn mini_cqe_format(caps: &mlx5_dv::dv::mlx5dv_cqe_comp_caps) -> Option<u8> {
+    use mlx5_dv::dv::*;
+    if caps.max_num == 0 {
+        return None;
+    }
+    [
+        MLX5DV_CQE_RES_FORMAT_HASH,
+        MLX5DV_CQE_RES_FORMAT_CSUM,
+        MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX,
+    ]
+    .into_iter()
+    .find(|f| caps.supported_format & u32::from(*f) != 0)
+}
+
+/// `mlx5dv_create_cq(ctx, attr, dv)` as an `ibv_cq` (`ibv_cq_ex_to_cq`);
+/// null with `errno` set when it fails.
+pub(super) fn dv_create_cq(
+    ctx: &Ctx,
+    attr: &mut ibv_cq_init_attr_ex,
+    dv: &mut mlx5_dv::dv::mlx5dv_cq_init_attr,
+) -> *mut ibv_cq {
+    // SAFETY: live context (and channel, in `attr`); both attribute
+    // structs are valid for the call (`mlx5dv_cq_init_attr` layout-tested).
+    let ex = unsafe {
+        mlx5_dv::dv::mlx5dv_create_cq(
+            ctx.raw.cast(),
+            (attr as *mut ibv_cq_init_attr_ex).cast(),
+            dv,
+        )
+    } as *mut ibv_cq_ex;
+    if ex.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `ex` is the CQ just made; `ibv_cq_ex_to_cq` is a cast (an
+    // `ibv_cq_ex` starts with the `ibv_cq` fields).
+    unsafe { ibv_cq_ex_to_cq(ex) }
 }
 
 /// The verbs objects behind a direct-path QP on ConnectX: the QP made by
@@ -221,4 +291,35 @@ fn init_obj(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mini_cqe_format;
+    use mlx5_dv::dv::*;
+
+    fn caps(max_num: u32, supported_format: u32) -> mlx5dv_cqe_comp_caps {
+        mlx5dv_cqe_comp_caps {
+            max_num,
+            supported_format,
+        }
+    }
+
+    #[test]
+    fn the_mini_cqe_format_is_one_the_device_reports() {
+        let (h, c, s) = (
+            MLX5DV_CQE_RES_FORMAT_HASH,
+            MLX5DV_CQE_RES_FORMAT_CSUM,
+            MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX,
+        );
+        let all = u32::from(h | c | s);
+        // No compression at all, whatever the formats say.
+        assert_eq!(mini_cqe_format(&caps(0, all)), None);
+        assert_eq!(mini_cqe_format(&caps(64, 0)), None);
+        // A bit we do not know is never passed on.
+        assert_eq!(mini_cqe_format(&caps(64, 1 << 3)), None);
+        assert_eq!(mini_cqe_format(&caps(64, all)), Some(h));
+        assert_eq!(mini_cqe_format(&caps(64, u32::from(c | s))), Some(c));
+        assert_eq!(mini_cqe_format(&caps(64, u32::from(s))), Some(s));
+    }
 }

@@ -17,7 +17,8 @@ mod srq;
 pub(crate) use ah::VerbsAh;
 pub(crate) use cq::{VerbsChannel, VerbsCq};
 pub(crate) use mlx5::{
-    create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mlx5_supported, Mlx5Objs,
+    cqe_comp_caps, create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mini_cqe_format,
+    mlx5_supported, Mlx5Objs,
 };
 pub(crate) use qp::{ibv_type, modify_raw, query_raw, QpCaps};
 pub(crate) use srq::{async_fd, get_async_event, VerbsSrq};

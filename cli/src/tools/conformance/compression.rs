@@ -1,7 +1,8 @@
 //! CQE compression (basic layout): where the device has it (the sim's
 //! model), a session split across polls delivers every completion once
-//! and in order; where it has not (rxe, other verbs devices, ConnectX
-//! until `mlx5dv_create_cq` is bound), QP creation refuses it with
+//! and in order (on ConnectX, a CQ made by `mlx5dv_create_cq`: not yet
+//! run on hardware); where it has not (rxe, other verbs devices, a
+//! ConnectX without `cqe_comp_caps`), QP creation refuses it with
 //! `Error::Unsupported { feature: CqeCompression }` and the case is skipped
 //! with that reason.
 

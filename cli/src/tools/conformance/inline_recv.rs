@@ -5,7 +5,8 @@
 //! CQE (the verbs path: rxe) the QP is refused with
 //! `Error::Unsupported { feature: InlineReceive }` and the case is skipped
 //! with that reason; `InlineRecv::Up64` (128-byte CQEs) runs where the
-//! device takes it (the sim) and is skipped with the reason elsewhere. On
+//! device takes it (the sim; ConnectX through `mlx5dv_create_cq`, not yet
+//! run on hardware) and is skipped with the reason elsewhere. On
 //! the sim, its count of CQEs that carried data shows which payloads came
 //! in the CQE (those up to 32 or 64 bytes).
 
