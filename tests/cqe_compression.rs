@@ -147,14 +147,14 @@ fn twenty_signaled_writes_retire_each_wr_once_in_order() {
     assert_eq!(a.poll(&mut [Completion::default(); 4]).unwrap(), 0);
 }
 
-/// A QP's own CQ of depth 8 (16 slots): batches of 1..=8 WRITEs, lap
+/// A QP's own CQ of 16 slots: batches of 1..=8 WRITEs, lap
 /// after lap, make sessions that cross the ring's end, and holes of one
 /// lap that must not read as owned on the next. Every wr_id once, in order.
 #[test]
 fn sessions_across_the_ring_end_and_the_laps_after_poll_in_order() {
     let e = env();
     let c = QpConfig {
-        cq_depth: Some(8),
+        cq_depth: Some(16),
         ..zip_cfg()
     };
     let (mut a, _b) = e.pd.create_connected_pair(&c).unwrap();

@@ -21,8 +21,9 @@
 //!               the session; owner bit of slot t's lap
 //! slot t+1      mini-CQE array 0: minis 0..8   (8 minis x 8 bytes = 64)
 //! slot t+8j     mini-CQE array j >= 1: minis 8j..8j+8
-//! slots t..t+N  the session's N+1 slots (the consumer index after it is
-//!               t+1+N); those holding neither the title nor an array are
+//! slots t..t+N-1 the session's N slots, one a completion (the consumer
+//!               index after it is t+N: DPDK's `zip->cq_ci`, UCX's basic
+//!               unzip); those holding neither the title nor an array are
 //!               holes the device never writes
 //! ```
 //!
@@ -48,9 +49,9 @@
 //! # Expansion
 //!
 //! [`expand_session`] rewrites a session in place as `N` full CQEs in slots
-//! `t+1..=t+N` (completion `k` in slot `t+1+k`, format 0, the owner bit of
-//! that slot's lap), so that a poller consumes the title as nothing and
-//! then reads the `N` completions as ordinary CQEs. Every slot of the
+//! `t..t+N-1` (completion `k` in slot `t+k`, the title's slot the first
+//! one's; format 0, the owner bit of that slot's lap), so that a poller
+//! then reads the `N` completions as ordinary CQEs from the title's slot on. Every slot of the
 //! session then carries the current lap's owner bit, so on the next lap no
 //! hole reads as software-owned (what DPDK gets by writing
 //! `MLX5_CQE_INVALIDATE` into the holes).
@@ -141,12 +142,12 @@ pub enum SessionError {
         /// The opcode (op_own bits 7:4).
         opcode: u8,
     },
-    /// The count (title `byte_cnt`) is below 2 or above `cqe_cnt - 1`: the
+    /// The count (title `byte_cnt`) is below 2 or above `cqe_cnt`: the
     /// session would not fit the ring.
     Count {
         /// The count.
         n: u32,
-        /// The largest the ring allows (`cqe_cnt - 1`).
+        /// The largest the ring allows (`cqe_cnt`).
         max: u32,
     },
 }
@@ -205,10 +206,10 @@ pub fn arrays(n: u32) -> u32 {
     n.div_ceil(MINIS_PER_SLOT)
 }
 
-/// Slots a session of `n` completions consumes: `n + 1` (the title, and one
-/// per completion, arrays and holes among them).
+/// Slots a session of `n` completions consumes: `n`, one per completion
+/// (the title's slot the first's; arrays and holes among them).
 pub fn session_slots(n: u32) -> u32 {
-    n + 1
+    n
 }
 
 /// The title of a session of `n` completions whose first completion is the
@@ -288,7 +289,7 @@ fn check_title(ring: &impl CqSlots, t: u32) -> Result<([u8; CQE64], u32, bool), 
         opcode: op_own >> 4,
     })?;
     let n = u32::from_be_bytes([title[44], title[45], title[46], title[47]]);
-    let max = ring.cqe_cnt() - 1;
+    let max = ring.cqe_cnt();
     if !(2..=max).contains(&n) {
         return Err(SessionError::Count { n, max });
     }
@@ -297,9 +298,11 @@ fn check_title(ring: &impl CqSlots, t: u32) -> Result<([u8; CQE64], u32, bool), 
 
 /// [`expand_session`] over any [`CqSlots`]. Returns the count `N`.
 /// Reads each array before its slot is overwritten: completions go from
-/// `N-1` down to 0, and array `j >= 1` (slot `t+8j`) is the slot of
-/// completion `8j-1`, whose minis (`8j..`) are all done by then; array 0
-/// (slot `t+1`) goes last, with completion 0.
+/// `N-1` down to 0, array `j` read once when its first (highest) mini
+/// comes; array `j >= 1` (slot `t+8j`) is the slot of completion `8j`,
+/// its own lowest, and array 0 (slot `t+1`) that of completion 1, both
+/// written after the array was read; the title (slot `t`, kept in hand)
+/// goes last, with completion 0.
 pub fn expand_in(ring: &mut impl CqSlots, t: u32) -> Result<u32, SessionError> {
     let cnt = ring.cqe_cnt();
     let mask = cnt - 1;
@@ -326,7 +329,7 @@ pub fn expand_in(ring: &mut impl CqSlots, t: u32) -> Result<u32, SessionError> {
             counter0.wrapping_add(k as u16)
         };
         c[60..62].copy_from_slice(&counter.to_be_bytes());
-        let at = t + 1 + k;
+        let at = t + k;
         // Past the ring's end the slot belongs to the next lap.
         let owner = lap ^ (at >= cnt) as u8;
         c[63] = (title[63] & !(FORMAT_MASK | 1)) | owner;
@@ -339,12 +342,12 @@ pub fn expand_in(ring: &mut impl CqSlots, t: u32) -> Result<u32, SessionError> {
 /// (taken modulo `cqe_cnt`) of `ring` (`cqe_cnt` 64-byte CQE slots) in
 /// place, as the [module docs](self) say, wrapping at the ring's end.
 /// Returns the count `N`; the `N` completions are then ordinary CQEs in
-/// slots `title_index+1 ..= title_index+N`.
+/// slots `title_index .. title_index+N`.
 ///
 /// Errors (then nothing is written): [`SessionError::Ring`],
 /// [`SessionError::NotATitle`], [`SessionError::Opcode`],
 /// [`SessionError::Count`] (a corrupt count never makes it write past the
-/// session's `N+1 <= cqe_cnt` slots).
+/// session's `N <= cqe_cnt` slots).
 pub fn expand_session(
     ring: &mut [u8],
     cqe_cnt: u32,
@@ -368,7 +371,7 @@ pub fn write_session(
 ) -> Result<(), SessionError> {
     let mut r = RingSlots::new(ring, cqe_cnt)?;
     let n = minis.len() as u32;
-    let max = cqe_cnt - 1;
+    let max = cqe_cnt;
     if !(2..=max).contains(&n) {
         return Err(SessionError::Count { n, max });
     }

@@ -74,7 +74,7 @@ fn round_trip(cqe_cnt: u32, t: u32, cqes: &[Cqe]) -> Vec<u8> {
     let n = expand_session(&mut r, cqe_cnt, t).unwrap();
     assert_eq!(n, cqes.len() as u32);
     for (k, c) in cqes.iter().enumerate() {
-        let i = t.wrapping_add(1 + k as u32);
+        let i = t.wrapping_add(k as u32);
         let o = (i & (cqe_cnt - 1)) as usize * CQE64;
         let slot: [u8; CQE64] = r[o..o + CQE64].try_into().unwrap();
         assert!(
@@ -103,7 +103,7 @@ fn mini_layouts_are_big_endian_at_their_offsets() {
 fn arrays_sit_after_the_title_then_every_eight_slots() {
     assert_eq!([0, 1, 2, 3].map(array_offset), [1, 8, 16, 24]);
     assert_eq!([2, 8, 9, 16, 17].map(arrays), [1, 1, 2, 2, 3]);
-    assert_eq!(session_slots(7), 8);
+    assert_eq!(session_slots(7), 7);
     assert!(is_title(0x2c) && is_title(0x0d) && !is_title(0x28) && !is_title(0x24));
 }
 
@@ -136,20 +136,24 @@ fn requester_sessions_take_counter_and_opcode_from_each_mini() {
 #[test]
 fn a_session_wrapping_the_ring_end_takes_the_next_laps_owner_bit() {
     // 16 slots; title at absolute 29 (slot 13, lap 1): completions at
-    // 30, 31 (lap 1) and 32.. (slots 0.., lap 2).
+    // 29..31 (lap 1) and 32.. (slots 0.., lap 2).
     let cqes: Vec<Cqe> = (0..9)
         .map(|k| recv_cqe((u16::MAX - 2).wrapping_add(k), k as u32))
         .collect();
     let r = round_trip(16, 29, &cqes);
-    assert_eq!(r[13 * CQE64 + 63] & 1, 1, "the title keeps lap 1's bit");
+    assert_eq!(
+        r[13 * CQE64 + 63] & 1,
+        1,
+        "the title's slot, completion 0, keeps lap 1's bit"
+    );
     assert_eq!(
         r[2 * CQE64 + 63] & 1,
         0,
         "slot 2 (index 34) holds lap 2's bit"
     );
-    // The counters wrap at 16 bits.
+    // The counters wrap at 16 bits: completion 8 at index 37 (slot 5).
     assert_eq!(
-        Cqe::decode(r[6 * CQE64..7 * CQE64].try_into().unwrap()).wqe_counter,
+        Cqe::decode(r[5 * CQE64..6 * CQE64].try_into().unwrap()).wqe_counter,
         5
     );
 }
@@ -159,11 +163,11 @@ fn seven_receives_from_counter_100_expand_to_100_to_106_then_the_next_cqe() {
     let cnt = 16;
     let cqes: Vec<Cqe> = (0..7).map(|k| recv_cqe(100 + k, 1)).collect();
     let mut r = round_trip(cnt, 0, &cqes);
-    // The CQE after the session (index 8) and an empty slot at 9.
-    let next = full(&recv_cqe(107, 1), 8, cnt);
-    r[8 * CQE64..9 * CQE64].copy_from_slice(&next);
+    // The CQE after the session (index 7) and an empty slot at 8.
+    let next = full(&recv_cqe(107, 1), 7, cnt);
+    r[7 * CQE64..8 * CQE64].copy_from_slice(&next);
     let mut got = Vec::new();
-    let mut ci = 1; // the title at 0 consumed as nothing
+    let mut ci = 0; // the title's slot now holds the first completion
     while sw_owned(r[ci as usize * CQE64 + 63], ci, cnt) {
         got.push(Cqe::decode(r[ci as usize * CQE64..][..CQE64].try_into().unwrap()).wqe_counter);
         ci += 1;
@@ -205,14 +209,14 @@ fn bad_titles_are_refused_and_change_nothing() {
         expand_session(&mut r, cnt, 0),
         Err(SessionError::NotATitle { op_own: 0xf0 })
     );
-    for n in [0u32, 1, 8, u32::MAX] {
+    for n in [0u32, 1, 9, u32::MAX] {
         let mut t = title(&full(&recv_cqe(0, 0), 0, cnt), n);
         t[44..48].copy_from_slice(&n.to_be_bytes());
         r[..CQE64].copy_from_slice(&t);
         let snap = r.clone();
         assert_eq!(
             expand_session(&mut r, cnt, 0),
-            Err(SessionError::Count { n, max: 7 })
+            Err(SessionError::Count { n, max: 8 })
         );
         assert_eq!(r, snap);
     }

@@ -44,9 +44,7 @@ pub struct QpConfig {
     /// mini-CQEs (the basic layout, up to 8 completions per 64-byte slot),
     /// which the poller expands in place; what the program sees is the same.
     /// On the sim it turns on the sim's model of it
-    /// (`mlx5_dv::sim::Cq::set_compression`); its CQ's ring then has twice
-    /// the slots of its depth (a session takes one slot more than its
-    /// completions). Refused: with a shared CQ ([`Error::Invalid`]: the
+    /// (`mlx5_dv::sim::Cq::set_compression`). Refused: with a shared CQ ([`Error::Invalid`]: the
     /// shared CQ's own option decides, `Pd::create_compressed_shared_cq`);
     /// on a QP on an SRQ ([`Error::Invalid`]: responder mini-CQEs carry no
     /// WQE counter, the first's plus the position stands for it, and our
@@ -57,9 +55,7 @@ pub struct QpConfig {
     /// format from the device's `cqe_comp_caps`); refused with the same
     /// [`Error::Unsupported`] where those caps have no `max_num` or no
     /// format we know, or the call refuses it. Wired; compiles, not yet run
-    /// on hardware; for now held back (refused with that error on every
-    /// ConnectX) until the decoder's session geometry matches the
-    /// hardware's as DPDK and UCX decode it.
+    /// on hardware.
     ///
     /// [`Error::Invalid`]: crate::Error::Invalid
     /// [`Error::Unsupported`]: crate::Error::Unsupported

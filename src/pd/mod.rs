@@ -384,16 +384,14 @@ impl Pd {
     /// device writes runs of alike completions as a title CQE and arrays of
     /// 8-byte mini-CQEs; the poller expands them in place, and what
     /// [`SharedCq::poll`] hands out is the same). On the sim, its model of
-    /// it (`mlx5_dv::sim::Cq::set_compression`; the ring has twice the slots
-    /// of `depth`). A QP on an SRQ may not complete into it
+    /// it (`mlx5_dv::sim::Cq::set_compression`). A QP on an SRQ may not complete into it
     /// ([`Error::Invalid`] at QP creation: responder mini-CQEs carry no WQE
     /// counter).
     ///
     /// On ConnectX (the direct path), `mlx5dv_create_cq` with
     /// `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE` in a mini-CQE format the
     /// device reports in `cqe_comp_caps` (compiles; not yet run on
-    /// hardware; for now held back, refused with [`Error::Unsupported`],
-    /// until the decoder's session geometry matches the hardware's).
+    /// hardware).
     ///
     /// Errors: as [`Self::create_shared_cq`]; [`Error::Unsupported`]
     /// (`Feature::CqeCompression`) on the verbs path, and on a ConnectX

@@ -97,8 +97,8 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     ///
     /// On a CQ of 64-byte slots, a compressed session's title (format 3,
     /// [`crate::mini_cqe`]) is expanded in place first, out of line
-    /// (`unzip`): the title is consumed as nothing and its first
-    /// completion handed out, the others following as ordinary CQEs. A
+    /// (`unzip`): its first completion, now in the title's slot, is handed
+    /// out, the others following as ordinary CQEs. A
     /// title [`mini_cqe::expand_session`] refuses (a corrupt count or
     /// opcode) is not handed out: `None`, the consumer index left on it.
     /// The common path pays one bit test for this (`op_own` bit 3).
@@ -271,18 +271,7 @@ fn maybe_title(op_own: u8) -> bool {
     op_own & 0x08 != 0
 }
 
-/// A software-owned CQE whose `op_own` has bit 3 set ([`maybe_title`]) is
-/// at ring byte offset `at` (a consumer index in bytes, 64-byte slots) of
-/// the ring whose slot 0's `op_own` is at `op_own0` and whose `cqe_cnt *
-/// 64 - 1` is `ring_mask`. If it is a compressed session's title
-/// ([`mini_cqe::is_title`]), expands the session in place
-/// ([`mini_cqe::expand_in`]) and returns the position of its first
-/// completion, now an ordinary CQE in the next slot (the title consumed
-/// as nothing); for any other CQE (format 2) returns `at`, to take it as
-/// it is. `None` when the expansion refuses the title (nothing written).
-/// Out of line, taking and returning values in registers: the common
-/// poll never comes here, and pays for it no stack frame.
-/// [`unzip`] at `cq`'s consumer index, which it moves to the CQE to take;
+/// [`unzip`] at `cq`'s consumer index, which it leaves on the CQE to take;
 /// false when the expansion refused the title. Out of line, through the
 /// `CompletionQueue` (in memory already): its inlined caller keeps nothing
 /// live across the call.
@@ -298,6 +287,16 @@ fn unzip_cq(cq: &mut CompletionQueue, op_own: u8) -> bool {
     }
 }
 
+/// A software-owned CQE whose `op_own` has bit 3 set ([`maybe_title`]) is
+/// at ring byte offset `at` (a consumer index in bytes, 64-byte slots) of
+/// the ring whose slot 0's `op_own` is at `op_own0` and whose `cqe_cnt *
+/// 64 - 1` is `ring_mask`. If it is a compressed session's title
+/// ([`mini_cqe::is_title`]), expands the session in place
+/// ([`mini_cqe::expand_in`]): its first completion is then an ordinary
+/// CQE in the title's slot. Returns `at` (the CQE to take, whatever its
+/// format: format 2 is taken as it is); `None` when the expansion refuses
+/// the title (nothing written). Out of line, taking and returning values
+/// in registers: the common poll never comes here.
 #[cold]
 #[inline(never)]
 fn unzip(op_own0: *const u8, at: usize, ring_mask: usize, op_own: u8) -> Option<usize> {
@@ -312,7 +311,8 @@ fn unzip(op_own0: *const u8, at: usize, ring_mask: usize, op_own: u8) -> Option<
     // wrote the arrays before publishing the title's op_own, which the
     // caller loaded before its barrier.
     mini_cqe::expand_in(&mut slots, ((at & ring_mask) / CQE64) as u32).ok()?;
-    Some(at.wrapping_add(CQE64))
+    // The title's slot now holds the session's first completion.
+    Some(at)
 }
 
 /// [`sw_owned`] for a CQE whose software-owned owner bit is `owner`: its
@@ -439,7 +439,7 @@ impl CompletionQueue {
                 // the barrier); its byte_cnt is bytes 44..48.
                 let n = unsafe { Cqe::decode_raw(self.op_own_at(i).sub(CQE64 - 1)) }.byte_cnt;
                 found += n.max(1);
-                i = i.wrapping_add(n.saturating_add(1));
+                i = i.wrapping_add(n.max(1));
             } else {
                 found += 1;
                 i = i.wrapping_add(1);
@@ -462,8 +462,8 @@ impl CompletionQueue {
 
     /// If the CQE at the consumer index is a compressed session's title
     /// (software-owned, [`crate::mini_cqe::is_title`], on a CQ of 64-byte
-    /// slots), expands the session in place and consumes the title: its
-    /// completions are then ordinary CQEs from the consumer index on, for
+    /// slots), expands the session in place: its completions are then
+    /// ordinary CQEs from the consumer index (the title's slot) on, for
     /// any poll (the fast ones among them). Returns whether it did; `false`,
     /// changing nothing, for any other CQE, an empty CQ, or a title the
     /// expansion refuses ([`crate::mini_cqe::expand_session`]'s errors).
@@ -480,7 +480,7 @@ impl CompletionQueue {
             return false;
         }
         mmio::from_device_barrier();
-        unzip_cq(self, op_own) && self.at != at
+        unzip_cq(self, op_own)
     }
 
     /// [`Self::take`] without the test for a compressed session's title: a

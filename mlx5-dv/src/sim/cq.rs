@@ -182,9 +182,8 @@ impl Cq {
     /// writes runs of CQEs as compressed sessions in the basic layout
     /// ([`crate::mini_cqe`]; the model is documented in `sim/session.rs`); a
     /// poller must expand them ([`crate::driver::CompletionQueue`] does).
-    /// A session takes one slot more than its completions: the host sizes
-    /// the ring for that (1.5 slots per completion at most: sessions hold
-    /// 2 or more), and the sim compresses only when the consumer-index
+    /// A session takes as many slots as it has completions (the title's
+    /// among them), and the sim compresses only when the consumer-index
     /// record shows room for the whole session.
     ///
     /// Errors: [`SimError::Unsupported`] on a CQ of 128-byte CQEs (the

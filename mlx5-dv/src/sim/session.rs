@@ -24,7 +24,7 @@
 //!   pass, and a poller never waits for one.
 //! - A run of 1 is written whole. A run of `N >= 2` is written as a
 //!   session (arrays first, then the title, its `op_own` last with release
-//!   order) when the consumer-index record shows room for its `N + 1`
+//!   order) when the consumer-index record shows room for its `N`
 //!   slots; otherwise whole, CQE by CQE (the overrun rules as ever). On a
 //!   CQ that ignores overrun the record is written only now and then, so
 //!   the room it shows is a lower bound: compression then happens less,
@@ -153,7 +153,7 @@ fn write_run(cq: &mut CqEntry) {
         return;
     }
     let mut cqes = std::mem::take(&mut cq.held.cqes);
-    let fits = n >= 2 && cq_room(cq) as usize > n && !cq.overrun;
+    let fits = n >= 2 && cq_room(cq) as usize >= n && !cq.overrun;
     if fits {
         write_session(cq, &cqes);
     } else {
@@ -171,7 +171,7 @@ fn write_run(cq: &mut CqEntry) {
 /// Writes `cqes` (2..=MAX_SESSION, sharing the title's fields) as a
 /// session at the producer index: the arrays at `t+1` and `t+8j`, then the
 /// title at `t` with its `op_own` published last; the producer index moves
-/// `N + 1` slots; 64 bytes counted per title and per array.
+/// `N` slots; 64 bytes counted per title and per array.
 fn write_session(cq: &mut CqEntry, cqes: &[[u8; CQE64]]) {
     let n = cqes.len() as u32;
     let t = cq.pi;

@@ -18,7 +18,8 @@ pub(crate) struct DirectCq {
     /// reader has taken (on any thread), the sequence number of the next arm.
     pub(super) channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
     /// Made with CQE compression ([`Self::create_sim_ex`],
-    /// [`Self::create_mlx5_ex`]): its ring has twice the slots its depth says.
+    /// [`Self::create_mlx5_ex`]): the poller writes its consumer-index
+    /// record after each poll.
     pub(crate) compressed: bool,
 }
 
@@ -90,16 +91,16 @@ impl DirectCq {
     /// [`Self::create_sim`], and with `compress` a CQ with CQE compression
     /// (basic layout; the sim's model: `mlx5_dv::sim::Cq::set_compression`),
     /// whose sessions the poller expands in place. A session of `N >= 2`
-    /// completions takes `N + 1` slots, so at most 1.5 slots a completion:
-    /// its ring has twice the slots of the depth it reports (the depth CQ
-    /// credits count), and the poller writes the consumer-index record
-    /// after each poll, which the sim reads to see room for a session
-    /// (the sim CQ still ignores overrun: it never stops).
+    /// completions takes `N` slots (DPDK's and UCX's decoders), so the
+    /// ring is sized as an uncompressed one; the poller writes the
+    /// consumer-index record after each poll, which the sim reads to see
+    /// room for a session (the sim CQ still ignores overrun: it never
+    /// stops).
     pub(crate) fn create_sim_ex(dev: &sim::Device, depth: u32, compress: bool) -> Result<Self> {
         if !compress {
             return Self::create_sim(dev, depth);
         }
-        let cqe_cnt = (depth.max(1).next_power_of_two() * 2).max(2);
+        let cqe_cnt = depth.max(1).next_power_of_two().max(2);
         let sim_cq = dev.create_cq_ex(cqe_cnt, 64, true)?;
         sim_cq.set_compression(true)?;
         let mut c = Self::over_sim(sim_cq, None)?;
@@ -159,20 +160,13 @@ impl DirectCq {
     /// `MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE` 64 (our sessions are 64-byte
     /// slots; libmlx5 would otherwise take `MLX5_CQE_SIZE` from the
     /// environment), ignoring overrun where the device accepts it as
-    /// [`Self::create_mlx5`] does. Its ring has twice the slots of the
-    /// depth it reports, and the poller writes the consumer-index record
-    /// after each poll, as on the sim. Then `mlx5dv_init_obj` as for any CQ.
-    ///
-    /// **Held back** ([`CONNECTX_COMPRESSION_HELD_BACK`]): refused before
-    /// anything is created, because the session geometry our decoder
-    /// expands (`mlx5_dv::mini_cqe`, the sim's model: a session of `N`
-    /// completions takes `N + 1` slots, completion `k` lands in slot
-    /// `t + 1 + k`, the next CQE is at `t + N + 1`) disagrees with the
-    /// basic-layout decoders that run on ConnectX (DPDK's
-    /// `mlx5_rx_poll_len`: `zip->cq_ci = title + cqe_cnt`; UCX's former
-    /// `uct_ib_mlx5_iface_cqe_unzip`: the consumer index ends at
-    /// `title + block_size`): there a session takes `N` slots and the next
-    /// CQE is at `t + N`, which our expansion would overwrite.
+    /// [`Self::create_mlx5`] does. The poller writes the consumer-index
+    /// record after each poll, as on the sim. Then `mlx5dv_init_obj` as for
+    /// any CQ. A session of `N` completions takes slots `t..t+N-1` and the
+    /// next CQE is at `t+N`, as the basic-layout decoders that run on
+    /// ConnectX read it (DPDK's `mlx5_rx_poll_len`: `zip->cq_ci = title +
+    /// cqe_cnt`; UCX's former `uct_ib_mlx5_iface_cqe_unzip`), and as
+    /// `mlx5_dv::mini_cqe` expands it.
     ///
     /// Errors: [`Error::Unsupported`] (`Feature::CqeCompression`) where the
     /// device cannot compress (`max_num` 0, or no mini-CQE format we know)
@@ -191,9 +185,6 @@ impl DirectCq {
             return Self::create_mlx5(ctx, depth);
         }
         let feature = crate::Feature::CqeCompression;
-        if CONNECTX_COMPRESSION_HELD_BACK {
-            return Err(unsupported(ctx, feature));
-        }
         let format = ibv::mini_cqe_format(&ibv::cqe_comp_caps(ctx))
             .ok_or_else(|| unsupported(ctx, feature))?;
         let dv = mlx5dv_cq_init_attr {
@@ -202,8 +193,7 @@ impl DirectCq {
             flags: 0,
             cqe_size: 64,
         };
-        // Depths are at most 2^22 (checked by the callers): no overflow.
-        let slots = depth.max(1) * 2;
+        let slots = depth.max(1);
         let vcq =
             ibv::VerbsCq::create_dv(ctx, slots, true, dv).map_err(|e| refused(e, ctx, feature))?;
         let mut c = Self::over_mlx5(vcq, None)?;
@@ -274,13 +264,13 @@ impl DirectCq {
         })
     }
 
-    /// CQEs the CQ holds (a compressing CQ: half its slots, see
-    /// [`Self::create_sim_ex`] and [`Self::create_mlx5_ex`]).
+    /// CQEs the CQ holds (its slots, compressing or not: a session takes a
+    /// slot a completion).
     pub(crate) fn depth(&self) -> u32 {
         match &self.dev {
-            DirectCqDev::Sim(c) => c.dv().cqe_cnt >> self.compressed as u32,
+            DirectCqDev::Sim(c) => c.dv().cqe_cnt,
             #[cfg(feature = "verbs")]
-            DirectCqDev::Mlx5(v) => v.depth >> self.compressed as u32,
+            DirectCqDev::Mlx5(v) => v.depth,
         }
     }
 
@@ -399,14 +389,6 @@ impl DirectCq {
         }
     }
 }
-
-/// CQE compression on ConnectX is refused ([`DirectCq::create_mlx5_ex`])
-/// until the basic layout's session geometry in `mlx5_dv::mini_cqe` and
-/// the sim (`N + 1` slots a session) matches the hardware's as DPDK and
-/// UCX decode it (`N` slots). Everything else is wired: set this to
-/// `false` to create the CQ through `mlx5dv_create_cq`.
-#[cfg(feature = "verbs")]
-const CONNECTX_COMPRESSION_HELD_BACK: bool = true;
 
 /// [`Error::Unsupported`](crate::Error::Unsupported): `ctx`'s device lacks `feature`.
 #[cfg(feature = "verbs")]

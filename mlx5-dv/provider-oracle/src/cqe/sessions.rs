@@ -22,13 +22,13 @@
 //! `wqe_counter` (a requester's from its mini, a responder's the RQ index
 //! of the receive it completes, which its mini does not carry) and a
 //! requester's WQE opcode, format 0, the owner bit of its slot. A session
-//! is 2 to `cqe_cnt - 1` completions of one queue (requester: consecutive
+//! is 2 to `cqe_cnt` completions of one queue (requester: consecutive
 //! signaled WQEs; responder: consecutive receives), its shared fields and
 //! the fields no parser reads random; plain CQEs come between sessions.
 //!
 //! Per completion, both worlds' completions are compared with libmlx5's
 //! ([`differences`]) and with each other; after each poll, the consumer
-//! indices (A's ahead of the provider's by one title per session begun),
+//! indices (A's the provider's: a session takes a slot a completion),
 //! the SQs' retired WRs, the doorbell records; every session's slots, once
 //! [`mini_cqe::expand_session`] on a copy of the ring and once our poller
 //! expanded them in place, byte for byte against the full CQEs.
@@ -230,7 +230,7 @@ pub const SITUATIONS: [&str; 13] = [
     "a UD responder session",
     "a RESP_SEND_INV session",
     "a plain CQE between sessions",
-    "a session of cqe_cnt - 1 (the most the ring allows)",
+    "a session of cqe_cnt (the most the ring allows)",
     "a session of more than 8 (several mini-CQE arrays)",
     "a session across the ring's end",
     "a title in the ring's last slot",
@@ -342,7 +342,7 @@ fn slot(ring: &[u8], i: u32, cnt: u32) -> [u8; 64] {
     ring[o..o + 64].try_into().expect("a slot")
 }
 
-/// Slots `title+1 ..= title+N` of `ring` against the full CQEs of `s`;
+/// Slots `title .. title+N` of `ring` against the full CQEs of `s`;
 /// `Err` names the first difference.
 fn expanded_alike(
     ring: &[u8],
@@ -352,7 +352,7 @@ fn expanded_alike(
     what: &str,
 ) -> Result<(), String> {
     for k in 0..s.minis.len() {
-        let at = title.wrapping_add(1 + k as u32);
+        let at = title.wrapping_add(k as u32);
         let (got, want) = (slot(ring, at, cnt), full_cqe(s, k, owner(at, cnt)));
         if got != want {
             let bytes: Vec<usize> = (0..64).filter(|&b| got[b] != want[b]).collect();
@@ -397,9 +397,10 @@ pub fn run_sessions(s: &mut impl Source) -> Result<Stats, String> {
     st.seen[11] += (case.qps.len() == 1) as u64;
     st.seen[12] += (case.qps.len() > 1) as u64;
     let mut pending = Pending::new(&posted);
-    let mut next = pending.session(s, &case, cnt - 1);
+    let mut next = pending.session(s, &case, cnt);
     let (mut sessions, mut fulls) = (Vec::<(Session, Option<Written>)>::new(), Vec::new());
-    // Producer indices: world A's (titles take a slot), the others'.
+    // Producer indices: world A's, the others' (alike: a session takes a
+    // slot a completion, its title's the first's).
     let (mut pi_a, mut pi) = (start, start);
     let mut polled = 0usize;
     let (mut oa, mut ob) = (Vec::with_capacity(64), Vec::with_capacity(64));
@@ -409,7 +410,7 @@ pub fn run_sessions(s: &mut impl Source) -> Result<Stats, String> {
         let room = cnt - pi_a.wrapping_sub(a.cq.ci());
         let fits = next.as_ref().map(|x| {
             let n = x.minis.len() as u32;
-            n + (n > 1) as u32 <= room
+            n <= room
         });
         if fits == Some(true) && (unpolled == 0 || s.chance(40)) {
             let x = next.take().expect("a session");
@@ -454,7 +455,7 @@ pub fn run_sessions(s: &mut impl Source) -> Result<Stats, String> {
                     !x.req && case.qps[x.qp].sq.qp_type == ibv::QPT_UD,
                     x.first[63] >> 4 == CqeOpcode::RESP_SEND_INV.0,
                     false,
-                    n == cnt - 1,
+                    n == cnt,
                     n > mini_cqe::MINIS_PER_SLOT,
                     t + n >= cnt,
                     t == cnt - 1,
@@ -469,10 +470,10 @@ pub fn run_sessions(s: &mut impl Source) -> Result<Stats, String> {
                     checked: false,
                 })
             };
-            pi_a = pi_a.wrapping_add(n + (n > 1) as u32);
+            pi_a = pi_a.wrapping_add(n);
             pi = pi.wrapping_add(n);
             sessions.push((x, written));
-            next = pending.session(s, &case, cnt - 1);
+            next = pending.session(s, &case, cnt);
             continue;
         }
         if unpolled == 0 {
@@ -554,8 +555,8 @@ pub fn run_sessions(s: &mut impl Source) -> Result<Stats, String> {
 
 /// After a poll that took `polled` completions from the start: world B's
 /// indices as `cqe.rs` checks them; world A's provider consumer index
-/// that of B's, ours ahead of it by one slot per session begun (its
-/// title), its doorbell record ours (or, ignoring overrun, as it started),
+/// that of B's, ours the same (a session takes a slot a completion), its
+/// doorbell record ours (or, ignoring overrun, as it started),
 /// its SQs' retired WRs the provider's and world B's.
 fn check_indices(
     a: &World,
@@ -589,7 +590,7 @@ fn check_indices(
     // SAFETY: the CQ is live.
     let theirs = unsafe { po_cq_cons_index(a.pcq) };
     let ours = a.cq.ci();
-    let want = want_t.wrapping_add(begun);
+    let want = want_t;
     if theirs != want_t || ours != want {
         return Err(format!(
             "world A after {polled} completions, {begun} sessions begun: consumer index ours {ours:#x} \
