@@ -9,6 +9,7 @@
     allow(clippy::infallible_destructuring_match, clippy::bind_instead_of_map)
 )]
 
+mod batch;
 mod cq;
 #[cfg(feature = "test-hooks")]
 mod hooks;
