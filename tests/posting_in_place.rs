@@ -723,24 +723,9 @@ fn batches_of_one_opcode_write_what_single_posts_write() {
             .iter()
             .filter(|w| w.flags.contains(SendFlags::SIGNALED))
             .count();
-        let ids = |v: Vec<Completion>| v.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>();
-        assert_eq!(
-            ids(poll_n(&mut a, want)),
-            ids(poll_n(&mut b, want)),
-            "round {round}"
-        );
+        assert_same_completions(&mut a, &mut b, want, &format!("round {round}"));
         drain(&mut pa);
         drain(&mut pb);
     }
-    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
-    assert_eq!(sa.len(), sb.len());
-    for (k, (x, y)) in sa.chunks(64).zip(sb.chunks(64)).enumerate() {
-        // (Bytes 4..7 of a ctrl segment: the QPN, the two QPs' own.)
-        let same = if x.len() == 64 {
-            x[..4] == y[..4] && x[7..] == y[7..]
-        } else {
-            x == y
-        };
-        assert!(same, "WQEBB {k}:\n{x:02x?}\n{y:02x?}");
-    }
+    assert_same_wqes(&a, &b);
 }

@@ -281,23 +281,9 @@ fn batches_as_post_send() {
             .iter()
             .filter(|w| w.flags.contains(SendFlags::SIGNALED))
             .count();
-        let ids = |v: Vec<Completion>| v.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>();
-        assert_eq!(
-            ids(poll_n(&mut a, want)),
-            ids(poll_n(&mut b, want)),
-            "round {round}"
-        );
+        assert_same_completions(&mut a, &mut b, want, &format!("round {round}"));
     }
-    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
-    assert_eq!(sa.len(), sb.len());
-    for (k, (x, y)) in sa.chunks(64).zip(sb.chunks(64)).enumerate() {
-        let (mut x, mut y) = (x.to_vec(), y.to_vec());
-        if x.len() == 64 {
-            x[4..7].fill(0);
-            y[4..7].fill(0);
-        }
-        assert_eq!(x, y, "WQEBB {k}");
-    }
+    assert_same_wqes(&a, &b);
 }
 
 /// A batch with one bad WR, one too many for the SQ, or on a QP not in RTS

@@ -302,25 +302,6 @@ fn c_driver(op: &str, n: u32) {
         tail: 63,
         wrid: srq_wrid.as_mut_ptr(),
     };
-    // A responder CQE (a SEND of 64 bytes into SRQ WQE `idx`, from QPN
-    // 0x99 with a GRH), with owner bit `owner`.
-    let recv_cqe = |owner: u8, idx: u16| {
-        Cqe {
-            opcode: CqeOpcode::RESP_SEND,
-            wqe_opcode: WqeOpcode(0),
-            qpn: 0x1234,
-            wqe_counter: idx,
-            byte_cnt: 64,
-            imm: 0,
-            solicited: false,
-            format: 0,
-            syndrome: Syndrome(0),
-            vendor_syndrome: 0,
-            flags_rqpn: 1 << 28 | 0x99,
-            owner: false,
-        }
-        .encode(owner)
-    };
     if op == "cb_ud_send" || op == "cb_poll_srq" {
         assert!(
             driver::available15(),
@@ -374,8 +355,8 @@ fn c_driver(op: &str, n: u32) {
         length: 64,
         lkey: 0x11,
     };
-    // A responder CQE of a SEND of 64 bytes into RQ WQE `idx`: RC (no
-    // source QPN), or UD from QPN 0x99 with a GRH (as the sim writes them).
+    // A responder CQE of a SEND of 64 bytes into (S)RQ WQE `idx`: RC (no
+    // source QPN), or from QPN 0x99 with a GRH (UD, and the SRQ row's).
     let rq_cqe = |owner: u8, idx: u16, flags_rqpn: u32| {
         Cqe {
             opcode: CqeOpcode::RESP_SEND,
@@ -444,7 +425,7 @@ fn c_driver(op: &str, n: u32) {
             "cb_poll_srq" => {
                 let i = cq.ci;
                 let at = (i & (CQES - 1)) as usize * 64;
-                let c = recv_cqe(((i / CQES) & 1) as u8, (i % 64) as u16);
+                let c = rq_cqe(((i / CQES) & 1) as u8, (i % 64) as u16, 1 << 28 | 0x99);
                 cqes[at..at + 64].copy_from_slice(&c);
                 let mut rwc = driver::RecvWc::default();
                 // SAFETY: `cq` and `srq` describe the vectors here, which

@@ -175,10 +175,11 @@ impl core::fmt::Display for SessionError {
 
 impl std::error::Error for SessionError {}
 
-/// Whether a title of this CQE opcode carries requester mini-CQEs (REQ)
-/// or responder ones (RESP_WR_IMM, RESP_SEND, RESP_SEND_IMM, RESP_SEND_INV);
-/// `None` for an opcode never compressed.
-fn requester(opcode: u8) -> Option<bool> {
+/// Whether a session of CQEs of this opcode (op_own bits 7:4) carries
+/// requester mini-CQEs (REQ) or responder ones (RESP_WR_IMM, RESP_SEND,
+/// RESP_SEND_IMM, RESP_SEND_INV); `None` for an opcode never compressed
+/// (errors among them).
+pub fn requester(opcode: u8) -> Option<bool> {
     match CqeOpcode(opcode) {
         CqeOpcode::REQ => Some(true),
         CqeOpcode::RESP_WR_IMM

@@ -358,26 +358,7 @@ impl Pd {
     /// Errors: [`Error::Config`] when `depth` is not 1..=4194304; the
     /// device's refusal as [`Error::Verbs`].
     pub fn create_shared_cq(&self, depth: u32) -> Result<SharedCq> {
-        if depth == 0 || depth > 1 << 22 {
-            return Err(Error::Config {
-                field: "shared CQ depth",
-                value: depth as u64,
-                min: 1,
-                max: 1 << 22,
-            });
-        }
-        let kind = match &self.inner.kind {
-            PdKind::Sim(dev, _) => SharedKind::Direct(direct::DirectCq::create_sim(dev, depth)?),
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, DataPath::Direct) => {
-                SharedKind::Direct(direct::DirectCq::create_mlx5(&pd.ctx, depth)?)
-            }
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, DataPath::Verbs) => {
-                SharedKind::Verbs(ibv::VerbsCq::create(&pd.ctx, depth)?)
-            }
-        };
-        Ok(self.shared_cq(kind, None))
+        self.shared_cq_of(depth, false)
     }
 
     /// [`Self::create_shared_cq`] with CQE compression (basic layout: the
@@ -398,6 +379,11 @@ impl Pd {
     /// whose `cqe_comp_caps` has no `max_num` or no format we know, or
     /// whose `mlx5dv_create_cq` refuses compression; nothing is created.
     pub fn create_compressed_shared_cq(&self, depth: u32) -> Result<SharedCq> {
+        self.shared_cq_of(depth, true)
+    }
+
+    /// [`Self::create_shared_cq`], with CQE compression when `compress`.
+    fn shared_cq_of(&self, depth: u32, compress: bool) -> Result<SharedCq> {
         if depth == 0 || depth > 1 << 22 {
             return Err(Error::Config {
                 field: "shared CQ depth",
@@ -408,18 +394,22 @@ impl Pd {
         }
         let kind = match &self.inner.kind {
             PdKind::Sim(dev, _) => {
-                SharedKind::Direct(direct::DirectCq::create_sim_ex(dev, depth, true)?)
+                SharedKind::Direct(direct::DirectCq::create_sim_ex(dev, depth, compress)?)
             }
             #[cfg(feature = "verbs")]
             PdKind::Verbs(pd, DataPath::Direct) => {
-                SharedKind::Direct(direct::DirectCq::create_mlx5_ex(&pd.ctx, depth, true)?)
+                SharedKind::Direct(direct::DirectCq::create_mlx5_ex(&pd.ctx, depth, compress)?)
             }
             #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, DataPath::Verbs) => {
+            PdKind::Verbs(pd, DataPath::Verbs) if compress => {
                 return Err(Error::Unsupported {
                     device: pd.ctx.name.clone(),
                     feature: crate::Feature::CqeCompression,
                 })
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, DataPath::Verbs) => {
+                SharedKind::Verbs(ibv::VerbsCq::create(&pd.ctx, depth)?)
             }
         };
         Ok(self.shared_cq(kind, None))

@@ -116,3 +116,27 @@ pub fn drain_with(mut poll: impl FnMut(&mut [Completion]) -> Result<usize>) -> V
     }
     got
 }
+
+/// `a`'s and `b`'s send queues hold the same WQEs (`QpHooks::sq_snapshot`),
+/// WQEBB by WQEBB, but for bytes 4..7 of each whole one: a ctrl segment's
+/// QPN, each QP's own.
+pub fn assert_same_wqes(a: &Qp, b: &Qp) {
+    use rdma_direct::testing::QpHooks;
+    let (sa, sb) = (a.sq_snapshot().unwrap(), b.sq_snapshot().unwrap());
+    assert_eq!(sa.len(), sb.len());
+    for (k, (x, y)) in sa.chunks(64).zip(sb.chunks(64)).enumerate() {
+        let same = if x.len() == 64 {
+            x[..4] == y[..4] && x[7..] == y[7..]
+        } else {
+            x == y
+        };
+        assert!(same, "WQEBB {k}:\n{x:02x?}\n{y:02x?}");
+    }
+}
+
+/// Polls `want` completions of each of `a` and `b`: the same WRs with the
+/// same statuses, in the same order (`what` names the round).
+pub fn assert_same_completions(a: &mut Qp, b: &mut Qp, want: usize, what: &str) {
+    let ids = |v: Vec<Completion>| v.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>();
+    assert_eq!(ids(poll_n(a, want)), ids(poll_n(b, want)), "{what}");
+}

@@ -118,6 +118,20 @@ fn start_index(s: &mut impl Source) -> u32 {
     }
 }
 
+/// A QPN and a user index none of `qps` has: random, the next free one
+/// on a clash (so that a fuzzer's exhausted input, all zeros, ends too).
+fn fresh_ids(s: &mut impl Source, qps: &[QpCase]) -> (u32, u32) {
+    let mut qpn = s.range(1, 0xff_ffff) as u32;
+    while qps.iter().any(|q| q.sq.qpn == qpn) {
+        qpn = qpn % 0xff_ffff + 1;
+    }
+    let mut uidx = s.range(0, 0xff_ffff) as u32;
+    while qps.iter().any(|q| q.uidx == uidx) {
+        uidx = (uidx + 1) & 0xff_ffff;
+    }
+    (qpn, uidx)
+}
+
 fn sq_config(s: &mut impl Source, qp_type: u32, qpn: u32) -> SqConfig {
     let wqe_cnt = 1u32 << s.range(1, 8);
     let max_wqebbs = s.range(1, 4.min(wqe_cnt) as u64) as u32;
@@ -179,16 +193,7 @@ pub fn case(s: &mut impl Source) -> Case {
     let mut qps: Vec<QpCase> = Vec::with_capacity(n);
     let mut srq = false;
     for _ in 0..n {
-        // Distinct QPNs and user indices (the next free one on a clash, so
-        // that a fuzzer's exhausted input, all zeros, ends too).
-        let mut qpn = s.range(1, 0xff_ffff) as u32;
-        while qps.iter().any(|q| q.sq.qpn == qpn) {
-            qpn = qpn % 0xff_ffff + 1;
-        }
-        let mut uidx = s.range(0, 0xff_ffff) as u32;
-        while qps.iter().any(|q| q.uidx == uidx) {
-            uidx = (uidx + 1) & 0xff_ffff;
-        }
+        let (qpn, uidx) = fresh_ids(s, &qps);
         let qp_type = match s.range(0, 9) {
             0..=4 => ibv::QPT_RC,
             5 | 6 => ibv::QPT_UC,

@@ -483,42 +483,16 @@ impl CompletionQueue {
         unzip_cq(self, op_own)
     }
 
-    /// [`Self::take`] without the test for a compressed session's title: a
-    /// title is taken as it is (its `op_own` format bits 3:2 are 3), for a
-    /// poll that tests `op_own` anyway and puts anything but its common
-    /// CQE back ([`Taken::put_back`]) for a poll that uses [`Self::take`] or
-    /// [`CqCursor::next`]. The common path then pays nothing for
-    /// compression.
-    ///
-    /// # Panics
-    /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
-    #[inline(always)]
-    pub fn take_plain<const SLOT: usize>(&mut self) -> Option<Taken<'_, SLOT>> {
-        assert!(SLOT == self.slot_size(), "the slot size taken");
-        let at = self.at;
-        let p = self.op_own0.wrapping_add(at & self.ring_mask);
-        // SAFETY: the op_own byte of a slot inside the CQ buffer (masked
-        // offset of a whole slot; constructor contract).
-        let op_own = unsafe { mmio::read_op_own(p) };
-        if !owned(op_own, (at & self.ring_size != 0) as u8) {
-            return None;
-        }
-        mmio::from_device_barrier();
-        self.at = at.wrapping_add(SLOT);
-        Some(Taken {
-            p: p.wrapping_sub(CQE64 - 1),
-            op_own,
-            cq: self,
-        })
-    }
-
     /// Takes the CQE at the consumer index if it is software-owned, as
     /// [`CqCursor::next`] does (the same ownership test and barrier), on a
     /// CQ of `SLOT`-byte slots: for a poll that takes one CQE in
     /// straight-line code, which then keeps none of the CQ's state in
     /// registers across the barrier (what it needs after it, it loads).
-    /// A compressed session's title is expanded first, as by
-    /// [`CqCursor::next`].
+    /// A compressed session's title is taken as it is (its `op_own` format
+    /// bits 3:2 are 3): a poll that tests `op_own` anyway puts anything but
+    /// its common CQE back ([`Taken::put_back`]) for one that expands it
+    /// ([`Self::expand_title`], [`CqCursor::next`]), so the common path
+    /// pays nothing for compression.
     ///
     /// # Panics
     /// When `SLOT` is not the CQ's slot size ([`Self::slot_size`]).
@@ -532,9 +506,6 @@ impl CompletionQueue {
         let op_own = unsafe { mmio::read_op_own(p) };
         if !owned(op_own, (at & self.ring_size != 0) as u8) {
             return None;
-        }
-        if SLOT == CQE64 && maybe_title(op_own) {
-            return self.take_unzipped(op_own);
         }
         mmio::from_device_barrier();
         self.at = at.wrapping_add(SLOT);
@@ -565,30 +536,6 @@ impl CompletionQueue {
                 .wrapping_add(p.at & self.ring_mask)
                 .wrapping_sub(CQE64 - 1),
             op_own: p.op_own,
-            cq: self,
-        })
-    }
-
-    /// [`Self::take`] at a software-owned CQE whose `op_own` has bit 3 set
-    /// ([`maybe_title`]): a title is expanded ([`unzip`]) and its first
-    /// completion taken, any other CQE taken as it is. Everything is read
-    /// from `self` again after the expansion, so that the inlined `take`
-    /// keeps nothing live across the call.
-    #[inline(always)]
-    fn take_unzipped<const SLOT: usize>(&mut self, op_own: u8) -> Option<Taken<'_, SLOT>> {
-        mmio::from_device_barrier();
-        if !unzip_cq(self, op_own) {
-            return None;
-        }
-        let at = self.at;
-        let p = self.op_own0.wrapping_add(at & self.ring_mask);
-        // SAFETY: as in `take`: the CQE at `at` is software-owned (the one
-        // tested, or a completion the expansion just wrote).
-        let op_own = unsafe { mmio::read_op_own(p) };
-        self.at = at.wrapping_add(SLOT);
-        Some(Taken {
-            p: p.wrapping_sub(CQE64 - 1),
-            op_own,
             cq: self,
         })
     }

@@ -273,16 +273,8 @@ impl ReceiveQueue {
             crate::trace::recv_posted(head, off, wr_id, 1);
         }
         self.head = head.wrapping_add(1);
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the QP's doorbell record (constructor
-        // contract; a queue with a ring has one).
-        unsafe {
-            mmio::write_dbrec(
-                self.dbrec.add(crate::doorbell::QP_DBREC_RQ),
-                crate::doorbell::rq_dbrec(self.head),
-            )
-        };
-        self.pending = false;
+        // (A queue with a ring has a doorbell record: `new`.)
+        self.write_dbrec();
         true
     }
 
@@ -292,8 +284,15 @@ impl ReceiveQueue {
         if !self.pending || self.dbrec.is_null() {
             return;
         }
+        self.write_dbrec();
+    }
+
+    /// [`Self::ring_doorbell`]'s barrier and store, the record not null.
+    #[inline(always)]
+    fn write_dbrec(&mut self) {
         mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the QP's doorbell record (constructor contract).
+        // SAFETY: `dbrec` is the QP's doorbell record (constructor
+        // contract; the callers checked it is not null).
         unsafe {
             mmio::write_dbrec(
                 self.dbrec.add(crate::doorbell::QP_DBREC_RQ),

@@ -415,19 +415,21 @@ impl SharedReceiveQueue {
         self.head = decode_srq_next_seg(&next) as u32;
         self.free -= 1;
         self.counter = self.counter.wrapping_add(1);
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
-        unsafe { mmio::write_dbrec(self.dbrec, self.counter as u32) };
-        self.pending = false;
+        self.write_dbrec();
         true
     }
 
     /// Publishes what was posted: barrier, then `dbrec = be32(counter)`.
     #[inline]
     pub fn ring_doorbell(&mut self) {
-        if !self.pending {
-            return;
+        if self.pending {
+            self.write_dbrec();
         }
+    }
+
+    /// [`Self::ring_doorbell`]'s barrier and store.
+    #[inline(always)]
+    fn write_dbrec(&mut self) {
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec, self.counter as u32) };

@@ -37,7 +37,7 @@ use super::cq::{cq_room, raise_if_armed, write_cqe};
 use super::{CqEntry, State};
 use crate::cqe::{owner_bit, Cqe};
 use crate::mini_cqe::{self, MiniCqe, MINIS_PER_SLOT};
-use crate::prm::{CqeOpcode, CQE64};
+use crate::prm::CQE64;
 
 /// The most completions the sim puts in one session (a NIC reports its
 /// own in `cqe_comp_caps.max_num`).
@@ -63,18 +63,6 @@ impl Held {
     }
 }
 
-/// Whether CQE opcode `op` may be compressed, and with requester minis.
-fn kind(op: CqeOpcode) -> Option<bool> {
-    match op {
-        CqeOpcode::REQ => Some(true),
-        CqeOpcode::RESP_WR_IMM
-        | CqeOpcode::RESP_SEND
-        | CqeOpcode::RESP_SEND_IMM
-        | CqeOpcode::RESP_SEND_INV => Some(false),
-        _ => None,
-    }
-}
-
 /// `b` without what a mini-CQE carries: the fields a session shares.
 fn shared(b: &[u8; CQE64], req: bool) -> [u8; CQE64] {
     let mut k = *b;
@@ -96,7 +84,7 @@ fn counter(b: &[u8; CQE64]) -> u16 {
 /// returns true; or, when `c` does not qualify, writes the run held and
 /// returns false (the caller writes `c` whole).
 pub(super) fn hold(cq: &mut CqEntry, c: &Cqe, uidx: u32) -> bool {
-    let Some(req) = kind(c.opcode).filter(|_| c.format == 0) else {
+    let Some(req) = mini_cqe::requester(c.opcode.0).filter(|_| c.format == 0) else {
         write_run(cq);
         return false;
     };

@@ -18,11 +18,6 @@ impl DirectQp {
     /// posts them, or says why not.
     #[inline(always)]
     pub(crate) fn post_many(&mut self, wrs: &[SendWr<'_>], pd: u32) -> InPlace {
-        let counted = match self.post_mode {
-            PostMode::InPlace => false,
-            PostMode::InPlaceCounted => true,
-            _ => return Err(Declined::Mode),
-        };
         let reads = self.qp_type == QpType::Rc;
         // What the batch is: of one opcode (WRITE or SEND: written by one
         // loop, `write_all`, as `post_writes` writes), or of several.
@@ -41,19 +36,10 @@ impl DirectQp {
             _ if wrs.iter().all(|w| in_place_sge(w, pd, reads).is_some()) => Uniform::Mixed,
             _ => return Err(Declined::Shape),
         };
-        // One WQEBB each.
-        let n = wrs.len() as u32;
-        if counted && !self.credits.take(n) {
-            return Err(Declined::NoRoom);
-        }
-        let Ok(mut room) = self.sq.reserve(n) else {
-            if counted {
-                self.credits.give(n);
-            }
-            return Err(Declined::NoRoom);
+        let Some((last, head)) = wrs.split_last() else {
+            return Err(Declined::Shape);
         };
-        let (last, head) = wrs.split_last().expect("a batch of two or more");
-        let low = counted && super::credits_low(&self.credits);
+        let (mut room, low) = self.reserve_batch(wrs.len() as u32)?;
         match all {
             Uniform::Write => write_uniform(&mut room, head, last, low, write_wqe),
             Uniform::Send => write_uniform(&mut room, head, last, low, send_wqe),
@@ -80,42 +66,56 @@ impl DirectQp {
     /// the SQ and the CQ.
     #[inline(always)]
     pub(crate) fn post_writes(&mut self, wrs: &[WriteWr<'_>], pd: u32) -> InPlace {
-        let counted = match self.post_mode {
-            PostMode::InPlace => false,
-            PostMode::InPlaceCounted => true,
-            _ => return Err(Declined::Mode),
-        };
         if !wrs.iter().all(|w| w.sge.one_seg_on(pd)) {
             return Err(Declined::Shape);
         }
-        let n = wrs.len() as u32;
-        if counted && !self.credits.take(n) {
-            return Err(Declined::NoRoom);
-        }
-        let Ok(mut room) = self.sq.reserve(n) else {
-            if counted {
-                self.credits.give(n);
-            }
-            return Err(Declined::NoRoom);
-        };
+        let (mut room, low) = self.reserve_batch(wrs.len() as u32)?;
         let Some((last, head)) = wrs.split_last() else {
             return Ok(());
         };
         let wqe = |w: &WriteWr<'_>| {
             let raddr = Seg::raddr(w.remote.addr, w.remote.rkey.0);
             let data = Seg::data(w.sge.addr, w.sge.len, w.sge.lkey.0);
-            let flags = ctrl_of(w.flags);
-            (WqeOpcode::RDMA_WRITE, flags, 0, [raddr, data], w.wr_id)
+            (
+                WqeOpcode::RDMA_WRITE,
+                ctrl_of(w.flags),
+                0,
+                [raddr, data],
+                w.wr_id,
+            )
         };
-        let pushed = room.write_all(head, wqe);
-        if counted && super::credits_low(&self.credits) {
-            room.signal_next();
-        }
-        let pushed = pushed && room.write_all(std::slice::from_ref(last), wqe);
-        debug_assert!(pushed, "room was reserved for the whole batch");
+        write_uniform(&mut room, head, last, low, wqe);
         room.ring();
         self.posted_sends(wrs.len());
         Ok(())
+    }
+
+    /// Room in the SQ for a batch of `n` WQEs of one WQEBB each, in an
+    /// in-place post mode, and whether the last must make a CQE (CQ
+    /// credits low: `signal_if_credits_low`'s rule). In the counted post
+    /// mode the batch's CQ credits are taken first, and given back when
+    /// the SQ has no room. [`Declined`], having changed nothing, in the
+    /// checked post mode or without room.
+    #[inline(always)]
+    fn reserve_batch(&mut self, n: u32) -> Result<(Reserved<'_>, bool), Declined> {
+        let counted = match self.post_mode {
+            PostMode::InPlace => false,
+            PostMode::InPlaceCounted => true,
+            _ => return Err(Declined::Mode),
+        };
+        if counted && !self.credits.take(n) {
+            return Err(Declined::NoRoom);
+        }
+        let low = counted && super::credits_low(&self.credits);
+        match self.sq.reserve(n) {
+            Ok(room) => Ok((room, low)),
+            Err(_) => {
+                if counted {
+                    self.credits.give(n);
+                }
+                Err(Declined::NoRoom)
+            }
+        }
     }
 }
 
@@ -192,12 +192,12 @@ fn send_wqe(w: &SendWr<'_>) -> (WqeOpcode, CtrlFlags, u32, [Seg; 1], u64) {
 /// (`Reserved::write_all`); `low`: the last makes a CQE
 /// (`signal_if_credits_low`).
 #[inline(always)]
-fn write_uniform<const N: usize>(
+fn write_uniform<T, const N: usize>(
     room: &mut Reserved<'_>,
-    head: &[SendWr<'_>],
-    last: &SendWr<'_>,
+    head: &[T],
+    last: &T,
     low: bool,
-    wqe: impl Fn(&SendWr<'_>) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64) + Copy,
+    wqe: impl Fn(&T) -> (WqeOpcode, CtrlFlags, u32, [Seg; N], u64) + Copy,
 ) {
     let pushed = room.write_all(head, wqe);
     if low {

@@ -256,7 +256,7 @@ impl DirectQp {
         };
         // (A compressed session's title fails the common CQE's test below
         // and goes to the general path, which expands it.)
-        let Some(taken) = own.cq.take_plain::<SLOT>() else {
+        let Some(taken) = own.cq.take::<SLOT>() else {
             return Ok(0);
         };
         // (Tested after the empty CQ's test: an empty poll does not pay it.)

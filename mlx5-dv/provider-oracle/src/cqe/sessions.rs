@@ -274,14 +274,7 @@ fn session_case(s: &mut impl Source) -> Case {
     let base = arena.as_ptr() as u64;
     let mut qps: Vec<QpCase> = Vec::new();
     for _ in 0..s.range(1, 4) {
-        let mut qpn = s.range(1, 0xff_ffff) as u32;
-        while qps.iter().any(|q| q.sq.qpn == qpn) {
-            qpn = qpn % 0xff_ffff + 1;
-        }
-        let mut uidx = s.range(0, 0xff_ffff) as u32;
-        while qps.iter().any(|q| q.uidx == uidx) {
-            uidx = (uidx + 1) & 0xff_ffff;
-        }
+        let (qpn, uidx) = fresh_ids(s, &qps);
         let qp_type = [ibv::QPT_RC, ibv::QPT_UC, ibv::QPT_UD][s.range(0, 2) as usize];
         let mut sq = sq_config(s, qp_type, qpn);
         sq.wqe_cnt = (2 * cqe_cnt * sq.max_wqebbs).next_power_of_two();
