@@ -39,6 +39,8 @@ pub struct Srq {
     kind: SrqKind,
     pub(crate) shared: Arc<SrqShared>,
     pd: Arc<PdInner>,
+    /// `shared.pd_id`, here for the in-place post (no pointer to follow).
+    pd_id: u32,
 }
 
 pub(crate) enum SrqKind {
@@ -154,6 +156,7 @@ impl Srq {
                 reserved: Mutex::new(Vec::new()),
             }),
             pd: pd.clone(),
+            pd_id: pd.id,
         })
     }
 
@@ -205,13 +208,13 @@ impl Srq {
     /// bytes, a batch larger than `max_wr` (it could never fit), an SGE of
     /// another PD or of plain bytes; a verbs device's refusal
     /// ([`Error::Verbs`], `ibv_post_srq_recv`).
-    #[inline]
+    #[inline(always)]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         // One receive of one SGE on the direct path: in place
         // (`DirectSrq::post_recv_one`); anything else, or anything it
         // declines, takes the checked path.
         if let (SrqKind::Direct(d), [w]) = (&mut self.kind, wrs) {
-            if d.post_recv_one(w, self.shared.pd_id) {
+            if d.post_recv_one(w, self.pd_id) {
                 return Ok(());
             }
         }
@@ -239,7 +242,17 @@ impl Srq {
             });
         }
         match &mut self.kind {
-            SrqKind::Direct(d) => d.post_recv(wrs),
+            SrqKind::Direct(d) => {
+                // The in-place post declined for want of room: relink what
+                // completed, and post one receive of one SGE in place again.
+                if let [w] = wrs {
+                    d.refill();
+                    if d.post_recv_one(w, self.pd_id) {
+                        return Ok(());
+                    }
+                }
+                d.post_recv(wrs)
+            }
             #[cfg(feature = "verbs")]
             SrqKind::Verbs(v) => v.post_recv(wrs),
         }

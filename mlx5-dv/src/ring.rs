@@ -12,6 +12,8 @@ use core::ptr::NonNull;
 pub struct RingBuf<'a> {
     ptr: NonNull<u8>,
     len: usize,
+    /// `(len - 1) & !15`: a 16-byte segment's offset in one `and`.
+    seg_mask: usize,
     _mem: PhantomData<&'a mut [u8]>,
 }
 
@@ -26,6 +28,7 @@ impl<'a> RingBuf<'a> {
         }
         Some(Self {
             len: mem.len(),
+            seg_mask: (mem.len() - 1) & !15,
             ptr: NonNull::from(mem).cast(),
             _mem: PhantomData,
         })
@@ -42,6 +45,7 @@ impl<'a> RingBuf<'a> {
         Self {
             ptr,
             len,
+            seg_mask: len.wrapping_sub(1) & !15,
             _mem: PhantomData,
         }
     }
@@ -54,6 +58,18 @@ impl<'a> RingBuf<'a> {
     /// Always false: a ring has at least 64 bytes.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// The same ring, borrowed: a copy whose pointer and length a loop can
+    /// keep in registers while it writes the ring through it.
+    #[inline(always)]
+    pub fn reborrow(&mut self) -> RingBuf<'_> {
+        RingBuf {
+            ptr: self.ptr,
+            len: self.len,
+            seg_mask: self.seg_mask,
+            _mem: PhantomData,
+        }
     }
 
     /// Base address.
@@ -125,7 +141,7 @@ impl<'a> RingBuf<'a> {
     /// Reads the 16-byte segment at `off` (as [`Self::write_seg`] places it).
     #[inline(always)]
     pub fn read_seg(&self, off: usize) -> [u8; 16] {
-        let off = off & (self.len - 1) & !15;
+        let off = off & self.seg_mask;
         // SAFETY: as in `write_seg`: `off + 16 <= len`, the ring's bytes.
         unsafe {
             self.ptr
@@ -136,6 +152,23 @@ impl<'a> RingBuf<'a> {
         }
     }
 
+    /// Writes `v` big-endian at `off` (taken modulo the length and rounded
+    /// down to even): one 2-byte store, as a field of a segment such as an
+    /// SRQ WQE's `next_wqe_index` is written.
+    #[inline(always)]
+    pub fn write_be16(&mut self, off: usize, v: u16) {
+        let off = off & (self.len - 1) & !1;
+        // SAFETY: `off + 2 <= len` (an even offset below an even length);
+        // the ring owns these bytes for 'a (constructor contract).
+        unsafe {
+            self.ptr
+                .as_ptr()
+                .add(off)
+                .cast::<[u8; 2]>()
+                .write_unaligned(v.to_be_bytes())
+        };
+    }
+
     /// Writes one 16-byte segment at `off` (taken modulo the length and
     /// rounded down to a multiple of 16, as every WQE segment's offset is):
     /// a 16-byte-aligned segment never straddles the end of a ring of a
@@ -143,7 +176,7 @@ impl<'a> RingBuf<'a> {
     /// with no wrap test and nothing staged.
     #[inline(always)]
     pub fn write_seg(&mut self, off: usize, seg: &[u8; 16]) {
-        let off = off & (self.len - 1) & !15;
+        let off = off & self.seg_mask;
         // SAFETY: `off + 16 <= len` (a multiple of 16 below a length that
         // is a multiple of 16: the constructors' power of two, at least
         // 64); the ring owns these bytes for 'a (constructor contract).

@@ -31,7 +31,6 @@ use super::{ReceiveQueue, Retirer, SrqSlots};
 use crate::doorbell::full_wqe_index;
 use crate::prm::{WqeOpcode, DS, INVALID_LKEY, WQEBB};
 use crate::wqe::{decode_ctrl_seg, decode_data_seg, DataSeg};
-use core::sync::atomic::Ordering;
 
 /// Why the data of an inline-scatter CQE was not copied out. In every
 /// case nothing was written.
@@ -180,11 +179,7 @@ impl SrqSlots {
     ) -> Result<(), ScatterError> {
         let i = wqe_counter as usize;
         // Acquire: the poster wrote the WQE before marking it the device's.
-        let held = self
-            .device
-            .get(i)
-            .is_some_and(|d| d.load(Ordering::Acquire));
-        if !held || self.ring == 0 {
+        if !self.is_held(i) || self.ring == 0 {
             return Err(ScatterError::Stale);
         }
         let wqe = self.ring + i * self.stride as usize + crate::wqe::SRQ_NEXT_SEG;

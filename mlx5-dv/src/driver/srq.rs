@@ -25,9 +25,9 @@
 use super::DescError;
 use crate::mmio;
 use crate::ring::RingBuf;
-use crate::wqe::{decode_srq_next_seg, srq_next_seg, DataSeg, WqeError, SRQ_NEXT_SEG};
+use crate::wqe::{decode_srq_next_seg, DataSeg, WqeError, SRQ_NEXT_SEG, SRQ_NEXT_WQE_INDEX};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The description of an SRQ's ring: `struct mlx5dv_srq`'s fields this
@@ -51,6 +51,11 @@ pub struct SrqDesc {
 /// indices the poster relinks. Shared (`Arc`) by the poster and every QP
 /// that polls the SRQ's completions: atomics only, no lock.
 ///
+/// Each WQE's slot is 16 bytes: its wr_id, and one state word
+/// (`HELD | sges << 32 | first lkey`, 0 when the host holds the WQE), so
+/// that a post of one SGE is two stores and a completion one swap. The
+/// lkeys of SGEs after the first are kept apart (`max_sge - 1` a WQE).
+///
 /// The return queue is a bounded multi-producer ring with one consumer
 /// (the poster): a poll takes a position with one `fetch_add` and stores
 /// `(position + 1) << 32 | index` with release order; the poster takes
@@ -59,11 +64,13 @@ pub struct SrqDesc {
 /// are posted.
 #[derive(Debug)]
 pub struct SrqSlots {
-    wr_id: Box<[AtomicU64]>,
-    pub(super) device: Box<[AtomicBool]>,
-    lkeys: Box<[AtomicU32]>,
+    slots: Box<[Slot]>,
+    /// The lkeys of SGEs 1.. of each WQE (`max_sge - 1` a WQE).
+    more_lkeys: Box<[AtomicU32]>,
     max_sge: usize,
     returned: Box<[AtomicU64]>,
+    /// `returned.len() - 1` (a power of two's).
+    returned_mask: u64,
     returned_at: AtomicU64,
     count: u32,
     /// The ring's address and stride, for copying scatter-to-CQE data out
@@ -72,19 +79,30 @@ pub struct SrqSlots {
     pub(super) stride: u32,
 }
 
+/// One WQE's slot: its wr_id, and its state word ([`SrqSlots`]).
+#[derive(Debug, Default)]
+#[repr(C, align(16))]
+struct Slot {
+    wr_id: AtomicU64,
+    state: AtomicU64,
+}
+
+/// A state word's bit: the device holds the WQE.
+const HELD: u64 = 1 << 63;
+
 impl SrqSlots {
     /// Slots for `count` WQEs of at most `max_sge` SGEs each.
     pub fn new(count: u32, max_sge: u32) -> Self {
         let ring = (count.max(1) as usize).next_power_of_two();
         let max_sge = max_sge.max(1) as usize;
         SrqSlots {
-            wr_id: (0..count).map(|_| AtomicU64::new(0)).collect(),
-            device: (0..count).map(|_| AtomicBool::new(false)).collect(),
-            lkeys: (0..count as usize * max_sge)
+            slots: (0..count).map(|_| Slot::default()).collect(),
+            more_lkeys: (0..count as usize * (max_sge - 1))
                 .map(|_| AtomicU32::new(0))
                 .collect(),
             max_sge,
             returned: (0..ring).map(|_| AtomicU64::new(0)).collect(),
+            returned_mask: ring as u64 - 1,
             returned_at: AtomicU64::new(0),
             count,
             ring: 0,
@@ -102,56 +120,80 @@ impl SrqSlots {
     #[inline]
     pub fn give(&self, idx: u32, wr_id: u64, lkeys: impl Iterator<Item = u32>) {
         let i = idx as usize;
-        self.wr_id[i].store(wr_id, Ordering::Relaxed);
-        let mut keys = lkeys.fuse();
-        for k in &self.lkeys[i * self.max_sge..(i + 1) * self.max_sge] {
-            k.store(keys.next().unwrap_or(0), Ordering::Relaxed);
+        let slot = &self.slots[i];
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        let more = &self.more_lkeys[i * (self.max_sge - 1)..(i + 1) * (self.max_sge - 1)];
+        let mut first = 0;
+        let mut n = 0u64;
+        for k in lkeys.take(self.max_sge) {
+            match n {
+                0 => first = k,
+                _ => more[n as usize - 1].store(k, Ordering::Relaxed),
+            }
+            n += 1;
         }
         // Release: a poller that sees the slot as the device's (after the
         // CQE) sees its wr_id.
-        self.device[i].store(true, Ordering::Release);
+        slot.state
+            .store(HELD | n << 32 | first as u64, Ordering::Release);
     }
 
-    /// [`Self::give`] of a WQE of one SGE, of `lkey`.
+    /// [`Self::give`] of a WQE of one SGE, of `lkey`: two stores.
     #[inline(always)]
     pub fn give1(&self, idx: u32, wr_id: u64, lkey: u32) {
-        let i = idx as usize;
-        self.wr_id[i].store(wr_id, Ordering::Relaxed);
-        let keys = &self.lkeys[i * self.max_sge..(i + 1) * self.max_sge];
-        keys[0].store(lkey, Ordering::Relaxed);
-        for k in &keys[1..] {
-            k.store(0, Ordering::Relaxed);
-        }
+        let slot = &self.slots[idx as usize];
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
         // Release: as `give`'s.
-        self.device[i].store(true, Ordering::Release);
+        slot.state
+            .store(HELD | 1 << 32 | lkey as u64, Ordering::Release);
+    }
+
+    /// Whether the device holds WQE `i` (posted, not yet completed);
+    /// acquire: after the poster's writes of it.
+    #[inline]
+    pub(super) fn is_held(&self, i: usize) -> bool {
+        self.slots
+            .get(i)
+            .is_some_and(|s| s.state.load(Ordering::Acquire) & HELD != 0)
     }
 
     /// A completion names WQE `idx`: returns its wr_id and queues the WQE
     /// for relinking, or `None` for an index that names no WQE the device
     /// holds (out of range, never posted, or completed already).
-    #[inline]
+    #[inline(always)]
     pub fn complete(&self, idx: u16) -> Option<u64> {
-        let i = idx as usize;
-        let slot = self.device.get(i)?;
+        let slot = self.slots.get(idx as usize)?;
         // AcqRel: after the device's writes (ordered before by the CQE's
         // acquire) and before whoever next reads the slot as free.
-        if !slot.swap(false, Ordering::AcqRel) {
+        if slot.state.swap(0, Ordering::AcqRel) & HELD == 0 {
             return None;
         }
-        let wr_id = self.wr_id[i].load(Ordering::Relaxed);
+        let wr_id = slot.wr_id.load(Ordering::Relaxed);
         let at = self.returned_at.fetch_add(1, Ordering::Relaxed);
-        let mask = self.returned.len() as u64 - 1;
-        self.returned[(at & mask) as usize].store((at + 1) << 32 | idx as u64, Ordering::Release);
+        // The mask keeps the index inside `returned` (a power of two long).
+        if let Some(w) = self.returned.get((at & self.returned_mask) as usize) {
+            w.store((at + 1) << 32 | idx as u64, Ordering::Release);
+        }
         Some(wr_id)
+    }
+
+    /// WQEs completed so far (each [`Self::complete`] that returned a
+    /// wr_id), modulo 2^32.
+    #[inline(always)]
+    pub fn completed(&self) -> u32 {
+        self.returned_at.load(Ordering::Relaxed) as u32
     }
 
     /// The poster's next relinkable WQE index, at its position `*at` in
     /// the return queue (advanced past it), if queued yet. One consumer:
-    /// the poster, with its own `at` (starting at 0).
+    /// the poster, with its own `at` (starting at 0). (The direct path's
+    /// poster reads the queue in its own loop: `SharedReceiveQueue::relink`.)
     #[inline]
     pub fn take_returned(&self, at: &mut u64) -> Option<u32> {
-        let mask = self.returned.len() as u64 - 1;
-        let w = self.returned[(*at & mask) as usize].load(Ordering::Acquire);
+        let w = self
+            .returned
+            .get((*at & self.returned_mask) as usize)?
+            .load(Ordering::Acquire);
         if w >> 32 != (*at + 1) & 0xffff_ffff {
             return None;
         }
@@ -162,26 +204,30 @@ impl SrqSlots {
     /// The poster takes slot `idx` back before the device saw it (a post
     /// the device refused): not queued for relinking.
     pub fn take_back(&self, idx: u32) {
-        self.device[idx as usize].store(false, Ordering::Release);
+        self.slots[idx as usize].state.store(0, Ordering::Release);
     }
 
     /// Whether a WQE the device holds names `lkey` (for deregistration:
     /// an MR dropped while one does waits for it).
     pub fn names(&self, lkey: u32) -> bool {
-        (0..self.count as usize).any(|i| {
-            self.device[i].load(Ordering::Acquire)
-                && self.lkeys[i * self.max_sge..(i + 1) * self.max_sge]
-                    .iter()
-                    .any(|k| k.load(Ordering::Relaxed) == lkey)
+        let more = self.max_sge - 1;
+        self.slots.iter().enumerate().any(|(i, s)| {
+            let st = s.state.load(Ordering::Acquire);
+            let n = (st >> 32 & 0xffff) as usize;
+            st & HELD != 0
+                && (st as u32 == lkey
+                    || self.more_lkeys[i * more..i * more + n.saturating_sub(1).min(more)]
+                        .iter()
+                        .any(|k| k.load(Ordering::Relaxed) == lkey))
         })
     }
 
     /// WQEs the device holds now (a count for tests and for RESET checks;
     /// walks every slot).
     pub fn held(&self) -> u32 {
-        self.device
+        self.slots
             .iter()
-            .filter(|d| d.load(Ordering::Acquire))
+            .filter(|s| s.state.load(Ordering::Acquire) & HELD != 0)
             .count() as u32
     }
 }
@@ -199,11 +245,19 @@ pub struct SharedReceiveQueue {
     /// WQEs that may be posted now (the list from `head` to `tail`,
     /// without `tail`).
     free: u32,
-    /// Every WQE ever posted, modulo 2^16 (the doorbell record's value).
-    counter: u16,
+    /// Every WQE ever posted, modulo 2^32 (the doorbell record's value is
+    /// its low 16 bits).
+    counter: u32,
     pending: bool,
     /// The poster's position in the slots' return queue.
     returned_at: u64,
+    /// Posts [`Self::post_one_seg`] may make before it declines (then
+    /// [`Self::refill`]): at most `free`, and at most the outstanding
+    /// receives' room at the last refill (completions since only add room).
+    room: u32,
+    /// `room` when `free` was last brought up to date: `free` does not
+    /// count the in-place posts since, `room_then - room` ([`Self::settle`]).
+    room_then: u32,
     slots: Arc<SrqSlots>,
 }
 
@@ -286,6 +340,8 @@ impl SharedReceiveQueue {
             counter: 0,
             pending: false,
             returned_at: 0,
+            room: 0,
+            room_then: 0,
             slots: Arc::new(
                 SrqSlots::new(count, max_sge.min(d.stride / 16 - 1)).with_ring(buf, d.stride),
             ),
@@ -313,16 +369,65 @@ impl SharedReceiveQueue {
         self.free
     }
 
-    /// Relinks every WQE completed since the last post at the tail.
+    /// WQEs posted and not yet completed (polled back, on any CQ): every
+    /// post counted less [`SrqSlots::completed`]. Completed WQEs not yet
+    /// relinked do not count.
+    #[inline(always)]
+    pub fn outstanding(&self) -> u32 {
+        self.counter.wrapping_sub(self.slots.completed())
+    }
+
+    /// Relinks every WQE completed since the last relink at the tail: its
+    /// index into the tail's `next_wqe_index` (the rest of that next
+    /// segment stays as it was made), as rdma-core's `mlx5_free_srq_wqe`
+    /// does.
     #[inline]
     fn relink(&mut self) {
-        while let Some(idx) = self.slots.take_returned(&mut self.returned_at) {
-            let off = self.tail as usize * self.stride as usize;
+        self.settle();
+        // Everything the loop reads, in locals: its stores are to the ring.
+        let slots: &SrqSlots = &self.slots;
+        let (returned, mask) = (&slots.returned[..], slots.returned_mask);
+        let shift = self.stride.trailing_zeros();
+        let mut buf = self.buf.reborrow();
+        let from = self.returned_at;
+        let mut at = from;
+        // Where the tail's `next_wqe_index` is.
+        let mut tail_at = (self.tail as usize) << shift | SRQ_NEXT_WQE_INDEX;
+        loop {
+            // SAFETY: `mask` is `returned.len() - 1`, a power of two's
+            // (`SrqSlots::new`), so the index is in bounds.
+            let w = unsafe { returned.get_unchecked((at & mask) as usize) };
+            let w = w.load(Ordering::Acquire);
+            if (w >> 32) as u32 != (at as u32).wrapping_add(1) {
+                break;
+            }
+            at += 1;
             // The tail WQE is never posted: the device does not read it.
-            self.buf.write_seg(off, &srq_next_seg(idx as u16));
-            self.tail = idx;
-            self.free += 1;
+            buf.write_be16(tail_at, w as u16);
+            tail_at = (w as u16 as usize) << shift | SRQ_NEXT_WQE_INDEX;
         }
+        self.returned_at = at;
+        self.tail = (tail_at >> shift) as u32;
+        self.free += (at - from) as u32;
+    }
+
+    /// Counts the in-place posts since `free` was last up to date.
+    #[inline]
+    fn settle(&mut self) {
+        self.free -= self.room_then - self.room;
+        self.room_then = self.room;
+    }
+
+    /// Relinks what completed and sets how many posts
+    /// [`Self::post_one_seg`] may make before it asks again: as many as the
+    /// free list holds, and as keep at most `max_outstanding` WQEs the
+    /// device's ([`Self::outstanding`]). 0 turns the in-place post off.
+    pub fn refill(&mut self, max_outstanding: u32) {
+        self.relink();
+        self.room = self
+            .free
+            .min(max_outstanding.saturating_sub(self.outstanding()));
+        self.room_then = self.room;
     }
 
     /// Checks that `n` WQEs of these SGEs may be posted now: the free list
@@ -370,6 +475,8 @@ impl SharedReceiveQueue {
         );
         self.head = decode_srq_next_seg(&next) as u32;
         self.free -= 1;
+        self.room = self.room.saturating_sub(1);
+        self.room_then = self.room;
         self.counter = self.counter.wrapping_add(1);
         self.pending = true;
         Ok(idx)
@@ -378,29 +485,21 @@ impl SharedReceiveQueue {
     /// Posts one receive of one data segment (`seg`, of `lkey`: 1 to
     /// 2^31 - 1 bytes, the caller's check) and rings the doorbell:
     /// [`Self::post`] and [`Self::ring_doorbell`] for the common receive,
-    /// with nothing staged, relinking completed WQEs only when the free
-    /// list is empty. The WQE at the head keeps its next segment; `seg` at
+    /// with nothing staged and one test of room: the posts the last
+    /// [`Self::refill`] allowed (the free list, and the most outstanding it
+    /// was given). The WQE at the head keeps its next segment; `seg` at
     /// byte 16, and when the stride holds more, the terminating segment
     /// (lkey `MLX5_INVALID_LKEY`) at byte 32, as rdma-core's
-    /// `mlx5_post_srq_recv` writes them. Returns `false`, writing nothing
-    /// but relinked WQEs, when no WQE is free, or when more than
-    /// `max_outstanding` WQEs would be the device's.
+    /// `mlx5_post_srq_recv` writes them. Returns `false`, writing nothing,
+    /// when that room is used up: the caller then posts through
+    /// [`Self::post`], which relinks, and refills. So WQEs completed are
+    /// relinked once every so many posts, all of them at once.
     #[inline(always)]
-    pub fn post_one_seg(
-        &mut self,
-        seg: &crate::wqe::Seg,
-        lkey: u32,
-        wr_id: u64,
-        max_outstanding: u32,
-    ) -> bool {
-        let full = |q: &Self| q.free == 0 || q.count - 1 - q.free >= max_outstanding;
-        if full(self) {
-            // (WQEs completed and not yet relinked count as outstanding.)
-            self.relink();
-            if full(self) {
-                return false;
-            }
+    pub fn post_one_seg(&mut self, seg: &crate::wqe::Seg, lkey: u32, wr_id: u64) -> bool {
+        if self.room == 0 {
+            return false;
         }
+        self.room -= 1;
         let idx = self.head;
         let base = idx as usize * self.stride as usize;
         self.buf.write_seg(base + SRQ_NEXT_SEG, &seg.to_bytes());
@@ -413,9 +512,12 @@ impl SharedReceiveQueue {
         let next = self.buf.read_seg(base);
         self.slots.give1(idx, wr_id, lkey);
         self.head = decode_srq_next_seg(&next) as u32;
-        self.free -= 1;
+        // (`free` counts this post when next brought up to date: `settle`.)
         self.counter = self.counter.wrapping_add(1);
-        self.write_dbrec();
+        // (Nothing is pending: `post` is always followed by its doorbell.)
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
+        unsafe { mmio::write_dbrec(self.dbrec, self.counter & 0xffff) };
         true
     }
 
@@ -432,7 +534,7 @@ impl SharedReceiveQueue {
     fn write_dbrec(&mut self) {
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
-        unsafe { mmio::write_dbrec(self.dbrec, self.counter as u32) };
+        unsafe { mmio::write_dbrec(self.dbrec, self.counter & 0xffff) };
         self.pending = false;
     }
 }
@@ -457,7 +559,7 @@ mod tests {
             unsafe { core::slice::from_raw_parts_mut(mem.as_mut_ptr().cast(), mem.len() * 8) };
         for i in 0..count as usize {
             let at = i * stride as usize;
-            bytes[at..at + SRQ_NEXT_SEG].copy_from_slice(&srq_next_seg((i + 1) as u16));
+            bytes[at..at + SRQ_NEXT_SEG].copy_from_slice(&crate::wqe::srq_next_seg((i + 1) as u16));
         }
         (mem, Box::new(0))
     }
@@ -493,9 +595,11 @@ mod tests {
     /// big-endian count of WQEs posted; posts follow the list.
     /// The in-place post writes the ring bytes and doorbell record that
     /// `post` + `ring_doorbell` write, for strides of one data segment
-    /// and of more (the terminating segment), takes WQEs completed back
-    /// when the free list runs out, and refuses past `max_outstanding`
-    /// or a full list, writing nothing.
+    /// and of more (the terminating segment); it posts only as many as the
+    /// last `refill` allowed (the free list, and `max_outstanding` less
+    /// what is outstanding), declining after that with nothing written;
+    /// a refill relinks WQEs completed, and a general `post` counts
+    /// against the in-place room too.
     #[test]
     fn post_one_seg_writes_what_post_writes() {
         for stride in [32u32, 64] {
@@ -504,26 +608,45 @@ mod tests {
             let mut a = srq(&mut m1, &mut d1, 4, stride);
             let mut b = srq(&mut m2, &mut d2, 4, stride);
             let s = crate::wqe::Seg::data(0x1000, 64, 0x200);
+            assert!(!b.post_one_seg(&s, 0x200, 9), "no room before a refill");
+            b.refill(3);
             for w in 0..3u64 {
                 a.post(&seg(64), 10 + w).unwrap();
                 a.ring_doorbell();
-                assert!(b.post_one_seg(&s, 0x200, 10 + w, 3));
+                assert!(b.post_one_seg(&s, 0x200, 10 + w));
             }
             assert_eq!(m1, m2, "stride {stride}");
             assert_eq!(d1, d2);
+            assert_eq!(b.outstanding(), 3);
             let before = m2.clone();
-            assert!(!b.post_one_seg(&s, 0x200, 99, 3), "the list is empty");
+            let db = *b.dbrec_value();
+            assert!(!b.post_one_seg(&s, 0x200, 99), "the list is empty");
+            b.refill(3);
+            assert!(!b.post_one_seg(&s, 0x200, 99), "still empty");
             assert_eq!(m2, before);
             assert_eq!(b.slots.complete(1), Some(11));
-            let db = *b.dbrec_value();
-            assert!(!b.post_one_seg(&s, 0x200, 99, 2), "over max_outstanding");
-            // (Relinking WQE 1 wrote the tail's next segment, which the
+            assert_eq!(b.outstanding(), 2);
+            b.refill(2);
+            assert!(!b.post_one_seg(&s, 0x200, 99), "at max_outstanding");
+            // (Relinking WQE 1 wrote the tail's next_wqe_index, which the
             // device never reads; nothing else changed.)
             assert_eq!(*b.dbrec_value(), db);
-            assert_eq!(m2[4..8], before[4..8], "WQE 1 as it was");
+            assert_eq!(m2[..(stride as usize / 8)], before[..(stride as usize / 8)]);
+            let one = stride as usize / 8;
+            assert_eq!(m2[one..2 * one], before[one..2 * one], "WQE 1 as it was");
             // WQE 1 relinked after the old tail (3), which is posted now.
-            assert!(b.post_one_seg(&s, 0x200, 20, 3));
+            b.refill(3);
+            assert!(b.post_one_seg(&s, 0x200, 20));
             assert_eq!(b.slots.complete(3), Some(20));
+            assert_eq!(u32::from_be(*b.dbrec_value()), 4);
+            // A general post takes from the same room: one left (WQE 1),
+            // and the general post takes it.
+            b.post(&seg(64), 21).unwrap();
+            b.ring_doorbell();
+            assert!(
+                !b.post_one_seg(&s, 0x200, 99),
+                "the general post took the room"
+            );
         }
     }
 

@@ -95,29 +95,32 @@ impl DirectSrq {
         }
     }
 
-    /// Receives posted and not yet polled back (completed ones count until
-    /// a post relinks them).
+    /// Receives posted and not yet polled back.
     pub(crate) fn outstanding(&mut self) -> u32 {
-        self.ring.count() - 1 - self.ring.free()
+        self.ring.outstanding()
     }
 
     /// Posts one receive of one SGE of PD `pd` (1 to 2^31 - 1 bytes) in
     /// place and rings the doorbell (`SharedReceiveQueue::post_one_seg`);
-    /// `false`, having changed nothing, for anything else, or without
-    /// room: [`Self::post_recv`] then posts it or says why not.
+    /// `false`, having changed nothing, for anything else, or when the
+    /// room the last [`Self::post_recv`] left is used up:
+    /// [`Self::post_recv`] then posts it or says why not.
     #[inline(always)]
     pub(crate) fn post_recv_one(&mut self, w: &RecvWr<'_>, pd: u32) -> bool {
         let [s] = w.sges else {
             return false;
         };
+        // (`max_sge` is at least 1: `Srq::create`.)
         s.one_seg_on(pd)
-            && self.max_sge > 0
-            && self.ring.post_one_seg(
-                &Seg::data(s.addr, s.len, s.lkey.0),
-                s.lkey.0,
-                w.wr_id,
-                self.max_wr,
-            )
+            && self
+                .ring
+                .post_one_seg(&Seg::data(s.addr, s.len, s.lkey.0), s.lkey.0, w.wr_id)
+    }
+
+    /// Relinks the WQEs completed, and gives [`Self::post_recv_one`] the
+    /// room there is now.
+    pub(crate) fn refill(&mut self) {
+        self.ring.refill(self.max_wr);
     }
 
     /// Posts `wrs` with one doorbell, all or nothing: each at most
@@ -125,7 +128,12 @@ impl DirectSrq {
     /// after it ([`Error::RecvQueueFull`]: poll, then post again).
     pub(crate) fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         super::recv::check_recvs(wrs, self.max_sge, "the SRQ's max_sge")?;
-        if self.outstanding() as usize + wrs.len() > self.max_wr as usize {
+        // Room twice over: at most `max_wr` outstanding, and as many WQEs on
+        // the free list (which a completion still being queued by another
+        // thread's poll has not reached yet).
+        if self.outstanding() as usize + wrs.len() > self.max_wr as usize
+            || (self.ring.free() as usize) < wrs.len()
+        {
             return Err(Error::RecvQueueFull);
         }
         for w in wrs {
@@ -134,6 +142,8 @@ impl DirectSrq {
             self.ring.post(&segs[..n], w.wr_id)?;
         }
         self.ring.ring_doorbell();
+        // What the in-place post may take before it comes here again.
+        self.refill();
         Ok(())
     }
 
