@@ -329,11 +329,20 @@ impl ReceiveQueue {
     /// Completions for WQEs 1, 0, 3, 2 give their wr_ids in that order,
     /// with no room back until WQE 0's; a WQE the device may still own is
     /// never posted again before that.
-    #[inline]
+    ///
+    /// On an SRQ this is [`SrqSlots::complete`], in the caller's line; the
+    /// QP's own RQ's bookkeeping is out of it.
+    #[inline(always)]
     pub fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         if let Some(s) = &self.srq {
             return s.complete(wqe_counter);
         }
+        self.complete_own(wqe_counter)
+    }
+
+    /// [`Self::complete`] on the QP's own RQ.
+    #[inline(never)]
+    fn complete_own(&mut self, wqe_counter: u16) -> Option<u64> {
         let idx = full_wqe_index(wqe_counter, self.tail, self.head)?;
         let mask = self.wqe_cnt - 1;
         let slot = (idx & mask) as usize;

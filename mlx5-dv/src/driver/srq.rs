@@ -170,10 +170,13 @@ impl SrqSlots {
         }
         let wr_id = slot.wr_id.load(Ordering::Relaxed);
         let at = self.returned_at.fetch_add(1, Ordering::Relaxed);
-        // The mask keeps the index inside `returned` (a power of two long).
-        if let Some(w) = self.returned.get((at & self.returned_mask) as usize) {
-            w.store((at + 1) << 32 | idx as u64, Ordering::Release);
-        }
+        // SAFETY: `returned_mask` is `returned.len() - 1`, a power of
+        // two's (`new`), so the index is in bounds.
+        let w = unsafe {
+            self.returned
+                .get_unchecked((at & self.returned_mask) as usize)
+        };
+        w.store((at + 1) << 32 | idx as u64, Ordering::Release);
         Some(wr_id)
     }
 
