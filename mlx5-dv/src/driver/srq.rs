@@ -138,16 +138,6 @@ impl SrqSlots {
             .store(HELD | n << 32 | first as u64, Ordering::Release);
     }
 
-    /// [`Self::give`] of a WQE of one SGE, of `lkey`: two stores.
-    #[inline(always)]
-    pub fn give1(&self, idx: u32, wr_id: u64, lkey: u32) {
-        let slot = &self.slots[idx as usize];
-        slot.wr_id.store(wr_id, Ordering::Relaxed);
-        // Release: as `give`'s.
-        slot.state
-            .store(HELD | 1 << 32 | lkey as u64, Ordering::Release);
-    }
-
     /// Whether the device holds WQE `i` (posted, not yet completed);
     /// acquire: after the poster's writes of it.
     #[inline]
@@ -254,6 +244,10 @@ pub struct SharedReceiveQueue {
     pending: bool,
     /// The poster's position in the slots' return queue.
     returned_at: u64,
+    /// `slots`' slot 0, and `count - 1`: where the in-place post finds a
+    /// WQE's slot without following the `Arc` or a bounds test.
+    slot0: NonNull<Slot>,
+    wqe_mask: u32,
     /// Posts [`Self::post_one_seg`] may make before it declines (then
     /// [`Self::refill`]): at most `free`, and at most the outstanding
     /// receives' room at the last refill (completions since only add room).
@@ -265,7 +259,8 @@ pub struct SharedReceiveQueue {
 }
 
 // SAFETY: as for SendQueue: the ring and doorbell record are this
-// struct's alone on the host; moving it between threads is sound.
+// struct's alone on the host; moving it between threads is sound. (`slot0`
+// points into `slots`, which is `Sync`.)
 unsafe impl Send for SharedReceiveQueue {}
 
 impl SharedReceiveQueue {
@@ -331,6 +326,8 @@ impl SharedReceiveQueue {
         if free + 1 != count {
             return Err(bad);
         }
+        let slots =
+            Arc::new(SrqSlots::new(count, max_sge.min(d.stride / 16 - 1)).with_ring(buf, d.stride));
         Ok(SharedReceiveQueue {
             // SAFETY: the caller's contract: `count * stride` bytes, ours.
             buf: unsafe { RingBuf::from_raw(buf, count as usize * d.stride as usize) },
@@ -345,9 +342,9 @@ impl SharedReceiveQueue {
             returned_at: 0,
             room: 0,
             room_then: 0,
-            slots: Arc::new(
-                SrqSlots::new(count, max_sge.min(d.stride / 16 - 1)).with_ring(buf, d.stride),
-            ),
+            slot0: NonNull::from(&slots.slots[0]),
+            wqe_mask: count - 1,
+            slots,
         })
     }
 
@@ -513,7 +510,14 @@ impl SharedReceiveQueue {
             );
         }
         let next = self.buf.read_seg(base);
-        self.slots.give1(idx, wr_id, lkey);
+        // SAFETY: `slot0` is slot 0 of `self.slots`' `count` slots (`new`),
+        // alive while this queue keeps that `Arc`; the index is masked
+        // below `count`. (`head` is below it: every WQE on the list is.)
+        let slot = unsafe { self.slot0.add((idx & self.wqe_mask) as usize).as_ref() };
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        // Release: as `SrqSlots::give`'s.
+        slot.state
+            .store(HELD | 1 << 32 | lkey as u64, Ordering::Release);
         self.head = decode_srq_next_seg(&next) as u32;
         // (`free` counts this post when next brought up to date: `settle`.)
         self.counter = self.counter.wrapping_add(1);
