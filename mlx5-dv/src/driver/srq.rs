@@ -342,7 +342,8 @@ impl SharedReceiveQueue {
             returned_at: 0,
             room: 0,
             room_then: 0,
-            slot0: NonNull::from(&slots.slots[0]),
+            // (From the whole slice: the pointer may reach every slot.)
+            slot0: NonNull::from(&slots.slots[..]).cast(),
             wqe_mask: count - 1,
             slots,
         })
