@@ -1,6 +1,7 @@
 //! Shared receive queues on the sim, through the public API: bad input
 //! refused with nothing posted, the SRQ limit event once per arming, many
-//! QPs taking every receive once, the handle dropped while QPs use it,
+//! QPs taking every receive once, receives posted one at a time over many
+//! laps of the ring, the handle dropped while QPs use it,
 //! receives given back when a QP is reset, removed or dropped with
 //! completions unpolled (own and shared CQs), MRs kept until their receive
 //! is consumed, UD QPs on an SRQ, and an own CQ's credits across a reset.
@@ -277,6 +278,102 @@ fn srq_several_qps_every_wr_id_once() {
     srq.post_recv(&recvs(&sg[..1], 1000)).unwrap();
     assert_eq!(poll_n(&mut servers[0], 1)[0].wr_id, 1000);
     assert_eq!(poll_n(&mut clients[0], 1)[0].status, WcStatus::SUCCESS);
+}
+
+/// Receives posted one at a time (the in-place post) over many laps of
+/// the ring, their completions polled in a different order each round
+/// across four QPs: each post before max_wr outstanding succeeds, the one
+/// after is refused (RecvQueueFull) and posts nothing, and every wr_id comes
+/// back once, so WQEs completed out of order are relinked and reused.
+#[test]
+fn srq_single_posts_over_many_laps_keep_max_wr() {
+    let e = env();
+    let max_wr = 5u32;
+    let mut srq = e.pd.create_srq(max_wr, 1).unwrap();
+    let rb =
+        e.pd.alloc_mr(max_wr as usize * 64, Access::LOCAL_WRITE)
+            .unwrap();
+    let sg = srq_sges(&rb, max_wr as usize, 64);
+    let cfg = QpConfig {
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        ..QpConfig::default()
+    };
+    let (mut servers, mut clients) = (Vec::new(), Vec::new());
+    for _ in 0..4 {
+        let mut s = e.pd.create_qp_on_srq(&cfg, &srq).unwrap();
+        let mut c = e.pd.create_qp(&cfg).unwrap();
+        Qp::connect_loopback(&mut s, &mut c).unwrap();
+        servers.push(s);
+        clients.push(c);
+    }
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let mut next_id = 0u64;
+    let mut slot = 0usize;
+    // The wr_ids posted and not yet completed.
+    let mut held = std::collections::HashSet::new();
+    for round in 0..40u64 {
+        // Fill up one receive at a time.
+        while srq.outstanding() < max_wr {
+            srq.post_recv(&[RecvWr::new(next_id, &sg[slot])]).unwrap();
+            held.insert(next_id);
+            next_id += 1;
+            slot = (slot + 1) % sg.len();
+        }
+        assert!(matches!(
+            srq.post_recv(&[RecvWr::new(u64::MAX, &sg[0])]),
+            Err(Error::RecvQueueFull)
+        ));
+        assert_eq!(srq.outstanding(), max_wr);
+        // Consume some of them (1 to max_wr), spread over the QPs.
+        let n = 1 + (round as usize * 3) % max_wr as usize;
+        let mut per = [0usize; 4];
+        for i in 0..n {
+            let k = (i + round as usize) % 4;
+            clients[k]
+                .post_send(&[SendWr::send(i as u64, &s).signaled()])
+                .unwrap();
+            per[k] += 1;
+        }
+        let mut ids = Vec::new();
+        // Poll the servers in an order that changes every round.
+        for j in 0..4 {
+            let k = if round % 2 == 0 { j } else { 3 - j };
+            ids.extend(poll_n(&mut servers[k], per[k]).iter().map(|c| c.wr_id));
+            poll_n(&mut clients[k], per[k]);
+        }
+        assert_eq!(ids.len(), n);
+        for id in &ids {
+            assert!(
+                held.remove(id),
+                "wr_id {id} (round {round}) not held, or twice"
+            );
+        }
+        assert_eq!(srq.outstanding(), max_wr - n as u32);
+        assert_eq!(held.len(), srq.outstanding() as usize);
+        // Take the rest back at the end of every fourth round.
+        if round % 4 == 3 {
+            let rest = srq.outstanding() as usize;
+            for i in 0..rest {
+                clients[i % 4]
+                    .post_send(&[SendWr::send(0, &s).signaled()])
+                    .unwrap();
+            }
+            for i in 0..4 {
+                let c = (rest + 3 - i) / 4;
+                for w in poll_n(&mut servers[i], c) {
+                    assert!(held.remove(&w.wr_id), "wr_id {} twice", w.wr_id);
+                }
+                poll_n(&mut clients[i], c);
+            }
+            assert!(held.is_empty());
+            assert_eq!(srq.outstanding(), 0);
+        }
+    }
+    assert!(
+        next_id > 4 * 8,
+        "many laps of the 8-WQE ring ({next_id} posts)"
+    );
 }
 
 /// Dropping the Srq handle while QPs use it: they keep taking the
