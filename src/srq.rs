@@ -224,6 +224,15 @@ impl Srq {
     /// [`Self::post_recv`] with every check, for every WR and backend.
     #[inline(never)]
     fn post_recv_checked(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        // The in-place post declined for want of room, maybe: relink what
+        // completed, and post one receive of one SGE in place again (it
+        // checks all it takes).
+        if let (SrqKind::Direct(d), [w]) = (&mut self.kind, wrs) {
+            d.refill();
+            if d.post_recv_one(w, self.pd_id) {
+                return Ok(());
+            }
+        }
         for w in wrs {
             if w.sges.iter().any(|s| s.pd() == BYTES_PD) {
                 return Err(Error::BytesSge);
@@ -242,17 +251,7 @@ impl Srq {
             });
         }
         match &mut self.kind {
-            SrqKind::Direct(d) => {
-                // The in-place post declined for want of room: relink what
-                // completed, and post one receive of one SGE in place again.
-                if let [w] = wrs {
-                    d.refill();
-                    if d.post_recv_one(w, self.pd_id) {
-                        return Ok(());
-                    }
-                }
-                d.post_recv(wrs)
-            }
+            SrqKind::Direct(d) => d.post_recv(wrs),
             #[cfg(feature = "verbs")]
             SrqKind::Verbs(v) => v.post_recv(wrs),
         }

@@ -152,11 +152,11 @@ impl<'a> RingBuf<'a> {
         }
     }
 
-    /// Writes `v` big-endian at `off` (taken modulo the length and rounded
-    /// down to even): one 2-byte store, as a field of a segment such as an
-    /// SRQ WQE's `next_wqe_index` is written.
+    /// Writes the 2 bytes `b` at `off` (taken modulo the length and
+    /// rounded down to even): one 2-byte store, as a field of a segment
+    /// such as an SRQ WQE's `next_wqe_index` (big-endian) is written.
     #[inline(always)]
-    pub fn write_be16(&mut self, off: usize, v: u16) {
+    pub fn write_u16_bytes(&mut self, off: usize, b: [u8; 2]) {
         let off = off & (self.len - 1) & !1;
         // SAFETY: `off + 2 <= len` (an even offset below an even length);
         // the ring owns these bytes for 'a (constructor contract).
@@ -165,7 +165,7 @@ impl<'a> RingBuf<'a> {
                 .as_ptr()
                 .add(off)
                 .cast::<[u8; 2]>()
-                .write_unaligned(v.to_be_bytes())
+                .write_unaligned(b)
         };
     }
 

@@ -58,10 +58,16 @@ pub struct SrqDesc {
 ///
 /// The return queue is a bounded multi-producer ring with one consumer
 /// (the poster): a poll takes a position with one `fetch_add` and stores
-/// `(position + 1) << 32 | index` with release order; the poster takes
-/// position `p` once its word carries `p + 1`. It cannot overflow: a WQE
-/// is queued at most once between two posts of it, and at most `count - 1`
-/// are posted.
+/// the WQE's word there with release order: `READY`, the byte offset of
+/// its `next_wqe_index` in the ring (`index << log2(stride) | 2`) at bit
+/// 16, and the index big-endian in bits 0..16, so that the poster's relink
+/// writes the word's low half where the word says, with no arithmetic. The
+/// poster takes a word once it is `READY` and clears it. It cannot
+/// overflow: a WQE is queued at most once between two posts of it, and at
+/// most `count - 1` are posted, so position `p + len` is taken only by the
+/// completion of a WQE posted after the poster cleared position `p` (its
+/// doorbell, the device, the CQE, and the `fetch_add`'s release sequence
+/// order the clear before that word's store).
 #[derive(Debug)]
 pub struct SrqSlots {
     slots: Box<[Slot]>,
@@ -89,6 +95,9 @@ struct Slot {
 
 /// A state word's bit: the device holds the WQE.
 const HELD: u64 = 1 << 63;
+
+/// A return queue word's bit: a WQE's index is queued there.
+const READY: u64 = 1 << 63;
 
 impl SrqSlots {
     /// Slots for `count` WQEs of at most `max_sge` SGEs each.
@@ -159,14 +168,21 @@ impl SrqSlots {
             return None;
         }
         let wr_id = slot.wr_id.load(Ordering::Relaxed);
-        let at = self.returned_at.fetch_add(1, Ordering::Relaxed);
+        // AcqRel: the release sequence that orders the poster's clearing of
+        // a position before the next lap's store there (see the type's doc).
+        let at = self.returned_at.fetch_add(1, Ordering::AcqRel);
         // SAFETY: `returned_mask` is `returned.len() - 1`, a power of
         // two's (`new`), so the index is in bounds.
         let w = unsafe {
             self.returned
                 .get_unchecked((at & self.returned_mask) as usize)
         };
-        w.store((at + 1) << 32 | idx as u64, Ordering::Release);
+        // (A multiply, not a shift by log2(stride): x86 shifts by `cl` only.)
+        let next_at = idx as u64 * self.stride as u64 | SRQ_NEXT_WQE_INDEX as u64;
+        w.store(
+            READY | next_at << 16 | idx.swap_bytes() as u64,
+            Ordering::Release,
+        );
         Some(wr_id)
     }
 
@@ -183,15 +199,14 @@ impl SrqSlots {
     /// poster reads the queue in its own loop: `SharedReceiveQueue::relink`.)
     #[inline]
     pub fn take_returned(&self, at: &mut u64) -> Option<u32> {
-        let w = self
-            .returned
-            .get((*at & self.returned_mask) as usize)?
-            .load(Ordering::Acquire);
-        if w >> 32 != (*at + 1) & 0xffff_ffff {
+        let slot = self.returned.get((*at & self.returned_mask) as usize)?;
+        let w = slot.load(Ordering::Acquire);
+        if w & READY == 0 {
             return None;
         }
+        slot.store(0, Ordering::Relaxed);
         *at += 1;
-        Some(w as u32)
+        Some((w as u16).swap_bytes() as u32)
     }
 
     /// The poster takes slot `idx` back before the device saw it (a post
@@ -397,15 +412,17 @@ impl SharedReceiveQueue {
         loop {
             // SAFETY: `mask` is `returned.len() - 1`, a power of two's
             // (`SrqSlots::new`), so the index is in bounds.
-            let w = unsafe { returned.get_unchecked((at & mask) as usize) };
-            let w = w.load(Ordering::Acquire);
-            if (w >> 32) as u32 != (at as u32).wrapping_add(1) {
+            let slot = unsafe { returned.get_unchecked((at & mask) as usize) };
+            let w = slot.load(Ordering::Acquire);
+            if w & READY == 0 {
                 break;
             }
+            slot.store(0, Ordering::Relaxed);
             at += 1;
             // The tail WQE is never posted: the device does not read it.
-            buf.write_be16(tail_at, w as u16);
-            tail_at = (w as u16 as usize) << shift | SRQ_NEXT_WQE_INDEX;
+            // (The word's low half is the index, big-endian already.)
+            buf.write_u16_bytes(tail_at, (w as u16).to_ne_bytes());
+            tail_at = (w >> 16) as u32 as usize;
         }
         self.returned_at = at;
         self.tail = (tail_at >> shift) as u32;
