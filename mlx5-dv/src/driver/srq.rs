@@ -178,7 +178,7 @@ impl SrqSlots {
                 .get_unchecked((at & self.returned_mask) as usize)
         };
         // (A multiply, not a shift by log2(stride): x86 shifts by `cl` only.)
-        let next_at = idx as u64 * self.stride as u64 | SRQ_NEXT_WQE_INDEX as u64;
+        let next_at = (idx as u64 * self.stride as u64) | SRQ_NEXT_WQE_INDEX as u64;
         w.store(
             READY | next_at << 16 | idx.swap_bytes() as u64,
             Ordering::Release,
