@@ -16,8 +16,10 @@
 //! `cb_poll_srq` (one receive CQE of a QP on an SRQ; both
 //! `driver_ud_srq.c`); `cb_post_recv` (one 1-SGE receive on a QP's own
 //! RQ), `cb_post_srq_recv` (on an SRQ), `cb_poll_rq` (one RC receive CQE
-//! of a QP's own RQ), `cb_poll_ud_recv` (one UD receive CQE; all four
-//! `driver_recv.c`, rdma-core v59's libmlx5 without its locks).
+//! of a QP's own RQ), `cb_poll_ud_recv` (one UD receive CQE),
+//! `cb_poll_srq_recv` (one receive CQE of a QP on an SRQ, as libmlx5's
+//! poll does it; all five `driver_recv.c`, rdma-core v59's libmlx5
+//! without its locks).
 //! `scripts/insn-count` counts only inside their entry points (callgrind
 //! `--toggle-collect`). The queue is retired, and the CQEs written,
 //! outside them.
@@ -314,7 +316,7 @@ fn c_driver(op: &str, n: u32) {
     // `create_srq(64, 1)` makes) whose free list runs 0, 1, .., 63.
     if matches!(
         op,
-        "cb_post_recv" | "cb_post_srq_recv" | "cb_poll_rq" | "cb_poll_ud_recv"
+        "cb_post_recv" | "cb_post_srq_recv" | "cb_poll_rq" | "cb_poll_ud_recv" | "cb_poll_srq_recv"
     ) {
         assert!(
             driver::available29(),
@@ -431,6 +433,19 @@ fn c_driver(op: &str, n: u32) {
                 // SAFETY: `cq` and `srq` describe the vectors here, which
                 // live to the end of this function.
                 let got = unsafe { driver::cb_poll_srq(&mut cq, &mut srq, &mut rwc) };
+                assert_eq!(got, 1);
+                black_box(rwc);
+            }
+            "cb_poll_srq_recv" => {
+                // As cb_poll_srq's, on the SRQ cb_post_srq_recv posts to.
+                let i = cq.ci;
+                let at = (i & (CQES - 1)) as usize * 64;
+                let c = rq_cqe(((i / CQES) & 1) as u8, (i % 64) as u16, 1 << 28 | 0x99);
+                cqes[at..at + 64].copy_from_slice(&c);
+                let mut rwc = driver::RecvCompletion::default();
+                // SAFETY: `cq` and `psrq` describe the vectors here, which
+                // live to the end of this function.
+                let got = unsafe { driver::cb_poll_srq_recv(&mut cq, &mut psrq, &mut rwc) };
                 assert_eq!(got, 1);
                 black_box(rwc);
             }

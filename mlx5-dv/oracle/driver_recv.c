@@ -29,6 +29,14 @@
  *       it fills the fields our Completion has (wr_id, status, opcode,
  *       wc_flags, imm, byte_len, qp_num, src_qp), not slid, sl,
  *       dlid_path_bits and pkey_index, which it has not.
+ *   cb_poll_srq_recv: the same mlx5_poll_one for a QP on an SRQ: the wr_id
+ *       by wqe_counter from the SRQ, the WQE relinked at the list's tail at
+ *       once (mlx5_free_srq_wqe as v44 had it, without its lock), its
+ *       inline-scatter tests (mlx5_copy_to_recv_srq), and the rest as
+ *       cb_poll_rq. Not a frozen row: issue 15's cb_poll_srq
+ *       (driver_ud_srq.c) is the SRQ row's baseline, and does less (no
+ *       opcode dispatch, immediate, wc_flags, scatter tests or error
+ *       case); this one shows what libmlx5's own path costs beside it.
  *
  * Entry points are noinline, so callgrind counts exactly their instructions
  * (scripts/insn-count, --toggle-collect).
@@ -215,9 +223,41 @@ static int copy_to_recv_wqe(struct cb_rq *rq, uint32_t idx, const uint8_t *buf, 
 	return IBV_WC_LOC_LEN_ERR;
 }
 
-/* mlx5_poll_one of one responder CQE of `rq`'s QP, and update_cons_index:
- * 1, 0 when the CQ holds none, -1 for a CQE that is not a receive's. */
+/* mlx5_copy_to_recv_srq: as copy_to_recv_wqe, for SRQ WQE `idx` (its
+ * data segments after the 16-byte next segment). */
+static int copy_to_recv_srq(struct cb_post_srq *srq, uint32_t idx, const uint8_t *buf, int size)
+{
+	struct mlx5_wqe_data_seg *scat =
+		(void *)(srq->buf + ((size_t)idx << srq->wqe_shift) + sizeof(struct mlx5_wqe_srq_next_seg));
+	int max = (1 << (srq->wqe_shift - 4)) - 1;
+
+	for (int i = 0; i < max; ++i, ++scat) {
+		int copy = be32toh(scat->byte_count);
+		if (copy > size)
+			copy = size;
+		memcpy((void *)(uintptr_t)be64toh(scat->addr), buf, copy);
+		size -= copy;
+		if (size <= 0)
+			return IBV_WC_SUCCESS;
+		buf += copy;
+	}
+	return IBV_WC_LOC_LEN_ERR;
+}
+
+/* mlx5_free_srq_wqe (v44, without its lock): WQE `idx` to the list's tail. */
+static inline void free_srq_wqe(struct cb_post_srq *srq, uint32_t idx)
+{
+	struct mlx5_wqe_srq_next_seg *next =
+		(void *)(srq->buf + ((size_t)srq->tail << srq->wqe_shift));
+	next->next_wqe_index = htobe16(idx);
+	srq->tail = idx;
+}
+
+/* mlx5_poll_one of one responder CQE of `rq`'s QP (or, when `srq` is not
+ * NULL, of a QP on `srq`), and update_cons_index: 1, 0 when the CQ holds
+ * none, -1 for a CQE that is not a receive's. */
 static inline __attribute__((always_inline)) int poll_recv(struct cb_cq *cq, struct cb_rq *rq,
+							   struct cb_post_srq *srq,
 							   struct cb_recv_wc *wc)
 {
 	/* mlx5_get_next_cqe */
@@ -240,16 +280,25 @@ static inline __attribute__((always_inline)) int poll_recv(struct cb_cq *cq, str
 	case MLX5_CQE_RESP_SEND:
 	case MLX5_CQE_RESP_SEND_IMM:
 	case MLX5_CQE_RESP_SEND_INV: {
-		/* handle_responder, for a QP's own RQ */
+		/* handle_responder */
 		int err = 0;
 		wc->byte_len = be32toh(cqe64->byte_cnt);
-		uint32_t idx = wqe_ctr & (rq->wqe_cnt - 1);
-		wc->wr_id = rq->wrid[idx];
-		++rq->tail;
-		if (cqe64->op_own & MLX5_INLINE_SCATTER_32)
-			err = copy_to_recv_wqe(rq, idx, cqe, wc->byte_len);
-		else if (cqe64->op_own & MLX5_INLINE_SCATTER_64)
-			err = copy_to_recv_wqe(rq, idx, cqe - 64, wc->byte_len);
+		if (srq) {
+			wc->wr_id = srq->wrid[wqe_ctr];
+			free_srq_wqe(srq, wqe_ctr);
+			if (cqe64->op_own & MLX5_INLINE_SCATTER_32)
+				err = copy_to_recv_srq(srq, wqe_ctr, cqe, wc->byte_len);
+			else if (cqe64->op_own & MLX5_INLINE_SCATTER_64)
+				err = copy_to_recv_srq(srq, wqe_ctr, cqe - 64, wc->byte_len);
+		} else {
+			uint32_t idx = wqe_ctr & (rq->wqe_cnt - 1);
+			wc->wr_id = rq->wrid[idx];
+			++rq->tail;
+			if (cqe64->op_own & MLX5_INLINE_SCATTER_32)
+				err = copy_to_recv_wqe(rq, idx, cqe, wc->byte_len);
+			else if (cqe64->op_own & MLX5_INLINE_SCATTER_64)
+				err = copy_to_recv_wqe(rq, idx, cqe - 64, wc->byte_len);
+		}
 		if (err) {
 			wc->status = err;
 			break;
@@ -284,8 +333,13 @@ static inline __attribute__((always_inline)) int poll_recv(struct cb_cq *cq, str
 		const struct mlx5_err_cqe *ecqe = (const void *)cqe64;
 		wc->status = ecqe->syndrome;
 		wc->vendor_err = ecqe->vendor_err_synd;
-		wc->wr_id = rq->wrid[wqe_ctr & (rq->wqe_cnt - 1)];
-		++rq->tail;
+		if (srq) {
+			wc->wr_id = srq->wrid[wqe_ctr];
+			free_srq_wqe(srq, wqe_ctr);
+		} else {
+			wc->wr_id = rq->wrid[wqe_ctr & (rq->wqe_cnt - 1)];
+			++rq->tail;
+		}
 		break;
 	}
 	default: /* a send's (cb_poll's), or a CQE this baseline does not take */
@@ -299,14 +353,21 @@ static inline __attribute__((always_inline)) int poll_recv(struct cb_cq *cq, str
 /* One responder CQE of an RC QP's own RQ. */
 __attribute__((noinline)) int cb_poll_rq(struct cb_cq *cq, struct cb_rq *rq, struct cb_recv_wc *wc)
 {
-	return poll_recv(cq, rq, wc);
+	return poll_recv(cq, rq, NULL, wc);
 }
 
 /* One responder CQE of a UD QP's own RQ (libmlx5 runs the same code). */
 __attribute__((noinline)) int cb_poll_ud_recv(struct cb_cq *cq, struct cb_rq *rq,
 					      struct cb_recv_wc *wc)
 {
-	return poll_recv(cq, rq, wc);
+	return poll_recv(cq, rq, NULL, wc);
+}
+
+/* One responder CQE of a QP on `srq`. */
+__attribute__((noinline)) int cb_poll_srq_recv(struct cb_cq *cq, struct cb_post_srq *srq,
+					       struct cb_recv_wc *wc)
+{
+	return poll_recv(cq, NULL, srq, wc);
 }
 
 #else
@@ -316,5 +377,6 @@ int cb_post_recv(struct cb_rq *rq, void *wr, void **bad_wr) { return -1; }
 int cb_post_srq_recv(struct cb_post_srq *srq, void *wr, void **bad_wr) { return -1; }
 int cb_poll_rq(struct cb_cq *cq, struct cb_rq *rq, struct cb_recv_wc *wc) { return 0; }
 int cb_poll_ud_recv(struct cb_cq *cq, struct cb_rq *rq, struct cb_recv_wc *wc) { return 0; }
+int cb_poll_srq_recv(struct cb_cq *cq, struct cb_post_srq *srq, struct cb_recv_wc *wc) { return 0; }
 
 #endif

@@ -497,6 +497,13 @@ pub mod driver {
         /// # Safety
         /// As [`cb_poll_rq`].
         pub fn cb_poll_ud_recv(cq: *mut Cq, rq: *mut Rq, wc: *mut RecvCompletion) -> i32;
+        /// The same for a QP on `srq` (`handle_responder`'s SRQ case, the
+        /// WQE relinked at once): not a frozen row, shown beside
+        /// `cb_poll_srq`.
+        ///
+        /// # Safety
+        /// `cq` and `srq` describe live rings; `wc` is writable.
+        pub fn cb_poll_srq_recv(cq: *mut Cq, srq: *mut PostSrq, wc: *mut RecvCompletion) -> i32;
     }
 
     /// Whether `driver_recv.c` was built with `<infiniband/mlx5dv.h>`.
