@@ -4,7 +4,8 @@
 //!
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
-//! Files: `sq` ([`SendQueue`]), `rq` ([`ReceiveQueue`]), `srq`
+//! Files: `sq` ([`SendQueue`]; its gates, counts and RESET in `sq_state`),
+//! `fast` and `fast_ud` (its in-place posts), `rq` ([`ReceiveQueue`]), `srq`
 //! ([`SharedReceiveQueue`], [`SrqSlots`]), `cq` ([`CompletionQueue`]) and
 //! `scatter` (scatter to CQE: `scatter_from_cqe`, [`ScatterError`]); here, what they share ([`DescError`]) and the CQ
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
@@ -18,6 +19,7 @@ mod scatter;
 #[cfg(test)]
 mod scatter_tests;
 mod sq;
+mod sq_state;
 mod srq;
 mod table;
 #[cfg(test)]
