@@ -438,6 +438,36 @@ fn refused_in_place_posts_write_nothing() {
 /// `set_gate(false)`, and closed whatever `set_gate` says while the room
 /// check is not implied by the WR limit (opened by `limit_wqe_size` once it
 /// is). A refused gated post writes nothing; so does one at the WR limit.
+/// The UD gate: closed when made, while the room check is not implied by
+/// the WR limit, at the WR limit and when closed again; a refusal writes
+/// nothing.
+#[test]
+fn a_closed_ud_gate_refuses_and_writes_nothing() {
+    let mut m = Mem::new(8);
+    let mut sq = m.sq(8, 2);
+    let snap = sq.snapshot();
+    assert!(sq.ud_room().is_none(), "closed when made");
+    sq.set_ud_gate(true);
+    assert!(sq.ud_room().is_none(), "2 WRs of 8 WQEBBs need not fit 8");
+    // (Its 128 inline bytes keep its largest WQE at 3 WQEBBs: 2 x 3 fit.)
+    assert!(sq.limit_wqe_size(2));
+    assert!(sq.ud_room().is_some(), "opened");
+    for i in 0..2 {
+        let mut r = sq.ud_room().expect("under the WR limit");
+        r.datagram(&[0; crate::wqe::DATAGRAM_SEG], 1, 2);
+        r.data(Seg::data(0x1000, 8, 1));
+        r.finish(WqeOpcode::SEND, CtrlFlags::CQ_UPDATE, 0, i).ring();
+    }
+    let full = sq.snapshot();
+    assert!(snap != full);
+    assert!(sq.ud_room().is_none(), "at the WR limit");
+    assert!(sq.snapshot() == full);
+    sq.retirer().complete(2);
+    assert!(sq.ud_room().is_some(), "a WR retired");
+    sq.set_ud_gate(false);
+    assert!(sq.ud_room().is_none(), "closed again");
+}
+
 #[test]
 fn a_closed_gate_refuses_and_writes_nothing() {
     let w = signaled_write(vec![]);
@@ -529,7 +559,8 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
     assert!(sq.limit_wqe_size(1));
 }
 
-/// A UD SEND built in place (`post_ud`) is the general writer's WQE for
+/// A UD SEND built in place (`post_ud`, and the gated `ud_room`) is the
+/// general writer's WQE for
 /// the same WR (ctrl, the AV with the qkey and remote QPN patched in, the
 /// data segment), at every producer index of a small ring (so its second
 /// WQEBB wraps), signaled or not, with the same doorbell record and
@@ -542,10 +573,16 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
     }
     for start in 0..8u32 {
         for signaled in [true, false] {
-            let (mut ma, mut mb) = (Mem::new(8), Mem::new(8));
+            let (mut ma, mut mb, mut mc) = (Mem::new(8), Mem::new(8), Mem::new(8));
             let (mut a, mut b) = (ma.sq(8, 4), mb.sq(8, 4));
             a.limit_wqe_size(2);
             b.limit_wqe_size(2);
+            // The gated one: a WR limit that implies the room (2 WRs of at
+            // most 3 WQEBBs), the same auto-signal period as the others'.
+            let mut c = mc.sq(8, 2);
+            c.limit_wqe_size(2);
+            c.set_auto_signal(2);
+            c.set_ud_gate(true);
             // Both at producer index `start` first (NOPs, retired).
             for _ in 0..start {
                 let nop = SendWqe {
@@ -557,13 +594,12 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                     atomic: None,
                     payload: Payload::Sges(&[]),
                 };
-                a.post(&nop, 0).unwrap();
-                b.post(&nop, 0).unwrap();
-                a.ring_doorbell();
-                b.ring_doorbell();
-                let (ca, cb) = (a.pi().wrapping_sub(1) as u16, b.pi().wrapping_sub(1) as u16);
-                a.retirer().complete(ca);
-                b.retirer().complete(cb);
+                for q in [&mut a, &mut b, &mut c] {
+                    q.post(&nop, 0).unwrap();
+                    q.ring_doorbell();
+                    let last = q.pi().wrapping_sub(1) as u16;
+                    q.retirer().complete(last);
+                }
             }
             let flags = if signaled {
                 CtrlFlags::CQ_UPDATE
@@ -600,10 +636,18 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                 42,
             )
             .unwrap();
-            assert_eq!(ma.ring, mb.ring, "ring, start {start}");
-            assert_eq!(ma.dbrec, mb.dbrec, "doorbell record, start {start}");
-            assert_eq!(ma.bf, mb.bf, "BlueFlame register, start {start}");
-            assert_eq!((a.pi(), a.posted_count()), (b.pi(), b.posted_count()));
+            // The gated post (`ud_room`), its steps in the order the
+            // direct path takes them.
+            let mut room = c.ud_room().expect("the UD gate is open");
+            room.datagram(&av, 0x4321, 0x1111_2222);
+            room.data(Seg::data(0x1000, 100, 0x77));
+            room.finish(WqeOpcode::SEND_IMM, flags, 9, 42).ring();
+            for (m, q, what) in [(&mb, &b, "post_ud"), (&mc, &c, "ud_room")] {
+                assert_eq!(ma.ring, m.ring, "{what}: ring, start {start}");
+                assert_eq!(ma.dbrec, m.dbrec, "{what}: doorbell record, start {start}");
+                assert_eq!(ma.bf, m.bf, "{what}: BlueFlame register, start {start}");
+                assert_eq!((a.pi(), a.posted_count()), (q.pi(), q.posted_count()));
+            }
         }
     }
 }

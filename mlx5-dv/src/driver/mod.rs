@@ -14,6 +14,7 @@ mod cq;
 mod fast;
 #[cfg(test)]
 mod fast_tests;
+mod fast_ud;
 mod rq;
 mod scatter;
 #[cfg(test)]
@@ -29,6 +30,7 @@ mod tests;
 pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, PutBack, Taken};
 pub use fast::{Reserved, Written};
+pub use fast_ud::{UdRoom, WrittenUd};
 pub use rq::ReceiveQueue;
 pub use scatter::ScatterError;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};

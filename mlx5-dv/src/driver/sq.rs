@@ -245,6 +245,13 @@ pub struct SendQueue {
     pub(super) gate: u32,
     /// Whether the owner opened the gate ([`Self::set_gate`]).
     pub(super) gate_open: bool,
+    /// The WR limit of the gated UD posts (`fast_ud::ud_room`):
+    /// `max_post` when their owner opened their gate
+    /// ([`Self::set_ud_gate`]), the room check is implied, a WQE may take
+    /// two WQEBBs and the BlueFlame register holds two; else 0.
+    pub(super) ud_gate: u32,
+    /// Whether the owner opened the UD gate.
+    pub(super) ud_gate_open: bool,
     pub(super) posted: u32,
     pub(super) retired: u32,
 }
@@ -328,6 +335,8 @@ impl SendQueue {
             max_post,
             gate: 0,
             gate_open: false,
+            ud_gate: 0,
+            ud_gate_open: false,
             posted: 0,
             retired: 0,
         })
@@ -358,6 +367,7 @@ impl SendQueue {
         self.room_implied =
             self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
         self.set_gate(self.gate_open);
+        self.set_ud_gate(self.ud_gate_open);
         true
     }
 
@@ -552,6 +562,28 @@ impl SendQueue {
         // a BlueFlame register of at least 64 bytes (constructor contract;
         // the callers ring from registers only when `bf_size >= 64`).
         unsafe { mmio::copy_to_bf(reg, wqe) };
+        mmio::wc_flush_barrier();
+    }
+
+    /// [`Self::ring_bf`] of the two WQEBBs `wqe` and `second` (the next in
+    /// the ring, which may be its first), the UD WQE just posted, `pi` the
+    /// producer index after it.
+    ///
+    /// # Safety
+    /// `wqe` and `second` must be the WQEBBs of the WQE just posted, in this
+    /// queue's ring, and the BlueFlame register must hold 128 bytes
+    /// (`bf_size >= 128`).
+    #[inline(always)]
+    pub(super) unsafe fn ring_bf_two(&mut self, wqe: *const u8, second: *const u8, pi: u32) {
+        debug_assert!(self.bf_size >= 2 * WQEBB as u32 && pi == self.pi);
+        let reg = self.bf_doorbell(pi);
+        // SAFETY: `wqe` and `second` are WQEBBs of the ring (the caller's
+        // guarantee); `reg` a BlueFlame register of at least 128 bytes
+        // (the caller's guarantee; constructor contract).
+        unsafe {
+            mmio::copy_to_bf(reg, wqe);
+            mmio::copy_to_bf(reg.add(WQEBB), second);
+        }
         mmio::wc_flush_barrier();
     }
 

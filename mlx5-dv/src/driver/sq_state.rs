@@ -22,6 +22,25 @@ impl SendQueue {
         };
     }
 
+    /// Opens (or closes) the gate of the UD posts
+    /// ([`Self::ud_room`]), as [`Self::set_gate`] does theirs. It
+    /// stays closed, whatever `open`, when the room check is not implied by
+    /// the WR limit, when the queue's largest WQE is one WQEBB (a UD SEND
+    /// takes two), or when the BlueFlame register holds less than two
+    /// WQEBBs (its doorbell copies both).
+    pub fn set_ud_gate(&mut self, open: bool) {
+        self.ud_gate_open = open;
+        self.ud_gate = if open
+            && self.room_implied
+            && self.geo.max_wqebbs >= 2
+            && self.bf_size >= 2 * crate::prm::WQEBB as u32
+        {
+            self.max_post
+        } else {
+            0
+        };
+    }
+
     /// WRs posted since the queue was made, modulo 2^32 (a reset does
     /// not rewind it).
     #[inline(always)]

@@ -72,8 +72,8 @@ impl DirectQp {
 
     /// [`Self::post_one`]'s commonest WRs alone, for inlining into
     /// `Qp::post_send`: one SGE on PD `pd` of 1 to 2^31 - 1 bytes, not
-    /// inline, a WRITE or a SEND, built in place when the SQ's gate is
-    /// open (`SendQueue::write_segs_gated`: the in-place post mode, and a
+    /// inline, a WRITE or a SEND (or a UD SEND: [`Self::post_ud_gated`]),
+    /// built in place when the SQ's gate is open (`SendQueue::write_segs_gated`: the in-place post mode, and a
     /// WR free under `max_post`: one compare for both, as the one-opcode
     /// posts'). [`Declined`], having changed nothing, for any other: the
     /// caller's out-of-line path (`Self::post_one`, `Self::post_many`).
@@ -84,7 +84,9 @@ impl DirectQp {
         let remote = match w.op {
             WrOp::RdmaWrite { remote } => Some(remote),
             WrOp::Send => None,
-            _ => return Err(Declined::Shape),
+            // (A UD SEND, or another: it looks at the opcode itself, so
+            // that the WRITE and the SEND pay no compare for it.)
+            _ => return self.post_ud_gated(w, pd),
         };
         let s = match (w.sges, w.inline) {
             ([s], false) if s.one_seg_on(pd) => s,
@@ -379,6 +381,47 @@ impl DirectQp {
 }
 
 impl DirectQp {
+    /// [`Self::post_one_sge`] of a UD SEND (`w.op` is `UdSend { dest, imm }`):
+    /// one SGE on PD `pd` of 1 byte to the port's MTU, not inline, through
+    /// an AH of that PD to a 24-bit QPN, built in place when the SQ's UD
+    /// gate is open (`SendQueue::ud_room`: the UD post mode without
+    /// CQ credits, and a WR free under `max_post`: one compare). [`Declined`],
+    /// having changed nothing, for any other: the caller's out-of-line path
+    /// ([`Self::post_one`], which takes the credits; the checked path).
+    ///
+    /// Out of line, returning in a register: inlined, the registers it
+    /// holds cost every other post through `Qp::post_send` two pushes and
+    /// two pops (`scripts/insn-count`).
+    #[inline(never)]
+    fn post_ud_gated(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
+        let (WrOp::UdSend { dest: d, imm }, [s], false) = (w.op, w.sges, w.inline) else {
+            return Err(Declined::Shape);
+        };
+        if !s.one_seg_on(pd) {
+            return Err(Declined::Shape);
+        }
+        if s.len > self.ud_mtu || d.ah.inner.pd != pd || d.remote_qpn > 0xff_ffff {
+            return Err(Declined::Shape);
+        }
+        let Some(mut room) = self.sq.ud_room() else {
+            // The gate: another post mode, CQ credits to take, or no room.
+            return Err(Declined::Mode);
+        };
+        // Each field read where it is stored (fewer values held at once).
+        room.datagram(&d.ah.inner.av, d.remote_qpn, d.qkey);
+        room.data(Seg::data(s.addr, s.len, s.lkey.0));
+        // One copy of the ctrl segment's build per opcode (no immediate to
+        // select).
+        let put = match imm {
+            None => room.finish(WqeOpcode::SEND, ctrl_flags(w), 0, w.wr_id),
+            Some(i) => room.finish(WqeOpcode::SEND_IMM, ctrl_flags(w), i, w.wr_id),
+        };
+        // (Published before the doorbell, as `post_one_sge` does.)
+        super::count_sends(&mut self.sent, &self.progress, 1, put.posted_count());
+        put.ring();
+        Ok(())
+    }
+
     /// [`Self::post_one`] on a UD QP: a UD SEND (or SEND_IMM) of one SGE of
     /// 1 byte to the port's MTU on the QP's PD, through an AH of that PD,
     /// not inline, built in place (`SendQueue::post_ud`). `false`,
