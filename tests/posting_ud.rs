@@ -37,13 +37,13 @@ fn nth<'a>(i: u64, sges: &'a [[Sge<'a>; 1]], d: UdDest<'a>) -> SendWr<'a> {
     if i % 3 == 1 {
         w = w.imm(0x1000 + i as u32);
     }
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         w = w.signaled();
     }
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         w = w.solicited();
     }
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         w = w.fence();
     }
     w
