@@ -482,14 +482,8 @@ impl SendQueue {
             return Err(self.inline_too_long(len));
         }
         // (Within `max_inline`, a `u32`.)
-        let len = len as u32;
-        let hdr = 16 * (1 + raddr.is_some() as u32);
-        // ctrl, raddr, and `ceil((4 + len) / 16)` DS of inline segment.
-        let ds = hdr / 16 + if len == 0 { 0 } else { inline_ds(len as usize) };
-        let wqebbs = (ds + 3) >> 2;
-        let pi = self.pi;
-        let posted = self.posted;
-        if self.max_post == posted.wrapping_sub(self.retired) {
+        let (_, wqebbs) = inline_size(raddr.is_some(), len as u32);
+        if self.max_post == self.posted.wrapping_sub(self.retired) {
             return Err(self.wr_limit());
         }
         // `len <= max_inline` keeps the WQE within `geo.max_wqebbs`
@@ -502,6 +496,65 @@ impl SendQueue {
                 free: self.free_wqebbs(),
             });
         }
+        // SAFETY: the checks above; `src` is the caller's.
+        unsafe { self.write_inline(opcode, flags, imm, raddr, src, len as u32, shared, wr_id) };
+        Ok(())
+    }
+
+    /// [`Self::post_inline`] when the gate is open ([`Self::set_gate`]):
+    /// its one check of room and WR limit is the gate's (an open gate
+    /// means the room check is implied, and a WQE within `max_inline`
+    /// within the largest). `false`, with nothing written, when the gate
+    /// is closed, `max_post` WRs are outstanding, or `len` is over the
+    /// queue's `max_inline`.
+    ///
+    /// # Safety
+    /// As [`Self::post_inline`]'s.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn post_inline_gated(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        raddr: Option<Seg>,
+        src: *const u8,
+        len: usize,
+        shared: bool,
+        wr_id: u64,
+    ) -> bool {
+        if self.posted.wrapping_sub(self.retired) >= self.gate
+            || len > self.geo.max_inline as usize
+        {
+            return false;
+        }
+        // SAFETY: the gate's checks above; `src` is the caller's.
+        unsafe { self.write_inline(opcode, flags, imm, raddr, src, len as u32, shared, wr_id) };
+        true
+    }
+
+    /// The ring stores, bookkeeping and doorbell of [`Self::post_inline`]
+    /// (its size worked out after the copy, so that it is not held across it).
+    ///
+    /// # Safety
+    /// Its checks passed: a WR free under `max_post`, `wqebbs` WQEBBs free,
+    /// `len` within `max_inline`; and its contract on `src`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn write_inline(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        raddr: Option<Seg>,
+        src: *const u8,
+        len: u32,
+        shared: bool,
+        wr_id: u64,
+    ) {
+        let hdr = 16 * (1 + raddr.is_some() as u32);
+        let pi = self.pi;
+        let posted = self.posted;
         let ring = self.buf.as_ptr();
         let ring_len = self.buf.len();
         let base = (pi & self.slot_mask) as usize * WQEBB;
@@ -532,6 +585,7 @@ impl SendQueue {
                 }
             }
         }
+        let (ds, wqebbs) = inline_size(raddr.is_some(), len);
         let (flags, forced) = self.auto_signal(flags);
         let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), ds, flags, imm);
         let slot = pi & self.slot_mask;
@@ -555,10 +609,9 @@ impl SendQueue {
             || crate::trace::in_capture()
         {
             self.ring_doorbell();
-            return Ok(());
+            return;
         }
         self.ring_bf(pi, wqebbs);
-        Ok(())
     }
 
     #[cold]
@@ -568,4 +621,13 @@ impl SendQueue {
             max: self.geo.max_inline,
         }
     }
+}
+
+/// The DS and WQEBBs of an inline WQE of `len` bytes: ctrl, raddr (when
+/// `raddr`), and `ceil((4 + len) / 16)` DS of inline segment (none for no
+/// bytes).
+#[inline(always)]
+fn inline_size(raddr: bool, len: u32) -> (u32, u32) {
+    let ds = 1 + raddr as u32 + if len == 0 { 0 } else { inline_ds(len as usize) };
+    (ds, (ds + 3) >> 2)
 }

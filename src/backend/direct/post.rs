@@ -38,20 +38,18 @@ impl DirectQp {
     /// another mode or for another WR.
     #[inline(always)]
     pub(crate) fn post_one_inline(&mut self, w: &SendWr<'_>) -> InPlace {
-        if self.post_mode != PostMode::InPlace || !w.inline {
-            return Err(Declined::Mode);
-        }
         // The commonest, a WRITE of plain bytes, built for itself (as
-        // `post_write_inline` is: the copy known to be a plain one).
-        if let (WrOp::RdmaWrite { remote }, [s]) = (w.op, w.sges) {
+        // `post_write_inline` is: the copy known to be a plain one), behind
+        // the SQ's gate (the in-place post mode, room: one compare).
+        if let (WrOp::RdmaWrite { remote }, [s], true) = (w.op, w.sges, w.inline) {
             if s.plain {
                 let raddr = Seg::raddr(remote.addr, remote.rkey.0);
                 // SAFETY: `s` borrows its memory for the call (`Sge<'mr>`),
                 // its range checked by `Sge::bytes` / `Sge::new`; a `plain`
                 // SGE is plain bytes (or a LocalMr the WR owns) that nothing
                 // else writes now: copied plainly.
-                let r = unsafe {
-                    self.sq.post_inline(
+                let posted = unsafe {
+                    self.sq.post_inline_gated(
                         WqeOpcode::RDMA_WRITE,
                         ctrl_flags(w),
                         0,
@@ -62,10 +60,15 @@ impl DirectQp {
                         w.wr_id,
                     )
                 };
-                r.map_err(declined)?;
+                if !posted {
+                    return Err(Declined::Mode);
+                }
                 self.posted_sends(1);
                 return Ok(());
             }
+        }
+        if self.post_mode != PostMode::InPlace || !w.inline {
+            return Err(Declined::Mode);
         }
         self.post_inline(w)
     }
@@ -158,15 +161,13 @@ impl DirectQp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> InPlace {
-        if self.post_mode != PostMode::InPlace {
-            return Err(Declined::Mode);
-        }
         let raddr = Seg::raddr(remote.addr, remote.rkey.0);
         let flags = ctrl_of(flags);
         // SAFETY: `data` is borrowed for the call and, being a shared
         // borrow of plain bytes, written by nothing meanwhile: copied plainly.
-        let r = unsafe {
-            self.sq.post_inline(
+        // (The SQ's gate is open in the in-place post mode alone.)
+        let posted = unsafe {
+            self.sq.post_inline_gated(
                 WqeOpcode::RDMA_WRITE,
                 flags,
                 0,
@@ -177,7 +178,9 @@ impl DirectQp {
                 wr_id,
             )
         };
-        r.map_err(declined)?;
+        if !posted {
+            return Err(Declined::Mode);
+        }
         self.posted_sends(1);
         Ok(())
     }
