@@ -496,6 +496,9 @@ impl Qp {
         if let QpKind::Direct(q) = &mut self.kind {
             if let [w] = wrs {
                 if w.inline {
+                    if q.post_inline_write(w).is_ok() {
+                        return Ok(());
+                    }
                     return self.post_send_inline(w);
                 }
                 if q.post_one_sge(w, self.pd_id).is_ok() {

@@ -523,8 +523,7 @@ impl SendQueue {
         shared: bool,
         wr_id: u64,
     ) -> bool {
-        if self.posted.wrapping_sub(self.retired) >= self.gate
-            || len > self.geo.max_inline as usize
+        if self.posted.wrapping_sub(self.retired) >= self.gate || len > self.geo.max_inline as usize
         {
             return false;
         }

@@ -38,9 +38,22 @@ impl DirectQp {
     /// another mode or for another WR.
     #[inline(always)]
     pub(crate) fn post_one_inline(&mut self, w: &SendWr<'_>) -> InPlace {
-        // The commonest, a WRITE of plain bytes, built for itself (as
-        // `post_write_inline` is: the copy known to be a plain one), behind
-        // the SQ's gate (the in-place post mode, room: one compare).
+        if self.post_inline_write(w).is_ok() {
+            return Ok(());
+        }
+        if self.post_mode != PostMode::InPlace || !w.inline {
+            return Err(Declined::Mode);
+        }
+        self.post_inline(w)
+    }
+
+    /// [`Self::post_one_inline`]'s commonest WR alone, for inlining into
+    /// `Qp::post_send`: an inline WRITE of one SGE of plain bytes, built
+    /// for itself (as `post_write_inline` is: the copy known to be a plain
+    /// one), behind the SQ's gate (the in-place post mode, and room: one
+    /// compare). [`Declined`], having changed nothing, for any other.
+    #[inline(always)]
+    pub(crate) fn post_inline_write(&mut self, w: &SendWr<'_>) -> InPlace {
         if let (WrOp::RdmaWrite { remote }, [s], true) = (w.op, w.sges, w.inline) {
             if s.plain {
                 let raddr = Seg::raddr(remote.addr, remote.rkey.0);
@@ -67,10 +80,7 @@ impl DirectQp {
                 return Ok(());
             }
         }
-        if self.post_mode != PostMode::InPlace || !w.inline {
-            return Err(Declined::Mode);
-        }
-        self.post_inline(w)
+        Err(Declined::Shape)
     }
 
     /// [`Self::post_one`]'s commonest WRs alone, for inlining into
@@ -83,31 +93,41 @@ impl DirectQp {
     #[inline(always)]
     pub(crate) fn post_one_sge(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         // The opcode first: a WR of another (a UD SEND, an atomic) is
-        // declined in one compare.
-        let remote = match w.op {
-            WrOp::RdmaWrite { remote } => Some(remote),
-            WrOp::Send => None,
+        // declined in one compare. Each opcode has its own copy of the rest
+        // (`sge_gated`): one shared copy costs a flag and its tests.
+        match w.op {
+            WrOp::RdmaWrite { remote } => {
+                self.sge_gated::<true>(WqeOpcode::RDMA_WRITE, remote, w, pd)
+            }
+            WrOp::Send => self.sge_gated::<false>(WqeOpcode::SEND, NO_REMOTE, w, pd),
             // (A UD SEND, or another: it looks at the opcode itself, so
             // that the WRITE and the SEND pay no compare for it.)
-            _ => return self.post_ud_gated(w, pd),
-        };
+            _ => self.post_ud_gated(w, pd),
+        }
+    }
+
+    /// [`Self::post_one_sge`] for one opcode: ctrl, the remote-address
+    /// segment when `RADDR`, one data segment, behind the SQ's gate.
+    #[inline(always)]
+    fn sge_gated<const RADDR: bool>(
+        &mut self,
+        op: WqeOpcode,
+        remote: RemoteAddr,
+        w: &SendWr<'_>,
+        pd: u32,
+    ) -> InPlace {
         let s = match (w.sges, w.inline) {
             ([s], false) if s.one_seg_on(pd) => s,
             _ => return Err(Declined::Shape),
         };
         let flags = ctrl_flags(w);
         let data = Seg::data(s.addr, s.len, s.lkey.0);
-        let put = match remote {
-            Some(r) => self.sq.write_segs_gated(
-                WqeOpcode::RDMA_WRITE,
-                flags,
-                0,
-                [Seg::raddr(r.addr, r.rkey.0), data],
-                w.wr_id,
-            ),
-            None => self
-                .sq
-                .write_segs_gated(WqeOpcode::SEND, flags, 0, [data], w.wr_id),
+        let put = if RADDR {
+            let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+            self.sq
+                .write_segs_gated(op, flags, 0, [raddr, data], w.wr_id)
+        } else {
+            self.sq.write_segs_gated(op, flags, 0, [data], w.wr_id)
         };
         let Some(put) = put else {
             return Err(Declined::Mode);
@@ -395,7 +415,7 @@ impl DirectQp {
     /// Out of line, returning in a register: inlined, the registers it
     /// holds cost every other post through `Qp::post_send` two pushes and
     /// two pops (`scripts/insn-count`).
-    #[inline(never)]
+    #[inline(always)]
     fn post_ud_gated(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         let (WrOp::UdSend { dest: d, imm }, [s], false) = (w.op, w.sges, w.inline) else {
             return Err(Declined::Shape);
