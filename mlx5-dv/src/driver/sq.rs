@@ -537,11 +537,16 @@ impl SendQueue {
         // make each field a reload.
         let (ring, mask, pi) = (self.buf.as_ptr(), self.slot_mask, self.pi);
         let reg = self.bf_doorbell(pi);
-        // The first WQEBB (every WQE has one) out of the loop: a WQE of one
-        // or two WQEBBs, the common ones, then takes at most one turn.
+        // The first two WQEBBs (every WQE has one) out of the loop: a WQE
+        // of one or two WQEBBs, the common ones, then takes no turn of it.
         // SAFETY: as in the loop below.
         unsafe { mmio::copy_to_bf(reg, ring.add((first & mask) as usize * WQEBB)) };
-        for i in 1..wqebbs {
+        if wqebbs >= 2 {
+            let at = (first.wrapping_add(1) & mask) as usize * WQEBB;
+            // SAFETY: as in the loop below.
+            unsafe { mmio::copy_to_bf(reg.add(WQEBB), ring.add(at)) };
+        }
+        for i in 2..wqebbs {
             let at = (first.wrapping_add(i) & mask) as usize * WQEBB;
             // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64` bytes,
             // masked index), which is ours; `reg` is a BlueFlame register of
