@@ -64,6 +64,7 @@ impl WrittenUd<'_> {
 pub struct UdRoom<'q> {
     sq: &'q mut SendQueue,
     pi: u32,
+    slot: u32,
     wqe: *mut u8,
     second: *mut u8,
 }
@@ -86,15 +87,17 @@ impl SendQueue {
         let mask = self.slot_mask;
         // SAFETY: both indices are masked below `wqe_cnt`, so each 64-byte
         // WQEBB lies inside the ring (`new`).
+        let slot = pi & mask;
         let (wqe, second) = unsafe {
             (
-                ring.add((pi & mask) as usize * WQEBB),
+                ring.add(slot as usize * WQEBB),
                 ring.add((pi.wrapping_add(1) & mask) as usize * WQEBB),
             )
         };
         Some(UdRoom {
             sq: self,
             pi,
+            slot,
             wqe,
             second,
         })
@@ -134,6 +137,7 @@ impl<'q> UdRoom<'q> {
         let UdRoom {
             sq,
             pi,
+            slot,
             wqe,
             second,
         } = self;
@@ -147,7 +151,6 @@ impl<'q> UdRoom<'q> {
             sq.auto_signal(flags)
         };
         let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(sq.qpn_word), 5, flags, imm);
-        let slot = pi & sq.slot_mask;
         // SAFETY: `wqe` is the first WQEBB, free and ours (`ud_room`);
         // `slots` has `wqe_cnt` entries, `slot` masked below it.
         unsafe {
