@@ -570,7 +570,6 @@ impl SendQueue {
             if len != 0 {
                 crate::wqe::write_inline_hdr(wqe.add(hdr as usize), len);
                 let at = base + hdr as usize + 4;
-                let first = (len as usize).min(ring_len - at);
                 let copy = |s: *const u8, d: *mut u8, n: usize| {
                     if shared {
                         crate::shared::load_into(s, core::slice::from_raw_parts_mut(d, n));
@@ -578,8 +577,13 @@ impl SendQueue {
                         crate::wqe::copy_inline(s, d, n);
                     }
                 };
-                copy(src, ring.add(at), first);
-                if first < len as usize {
+                if len as usize <= ring_len - at {
+                    // Within the ring (the common case): one copy.
+                    copy(src, ring.add(at), len as usize);
+                } else {
+                    // To the ring's end, and the rest from its start.
+                    let first = ring_len - at;
+                    copy(src, ring.add(at), first);
                     copy(src.add(first), ring, len as usize - first);
                 }
             }
