@@ -85,9 +85,9 @@ impl SendQueue {
         }
         let ring = self.buf.as_ptr();
         let mask = self.slot_mask;
+        let slot = pi & mask;
         // SAFETY: both indices are masked below `wqe_cnt`, so each 64-byte
         // WQEBB lies inside the ring (`new`).
-        let slot = pi & mask;
         let (wqe, second) = unsafe {
             (
                 ring.add(slot as usize * WQEBB),
