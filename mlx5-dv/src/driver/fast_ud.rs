@@ -1,9 +1,10 @@
 //! UD SENDs built in place: [`SendQueue::post_ud`] (its checks, then the
 //! doorbell) and [`SendQueue::ud_room`] (one check, the gate's; then
-//! [`UdRoom`]'s steps and [`WrittenUd::ring`]). The WQE is the ctrl segment, the 48-byte datagram
-//! segment (the AH's AV with the remote QPN and qkey patched in, as
-//! rdma-core's `set_datagram_seg`), which fills the first WQEBB, and one
-//! data segment at the start of the second: 5 DS, 2 WQEBBs. The bytes are
+//! [`UdRoom`]'s steps and [`WrittenUd::ring`]). The WQE is the ctrl
+//! segment, the 48-byte datagram segment (the AH's AV with the remote QPN
+//! and qkey patched in, as rdma-core's `set_datagram_seg`), which fills the
+//! first WQEBB, and one data segment at the start of the second: 5 DS, 2
+//! WQEBBs. The bytes are
 //! exactly what [`SendQueue::post`] writes for the same WR
 //! (`driver/fast_tests.rs` checks it).
 
@@ -59,7 +60,9 @@ impl WrittenUd<'_> {
 /// gate ([`SendQueue::ud_room`]), filled in order: [`Self::datagram`] and
 /// [`Self::data`] (the segments, in any order), then [`Self::finish`] (the
 /// ctrl segment and the slot, and the indices). Dropped unfinished, it
-/// posts nothing (the device reads no WQE past the doorbell record).
+/// posts nothing: what its steps wrote stays in free WQEBBs, past the
+/// doorbell record (the device reads none of it), for the next post to
+/// overwrite.
 #[must_use = "room is posted by UdRoom::finish"]
 pub struct UdRoom<'q> {
     sq: &'q mut SendQueue,
