@@ -491,11 +491,15 @@ impl Qp {
         // the checks it needs, each once (`DirectQp::post_one`). Anything
         // else, or anything that one would refuse, takes the general path,
         // which checks everything from the start and says why.
-        // The commonest (one SGE, a WRITE or a SEND) inlined into the
-        // caller; the other in-place posts out of line.
+        // The commonest (one SGE, a WRITE or a SEND; an inline WRITE of
+        // plain bytes; a UD SEND of one SGE) inlined into the caller; the
+        // other in-place posts out of line.
         if let QpKind::Direct(q) = &mut self.kind {
             if let [w] = wrs {
                 if w.inline {
+                    if q.post_inline_write(w).is_ok() {
+                        return Ok(());
+                    }
                     return self.post_send_inline(w);
                 }
                 if q.post_one_sge(w, self.pd_id).is_ok() {

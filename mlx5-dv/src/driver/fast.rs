@@ -482,14 +482,8 @@ impl SendQueue {
             return Err(self.inline_too_long(len));
         }
         // (Within `max_inline`, a `u32`.)
-        let len = len as u32;
-        let hdr = 16 * (1 + raddr.is_some() as u32);
-        // ctrl, raddr, and `ceil((4 + len) / 16)` DS of inline segment.
-        let ds = hdr / 16 + if len == 0 { 0 } else { inline_ds(len as usize) };
-        let wqebbs = (ds + 3) >> 2;
-        let pi = self.pi;
-        let posted = self.posted;
-        if self.max_post == posted.wrapping_sub(self.retired) {
+        let (_, wqebbs) = inline_size(raddr.is_some(), len as u32);
+        if self.max_post == self.posted.wrapping_sub(self.retired) {
             return Err(self.wr_limit());
         }
         // `len <= max_inline` keeps the WQE within `geo.max_wqebbs`
@@ -502,6 +496,64 @@ impl SendQueue {
                 free: self.free_wqebbs(),
             });
         }
+        // SAFETY: the checks above; `src` is the caller's.
+        unsafe { self.write_inline(opcode, flags, imm, raddr, src, len as u32, shared, wr_id) };
+        Ok(())
+    }
+
+    /// [`Self::post_inline`] when the gate is open ([`Self::set_gate`]):
+    /// its one check of room and WR limit is the gate's (an open gate
+    /// means the room check is implied, and a WQE within `max_inline`
+    /// within the largest). `false`, with nothing written, when the gate
+    /// is closed, `max_post` WRs are outstanding, or `len` is over the
+    /// queue's `max_inline`.
+    ///
+    /// # Safety
+    /// As [`Self::post_inline`]'s.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn post_inline_gated(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        raddr: Option<Seg>,
+        src: *const u8,
+        len: usize,
+        shared: bool,
+        wr_id: u64,
+    ) -> bool {
+        if self.posted.wrapping_sub(self.retired) >= self.gate || len > self.geo.max_inline as usize
+        {
+            return false;
+        }
+        // SAFETY: the gate's checks above; `src` is the caller's.
+        unsafe { self.write_inline(opcode, flags, imm, raddr, src, len as u32, shared, wr_id) };
+        true
+    }
+
+    /// The ring stores, bookkeeping and doorbell of [`Self::post_inline`]
+    /// (its size worked out after the copy, so that it is not held across it).
+    ///
+    /// # Safety
+    /// Its checks passed: a WR free under `max_post`, `wqebbs` WQEBBs free,
+    /// `len` within `max_inline`; and its contract on `src`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn write_inline(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        raddr: Option<Seg>,
+        src: *const u8,
+        len: u32,
+        shared: bool,
+        wr_id: u64,
+    ) {
+        let hdr = 16 * (1 + raddr.is_some() as u32);
+        let pi = self.pi;
+        let posted = self.posted;
         let ring = self.buf.as_ptr();
         let ring_len = self.buf.len();
         let base = (pi & self.slot_mask) as usize * WQEBB;
@@ -518,7 +570,6 @@ impl SendQueue {
             if len != 0 {
                 crate::wqe::write_inline_hdr(wqe.add(hdr as usize), len);
                 let at = base + hdr as usize + 4;
-                let first = (len as usize).min(ring_len - at);
                 let copy = |s: *const u8, d: *mut u8, n: usize| {
                     if shared {
                         crate::shared::load_into(s, core::slice::from_raw_parts_mut(d, n));
@@ -526,12 +577,18 @@ impl SendQueue {
                         crate::wqe::copy_inline(s, d, n);
                     }
                 };
-                copy(src, ring.add(at), first);
-                if first < len as usize {
+                if len as usize <= ring_len - at {
+                    // Within the ring (the common case): one copy.
+                    copy(src, ring.add(at), len as usize);
+                } else {
+                    // To the ring's end, and the rest from its start.
+                    let first = ring_len - at;
+                    copy(src, ring.add(at), first);
                     copy(src.add(first), ring, len as usize - first);
                 }
             }
         }
+        let (ds, wqebbs) = inline_size(raddr.is_some(), len);
         let (flags, forced) = self.auto_signal(flags);
         let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), ds, flags, imm);
         let slot = pi & self.slot_mask;
@@ -555,91 +612,9 @@ impl SendQueue {
             || crate::trace::in_capture()
         {
             self.ring_doorbell();
-            return Ok(());
+            return;
         }
         self.ring_bf(pi, wqebbs);
-        Ok(())
-    }
-
-    /// Posts a UD SEND (or SEND_IMM) of one data segment, built in place:
-    /// the ctrl segment, the 48-byte datagram segment (`av`, the AH's AV,
-    /// with `qkey` at byte 0 and `remote_qpn | MLX5_EXTENDED_UD_AV` at byte
-    /// 8 patched in, as rdma-core's `set_datagram_seg`), which fills the
-    /// first WQEBB, and `data` at the start of the second (5 DS, 2 WQEBBs,
-    /// continuing at the ring's start past its end). Then the doorbell, with
-    /// a BlueFlame copy of both WQEBBs when it is the only WQE since the last
-    /// doorbell and they fit the register ([`Self::post_segs`]).
-    ///
-    /// Errors, with nothing written: [`WqeError::WrLimit`],
-    /// [`WqeError::QueueFull`], [`WqeError::TooBig`] on a queue whose
-    /// largest WQE is one WQEBB.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub fn post_ud(
-        &mut self,
-        opcode: WqeOpcode,
-        flags: CtrlFlags,
-        imm: u32,
-        av: &[u8; crate::wqe::DATAGRAM_SEG],
-        remote_qpn: u32,
-        qkey: u32,
-        data: Seg,
-        wr_id: u64,
-    ) -> Result<(), WqeError> {
-        const WQEBBS: u32 = 2;
-        let (pi, posted) = (self.pi, self.posted);
-        if self.max_post == posted.wrapping_sub(self.retired) {
-            return Err(self.wr_limit());
-        }
-        if self.geo.max_wqebbs < WQEBBS {
-            return Err(WqeError::TooBig {
-                wqebbs: WQEBBS,
-                max: self.geo.max_wqebbs,
-            });
-        }
-        if !self.room_implied && WQEBBS > self.free_wqebbs() {
-            return Err(WqeError::QueueFull {
-                need: WQEBBS,
-                free: self.free_wqebbs(),
-            });
-        }
-        let ring = self.buf.as_ptr();
-        let slot = pi & self.slot_mask;
-        let second = pi.wrapping_add(1) & self.slot_mask;
-        // SAFETY: both WQEBBs are free (checked above: `room_implied`, or
-        // the free count) and the ring's (`new`); each index is masked
-        // below `wqe_cnt`, so each 64-byte WQEBB lies inside the ring (the
-        // datagram segment, bytes 16..64 of the first, apart from `av`).
-        unsafe {
-            let wqe = ring.add(slot as usize * WQEBB);
-            crate::wqe::write_datagram(wqe.add(16), av, remote_qpn, qkey);
-            data.write(ring.add(second as usize * WQEBB));
-        }
-        let (flags, forced) = self.auto_signal(flags);
-        let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), 5, flags, imm);
-        // SAFETY: as above; `slots` has `wqe_cnt` entries, `slot` masked below it.
-        unsafe {
-            put_stored(ring.add(slot as usize * WQEBB), ctrl);
-            Slot::store(
-                self.slots.ptr().add(slot as usize),
-                wr_id,
-                posted,
-                WQEBBS,
-                forced,
-            );
-        }
-        self.posted = posted.wrapping_add(1);
-        self.batch_last = pi;
-        self.pi = pi.wrapping_add(WQEBBS);
-        if self.batch_start != pi as u64
-            || (WQEBBS * WQEBB as u32) > self.bf_size
-            || crate::trace::in_capture()
-        {
-            self.ring_doorbell();
-            return Ok(());
-        }
-        self.ring_bf(pi, WQEBBS);
-        Ok(())
     }
 
     #[cold]
@@ -649,4 +624,13 @@ impl SendQueue {
             max: self.geo.max_inline,
         }
     }
+}
+
+/// The DS and WQEBBs of an inline WQE of `len` bytes: ctrl, raddr (when
+/// `raddr`), and `ceil((4 + len) / 16)` DS of inline segment (none for no
+/// bytes).
+#[inline(always)]
+fn inline_size(raddr: bool, len: u32) -> (u32, u32) {
+    let ds = 1 + raddr as u32 + if len == 0 { 0 } else { inline_ds(len as usize) };
+    (ds, (ds + 3) >> 2)
 }

@@ -162,6 +162,23 @@ impl Wr {
             )
         }
     }
+    /// Through `post_inline_gated` (plain bytes): whether it posted.
+    fn post_inline_gated(&self, sq: &mut SendQueue) -> bool {
+        let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
+        // SAFETY: `self.inline` is ours and nothing writes it meanwhile.
+        unsafe {
+            sq.post_inline_gated(
+                op,
+                f,
+                imm,
+                self.raddr(),
+                self.inline.as_ptr(),
+                self.inline.len(),
+                false,
+                self.wr_id,
+            )
+        }
+    }
 }
 
 /// A signaled RDMA WRITE of 64 bytes, `inline` its inline payload.
@@ -356,6 +373,52 @@ proptest! {
         }
     }
 
+    /// The gated inline post against `post_inline`, gate open, over
+    /// auto-signal periods, WR limits, payload lengths (0 to the queue's
+    /// `max_inline`, 128) and producer indices (the payload wrapping at the
+    /// ring's end): the same bytes and slots, and where one refuses (the
+    /// WR limit) the other does too; with the gate closed it refuses and
+    /// writes nothing.
+    #[test]
+    fn gated_inline_posts_write_what_post_inline_writes(
+        wrs in prop::collection::vec(wr(), 1..40),
+        period in 0u32..6,
+        max_post in 1u32..5,
+    ) {
+        let (mut a, mut b) = (Mem::new(16), Mem::new(16));
+        let (mut sa, mut sb) = (a.sq(16, max_post), b.sq(16, max_post));
+        for s in [&mut sa, &mut sb] {
+            // At most 4 WQEs of at most 3 WQEBBs: the room check is implied.
+            assert!(s.limit_wqe_size(1));
+            s.set_auto_signal(period);
+        }
+        let closed = wrs[0].post_inline_gated(&mut sb);
+        prop_assert!(!closed, "posted through a closed gate");
+        prop_assert_eq!(state(&a, &sa), state(&b, &sb));
+        sb.set_gate(true);
+        let mut last = None;
+        for (i, w) in wrs.iter().enumerate() {
+            let at = sa.pi();
+            let ra = w.post_inline(&mut sa);
+            let rb = w.post_inline_gated(&mut sb);
+            prop_assert_eq!(ra.is_ok(), rb, "{:?}", ra);
+            if rb {
+                last = Some(at);
+            }
+            prop_assert_eq!(state(&a, &sa), state(&b, &sb));
+            for j in 0..16 {
+                prop_assert_eq!(sa.slots.get(j).fields(), sb.slots.get(j).fields());
+            }
+            prop_assert_eq!(sa.posted_count(), sb.posted_count());
+            if i % 3 == 2 {
+                if let Some(l) = last.take() {
+                    retire_all(&mut sa, l);
+                    retire_all(&mut sb, l);
+                }
+            }
+        }
+    }
+
     /// Batches through `Reserved::write_all` (its loop with auto-signal and
     /// the one without, which it takes when no WR can be signaled by
     /// force) against `post` of each and one `ring_doorbell`, over
@@ -438,6 +501,36 @@ fn refused_in_place_posts_write_nothing() {
 /// `set_gate(false)`, and closed whatever `set_gate` says while the room
 /// check is not implied by the WR limit (opened by `limit_wqe_size` once it
 /// is). A refused gated post writes nothing; so does one at the WR limit.
+/// The UD gate: closed when made, while the room check is not implied by
+/// the WR limit, at the WR limit and when closed again; a refusal writes
+/// nothing.
+#[test]
+fn a_closed_ud_gate_refuses_and_writes_nothing() {
+    let mut m = Mem::new(8);
+    let mut sq = m.sq(8, 2);
+    let snap = sq.snapshot();
+    assert!(sq.ud_room().is_none(), "closed when made");
+    sq.set_ud_gate(true);
+    assert!(sq.ud_room().is_none(), "2 WRs of 8 WQEBBs need not fit 8");
+    // (Its 128 inline bytes keep its largest WQE at 3 WQEBBs: 2 x 3 fit.)
+    assert!(sq.limit_wqe_size(2));
+    assert!(sq.ud_room().is_some(), "opened");
+    for i in 0..2 {
+        let mut r = sq.ud_room().expect("under the WR limit");
+        r.datagram(&[0; crate::wqe::DATAGRAM_SEG], 1, 2);
+        r.data(Seg::data(0x1000, 8, 1));
+        r.finish(WqeOpcode::SEND, CtrlFlags::CQ_UPDATE, 0, i).ring();
+    }
+    let full = sq.snapshot();
+    assert!(snap != full);
+    assert!(sq.ud_room().is_none(), "at the WR limit");
+    assert!(sq.snapshot() == full);
+    sq.retirer().complete(2);
+    assert!(sq.ud_room().is_some(), "a WR retired");
+    sq.set_ud_gate(false);
+    assert!(sq.ud_room().is_none(), "closed again");
+}
+
 #[test]
 fn a_closed_gate_refuses_and_writes_nothing() {
     let w = signaled_write(vec![]);
@@ -529,7 +622,8 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
     assert!(sq.limit_wqe_size(1));
 }
 
-/// A UD SEND built in place (`post_ud`) is the general writer's WQE for
+/// A UD SEND built in place (`post_ud`, and the gated `ud_room`) is the
+/// general writer's WQE for
 /// the same WR (ctrl, the AV with the qkey and remote QPN patched in, the
 /// data segment), at every producer index of a small ring (so its second
 /// WQEBB wraps), signaled or not, with the same doorbell record and
@@ -542,10 +636,16 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
     }
     for start in 0..8u32 {
         for signaled in [true, false] {
-            let (mut ma, mut mb) = (Mem::new(8), Mem::new(8));
+            let (mut ma, mut mb, mut mc) = (Mem::new(8), Mem::new(8), Mem::new(8));
             let (mut a, mut b) = (ma.sq(8, 4), mb.sq(8, 4));
             a.limit_wqe_size(2);
             b.limit_wqe_size(2);
+            // The gated one: a WR limit that implies the room (2 WRs of at
+            // most 3 WQEBBs), the same auto-signal period as the others'.
+            let mut c = mc.sq(8, 2);
+            c.limit_wqe_size(2);
+            c.set_auto_signal(2);
+            c.set_ud_gate(true);
             // Both at producer index `start` first (NOPs, retired).
             for _ in 0..start {
                 let nop = SendWqe {
@@ -557,13 +657,12 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                     atomic: None,
                     payload: Payload::Sges(&[]),
                 };
-                a.post(&nop, 0).unwrap();
-                b.post(&nop, 0).unwrap();
-                a.ring_doorbell();
-                b.ring_doorbell();
-                let (ca, cb) = (a.pi().wrapping_sub(1) as u16, b.pi().wrapping_sub(1) as u16);
-                a.retirer().complete(ca);
-                b.retirer().complete(cb);
+                for q in [&mut a, &mut b, &mut c] {
+                    q.post(&nop, 0).unwrap();
+                    q.ring_doorbell();
+                    let last = q.pi().wrapping_sub(1) as u16;
+                    q.retirer().complete(last);
+                }
             }
             let flags = if signaled {
                 CtrlFlags::CQ_UPDATE
@@ -600,10 +699,18 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                 42,
             )
             .unwrap();
-            assert_eq!(ma.ring, mb.ring, "ring, start {start}");
-            assert_eq!(ma.dbrec, mb.dbrec, "doorbell record, start {start}");
-            assert_eq!(ma.bf, mb.bf, "BlueFlame register, start {start}");
-            assert_eq!((a.pi(), a.posted_count()), (b.pi(), b.posted_count()));
+            // The gated post (`ud_room`), its steps in the order the
+            // direct path takes them.
+            let mut room = c.ud_room().expect("the UD gate is open");
+            room.datagram(&av, 0x4321, 0x1111_2222);
+            room.data(Seg::data(0x1000, 100, 0x77));
+            room.finish(WqeOpcode::SEND_IMM, flags, 9, 42).ring();
+            for (m, q, what) in [(&mb, &b, "post_ud"), (&mc, &c, "ud_room")] {
+                assert_eq!(ma.ring, m.ring, "{what}: ring, start {start}");
+                assert_eq!(ma.dbrec, m.dbrec, "{what}: doorbell record, start {start}");
+                assert_eq!(ma.bf, m.bf, "{what}: BlueFlame register, start {start}");
+                assert_eq!((a.pi(), a.posted_count()), (q.pi(), q.posted_count()));
+            }
         }
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
-//! Files: `sq` ([`SendQueue`]), `rq` ([`ReceiveQueue`]), `srq`
+//! Files: `sq` ([`SendQueue`]; its gates, counts and RESET in `sq_state`),
+//! `fast` and `fast_ud` (its in-place posts), `rq` ([`ReceiveQueue`]), `srq`
 //! ([`SharedReceiveQueue`], [`SrqSlots`]), `cq` ([`CompletionQueue`]) and
 //! `scatter` (scatter to CQE: `scatter_from_cqe`, [`ScatterError`]); here, what they share ([`DescError`]) and the CQ
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
@@ -13,11 +14,13 @@ mod cq;
 mod fast;
 #[cfg(test)]
 mod fast_tests;
+mod fast_ud;
 mod rq;
 mod scatter;
 #[cfg(test)]
 mod scatter_tests;
 mod sq;
+mod sq_state;
 mod srq;
 mod table;
 #[cfg(test)]
@@ -27,6 +30,7 @@ mod tests;
 pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, PutBack, Taken};
 pub use fast::{Reserved, Written};
+pub use fast_ud::{UdRoom, WrittenUd};
 pub use rq::ReceiveQueue;
 pub use scatter::ScatterError;
 pub use sq::{Retired, Retirer, SendQueue, SignalNext};

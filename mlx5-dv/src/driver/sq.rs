@@ -1,5 +1,6 @@
 //! The send queue: posting WQEs, ringing the doorbell (BlueFlame or 8-byte),
-//! retiring WQEs by a CQE's `wqe_counter`, auto-signal, RESET.
+//! retiring WQEs by a CQE's `wqe_counter`, auto-signal (its gates, counts,
+//! split copy and RESET in `sq_state.rs`).
 
 use super::table::Table;
 use super::{pow2, DescError};
@@ -243,7 +244,14 @@ pub struct SendQueue {
     /// (`room_implied`), else 0 (every gated post refused).
     pub(super) gate: u32,
     /// Whether the owner opened the gate ([`Self::set_gate`]).
-    gate_open: bool,
+    pub(super) gate_open: bool,
+    /// The WR limit of the gated UD posts (`fast_ud::ud_room`):
+    /// `max_post` when their owner opened their gate
+    /// ([`Self::set_ud_gate`]), the room check is implied, a WQE may take
+    /// two WQEBBs and the BlueFlame register holds two; else 0.
+    pub(super) ud_gate: u32,
+    /// Whether the owner opened the UD gate.
+    pub(super) ud_gate_open: bool,
     pub(super) posted: u32,
     pub(super) retired: u32,
 }
@@ -327,6 +335,8 @@ impl SendQueue {
             max_post,
             gate: 0,
             gate_open: false,
+            ud_gate: 0,
+            ud_gate_open: false,
             posted: 0,
             retired: 0,
         })
@@ -357,6 +367,7 @@ impl SendQueue {
         self.room_implied =
             self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
         self.set_gate(self.gate_open);
+        self.set_ud_gate(self.ud_gate_open);
         true
     }
 
@@ -526,7 +537,16 @@ impl SendQueue {
         // make each field a reload.
         let (ring, mask, pi) = (self.buf.as_ptr(), self.slot_mask, self.pi);
         let reg = self.bf_doorbell(pi);
-        for i in 0..wqebbs {
+        // The first two WQEBBs (every WQE has one) out of the loop: a WQE
+        // of one or two WQEBBs, the common ones, then takes no turn of it.
+        // SAFETY: as in the loop below.
+        unsafe { mmio::copy_to_bf(reg, ring.add((first & mask) as usize * WQEBB)) };
+        if wqebbs >= 2 {
+            let at = (first.wrapping_add(1) & mask) as usize * WQEBB;
+            // SAFETY: as in the loop below.
+            unsafe { mmio::copy_to_bf(reg.add(WQEBB), ring.add(at)) };
+        }
+        for i in 2..wqebbs {
             let at = (first.wrapping_add(i) & mask) as usize * WQEBB;
             // SAFETY: `at` is a WQEBB inside the ring (`wqe_cnt * 64` bytes,
             // masked index), which is ours; `reg` is a BlueFlame register of
@@ -551,6 +571,28 @@ impl SendQueue {
         // a BlueFlame register of at least 64 bytes (constructor contract;
         // the callers ring from registers only when `bf_size >= 64`).
         unsafe { mmio::copy_to_bf(reg, wqe) };
+        mmio::wc_flush_barrier();
+    }
+
+    /// [`Self::ring_bf`] of the two WQEBBs `wqe` and `second` (the next in
+    /// the ring, which may be its first), the UD WQE just posted, `pi` the
+    /// producer index after it.
+    ///
+    /// # Safety
+    /// `wqe` and `second` must be the WQEBBs of the WQE just posted, in this
+    /// queue's ring, and the BlueFlame register must hold 128 bytes
+    /// (`bf_size >= 128`).
+    #[inline(always)]
+    pub(super) unsafe fn ring_bf_two(&mut self, wqe: *const u8, second: *const u8, pi: u32) {
+        debug_assert!(self.bf_size >= 2 * WQEBB as u32 && pi == self.pi);
+        let reg = self.bf_doorbell(pi);
+        // SAFETY: `wqe` and `second` are WQEBBs of the ring (the caller's
+        // guarantee); `reg` a BlueFlame register of at least 128 bytes
+        // (the caller's guarantee; constructor contract).
+        unsafe {
+            mmio::copy_to_bf(reg, wqe);
+            mmio::copy_to_bf(reg.add(WQEBB), second);
+        }
         mmio::wc_flush_barrier();
     }
 
@@ -656,145 +698,5 @@ impl SendQueue {
     /// Whether a WQE with these flags is signaled.
     pub fn signaled(flags: CtrlFlags) -> bool {
         flags.contains(CtrlFlags::CQ_UPDATE)
-    }
-}
-
-impl SendQueue {
-    /// Opens (or closes) the gate of [`Self::write_segs_gated`]: while it is
-    /// closed every gated post is refused, so that its owner need not check
-    /// a mode of its own on each post. It stays closed, whatever `open`,
-    /// when the room check is not implied by the WR limit.
-    pub fn set_gate(&mut self, open: bool) {
-        self.gate_open = open;
-        self.gate = if open && self.room_implied {
-            self.max_post
-        } else {
-            0
-        };
-    }
-
-    /// WRs posted since the queue was made, modulo 2^32 (a reset does
-    /// not rewind it).
-    #[inline(always)]
-    pub fn posted_count(&self) -> u32 {
-        self.posted
-    }
-
-    /// WRs retired since the queue was made, modulo 2^32: at most
-    /// `max_post` behind [`Self::posted_count`] (a reset retires them all).
-    #[inline(always)]
-    pub fn retired_count(&self) -> u32 {
-        self.retired
-    }
-
-    /// A second copy of this queue, for a QP split into a send half and a
-    /// receive half: the same ring, doorbell record, BlueFlame registers
-    /// and slot table ([`Table`]), with its own copy of the indices. One
-    /// copy then posts (the send half's) and the other only retires (the
-    /// CQ owner's, between [`Self::open_window`] and
-    /// [`Self::close_window`]); each learns what the other did through
-    /// [`Self::consumed`] / [`Self::set_consumed`], which its owner passes
-    /// over an atomic (release store, acquire load).
-    ///
-    /// # Safety
-    /// The copies keep to those roles: only one of them posts or rings,
-    /// and neither resets, while both live; the rings stay valid until both
-    /// are dropped (`new`'s contract, for both).
-    pub unsafe fn split_copy(&self) -> SendQueue {
-        SendQueue {
-            // SAFETY: the same ring as `self.buf` (the caller's contract
-            // keeps it valid and says who writes it).
-            buf: unsafe {
-                RingBuf::from_raw(NonNull::new_unchecked(self.buf.as_ptr()), self.buf.len())
-            },
-            geo: self.geo,
-            // SAFETY: the caller's contract orders the copies' accesses.
-            slots: unsafe { self.slots.share() },
-            gate_open: self.gate_open,
-            ..*self
-        }
-    }
-
-    /// The consumer side's indices, packed for one atomic store: the
-    /// oldest outstanding WQE index (`tail`) in bits 32..64, the WRs
-    /// retired (modulo 2^32) in bits 0..32.
-    #[inline(always)]
-    pub fn consumed(&self) -> u64 {
-        (self.tail as u64) << 32 | self.retired as u64
-    }
-
-    /// Takes the consumer side's indices from the copy that retires
-    /// ([`Self::consumed`]): the room a post sees.
-    #[inline(always)]
-    pub fn set_consumed(&mut self, v: u64) {
-        self.tail = (v >> 32) as u32;
-        self.retired = v as u32;
-    }
-
-    /// On the copy that only retires: every WQE index of the ring's width
-    /// from `tail` on may be named by a CQE (the posting copy's producer
-    /// index is not known here; a CQE names only WQEs whose doorbell rang,
-    /// whose slots were written before it).
-    #[inline]
-    pub fn open_window(&mut self) {
-        self.pi = self.tail.wrapping_add(self.geo.wqe_cnt);
-        self.posted = self.retired.wrapping_add(self.max_post);
-    }
-
-    /// On the copy that only retires: no WQE outstanding, so that no
-    /// completion is taken outside [`Self::open_window`].
-    #[inline]
-    pub fn close_window(&mut self) {
-        self.pi = self.tail;
-        self.posted = self.retired;
-    }
-
-    /// The host side of moving the QP to RESET (after `ibv_modify_qp` to
-    /// RESET, as rdma-core's `mlx5_modify_qp` does): the SQ doorbell record,
-    /// producer and consumer indices, BlueFlame offset and every outstanding
-    /// WR are forgotten. Outstanding WRs produce no completion after this.
-    pub fn reset(&mut self) {
-        self.pi = 0;
-        self.tail = 0;
-        self.batch_start = self.no_bf;
-        self.batch_last = 0;
-        self.bf_offset = 0;
-        self.last_signaled = self.posted.wrapping_sub(1);
-        self.retired = self.posted;
-        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };
-    }
-
-    /// Test hook (feature `test-hooks`): moves an idle queue's producer
-    /// and consumer indices to `pi`, as if `pi` WQEBBs had been posted and
-    /// retired since RESET, so that tests reach the indices a long-lived QP
-    /// does (the ctrl segment's 16-bit `wqe_idx` and the doorbell record
-    /// wrapping at 2^16, the 32-bit index at 2^32) without posting 2^32
-    /// WQEs. Nothing is written to the ring or the doorbell record.
-    /// Returns `false`, changing nothing, while a WR is outstanding.
-    #[cfg(feature = "test-hooks")]
-    pub fn start_at(&mut self, pi: u32) -> bool {
-        if self.outstanding() != 0 {
-            return false;
-        }
-        self.pi = pi;
-        self.tail = pi;
-        self.batch_start = pi as u64 | self.no_bf;
-        self.batch_last = pi;
-        true
-    }
-
-    /// A copy of the whole SQ ring followed by the SQ doorbell record (4
-    /// bytes, big-endian as the device reads it), for tests and tools that
-    /// show a refused post wrote nothing. Allocates; not for the hot path.
-    pub fn snapshot(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.buf.len() + 4];
-        let n = self.buf.len();
-        self.buf.read_wrapping(0, &mut v[..n]);
-        // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract);
-        // word QP_DBREC_SQ is the SQ's.
-        let db = unsafe { mmio::read_dbrec(self.dbrec.add(QP_DBREC_SQ)) };
-        v[n..].copy_from_slice(&db.to_be_bytes());
-        v
     }
 }

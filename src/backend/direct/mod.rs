@@ -390,7 +390,9 @@ impl DirectQp {
 
     /// Sets the post mode, and with it the SQ's gate for the one-opcode
     /// posts (`SendQueue::set_gate`): open in [`PostMode::InPlace`] alone, so
-    /// that their one check of the WR limit also says the mode.
+    /// that their one check of the WR limit also says the mode; and the UD
+    /// posts' (`SendQueue::set_ud_gate`), open in [`PostMode::Ud`] without
+    /// CQ credits.
     /// A split QP posts nothing itself (its halves do): always checked.
     fn set_post_mode(&mut self, mode: PostMode) {
         let mode = if self.split.is_some() {
@@ -403,6 +405,9 @@ impl DirectQp {
             self.recv_in_place = false;
         }
         self.sq.set_gate(mode == PostMode::InPlace);
+        // The UD posts' gate: UD's mode, without CQ credits to take.
+        self.sq
+            .set_ud_gate(mode == PostMode::Ud && !self.count_credits);
     }
 
     /// [`Self::modify`] on the device.
