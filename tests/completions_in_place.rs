@@ -395,3 +395,142 @@ fn trace_shows_every_wqe_and_cqe() {
     assert!(cqes >= wantc);
     assert_eq!(undecodable, 0);
 }
+
+/// What a receive's completion says (every field; the QPNs as whether
+/// they are the receiver's and, in `src_qp`, the sender's, a fresh pair's
+/// QPNs being new ones).
+type RecvKey = (
+    u64,
+    WcStatus,
+    WcOpcode,
+    u32,
+    Option<u32>,
+    bool,
+    u32,
+    (bool, bool),
+);
+
+fn recv_key(c: &Completion, rx: u32, tx: u32) -> RecvKey {
+    (
+        c.wr_id,
+        c.status,
+        c.opcode,
+        c.byte_len,
+        c.imm,
+        c.qp_num == rx,
+        c.vendor_err,
+        (c.src_qp.qpn() == tx, c.src_qp.grh()),
+    )
+}
+
+/// The traffic of `receives_polled_one_by_one_and_in_batches_alike`'s
+/// `case` on a fresh pair, its receiver polled into slices of `slice`
+/// once all of its CQEs are there: the receiver's completions, and
+/// whether its RQ took `max_recv_wr` receives again after them (every
+/// receive retired).
+fn recv_case(e: &Env, case: &str, slice: usize) -> (Vec<RecvKey>, bool) {
+    let rsg = [Sge::new(&e.dst, 8192, 256).unwrap()];
+    let sg = [Sge::new(&e.src, 0, 100).unwrap()];
+    let to = remote(&e.dst, 0);
+    let ud = case == "ud";
+    let c = QpConfig {
+        // A CQ shallower than the WRs: the QP counts CQ credits.
+        cq_depth: (case == "credits").then_some(8),
+        qp_type: if ud { QpType::Ud } else { QpType::Rc },
+        ..cfg(16, 8)
+    };
+    let (mut a, mut b) = if ud {
+        let (mut a, mut b) = (e.pd.create_qp(&c).unwrap(), e.pd.create_qp(&c).unwrap());
+        a.ready_ud(0x1234).unwrap();
+        b.ready_ud(0x1234).unwrap();
+        (a, b)
+    } else {
+        e.pd.create_connected_pair(&c).unwrap()
+    };
+    let ah = e.pd.create_ah(&a.av_to(&b.endpoint())).unwrap();
+    let dest = UdDest {
+        ah: &ah,
+        remote_qpn: b.qp_num(),
+        qkey: 0x1234,
+    };
+    for i in 0..8 {
+        b.post_recv(&[RecvWr::new(100 + i, &rsg)]).unwrap();
+    }
+    if case == "swapped" {
+        // Receives complete as 1, 0, 3, 2, ...: the fast path declines.
+        b.sim_hook().unwrap().swap_recv_completions(true);
+    }
+    let k = if case == "flush" {
+        // Flushed receives: error CQEs, the general path's.
+        b.modify(QpState::Err, &QpAttr::default()).unwrap();
+        8
+    } else {
+        let wrs = if ud {
+            vec![
+                SendWr::ud_send(1, &sg, dest).signaled(),
+                SendWr::ud_send(2, &sg, dest).imm(7).signaled(),
+                SendWr::ud_send(3, &sg, dest).signaled().solicited(),
+                SendWr::ud_send(4, &sg, dest).imm(8).signaled(),
+            ]
+        } else {
+            vec![
+                SendWr::send(1, &sg).signaled(),
+                SendWr::send(2, &sg).imm(0x1234).signaled(),
+                SendWr::rdma_write(3, &sg, to).imm(0xabcd).signaled(),
+                SendWr::send(4, &sg).signaled().solicited(),
+            ]
+        };
+        for w in wrs.iter().chain(&wrs) {
+            a.post_send(std::slice::from_ref(w)).unwrap();
+        }
+        poll_n(&mut a, 8);
+        8
+    };
+    let t = Instant::now();
+    while !b.sim_hook().unwrap().cqes_ready(k) {
+        assert!(
+            t.elapsed() < PATIENCE,
+            "{case}: the receiver's CQEs never came"
+        );
+        std::thread::yield_now();
+    }
+    let mut got = Vec::new();
+    let mut wc = vec![Completion::default(); slice];
+    while got.len() < k as usize {
+        let n = b.poll(&mut wc).unwrap();
+        assert!(n > 0 && n <= slice, "{case}: the CQEs were there");
+        let (rx, tx) = (b.qp_num(), a.qp_num());
+        got.extend(wc[..n].iter().map(|c| recv_key(c, rx, tx)));
+    }
+    assert_eq!(b.poll(&mut wc).unwrap(), 0, "{case}: nothing more");
+    let room = case == "flush" || (0..8).all(|i| b.post_recv(&[RecvWr::new(i, &rsg)]).is_ok());
+    (got, room)
+}
+
+/// Issue 29's receive fast path against the general path. A poll into a
+/// one-entry slice takes one receive CQE of the QP's own RQ inline
+/// (`DirectQp::poll_cqes`: in order, successful, plain format), or
+/// declines it to the general path; a poll into a larger slice that
+/// finds two CQEs or more hands them all to `poll_more`, which gives a
+/// receive's to `poll_rest` (decoded). The same traffic both ways: the
+/// same completions, field by field, and every receive's room back, on
+/// RC (with and without immediate, a WRITE_IMM's), on UD (source QPN and
+/// GRH flag), on a QP that counts CQ credits, and in the fast path's
+/// decline cases: receives completing out of order, flush errors.
+#[test]
+fn receives_polled_one_by_one_and_in_batches_alike() {
+    let e = env();
+    for case in ["rc", "ud", "credits", "swapped", "flush"] {
+        let (one, room1) = recv_case(&e, case, 1);
+        let (many, room16) = recv_case(&e, case, 16);
+        println!("{case}: {one:?}");
+        assert_eq!(one, many, "{case}");
+        assert!(room1 && room16, "{case}: every receive retired");
+        assert_eq!(one.len(), 8, "{case}");
+        if case == "flush" {
+            assert!(one.iter().all(|c| !c.1.is_ok()), "{case}");
+        } else {
+            assert!(one.iter().all(|c| c.1.is_ok()), "{case}");
+        }
+    }
+}

@@ -351,6 +351,9 @@ pub(super) fn owned(op_own: u8, owner: u8) -> bool {
 /// base and the slot's offset kept in two (a register fewer for the
 /// straight-line poll around them).
 #[inline(always)]
+// (`nomem` is right: the asm passes the pointer's value along and reads
+// nothing through it.)
+#[allow(clippy::pointers_in_nomem_asm_block)]
 fn one_register(p: *const u8) -> *const u8 {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {

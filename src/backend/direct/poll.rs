@@ -661,6 +661,18 @@ impl DirectCq {
 mod tests {
     use super::*;
 
+    /// `plain_receive`'s one compare tells every `op_own` as the two tests
+    /// it replaced: opcode RESP_WR_IMM to RESP_SEND_INV, format bits clear.
+    #[test]
+    fn plain_receive_is_the_opcode_and_format_test() {
+        for op_own in 0..=255u8 {
+            let opcode = op_own >> 4;
+            let want = op_own & FORMAT == 0
+                && (CqeOpcode::RESP_WR_IMM.0..=CqeOpcode::RESP_SEND_INV.0).contains(&opcode);
+            assert_eq!(plain_receive(op_own), want, "op_own {op_own:#04x}");
+        }
+    }
+
     /// The receive of a peer's SEND_WITH_INV (CQE opcode RESP_SEND_INV,
     /// which ConnectX writes and the sim does not) is a RECV, as libmlx5
     /// reports it; it read as the requester opcode of byte 56 before
