@@ -430,21 +430,49 @@ impl DirectQp {
     /// [`CqCursor`]: mlx5_dv::driver::CqCursor
     #[inline(never)]
     fn poll_more<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+        self.poll_loop::<SLOT, false>(out, 0, None)
+    }
+
+    /// [`Self::poll_more`]'s loop, after `n` completions of a poll that
+    /// started at consumer index `from` (`None`: this one). Its common CQEs: a send's
+    /// completed without error, and with `RECV` a receive's of the QP's
+    /// own RQ in order ([`received_own`]). Without `RECV` (the loop a poll
+    /// of sends alone keeps lean), a CQE that may be such a receive
+    /// ([`plain_receive`]) is put back and the poll goes on with `RECV`.
+    #[inline(always)]
+    fn poll_loop<const SLOT: usize, const RECV: bool>(
+        &mut self,
+        out: &mut [Completion],
+        mut n: usize,
+        from: Option<u32>,
+    ) -> Result<usize> {
+        /// Where the loop stopped, if not at an empty CQ or a full `out`.
+        enum Stop {
+            /// At a CQE for `poll_rest`, taken and decoded.
+            Decoded(Cqe),
+            /// At a CQE put back, in another format (scatter-to-CQE data,
+            /// copied out by `poll_rest` from the slot; a compressed
+            /// session's title, expanded here or there).
+            PutBack,
+            /// (Without `RECV`) at a receive's, put back.
+            Recv,
+        }
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
+        let from = from.unwrap_or_else(|| own.cq.ci());
         let qpn = self.qpn;
-        let from = own.cq.ci();
-        let mut n = 0;
         loop {
             let mut cqes = own.cq.cursor::<SLOT>();
             let mut sq = self.sq.retirer();
-            let mut other = None;
+            let rq = &mut self.rq;
+            let mut stop = None;
             while n < out.len() {
                 let Some(cqe) = cqes.next_plain() else {
                     break;
                 };
-                if cqe.op_own() < COMMON_SEND_LIMIT {
+                let op_own = cqe.op_own();
+                if op_own < COMMON_SEND_LIMIT {
                     // The common CQE: a send completed without error.
                     match sq.complete(cqe.wqe_counter()) {
                         Some(Retired {
@@ -460,28 +488,40 @@ impl DirectQp {
                         // Stale: `retire` says so.
                         None => {}
                     }
+                } else if RECV {
+                    // (An SRQ's queue declines: it has no WQEs of its own.)
+                    if let Some(wr_id) = received_own(rq, cqe, op_own) {
+                        write_recv_completion(&mut out[n], wr_id, cqe, op_own, qpn);
+                        n += 1;
+                        continue;
+                    }
                 }
-                // Any other CQE is `poll_rest`'s: decoded, or, in another
-                // format (scatter-to-CQE data, copied out there from the
-                // slot; a compressed session's title, expanded here or
-                // there), put back and taken again.
-                other = Some(if cqe.op_own() & FORMAT != 0 {
+                stop = Some(if op_own & FORMAT != 0 {
                     cqes.put_back();
-                    None
+                    Stop::PutBack
+                } else if !RECV && plain_receive(op_own) {
+                    cqes.put_back();
+                    Stop::Recv
                 } else {
-                    Some(cqe.decode())
+                    Stop::Decoded(cqe.decode())
                 });
                 break;
             }
             drop((sq, cqes));
-            match other {
+            match stop {
                 None => break,
+                Some(Stop::Recv) => return self.poll_recvs::<SLOT>(out, n, from),
                 // A compressed session, now ordinary CQEs: this loop's.
-                Some(None) if own.cq.expand_title() => {}
-                Some(first) => return self.poll_rest::<SLOT>(out, n, first, from),
+                Some(Stop::PutBack) if own.cq.expand_title() => {}
+                Some(Stop::PutBack) => return self.poll_rest::<SLOT>(out, n, None, from),
+                Some(Stop::Decoded(c)) => return self.poll_rest::<SLOT>(out, n, Some(c), from),
             }
         }
         own.cq.polled(from);
+        if RECV {
+            self.publish_polled();
+            return Ok(n);
+        }
         // Only sends retired.
         let sends = self.sq.retired_count();
         if self.count_credits {
@@ -490,6 +530,18 @@ impl DirectQp {
         }
         self.progress.sends_retired(sends);
         Ok(n)
+    }
+
+    /// [`Self::poll_loop`] with receives, out of line: a poll of more than
+    /// one CQE that met a receive's.
+    #[inline(never)]
+    fn poll_recvs<const SLOT: usize>(
+        &mut self,
+        out: &mut [Completion],
+        n: usize,
+        from: u32,
+    ) -> Result<usize> {
+        self.poll_loop::<SLOT, true>(out, n, Some(from))
     }
 
     /// The rest of a poll that started at consumer index `from` and took
