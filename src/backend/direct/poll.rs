@@ -423,9 +423,11 @@ impl DirectQp {
     /// [`Self::poll_cqes`] saw two): the common CQEs in a loop that keeps
     /// the CQ and SQ state it uses in registers (copied into cursors,
     /// [`CqCursor`] and [`Retirer`], and written back after it) and calls
-    /// nothing; at any other CQE (taken, decoded), the poll goes on in
-    /// [`Self::poll_rest`]. Not for a split QP's copy, whose queues retire
-    /// nothing (its callers send that to [`Self::poll_general`]).
+    /// nothing ([`Self::poll_loop`]; from the first receive's CQE on, the
+    /// same loop taking receives too); at any other CQE (taken, decoded),
+    /// the poll goes on in [`Self::poll_rest`]. Not for a split QP's copy,
+    /// whose queues retire nothing (its callers send that to
+    /// [`Self::poll_general`]).
     ///
     /// [`CqCursor`]: mlx5_dv::driver::CqCursor
     #[inline(never)]
@@ -434,11 +436,12 @@ impl DirectQp {
     }
 
     /// [`Self::poll_more`]'s loop, after `n` completions of a poll that
-    /// started at consumer index `from` (`None`: this one). Its common CQEs: a send's
-    /// completed without error, and with `RECV` a receive's of the QP's
-    /// own RQ in order ([`received_own`]). Without `RECV` (the loop a poll
-    /// of sends alone keeps lean), a CQE that may be such a receive
-    /// ([`plain_receive`]) is put back and the poll goes on with `RECV`.
+    /// started at consumer index `from` (`None`: the one now). Its common
+    /// CQEs: a send's completed without error, and with `RECV` a
+    /// receive's of the QP's own RQ in order ([`received_own`]). Without
+    /// `RECV` (the loop a poll of sends alone keeps lean), a CQE that may
+    /// be such a receive ([`plain_receive`]) is put back and the poll
+    /// goes on with `RECV` ([`Self::poll_recvs`]).
     #[inline(always)]
     fn poll_loop<const SLOT: usize, const RECV: bool>(
         &mut self,
