@@ -395,3 +395,228 @@ fn trace_shows_every_wqe_and_cqe() {
     assert!(cqes >= wantc);
     assert_eq!(undecodable, 0);
 }
+
+/// What a receive's completion says (every field; the QPNs as whether
+/// they are the receiver's and, in `src_qp`, the sender's, a fresh pair's
+/// QPNs being new ones).
+type RecvKey = (
+    u64,
+    WcStatus,
+    WcOpcode,
+    u32,
+    Option<u32>,
+    bool,
+    u32,
+    (bool, bool),
+);
+
+fn recv_key(c: &Completion, rx: u32, tx: u32) -> RecvKey {
+    (
+        c.wr_id,
+        c.status,
+        c.opcode,
+        c.byte_len,
+        c.imm,
+        c.qp_num == rx,
+        c.vendor_err,
+        (c.src_qp.qpn() == tx, c.src_qp.grh()),
+    )
+}
+
+/// How `recv_case` polls its receiver.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Rx {
+    /// Its own CQ, into a one-entry slice: one CQE a poll, the inlined
+    /// poll's (`DirectQp::poll_cqes`).
+    One,
+    /// Its own CQ, into a slice of 16 once every CQE is there: the loop
+    /// of a poll of many (`poll_more`, its receives in `poll_recvs`).
+    Many,
+    /// A shared CQ: every CQE decoded and retired by the general path
+    /// (`DirectCq::take_shared`, `retire`).
+    Shared,
+}
+
+/// The traffic of `receives_polled_alike_by_the_fast_and_general_paths`'s
+/// `case` on a fresh pair whose receiver `rx` polls: the receiver's
+/// completions, and whether its RQ took 8 receives again after them
+/// (every receive retired, its CQ credits back).
+fn recv_case(e: &Env, case: &str, rx: Rx) -> (Vec<RecvKey>, bool) {
+    let rsg = [Sge::new(&e.dst, 8192, 256).unwrap()];
+    let sg = [Sge::new(&e.src, 0, 100).unwrap()];
+    let to = remote(&e.dst, 0);
+    let ud = case == "ud";
+    let c = QpConfig {
+        // A CQ shallower than the WRs: the QP counts CQ credits.
+        cq_depth: (case == "credits").then_some(8),
+        qp_type: if ud { QpType::Ud } else { QpType::Rc },
+        ..cfg(16, 8)
+    };
+    let mut a = e.pd.create_qp(&c).unwrap();
+    let (mut own, mut shared) = match rx {
+        Rx::Shared => {
+            // (A shared CQ always counts credits; its depth is its own.)
+            let mut cq = e.pd.create_shared_cq(c.cq_depth.unwrap_or(16)).unwrap();
+            let i = cq
+                .create_qp(&QpConfig {
+                    cq_depth: None,
+                    ..c
+                })
+                .unwrap();
+            (None, Some((cq, i)))
+        }
+        _ => (Some(e.pd.create_qp(&c).unwrap()), None),
+    };
+    let b = match (&mut own, &mut shared) {
+        (Some(q), _) => q,
+        (_, Some((cq, i))) => cq.qp_mut(*i),
+        _ => unreachable!(),
+    };
+    if ud {
+        a.ready_ud(0x1234).unwrap();
+        b.ready_ud(0x1234).unwrap();
+    } else {
+        Qp::connect_loopback(&mut a, b).unwrap();
+    }
+    let (rx_qpn, tx_qpn) = (b.qp_num(), a.qp_num());
+    let ah = e.pd.create_ah(&a.av_to(&b.endpoint())).unwrap();
+    let dest = UdDest {
+        ah: &ah,
+        remote_qpn: rx_qpn,
+        qkey: 0x1234,
+    };
+    for i in 0..8 {
+        b.post_recv(&[RecvWr::new(100 + i, &rsg)]).unwrap();
+    }
+    if case == "swapped" {
+        // Receives complete as 1, 0, 3, 2, ...: the fast paths decline.
+        b.sim_hook().unwrap().swap_recv_completions(true);
+    }
+    if case == "flush" {
+        // Flushed receives: error CQEs, the general path's.
+        b.modify(QpState::Err, &QpAttr::default()).unwrap();
+    } else {
+        let wrs = if ud {
+            vec![
+                SendWr::ud_send(1, &sg, dest).signaled(),
+                SendWr::ud_send(2, &sg, dest).imm(7).signaled(),
+                SendWr::ud_send(3, &sg, dest).signaled().solicited(),
+                SendWr::ud_send(4, &sg, dest).imm(8).signaled(),
+            ]
+        } else {
+            vec![
+                SendWr::send(1, &sg).signaled(),
+                SendWr::send(2, &sg).imm(0x1234).signaled(),
+                SendWr::rdma_write(3, &sg, to).imm(0xabcd).signaled(),
+                SendWr::send(4, &sg).signaled().solicited(),
+            ]
+        };
+        for (i, w) in wrs.iter().chain(&wrs).enumerate() {
+            a.post_send(std::slice::from_ref(w)).unwrap();
+            if case == "mixed" {
+                // The receiver's CQ: a receive's CQE, then a send's, in turn.
+                ready(b, 2 * i as u32 + 1);
+                let w = SendWr::rdma_write(200 + i as u64, &sg, to).signaled();
+                b.post_send(&[w]).unwrap();
+                ready(b, 2 * i as u32 + 2);
+            }
+        }
+        poll_n(&mut a, 8);
+    }
+    let k = if case == "mixed" { 16 } else { 8 };
+    let got = match (&mut own, &mut shared) {
+        (Some(b), _) => {
+            ready(b, k as u32);
+            let mut wc = vec![Completion::default(); if rx == Rx::One { 1 } else { 16 }];
+            let mut got = Vec::new();
+            while got.len() < k {
+                let n = b.poll(&mut wc).unwrap();
+                assert!(n > 0, "{case}: the CQEs were there");
+                got.extend_from_slice(&wc[..n]);
+            }
+            assert_eq!(b.poll(&mut wc).unwrap(), 0, "{case}: nothing more");
+            got
+        }
+        (_, Some((cq, _))) => poll_n_with(|wc| cq.poll(wc), k),
+        _ => unreachable!(),
+    };
+    let b = match (&mut own, &mut shared) {
+        (Some(q), _) => q,
+        (_, Some((cq, i))) => cq.qp_mut(*i),
+        _ => unreachable!(),
+    };
+    let room = case == "flush" || (0..8).all(|i| b.post_recv(&[RecvWr::new(i, &rsg)]).is_ok());
+    let got = got.iter().map(|c| recv_key(c, rx_qpn, tx_qpn)).collect();
+    (got, room)
+}
+
+/// Waits until `q`'s own CQ holds `k` CQEs not yet polled.
+fn ready(q: &mut Qp, k: u32) {
+    let t = Instant::now();
+    while !q.sim_hook().unwrap().cqes_ready(k) {
+        assert!(t.elapsed() < PATIENCE, "{k} CQEs never came");
+        std::thread::yield_now();
+    }
+}
+
+/// Issue 29's receive fast paths against the general path, on the same
+/// traffic: a QP's own CQ polled one CQE at a time (the inlined poll takes
+/// a receive of its own RQ in order, successful, in the plain format, or
+/// declines it to the general path), and into a larger slice once every
+/// CQE is there (the loop of a poll of many takes such receives too),
+/// against a QP on a shared CQ (every CQE decoded and retired by the
+/// general path). The same completions, field by field, and every
+/// receive's room back: on RC (with and without immediate, a
+/// WRITE_IMM's), on UD (source QPN and GRH flag), on a QP that counts CQ
+/// credits, and in the fast paths' decline cases: receives completing out
+/// of order, flush errors. And on a CQ where receives and sends
+/// complete in turn, the two fast paths alike.
+#[test]
+fn receives_polled_alike_by_the_fast_and_general_paths() {
+    let e = env();
+    let mut rc = Vec::new();
+    for case in ["rc", "ud", "credits", "swapped", "flush"] {
+        let general = if case == "swapped" {
+            // (No sim hook on a shared CQ's QP: the RC case's completions,
+            // in swapped pairs.)
+            rc.chunks(2)
+                .flat_map(|p: &[RecvKey]| [p[1], p[0]])
+                .collect()
+        } else {
+            let (general, room) = recv_case(&e, case, Rx::Shared);
+            assert!(room, "{case}: every receive retired");
+            general
+        };
+        println!("{case}: {general:?}");
+        assert_eq!(general.len(), 8, "{case}");
+        assert!(
+            general.iter().all(|c| c.1.is_ok() == (case != "flush")),
+            "{case}"
+        );
+        if case == "rc" {
+            rc = general.clone();
+        }
+        for rx in [Rx::One, Rx::Many] {
+            let (fast, room) = recv_case(&e, case, rx);
+            assert_eq!(fast, general, "{case}, {rx:?}");
+            assert!(room, "{case}, {rx:?}: every receive retired");
+        }
+    }
+    // Receives and sends in turn (own CQs only: a shared CQ's QP has no
+    // hook that tells its CQEs are there).
+    let (one, room1) = recv_case(&e, "mixed", Rx::One);
+    let (many, room16) = recv_case(&e, "mixed", Rx::Many);
+    assert_eq!(one, many, "mixed");
+    assert!(room1 && room16, "mixed: every receive retired");
+    let recvs: Vec<RecvKey> = one.iter().step_by(2).copied().collect();
+    assert_eq!(recvs, rc, "mixed: the receives");
+    let sends: Vec<(u64, WcStatus, WcOpcode)> = one[1..]
+        .iter()
+        .step_by(2)
+        .map(|c| (c.0, c.1, c.2))
+        .collect();
+    let want: Vec<_> = (200..208)
+        .map(|i| (i, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE))
+        .collect();
+    assert_eq!(sends, want, "mixed: the sends");
+}

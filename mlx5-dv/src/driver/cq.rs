@@ -15,9 +15,8 @@ pub struct CompletionQueue {
     /// Address of the `op_own` byte of slot 0 (byte 63 of the CQE proper,
     /// the last 64 bytes of the slot).
     op_own0: *const u8,
-    /// `cqe_cnt - 1` and `log2` of the slot size (6: 64 bytes, 7: 128).
+    /// `cqe_cnt - 1`.
     mask: u32,
-    slot_log: u32,
     /// `cqe_cnt * slot size - 1`.
     ring_mask: usize,
     /// `ring_mask + 1`: the owner bit of `at` (kept, so that a test of the
@@ -42,6 +41,21 @@ pub struct CompletionQueue {
     /// the arm sequence number (2 bits used), advanced per completion event.
     uar: *mut u8,
     arm_sn: u32,
+    /// `log2` of the slot size (6: 64 bytes, 7: 128).
+    slot_log: SlotLog,
+}
+
+/// `log2` of a CQ's slot size: 6 (64-byte CQEs) or 7 (128-byte slots, the
+/// CQE proper their second half). Two values of 16 bits: the most unused
+/// values of any field a struct holding a `CompletionQueue` is likely to
+/// have (a `bool` has 254), so that an `Option` of one takes them for
+/// `None` (rustc puts an enum's tag in the largest such niche), and its
+/// poll tells "a CQ, of 64-byte slots" in one compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+enum SlotLog {
+    S64 = 6,
+    S128 = 7,
 }
 
 /// [`CompletionQueue::polled`] writes the consumer-index record.
@@ -75,7 +89,7 @@ impl<const SLOT: usize> CqCursor<'_, SLOT> {
     /// The consumer index: the index of the CQE [`Self::next`] looks at.
     #[inline(always)]
     pub fn ci(&self) -> u32 {
-        (self.at >> self.cq.slot_log) as u32
+        (self.at >> self.cq.slot_log as u32) as u32
     }
 
     /// Puts back the CQE the last [`Self::next`] took (call it only after
@@ -195,6 +209,14 @@ impl<const SLOT: usize> Taken<'_, SLOT> {
         // the CqeRef (borrowing this, which borrows the CQ) lives. The slot
         // is `SLOT` bytes (`take` asserts it).
         unsafe { CqeRef::in_slot(self.p, self.op_own, SLOT) }
+    }
+
+    /// Whether the CQE after this one (at the consumer index) is
+    /// software-owned: [`CompletionQueue::has_cqe`], for a poll that asks
+    /// before it reads this one whether it takes more than one.
+    #[inline(always)]
+    pub fn next_owned(&self) -> bool {
+        self.cq.has_cqe()
     }
 
     /// Puts the CQE back: the consumer index goes back to it, and the next
@@ -324,6 +346,29 @@ pub(super) fn owned(op_own: u8, owner: u8) -> bool {
     ((op_own ^ owner).rotate_right(1) & 0xf8) < 0x78
 }
 
+/// `p`, as a value the compiler cannot take apart: a CQE's fields are
+/// then read at offsets from one register, rather than from the ring's
+/// base and the slot's offset kept in two (a register fewer for the
+/// straight-line poll around them).
+#[inline(always)]
+// (`nomem` is right: the asm passes the pointer's value along and reads
+// nothing through it.)
+#[allow(clippy::pointers_in_nomem_asm_block)]
+fn one_register(p: *const u8) -> *const u8 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let mut p = p;
+        // SAFETY: an empty instruction sequence (a comment): no memory,
+        // stack or flags touched; `p` comes out as it went in.
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) p, options(pure, nomem, nostack, preserves_flags))
+        };
+        p
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    p
+}
+
 // SAFETY: as for SendQueue.
 unsafe impl Send for CompletionQueue {}
 
@@ -351,7 +396,11 @@ impl CompletionQueue {
             // proper, is inside slot 0 of the CQ buffer.
             op_own0: unsafe { (cq.buf as *const u8).add(cq.cqe_size as usize - 1) },
             mask: cqe_cnt - 1,
-            slot_log: cq.cqe_size.trailing_zeros(),
+            slot_log: if cq.cqe_size == 64 {
+                SlotLog::S64
+            } else {
+                SlotLog::S128
+            },
             dbrec: cq.dbrec,
             ring_mask: cqe_cnt as usize * cq.cqe_size as usize - 1,
             ring_size: cqe_cnt as usize * cq.cqe_size as usize,
@@ -392,7 +441,7 @@ impl CompletionQueue {
     /// Consumer index.
     #[inline(always)]
     pub fn ci(&self) -> u32 {
-        (self.at >> self.slot_log) as u32
+        (self.at >> self.slot_log as u32) as u32
     }
 
     /// Test hook (feature `test-hooks`): moves the consumer index to `ci`,
@@ -402,7 +451,7 @@ impl CompletionQueue {
     /// polling 2^24 CQEs. Nothing is written to the doorbell record.
     #[cfg(any(test, feature = "test-hooks"))]
     pub fn start_at(&mut self, ci: u32) {
-        self.at = (ci as usize) << self.slot_log;
+        self.at = (ci as usize) << self.slot_log as u32;
     }
 
     /// The CQEs the CQ holds (`cqe_cnt`).
@@ -415,7 +464,7 @@ impl CompletionQueue {
     fn op_own_at(&self, i: u32) -> *const u8 {
         // A masked slot index: inside the CQ buffer (constructor contract).
         self.op_own0
-            .wrapping_add(((i & self.mask) as usize) << self.slot_log)
+            .wrapping_add(((i & self.mask) as usize) << self.slot_log as u32)
     }
 
     /// Whether the `k` CQEs from the consumer index on are software-owned
@@ -434,7 +483,7 @@ impl CompletionQueue {
                 return false;
             }
             mmio::from_device_barrier();
-            if self.slot_log == 6 && mini_cqe::is_title(op_own) {
+            if self.slot_log == SlotLog::S64 && mini_cqe::is_title(op_own) {
                 // SAFETY: a software-owned 64-byte CQE (tested above, before
                 // the barrier); its byte_cnt is bytes 44..48.
                 let n = unsafe { Cqe::decode_raw(self.op_own_at(i).sub(CQE64 - 1)) }.byte_cnt;
@@ -469,7 +518,7 @@ impl CompletionQueue {
     /// expansion refuses ([`crate::mini_cqe::expand_session`]'s errors).
     #[inline]
     pub fn expand_title(&mut self) -> bool {
-        if self.slot_log != 6 {
+        if self.slot_log != SlotLog::S64 {
             return false;
         }
         let at = self.at;
@@ -510,7 +559,7 @@ impl CompletionQueue {
         mmio::from_device_barrier();
         self.at = at.wrapping_add(SLOT);
         Some(Taken {
-            p: p.wrapping_sub(CQE64 - 1),
+            p: one_register(p.wrapping_sub(CQE64 - 1)),
             op_own,
             cq: self,
         })
@@ -554,7 +603,7 @@ impl CompletionQueue {
     /// [`Self::update_ci`]).
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
-        if self.slot_log == 6 {
+        if self.slot_log == SlotLog::S64 {
             self.cursor::<64>().next().map(|c| c.decode())
         } else {
             self.cursor::<128>().next().map(|c| c.decode())
@@ -586,7 +635,7 @@ impl CompletionQueue {
     #[inline(always)]
     pub fn slot_size(&self) -> usize {
         // (a compare, not a shift: the constructor allows these two only)
-        if self.slot_log == 6 {
+        if self.slot_log == SlotLog::S64 {
             64
         } else {
             128
@@ -625,7 +674,7 @@ impl CompletionQueue {
         let mut i = from;
         while i != self.ci() {
             let p = self.op_own_at(i);
-            let off = ((i & self.mask) as usize) << self.slot_log;
+            let off = ((i & self.mask) as usize) << self.slot_log as u32;
             // SAFETY: the 64 bytes of a CQE just polled (see `polled`).
             unsafe { crate::trace::polled(self.cqn, i, off, p.sub(CQE64 - 1)) };
             i = i.wrapping_add(1);

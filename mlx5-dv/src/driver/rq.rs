@@ -315,7 +315,16 @@ impl ReceiveQueue {
             return None;
         }
         // (An SRQ's queue has no WQEs of its own: head == tail, always.)
-        let wr_id = self.wr_id.get((tail & (self.wqe_cnt - 1)) as usize);
+        // SAFETY: `wr_id` has `wqe_cnt` entries (made so in `new`, shared
+        // unchanged by `split_copy`, never resized), and a queue with a
+        // receive outstanding (head != tail) is one with a ring, whose
+        // `wqe_cnt` is a power of two: the masked index is below it.
+        let wr_id = unsafe {
+            self.wr_id
+                .ptr()
+                .add((tail & (self.wqe_cnt - 1)) as usize)
+                .read()
+        };
         self.tail = tail.wrapping_add(1);
         Some(wr_id)
     }
