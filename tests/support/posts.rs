@@ -1,7 +1,7 @@
 //! Helpers of the one-opcode post tests (`posting_*.rs`, `completions.rs`,
-//! `transports.rs`, `srq.rs`): QP configs, WQE comparisons with `post_send`,
+//! `transports.rs`, `srq*.rs`): QP configs, WQE comparisons with `post_send`,
 //! a small RNG, refusals that write nothing.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
@@ -120,4 +120,19 @@ pub fn refused_at(qp: &mut Qp, what: &str, f: impl FnOnce(&mut Qp) -> Result<()>
         "refusal wrote ring bytes: {e}"
     );
     e
+}
+
+/// `n` one-SGE lists of `len` bytes each, back to back in `mr` (SRQ tests).
+pub fn srq_sges(mr: &Mr, n: usize, len: u32) -> Vec<[Sge<'_>; 1]> {
+    (0..n)
+        .map(|k| [Sge::new(mr, k * len as usize, len).unwrap()])
+        .collect()
+}
+
+/// One receive of each of `sges`, wr_ids from `base` on (SRQ tests).
+pub fn recvs<'a>(sges: &'a [[Sge<'a>; 1]], base: u64) -> Vec<RecvWr<'a>> {
+    sges.iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr::new(base + k as u64, s))
+        .collect()
 }
