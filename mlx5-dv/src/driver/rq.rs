@@ -349,6 +349,13 @@ impl ReceiveQueue {
         self.complete_own(wqe_counter)
     }
 
+    /// [`Self::complete`] on a QP on an SRQ ([`SrqSlots::complete`]);
+    /// `None` for a QP of its own RQ, as for a WQE the SRQ does not hold.
+    #[inline(always)]
+    pub fn complete_on_srq(&self, wqe_counter: u16) -> Option<u64> {
+        self.srq.as_ref()?.complete(wqe_counter)
+    }
+
     /// [`Self::complete`] on the QP's own RQ.
     #[inline(never)]
     fn complete_own(&mut self, wqe_counter: u16) -> Option<u64> {

@@ -46,23 +46,23 @@ const COMMON_SEND_LIMIT: u8 = 0x04;
 /// session's title. The fast paths take format 0 alone.
 const FORMAT: u8 = 0x0c;
 
-/// The receive a successful responder CQE of the plain format retires in
-/// the common case ([`ReceiveQueue::complete_in_order`] on the QP's own
-/// RQ; its slot on an SRQ), and its wr_id. `None`, having retired
-/// nothing, for any other CQE: an error, a compressed or scattering one,
-/// a receive out of order or stale (the general path's).
+/// The receive a successful responder CQE of the plain format retires on
+/// a QP on an SRQ (its slot: `SrqSlots::complete`), and its wr_id. `None`,
+/// having retired nothing, for any other CQE: an error, a compressed or
+/// scattering one, a stale one (the general path's), or a QP of its own
+/// RQ ([`received_own`]'s).
 #[inline(always)]
-fn received(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u64> {
+fn received_on_srq(rq: &ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u64> {
     if !plain_receive(op_own) {
         return None;
     }
-    if rq.is_srq() {
-        return rq.complete(cqe.wqe_counter());
-    }
-    rq.complete_in_order(cqe.wqe_counter())
+    rq.complete_on_srq(cqe.wqe_counter())
 }
 
-/// [`received`] on a QP's own RQ (not an SRQ: the caller tested it).
+/// The receive a successful responder CQE of the plain format retires on
+/// a QP's own RQ ([`ReceiveQueue::complete_in_order`]; the caller tested
+/// that it is not on an SRQ), and its wr_id; `None`, having retired
+/// nothing, as [`received_on_srq`] says, or for a receive out of order.
 #[inline(always)]
 fn received_own(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u64> {
     if !plain_receive(op_own) {
@@ -82,7 +82,8 @@ fn plain_receive(op_own: u8) -> bool {
     op_own.wrapping_sub(0x10) & 0xcc == 0
 }
 
-/// The completion of a receive [`received`] retired (`wr_id`) of QP
+/// The completion of a receive [`received_own`] or [`received_on_srq`]
+/// retired (`wr_id`) of QP
 /// `qpn`, as [`completion`] makes it, from the fields a receive needs and
 /// without a branch on the opcode: RESP_WR_IMM (1) is RECV_RDMA_WITH_IMM
 /// (129), the others RECV (128); the odd opcodes (RESP_WR_IMM,
@@ -364,8 +365,8 @@ impl DirectQp {
     /// A poll of a QP on an SRQ whose first CQE (at the consumer index,
     /// put back by [`Self::poll_cqes`], `again`: taken again without a
     /// second ownership test) is not a send's common CQE: a receive's in
-    /// the common case ([`received`]) is taken here, in straight-line
-    /// code; any other goes to [`Self::poll_general`]. One CQE only: a
+    /// the common case ([`received_on_srq`]) is taken here, in
+    /// straight-line code; any other goes to [`Self::poll_general`]. One CQE only: a
     /// second was not there when `poll_cqes` looked (the next poll takes
     /// it if it came since).
     #[inline(never)]
@@ -385,7 +386,7 @@ impl DirectQp {
         };
         let cqe = taken.cqe();
         let op_own = cqe.op_own();
-        let Some(wr_id) = received(&mut self.rq, cqe, op_own) else {
+        let Some(wr_id) = received_on_srq(&self.rq, cqe, op_own) else {
             taken.put_back();
             return self.poll_general::<SLOT>(out);
         };
