@@ -551,3 +551,137 @@ proptest::proptest! {
         model(count, 1 << stride_log, 1 + wr % (count - 1), &steps);
     }
 }
+
+/// The device on its own thread, following the ring's list from the
+/// doorbell record (acquire) as hardware does, while two threads complete
+/// what it took in any order and the poster posts in place and, every
+/// seventh receive, through the general path with two SGEs: the device
+/// finds each WQE it takes held and written with the receive posted next
+/// (so relinking never wrote a WQE the device may read), and each wr_id
+/// completes once. Under Miri its race detector checks the ring's plain
+/// writes and reads.
+#[test]
+fn device_thread_follows_the_list_while_others_complete() {
+    use std::collections::VecDeque;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+    let (count, stride, max_wr) = (8u32, 64u32, 7u32);
+    let posts: u64 = if cfg!(miri) { 40 } else { 20_000 };
+    let (mut mem, mut db) = ring(count, stride);
+    let (ring_at, db_at) = (mem.as_ptr() as usize, &*db as *const u32 as usize);
+    let mut q = srq(&mut mem, &mut db, count, stride);
+    let slots = q.slots().clone();
+    let took = Arc::new(Mutex::new(VecDeque::<(u16, u64)>::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let device = {
+        let (slots, took, done) = (slots.clone(), took.clone(), done.clone());
+        std::thread::spawn(move || {
+            let (mut at, mut seen, mut next_wr) = (0u32, 0u32, 0u64);
+            loop {
+                // SAFETY: the test's doorbell record, alive until joined.
+                let posted = unsafe { crate::mmio::read_dbrec(db_at as *const u32) };
+                if posted == seen & 0xffff {
+                    if done.load(Ordering::Acquire) && next_wr == posts {
+                        return;
+                    }
+                    std::thread::yield_now();
+                    continue;
+                }
+                assert!(slots.is_held(at as usize), "WQE {at} taken unheld");
+                let base = ring_at + (at * stride) as usize;
+                // SAFETY: WQE `at` of the ring, alive until joined; posted
+                // (the doorbell record's acquire orders its writes first).
+                let (next, data) = unsafe {
+                    (
+                        core::ptr::read(base as *const [u8; SRQ_NEXT_SEG]),
+                        core::ptr::read((base + SRQ_NEXT_SEG) as *const [u8; 16]),
+                    )
+                };
+                let d = crate::wqe::decode_data_seg(&data);
+                assert_eq!(d.addr >> 8, next_wr, "WQE {at}: the next receive posted");
+                took.lock().unwrap().push_back((at as u16, next_wr));
+                next_wr += 1;
+                seen += 1;
+                at = decode_srq_next_seg(&next) as u32;
+            }
+        })
+    };
+    let completers: Vec<_> = (0..2)
+        .map(|t| {
+            let (slots, took, done) = (slots.clone(), took.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                loop {
+                    let next = {
+                        let mut d = took.lock().unwrap();
+                        if t == 0 {
+                            d.pop_front()
+                        } else {
+                            d.pop_back()
+                        }
+                    };
+                    match next {
+                        Some((idx, wr_id)) => {
+                            assert_eq!(slots.complete(idx), Some(wr_id), "WQE {idx}");
+                            got.push(wr_id);
+                        }
+                        None if done.load(Ordering::Acquire) && got.len() as u64 >= posts => {
+                            return got
+                        }
+                        None if done.load(Ordering::Acquire) => {
+                            if slots.held() == 0 && took.lock().unwrap().is_empty() {
+                                return got;
+                            }
+                            std::thread::yield_now()
+                        }
+                        None => std::thread::yield_now(),
+                    }
+                }
+            })
+        })
+        .collect();
+    for wr_id in 0..posts {
+        let s = crate::wqe::Seg::data(wr_id << 8, 64, 0x200);
+        loop {
+            let ok = if wr_id % 7 == 3 {
+                let two = [
+                    DataSeg {
+                        addr: wr_id << 8,
+                        len: 8,
+                        lkey: 0x300,
+                    },
+                    DataSeg {
+                        addr: 1,
+                        len: 8,
+                        lkey: 0x301,
+                    },
+                ];
+                let room = q.outstanding() < max_wr && q.free() > 0;
+                if room {
+                    q.post(&two, wr_id).unwrap();
+                    q.ring_doorbell();
+                    q.refill(max_wr);
+                }
+                room
+            } else {
+                q.post_one_seg(&s, 0x200, wr_id)
+            };
+            if ok {
+                assert!(q.outstanding() <= max_wr);
+                break;
+            }
+            q.refill(max_wr);
+            std::thread::yield_now();
+        }
+    }
+    done.store(true, Ordering::Release);
+    device.join().unwrap();
+    let mut all: Vec<u64> = completers
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..posts).collect::<Vec<_>>());
+    assert_eq!(q.outstanding(), 0);
+    assert_eq!(q.free(), count - 1);
+}
