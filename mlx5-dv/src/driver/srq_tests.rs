@@ -376,10 +376,10 @@ fn lkeys_of(wr_id: u64, n: usize) -> Vec<u32> {
 fn model(count: u32, stride: u32, max_wr: u32, steps: &[Step]) {
     use std::collections::VecDeque;
     let (mut mem, mut db) = ring(count, stride);
-    let db_ptr: *const u32 = &*db;
-    let mut q = srq(&mut mem, &mut db, count, stride);
-    let mem_ptr: *const u64 = mem.as_ptr();
     let words = mem.len();
+    let mut q = srq(&mut mem, &mut db, count, stride);
+    // (The queue's own pointers: what it writes through.)
+    let (mem_ptr, db_ptr): (*const u64, *const u32) = (q.buf.as_ptr().cast(), q.dbrec);
     // SAFETY: the queue writes through its own pointers; the test reads
     // the same memory between calls (one thread).
     let snap = || unsafe { core::slice::from_raw_parts(mem_ptr, words) }.to_vec();
@@ -568,8 +568,9 @@ fn device_thread_follows_the_list_while_others_complete() {
     let (count, stride, max_wr) = (8u32, 64u32, 7u32);
     let posts: u64 = if cfg!(miri) { 40 } else { 20_000 };
     let (mut mem, mut db) = ring(count, stride);
-    let (ring_at, db_at) = (mem.as_ptr() as usize, &*db as *const u32 as usize);
     let mut q = srq(&mut mem, &mut db, count, stride);
+    // (The queue's own pointers: what it writes through.)
+    let (ring_at, db_at) = (q.buf.as_ptr() as usize, q.dbrec as usize);
     let slots = q.slots().clone();
     let took = Arc::new(Mutex::new(VecDeque::<(u16, u64)>::new()));
     let done = Arc::new(AtomicBool::new(false));
