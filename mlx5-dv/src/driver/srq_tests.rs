@@ -686,3 +686,69 @@ fn device_thread_follows_the_list_while_others_complete() {
     assert_eq!(q.outstanding(), 0);
     assert_eq!(q.free(), count - 1);
 }
+
+/// The verbs backend's use of the slots (`backend/verbs/srq.rs`): every
+/// slot posted (no tail), a free list of slots, `take_returned` clearing
+/// each word it takes; over many laps of a return queue as long as the
+/// slots (4) or longer (5 slots: 8 words), with completions on two
+/// threads in any order: each slot comes back once per post, with its
+/// wr_id, and none twice.
+#[test]
+fn verbs_style_free_list_over_many_laps() {
+    use std::collections::VecDeque;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+    for n in [4u32, 5] {
+        let posts: u64 = if cfg!(miri) { 30 } else { 20_000 };
+        let s = Arc::new(SrqSlots::new(n, 2));
+        let queue = Arc::new(Mutex::new(VecDeque::<(u16, u64)>::new()));
+        let done = Arc::new(AtomicBool::new(false));
+        let pollers: Vec<_> = (0..2)
+            .map(|t| {
+                let (s, queue, done) = (s.clone(), queue.clone(), done.clone());
+                std::thread::spawn(move || loop {
+                    let next = {
+                        let mut q = queue.lock().unwrap();
+                        if t == 0 {
+                            q.pop_front()
+                        } else {
+                            q.pop_back()
+                        }
+                    };
+                    match next {
+                        Some((i, wr_id)) => assert_eq!(s.complete(i), Some(wr_id)),
+                        None if done.load(Ordering::Acquire) => return,
+                        None => std::thread::yield_now(),
+                    }
+                })
+            })
+            .collect();
+        let (mut free, mut at): (Vec<u32>, u64) = ((0..n).collect(), 0);
+        for wr_id in 0..posts {
+            let i = loop {
+                while let Some(i) = s.take_returned(&mut at) {
+                    assert!(!free.contains(&i), "slot {i} returned twice");
+                    free.push(i);
+                }
+                match free.pop() {
+                    Some(i) => break i,
+                    None => std::thread::yield_now(),
+                }
+            };
+            s.give(i, wr_id, [wr_id as u32, !(wr_id as u32)].into_iter());
+            queue.lock().unwrap().push_back((i as u16, wr_id));
+        }
+        done.store(true, Ordering::Release);
+        for p in pollers {
+            p.join().unwrap();
+        }
+        while let Some(i) = s.take_returned(&mut at) {
+            assert!(!free.contains(&i), "slot {i} returned twice");
+            free.push(i);
+        }
+        free.sort_unstable();
+        assert_eq!(free, (0..n).collect::<Vec<_>>());
+        assert_eq!(s.completed() as u64, posts);
+        assert_eq!(s.held(), 0);
+    }
+}
