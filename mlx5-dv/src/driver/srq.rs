@@ -180,7 +180,7 @@ impl SrqSlots {
         // (A multiply, not a shift by log2(stride): x86 shifts by `cl` only.)
         let next_at = (idx as u64 * self.stride as u64) | SRQ_NEXT_WQE_INDEX as u64;
         w.store(
-            READY | next_at << 16 | idx.swap_bytes() as u64,
+            READY | next_at << 16 | idx.to_be() as u64,
             Ordering::Release,
         );
         Some(wr_id)
@@ -206,7 +206,7 @@ impl SrqSlots {
         }
         slot.store(0, Ordering::Relaxed);
         *at += 1;
-        Some((w as u16).swap_bytes() as u32)
+        Some(u16::from_be(w as u16) as u32)
     }
 
     /// The poster takes slot `idx` back before the device saw it (a post
