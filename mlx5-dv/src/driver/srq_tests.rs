@@ -252,6 +252,53 @@ fn concurrent_completions_are_each_returned_once() {
     assert_eq!(back, (0..64).collect::<Vec<_>>());
 }
 
+/// What a test's device holds: (WQE index, wr_id) pairs, in no fixed order.
+type Held = Arc<std::sync::Mutex<std::collections::VecDeque<(u16, u64)>>>;
+
+/// `n` threads completing what `held` names through `slots`, out of order
+/// (thread 0 from the front, the others from the back), each completion
+/// checked to return the wr_id posted into that WQE. They stop once `done`
+/// is set, `held` is empty and the device holds no WQE, and return the
+/// wr_ids they completed.
+fn completers(
+    n: usize,
+    slots: &Arc<SrqSlots>,
+    held: &Held,
+    done: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<u64>>> {
+    (0..n)
+        .map(|t| {
+            let (slots, held, done) = (slots.clone(), held.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                loop {
+                    let next = {
+                        let mut d = held.lock().unwrap();
+                        if t == 0 {
+                            d.pop_front()
+                        } else {
+                            d.pop_back()
+                        }
+                    };
+                    match next {
+                        Some((idx, wr_id)) => {
+                            assert_eq!(slots.complete(idx), Some(wr_id), "WQE {idx}");
+                            got.push(wr_id);
+                        }
+                        None if done.load(Ordering::Acquire)
+                            && slots.held() == 0
+                            && held.lock().unwrap().is_empty() =>
+                        {
+                            return got
+                        }
+                        None => std::thread::yield_now(),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
 /// The poster posts in place (refilling when its room runs out) while
 /// three threads play the device and complete what it posted, each taking
 /// WQEs in whatever order it finds them: every completion returns the
@@ -271,33 +318,7 @@ fn in_place_posts_with_completions_on_other_threads() {
     // What the device holds: (WQE index, wr_id), in no fixed order.
     let device = Arc::new(Mutex::new(VecDeque::<(u16, u64)>::new()));
     let done = Arc::new(AtomicBool::new(false));
-    let completers: Vec<_> = (0..3)
-        .map(|t| {
-            let (slots, device, done) = (slots.clone(), device.clone(), done.clone());
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                loop {
-                    // Take from the front or the back: completions out of order.
-                    let next = {
-                        let mut d = device.lock().unwrap();
-                        if t == 0 {
-                            d.pop_front()
-                        } else {
-                            d.pop_back()
-                        }
-                    };
-                    match next {
-                        Some((idx, wr_id)) => {
-                            assert_eq!(slots.complete(idx), Some(wr_id), "WQE {idx}");
-                            got.push(wr_id);
-                        }
-                        None if done.load(Ordering::Acquire) => return got,
-                        None => std::thread::yield_now(),
-                    }
-                }
-            })
-        })
-        .collect();
+    let completers = completers(3, &slots, &device, &done);
     let s = crate::wqe::Seg::data(0x1000, 64, 0x200);
     for wr_id in 0..posts {
         loop {
@@ -607,40 +628,7 @@ fn device_thread_follows_the_list_while_others_complete() {
             }
         })
     };
-    let completers: Vec<_> = (0..2)
-        .map(|t| {
-            let (slots, took, done) = (slots.clone(), took.clone(), done.clone());
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                loop {
-                    let next = {
-                        let mut d = took.lock().unwrap();
-                        if t == 0 {
-                            d.pop_front()
-                        } else {
-                            d.pop_back()
-                        }
-                    };
-                    match next {
-                        Some((idx, wr_id)) => {
-                            assert_eq!(slots.complete(idx), Some(wr_id), "WQE {idx}");
-                            got.push(wr_id);
-                        }
-                        None if done.load(Ordering::Acquire) && got.len() as u64 >= posts => {
-                            return got
-                        }
-                        None if done.load(Ordering::Acquire) => {
-                            if slots.held() == 0 && took.lock().unwrap().is_empty() {
-                                return got;
-                            }
-                            std::thread::yield_now()
-                        }
-                        None => std::thread::yield_now(),
-                    }
-                }
-            })
-        })
-        .collect();
+    let completers = completers(2, &slots, &took, &done);
     for wr_id in 0..posts {
         let s = crate::wqe::Seg::data(wr_id << 8, 64, 0x200);
         loop {
@@ -703,26 +691,7 @@ fn verbs_style_free_list_over_many_laps() {
         let s = Arc::new(SrqSlots::new(n, 2));
         let queue = Arc::new(Mutex::new(VecDeque::<(u16, u64)>::new()));
         let done = Arc::new(AtomicBool::new(false));
-        let pollers: Vec<_> = (0..2)
-            .map(|t| {
-                let (s, queue, done) = (s.clone(), queue.clone(), done.clone());
-                std::thread::spawn(move || loop {
-                    let next = {
-                        let mut q = queue.lock().unwrap();
-                        if t == 0 {
-                            q.pop_front()
-                        } else {
-                            q.pop_back()
-                        }
-                    };
-                    match next {
-                        Some((i, wr_id)) => assert_eq!(s.complete(i), Some(wr_id)),
-                        None if done.load(Ordering::Acquire) => return,
-                        None => std::thread::yield_now(),
-                    }
-                })
-            })
-            .collect();
+        let pollers = completers(2, &s, &queue, &done);
         let (mut free, mut at): (Vec<u32>, u64) = ((0..n).collect(), 0);
         for wr_id in 0..posts {
             let i = loop {
