@@ -31,6 +31,8 @@ int main(void) {
     F(mlx5dv_ah, av); F(mlx5dv_ah, comp_mask);
     printf("mlx5_wqe_av %zu\n", sizeof(struct mlx5_wqe_av));
     printf("mlx5_wqe_av.dqp_dct %zu\n", offsetof(struct mlx5_wqe_av, dqp_dct));
+    F(mlx5_wqe_av, key); F(mlx5_wqe_av, key.qkey.qkey); F(mlx5_wqe_av, key.dc_key);
+    printf("mlx5_wqe_av.key.size %zu\n", sizeof(((struct mlx5_wqe_av *)0)->key));
     printf("MLX5_EXTENDED_UD_AV %u\n", (unsigned)MLX5_EXTENDED_UD_AV);
     printf("mlx5_cqe64.flags_rqpn %zu\n", offsetof(struct mlx5_cqe64, flags_rqpn));
     printf("mlx5dv_obj %zu\n", sizeof(struct mlx5dv_obj));
@@ -132,6 +134,15 @@ fn ours() -> Vec<(String, usize)> {
     // source-QPN word.
     v.push(("mlx5_wqe_av".into(), mlx5_dv::wqe::DATAGRAM_SEG));
     v.push(("mlx5_wqe_av.dqp_dct".into(), mlx5_dv::wqe::AV_DQP_DCT));
+    // The key union the UD writer puts the qkey in (bytes 0..4) and the DC
+    // writer the DC key (bytes 0..8): it ends where `dqp_dct` starts.
+    v.push(("mlx5_wqe_av.key".into(), mlx5_dv::wqe::AV_KEY));
+    v.push(("mlx5_wqe_av.key.qkey.qkey".into(), mlx5_dv::wqe::AV_KEY));
+    v.push(("mlx5_wqe_av.key.dc_key".into(), mlx5_dv::wqe::AV_KEY));
+    v.push((
+        "mlx5_wqe_av.key.size".into(),
+        mlx5_dv::wqe::AV_DQP_DCT - mlx5_dv::wqe::AV_KEY,
+    ));
     v.push((
         "MLX5_EXTENDED_UD_AV".into(),
         mlx5_dv::wqe::EXTENDED_UD_AV as usize,

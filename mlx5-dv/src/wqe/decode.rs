@@ -2,8 +2,8 @@
 //! trace see it.
 
 use super::segments::{
-    decode_atomic_seg, decode_ctrl_seg, decode_data_seg, decode_inline_hdr, decode_raddr_seg,
-    inline_ds,
+    decode_atomic_seg, decode_ctrl_seg, decode_data_seg, decode_datagram_seg,
+    decode_dc_datagram_seg, decode_inline_hdr, decode_raddr_seg, inline_ds, DatagramDest, DcDest,
 };
 use super::{AtomicSeg, DataSeg, RemoteSeg};
 use crate::prm::{CtrlFlags, WqeOpcode, DS, WQEBB};
@@ -53,17 +53,30 @@ pub struct DecodedWqe {
     pub atomic: Option<AtomicSeg>,
     /// Where the payload segments sit.
     pub payload: DecodedPayload,
-    /// A UD WQE's datagram segment: its ring offset (48 bytes, wrapping).
+    /// A UD or DC WQE's datagram segment: its ring offset (48 bytes; it
+    /// never crosses the ring's end, [`super::Datagram`]).
     pub datagram: Option<usize>,
 }
 
 impl DecodedWqe {
-    /// The datagram segment of a UD WQE (`None` for others).
+    /// The datagram segment of a UD or DC WQE (`None` for others).
     pub fn av(&self, sq: &RingBuf<'_>) -> Option<[u8; super::DATAGRAM_SEG]> {
         let off = self.datagram?;
         let mut b = [0u8; super::DATAGRAM_SEG];
         sq.read_wrapping(off, &mut b);
         Some(b)
+    }
+
+    /// A DC WQE's destination ([`decode_dc_datagram_seg`] of its datagram
+    /// segment: the DCT number and DC key); `None` for a WQE decoded without one.
+    pub fn dc_dest(&self, sq: &RingBuf<'_>) -> Option<DcDest> {
+        self.av(sq).map(|b| decode_dc_datagram_seg(&b))
+    }
+
+    /// A UD WQE's destination ([`decode_datagram_seg`]: remote QPN and
+    /// qkey); `None` for a WQE decoded without a datagram segment.
+    pub fn ud_dest(&self, sq: &RingBuf<'_>) -> Option<DatagramDest> {
+        self.av(sq).map(|b| decode_datagram_seg(&b))
     }
 
     /// WQEBBs this WQE occupies.
@@ -135,6 +148,18 @@ pub fn decode_send_wqe(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32) -> Result<Decode
 /// [`decode_send_wqe`] of a UD QP's SQ: a datagram segment (3 DS) follows
 /// the ctrl segment.
 pub fn decode_ud_send_wqe(
+    sq: &RingBuf<'_>,
+    wqe_cnt: u32,
+    pi: u32,
+) -> Result<DecodedWqe, DecodeError> {
+    decode_in(sq, wqe_cnt, pi, true)
+}
+
+/// [`decode_send_wqe`] of a DCI's SQ: a DC WQE has the same layout as a
+/// UD one (ctrl, the 48-byte datagram segment, then the operation's
+/// segments as RC's: raddr, atomic, data or inline), for every operation.
+/// [`DecodedWqe::dc_dest`] reads its destination (DCT number and DC key).
+pub fn decode_dc_send_wqe(
     sq: &RingBuf<'_>,
     wqe_cnt: u32,
     pi: u32,

@@ -5,7 +5,7 @@
 use super::segments::{
     ctrl_stored, inline_ds, put_stored, write_inline_hdr, CtrlQpn, Seg, ATOMIC_SIZE,
 };
-use super::{AtomicSeg, Payload, SendWqe, SqGeometry, WqeError, Written};
+use super::{AtomicSeg, Datagram, Payload, SendWqe, SqGeometry, WqeError, Written};
 use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG, MAX_DS, WQEBB};
 use crate::ring::RingBuf;
 
@@ -39,8 +39,14 @@ pub(crate) fn wqe_size_within(
         return Err(WqeError::UnsupportedOpcode(op.0));
     }
     let mut ds = 1u32;
-    if wqe.datagram.is_some() {
-        if !matches!(op, WqeOpcode::SEND | WqeOpcode::SEND_IMM) {
+    if let Some(d) = wqe.datagram {
+        // UD: SEND and SEND_IMM; DC: every operation but NOP (rdma-core
+        // `MLX5_SUPPORTED_SEND_OPS_FLAGS_UD` / `..._DCI`).
+        let ok = match d {
+            Datagram::Ud(_) => matches!(op, WqeOpcode::SEND | WqeOpcode::SEND_IMM),
+            Datagram::Dc(_) => op != WqeOpcode::NOP,
+        };
+        if !ok {
             return Err(WqeError::UnsupportedOpcode(op.0));
         }
         ds += (super::DATAGRAM_SEG / DS) as u32;
@@ -327,17 +333,18 @@ pub(crate) unsafe fn copy_inline(src: *const u8, dst: *mut u8, len: usize) {
 unsafe fn write_linear(dst: *mut u8, ctrl: [u64; 2], wqe: &SendWqe<'_>) -> usize {
     // SAFETY: (whole body) each segment is written at the offset, and with
     // the length, that `wqe_size` counted into `ds`: ctrl, the datagram
-    // segment of a UD WQE (3 DS), then raddr when
+    // segment of a UD or DC WQE (3 DS), then raddr when
     // the opcode has one, then atomic + data, or the inline segment (4-byte
     // header and the bytes), or one data segment per non-empty SGE. So every
     // write is inside `dst[..ds * 16]`. Each segment is its encoder's
-    // (`segments`). A UD WQE's datagram segment comes finished
-    // (`SendWqe::datagram`, as `datagram_seg` makes it): it is copied.
+    // (`segments`). A UD or DC WQE's datagram segment comes finished
+    // (`SendWqe::datagram`, as `datagram_seg` / `dc_datagram_seg` make
+    // it): it is copied.
     unsafe {
         put_stored(dst, ctrl);
         let mut p = dst.add(DS);
-        if let Some(av) = wqe.datagram {
-            core::ptr::copy_nonoverlapping(av.as_ptr(), p, super::DATAGRAM_SEG);
+        if let Some(d) = wqe.datagram {
+            core::ptr::copy_nonoverlapping(d.bytes().as_ptr(), p, super::DATAGRAM_SEG);
             p = p.add(super::DATAGRAM_SEG);
         }
         if let (true, Some(r)) = (wqe.opcode.has_raddr(), wqe.remote) {

@@ -1,6 +1,6 @@
-//! WQE encoding: ctrl, remote-address, atomic, data and inline segments; the
-//! writer that places one whole send WQE into an SQ ring at producer index
-//! `pi`; and receive WQEs.
+//! WQE encoding: ctrl, datagram (UD and DC), remote-address, atomic, data
+//! and inline segments; the writer that places one whole send WQE into an
+//! SQ ring at producer index `pi`; and receive WQEs.
 //!
 //! Layouts (`docs/prm.md`; rdma-core `mlx5dv.h`
 //! `struct mlx5_wqe_ctrl_seg` / `mlx5_wqe_raddr_seg` / `mlx5_wqe_data_seg` /
@@ -9,7 +9,9 @@
 //! ```text
 //! ctrl   0: opmod<<24 | wqe_idx<<8 | opcode   4: qpn<<8 | ds   8: signature, rsvd, rsvd
 //!       11: fm_ce_se                         12: immediate
-//! av     0: qkey (4)  4: rsvd (4)  8: dqp_dct: 0x80000000 | remote QPN  12: stat_rate_sl
+//! av     0: key: UD qkey (4), rsvd (4); DC dc_key (8)
+//!        8: dqp_dct: UD = 0x80000000 | remote QPN; DC |= 0x80000000 | DCT number
+//!       12: stat_rate_sl
 //!       13: fl_mlid  14: rlid (2)  16: rsvd (4)  20: rmac (6)  26: tclass  27: hop_limit
 //!       28: grh_gid_fl (4)  32: rgid (16)
 //! raddr  0: remote address (8)    8: rkey (4)    12: reserved 0 (4)
@@ -22,9 +24,11 @@
 //! (every writer of WQE bytes uses it, the ring driver's in-place posts
 //! included) and the segment decoders; `encode` writes whole send WQEs into
 //! a ring; `recv` writes receive WQEs and decodes them (RQ and SRQ);
-//! `decode` reads a send WQE back. Everything is used from here
+//! `decode` reads a send WQE back (RC, UD, DC). Everything is used from here
 //! (`crate::wqe::*`).
 
+#[cfg(test)]
+mod dc_tests;
 mod decode;
 mod encode;
 mod recv;
@@ -34,7 +38,10 @@ mod segments;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload, DecodedWqe};
+pub use decode::{
+    decode_dc_send_wqe, decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload,
+    DecodedWqe,
+};
 pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
 pub use encode::{wqe_size, write_send_wqe};
 pub(crate) use recv::write_recv_segs;
@@ -43,9 +50,10 @@ pub use recv::{
     RECV_END, SRQ_NEXT_SEG, SRQ_NEXT_WQE_INDEX,
 };
 pub use segments::{
-    atomic_seg, ctrl_seg, data_seg, datagram_seg, decode_atomic_seg, decode_ctrl_seg,
-    decode_data_seg, decode_datagram_seg, decode_inline_hdr, decode_raddr_seg, inline_ds,
-    inline_hdr, raddr_seg, CtrlFields, DatagramDest, Seg, ATOMIC_SIZE,
+    atomic_seg, ctrl_seg, data_seg, datagram_seg, dc_datagram_seg, decode_atomic_seg,
+    decode_ctrl_seg, decode_data_seg, decode_datagram_seg, decode_dc_datagram_seg,
+    decode_inline_hdr, decode_raddr_seg, inline_ds, inline_hdr, raddr_seg, CtrlFields,
+    DatagramDest, DcDest, Seg, ATOMIC_SIZE,
 };
 pub(crate) use segments::{
     ctrl_stored, put_stored, qpn_word, write_datagram, write_inline_hdr, CtrlQpn,
@@ -118,17 +126,57 @@ pub struct SendWqe<'a> {
     pub atomic: Option<AtomicSeg>,
     /// The data or inline segments.
     pub payload: Payload<'a>,
-    /// UD: the 48-byte datagram segment (`struct mlx5_wqe_datagram_seg`,
-    /// the AV: qkey at 0, remote QPN | `MLX5_EXTENDED_UD_AV` at 8, ...),
-    /// written right after the ctrl segment (3 DS).
-    pub datagram: Option<&'a [u8; DATAGRAM_SEG]>,
+    /// UD and DC: the finished 48-byte datagram segment (`struct
+    /// mlx5_wqe_datagram_seg`, the AV with its key and `dqp_dct` patched in:
+    /// [`datagram_seg`] for UD, [`dc_datagram_seg`] for DC), written right
+    /// after the ctrl segment (3 DS) and before the operation's segments
+    /// (rdma-core `_mlx5_post_send` and the `ibv_wr_*` builders: ctrl,
+    /// datagram, raddr, atomic, data or inline). `None` for RC.
+    pub datagram: Option<Datagram<'a>>,
 }
 
-/// Bytes of a UD WQE's datagram segment (`struct mlx5_wqe_av`, 3 DS).
+/// A WQE's finished datagram segment and the transport it is for, which
+/// decides the opcodes [`wqe_size`] takes with it.
+///
+/// The segment lies at WQE bytes 16..64: a WQE starts at a WQEBB boundary
+/// and ctrl (16 bytes) plus the datagram segment (48) fill its first WQEBB
+/// exactly, so the datagram segment never crosses the ring's end; the
+/// segments after it may (they continue at the ring's start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Datagram<'a> {
+    /// UD (`IBV_QPT_UD`): SEND and SEND_IMM only (rdma-core
+    /// `MLX5_SUPPORTED_SEND_OPS_FLAGS_UD`); the segment as [`datagram_seg`]
+    /// makes it (qkey at bytes 0..4, remote QPN at 8..12).
+    Ud(&'a [u8; DATAGRAM_SEG]),
+    /// DC, on a DCI: every operation RC has (rdma-core
+    /// `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI` = `..._RC`): SEND, SEND_IMM,
+    /// RDMA_WRITE, RDMA_WRITE_IMM, RDMA_READ, ATOMIC_CS, ATOMIC_FA; not NOP.
+    /// The segment as [`dc_datagram_seg`] makes it (DC key at bytes 0..8,
+    /// DCT number at 8..12).
+    Dc(&'a [u8; DATAGRAM_SEG]),
+}
+
+impl<'a> Datagram<'a> {
+    /// The segment's 48 bytes, as they go into the WQE.
+    #[inline(always)]
+    pub fn bytes(self) -> &'a [u8; DATAGRAM_SEG] {
+        match self {
+            Datagram::Ud(b) | Datagram::Dc(b) => b,
+        }
+    }
+}
+
+/// Bytes of a UD or DC WQE's datagram segment (`struct mlx5_wqe_av`, 3 DS).
 pub const DATAGRAM_SEG: usize = 48;
 
-/// Offset of the AV's `dqp_dct` word (the remote QPN, big-endian): after
-/// the 8-byte key union (qkey in bytes 0..4).
+/// Offset of the AV's 8-byte `key` union (`struct mlx5_wqe_av`): UD's
+/// `key.qkey.qkey` (4 bytes, big-endian; then 4 reserved) or DC's
+/// `key.dc_key` (8 bytes, big-endian).
+pub const AV_KEY: usize = 0;
+
+/// Offset of the AV's `dqp_dct` word (big-endian; UD: the remote QPN, DC:
+/// the DCT number, each in the low 24 bits): after the 8-byte key union
+/// ([`AV_KEY`]).
 pub const AV_DQP_DCT: usize = 8;
 
 /// `MLX5_EXTENDED_UD_AV`: OR-ed into the AV's `dqp_dct` word, the
@@ -229,7 +277,15 @@ pub enum WqeError {
         /// Ring length in bytes.
         ring_len: usize,
     },
-    /// An opcode (the `u8`) this encoder does not write.
+    /// A DCT number wider than 24 bits (the low 24 bits of the AV's
+    /// `dqp_dct` word hold it; [`dc_datagram_seg`]).
+    #[error("DCT number {dctn:#x} does not fit 24 bits")]
+    DctnTooWide {
+        /// The DCT number given.
+        dctn: u32,
+    },
+    /// An opcode (the `u8`) this encoder does not write (or not with this
+    /// transport: [`Datagram`]).
     #[error("opcode {0:#04x} is not supported by this encoder")]
     UnsupportedOpcode(u8),
     /// Fewer WQEBBs are free in the SQ than the WQE needs.

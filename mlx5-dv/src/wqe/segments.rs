@@ -16,7 +16,8 @@
 //! atomic (struct mlx5_wqe_atomic_seg) 0: swap_add (8)  8: compare (8)
 //! data   (struct mlx5_wqe_data_seg)   0: byte_count (4)  4: lkey (4)  8: addr (8)
 //! inline (struct mlx5_wqe_inline_seg) 0: MLX5_INLINE_SEG | byte_count (4), then the bytes
-//! datagram (struct mlx5_wqe_av, 48)   0: qkey (4)  8: dqp_dct: MLX5_EXTENDED_UD_AV | QPN (4)
+//! datagram (struct mlx5_wqe_av, 48)   UD: 0: qkey (4)    8: dqp_dct = MLX5_EXTENDED_UD_AV | QPN (4)
+//!                                     DC: 0: dc_key (8)  8: dqp_dct |= MLX5_EXTENDED_UD_AV | DCTN (4)
 //! ```
 //!
 //! A 16-byte segment is built in registers as a [`Seg`], two 64-bit
@@ -24,7 +25,9 @@
 //! assembling it in a stack array first would make a later 16-byte reload
 //! of the array miss store forwarding.
 
-use super::{AtomicSeg, DataSeg, RemoteSeg, AV_DQP_DCT, DATAGRAM_SEG, EXTENDED_UD_AV};
+use super::{
+    AtomicSeg, DataSeg, RemoteSeg, WqeError, AV_DQP_DCT, AV_KEY, DATAGRAM_SEG, EXTENDED_UD_AV,
+};
 use crate::prm::{CtrlFlags, WqeOpcode, DS, INLINE_SEG};
 
 /// One 16-byte WQE segment, held as the two 64-bit values whose
@@ -357,7 +360,11 @@ pub(crate) unsafe fn write_inline_hdr(dst: *mut u8, len: u32) {
 /// 48 bytes, 3 DS) at `dst`: the address handle's AV `av` with `qkey` at
 /// bytes 0..4 and `remote_qpn`'s low 24 bits `| MLX5_EXTENDED_UD_AV` at
 /// `dqp_dct`, bytes 8..12, patched in, big-endian (rdma-core
-/// `set_datagram_seg`).
+/// `set_datagram_seg`). Bytes 4..8 (the key union's reserved half) are
+/// the AV's.
+///
+/// `dqp_dct` is overwritten: whatever the AV held in bytes 8..12 is gone
+/// (DC's [`write_dc_datagram`] ORs into it instead).
 ///
 /// # Safety
 /// `dst` must be valid for 48 bytes of writes, not overlapping `av`.
@@ -409,4 +416,97 @@ pub fn datagram_seg(av: &[u8; DATAGRAM_SEG], remote_qpn: u32, qkey: u32) -> [u8;
     // SAFETY: `s` is 48 bytes of ours, apart from `av`.
     unsafe { write_datagram(s.as_mut_ptr(), av, remote_qpn, qkey) };
     s
+}
+
+/// Stores a DC WQE's datagram segment (`struct mlx5_wqe_datagram_seg`, 48
+/// bytes, 3 DS) at `dst`, as rdma-core's `mlx5_send_wr_set_dc_addr`
+/// (`providers/mlx5/qp.c`) makes it: the address handle's AV `av`, then
+///
+/// - bytes 0..8 (`key.dc_key`, the whole 8-byte key union): `dc_key`,
+///   big-endian; where UD has the qkey in bytes 0..4 and leaves 4..8 as
+///   the AV had them, DC replaces all 8;
+/// - bytes 8..12 (`dqp_dct`, big-endian): the AV's own word **OR**
+///   `dctn | MLX5_EXTENDED_UD_AV`. Unlike UD ([`write_datagram`], which
+///   overwrites the word), every bit the AV had set there stays set: bits
+///   24..30 (byte 8's low 7 bits) pass through unchanged, bit 31 ends up
+///   set, and bits 0..23 become the AV's bits OR `dctn`. An AV from
+///   `mlx5_create_ah` has bits 0..23 clear, so they are the DCT number; an
+///   AV with any of them set gives a different DCT number, as libmlx5's
+///   would (this writer matches its bytes for every AV).
+///
+/// Bytes 12..48 (rate, SL, LIDs, MAC, GRH) are the AV's.
+///
+/// # Safety
+/// `dst` must be valid for 48 bytes of writes, not overlapping `av`; and
+/// `dctn` must fit 24 bits (checked in debug builds; [`dc_datagram_seg`]
+/// refuses one that does not).
+#[inline(always)]
+pub(crate) unsafe fn write_dc_datagram(
+    dst: *mut u8,
+    av: &[u8; DATAGRAM_SEG],
+    dctn: u32,
+    dc_key: u64,
+) {
+    debug_assert!(dctn <= 0xff_ffff, "DCT number {dctn:#x} over 24 bits");
+    let word: [u8; 4] = av[AV_DQP_DCT..AV_DQP_DCT + 4].try_into().unwrap();
+    let dqp_dct = u32::from_be_bytes(word) | dctn | EXTENDED_UD_AV;
+    // SAFETY: the caller's guarantee: 48 bytes from `dst`, apart from `av`;
+    // the two patches are at bytes 0..8 and 8..12 of them.
+    unsafe {
+        core::ptr::copy_nonoverlapping(av.as_ptr(), dst, DATAGRAM_SEG);
+        dst.add(AV_KEY)
+            .cast::<u64>()
+            .write_unaligned(dc_key.to_be());
+        dst.add(AV_DQP_DCT)
+            .cast::<u32>()
+            .write_unaligned(dqp_dct.to_be());
+    }
+}
+
+/// The datagram segment of a DC WQE, as bytes ([`write_dc_datagram`]'s
+/// layout: `dc_key` big-endian at bytes 0..8, `dqp_dct` at 8..12 the AV's
+/// word OR `dctn | MLX5_EXTENDED_UD_AV`, bytes 12..48 the AV's), for
+/// [`super::SendWqe::datagram`] as [`super::Datagram::Dc`].
+///
+/// # Errors
+/// [`WqeError::DctnTooWide`] when `dctn` does not fit 24 bits (libmlx5
+/// would OR its high bits into byte 8's flags); no segment is made.
+#[inline]
+pub fn dc_datagram_seg(
+    av: &[u8; DATAGRAM_SEG],
+    dctn: u32,
+    dc_key: u64,
+) -> Result<[u8; DATAGRAM_SEG], WqeError> {
+    if dctn > 0xff_ffff {
+        return Err(WqeError::DctnTooWide { dctn });
+    }
+    let mut s = [0u8; DATAGRAM_SEG];
+    // SAFETY: `s` is 48 bytes of ours, apart from `av`; `dctn` fits 24 bits.
+    unsafe { write_dc_datagram(s.as_mut_ptr(), av, dctn, dc_key) };
+    Ok(s)
+}
+
+/// Where a DC datagram segment sends ([`decode_dc_datagram_seg`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcDest {
+    /// Bytes 8..12 (`dqp_dct`, big-endian), low 24 bits: the DCT number.
+    pub dctn: u32,
+    /// Bytes 0..8 (`key.dc_key`, big-endian): the DC access key.
+    pub dc_key: u64,
+}
+
+/// Decodes the destination of a DC datagram segment (`struct
+/// mlx5_wqe_datagram_seg`, big-endian): the DC key at bytes 0..8 and the
+/// DCT number in the low 24 bits of `dqp_dct` at 8..12; `dqp_dct`'s bits
+/// 24..31 (`MLX5_EXTENDED_UD_AV` and the AV's own) are not part of it. The
+/// inverse of [`dc_datagram_seg`] for an AV whose `dqp_dct` bits 0..23 are
+/// clear.
+#[inline]
+pub fn decode_dc_datagram_seg(av: &[u8; DATAGRAM_SEG]) -> DcDest {
+    let key: [u8; 8] = av[AV_KEY..AV_KEY + 8].try_into().unwrap();
+    let w: [u8; 4] = av[AV_DQP_DCT..AV_DQP_DCT + 4].try_into().unwrap();
+    DcDest {
+        dctn: u32::from_be_bytes(w) & 0xff_ffff,
+        dc_key: u64::from_be_bytes(key),
+    }
 }

@@ -593,7 +593,7 @@ fn ud_send_carries_its_datagram_segment() {
         lkey: 0x77,
     }];
     let wqe = SendWqe {
-        datagram: Some(&av),
+        datagram: Some(Datagram::Ud(&av)),
         atomic: None,
         opcode: WqeOpcode::SEND,
         flags: CtrlFlags::CQ_UPDATE,
@@ -616,6 +616,11 @@ fn ud_send_carries_its_datagram_segment() {
     let sq = RingBuf::from_slice(&mut mem).unwrap();
     let back = decode_ud_send_wqe(&sq, 8, 7).unwrap();
     assert_eq!(back.av(&sq), Some(av));
+    let dest = Some(DatagramDest {
+        qkey: 0x0102_0304,
+        remote_qpn: 0x4321,
+    });
+    assert_eq!(back.ud_dest(&sq), dest);
     assert_eq!(back.sge(&sq, 0), Some(d[0]));
     assert_eq!(back.ds, 5);
     // A UD WQE is SEND or SEND_IMM only.
