@@ -2,6 +2,7 @@
 //! doorbell record, one at a time (malformed ones, RNR retries, ERR flushes),
 //! with the requester's CQEs; each WQE decoded and handed to its opcode.
 
+use super::dc::{find_dct, DcRole};
 use super::ops::{atomic, rdma_read, rdma_write, rdma_write_imm, send, Exec, MAX_WQE};
 use super::recv::flush_recv;
 use super::{QpState, QpType, State, RNR_DELAY};
@@ -10,7 +11,7 @@ use crate::doorbell::QP_DBREC_SQ;
 use crate::mmio;
 use crate::prm::{CqeOpcode, CtrlFlags, Syndrome, WqeOpcode, DS, WQEBB};
 use crate::ring::RingBuf;
-use crate::wqe::{decode_send_wqe, decode_ud_send_wqe};
+use crate::wqe::{decode_dc_datagram_seg, decode_dc_send_wqe, decode_send_wqe, decode_ud_send_wqe};
 
 /// One pass over every QP; returns how many WQEs ran.
 pub(super) fn run_all(st: &mut State) -> usize {
@@ -204,9 +205,12 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
     let n = (ds * DS).min(N).min(q.sq_wqe_cnt as usize * WQEBB);
     q.sq.read_wrapping(slot, &mut wqe[..n]);
     let ud = q.qp_type == QpType::Ud;
+    let dci = q.dc == Some(DcRole::Dci);
     let (decoded, av) = {
         let ring = RingBuf::from_slice(&mut wqe).expect("a power of two of at least 64 bytes");
-        let d = if ud {
+        let d = if dci {
+            decode_dc_send_wqe(&ring, (N / WQEBB) as u32, 0)
+        } else if ud {
             decode_ud_send_wqe(&ring, (N / WQEBB) as u32, 0)
         } else {
             decode_send_wqe(&ring, (N / WQEBB) as u32, 0)
@@ -218,7 +222,18 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
     let b = &wqe[..];
-    if let Some(av) = av {
+    if dci {
+        // DC: the datagram segment names the DCT; the operation then runs
+        // as RC's with that DCT as the DCI's peer (kept after the WQE: the
+        // DCI's current connection, whose RNR timer a retry waits).
+        let Some(av) = av else {
+            return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
+        };
+        match find_dct(st, decode_dc_datagram_seg(&av)) {
+            Ok(dct) => st.qps.get_mut(&qpn).expect("qp").peer = Some(dct),
+            Err(syn) => return Exec::Err(syn),
+        }
+    } else if let Some(av) = av {
         return super::ud::ud_send(st, qpn, &w, b, &av);
     }
     let connected_only = matches!(

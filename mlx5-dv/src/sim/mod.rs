@@ -20,6 +20,13 @@
 //! and leaves remote memory untouched. A QP in ERR flushes every WQE posted to
 //! it with WR_FLUSH_ERR (0x05), signaled or not.
 //!
+//! DC (`dc`): a DCT ([`Device::create_dct`]) on an SRQ and a CQ, keyed,
+//! RESET -> INIT -> RTR only, its number ([`Qp::dctn`]) given at RTR; a
+//! DCI ([`Device::create_dci`]) whose WQEs each name a DCT by number and
+//! key and then run as RC's against it (SENDs into its SRQ, naming the
+//! DCI in the CQE's `flags_rqpn`). A WQE naming no DCT in RTR completes
+//! with [`DC_ADDRESS_SYNDROME`] (the sim's choice) and delivers nothing.
+//!
 //! How it touches registered memory: an MR registered *owned*
 //! ([`Device::reg_mr_owned`]: the host's `LocalMr`, which moves into the QP
 //! with the WR naming it) is read and written plainly (memcpy), because
@@ -36,7 +43,7 @@
 //! handles ([`Cq`], [`Qp`]); `thread` runs the device thread; `exec`
 //! executes an SQ's WQEs (RNR retries, errors, requester CQEs), `ops` each
 //! opcode (DMA, the responder's checks), `recv` the responder's receive
-//! queue; `cq` also writes CQEs and raises events, `session` holds runs of
+//! queue; `ud` UD's datagrams, `dc` DC's targets and initiators; `cq` also writes CQEs and raises events, `session` holds runs of
 //! them as compressed sessions on a CQ that compresses (the sim's model of
 //! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to memory.
 //!
@@ -45,6 +52,7 @@
 
 mod channel;
 mod cq;
+mod dc;
 mod dma;
 mod exec;
 mod ops;
@@ -58,6 +66,7 @@ mod ud;
 
 pub use channel::Channel;
 pub use cq::Cq;
+pub use dc::DC_ADDRESS_SYNDROME;
 pub use qp::{Qp, BF_OFFSET, BF_SIZE};
 pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
 pub use thread::{device_cpu, device_threads};
@@ -269,6 +278,9 @@ struct QpEntry {
     req_inline: Option<scatter::InlineData>,
     /// CQEs written for this QP with data in them (responder and requester).
     scatter_cqes: u64,
+    /// DC (`dc.rs`): a DCI or a DCT; `None` for RC, UC and UD. Both keep
+    /// `qp_type` RC: the operations run as RC's between the DCI and the DCT.
+    dc: Option<dc::DcRole>,
 }
 
 struct SrqEntry {
@@ -509,6 +521,10 @@ impl Device {
     }
 }
 
+#[cfg(test)]
+mod dc_shared_tests;
+#[cfg(test)]
+mod dc_tests;
 #[cfg(test)]
 mod srq_tests;
 #[cfg(test)]

@@ -55,7 +55,10 @@ fn deliver(
             return Exec::Err(req);
         }
         complete_recv(st, peer, idx, resp_cqe(CqeOpcode::RESP_ERR, 0, 0, resp));
-        st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+        if !super::dc::is_dct(st, peer) {
+            // (A DCT stays in RTR for its other DCIs: `dc.rs`.)
+            st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
+        }
         Exec::Err(req)
     };
     let (opcode, imm) = match (data.is_some(), imm) {
@@ -90,6 +93,8 @@ fn deliver(
     }
     let c = Cqe {
         solicited,
+        // A DCT's receive names its requester, the DCI, as UD's does.
+        flags_rqpn: if super::dc::is_dct(st, peer) { qpn } else { 0 },
         ..resp_cqe(opcode, byte_cnt, imm, Syndrome(0))
     };
     match inline {
@@ -283,8 +288,9 @@ fn responder_check(
     if ok {
         return Ok(());
     }
-    if st.qps[&qpn].qp_type == QpType::Rc {
-        // (UC: the responder drops the packet; its state does not change.)
+    if st.qps[&qpn].qp_type == QpType::Rc && !super::dc::is_dct(st, peer) {
+        // (UC: the responder drops the packet; its state does not change.
+        // A DCT stays in RTR for its other DCIs: `dc.rs`.)
         st.qps.get_mut(&peer).expect("peer").state = QpState::Err;
     }
     Err(Syndrome::REMOTE_ACCESS_ERR)

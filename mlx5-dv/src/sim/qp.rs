@@ -71,7 +71,7 @@ impl Device {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn create_qp_in(
+    pub(super) fn create_qp_in(
         &self,
         pd: u32,
         cq: &Cq,
@@ -157,6 +157,7 @@ impl Device {
                 scatter_req: false,
                 req_inline: None,
                 scatter_cqes: 0,
+                dc: None,
             },
         );
         Ok(Qp {
@@ -166,7 +167,7 @@ impl Device {
     }
 }
 
-/// A sim RC QP; destroyed on drop.
+/// A sim QP (RC, UC, UD, or DC's DCI or DCT: `dc.rs`); destroyed on drop.
 pub struct Qp {
     pub(super) dev: Device,
     pub(super) qpn: u32,
@@ -178,7 +179,8 @@ pub const BF_OFFSET: usize = 0x800;
 pub const BF_SIZE: u32 = 256;
 
 impl Qp {
-    /// The QP number (24 bits).
+    /// The QP number (24 bits). For a DCT, the sim's number for the
+    /// object, which DCIs may address only once [`Self::dctn`] gives it.
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -206,6 +208,20 @@ impl Qp {
         };
         d.sqn = self.qpn;
         d.rqn = self.qpn;
+        let empty = mlx5dv_wq {
+            buf: std::ptr::null_mut(),
+            wqe_cnt: 0,
+            stride: 0,
+        };
+        match q.dc {
+            // A DCT has no SQ and no RQ of its own; a DCI no RQ.
+            Some(super::dc::DcRole::Dct { .. }) => {
+                d.sq = empty;
+                d.rq = empty;
+            }
+            Some(super::dc::DcRole::Dci) => d.rq = empty,
+            None => {}
+        }
         d
     }
 
@@ -263,7 +279,7 @@ impl Qp {
         q.sq.write(off, src);
     }
 
-    fn modify(&self, to: QpState, f: impl FnOnce(&mut QpEntry)) -> Result<(), SimError> {
+    pub(super) fn modify(&self, to: QpState, f: impl FnOnce(&mut QpEntry)) -> Result<(), SimError> {
         let mut st = self.dev.lock();
         let q = st
             .qps
@@ -278,7 +294,7 @@ impl Qp {
                 | (QpState::Sqd, QpState::Rts)
                 | (_, QpState::Reset)
                 | (_, QpState::Err)
-        );
+        ) && super::dc::dc_allows(q.dc, q.state, to);
         if !ok {
             return Err(SimError::BadTransition { from: q.state, to });
         }
@@ -344,8 +360,16 @@ impl Qp {
         dest_qpn: u32,
         min_rnr_delay: std::time::Duration,
     ) -> Result<(), SimError> {
-        if !self.dev.lock().qps.contains_key(&dest_qpn) {
-            return Err(SimError::NoSuchQp(dest_qpn));
+        {
+            let st = self.dev.lock();
+            let Some(dest) = st.qps.get(&dest_qpn) else {
+                return Err(SimError::NoSuchQp(dest_qpn));
+            };
+            if dest.dc.is_some() || st.qps.get(&self.qpn).is_some_and(|q| q.dc.is_some()) {
+                return Err(SimError::Unsupported {
+                    what: "a connected peer on a DC QP (a DCI's WQEs name their DCT)",
+                });
+            }
         }
         self.modify(QpState::Rtr, |q| {
             q.peer = Some(dest_qpn);

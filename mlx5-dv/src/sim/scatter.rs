@@ -125,7 +125,9 @@ impl Qp {
     /// sets `cs_res`), `requester` for small READ responses and atomic
     /// results of signaled WQEs (taken on RC only: the kernel sets `cs_req`
     /// when the QP has `sq_sig_all` or `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`).
-    /// Returns what is in force, `(responder, requester)`.
+    /// Ignored on a DCI or a DCT (the sim models no DCT with
+    /// `MLX5_VENDOR_CAP_FLAGS_SCAT2CQE_DCT`). Returns what is in force,
+    /// `(responder, requester)`.
     ///
     /// Errors: [`SimError::BadTransition`] outside RESET (a creation
     /// attribute: nothing changes); [`SimError::NoSuchQp`].
@@ -145,8 +147,12 @@ impl Qp {
                 to: q.state,
             });
         }
-        q.scatter_resp = responder && matches!(q.qp_type, QpType::Rc | QpType::Uc);
-        q.scatter_req = requester && q.qp_type == QpType::Rc;
+        // Never on DC: rdma-core (`verbs.c`) clears MLX5_QP_FLAG_SCATTER_CQE
+        // for a DCI and for a DCT without MLX5_VENDOR_CAP_FLAGS_SCAT2CQE_DCT
+        // (and UCX PR #5052 found 32-byte scatter wrong on DC).
+        let dc = q.dc.is_some();
+        q.scatter_resp = responder && !dc && matches!(q.qp_type, QpType::Rc | QpType::Uc);
+        q.scatter_req = requester && !dc && q.qp_type == QpType::Rc;
         Ok((q.scatter_resp, q.scatter_req))
     }
 
