@@ -13,8 +13,9 @@
  * the oracle"). Everything not set here is zero, as calloc leaves it: then
  * `shut_up_bf` is 0, `dbg_fp` NULL and every spinlock single-threaded.
  *
- * Made to grow: the ibv_wr_* / mlx5dv_wr_* builders (DC, memory windows)
- * need a fake `ibv_qp_ex` over the same `struct mlx5_qp`; po_qp holds it.
+ * The ibv_wr_* / mlx5dv_wr_* builders are dc.c's: a DCI of its own (its
+ * `ibv_qp_ex` is the `struct mlx5_qp`'s, as here); memory windows would
+ * follow that pattern.
  */
 #include <errno.h>
 #include <stdint.h>

@@ -183,12 +183,97 @@ pub fn check_abi() -> Result<(), String> {
         ("po_sq_state", size_of::<po_sq_state>()),
         ("po_sge", size_of::<po_sge>()),
     ];
+    // SAFETY: a pure function of its argument.
+    sizes_agree(&ours, |i| unsafe { po_abi_size(i) })
+}
+
+/// Whether each `(name, size)` of `ours`, the `i`th, has the size `c_size(i)`
+/// gives for its C struct, else which one does not.
+fn sizes_agree(ours: &[(&str, usize)], c_size: impl Fn(i32) -> u32) -> Result<(), String> {
     for (i, (name, size)) in ours.iter().enumerate() {
-        // SAFETY: a pure function of its argument.
-        let c = unsafe { po_abi_size(i as i32) } as usize;
+        let c = c_size(i as i32) as usize;
         if c != *size {
             return Err(format!("{name}: {size} bytes in Rust, {c} in C"));
         }
     }
     Ok(())
+}
+
+// -- The DCI of `harness/dc.c` (libmlx5's ibv_wr_* / mlx5dv_wr_* builders) --
+
+/// One SGE, or one inline buffer (`addr`, `length`), of a [`po_dc_wr`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct po_dc_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// One DC work request as `harness/dc.c` `po_dci_post` takes it: the
+/// builder of `opcode` (`enum ibv_wr_opcode`), `mlx5dv_wr_set_dc_addr`
+/// with an AH holding `av`, and the data setter `setter` names.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct po_dc_wr {
+    pub wr_id: u64,
+    pub sg_list: *const po_dc_sge,
+    pub av: *const u8,
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub dc_key: u64,
+    pub opcode: u32,
+    pub wr_flags: u32,
+    pub imm: u32,
+    pub num_sge: u32,
+    pub rkey: u32,
+    pub dctn: u32,
+    pub setter: u32,
+    pub addr_first: u32,
+}
+
+/// A DCI's ring, doorbell record, BlueFlame registers and limits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct po_dci_cfg {
+    pub sq_buf: *mut c_void,
+    pub dbrec: *mut u32,
+    pub bf_reg: *mut c_void,
+    pub sq_wqe_cnt: u32,
+    pub sq_cur_post: u32,
+    pub sq_max_post: u32,
+    pub sq_max_gs: u32,
+    pub max_inline: u32,
+    pub qpn: u32,
+    pub sq_sig_all: u32,
+    pub prefer_bf: u32,
+    pub bf_size: u32,
+    pub pad: u32,
+}
+
+/// Opaque: `harness/dc.c`'s `struct po_dci`.
+#[repr(C)]
+pub struct po_dci {
+    _p: [u8; 0],
+}
+
+extern "C" {
+    pub fn po_dci_new(cfg: *const po_dci_cfg) -> *mut po_dci;
+    pub fn po_dci_free(d: *mut po_dci);
+    pub fn po_dci_post(d: *mut po_dci, w: *const po_dc_wr, n: u32) -> i32;
+    pub fn po_dci_state(d: *const po_dci, cur_post: *mut u32, head: *mut u32, bf_offset: *mut u32);
+    pub fn po_dci_wrid(d: *const po_dci, i: u32) -> u64;
+    pub fn po_dc_abi_size(which: i32) -> u32;
+}
+
+/// [`check_abi`] for the DCI's mirrors (`po_dc_abi_size`).
+pub fn check_dc_abi() -> Result<(), String> {
+    let ours = [
+        ("po_dc_sge", size_of::<po_dc_sge>()),
+        ("po_dc_wr", size_of::<po_dc_wr>()),
+        ("po_dci_cfg", size_of::<po_dci_cfg>()),
+    ];
+    // SAFETY: a pure function of its argument.
+    sizes_agree(&ours, |i| unsafe { po_dc_abi_size(i) })
 }

@@ -171,28 +171,11 @@ pub fn wr(s: &mut impl Source, cfg: &SqConfig, arena_base: u64) -> Wr {
             lkey: s.next_u64() as u32,
         });
     } else if inline {
-        let room = (ds_room * 16).saturating_sub(4).min(cfg.max_inline);
-        let total = match s.range(0, 4) {
-            0 => room,
-            1 => 0,
-            _ => s.range(0, room as u64) as u32,
-        };
-        let parts = s.range(1, 4) as u32;
-        let mut left = total;
-        for k in 0..parts {
-            let len = if k + 1 == parts {
-                left
-            } else {
-                s.range(0, left as u64) as u32
-            };
-            left -= len;
-            let off = s.range(0, (ARENA as u32 - len) as u64);
-            sges.push(Sge {
-                addr: arena_base + off,
-                len,
-                lkey: s.next_u64() as u32,
-            });
-        }
+        sges = inline_sges(
+            s,
+            (ds_room * 16).saturating_sub(4).min(cfg.max_inline),
+            arena_base,
+        );
     } else {
         let n = s.range(0, ds_room.min(32) as u64);
         for _ in 0..n {
@@ -236,4 +219,34 @@ pub fn wr_list(s: &mut impl Source, cfg: &SqConfig, arena_base: u64) -> Vec<Wr> 
         _ => s.range(1, most),
     };
     (0..n).map(|_| wr(s, cfg, arena_base)).collect()
+}
+
+/// The SGEs of an inline WR: a payload of `room` bytes, none, or a random
+/// length below `room`, split into 1 to 3 buffers (some possibly empty)
+/// at random places of the case's arena (at `arena_base`, [`ARENA`]
+/// bytes), each with a random lkey (an inline WR's lkeys are not read).
+pub fn inline_sges(s: &mut impl Source, room: u32, arena_base: u64) -> Vec<Sge> {
+    let total = match s.range(0, 4) {
+        0 => room,
+        1 => 0,
+        _ => s.range(0, room as u64) as u32,
+    };
+    let parts = s.range(1, 4) as u32;
+    let mut left = total;
+    let mut sges = Vec::new();
+    for k in 0..parts {
+        let len = if k + 1 == parts {
+            left
+        } else {
+            s.range(0, left as u64) as u32
+        };
+        left -= len;
+        let off = s.range(0, (ARENA as u32 - len) as u64);
+        sges.push(Sge {
+            addr: arena_base + off,
+            len,
+            lkey: s.next_u64() as u32,
+        });
+    }
+    sges
 }

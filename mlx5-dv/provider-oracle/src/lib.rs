@@ -25,8 +25,12 @@
 //! - [`recv`]: RQs and SRQs of ours and the provider's.
 //! - [`send`]: an SQ of ours and one of the provider's over identical
 //!   rings, and the comparison.
+//! - [`dc`]: DC WQEs: a DCI of ours and one of the provider's, driven
+//!   through libmlx5's `ibv_wr_*` / `mlx5dv_wr_*` builders
+//!   (`harness/dc.c`), and the comparison.
 
 pub mod cqe;
+pub mod dc;
 #[cfg(provider_oracle)]
 pub mod ffi;
 pub mod gen;

@@ -4,7 +4,7 @@
 //! provider).
 
 use crate::ffi::*;
-use crate::wr::{Op, Sge, Wr};
+use crate::wr::{Sge, Wr};
 
 /// `sges` as `po_sge`s.
 pub fn po_sges(sges: &[Sge]) -> Vec<po_sge> {
@@ -20,19 +20,8 @@ pub fn po_sges(sges: &[Sge]) -> Vec<po_sge> {
 /// The harness's form of `w`, pointing at `sges` (its SGEs) and `av` (its
 /// UD address vector), which the caller keeps alive.
 pub fn send_wr(w: &Wr, sges: &[po_sge], av: Option<&[u8; 48]>) -> po_send_wr {
-    let (raddr, rkey, compare_add, swap) = match w.op {
-        Op::Write { raddr, rkey } | Op::WriteImm { raddr, rkey, .. } | Op::Read { raddr, rkey } => {
-            (raddr, rkey, 0, 0)
-        }
-        Op::CmpSwap {
-            raddr,
-            rkey,
-            compare,
-            swap,
-        } => (raddr, rkey, compare, swap),
-        Op::FetchAdd { raddr, rkey, add } => (raddr, rkey, add, 0),
-        Op::Send | Op::SendImm { .. } => (0, 0, 0, 0),
-    };
+    let (raddr, rkey) = w.op.remote().unwrap_or((0, 0));
+    let (compare_add, swap) = w.op.atomic_args();
     po_send_wr {
         wr_id: w.wr_id,
         sg_list: sges.as_ptr(),
@@ -42,10 +31,7 @@ pub fn send_wr(w: &Wr, sges: &[po_sge], av: Option<&[u8; 48]>) -> po_send_wr {
         swap,
         opcode: w.op.ibv(),
         send_flags: w.ibv_flags(),
-        imm: match w.op {
-            Op::SendImm { imm } | Op::WriteImm { imm, .. } => imm,
-            _ => 0,
-        },
+        imm: w.op.imm(),
         num_sge: sges.len() as u32,
         rkey,
         remote_qpn: w.ud.map_or(0, |u| u.remote_qpn),

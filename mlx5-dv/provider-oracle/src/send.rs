@@ -120,7 +120,7 @@ impl SqMem {
         }
     }
 
-    fn outcome(&self, refused_at: usize, pi: u32) -> Outcome {
+    pub(crate) fn outcome(&self, refused_at: usize, pi: u32) -> Outcome {
         let d = self.dbrec.bytes();
         Outcome {
             refused_at,
@@ -323,6 +323,11 @@ pub enum Allowed {
     /// The compare operand of a FETCH_ADD's atomic segment (bytes 8..16):
     /// the provider never writes it; the device ignores it.
     FetchAddCompare,
+    /// The immediate of a ctrl segment (bytes 12..16) whose opcode has
+    /// none: libmlx5's `ibv_wr_*` builders never write it
+    /// (`_common_wqe_init_op` zeroes ctrl bytes 8..12 only; `mlx5_post_send`
+    /// writes 0); the device ignores it. DC WQEs only (`crate::dc`).
+    BuilderImm,
 }
 
 /// One byte that differs.
@@ -407,6 +412,53 @@ pub fn differences(
         ));
         return (bad, 0);
     }
+    let ring_t = theirs.ring.bytes();
+    let allowed = allowed_bytes(
+        ring_t,
+        cfg.wqe_cnt,
+        cfg.start_pi,
+        t.pi,
+        cfg.qp_type == QPT_UD,
+    );
+    bad.extend(outcome_diffs(
+        cfg,
+        &o,
+        &t,
+        ours.ring.bytes(),
+        ring_t,
+        &allowed,
+        wrs.len(),
+        |i| wrs[i].inline && wrs[i].inline_len() > 0,
+    ));
+    (bad, t.pi.wrapping_sub(cfg.start_pi))
+}
+
+/// What differs between our outcome `o` and the provider's `t` of one
+/// list of `n` WRs posted in `cfg.batches(n)` over rings `ring_o` and
+/// `ring_t`, but for the `allowed` bytes: the producer index, the
+/// doorbell record, each doorbell's BlueFlame register and the whole ring
+/// (at most 13 ring bytes told). `inline_copied(i)`: whether the provider
+/// copies a one-WR batch whose WR is `i` to BlueFlame as an inline WQE.
+///
+/// BlueFlame, per doorbell (the first at offset 0, the next in the
+/// other half: `offset ^= bf_size`): the first 8 bytes (the last WQE's
+/// ctrl segment) always; the whole register where the provider copied
+/// the WQE too (one WR, inline or prefer_bf, more than one DS, at most
+/// `BF_SIZE` bytes). Else our copy of the whole WQE is docs/prm.md's row
+/// "BlueFlame for one WQE that is not inline". The copy carries the
+/// WQE's bytes, so the ring's allowed bytes are allowed in it too.
+#[allow(clippy::too_many_arguments)]
+pub fn outcome_diffs(
+    cfg: &SqConfig,
+    o: &Outcome,
+    t: &Outcome,
+    ring_o: &[u8],
+    ring_t: &[u8],
+    allowed: &[(usize, Allowed)],
+    n: usize,
+    inline_copied: impl Fn(usize) -> bool,
+) -> Vec<String> {
+    let mut bad = Vec::new();
     if o.pi != t.pi {
         bad.push(format!(
             "producer index: ours {:#x}, theirs {:#x}",
@@ -419,40 +471,26 @@ pub fn differences(
             o.dbrec, t.dbrec
         ));
     }
-    // BlueFlame, per doorbell (the first at offset 0, the next in the
-    // other half: `offset ^= bf_size`): the first 8 bytes (the last WQE's
-    // ctrl segment) always; the whole register where the provider copied
-    // the WQE too (one WR, inline or prefer_bf, more than one DS, at most
-    // `BF_SIZE` bytes). Else our copy of the whole WQE is docs/prm.md's row
-    // "BlueFlame for one WQE that is not inline". The copy carries the
-    // WQE's bytes, so the ring's allowed bytes are allowed in it too.
-    let ring_t = theirs.ring.bytes();
-    let allowed = allowed_bytes(
-        ring_t,
-        cfg.wqe_cnt,
-        cfg.start_pi,
-        t.pi,
-        cfg.qp_type == QPT_UD,
-    );
     let ring_len = ring_t.len();
     let at = |pi: u32| (pi & (cfg.wqe_cnt - 1)) as usize * 64;
     let ds_at = |pi: u32| (ring_t[at(pi) + 7] & 0x3f) as u32;
     let mut pi = cfg.start_pi;
-    for (k, b) in cfg.batches(wrs.len()).into_iter().enumerate() {
+    for (k, b) in cfg.batches(n).into_iter().enumerate() {
         let off = (k % 2) * BF_SIZE as usize;
         let first = pi;
         for _ in b.clone() {
             pi = pi.wrapping_add((ds_at(pi) * 16).div_ceil(64).max(1));
         }
-        let w0 = &wrs[b.start];
-        let inline = w0.inline && w0.inline_len() > 0;
         let ds = ds_at(first);
-        let copied = b.len() == 1 && (inline || cfg.prefer_bf) && ds > 1 && ds * 16 <= BF_SIZE;
+        let copied = b.len() == 1
+            && (inline_copied(b.start) || cfg.prefer_bf)
+            && ds > 1
+            && ds * 16 <= BF_SIZE;
         let n = if copied { BF_SIZE as usize } else { 8 };
         let mut bf_o = o.bf[off..off + n].to_vec();
         let mut bf_t = t.bf[off..off + n].to_vec();
         if copied {
-            for &(a, _) in &allowed {
+            for &(a, _) in allowed {
                 let rel = (a + ring_len - at(first)) % ring_len;
                 if rel < n {
                     bf_o[rel] = 0;
@@ -463,16 +501,15 @@ pub fn differences(
         if bf_o != bf_t {
             bad.push(format!(
                 "BlueFlame register of doorbell {k} (offset {off}, {n} bytes): ours {:02x?}, theirs {:02x?}",
-                &bf_o[..n.min(64)],
-                &bf_t[..n.min(64)]
+                &bf_o[..n.min(96)],
+                &bf_t[..n.min(96)]
             ));
         }
     }
     // The whole ring (a stray write anywhere shows): equal but for the
     // allowed bytes of the WQEs posted.
-    let ring_o = ours.ring.bytes();
     if ring_o != ring_t {
-        for d in ring_diffs(ring_o, ring_t, &allowed) {
+        for d in ring_diffs(ring_o, ring_t, allowed).into_iter().take(13) {
             bad.push(format!(
                 "ring byte {:#x} (WQEBB {}, byte {}): ours {:#04x}, theirs {:#04x}",
                 d.at,
@@ -481,10 +518,7 @@ pub fn differences(
                 d.ours,
                 d.theirs
             ));
-            if bad.len() > 12 {
-                return (bad, 0);
-            }
         }
     }
-    (bad, t.pi.wrapping_sub(cfg.start_pi))
+    bad
 }

@@ -6,7 +6,8 @@
 
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
-    AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, AV_DQP_DCT, DATAGRAM_SEG, EXTENDED_UD_AV,
+    AtomicSeg, DataSeg, Datagram, Payload, RemoteSeg, SendWqe, AV_DQP_DCT, DATAGRAM_SEG,
+    EXTENDED_UD_AV,
 };
 
 /// One SGE: an address (inside the case's data arena when the WR is
@@ -105,14 +106,16 @@ impl Op {
         matches!(self, Op::CmpSwap { .. } | Op::FetchAdd { .. })
     }
 
-    fn imm(self) -> u32 {
+    /// The immediate (SEND_IMM, WRITE_IMM), else 0.
+    pub fn imm(self) -> u32 {
         match self {
             Op::SendImm { imm } | Op::WriteImm { imm, .. } => imm,
             _ => 0,
         }
     }
 
-    fn remote(self) -> Option<(u64, u32)> {
+    /// The remote address and rkey (WRITE, WRITE_IMM, READ, atomics).
+    pub fn remote(self) -> Option<(u64, u32)> {
         match self {
             Op::Write { raddr, rkey }
             | Op::WriteImm { raddr, rkey, .. }
@@ -120,6 +123,17 @@ impl Op {
             | Op::CmpSwap { raddr, rkey, .. }
             | Op::FetchAdd { raddr, rkey, .. } => Some((raddr, rkey)),
             Op::Send | Op::SendImm { .. } => None,
+        }
+    }
+
+    /// An atomic's operands as `ibv_send_wr.wr.atomic` has them:
+    /// `(compare_add, swap)` (compare and swap for CAS, the addend and 0
+    /// for FETCH_ADD), `(0, 0)` for the other opcodes.
+    pub fn atomic_args(self) -> (u64, u64) {
+        match self {
+            Op::CmpSwap { compare, swap, .. } => (compare, swap),
+            Op::FetchAdd { add, .. } => (add, 0),
+            _ => (0, 0),
         }
     }
 }
@@ -189,6 +203,19 @@ impl Wr {
     /// Calls `f` with our driver's WQE for this WR. `arena` holds the
     /// bytes inline SGEs point at (`arena_base` is its address).
     pub fn with_wqe<R>(&self, sig_all: bool, arena: &[u8], f: impl FnOnce(&SendWqe<'_>) -> R) -> R {
+        let datagram = self.datagram();
+        self.with_wqe_datagram(sig_all, arena, datagram.as_ref().map(Datagram::Ud), f)
+    }
+
+    /// [`Wr::with_wqe`] with the datagram segment given (a DC WQE's,
+    /// `crate::dc`, as [`Datagram::Dc`]), not made from [`Wr::ud`].
+    pub fn with_wqe_datagram<R>(
+        &self,
+        sig_all: bool,
+        arena: &[u8],
+        datagram: Option<Datagram<'_>>,
+        f: impl FnOnce(&SendWqe<'_>) -> R,
+    ) -> R {
         let base = arena.as_ptr() as u64;
         let mut inline = Vec::new();
         let segs: Vec<DataSeg> = self
@@ -209,7 +236,6 @@ impl Wr {
         } else {
             Payload::Sges(&segs)
         };
-        let datagram = self.datagram();
         let wqe = SendWqe {
             opcode: self.op.mlx5(),
             flags: self.ctrl_flags(sig_all),
@@ -230,7 +256,7 @@ impl Wr {
                 _ => None,
             },
             payload,
-            datagram: datagram.as_ref(),
+            datagram,
         };
         f(&wqe)
     }
