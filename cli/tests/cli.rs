@@ -626,3 +626,91 @@ fn examples_print_usage_on_help_and_exit_2_on_a_bad_argument() {
         }
     }
 }
+
+/// `encode-wqe` with `--av` and `--dc` or `--ud` prints the datagram
+/// segment's fields; the wrong combinations exit 2 with one line.
+#[test]
+fn encode_wqe_shows_ud_and_dc_datagram_segments() {
+    let av = "00".repeat(48);
+    let base = ["encode-wqe", "--qpn", "1", "--pi", "0", "--sq-wqebbs", "8"];
+    let dc = [
+        "--op",
+        "read",
+        "--raddr",
+        "0x40",
+        "--rkey",
+        "2",
+        "--sge",
+        "0:8:1",
+        "--av",
+        &av,
+        "--dc",
+        "0xabc:0xfeedface",
+    ];
+    let Some(o) = run(&[&base[..], &dc[..]].concat()) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ds"], 6);
+    let d = &v["datagram"];
+    assert_eq!(
+        (d["transport"].as_str(), d["dctn"].as_u64()),
+        (Some("dc"), Some(0xabc))
+    );
+    assert_eq!(d["dc_key"], "0x00000000feedface");
+    assert_eq!(d["dqp_dct"], "80000abc");
+    let ud = [
+        "--op", "send", "--sge", "0:8:1", "--av", &av, "--ud", "7:0x11",
+    ];
+    let Some(o) = run(&[&base[..], &ud[..]].concat()) else {
+        return;
+    };
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            v["datagram"]["remote_qpn"].as_u64(),
+            v["datagram"]["qkey"].as_u64()
+        ),
+        (Some(7), Some(0x11))
+    );
+    let bad: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--op", "send", "--sge", "0:8:1", "--av", &av, "--ud", "1:1", "--dc", "1:1",
+            ],
+            "not both",
+        ),
+        (
+            &["--op", "send", "--sge", "0:8:1", "--dc", "1:1"],
+            "--dc needs --av",
+        ),
+        (
+            &["--op", "send", "--sge", "0:8:1", "--av", &av],
+            "--av is for --ud or --dc",
+        ),
+        (
+            &[
+                "--op", "read", "--raddr", "0", "--rkey", "1", "--sge", "0:8:1", "--av", &av,
+                "--ud", "1:1",
+            ],
+            "--ud is for send",
+        ),
+        (
+            &[
+                "--op", "send", "--sge", "0:8:1", "--av", "0102", "--dc", "1:1",
+            ],
+            "4 hex digits",
+        ),
+    ];
+    for (args, want) in bad {
+        let Some(o) = run(&[&base[..], args].concat()) else {
+            return;
+        };
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e:?}");
+        assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
+        assert!(o.stdout.is_empty());
+    }
+}

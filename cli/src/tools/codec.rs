@@ -6,7 +6,11 @@ use mlx5_dv::cqe::{sw_owned, Cqe};
 use mlx5_dv::doorbell::sq_dbrec;
 use mlx5_dv::prm::{CqeOpcode, CtrlFlags, WqeOpcode, DS, MAX_DS, WQEBB};
 use mlx5_dv::ring::RingBuf;
-use mlx5_dv::wqe::{write_send_wqe, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, SqGeometry};
+use mlx5_dv::wqe::{
+    datagram_seg, dc_datagram_seg, decode_datagram_seg, decode_dc_datagram_seg, write_send_wqe,
+    AtomicSeg, DataSeg, Datagram, Payload, RemoteSeg, SendWqe, SqGeometry, AV_DQP_DCT,
+    DATAGRAM_SEG,
+};
 use rdma_direct::WcStatus;
 use serde_json::{json, Value};
 
@@ -50,12 +54,18 @@ fn hex_bytes(s: &str) -> Result<HexBytes, String> {
     hex_vec(s).map(HexBytes)
 }
 
-fn hex_vec(s: &str) -> Result<Vec<u8>, String> {
+/// `s` without whitespace, colons and a leading `0x`.
+fn hex_digits(s: &str) -> String {
     let h: String = s
         .chars()
         .filter(|c| !c.is_whitespace() && *c != ':')
         .collect();
-    let h = h.strip_prefix("0x").unwrap_or(&h);
+    h.strip_prefix("0x").map_or(h.clone(), str::to_string)
+}
+
+fn hex_vec(s: &str) -> Result<Vec<u8>, String> {
+    let h = hex_digits(s);
+    let h = h.as_str();
     if let Some(c) = h.chars().find(|c| !c.is_ascii_hexdigit()) {
         return Err(format!("{c:?} is not a hex digit"));
     }
@@ -72,6 +82,58 @@ fn hex_vec(s: &str) -> Result<Vec<u8>, String> {
                 .map_err(|_| format!("{:?} is not hex", &h[i..i + 2]))
         })
         .collect()
+}
+
+/// An address vector given as hex (`--av`): the 48 bytes of `struct
+/// mlx5_wqe_av` as an address handle holds them (`mlx5dv_ah.av`).
+#[derive(Clone, Debug)]
+pub struct AvBytes([u8; DATAGRAM_SEG]);
+
+fn av_hex(s: &str) -> Result<AvBytes, String> {
+    let n = hex_digits(s).len();
+    if n != 2 * DATAGRAM_SEG {
+        return Err(format!(
+            "{n} hex digits: an AV (struct mlx5_wqe_av) is {DATAGRAM_SEG} bytes, {} digits",
+            2 * DATAGRAM_SEG
+        ));
+    }
+    let v = hex_vec(s)?;
+    Ok(AvBytes(v.try_into().map_err(|_| "an AV is 48 bytes")?))
+}
+
+/// A UD destination (`--ud QPN:QKEY`).
+#[derive(Clone, Copy, Debug)]
+pub struct UdDest {
+    qpn: u32,
+    qkey: u32,
+}
+
+fn ud_dest(s: &str) -> Result<UdDest, String> {
+    let Some((q, k)) = s.split_once(':') else {
+        return Err(format!("{s:?}: a UD destination is QPN:QKEY"));
+    };
+    let qpn: u32 = num(q)?;
+    if qpn > 0xff_ffff {
+        return Err(format!("QPN {qpn:#x} does not fit 24 bits"));
+    }
+    Ok(UdDest { qpn, qkey: num(k)? })
+}
+
+/// A DC destination (`--dc DCTN:KEY`).
+#[derive(Clone, Copy, Debug)]
+pub struct DcArg {
+    dctn: u32,
+    key: u64,
+}
+
+fn dc_dest(s: &str) -> Result<DcArg, String> {
+    let Some((n, k)) = s.split_once(':') else {
+        return Err(format!("{s:?}: a DC destination is DCTN:KEY"));
+    };
+    Ok(DcArg {
+        dctn: num(n)?,
+        key: num(k)?,
+    })
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -99,7 +161,9 @@ impl Op {
     }
 }
 
-/// Encode one send WQE into an SQ ring and print its segments as JSON.
+/// Encode one send WQE into an SQ ring and print its segments as JSON: an
+/// RC WQE, or with `--av` a UD (`--ud`) or DC (`--dc`) WQE, whose datagram
+/// segment follows the ctrl segment and is shown field by field.
 #[derive(Args)]
 pub struct EncodeWqe {
     /// Operation.
@@ -150,6 +214,65 @@ pub struct EncodeWqe {
     /// WQEBBs free in the SQ [default: the whole ring].
     #[arg(long = "free-wqebbs", value_parser = num::<u32>)]
     free_wqebbs: Option<u32>,
+    /// The address handle's 48-byte AV (struct mlx5_wqe_av) as 96 hex
+    /// digits, for --ud or --dc.
+    #[arg(long, value_parser = av_hex)]
+    av: Option<AvBytes>,
+    /// UD: send or send-imm to QPN:QKEY (24-bit QPN, 32-bit qkey) through --av.
+    #[arg(long, value_parser = ud_dest)]
+    ud: Option<UdDest>,
+    /// DC: any operation to DCT number DCTN (24 bits) with DC key KEY
+    /// (64 bits, decimal or 0x hex) through --av.
+    #[arg(long, value_parser = dc_dest)]
+    dc: Option<DcArg>,
+}
+
+/// The datagram segment `--av` with `--ud` or `--dc` makes, checked
+/// against the operation; `Ok(None)` for an RC WQE.
+fn datagram(a: &EncodeWqe) -> Result<Option<(Transport, [u8; DATAGRAM_SEG])>, String> {
+    match (&a.av, a.ud, a.dc) {
+        (_, Some(_), Some(_)) => Err("give --ud or --dc, not both".into()),
+        (None, Some(_), None) => Err("--ud needs --av (the 48-byte AV as 96 hex digits)".into()),
+        (None, None, Some(_)) => Err("--dc needs --av (the 48-byte AV as 96 hex digits)".into()),
+        (Some(_), None, None) => Err("--av is for --ud or --dc".into()),
+        (None, None, None) => Ok(None),
+        (Some(av), Some(u), None) => {
+            if !matches!(a.op, Op::Send | Op::SendImm) {
+                return Err("--ud is for send and send-imm (UD has no RDMA or atomics)".into());
+            }
+            Ok(Some((Transport::Ud, datagram_seg(&av.0, u.qpn, u.qkey))))
+        }
+        (Some(av), None, Some(d)) => dc_datagram_seg(&av.0, d.dctn, d.key)
+            .map(|s| Some((Transport::Dc, s)))
+            .map_err(|e| format!("--dc: {e}")),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Ud,
+    Dc,
+}
+
+/// The JSON of the datagram segment written at ring offset `off`.
+fn datagram_json(t: Transport, off: usize, seg: &[u8; DATAGRAM_SEG]) -> Value {
+    let dqp_dct = hex(&seg[AV_DQP_DCT..AV_DQP_DCT + 4]);
+    match t {
+        Transport::Ud => {
+            let d = decode_datagram_seg(seg);
+            json!({
+                "transport": "ud", "offset": off, "remote_qpn": d.remote_qpn,
+                "qkey": d.qkey, "dqp_dct": dqp_dct, "hex": hex(seg),
+            })
+        }
+        Transport::Dc => {
+            let d = decode_dc_datagram_seg(seg);
+            json!({
+                "transport": "dc", "offset": off, "dctn": d.dctn,
+                "dc_key": format!("{:#018x}", d.dc_key), "dqp_dct": dqp_dct, "hex": hex(seg),
+            })
+        }
+    }
 }
 
 /// Runs `encode-wqe`; `Err` is a one-line message for exit code 2.
@@ -209,8 +332,14 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
     flags.set(CtrlFlags::CQ_UPDATE, a.signaled);
     flags.set(CtrlFlags::SOLICITED, a.solicited);
     flags.set(CtrlFlags::FENCE, a.fence);
+    let dgram = datagram(a)?;
     let raddr_ds = opcode.has_raddr() as u32;
-    let fits = ((MAX_DS - 1 - raddr_ds) * DS as u32).saturating_sub(4);
+    let dgram_ds = if dgram.is_some() {
+        (DATAGRAM_SEG / DS) as u32
+    } else {
+        0
+    };
+    let fits = ((MAX_DS - 1 - raddr_ds - dgram_ds) * DS as u32).saturating_sub(4);
     let geo = SqGeometry {
         wqe_cnt: a.sq_wqebbs,
         qpn: a.qpn,
@@ -222,7 +351,10 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
         None => Payload::Sges(&a.sges),
     };
     let wqe = SendWqe {
-        datagram: None,
+        datagram: dgram.as_ref().map(|(t, seg)| match t {
+            Transport::Ud => Datagram::Ud(seg),
+            Transport::Dc => Datagram::Dc(seg),
+        }),
         opcode,
         flags,
         imm: a.imm.unwrap_or(0),
@@ -248,13 +380,21 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
             json!({ "offset": off, "hex": hex(&mem[off..off + DS]) })
         })
         .collect();
-    Ok(json!({
+    let mut v = json!({
         "ds": w.ds,
         "wqebbs": w.wqebbs,
         "next_pi": w.next_pi,
         "sq_dbrec": hex(&sq_dbrec(w.next_pi).to_be_bytes()),
         "segments": segments,
-    }))
+    });
+    if let Some((t, _)) = dgram {
+        // WQE bytes 16..64: ctrl and the datagram segment fill the WQE's
+        // first WQEBB, so the segment never crosses the ring's end.
+        let off = base + DS;
+        let seg: [u8; DATAGRAM_SEG] = mem[off..off + DATAGRAM_SEG].try_into().unwrap();
+        v["datagram"] = datagram_json(t, off, &seg);
+    }
+    Ok(v)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -373,6 +513,142 @@ mod tests {
             v["segments"][2]["hex"].as_str().unwrap()[..8].to_string(),
             "80000064"
         );
+    }
+
+    /// The AV of bytes 1..=48 with `dqp_dct` (bytes 8..12) `5a000000`:
+    /// bits the address handle set there, which DC keeps and UD overwrites.
+    fn av() -> String {
+        let mut b: Vec<u8> = (1..=48).collect();
+        b[8..12].copy_from_slice(&[0x5a, 0, 0, 0]);
+        hex(&b)
+    }
+
+    fn segs_hex(v: &Value, r: std::ops::Range<usize>) -> String {
+        r.map(|i| v["segments"][i]["hex"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// A DC WRITE in the ring's last WQEBB: ctrl and the datagram segment
+    /// fill it (DC key at bytes 0..8, `dqp_dct` = the AV's `5a` | 0x80 |
+    /// DCTN), the raddr and data segments wrap to the ring's start.
+    #[test]
+    fn a_dc_write_shows_its_datagram_segment() {
+        let v = enc(&format!(
+            "--op write --qpn 0x1234 --pi 7 --sq-wqebbs 8 --raddr 0x1000 --rkey 5 \
+             --sge 0x2000:64:9 --av {} --dc 0x123456:0x0102030405060708",
+            av()
+        ))
+        .unwrap();
+        assert_eq!((v["ds"].as_u64(), v["wqebbs"].as_u64()), (Some(6), Some(2)));
+        let d = &v["datagram"];
+        assert_eq!(d["transport"], "dc");
+        assert_eq!(d["offset"], 7 * 64 + 16);
+        assert_eq!(d["dctn"], 0x12_3456);
+        assert_eq!(d["dc_key"], "0x0102030405060708");
+        assert_eq!(d["dqp_dct"], "da123456");
+        let h = d["hex"].as_str().unwrap();
+        assert_eq!(&h[..24], "0102030405060708da123456");
+        assert_eq!(&h[24..], &av()[24..], "the rest of the AV");
+        assert_eq!(segs_hex(&v, 1..4), h, "segments 1..4 are the datagram");
+        assert_eq!(v["segments"][4]["offset"], 0);
+        assert_eq!(v["segments"][4]["hex"], "00000000000010000000000500000000");
+        assert_eq!(v["segments"][5]["hex"], "00000040000000090000000000002000");
+    }
+
+    /// A UD SEND_IMM: qkey at 0..4, bytes 4..8 the AV's, `dqp_dct`
+    /// overwritten with 0x80 | QPN.
+    #[test]
+    fn a_ud_send_shows_qpn_and_qkey() {
+        let v = enc(&format!(
+            "--op send-imm --imm 7 --qpn 1 --pi 0 --sq-wqebbs 8 --sge 0x2000:64:9 \
+             --av {} --ud 0x4321:0x11112222",
+            av()
+        ))
+        .unwrap();
+        assert_eq!(v["ds"], 5);
+        let d = &v["datagram"];
+        assert_eq!(
+            (
+                d["transport"].as_str(),
+                d["remote_qpn"].as_u64(),
+                d["qkey"].as_u64()
+            ),
+            (Some("ud"), Some(0x4321), Some(0x1111_2222))
+        );
+        assert_eq!(d["dqp_dct"], "80004321");
+        assert_eq!(
+            &d["hex"].as_str().unwrap()[..24],
+            "111122220506070880004321"
+        );
+        assert!(enc("--op send --qpn 1 --pi 0 --sq-wqebbs 8 --sge 0:4:1")
+            .unwrap()
+            .get("datagram")
+            .is_none());
+    }
+
+    /// Every operation over DC, DS counted with the datagram's 3; the
+    /// default max inline leaves room for them (924 bytes on a WRITE: 63 DS).
+    #[test]
+    fn every_operation_over_dc() {
+        let dc = format!("--qpn 1 --pi 3 --sq-wqebbs 16 --av {} --dc 9:9", av());
+        for (op, ds) in [
+            ("send --sge 0:4:1", 5),
+            ("send-imm --imm 1 --inline-hex 00", 5),
+            ("write --raddr 0 --rkey 1 --sge 0:4:1 --sge 8:4:1", 7),
+            ("write-imm --imm 1 --raddr 0 --rkey 1 --sge 0:4:1", 6),
+            ("read --raddr 0 --rkey 1 --sge 0:4:1", 6),
+            (
+                "cas --raddr 8 --rkey 1 --sge 0:8:1 --swap-add 1 --compare 2",
+                7,
+            ),
+            ("faa --raddr 8 --rkey 1 --sge 0:8:1 --swap-add 1", 7),
+        ] {
+            let v = enc(&format!("--op {op} {dc}")).unwrap();
+            assert_eq!(v["ds"], ds, "{op}");
+            assert_eq!(v["datagram"]["dctn"], 9, "{op}");
+        }
+        let write = format!("--op write --raddr 0 --rkey 1 {dc} --inline-hex");
+        let v = enc(&format!("{write} {}", "ab".repeat(924))).unwrap();
+        assert_eq!(v["ds"], 63);
+        assert!(enc(&format!("{write} {}", "ab".repeat(925))).is_err());
+    }
+
+    #[test]
+    fn datagram_arguments_are_checked() {
+        let base = "--qpn 1 --pi 0 --sq-wqebbs 8 --sge 0:4:1";
+        let av = av();
+        for (args, want) in [
+            (format!("--op send --av {av} --ud 1:2 --dc 1:2"), "not both"),
+            ("--op send --ud 1:2".to_string(), "--ud needs --av"),
+            ("--op send --dc 1:2".to_string(), "--dc needs --av"),
+            (format!("--op send --av {av}"), "--av is for --ud or --dc"),
+            (
+                format!("--op write --raddr 0 --rkey 1 --av {av} --ud 1:2"),
+                "--ud is for send and send-imm",
+            ),
+            (
+                format!("--op send --av {} --dc 1:2", &av[..94]),
+                "94 hex digits",
+            ),
+            (format!("--op send --av {av}00 --dc 1:2"), "98 hex digits"),
+            (
+                format!("--op send --av {av} --dc 0x1000000:2"),
+                "does not fit 24 bits",
+            ),
+            (
+                format!("--op send --av {av} --ud 0x1000000:2"),
+                "does not fit 24 bits",
+            ),
+            (format!("--op send --av {av} --dc 5"), "DCTN:KEY"),
+            (format!("--op send --av {av} --ud 5"), "QPN:QKEY"),
+            (
+                format!("--op send --av {av} --dc 5:0x10000000000000000"),
+                "out of range",
+            ),
+        ] {
+            let e = enc(&format!("{args} {base}")).expect_err(&args);
+            assert!(e.contains(want), "{args}: {e:?} lacks {want:?}");
+        }
     }
 
     #[test]
