@@ -51,6 +51,32 @@ impl Written<'_> {
     }
 }
 
+/// A [`Written`] WQE whose doorbell is a BlueFlame copy
+/// ([`SendQueue::write_segs_bf`]).
+#[must_use = "a WQE written is rung by WrittenBf::ring"]
+pub struct WrittenBf<'q>(Written<'q>);
+
+impl WrittenBf<'_> {
+    /// As [`Written::posted_count`].
+    #[inline(always)]
+    pub fn posted_count(&self) -> u32 {
+        self.0.posted_count()
+    }
+
+    /// The doorbell: the doorbell record and the BlueFlame copy of the
+    /// WQE, with no call.
+    #[inline(always)]
+    pub fn ring(self) {
+        let Written { sq, pi, wqe } = self.0;
+        debug_assert!(sq.batch_start == pi as u64);
+        // SAFETY: `wqe` is WQE `pi`'s WQEBB in `sq`'s ring
+        // (`write_segs_unchecked`), borrowed with `sq` since; the queue
+        // rings from registers (`write_segs_bf`: no bit 32 in `batch_start`,
+        // so `bf_size >= 64`).
+        unsafe { sq.ring_bf_one(wqe, pi.wrapping_add(1)) };
+    }
+}
+
 impl SendQueue {
     /// Posts a WQE of the ctrl segment and the `N` segments given (`N` at
     /// most 3: DS `1 + N`, one WQEBB), written straight into the ring at
@@ -101,6 +127,37 @@ impl SendQueue {
             return None;
         }
         Some(self.write_segs_unchecked(opcode, flags, imm, segs, wr_id))
+    }
+
+    /// [`Self::write_segs_gated`] when, besides, its doorbell is a
+    /// BlueFlame copy: no WQE posted since the last doorbell precedes it,
+    /// and the queue rings from registers (`bf_size` of 64 bytes or more,
+    /// tracing off). `None`, with nothing written, otherwise. Its
+    /// [`WrittenBf::ring`] makes no call (the caller's path then needs no
+    /// register saved across one), which [`Written::ring`] may.
+    #[inline(always)]
+    pub fn write_segs_bf<const N: usize>(
+        &mut self,
+        opcode: WqeOpcode,
+        flags: CtrlFlags,
+        imm: u32,
+        segs: [Seg; N],
+        wr_id: u64,
+    ) -> Option<WrittenBf<'_>> {
+        if self.posted.wrapping_sub(self.retired) >= self.gate || !self.bf_ready() {
+            return None;
+        }
+        Some(WrittenBf(
+            self.write_segs_unchecked(opcode, flags, imm, segs, wr_id),
+        ))
+    }
+
+    /// Whether the next post's doorbell is a BlueFlame copy from registers:
+    /// nothing posted since the last doorbell, and no bit 32
+    /// (`NO_BF_FROM_REGS`) in `batch_start`; tracing off.
+    #[inline(always)]
+    pub(super) fn bf_ready(&self) -> bool {
+        self.batch_start == self.pi as u64 && !crate::trace::in_capture()
     }
 
     /// Checks of [`Self::post_segs`], then [`Self::write_segs_unchecked`].

@@ -12,6 +12,9 @@ use crate::prm::{CtrlFlags, WqeOpcode, WQEBB};
 use crate::wqe::{DataSeg, Payload, RemoteSeg, SendWqe, WqeError};
 use proptest::prelude::*;
 
+#[path = "fast_bf_tests.rs"]
+mod bf;
+
 /// One SQ's memory: ring, doorbell record, BlueFlame register pair.
 struct Mem {
     ring: Vec<u64>,
@@ -136,6 +139,16 @@ impl Wr {
             None => sq.write_segs_gated(op, f, imm, [self.data()], self.wr_id),
         };
         put.map(Written::ring).is_some()
+    }
+    /// Through `write_segs_bf` + `WrittenBf::ring` (`Qp::post_send`'s
+    /// inlined path): whether it posted.
+    fn post_gated_bf(&self, sq: &mut SendQueue) -> bool {
+        let (op, f, imm) = (opcode(self.op), self.flags(), self.imm());
+        let put = match self.raddr() {
+            Some(r) => sq.write_segs_bf(op, f, imm, [r, self.data()], self.wr_id),
+            None => sq.write_segs_bf(op, f, imm, [self.data()], self.wr_id),
+        };
+        put.map(WrittenBf::ring).is_some()
     }
     /// Into a reserved batch.
     fn push(&self, room: &mut Reserved<'_>) -> Result<(), WqeError> {
@@ -339,35 +352,44 @@ proptest! {
         period in 0u32..6,
         max_post in 1u32..5,
     ) {
-        let (mut a, mut b) = (Mem::new(16), Mem::new(16));
+        let (mut a, mut b, mut c) = (Mem::new(16), Mem::new(16), Mem::new(16));
         let (mut sa, mut sb) = (a.sq(16, max_post), b.sq(16, max_post));
-        for s in [&mut sa, &mut sb] {
+        let mut sc = c.sq(16, max_post);
+        for s in [&mut sa, &mut sb, &mut sc] {
             // At most 4 WQEs of at most 3 WQEBBs (ctrl, raddr, 128 inline
             // bytes): the room check is implied.
             assert!(s.limit_wqe_size(1));
             s.set_auto_signal(period);
         }
         sb.set_gate(true);
+        sc.set_gate(true);
         let mut last = None;
         for (i, w) in wrs.iter().enumerate() {
             let at = sa.pi();
             let ra = w.post_bf(&mut sa);
             let rb = w.post_gated(&mut sb);
+            // (Every post rings: the next one's doorbell is BlueFlame's.)
+            let rc = w.post_gated_bf(&mut sc);
             prop_assert_eq!(ra.is_ok(), rb, "{:?}", ra);
+            prop_assert_eq!(rb, rc);
             if rb {
                 last = Some(at);
             }
             prop_assert_eq!(state(&a, &sa), state(&b, &sb));
+            prop_assert_eq!(state(&a, &sa), state(&c, &sc));
             for j in 0..16 {
                 prop_assert_eq!(sa.slots.get(j).fields(), sb.slots.get(j).fields());
+                prop_assert_eq!(sa.slots.get(j).fields(), sc.slots.get(j).fields());
             }
             prop_assert_eq!(sa.retired_count(), sb.retired_count());
             prop_assert_eq!(sa.posted_count(), sb.posted_count());
+            prop_assert_eq!(sa.posted_count(), sc.posted_count());
             // Retire now and then, so both the limit and room are reached.
             if i % 3 == 2 {
                 if let Some(l) = last.take() {
                     retire_all(&mut sa, l);
                     retire_all(&mut sb, l);
+                    retire_all(&mut sc, l);
                 }
             }
         }
@@ -678,7 +700,7 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                 lkey: 0x77,
             }];
             let wqe = SendWqe {
-                datagram: Some(&patched),
+                datagram: Some(crate::wqe::Datagram::Ud(&patched)),
                 opcode: WqeOpcode::SEND_IMM,
                 flags,
                 imm: 9,

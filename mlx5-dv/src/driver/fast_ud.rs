@@ -33,9 +33,8 @@ impl WrittenUd<'_> {
     }
 
     /// The doorbell: the doorbell record and the BlueFlame copy of both
-    /// WQEBBs (or [`SendQueue::ring_doorbell`]'s, when WQEs posted since
-    /// the last doorbell precede it or tracing is on, as
-    /// [`super::Written::ring`]).
+    /// WQEBBs, with no call ([`SendQueue::ud_room`] opens only when the
+    /// doorbell is a BlueFlame copy, and the room held the queue since).
     #[inline(always)]
     pub fn ring(self) {
         let WrittenUd {
@@ -44,11 +43,7 @@ impl WrittenUd<'_> {
             wqe,
             second,
         } = self;
-        if sq.batch_start != pi as u64 || crate::trace::in_capture() {
-            sq.batch_last = pi;
-            sq.ring_doorbell();
-            return;
-        }
+        debug_assert!(sq.batch_start == pi as u64);
         // SAFETY: `wqe` and `second` are WQE `pi`'s WQEBBs in `sq`'s ring
         // (`ud_room`), borrowed with `sq` since; its gate is open
         // only with `bf_size >= 128` (`set_ud_gate`).
@@ -75,15 +70,18 @@ pub struct UdRoom<'q> {
 impl SendQueue {
     /// Room for [`Self::post_ud`]'s WQE when the UD gate is open
     /// ([`Self::set_ud_gate`]) and fewer than `max_post` WRs are
-    /// outstanding: the one check (an open gate means the room check is
-    /// implied, and the WQE's two WQEBBs within the queue's largest).
-    /// `None` when the gate is closed or `max_post` WRs are outstanding.
+    /// outstanding (one compare: an open gate means the room check is
+    /// implied, and the WQE's two WQEBBs within the queue's largest), and
+    /// its doorbell is a BlueFlame copy (nothing posted since the last
+    /// doorbell; the queue rings from registers, tracing off): so that
+    /// [`WrittenUd::ring`] makes no call. `None` otherwise (then
+    /// [`Self::post_ud`] posts it).
     /// The caller fills the room in three steps ([`UdRoom`]), so that each
     /// WR field is read where it is stored.
     #[inline(always)]
     pub fn ud_room(&mut self) -> Option<UdRoom<'_>> {
         let pi = self.pi;
-        if self.posted.wrapping_sub(self.retired) >= self.ud_gate {
+        if self.posted.wrapping_sub(self.retired) >= self.ud_gate || !self.bf_ready() {
             return None;
         }
         let ring = self.buf.as_ptr();

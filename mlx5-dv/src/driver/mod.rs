@@ -29,7 +29,7 @@ mod tests;
 /// The segment and SRQ layout the posts take, from the codec (`crate::wqe`).
 pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, PutBack, Taken};
-pub use fast::{Reserved, Written};
+pub use fast::{Reserved, Written, WrittenBf};
 pub use fast_ud::{UdRoom, WrittenUd};
 pub use rq::ReceiveQueue;
 pub use scatter::ScatterError;

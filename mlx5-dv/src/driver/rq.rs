@@ -356,6 +356,17 @@ impl ReceiveQueue {
         self.srq.as_ref()?.complete(wqe_counter)
     }
 
+    /// [`Self::complete_on_srq`], handing the wr_id to `f` before the WQE
+    /// is queued for relinking ([`SrqSlots::complete_with`]); `false`,
+    /// without calling `f`, where that returns `None`.
+    #[inline(always)]
+    pub fn complete_on_srq_with(&self, wqe_counter: u16, f: impl FnOnce(u64)) -> bool {
+        match &self.srq {
+            Some(s) => s.complete_with(wqe_counter, f),
+            None => false,
+        }
+    }
+
     /// [`Self::complete`] on the QP's own RQ.
     #[inline(never)]
     fn complete_own(&mut self, wqe_counter: u16) -> Option<u64> {

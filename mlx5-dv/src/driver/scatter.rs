@@ -159,6 +159,7 @@ impl SrqSlots {
     pub(super) fn with_ring(mut self, buf: core::ptr::NonNull<u8>, stride: u32) -> Self {
         self.ring = buf.as_ptr() as usize;
         self.stride = stride;
+        self.stride_at16 = (stride as u64) << 16;
         self
     }
 

@@ -52,8 +52,9 @@ pub struct SrqDesc {
 /// that polls the SRQ's completions: atomics only, no lock.
 ///
 /// Each WQE's slot is 16 bytes: its wr_id, and one state word
-/// (`HELD | sges << 32 | first lkey`, 0 when the host holds the WQE), so
-/// that a post of one SGE is two stores and a completion one swap. The
+/// (`HELD | sges << 32 | first lkey`; `HELD` clear when the host holds
+/// the WQE, and every reader tests it first), so that a post of one SGE
+/// is two stores and a completion one atomic bit test and reset. The
 /// lkeys of SGEs after the first are kept apart (`max_sge - 1` a WQE).
 ///
 /// The return queue is a bounded multi-producer ring with one consumer
@@ -83,6 +84,13 @@ pub struct SrqSlots {
     /// (`scatter.rs`); 0 when there is none (the verbs backend's slots).
     pub(super) ring: usize,
     pub(super) stride: u32,
+    /// `stride << 16`: a WQE's offset in the ring, shifted to its place in
+    /// the return queue's word, is one multiply by it.
+    pub(super) stride_at16: u64,
+    /// `READY` and the offset of `next_wqe_index` in a WQE, at their
+    /// places in the word: a constant, kept here so that the poll ors it
+    /// from memory (a 64-bit constant takes a register on x86_64).
+    word_bits: u64,
 }
 
 /// One WQE's slot: its wr_id, and its state word ([`SrqSlots`]).
@@ -93,8 +101,50 @@ struct Slot {
     state: AtomicU64,
 }
 
-/// A state word's bit: the device holds the WQE.
-const HELD: u64 = 1 << 63;
+/// `x`, computed where this is called: an empty asm (with side effects,
+/// so not moved past the atomics that follow it) takes it in a register,
+/// so that the compiler neither puts its computation off (keeping its
+/// inputs live) nor takes it apart.
+#[inline(always)]
+fn settled(x: u64) -> u64 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let mut x = x;
+        // SAFETY: an empty instruction sequence (a comment): no memory,
+        // stack or flags touched; `x` comes out as it went in.
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) x, options(nomem, nostack, preserves_flags))
+        };
+        x
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    x
+}
+
+/// [`settled`] for a slot's address (a raw pointer: the caller borrows
+/// it again).
+#[inline(always)]
+// (`nomem` is right: the asm passes the pointer's value along and reads
+// nothing through it.)
+#[allow(clippy::pointers_in_nomem_asm_block)]
+fn settled_ptr(p: *const Slot) -> *const Slot {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let mut p = p;
+        // SAFETY: as in `settled`.
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) p, options(nomem, nostack, preserves_flags))
+        };
+        p
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    p
+}
+
+/// A state word's bit: the device holds the WQE. (Not bit 63: the
+/// completion's `fetch_and` of one bit, tested, is one `lock btr` on
+/// x86_64 only for a bit whose test is not a sign test.)
+const HELD: u64 = 1 << 62;
 
 /// A return queue word's bit: a WQE's index is queued there.
 const READY: u64 = 1 << 63;
@@ -116,6 +166,8 @@ impl SrqSlots {
             count,
             ring: 0,
             stride: 0,
+            stride_at16: 0,
+            word_bits: READY | (SRQ_NEXT_WQE_INDEX as u64) << 16,
         }
     }
 
@@ -161,13 +213,34 @@ impl SrqSlots {
     /// holds (out of range, never posted, or completed already).
     #[inline(always)]
     pub fn complete(&self, idx: u16) -> Option<u64> {
-        let slot = self.slots.get(idx as usize)?;
+        let mut got = None;
+        self.complete_with(idx, |wr_id| got = Some(wr_id));
+        got
+    }
+
+    /// [`Self::complete`], handing the wr_id to `f` between taking the
+    /// slot and queuing the WQE for relinking (so that a poll writes its
+    /// completion with the return queue's values not yet live); `false`,
+    /// without calling `f`, where `complete` returns `None`.
+    #[inline(always)]
+    pub fn complete_with(&self, idx: u16, f: impl FnOnce(u64)) -> bool {
+        let Some(slot) = self.slots.get(idx as usize) else {
+            return false;
+        };
+        // The return queue's word, made first, and the slot's address in
+        // one register (`settled`): only they are live while `f` runs.
+        // (A multiply, not a shift by log2(stride): x86 shifts by `cl` only.)
+        let word = settled((idx as u64 * self.stride_at16) | self.word_bits | idx.to_be() as u64);
+        // SAFETY: `settled` hands back the address it was given, that of
+        // a slot of `self.slots`, borrowed as long as `self` is.
+        let slot: &Slot = unsafe { &*settled_ptr(slot) };
         // AcqRel: after the device's writes (ordered before by the CQE's
         // acquire) and before whoever next reads the slot as free.
-        if slot.state.swap(0, Ordering::AcqRel) & HELD == 0 {
-            return None;
+        // (Only HELD is cleared: every reader of the word tests it first.)
+        if slot.state.fetch_and(!HELD, Ordering::AcqRel) & HELD == 0 {
+            return false;
         }
-        let wr_id = slot.wr_id.load(Ordering::Relaxed);
+        f(slot.wr_id.load(Ordering::Relaxed));
         // AcqRel: the release sequence that orders the poster's clearing of
         // a position before the next lap's store there (see the type's doc).
         let at = self.returned_at.fetch_add(1, Ordering::AcqRel);
@@ -177,13 +250,8 @@ impl SrqSlots {
             self.returned
                 .get_unchecked((at & self.returned_mask) as usize)
         };
-        // (A multiply, not a shift by log2(stride): x86 shifts by `cl` only.)
-        let next_at = (idx as u64 * self.stride as u64) | SRQ_NEXT_WQE_INDEX as u64;
-        w.store(
-            READY | next_at << 16 | idx.to_be() as u64,
-            Ordering::Release,
-        );
-        Some(wr_id)
+        w.store(word, Ordering::Release);
+        true
     }
 
     /// WQEs completed so far (each [`Self::complete`] that returned a

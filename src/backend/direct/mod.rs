@@ -15,6 +15,7 @@ mod cq;
 mod hooks;
 mod mr;
 pub(crate) mod poll;
+mod poll_srq;
 mod post;
 mod recv;
 mod scatter;

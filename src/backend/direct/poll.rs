@@ -3,7 +3,9 @@
 //! WRs in the SQ or RQ and become [`Completion`]s.
 //!
 //! Cost, per `Qp::poll` call: an empty CQ is one load of the `op_own` byte
-//! at the consumer index and one compare, before anything else. Each CQE:
+//! at the consumer index and one compare, after the one test that sends a
+//! QP on an SRQ to its own poll (`poll_srq.rs`, which publishes nothing
+//! for an SRQ's receive: the QP's own counts do not move). Each CQE:
 //! its ownership test, one from-device barrier, the fields the completion
 //! needs (decoded in place), the WR found by `wqe_counter`. Once per call
 //! that took CQEs: CQ credits back (if the QP counts them), the retired
@@ -19,7 +21,7 @@ use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef};
-use mlx5_dv::driver::{PutBack, ReceiveQueue, Retired, Retirer};
+use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode};
 
 /// The [`WcOpcode`] of a requester completion, by the WQE opcode its CQE
@@ -39,7 +41,7 @@ static REQ_WC_OPCODE: [u8; 256] = {
 /// in the plain format (bits 3:2 clear: neither compressed nor carrying
 /// scattered data), whatever its `se` and owner bits: the send poll's
 /// common CQE, told in one compare.
-const COMMON_SEND_LIMIT: u8 = 0x04;
+pub(super) const COMMON_SEND_LIMIT: u8 = 0x04;
 
 /// The format bits of `op_own` (3:2): 0 a plain CQE, 1 or 2 one carrying
 /// scattered data (`MLX5_INLINE_SCATTER_32` / `_64`), 3 a compressed
@@ -47,22 +49,10 @@ const COMMON_SEND_LIMIT: u8 = 0x04;
 const FORMAT: u8 = 0x0c;
 
 /// The receive a successful responder CQE of the plain format retires on
-/// a QP on an SRQ (its slot: `SrqSlots::complete`), and its wr_id. `None`,
-/// having retired nothing, for any other CQE: an error, a compressed or
-/// scattering one, a stale one (the general path's), or a QP of its own
-/// RQ ([`received_own`]'s).
-#[inline(always)]
-fn received_on_srq(rq: &ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u64> {
-    if !plain_receive(op_own) {
-        return None;
-    }
-    rq.complete_on_srq(cqe.wqe_counter())
-}
-
-/// The receive a successful responder CQE of the plain format retires on
-/// a QP's own RQ ([`ReceiveQueue::complete_in_order`]; the caller tested
-/// that it is not on an SRQ), and its wr_id; `None`, having retired
-/// nothing, as [`received_on_srq`] says, or for a receive out of order.
+/// a QP's own RQ ([`ReceiveQueue::complete_in_order`]; an SRQ's queue
+/// declines), and its wr_id; `None`, having retired nothing, for any
+/// other CQE (an error, a compressed or scattering one, a stale one: the
+/// general path's), or for a receive out of order.
 #[inline(always)]
 fn received_own(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u64> {
     if !plain_receive(op_own) {
@@ -77,33 +67,46 @@ fn received_own(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u6
 /// 3: bits 7:6 clear; an `op_own` below 0x10 wraps to 0xf there) and the
 /// format bits as they were.
 #[inline(always)]
-fn plain_receive(op_own: u8) -> bool {
+pub(super) fn plain_receive(op_own: u8) -> bool {
     const _: () = assert!(CqeOpcode::RESP_WR_IMM.0 == 1 && CqeOpcode::RESP_SEND_INV.0 == 4);
     op_own.wrapping_sub(0x10) & 0xcc == 0
 }
 
-/// The completion of a receive [`received_own`] or [`received_on_srq`]
-/// retired (`wr_id`) of QP
-/// `qpn`, as [`completion`] makes it, from the fields a receive needs and
-/// without a branch on the opcode: RESP_WR_IMM (1) is RECV_RDMA_WITH_IMM
+/// The completion of a receive [`received_own`] retired (`wr_id`) of QP
+/// `qpn`, as [`completion`] makes it, from the fields a receive needs
+/// (`op_own` one [`plain_receive`] took) and with no branch on the
+/// opcode but the immediate's: RESP_WR_IMM (1) is RECV_RDMA_WITH_IMM
 /// (129), the others RECV (128); the odd opcodes (RESP_WR_IMM,
 /// RESP_SEND_IMM) carry an immediate. Written into `c` a field at a
 /// time, each as soon as it is read, so that few values are live at once
 /// (the inlined poll keeps its registers for its caller's).
 #[inline(always)]
 fn write_recv_completion(c: &mut Completion, wr_id: u64, cqe: CqeRef<'_>, op_own: u8, qpn: u32) {
-    let op = op_own >> 4;
     c.wr_id = wr_id;
+    write_recv_fields(c, cqe, op_own, qpn);
+}
+
+/// [`write_recv_completion`] but for the wr_id: for `received_on_srq`
+/// (`poll_srq.rs`), which learns it after.
+#[inline(always)]
+pub(super) fn write_recv_fields(c: &mut Completion, cqe: CqeRef<'_>, op_own: u8, qpn: u32) {
     c.status = WcStatus::SUCCESS;
     c.vendor_err = 0;
-    // (Read whatever the opcode: a `None` leaves it unread.)
-    let imm = cqe.imm();
-    c.imm = (op & 1 != 0).then_some(imm);
+    // (None first: its store needs no register.)
+    c.imm = None;
+    if op_own & 0x10 != 0 {
+        c.imm = Some(cqe.imm());
+    }
     c.byte_len = cqe.byte_cnt();
     c.qp_num = qpn;
-    c.opcode = WcOpcode(WcOpcode::RECV.0 | (op == CqeOpcode::RESP_WR_IMM.0) as u32);
+    // Of the opcodes 1 to 4 (`plain_receive`), RESP_WR_IMM alone has an
+    // `op_own` below 0x20.
+    c.opcode = WcOpcode(WcOpcode::RECV.0 | (op_own < 0x20) as u32);
+    // QPN in bits 23:0; the GRH flag (bit 31) set when bits 29:28 are not
+    // both clear: with bits 31:30 and 27:24 cleared, adding 7 to bits
+    // 31:28 carries into bit 31 exactly then.
     let f = cqe.flags_rqpn();
-    c.src_qp = SrcQp(f & 0xff_ffff | ((f & 0x3000_0000 != 0) as u32) << 31);
+    c.src_qp = SrcQp((f & 0x30ff_ffff).wrapping_add(0x7000_0000) & 0x80ff_ffff);
 }
 
 /// The completion of a successful requester CQE (opcode REQ) of QP `qpn`
@@ -234,13 +237,18 @@ pub fn completion_of(
 impl DirectQp {
     /// Polls up to `out.len()` completions of the QP's own CQ. An empty CQ
     /// costs, once the CQ is found, one load of the `op_own` byte at the
-    /// consumer index and one compare.
+    /// consumer index and one compare (and a QP on an SRQ, found by one
+    /// test before that, polls in [`Self::poll_on_srq`], `poll_srq.rs`).
     ///
     /// Errors: [`Error::SharedCq`] when it completes into a shared CQ;
     /// [`Error::StaleCqe`] (the completions taken before it in this call
     /// are dropped with their WRs retired, as before).
     #[inline(always)]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        if self.rq.is_srq() {
+            // (Before the CQ's test: `poll_on_srq` makes its own.)
+            return self.poll_on_srq(out);
+        }
         match &self.cq {
             Some(c) if c.cq.slot_size() == 64 => self.poll_cqes::<64>(out),
             _ => self.poll_other(out),
@@ -261,7 +269,7 @@ impl DirectQp {
     /// [`Error::SharedCq`]: a poll of a QP that completes into a shared CQ.
     #[cold]
     #[inline(never)]
-    fn shared_cq(&self) -> Result<usize> {
+    pub(super) fn shared_cq(&self) -> Result<usize> {
         Err(Error::SharedCq { qpn: self.qpn })
     }
 
@@ -276,11 +284,12 @@ impl DirectQp {
     /// straight-line code, which reads the CQ's and queues' state where it
     /// lies and calls nothing but in tail position (so it needs few
     /// registers). Any other first CQE is put back, and the poll goes on
-    /// in [`Self::poll_recv`] (a QP on an SRQ) or [`Self::poll_general`]
-    /// (an error, a compressed or scattering CQE, a stale `wqe_counter`, a
-    /// receive out of order).
+    /// in [`Self::poll_general`] (an error, a compressed or scattering
+    /// CQE, a stale `wqe_counter`, a receive out of order). Not for a QP
+    /// on an SRQ ([`Self::poll_on_srq`]'s: its receives would go to the
+    /// general path here).
     #[inline(always)]
-    fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+    pub(super) fn poll_cqes<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
@@ -307,11 +316,6 @@ impl DirectQp {
         let cqe = taken.cqe();
         let op_own = cqe.op_own();
         if op_own >= COMMON_SEND_LIMIT {
-            if self.rq.is_srq() {
-                // A receive of an SRQ's, or one of the general path's: out of line.
-                let again = taken.put_back();
-                return self.poll_recv::<SLOT>(out, again);
-            }
             let Some(wr_id) = received_own(&mut self.rq, cqe, op_own) else {
                 taken.put_back();
                 return self.poll_general::<SLOT>(out);
@@ -353,7 +357,7 @@ impl DirectQp {
     /// [`CompletionQueue::polled`]: mlx5_dv::driver::CompletionQueue::polled
     #[cold]
     #[inline(never)]
-    fn polled_one(&mut self, n: usize) -> Result<usize> {
+    pub(super) fn polled_one(&mut self, n: usize) -> Result<usize> {
         self.publish_polled();
         if let Some(c) = &mut self.cq {
             let from = c.cq.ci().wrapping_sub(1);
@@ -362,48 +366,14 @@ impl DirectQp {
         Ok(n)
     }
 
-    /// A poll of a QP on an SRQ whose first CQE (at the consumer index,
-    /// put back by [`Self::poll_cqes`], `again`: taken again without a
-    /// second ownership test) is not a send's common CQE: a receive's in
-    /// the common case ([`received_on_srq`]) is taken here, in
-    /// straight-line code; any other goes to [`Self::poll_general`]. One CQE only: a
-    /// second was not there when `poll_cqes` looked (the next poll takes
-    /// it if it came since).
-    #[inline(never)]
-    fn poll_recv<const SLOT: usize>(
-        &mut self,
-        out: &mut [Completion],
-        again: PutBack<SLOT>,
-    ) -> Result<usize> {
-        let Some(own) = &mut self.cq else {
-            return self.shared_cq();
-        };
-        let Some(first) = out.first_mut() else {
-            return Ok(0);
-        };
-        let Some(taken) = own.cq.take_put_back(again) else {
-            return Ok(0);
-        };
-        let cqe = taken.cqe();
-        let op_own = cqe.op_own();
-        let Some(wr_id) = received_on_srq(&self.rq, cqe, op_own) else {
-            taken.put_back();
-            return self.poll_general::<SLOT>(out);
-        };
-        write_recv_completion(first, wr_id, cqe, op_own, self.qpn);
-        if self.count_credits || !own.cq.quiet_polls() {
-            return self.polled_one(1);
-        }
-        self.progress
-            .recvs_retired(self.recvd.wrapping_sub(self.rq.outstanding() as u64));
-        Ok(1)
-    }
-
     /// A poll whose first CQE (at the consumer index) is not a common one:
     /// [`Self::poll_rest`].
     #[cold]
     #[inline(never)]
-    fn poll_general<const SLOT: usize>(&mut self, out: &mut [Completion]) -> Result<usize> {
+    pub(super) fn poll_general<const SLOT: usize>(
+        &mut self,
+        out: &mut [Completion],
+    ) -> Result<usize> {
         let from = match &self.cq {
             Some(c) => c.cq.ci(),
             None => return self.shared_cq(),
@@ -539,7 +509,7 @@ impl DirectQp {
     /// [`Self::poll_loop`] with receives, out of line: a poll of more than
     /// one CQE that met a receive's.
     #[inline(never)]
-    fn poll_recvs<const SLOT: usize>(
+    pub(super) fn poll_recvs<const SLOT: usize>(
         &mut self,
         out: &mut [Completion],
         n: usize,
@@ -554,7 +524,7 @@ impl DirectQp {
     /// `out.len()` completions or the CQ is empty.
     #[cold]
     #[inline(never)]
-    fn poll_rest<const SLOT: usize>(
+    pub(super) fn poll_rest<const SLOT: usize>(
         &mut self,
         out: &mut [Completion],
         mut n: usize,

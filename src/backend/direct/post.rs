@@ -12,7 +12,8 @@ use crate::ib::wr::{SendFlags, SendWr, SendWrs, WrOp, WriteWr};
 use mlx5_dv::driver::Seg;
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
-    datagram_seg, wqe_size, AtomicSeg, DataSeg, Payload, RemoteSeg, SendWqe, WqeError, DATAGRAM_SEG,
+    datagram_seg, wqe_size, AtomicSeg, DataSeg, Datagram, Payload, RemoteSeg, SendWqe, WqeError,
+    DATAGRAM_SEG,
 };
 
 impl DirectQp {
@@ -86,11 +87,12 @@ impl DirectQp {
     /// [`Self::post_one`]'s commonest WRs alone, for inlining into
     /// `Qp::post_send`: one SGE on PD `pd` of 1 to 2^31 - 1 bytes, not
     /// inline, a WRITE or a SEND (or a UD SEND: [`Self::post_ud_gated`]),
-    /// built in place when the SQ's gate is open
-    /// (`SendQueue::write_segs_gated`: the in-place post mode, and a WR
-    /// free under `max_post`: one compare for both, as the one-opcode
-    /// posts'). [`Declined`], having changed nothing, for any other: the
-    /// caller's out-of-line path (`Self::post_one`, `Self::post_many`).
+    /// built in place when the SQ's gate is open (the in-place post mode,
+    /// and a WR free under `max_post`: one compare for both, as the
+    /// one-opcode posts') and its doorbell is a BlueFlame copy
+    /// (`SendQueue::write_segs_bf`: then it makes no call). [`Declined`],
+    /// having changed nothing, for any other: the caller's out-of-line
+    /// path (`Self::post_one`, which rings any doorbell, `Self::post_many`).
     #[inline(always)]
     pub(crate) fn post_one_sge(&mut self, w: &SendWr<'_>, pd: u32) -> InPlace {
         // The opcode first: a WR of another (a UD SEND, an atomic) is
@@ -125,10 +127,9 @@ impl DirectQp {
         let data = Seg::data(s.addr, s.len, s.lkey.0);
         let put = if RADDR {
             let raddr = Seg::raddr(remote.addr, remote.rkey.0);
-            self.sq
-                .write_segs_gated(op, flags, 0, [raddr, data], w.wr_id)
+            self.sq.write_segs_bf(op, flags, 0, [raddr, data], w.wr_id)
         } else {
-            self.sq.write_segs_gated(op, flags, 0, [data], w.wr_id)
+            self.sq.write_segs_bf(op, flags, 0, [data], w.wr_id)
         };
         let Some(put) = put else {
             return Err(Declined::Mode);
@@ -409,7 +410,8 @@ impl DirectQp {
     /// one SGE on PD `pd` of 1 byte to the port's MTU, not inline, through
     /// an AH of that PD to a 24-bit QPN, built in place when the SQ's UD
     /// gate is open (`SendQueue::ud_room`: the UD post mode without
-    /// CQ credits, and a WR free under `max_post`: one compare). [`Declined`],
+    /// CQ credits, and a WR free under `max_post`: one compare) and its
+    /// doorbell is a BlueFlame copy (no call). [`Declined`],
     /// having changed nothing, for any other: the caller's out-of-line path
     /// ([`Self::post_one`], which takes the credits; the checked path).
     /// (Inlined into `Qp::post_send`: out of line, returning in a register,
@@ -650,7 +652,7 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
     let datagram = match w.op {
         WrOp::UdSend { dest: d, .. } => {
             av = datagram_seg(&d.ah.inner.av, d.remote_qpn & 0xff_ffff, d.qkey);
-            Some(&av)
+            Some(Datagram::Ud(&av))
         }
         _ => None,
     };
