@@ -32,6 +32,13 @@ bitflags::bitflags! {
 /// an access it refuses, a responder not in RTR or RTS) is dropped, nothing
 /// at the responder changes, and the requester completes it successfully;
 /// READ and the atomics on UC are local QP operation errors.
+///
+/// DC (dynamically connected, mlx5 only; `IBV_QPT_DRIVER` with
+/// `mlx5dv_create_qp`'s `MLX5DV_QP_INIT_ATTR_MASK_DC`): a DC initiator
+/// ([`QpType::Dci`]) is a send-only QP whose WRs each name their target
+/// (an AV, a DCT number and a DC key) and may be any RC operation; a DC
+/// target ([`QpType::Dct`]) takes them, its receives from an SRQ. rdma-core
+/// `providers/mlx5/mlx5dv.h` (`enum mlx5dv_dc_type`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QpType {
     /// `IBV_QPT_RC`: reliable connected (ACKs, RNR retries, remote errors reported).
@@ -41,16 +48,30 @@ pub enum QpType {
     Uc,
     /// `IBV_QPT_UD`: unreliable datagram.
     Ud,
+    /// DC initiator (`MLX5DV_DCTYPE_DCI`): RC's operations and
+    /// reliability, each WR to the target it names.
+    Dci,
+    /// DC target (`MLX5DV_DCTYPE_DCT`): on an SRQ; sends nothing; RESET ->
+    /// INIT -> RTR only.
+    Dct,
 }
 
 impl QpType {
-    /// perftest's `-c` name: `RC`, `UC`, `UD`.
+    /// perftest's `-c` name: `RC`, `UC`, `UD`; `DCI` and `DCT` for DC's
+    /// two sides (perftest's `-c DC` makes both).
     pub fn name(self) -> &'static str {
         match self {
             QpType::Rc => "RC",
             QpType::Uc => "UC",
             QpType::Ud => "UD",
+            QpType::Dci => "DCI",
+            QpType::Dct => "DCT",
         }
+    }
+
+    /// Whether it is one of DC's two sides.
+    pub fn is_dc(self) -> bool {
+        matches!(self, QpType::Dci | QpType::Dct)
     }
 }
 

@@ -65,6 +65,11 @@ pub struct QpConfig {
     /// poll copies them to the WR's buffers. Off by default, as in UCX
     /// (libmlx5 turns it on by default). See [`InlineRecv`].
     pub inline_recv: InlineRecv,
+    /// The DC access key of a DCT ([`QpType::Dct`](crate::QpType::Dct)):
+    /// a DCI's WR reaches it only carrying this key
+    /// (`mlx5dv_dc_init_attr.dct_access_key`, 64 bits, rdma-core
+    /// `mlx5dv.h`). Ignored by every other QP type. Default 0.
+    pub dc_key: u64,
 }
 
 /// Scatter to CQE ("inline receive") for a QP, on the direct path
@@ -147,6 +152,7 @@ impl Default for QpConfig {
             cq_depth: None,
             cqe_compression: false,
             inline_recv: InlineRecv::Off,
+            dc_key: 0,
         }
     }
 }

@@ -249,6 +249,38 @@ impl QpAttr {
         }
     }
 
+    /// RESET -> INIT of a DCI: P_Key index 0 and `port` (a DCI takes no
+    /// access flags: it is never a responder).
+    pub fn init_dci(port: u8) -> Self {
+        QpAttr {
+            pkey_index: Some(0),
+            port: Some(port),
+            ..Default::default()
+        }
+    }
+
+    /// INIT -> RTR of a DCT: requesters wait `min_rnr_timer` (IB spec
+    /// table 45 code) after an RNR NAK; `path` the AV and path MTU where
+    /// the device needs them (ConnectX), `None` on the sim.
+    pub fn rtr_dct(min_rnr_timer: u8, path: Option<(AddressVector, u32)>) -> Self {
+        QpAttr {
+            min_rnr_timer: Some(min_rnr_timer),
+            av: path.map(|p| p.0),
+            path_mtu: path.map(|p| p.1),
+            ..Default::default()
+        }
+    }
+
+    /// INIT -> RTR of a DCI: no destination (each WR names its target);
+    /// `path` as [`Self::rtr_dct`]'s.
+    pub fn rtr_dci(path: Option<(AddressVector, u32)>) -> Self {
+        QpAttr {
+            av: path.map(|p| p.0),
+            path_mtu: path.map(|p| p.1),
+            ..Default::default()
+        }
+    }
+
     /// RTR -> RTS: `timeout` 14 (67 ms), `retry_cnt` 7, `rnr_retry` as
     /// given (finite unless 7 is asked for), one READ/atomic in flight.
     pub fn rts(sq_psn: u32, rnr_retry: u8) -> Self {
@@ -303,6 +335,43 @@ pub fn transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, 
             (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
             _ => return None,
         }),
+        QpType::Dci | QpType::Dct => dc_transition(t, from, to),
+    }
+}
+
+/// The attributes a DC QP's transition requires and those it may carry
+/// besides (STATE is implied); `None`: the transition does not exist.
+/// A DCT moves RESET -> INIT (P_Key index, port, the access its
+/// initiators get) -> RTR (`min_rnr_timer`; the AV and path MTU where the
+/// device needs them) and nowhere else: the kernel's `mlx5_ib_modify_dct`
+/// (`drivers/infiniband/hw/mlx5/qp.c`) takes only these two. A DCI moves
+/// as an RC QP with no peer: RESET -> INIT (P_Key index, port) -> RTR (no
+/// destination; AV and path MTU optional) -> RTS (RC's), and to ERR and
+/// RESET from anywhere. (`../shared/reference/dc.md`; rdma-core
+/// `tests/test_mlx5_dc.py`.)
+pub fn dc_transition(t: QpType, from: QpState, to: QpState) -> Option<(QpAttrMask, QpAttrMask)> {
+    use QpAttrMask as M;
+    use QpState::*;
+    let none = M::empty();
+    match t {
+        QpType::Dct => Some(match (from, to) {
+            (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS, none),
+            (Init, Rtr) => (M::MIN_RNR_TIMER, M::AV | M::PATH_MTU),
+            _ => return None,
+        }),
+        QpType::Dci => Some(match (from, to) {
+            (_, Reset) | (_, Err) => (none, none),
+            (Reset, Init) => (M::PKEY_INDEX | M::PORT, none),
+            (Init, Init) => (none, M::PKEY_INDEX | M::PORT),
+            (Init, Rtr) => (none, M::AV | M::PATH_MTU),
+            (Rtr, Rts) => (
+                M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+                M::CUR_STATE | M::MIN_RNR_TIMER,
+            ),
+            (Rts, Rts) => (none, M::CUR_STATE | M::MIN_RNR_TIMER),
+            _ => return None,
+        }),
+        _ => None,
     }
 }
 

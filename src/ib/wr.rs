@@ -222,6 +222,30 @@ pub struct UdDest<'a> {
     pub qkey: u32,
 }
 
+/// Where a DC initiator's WRs go ([`Qp::post_dc`](crate::Qp::post_dc)):
+/// the path to the target's port (an address handle, as a UD send's), the
+/// target's DCT number and the DC access key it was created with
+/// ([`QpConfig::dc_key`](crate::QpConfig::dc_key)). The WQE carries them
+/// in its 48-byte datagram segment: the AH's address vector with
+/// `dqp_dct` (bytes 8..12, big-endian) = `dctn | MLX5_EXTENDED_UD_AV` and
+/// the key at bytes 0..8, big-endian (rdma-core
+/// `mlx5_send_wr_set_dc_addr`, `providers/mlx5/qp.c`).
+///
+/// A DCT number or key that names no DCT in RTR is not refused at post
+/// (the initiator cannot know): the WR completes in error on the DCI (the
+/// sim's status: `WcStatus::RETRY_EXC_ERR`, its choice, unverified on
+/// hardware) and the DCI goes to ERR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcDest<'a> {
+    /// The address handle: the path to the target's port.
+    pub ah: &'a Ah,
+    /// The target's DCT number, 24 bits
+    /// ([`Qp::dct_number`](crate::Qp::dct_number) on its side).
+    pub dctn: u32,
+    /// The target's DC access key.
+    pub key: u64,
+}
+
 bitflags::bitflags! {
     /// The flags of every send WR ([`SendWr::flags`], [`WriteWr::flags`],
     /// [`Qp::post_write_inline`](crate::Qp::post_write_inline)'s `flags`).

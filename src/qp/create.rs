@@ -10,7 +10,7 @@ use crate::ib::config::{CqSizing, QpConfig};
 #[cfg(feature = "verbs")]
 use crate::ib::device::DataPath;
 use crate::ib::error::{Error, Result};
-use crate::ib::qp_attr::{Endpoint, QpState};
+use crate::ib::qp_attr::{Endpoint, QpState, QpType};
 use crate::qp::backend;
 use crate::qp::held::{HeldQueue, Owned};
 use crate::qp::{Qp, QpKind, ReclaimOnDrop};
@@ -34,6 +34,7 @@ impl Qp {
                 });
             }
         }
+        dc_shape(cfg, srq.is_some())?;
         // On an SRQ the receive limits are the SRQ's (its CQ room, its SGEs).
         let cfg = &match srq {
             Some(s) => QpConfig {
@@ -46,6 +47,21 @@ impl Qp {
         let direct_srq = match srq.map(Srq::kind) {
             Some(SrqKind::Direct(d)) => Some(d),
             _ => None,
+        };
+        // (A DCT sends nothing: its send limits are not looked at.)
+        let cfg = &match cfg.qp_type {
+            QpType::Dct => QpConfig {
+                max_send_wr: 1,
+                max_send_sge: 0,
+                max_inline: 0,
+                ..*cfg
+            },
+            QpType::Dci => QpConfig {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..*cfg
+            },
+            _ => *cfg,
         };
         if cfg.max_send_wr == 0 || cfg.max_send_wr > 1 << 14 {
             return Err(Error::Config {
@@ -173,6 +189,7 @@ impl Qp {
                     direct_srq,
                     cfg.qp_type,
                     cfg.inline_recv,
+                    cfg.dc_key,
                 )?)
             }
             #[cfg(feature = "verbs")]
@@ -185,6 +202,14 @@ impl Qp {
                     max_recv_wr: cfg.max_recv_wr.max(1),
                     max_recv_sge: cfg.max_recv_sge.max(1),
                 };
+                if cfg.qp_type.is_dc() && *direct != DataPath::Direct {
+                    // DC is mlx5's, and libmlx5 posts it only through the
+                    // ibv_wr_* builders: the direct path alone has it.
+                    return Err(Error::Unsupported {
+                        device: pd.ctx.name.clone(),
+                        feature: crate::Feature::Dc,
+                    });
+                }
                 if *direct == DataPath::Direct {
                     direct_limits(cfg)?;
                     let mut q = direct::DirectQp::create_mlx5(
@@ -297,6 +322,25 @@ impl Qp {
         }
         Ok(qp)
     }
+}
+
+/// What a DC QP must be created with, before anything is made: a DCT on
+/// an SRQ (its receives), a DCI on none (it receives nothing), neither
+/// with inline receive (rdma-core clears scatter to CQE on DC; UCX PR
+/// #5052) or CQE compression on its own CQ (a DCT's receives come from an
+/// SRQ). [`Error::Invalid`] naming the conflict.
+fn dc_shape(cfg: &QpConfig, on_srq: bool) -> Result<()> {
+    let problem = match cfg.qp_type {
+        QpType::Dct if !on_srq => {
+            "a DCT takes its receives from an SRQ: create it with Pd::create_qp_on_srq"
+        }
+        QpType::Dci if on_srq => "a DCI receives nothing: create it with Pd::create_qp, on no SRQ",
+        QpType::Dci | QpType::Dct if cfg.inline_recv.is_on() => {
+            "inline receive (scatter to CQE) is not for DC QPs (rdma-core clears it on DC)"
+        }
+        _ => return Ok(()),
+    };
+    Err(Error::Invalid(problem.into()))
 }
 
 /// The direct path's limits per WQE: `max_send_sge`, `max_recv_sge` and

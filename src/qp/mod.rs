@@ -176,6 +176,12 @@ impl Qp {
                     op: "connecting to a peer (bring a UD QP up with Qp::ready_ud)",
                 })
             }
+            t @ (QpType::Dci | QpType::Dct) => {
+                return Err(Error::WrongTransport {
+                    qp_type: t,
+                    op: "connecting to a peer (bring a DC QP up with Qp::ready_dci or Qp::ready_dct)",
+                })
+            }
         };
         let rtr = self.rtr_attr(peer, peer_psn);
         self.connect_steps(init, rtr, rts)

@@ -11,6 +11,7 @@
 
 mod batch;
 mod cq;
+mod dc;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod mr;
@@ -101,6 +102,10 @@ pub(crate) struct DirectQp {
     /// Split into a send half and a receive half: this copy only retires
     /// (`split.rs`).
     split: Option<Box<split::SplitState>>,
+    /// A requester CQE in error was polled since the last RESET: the
+    /// device moved the QP to ERR (a DCI then takes no post, `dc.rs`).
+    /// Set by the polls' general paths, which every error CQE takes.
+    send_failed: bool,
 }
 
 impl Drop for DirectQp {
@@ -113,15 +118,19 @@ impl Drop for DirectQp {
         if !(self.rq.is_srq() && self.cq.is_some()) {
             return;
         }
-        if self.split.is_none() {
+        if self.split.is_none() && self.qp_type != QpType::Dct {
             let _ = self.modify_dev(QpState::Err, QpState::Reset, &QpAttr::default());
             return;
         }
+        // (A DCT cannot be moved out of RTR: its CQ is drained as a split
+        // QP's, below.)
         // Split, and its halves live on (they may still post to the rings,
         // and hold the device objects): no RESET under them. ERR stops the
         // QP taking SRQ receives; the CQ, which goes with this copy, is
         // drained of the receives it completed (back to the SRQ).
-        let _ = self.modify_dev(QpState::Rts, QpState::Err, &QpAttr::default());
+        if self.qp_type != QpType::Dct {
+            let _ = self.modify_dev(QpState::Rts, QpState::Err, &QpAttr::default());
+        }
         if let Some(cq) = &mut self.cq {
             let rq = &mut self.rq;
             cq.drain(|c| rq.discarded(c));
@@ -171,6 +180,7 @@ impl DirectQp {
         srq: Option<&DirectSrq>,
         qp_type: QpType,
         inline_recv: crate::InlineRecv,
+        dc_key: u64,
     ) -> Result<Self> {
         // (The front end refuses compression with 128-byte CQEs.)
         let (own, credits) = cq.resolve(|depth, zip| match zip {
@@ -197,15 +207,15 @@ impl DirectQp {
                 theirs: "ConnectX",
             });
         }
-        let sim_qp = dev.create_qp_of(
-            qp_type,
-            pd,
-            sim_cq,
-            sq_wqebbs,
-            rq_cnt,
-            stride,
-            srq.and_then(DirectSrq::sim),
-        )?;
+        let sim_srq = srq.and_then(DirectSrq::sim);
+        let sim_qp = match (qp_type, sim_srq) {
+            (QpType::Dci, _) => dev.create_dci(pd, sim_cq, sq_wqebbs)?,
+            (QpType::Dct, Some(s)) => dev.create_dct(pd, sim_cq, s, dc_key)?,
+            (QpType::Dct, None) => {
+                return Err(Error::Invalid("a DCT takes its receives from an SRQ".into()))
+            }
+            _ => dev.create_qp_of(qp_type, pd, sim_cq, sq_wqebbs, rq_cnt, stride, sim_srq)?,
+        };
         scatter::set_sim_qp(&sim_qp, inline_recv)?;
         // SAFETY: the descriptions come from `sim_qp`, which this struct owns
         // and drops after the drivers (field order); nothing else on the host
@@ -240,6 +250,7 @@ impl DirectQp {
             qp_type,
             ud_mtu: 0,
             split: None,
+            send_failed: false,
         })
     }
 
@@ -320,6 +331,7 @@ impl DirectQp {
             qp_type,
             ud_mtu: 0,
             split: None,
+            send_failed: false,
         })
     }
 
@@ -381,6 +393,8 @@ impl DirectQp {
             && self.max_recv_sge > 0;
         self.set_post_mode(match state {
             _ if self.max_send_sge == 0 => PostMode::Checked,
+            // A DCI's WQEs carry their target: `dc.rs` posts them.
+            _ if self.qp_type.is_dc() => PostMode::Checked,
             QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => PostMode::Ud,
             _ if self.qp_type == QpType::Ud => PostMode::Checked,
             QpState::Rts | QpState::Err if self.count_credits => PostMode::InPlaceCounted,
@@ -425,6 +439,13 @@ impl DirectQp {
                 return Ok(());
             }
         };
+        if self.qp_type.is_dc() {
+            dc::modify_sim(sim_qp, self.qp_type, from, to, attr)?;
+            if to == S::Reset {
+                self.reset_host();
+            }
+            return Ok(());
+        }
         let timer = attr.min_rnr_timer.map(qp_attr::rnr_timer);
         if self.qp_type == QpType::Ud {
             if let (Some(k), false) = (attr.qkey, from == S::Reset) {
@@ -499,6 +520,7 @@ impl DirectQp {
         }
         self.sq.reset();
         self.rq.reset();
+        self.send_failed = false;
         self.publish_retired();
     }
 

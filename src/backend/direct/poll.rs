@@ -548,6 +548,9 @@ impl DirectQp {
                 },
                 None => break,
             };
+            if cqe.opcode == CqeOpcode::REQ_ERR {
+                self.send_failed = true;
+            }
             match retire(&mut sq, rq, &cqe) {
                 Ok(Some(c)) => {
                     out[n] = c;
@@ -653,6 +656,9 @@ impl DirectCq {
                 break;
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
+            if cqe.opcode == CqeOpcode::REQ_ERR {
+                q.send_failed = true;
+            }
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.
                 q.retire_split(|q| retire(&mut q.sq.retirer(), &mut q.rq, &cqe))

@@ -556,13 +556,15 @@ pub(crate) fn max_wqebbs(max_send_sge: u32, max_inline: u32) -> u32 {
 }
 
 /// [`max_wqebbs`] for a QP of type `t`: a UD WQE has the 48-byte datagram
-/// segment after its ctrl segment, and no remote-address segment.
+/// segment after its ctrl segment, and no remote-address segment; a DCI's
+/// has both (and an atomic's 16-byte segment with its one SGE).
 pub(crate) fn max_wqebbs_of(t: QpType, max_send_sge: u32, max_inline: u32) -> u32 {
-    if t != QpType::Ud {
-        return max_wqebbs(max_send_sge, max_inline);
-    }
     let payload = (max_send_sge as usize * 16).max((max_inline as usize + 4).div_ceil(16) * 16);
-    (16 + DATAGRAM_SEG + payload).div_ceil(64) as u32
+    match t {
+        QpType::Ud => (16 + DATAGRAM_SEG + payload).div_ceil(64) as u32,
+        QpType::Dci => (16 + DATAGRAM_SEG + 16 + payload.max(32)).div_ceil(64) as u32,
+        _ => max_wqebbs(max_send_sge, max_inline),
+    }
 }
 
 /// The ctrl-segment flags of `f`: its SIGNALED, SOLICITED and FENCE bits

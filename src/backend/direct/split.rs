@@ -136,6 +136,7 @@ impl DirectQp {
             qp_type: self.qp_type,
             ud_mtu: self.ud_mtu,
             split: None,
+            send_failed: self.send_failed,
         };
         q.set_post_mode(PostMode::Checked);
         q

@@ -21,6 +21,8 @@ pub(crate) fn ibv_type(t: QpType) -> ibv_qp_type::Type {
     match t {
         QpType::Rc => ibv_qp_type::IBV_QPT_RC,
         QpType::Uc => ibv_qp_type::IBV_QPT_UC,
+        // DC QPs are the mlx5 provider's (`mlx5dv_create_qp`).
+        QpType::Dci | QpType::Dct => ibv_qp_type::IBV_QPT_DRIVER,
         QpType::Ud => ibv_qp_type::IBV_QPT_UD,
     }
 }

@@ -21,6 +21,8 @@ pub fn check_transport(test: &str, qp_type: QpType, use_srq: bool) -> Result<()>
         QpType::Rc => true,
         QpType::Uc => send || write,
         QpType::Ud => send,
+        // DC is `-c DC` (not yet run by bench).
+        QpType::Dci | QpType::Dct => false,
     };
     if !ok {
         return Err(Error::Invalid(format!(

@@ -1,0 +1,135 @@
+//! DC on the direct path: a DCI's posts (each WQE with its target's
+//! datagram segment), a DCT's number, and the DC QPs' transitions on the
+//! sim.
+//!
+//! A DCI posts only through [`DirectQp::post_dc`]: its post mode is always
+//! `Checked`, so the RC in-place posts (which write no datagram segment)
+//! never take its WRs. The WQE is what the codec writes for
+//! [`Datagram::Dc`]: ctrl, the 48-byte datagram segment (the AH's AV,
+//! `dqp_dct = dctn | MLX5_EXTENDED_UD_AV`, the DC key), then RC's segments
+//! for the operation (rdma-core `mlx5_send_wr_set_dc_addr`).
+
+use super::post::with_wqe;
+use super::{DirectDev, DirectQp};
+use crate::ib::error::{Error, Result};
+use crate::ib::qp_attr::{self, QpAttr, QpState, QpType};
+use crate::ib::wr::{DcDest, SendWrs};
+use mlx5_dv::sim;
+use mlx5_dv::wqe::{dc_datagram_seg, Datagram, SendWqe, WqeError, DATAGRAM_SEG};
+
+impl DirectQp {
+    /// Posts `wrs` from this DCI to `dest` and rings the doorbell once.
+    /// Every WR is sized first (and the SQ's room for all of them): on an
+    /// error nothing is written, no credit is taken and no doorbell rung.
+    ///
+    /// The front end (`Qp::post_dc`) checked the QP's state, type and
+    /// every WR against its limits; here only what the ring knows.
+    ///
+    /// Errors: [`Error::Wqe`] ([`WqeError::DctnTooWide`] for a DCT number
+    /// over 24 bits); [`Error::QueueFull`]; [`Error::CqFull`] (CQ credits).
+    pub(crate) fn post_dc<W: SendWrs + ?Sized>(&mut self, dest: &DcDest<'_>, wrs: &W) -> Result<()> {
+        debug_assert!(self.qp_type == QpType::Dci && !self.is_split());
+        let seg: [u8; DATAGRAM_SEG] =
+            dc_datagram_seg(&dest.ah.inner.av, dest.dctn, dest.key).map_err(Error::Wqe)?;
+        let n = wrs.count();
+        if n == 0 {
+            return Ok(());
+        }
+        fn with_dest<'a>(wqe: &SendWqe<'a>, seg: &'a [u8; DATAGRAM_SEG]) -> SendWqe<'a> {
+            SendWqe {
+                datagram: Some(Datagram::Dc(seg)),
+                ..*wqe
+            }
+        }
+        let mut need = 0u32;
+        for i in 0..n {
+            let w = wrs.wr(i);
+            let wqebbs = with_wqe(&w, |wqe| {
+                mlx5_dv::wqe::wqe_size(self.sq.geometry(), &with_dest(wqe, &seg)).map(|(_, b)| b)
+            })?
+            .map_err(Error::Wqe)?;
+            need += wqebbs;
+        }
+        if need > self.sq.free_wqebbs() || n as u32 > self.sq.free_wrs() {
+            return Err(Error::QueueFull);
+        }
+        self.take_credits(n as u32)?;
+        for i in 0..n {
+            let w = wrs.wr(i);
+            if i + 1 == n {
+                // (Every WR was sized and fits: nothing here is refused.)
+                let _ = self.signal_if_credits_low();
+            }
+            with_wqe(&w, |wqe| self.sq.post(&with_dest(wqe, &seg), w.wr_id))?.map_err(|e| match e {
+                WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+                e => Error::Wqe(e),
+            })?;
+        }
+        self.sq.ring_doorbell();
+        self.posted_sends(n);
+        Ok(())
+    }
+
+    /// Whether a requester CQE in error was polled since the last RESET:
+    /// the device has moved the QP to ERR.
+    #[inline]
+    pub(crate) fn send_failed(&self) -> bool {
+        self.send_failed
+    }
+
+    /// A DCT's number: `None` before INIT -> RTR (the device creates the
+    /// DCT only then: rdma-core `verbs.c` sets `qp_num` from the kernel's
+    /// `dctn` at RTR) and for any QP that is not a DCT.
+    pub(crate) fn dct_number(&self) -> Option<u32> {
+        if self.qp_type != QpType::Dct {
+            return None;
+        }
+        match &*self.dev {
+            DirectDev::Sim(q) => q.dctn(),
+            // ConnectX: the QP number `mlx5dv_create_qp` gave is the DCT's
+            // once in RTR (the front end asks only then).
+            #[cfg(feature = "verbs")]
+            DirectDev::Mlx5(_) => Some(self.qpn),
+        }
+    }
+}
+
+/// A DC QP's transition on the sim (the device only; the caller resets
+/// the host side after a move to RESET). A DCT: RESET -> INIT (`access`,
+/// the port), INIT -> RTR (`min_rnr_timer`); a DCI: RESET -> INIT, INIT ->
+/// RTR with no destination, RTR -> RTS (`rnr_retry`), and to ERR and
+/// RESET from anywhere.
+///
+/// Errors: the sim's refusal (`SimError::BadTransition` for a move the QP
+/// cannot make, as `Error::Sim`).
+pub(super) fn modify_sim(
+    q: &sim::Qp,
+    t: QpType,
+    from: QpState,
+    to: QpState,
+    attr: &QpAttr,
+) -> Result<()> {
+    use QpState as S;
+    let timer = attr.min_rnr_timer.map(qp_attr::rnr_timer);
+    match (t, from, to) {
+        (QpType::Dct, S::Reset, S::Init) => q.to_init_dct(
+            attr.access.unwrap_or(sim::Access::empty()),
+            attr.port.unwrap_or(1),
+        )?,
+        (QpType::Dct, S::Init, S::Rtr) => q.to_rtr_dct(timer.unwrap_or(sim::RNR_DELAY))?,
+        (_, S::Reset, S::Init) => q.to_init(sim::Access::empty())?,
+        (_, S::Init, S::Init) => {}
+        (_, S::Init, S::Rtr) => q.to_rtr_dci()?,
+        (_, S::Rtr, S::Rts) => q.to_rts_with(attr.rnr_retry.unwrap_or(7))?,
+        (_, S::Rts, S::Rts) => q.set_optional(None, timer)?,
+        (_, _, S::Err) => q.to_err()?,
+        (_, _, S::Reset) => q.to_reset()?,
+        (_, from, to) => {
+            return Err(Error::Invalid(format!(
+                "the sim does not do {from:?} -> {to:?} for a {}",
+                t.name()
+            )))
+        }
+    }
+    Ok(())
+}
