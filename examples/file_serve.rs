@@ -337,6 +337,7 @@ fn run(a: Args) -> Result<(), Failure> {
         addr: file.as_ref().map_or(0, Mr::addr),
         len: file.as_ref().map_or(0, |f| f.len() as u64),
         qkey: 0,
+        dc_key: None,
     };
     let (peer, mut tcp) = match &host {
         None => exchange::serve(port, &mine)?,

@@ -214,6 +214,7 @@ fn run(a: Args) -> rdma_direct::Result<()> {
         addr: table.as_ref().map_or(0, |t| t.addr()),
         len: (SLOTS * SLOT) as u64,
         qkey: 0,
+        dc_key: None,
     };
     let (peer, mut tcp) = match &host {
         None => exchange::serve(port, &mine)?,

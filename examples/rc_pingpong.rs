@@ -350,6 +350,7 @@ fn run(a: &Args) -> rdma_direct::Result<()> {
         addr: 0,
         len: 0,
         qkey: 0,
+        dc_key: None,
     };
     let (peer, mut tcp) = match &a.host {
         None => exchange::serve(a.port, &mine)?,

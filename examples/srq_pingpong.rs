@@ -266,6 +266,7 @@ fn info(qp: &Qp) -> ConnInfo {
         addr: 0,
         len: 0,
         qkey: 0,
+        dc_key: None,
     }
 }
 

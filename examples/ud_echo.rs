@@ -453,6 +453,7 @@ fn run(a: &Args) -> Result<()> {
         addr: 0,
         len: 0,
         qkey,
+        dc_key: None,
     };
     let (peer, _tcp) = match &a.host {
         None => {

@@ -53,6 +53,7 @@ fn info(qpn: u32) -> ConnInfo {
         addr: 0x1000 + qpn as u64,
         len: 64,
         qkey: 0,
+        dc_key: None,
     }
 }
 

@@ -269,6 +269,7 @@ mod tokio_tests {
             addr: 7,
             len: 8,
             qkey: 0,
+            dc_key: None,
         };
         rt.block_on(async move {
             let free = std::net::TcpListener::bind("127.0.0.1:0")

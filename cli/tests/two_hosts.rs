@@ -50,6 +50,7 @@ fn the_qkey_field_round_trips_and_is_big_endian_at_44() {
             addr: u64::MAX,
             len: u64::MAX,
             qkey,
+            dc_key: None,
         };
         let m = i.encode();
         assert_eq!(m.len(), MSG_LEN);

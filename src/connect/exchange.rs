@@ -2,25 +2,34 @@
 //! needs to reach its QP and memory (perftest exchanges the same facts in
 //! its `pingpong_dest`), then reads the peer's.
 //!
-//! The message is 64 bytes, every field big-endian:
+//! The message is 64 bytes (version 1) or 72 (version 2, a DC target's),
+//! every field big-endian:
 //!
 //! | offset | bytes | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `b"rdmadir\0"` |
-//! | 8 | 2 | version, [`VERSION`] |
+//! | 8 | 2 | version: 1, or 2 when the sender is a DC target ([`VERSION`] is the newest) |
 //! | 10 | 2 | reserved, 0 |
-//! | 12 | 4 | QPN (24 bits) |
+//! | 12 | 4 | QPN (24 bits); a DC target's DCT number (flag bit 1) |
 //! | 16 | 4 | first PSN the sender sends (24 bits) |
 //! | 20 | 2 | LID (InfiniBand; 0 on RoCE) |
 //! | 22 | 1 | active MTU (`enum ibv_mtu`; 0: none, the sim) |
-//! | 23 | 1 | flags: bit 0 RoCE (the address vector must be global) |
+//! | 23 | 1 | flags: bit 0 RoCE (the address vector must be global); bit 1 DC target: the QPN field is the DCT number and bytes 64..72 its DC access key (set exactly when the version is 2) |
 //! | 24 | 16 | GID |
 //! | 40 | 4 | rkey of the buffer offered |
 //! | 44 | 4 | qkey of a UD QP (0 for RC and UC; a build before the field sent 0) |
 //! | 48 | 8 | address of the buffer offered |
 //! | 56 | 8 | length of the buffer offered, bytes |
+//! | 64 | 8 | version 2 only: the DC target's DC access key (`dc_key`, big-endian) |
 //!
-//! A message with another magic or version is refused with a clear error.
+//! A side that is not a DC target ([`ConnInfo::dc_key`] `None`) sends
+//! version 1, [`MSG_LEN`] bytes, exactly what builds before version 2 sent
+//! and read, so they keep working with it; a DC target sends version 2,
+//! [`MSG_LEN_V2`] bytes (a build before version 2 refuses it, by its
+//! version). The reader takes the first 64 bytes and, when their version is
+//! 2, 8 more. A message with another magic or version, a version-2
+//! message without the DC-target flag or a version-1 message with it, or
+//! one cut short, is refused with a clear error.
 
 use crate::connect::cm_wait::{block_on, next_serial, Awaited, Blocking, FdWait};
 use crate::reactor::deadline_after;
@@ -30,18 +39,38 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-/// Version of the message layout above.
-pub const VERSION: u16 = 1;
-/// Size of the message in bytes.
+/// The newest version of the message layout above this build reads and
+/// sends: 2 (a DC target's message). It still sends version 1 when the
+/// sender is not a DC target ([`ConnInfo::encode`]).
+pub const VERSION: u16 = 2;
+/// Size of a version-1 message in bytes, and of the first part of any
+/// message (what the reader takes before it knows the version).
 pub const MSG_LEN: usize = 64;
+/// Size of a version-2 message (a DC target's) in bytes: [`MSG_LEN`] and
+/// the 8-byte DC access key at bytes 64..72.
+pub const MSG_LEN_V2: usize = 72;
+/// Flags byte (23): RoCE.
+const FLAG_ROCE: u8 = 1;
+/// Flags byte (23): DC target (the QPN field is the DCT number, bytes
+/// 64..72 its DC key).
+const FLAG_DC: u8 = 1 << 1;
 /// perftest's default TCP port (`-p`).
 pub const DEFAULT_PORT: u16 = 18515;
 const MAGIC: [u8; 8] = *b"rdmadir\0";
 
 /// What one side tells the other.
+///
+/// [`Self::encode`] makes a version-1 message ([`MSG_LEN`], 64 bytes) when
+/// [`Self::dc_key`] is `None`, so builds that know only version 1 read it,
+/// and a version-2 message ([`MSG_LEN_V2`], 72 bytes) when it is `Some`
+/// (a DC target, [`Self::dc_target`]); [`Self::decode`] and the exchanges
+/// ([`swap`], [`serve`], [`Listener::accept`], [`connect`] and their async
+/// forms) read either.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
     /// This side's QPN, LID, GID, active MTU and RoCE flag (bytes 12..16, 20..40).
+    /// For a DC target ([`Self::dc_key`] `Some`), `endpoint.qpn` is its DCT
+    /// number (DCT numbers live in QPN space).
     pub endpoint: Endpoint,
     /// First PSN this side sends (the peer's `rq_psn`).
     pub psn: u32,
@@ -54,8 +83,14 @@ pub struct ConnInfo {
     /// The qkey a datagram to this side's UD QP must carry (IB spec
     /// 10.2.5); 0 when the QP is RC or UC. Bytes 44..48, big-endian: the
     /// field was reserved and sent as 0 before, so the layout's
-    /// [`VERSION`] is unchanged.
+    /// version (1) did not change for it.
     pub qkey: u32,
+    /// `Some(key)`: this side is a DC (dynamically connected) target,
+    /// `endpoint.qpn` its DCT number and `key` its 64-bit DC access key,
+    /// which a DC initiator's sends to it must carry. Sent as a version-2
+    /// message: the key big-endian at bytes 64..72, flag bit 1 of byte 23
+    /// set. `None` (not a DC target): a version-1 message, 64 bytes.
+    pub dc_key: Option<u64>,
 }
 
 impl ConnInfo {
@@ -71,6 +106,7 @@ impl ConnInfo {
             addr: 0,
             len: 0,
             qkey: 0,
+            dc_key: None,
         }
     }
 
@@ -85,38 +121,101 @@ impl ConnInfo {
         }
     }
 
-    /// The 64-byte message.
-    pub fn encode(&self) -> [u8; MSG_LEN] {
+    /// The same, as a DC target: `endpoint.qpn` becomes `dctn`, its DCT
+    /// number, and [`Self::dc_key`] `Some(dc_key)`, its DC access key; the
+    /// message becomes version 2 (72 bytes, the key big-endian at bytes
+    /// 64..72, flag bit 1 of byte 23). The other fields are kept (a DC
+    /// target offering a buffer calls [`Self::offering`] too).
+    ///
+    /// Errors: [`Error::Config`] when `dctn` is 0 or over 24 bits
+    /// (`1..=0xffffff`); nothing is built.
+    pub fn dc_target(self, dctn: u32, dc_key: u64) -> Result<ConnInfo> {
+        if dctn == 0 || dctn > 0xff_ffff {
+            return Err(Error::Config {
+                field: "DCT number (24 bits)",
+                value: dctn as u64,
+                min: 1,
+                max: 0xff_ffff,
+            });
+        }
+        Ok(ConnInfo {
+            endpoint: Endpoint {
+                qpn: dctn,
+                ..self.endpoint
+            },
+            dc_key: Some(dc_key),
+            ..self
+        })
+    }
+
+    /// The message: version 1, [`MSG_LEN`] (64) bytes, when
+    /// [`Self::dc_key`] is `None`; version 2, [`MSG_LEN_V2`] (72) bytes,
+    /// when it is `Some` (layout in the [module docs](self)).
+    pub fn encode(&self) -> Vec<u8> {
         let e = &self.endpoint;
-        let mut m = [0u8; MSG_LEN];
+        let mut m = vec![0u8; MSG_LEN];
+        let version: u16 = if self.dc_key.is_some() { 2 } else { 1 };
         m[0..8].copy_from_slice(&MAGIC);
-        m[8..10].copy_from_slice(&VERSION.to_be_bytes());
+        m[8..10].copy_from_slice(&version.to_be_bytes());
         m[12..16].copy_from_slice(&e.qpn.to_be_bytes());
         m[16..20].copy_from_slice(&self.psn.to_be_bytes());
         m[20..22].copy_from_slice(&e.lid.to_be_bytes());
         m[22] = e.active_mtu as u8;
-        m[23] = e.roce as u8;
+        m[23] = if e.roce { FLAG_ROCE } else { 0 };
         m[24..40].copy_from_slice(&e.gid);
         m[40..44].copy_from_slice(&self.rkey.0.to_be_bytes());
         m[44..48].copy_from_slice(&self.qkey.to_be_bytes());
         m[48..56].copy_from_slice(&self.addr.to_be_bytes());
         m[56..64].copy_from_slice(&self.len.to_be_bytes());
+        if let Some(key) = self.dc_key {
+            m[23] |= FLAG_DC;
+            m.extend_from_slice(&key.to_be_bytes());
+        }
         m
     }
 
-    /// Parses a message. Errors: wrong magic or version, a QPN or PSN over
-    /// 24 bits, an MTU code over 5.
-    pub fn decode(m: &[u8; MSG_LEN]) -> Result<ConnInfo> {
-        if m[0..8] != MAGIC {
+    /// Parses a whole message: version 1 ([`MSG_LEN`] bytes) or 2
+    /// ([`MSG_LEN_V2`]). A `&[u8; MSG_LEN]` (what this took before version
+    /// 2) still fits.
+    ///
+    /// Errors ([`Error::Exchange`]): wrong magic or version; a length
+    /// other than the version's (a message cut short, or bytes after it);
+    /// the DC-target flag (bit 1 of byte 23) in a version-1 message or
+    /// missing from a version-2 one; a QPN or PSN over 24 bits, a DCT
+    /// number of 0; an MTU code over 5.
+    pub fn decode(m: &[u8]) -> Result<ConnInfo> {
+        if m.len() < 10 || m[0..8] != MAGIC {
             return Err(Error::Exchange(
                 "the peer's message does not start with \"rdmadir\\0\" (is it another program, or perftest?)"
                     .into(),
             ));
         }
         let version = u16::from_be_bytes([m[8], m[9]]);
-        if version != VERSION {
+        let want = match version {
+            1 => MSG_LEN,
+            2 => MSG_LEN_V2,
+            _ => {
+                return Err(Error::Exchange(format!(
+                    "the peer speaks exchange version {version}; this build speaks 1 and {VERSION}"
+                )))
+            }
+        };
+        if m.len() != want {
             return Err(Error::Exchange(format!(
-                "the peer speaks exchange version {version}; this build speaks {VERSION}"
+                "the peer's version-{version} message is {} bytes; it must be {want}",
+                m.len()
+            )));
+        }
+        let dc = m[23] & FLAG_DC != 0;
+        if dc != (version == 2) {
+            return Err(Error::Exchange(format!(
+                "the peer's version-{version} message {} the DC-target flag (byte 23, bit 1): {}",
+                if dc { "has" } else { "lacks" },
+                if dc {
+                    "a DC target's message is version 2"
+                } else {
+                    "version 2 is a DC target's message"
+                }
             )));
         }
         let u32_at = |o: usize| u32::from_be_bytes(m[o..o + 4].try_into().unwrap());
@@ -126,6 +225,11 @@ impl ConnInfo {
             return Err(Error::Exchange(format!(
                 "QPN {qpn:#x} or PSN {psn:#x} is over 24 bits"
             )));
+        }
+        if dc && qpn == 0 {
+            return Err(Error::Exchange(
+                "the peer's DC target has DCT number 0".into(),
+            ));
         }
         if m[22] > 5 {
             return Err(Error::Exchange(format!("MTU code {} is over 5", m[22])));
@@ -137,14 +241,26 @@ impl ConnInfo {
                 gid: m[24..40].try_into().unwrap(),
                 gid_index: None,
                 active_mtu: m[22] as u32,
-                roce: m[23] & 1 != 0,
+                roce: m[23] & FLAG_ROCE != 0,
             },
             psn,
             rkey: Rkey(u32_at(40)),
             addr: u64_at(48),
             len: u64_at(56),
             qkey: u32_at(44),
+            dc_key: dc.then(|| u64_at(64)),
         })
+    }
+}
+
+/// How long the message whose first [`MSG_LEN`] bytes are `head` is: 72
+/// when they are ours and say version 2, else 64 (and [`ConnInfo::decode`]
+/// says what is wrong, if anything).
+fn wire_len(head: &[u8; MSG_LEN]) -> usize {
+    if head[0..8] == MAGIC && head[8..10] == 2u16.to_be_bytes() {
+        MSG_LEN_V2
+    } else {
+        MSG_LEN
     }
 }
 
@@ -154,7 +270,9 @@ fn io(what: &str, e: std::io::Error) -> Error {
 
 /// Sends `mine`, then reads the peer's message, on a connection [`serve`]
 /// or [`connect`] made: one more exchange, e.g. for a second QP of the same
-/// run. Each message is [`MSG_LEN`] bytes (see [`ConnInfo::encode`]).
+/// run. Each message is [`MSG_LEN`] bytes, or [`MSG_LEN_V2`] for a DC
+/// target's (see [`ConnInfo::encode`]); either side may send either: the
+/// first 64 bytes are read, then 8 more when their version is 2.
 /// The stream is left with a 60 s read timeout (whatever it had before):
 /// what a later blocking [`barrier`] or [`swap_line`] on it meets.
 ///
@@ -274,20 +392,29 @@ async fn swap_in<W: FdWait>(s: &mut TcpStream, mine: &ConnInfo, w: &mut W) -> Re
             _ => io("sending our connection facts", e),
         });
     }
-    let mut m = [0u8; MSG_LEN];
-    let (got, r) = s.read_full(&mut m, w, deadline).await;
+    let mut m = [0u8; MSG_LEN_V2];
+    let (mut got, mut r) = s.read_full(&mut m[..MSG_LEN], w, deadline).await;
+    let mut want = MSG_LEN;
+    if r.is_ok() {
+        want = wire_len(m[..MSG_LEN].try_into().unwrap());
+        if want > MSG_LEN {
+            let (more, r2) = s.read_full(&mut m[MSG_LEN..want], w, deadline).await;
+            got += more;
+            r = r2;
+        }
+    }
     if let Err(e) = r {
         return Err(match e.kind() {
             std::io::ErrorKind::UnexpectedEof => Error::Exchange(format!(
-                "the peer closed the connection after {got} of {MSG_LEN} bytes of its connection facts"
+                "the peer closed the connection after {got} of {want} bytes of its connection facts"
             )),
             std::io::ErrorKind::TimedOut => Error::Exchange(format!(
-                "no connection facts from the peer within 60 s ({got} of {MSG_LEN} bytes came)"
+                "no connection facts from the peer within 60 s ({got} of {want} bytes came)"
             )),
             _ => io("reading the peer's connection facts", e),
         });
     }
-    ConnInfo::decode(&m)
+    ConnInfo::decode(&m[..want])
 }
 
 /// Server side: waits on `port` (all addresses) for one client, then swaps
@@ -519,8 +646,16 @@ async fn connect_one<W: FdWait>(
 /// their places (`qp` sends from `mine.psn` and expects `peer.psn`).
 ///
 /// Errors: `mine` is not `qp`'s (its QPN differs: [`Error::Invalid`],
-/// nothing changes); those of [`Qp::connect_remote`].
+/// nothing changes); `peer` is a DC target ([`ConnInfo::dc_key`] `Some`:
+/// an RC or UC QP does not connect to a DCT; [`Error::Invalid`], nothing
+/// changes); those of [`Qp::connect_remote`].
 pub fn connect_qp(qp: &mut Qp, mine: &ConnInfo, peer: &ConnInfo) -> Result<()> {
+    if peer.dc_key.is_some() {
+        return Err(Error::Invalid(format!(
+            "the peer is a DC target (DCT {:#x}): an RC or UC QP does not connect to it",
+            peer.endpoint.qpn
+        )));
+    }
     if mine.endpoint.qpn != qp.qp_num() {
         return Err(Error::Invalid(format!(
             "these connection facts are QP {:#x}'s, not QP {:#x}'s",
@@ -598,66 +733,5 @@ pub fn barrier(s: &mut TcpStream) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn info(qpn: u32) -> ConnInfo {
-        ConnInfo {
-            endpoint: Endpoint {
-                qpn,
-                lid: 7,
-                gid: [0xab; 16],
-                gid_index: None,
-                active_mtu: 3,
-                roce: true,
-            },
-            psn: 0x12_3456,
-            rkey: Rkey(0xdead_beef),
-            addr: 0x1122_3344_5566_7788,
-            len: 4096,
-            qkey: 0x8000_1234,
-        }
-    }
-
-    #[test]
-    fn the_message_has_the_documented_layout_and_round_trips() {
-        let i = info(0x00ab_cdef);
-        let m = i.encode();
-        assert_eq!(&m[0..8], b"rdmadir\0");
-        assert_eq!(&m[8..10], &[0, 1]);
-        assert_eq!(&m[12..16], &[0x00, 0xab, 0xcd, 0xef]);
-        assert_eq!(&m[40..44], &[0xde, 0xad, 0xbe, 0xef]);
-        assert_eq!(&m[44..48], &[0x80, 0x00, 0x12, 0x34], "the qkey");
-        assert_eq!(m[23], 1);
-        assert_eq!(ConnInfo::decode(&m).unwrap(), i);
-    }
-
-    #[test]
-    fn a_foreign_or_newer_message_is_refused() {
-        let mut m = info(1).encode();
-        m[0] = b'X';
-        assert!(matches!(ConnInfo::decode(&m), Err(Error::Exchange(_))));
-        let mut m = info(1).encode();
-        m[9] = 2;
-        assert!(matches!(ConnInfo::decode(&m), Err(Error::Exchange(_))));
-        let mut m = info(1).encode();
-        m[12] = 1; // QPN over 24 bits
-        assert!(matches!(ConnInfo::decode(&m), Err(Error::Exchange(_))));
-    }
-
-    #[test]
-    // Native only: Miri has no sockets (its `setsockopt` is unsupported).
-    #[cfg_attr(miri, ignore)]
-    fn server_and_client_swap_over_tcp() {
-        let port = 20000 + (std::process::id() % 20000) as u16;
-        let server = std::thread::spawn(move || {
-            let (peer, mut s) = serve(port, &info(1)).unwrap();
-            barrier(&mut s).unwrap();
-            peer
-        });
-        let (peer, mut s) = connect("127.0.0.1", port, Duration::from_secs(10), &info(2)).unwrap();
-        barrier(&mut s).unwrap();
-        assert_eq!(peer.endpoint.qpn, 1);
-        assert_eq!(server.join().unwrap().endpoint.qpn, 2);
-    }
-}
+#[path = "exchange_tests.rs"]
+mod tests;

@@ -87,6 +87,7 @@ pub(super) fn connect_link(
         } else {
             0
         },
+        dc_key: None,
     };
     let (peer, mut tcp, role_name, client) = match role {
         Role::Server { listener } => {

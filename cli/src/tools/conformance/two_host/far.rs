@@ -178,6 +178,7 @@ impl Made {
                 addr: 0,
                 len: 0,
                 qkey: if build == Build::Ud { qkey } else { 0 },
+                dc_key: None,
             })
             .collect()
     }

@@ -192,6 +192,7 @@ fn endpoint_msg(e: &rdma_direct::Endpoint, psn: u32) -> String {
         addr: 0,
         len: 0,
         qkey: 0,
+        dc_key: None,
     }
     .encode())
 }
@@ -339,6 +340,7 @@ fn connect_over(
         addr: mr.addr(),
         len: 64,
         qkey: 0,
+        dc_key: None,
     };
     let (peer, mut tcp) = match side {
         Side::Server(listener, _) => listener.accept(&mine)?,
