@@ -20,6 +20,10 @@
 //! `cb_poll_srq_recv` (one receive CQE of a QP on an SRQ, as libmlx5's
 //! poll does it; all five `driver_recv.c`, rdma-core v59's libmlx5
 //! without its locks).
+//! `cb_dc_write` (one signaled 1-SGE DC RDMA WRITE, `driver_dc.c`) beside
+//! ours, `ours_dc_write` (`SendQueue::post_dc`, inside
+//! `ours_post_dc_write`) and `ours_dc_room` (`SendQueue::dc_room`, inside
+//! `ours_dc_room_write`), on plain-memory rings.
 //! `scripts/insn-count` counts only inside their entry points (callgrind
 //! `--toggle-collect`). The queue is retired, and the CQEs written,
 //! outside them.
@@ -204,6 +208,7 @@ fn main() {
             black_box(&bf);
             black_box(&dbrec);
         }
+        "ours_dc_write" | "ours_dc_room" => ours_dc(op, n),
         op if op.starts_with("cb_") => c_driver(op, n),
         other => {
             eprintln!("insn_count: unknown op {other:?}");
@@ -212,6 +217,119 @@ fn main() {
     }
     black_box(&mem);
     black_box(pi);
+}
+
+/// Our in-place DC WRITE, the counterpart of `cb_post_dc_write`
+/// (`oracle/driver_dc.c`): one signaled 1-SGE RDMA WRITE on a DCI through
+/// `SendQueue::post_dc`, its doorbell a BlueFlame copy of both WQEBBs.
+/// `#[no_mangle]` and never inlined, for `--toggle-collect`.
+#[no_mangle]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub fn ours_post_dc_write(
+    sq: &mut mlx5_dv::driver::SendQueue,
+    av: &[u8; 48],
+    dctn: u32,
+    dc_key: u64,
+    wr_id: u64,
+    raddr: u64,
+    rkey: u32,
+    addr: u64,
+    lkey: u32,
+    len: u32,
+) -> bool {
+    use mlx5_dv::driver::Seg;
+    sq.post_dc(
+        WqeOpcode::RDMA_WRITE,
+        CtrlFlags::CQ_UPDATE,
+        0,
+        av,
+        dctn,
+        dc_key,
+        Some(Seg::raddr(raddr, rkey)),
+        Seg::data(addr, len, lkey),
+        wr_id,
+    )
+    .is_ok()
+}
+
+/// [`ours_post_dc_write`] through the gated room (`SendQueue::dc_room`,
+/// its steps, `WrittenDc::ring`), and `post_dc` when the gate refuses.
+#[no_mangle]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub fn ours_dc_room_write(
+    sq: &mut mlx5_dv::driver::SendQueue,
+    av: &[u8; 48],
+    dctn: u32,
+    dc_key: u64,
+    wr_id: u64,
+    raddr: u64,
+    rkey: u32,
+    addr: u64,
+    lkey: u32,
+    len: u32,
+) -> bool {
+    use mlx5_dv::driver::Seg;
+    let Some(mut room) = sq.dc_room() else {
+        return ours_post_dc_write(sq, av, dctn, dc_key, wr_id, raddr, rkey, addr, lkey, len);
+    };
+    if room.datagram(av, dctn, dc_key).is_err() {
+        return false;
+    }
+    room.raddr(Seg::raddr(raddr, rkey));
+    room.data(Seg::data(addr, len, lkey), true);
+    room.finish(WqeOpcode::RDMA_WRITE, CtrlFlags::CQ_UPDATE, 0, 6, wr_id)
+        .ring();
+    true
+}
+
+/// `n` DC WRITEs through [`ours_post_dc_write`] (`ours_dc_write`) or
+/// [`ours_dc_room_write`] (`ours_dc_room`) on an SQ of 256 WQEBBs over
+/// plain memory (doorbell record and BlueFlame pair ordinary stores), as
+/// `cb_dc_write`'s; each WQE retired outside the call.
+fn ours_dc(op: &str, n: u32) {
+    let mut ring = vec![0u64; 256 * WQEBB / 8];
+    let mut dbrec = [0u32; 2];
+    let mut bf = vec![0u64; 64];
+    let mut qp = mlx5_dv::dv::mlx5dv_qp::zeroed();
+    qp.sq.buf = ring.as_mut_ptr().cast();
+    qp.sq.wqe_cnt = 256;
+    qp.sq.stride = 64;
+    qp.dbrec = dbrec.as_mut_ptr();
+    qp.bf.reg = bf.as_mut_ptr().cast();
+    qp.bf.size = 256;
+    // SAFETY: the description names memory this function owns and nothing
+    // else touches while `sq` lives.
+    let mut sq =
+        unsafe { mlx5_dv::driver::SendQueue::new(&qp, 0x1234, 0, 128) }.expect("send queue");
+    // 128 WRs of at most 2 WQEBBs fit 256: the room is implied, and the
+    // two-WQEBB gate opens.
+    assert!(sq.limit_wqe_size(2));
+    sq.set_ud_gate(true);
+    let av = [0u8; 48];
+    let post = if op == "ours_dc_write" {
+        ours_post_dc_write
+    } else {
+        ours_dc_room_write
+    };
+    for _ in 0..n {
+        assert!(post(
+            &mut sq,
+            black_box(&av),
+            0x4321,
+            0x0123_4567_89ab_cdef,
+            7,
+            0x7f00_0000_9000,
+            0x22,
+            0x7f00_0000_1000,
+            0x11,
+            4096,
+        ));
+        let last = sq.pi().wrapping_sub(2) as u16;
+        sq.complete(last).expect("the WQE just posted");
+    }
+    black_box((&ring, &bf, &dbrec));
 }
 
 /// The C driver baseline (`driver.c`) over rings in plain memory: `n` calls
@@ -304,6 +422,9 @@ fn c_driver(op: &str, n: u32) {
         tail: 63,
         wrid: srq_wrid.as_mut_ptr(),
     };
+    if op == "cb_dc_write" {
+        assert!(driver::available_dc(), "driver_dc.c built without mlx5dv.h");
+    }
     if op == "cb_ud_send" || op == "cb_poll_srq" {
         assert!(
             driver::available15(),
@@ -419,6 +540,25 @@ fn c_driver(op: &str, n: u32) {
                         0x7f00_0000_1000,
                         0x11,
                         64,
+                    )
+                };
+                assert_eq!(r, 0);
+                sq.tail = sq.head;
+            }
+            "cb_dc_write" => {
+                // SAFETY: as for cb_post_write; `av` holds 48 bytes.
+                let r = unsafe {
+                    driver::cb_post_dc_write(
+                        &mut sq,
+                        black_box(av.as_ptr()),
+                        0x4321,
+                        0x0123_4567_89ab_cdef,
+                        7,
+                        0x7f00_0000_9000,
+                        0x22,
+                        0x7f00_0000_1000,
+                        0x11,
+                        4096,
                     )
                 };
                 assert_eq!(r, 0);

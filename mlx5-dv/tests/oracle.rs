@@ -338,3 +338,135 @@ fn the_c_driver_baseline_writes_our_wqes() {
         "empty"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The C baseline's DC WRITE (`driver_dc.c`'s `cb_post_dc_write`, as
+    /// libmlx5's `mlx5_send_wr_set_dc_addr` and `mlx5dv.h`'s setters make
+    /// it) writes exactly the WQE bytes of our codec (`Datagram::Dc`) and of
+    /// our in-place post (`SendQueue::post_dc`), at every producer index of
+    /// a small ring (the second WQEBB wrapping), for any AV, DCT number and
+    /// key; with the same doorbell record and BlueFlame copy as `post_dc`.
+    #[test]
+    fn the_c_dc_write_is_our_dc_write(
+        start in 0u32..16,
+        av in prop::collection::vec(any::<u8>(), 48),
+        dctn in 0u32..1 << 24,
+        key: u64,
+        (raddr, rkey, addr, lkey) in (any::<u64>(), any::<u32>(), any::<u64>(), any::<u32>()),
+        len in 1u32..0x8000_0000,
+        wr_id: u64,
+    ) {
+        use mlx5_dv::wqe::{dc_datagram_seg, Datagram, DATAGRAM_SEG};
+        use mlx5_dv_oracle::driver::{self, Sq};
+        if !oracle_or_skip() { return Ok(()); }
+        prop_assert!(driver::available_dc(), "driver_dc.c sees the same header as oracle.c");
+        let av: [u8; DATAGRAM_SEG] = av.try_into().unwrap();
+        // The C driver, at producer index `start`.
+        let mut ring = vec![0u8; 16 * 64];
+        let (mut wrid, mut heads) = (vec![0u64; 16], vec![0u32; 16]);
+        let mut dbrec = [0u32; 2];
+        let mut bf = vec![0u64; 64];
+        let mut sq = Sq {
+            buf: ring.as_mut_ptr(),
+            wqe_cnt: 16,
+            qpn: 0x1234,
+            dbrec: dbrec.as_mut_ptr(),
+            bf_reg: bf.as_mut_ptr().cast(),
+            bf_size: 256,
+            bf_offset: 0,
+            cur_post: start,
+            head: 0,
+            tail: 0,
+            max_post: 8,
+            wrid: wrid.as_mut_ptr(),
+            wqe_head: heads.as_mut_ptr(),
+        };
+        // SAFETY: `sq` describes the vectors above, which outlive the call;
+        // `av` holds 48 bytes.
+        let r = unsafe {
+            driver::cb_post_dc_write(&mut sq, av.as_ptr(), dctn, key, wr_id, raddr, rkey, addr, lkey, len)
+        };
+        prop_assert_eq!(r, 0);
+        prop_assert_eq!((sq.cur_post, sq.head), (start + 2, 1));
+        prop_assert_eq!(wrid[start as usize], wr_id);
+        let wqebbs = |ring: &[u8]| -> Vec<u8> {
+            [start, start + 1]
+                .iter()
+                .flat_map(|i| ring[(*i as usize % 16) * 64..][..64].to_vec())
+                .collect()
+        };
+        // Our codec.
+        let geo = SqGeometry { wqe_cnt: 16, qpn: 0x1234, max_inline: 0, max_wqebbs: 16 };
+        let mut ours = vec![0u8; 16 * 64];
+        let seg = dc_datagram_seg(&av, dctn, key).unwrap();
+        let sge = [DataSeg { addr, len, lkey }];
+        let w = SendWqe {
+            datagram: Some(Datagram::Dc(&seg)),
+            opcode: WqeOpcode::RDMA_WRITE,
+            flags: CtrlFlags::CQ_UPDATE,
+            imm: 0,
+            remote: Some(RemoteSeg { addr: raddr, rkey }),
+            atomic: None,
+            payload: Payload::Sges(&sge),
+        };
+        let mut rb = RingBuf::from_slice(&mut ours).unwrap();
+        let next = write_send_wqe(&mut rb, &geo, start, &w, 256).unwrap().next_pi;
+        prop_assert_eq!(next, start + 2);
+        prop_assert_eq!(wqebbs(&ring), wqebbs(&ours), "codec, start {}", start);
+        // Our in-place post, on a send queue over plain memory at `start`.
+        let mut mring = vec![0u64; 16 * 8];
+        let mut mdb = [0u32; 2];
+        let mut mbf = vec![0u64; 64];
+        let mut d = mlx5_dv::dv::mlx5dv_qp::zeroed();
+        d.sq.buf = mring.as_mut_ptr().cast();
+        d.sq.wqe_cnt = 16;
+        d.sq.stride = 64;
+        d.dbrec = mdb.as_mut_ptr();
+        d.bf.reg = mbf.as_mut_ptr().cast();
+        d.bf.size = 256;
+        // SAFETY: the description names the memory above, which outlives
+        // the queue and nothing else touches meanwhile.
+        let mut q = unsafe { mlx5_dv::driver::SendQueue::new(&d, 0x1234, 0, 8) }.unwrap();
+        q.set_auto_signal(0);
+        let nop = SendWqe {
+            datagram: None,
+            opcode: WqeOpcode::NOP,
+            flags: CtrlFlags::CQ_UPDATE,
+            imm: 0,
+            remote: None,
+            atomic: None,
+            payload: Payload::Sges(&[]),
+        };
+        for _ in 0..start {
+            q.post(&nop, 0).unwrap();
+            q.ring_doorbell();
+            let last = q.pi().wrapping_sub(1) as u16;
+            q.complete(last);
+        }
+        let (bf0, off) = (mbf.clone(), (start % 2) as usize);
+        q.post_dc(
+            WqeOpcode::RDMA_WRITE,
+            CtrlFlags::CQ_UPDATE,
+            0,
+            &av,
+            dctn,
+            key,
+            Some(mlx5_dv::driver::Seg::raddr(raddr, rkey)),
+            mlx5_dv::driver::Seg::data(addr, len, lkey),
+            wr_id,
+        )
+        .unwrap();
+        let mbytes: Vec<u8> = mring.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        prop_assert_eq!(wqebbs(&ring), wqebbs(&mbytes), "post_dc, start {}", start);
+        prop_assert_eq!(dbrec[1], mdb[1], "doorbell record");
+        // The BlueFlame copy: the C's into its first half; ours into the
+        // half its `start` rings before it left it at.
+        let cbf: Vec<u8> = bf[..16].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let obf: Vec<u8> = mbf[off * 32..off * 32 + 16].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        prop_assert_eq!(&cbf, &wqebbs(&ring));
+        prop_assert_eq!(&obf, &wqebbs(&ring), "BlueFlame copy of post_dc");
+        prop_assert!(bf0 != mbf);
+    }
+}

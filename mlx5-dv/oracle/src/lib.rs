@@ -350,6 +350,34 @@ pub mod driver {
         /// # Safety
         /// `cq` and `srq` describe live rings; `wc` is writable.
         pub fn cb_poll_srq(cq: *mut Cq, srq: *mut Srq, wc: *mut RecvWc) -> i32;
+        fn cb_dc_available() -> i32;
+        /// One signaled RDMA WRITE of one SGE on a DCI to DCT `dctn` with
+        /// access key `dc_key`, through the 48-byte AV `av` (`driver_dc.c`:
+        /// ctrl, the datagram segment as `mlx5_send_wr_set_dc_addr` makes
+        /// it, raddr, data; 6 DS, 2 WQEBBs, BlueFlame copy of both); 0, or
+        /// -1 when `max_post` WRs are outstanding.
+        ///
+        /// # Safety
+        /// As [`cb_post_write`]; `av` points at 48 readable bytes.
+        #[allow(clippy::too_many_arguments)]
+        pub fn cb_post_dc_write(
+            sq: *mut Sq,
+            av: *const u8,
+            dctn: u32,
+            dc_key: u64,
+            wr_id: u64,
+            raddr: u64,
+            rkey: u32,
+            addr: u64,
+            lkey: u32,
+            len: u32,
+        ) -> i32;
+    }
+
+    /// Whether `driver_dc.c` was built with `<infiniband/mlx5dv.h>`.
+    pub fn available_dc() -> bool {
+        // SAFETY: no arguments, no side effects.
+        unsafe { cb_dc_available() != 0 }
     }
 
     /// An SRQ as libmlx5 keeps it (`struct cb_srq`).

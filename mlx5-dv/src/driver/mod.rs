@@ -5,13 +5,14 @@
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
 //! Files: `sq` ([`SendQueue`]; its gates, counts and RESET in `sq_state`),
-//! `fast` and `fast_ud` (its in-place posts), `rq` ([`ReceiveQueue`]), `srq`
+//! `fast`, `fast_ud` and `fast_dc` (its in-place posts), `rq` ([`ReceiveQueue`]), `srq`
 //! ([`SharedReceiveQueue`], [`SrqSlots`]), `cq` ([`CompletionQueue`]) and
 //! `scatter` (scatter to CQE: `scatter_from_cqe`, [`ScatterError`]); here, what they share ([`DescError`]) and the CQ
 //! credits ([`CqCredits`]). Everything is used from here (`crate::driver::*`).
 
 mod cq;
 mod fast;
+mod fast_dc;
 #[cfg(test)]
 mod fast_tests;
 mod fast_ud;
@@ -30,6 +31,7 @@ mod tests;
 pub use crate::wqe::{Seg, SRQ_NEXT_SEG};
 pub use cq::{CompletionQueue, CqCursor, PutBack, Taken};
 pub use fast::{Reserved, Written, WrittenBf};
+pub use fast_dc::{DcRoom, WrittenDc};
 pub use fast_ud::{UdRoom, WrittenUd};
 pub use rq::ReceiveQueue;
 pub use scatter::ScatterError;

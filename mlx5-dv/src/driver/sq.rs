@@ -245,7 +245,8 @@ pub struct SendQueue {
     pub(super) gate: u32,
     /// Whether the owner opened the gate ([`Self::set_gate`]).
     pub(super) gate_open: bool,
-    /// The WR limit of the gated UD posts (`fast_ud::ud_room`):
+    /// The WR limit of the gated UD and DC posts (`fast_ud::ud_room`,
+    /// `fast_dc::dc_room`):
     /// `max_post` when their owner opened their gate
     /// ([`Self::set_ud_gate`]), the room check is implied, a WQE may take
     /// two WQEBBs and the BlueFlame register holds two; else 0.

@@ -22,12 +22,12 @@ impl SendQueue {
         };
     }
 
-    /// Opens (or closes) the gate of the UD posts
-    /// ([`Self::ud_room`]), as [`Self::set_gate`] does theirs. It
-    /// stays closed, whatever `open`, when the room check is not implied by
-    /// the WR limit, when the queue's largest WQE is one WQEBB (a UD SEND
-    /// takes two), or when the BlueFlame register holds less than two
-    /// WQEBBs (its doorbell copies both).
+    /// Opens (or closes) the gate of the two-WQEBB in-place posts, UD
+    /// ([`Self::ud_room`]) and DC ([`Self::dc_room`]), as [`Self::set_gate`]
+    /// does theirs. It stays closed, whatever `open`, when the room check is
+    /// not implied by the WR limit, when the queue's largest WQE is one
+    /// WQEBB (a UD SEND or a DC WQE takes two), or when the BlueFlame
+    /// register holds less than two WQEBBs (its doorbell copies both).
     pub fn set_ud_gate(&mut self, open: bool) {
         self.ud_gate_open = open;
         self.ud_gate = if open

@@ -56,7 +56,7 @@ pub use segments::{
     DatagramDest, DcDest, Seg, ATOMIC_SIZE,
 };
 pub(crate) use segments::{
-    ctrl_stored, put_stored, qpn_word, write_datagram, write_inline_hdr, CtrlQpn,
+    ctrl_stored, put_stored, qpn_word, write_datagram, write_dc_datagram, write_inline_hdr, CtrlQpn,
 };
 
 use crate::prm::{CtrlFlags, WqeOpcode};
