@@ -422,52 +422,110 @@ pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
 /// [`MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD`] and `cqe_size` 128).
 pub const MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD: u32 = 1 << 0;
 
-/// `struct mlx5dv_dci_streams`.
+/// `struct mlx5dv_dci_streams` (rdma-core `providers/mlx5/mlx5dv.h`): the
+/// DCI streams a DCI is created with (with
+/// [`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`]); libmlx5 (`create_qp`,
+/// `providers/mlx5/verbs.c`) refuses values above
+/// [`mlx5dv_context::dci_streams_caps`] with `EINVAL`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_dci_streams {
     /// `log_num_concurent` (sic): log2 of the DCI's concurrent streams.
     pub log_num_concurent: u8,
-    /// `log_num_errored`: log2 of the streams that may be in error at once.
+    /// `log_num_errored`: log2 of the streams that may be in error at once
+    /// before the DCI itself goes to error.
     pub log_num_errored: u8,
 }
 
-/// The anonymous union of `struct mlx5dv_dc_init_attr`.
+/// The anonymous union of `struct mlx5dv_dc_init_attr`: which member is
+/// read depends on [`mlx5dv_dc_init_attr::dc_type`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union mlx5dv_dc_init_attr_u {
-    /// `dct_access_key`: the DC access key (`MLX5DV_DCTYPE_DCT`).
+    /// `uint64_t dct_access_key`: the DC access key a DCT checks every
+    /// DCI's datagram segment against ([`MLX5DV_DCTYPE_DCT`]; libmlx5's
+    /// `create_dct` passes it to the kernel as `cmd.access_key`).
     pub dct_access_key: u64,
-    /// `dci_streams` (`MLX5DV_DCTYPE_DCI` with `MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`).
+    /// `struct mlx5dv_dci_streams dci_streams` ([`MLX5DV_DCTYPE_DCI`] with
+    /// [`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`]).
     pub dci_streams: mlx5dv_dci_streams,
 }
 
-/// `struct mlx5dv_dc_init_attr`.
+/// `struct mlx5dv_dc_init_attr` (rdma-core `providers/mlx5/mlx5dv.h`): what
+/// a DC QP is, taken by `mlx5dv_create_qp` with
+/// [`MLX5DV_QP_INIT_ATTR_MASK_DC`] and `qp_type = IBV_QPT_DRIVER`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct mlx5dv_dc_init_attr {
-    /// `enum mlx5dv_dc_type`.
+    /// `enum mlx5dv_dc_type dc_type`: [`MLX5DV_DCTYPE_DCT`] or
+    /// [`MLX5DV_DCTYPE_DCI`] (any other value: `EINVAL`).
     pub dc_type: u32,
-    /// The anonymous union: DCT access key or DCI streams.
+    /// The anonymous union: the DCT's access key or the DCI's streams.
     pub u: mlx5dv_dc_init_attr_u,
 }
 
-/// `struct mlx5dv_qp_init_attr` (`mlx5dv_create_qp`).
+/// `MLX5DV_DCTYPE_DCT` (`enum mlx5dv_dc_type`): a DC target, made on an SRQ
+/// (its receives) and a CQ, with an access key. It has no SQ, no RQ, no
+/// doorbell record and no BlueFlame register (libmlx5's `create_dct` makes
+/// none), so `mlx5dv_init_obj` must never be asked to describe it (it
+/// reads the absent BlueFlame register). Its number exists only after
+/// INIT -> RTR (`modify_dct` sets `ibv_qp.qp_num` from the kernel's
+/// `dctn`).
+pub const MLX5DV_DCTYPE_DCT: u32 = 1;
+/// `MLX5DV_DCTYPE_DCI` (`enum mlx5dv_dc_type`): a DC initiator, a send
+/// queue whose WQEs each name their DCT (number and key) in a datagram
+/// segment.
+pub const MLX5DV_DCTYPE_DCI: u32 = 2;
+
+/// `struct mlx5dv_qp_init_attr` (rdma-core `providers/mlx5/mlx5dv.h`;
+/// `mlx5dv_create_qp`): the mlx5 attributes of a new QP, each taken when
+/// its `MLX5DV_QP_INIT_ATTR_MASK_*` bit is set in `comp_mask`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct mlx5dv_qp_init_attr {
-    /// `MLX5DV_QP_INIT_ATTR_MASK_*`.
+    /// `MLX5DV_QP_INIT_ATTR_MASK_*` bits (`enum mlx5dv_qp_init_attr_mask`):
+    /// the fields below that are set.
     pub comp_mask: u64,
-    /// `MLX5DV_QP_CREATE_*`.
+    /// `MLX5DV_QP_CREATE_*` bits (`enum mlx5dv_qp_create_flags`; with
+    /// [`MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`]).
     pub create_flags: u32,
-    /// DC attributes (with `MLX5DV_QP_INIT_ATTR_MASK_DC`).
+    /// DC attributes (with [`MLX5DV_QP_INIT_ATTR_MASK_DC`]).
     pub dc_init_attr: mlx5dv_dc_init_attr,
-    /// `MLX5DV_QP_EX_WITH_*` bits (with `MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS`).
+    /// `MLX5DV_QP_EX_WITH_*` bits (`enum mlx5dv_qp_create_send_ops_flags`;
+    /// with [`MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS`]).
     pub send_ops_flags: u64,
 }
 
-/// `MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`.
+impl mlx5dv_qp_init_attr {
+    /// No mlx5 attribute (`comp_mask` 0), the DC attributes zero.
+    pub fn zeroed() -> Self {
+        Self {
+            comp_mask: 0,
+            create_flags: 0,
+            dc_init_attr: mlx5dv_dc_init_attr {
+                dc_type: 0,
+                u: mlx5dv_dc_init_attr_u { dct_access_key: 0 },
+            },
+            send_ops_flags: 0,
+        }
+    }
+}
+
+/// `MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`:
+/// [`mlx5dv_qp_init_attr::create_flags`] is set.
 pub const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1 << 0;
+/// `MLX5DV_QP_INIT_ATTR_MASK_DC`: [`mlx5dv_qp_init_attr::dc_init_attr`] is
+/// set; the QP must be `IBV_QPT_DRIVER` (else `EINVAL`). A DCT takes only
+/// this bit and [`MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS`] (libmlx5
+/// `create_dct`).
+pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
+/// `MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS`:
+/// [`mlx5dv_qp_init_attr::send_ops_flags`] is set (libmlx5's own
+/// `mlx5dv_wr_*` builders).
+pub const MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS: u64 = 1 << 2;
+/// `MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`: a DCI's
+/// [`mlx5dv_dc_init_attr_u::dci_streams`] is set.
+pub const MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS: u64 = 1 << 3;
 /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`: keep small responses out of CQEs.
 pub const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
 /// `MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`: scatter to CQE on, for the
@@ -494,8 +552,15 @@ extern "C" {
         cq_attr: *mut c_void,
         mlx5_cq_attr: *mut mlx5dv_cq_init_attr,
     ) -> *mut c_void;
-    /// `struct ibv_qp *mlx5dv_create_qp(struct ibv_context *, struct ibv_qp_init_attr_ex *,
-    /// struct mlx5dv_qp_init_attr *)`.
+    /// `struct ibv_qp *mlx5dv_create_qp(struct ibv_context *context,
+    /// struct ibv_qp_init_attr_ex *qp_attr, struct mlx5dv_qp_init_attr *mlx5_qp_attr)`
+    /// (rdma-core `providers/mlx5/mlx5dv.h`, `verbs.c`): a QP with mlx5
+    /// attributes, among them the DC QPs (`qp_type = IBV_QPT_DRIVER` with
+    /// [`MLX5DV_QP_INIT_ATTR_MASK_DC`]); null with `errno` set on failure
+    /// (`EOPNOTSUPP` where the context has no mlx5 ops). `context` is a
+    /// `struct ibv_context *` and `qp_attr` a `struct ibv_qp_init_attr_ex *`,
+    /// the result a `struct ibv_qp *` (untyped here: this crate has no
+    /// libibverbs bindings; `tests/layout.rs` checks the C prototype).
     pub fn mlx5dv_create_qp(
         context: *mut c_void,
         qp_attr: *mut c_void,

@@ -276,8 +276,10 @@ fn skip(why: &str) {
     );
 }
 
-#[test]
-fn dv_layouts_match_the_system_header() {
+/// Compiles and runs `program` against the system header, and parses its
+/// `name value` lines; `None` (after saying why) where there is no header
+/// or no C compiler and `RDMA_DIRECT_REQUIRE_HEADERS` is not `1`.
+fn probe(program: &str, tag: &str) -> Option<Vec<(String, usize)>> {
     let required = std::env::var("RDMA_DIRECT_REQUIRE_HEADERS").is_ok_and(|v| v == "1");
     if !std::path::Path::new("/usr/include/infiniband/mlx5dv.h").exists() {
         assert!(
@@ -285,12 +287,12 @@ fn dv_layouts_match_the_system_header() {
             "RDMA_DIRECT_REQUIRE_HEADERS=1 but infiniband/mlx5dv.h is missing"
         );
         skip("/usr/include/infiniband/mlx5dv.h not found (apt-get install libibverbs-dev)");
-        return;
+        return None;
     }
-    let dir = std::env::temp_dir().join(format!("mlx5dv-layout-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("mlx5dv-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (src, exe) = (dir.join("layout.c"), dir.join("layout"));
-    std::fs::write(&src, PROGRAM).unwrap();
+    std::fs::write(&src, program).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc).arg(&src).arg("-o").arg(&exe).status();
     match status {
@@ -303,11 +305,11 @@ fn dv_layouts_match_the_system_header() {
             skip(&format!(
                 "cannot compile against mlx5dv.h with {cc}: {other:?}"
             ));
-            return;
+            return None;
         }
     }
     let out = Command::new(&exe).output().unwrap();
-    let theirs: Vec<(String, usize)> = String::from_utf8(out.stdout)
+    let theirs = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| {
@@ -316,5 +318,149 @@ fn dv_layouts_match_the_system_header() {
         })
         .collect();
     std::fs::remove_dir_all(&dir).ok();
-    assert_eq!(ours(), theirs);
+    Some(theirs)
+}
+
+#[test]
+fn dv_layouts_match_the_system_header() {
+    if let Some(theirs) = probe(PROGRAM, "layout") {
+        assert_eq!(ours(), theirs);
+    }
+}
+
+/// The DC creation structs of `mlx5dv_create_qp`: sizes, alignments, every
+/// field (the anonymous union's members too), the DC constants and the
+/// function's C type.
+const DC_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stddef.h>
+#include <infiniband/mlx5dv.h>
+#define F(s, f) printf(#s "." #f " %zu\n", offsetof(struct s, f))
+#define S(s) printf(#s " %zu\n", sizeof(struct s)); printf(#s ".align %zu\n", _Alignof(struct s))
+#define C(c) printf(#c " %llu\n", (unsigned long long)(c))
+int main(void) {
+    S(mlx5dv_dci_streams);
+    F(mlx5dv_dci_streams, log_num_concurent); F(mlx5dv_dci_streams, log_num_errored);
+    S(mlx5dv_dc_init_attr);
+    F(mlx5dv_dc_init_attr, dc_type); F(mlx5dv_dc_init_attr, dct_access_key);
+    F(mlx5dv_dc_init_attr, dci_streams);
+    F(mlx5dv_dc_init_attr, dci_streams.log_num_concurent);
+    F(mlx5dv_dc_init_attr, dci_streams.log_num_errored);
+    printf("mlx5dv_dc_init_attr.dc_type.size %zu\n", sizeof(((struct mlx5dv_dc_init_attr *)0)->dc_type));
+    S(mlx5dv_qp_init_attr);
+    F(mlx5dv_qp_init_attr, comp_mask); F(mlx5dv_qp_init_attr, create_flags);
+    F(mlx5dv_qp_init_attr, dc_init_attr); F(mlx5dv_qp_init_attr, dc_init_attr.dc_type);
+    F(mlx5dv_qp_init_attr, dc_init_attr.dct_access_key);
+    F(mlx5dv_qp_init_attr, dc_init_attr.dci_streams);
+    F(mlx5dv_qp_init_attr, send_ops_flags);
+    C(MLX5DV_DCTYPE_DCT); C(MLX5DV_DCTYPE_DCI);
+    C(MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS); C(MLX5DV_QP_INIT_ATTR_MASK_DC);
+    C(MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS); C(MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS);
+    C(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE); C(MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE);
+    /* The function's type (no link against libmlx5): a mismatch fails to compile. */
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&mlx5dv_create_qp),
+        struct ibv_qp *(*)(struct ibv_context *, struct ibv_qp_init_attr_ex *,
+                           struct mlx5dv_qp_init_attr *)), "mlx5dv_create_qp's type");
+    return 0;
+}
+"#;
+
+fn ours_dc() -> Vec<(String, usize)> {
+    use std::mem::align_of;
+    type U = mlx5dv_dc_init_attr_u;
+    let u = offset_of!(mlx5dv_dc_init_attr, u);
+    let dc = offset_of!(mlx5dv_qp_init_attr, dc_init_attr);
+    let streams = |f: usize| u + offset_of!(U, dci_streams) + f;
+    let concurent = offset_of!(mlx5dv_dci_streams, log_num_concurent);
+    let errored = offset_of!(mlx5dv_dci_streams, log_num_errored);
+    let dc_type = offset_of!(mlx5dv_dc_init_attr, dc_type);
+    [
+        ("mlx5dv_dci_streams", size_of::<mlx5dv_dci_streams>()),
+        ("mlx5dv_dci_streams.align", align_of::<mlx5dv_dci_streams>()),
+        ("mlx5dv_dci_streams.log_num_concurent", concurent),
+        ("mlx5dv_dci_streams.log_num_errored", errored),
+        ("mlx5dv_dc_init_attr", size_of::<mlx5dv_dc_init_attr>()),
+        (
+            "mlx5dv_dc_init_attr.align",
+            align_of::<mlx5dv_dc_init_attr>(),
+        ),
+        ("mlx5dv_dc_init_attr.dc_type", dc_type),
+        (
+            "mlx5dv_dc_init_attr.dct_access_key",
+            u + offset_of!(U, dct_access_key),
+        ),
+        ("mlx5dv_dc_init_attr.dci_streams", streams(0)),
+        (
+            "mlx5dv_dc_init_attr.dci_streams.log_num_concurent",
+            streams(concurent),
+        ),
+        (
+            "mlx5dv_dc_init_attr.dci_streams.log_num_errored",
+            streams(errored),
+        ),
+        ("mlx5dv_dc_init_attr.dc_type.size", size_of::<u32>()),
+        ("mlx5dv_qp_init_attr", size_of::<mlx5dv_qp_init_attr>()),
+        (
+            "mlx5dv_qp_init_attr.align",
+            align_of::<mlx5dv_qp_init_attr>(),
+        ),
+        (
+            "mlx5dv_qp_init_attr.comp_mask",
+            offset_of!(mlx5dv_qp_init_attr, comp_mask),
+        ),
+        (
+            "mlx5dv_qp_init_attr.create_flags",
+            offset_of!(mlx5dv_qp_init_attr, create_flags),
+        ),
+        ("mlx5dv_qp_init_attr.dc_init_attr", dc),
+        ("mlx5dv_qp_init_attr.dc_init_attr.dc_type", dc + dc_type),
+        (
+            "mlx5dv_qp_init_attr.dc_init_attr.dct_access_key",
+            dc + u + offset_of!(U, dct_access_key),
+        ),
+        (
+            "mlx5dv_qp_init_attr.dc_init_attr.dci_streams",
+            dc + streams(0),
+        ),
+        (
+            "mlx5dv_qp_init_attr.send_ops_flags",
+            offset_of!(mlx5dv_qp_init_attr, send_ops_flags),
+        ),
+        ("MLX5DV_DCTYPE_DCT", MLX5DV_DCTYPE_DCT as usize),
+        ("MLX5DV_DCTYPE_DCI", MLX5DV_DCTYPE_DCI as usize),
+        (
+            "MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS",
+            MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS as usize,
+        ),
+        (
+            "MLX5DV_QP_INIT_ATTR_MASK_DC",
+            MLX5DV_QP_INIT_ATTR_MASK_DC as usize,
+        ),
+        (
+            "MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS",
+            MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS as usize,
+        ),
+        (
+            "MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS",
+            MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS as usize,
+        ),
+        (
+            "MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE",
+            MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE as usize,
+        ),
+        (
+            "MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE",
+            MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE as usize,
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+#[test]
+fn dc_qp_init_attrs_match_the_system_header() {
+    if let Some(theirs) = probe(DC_PROGRAM, "dc-layout") {
+        assert_eq!(ours_dc(), theirs);
+    }
 }
