@@ -2,6 +2,7 @@
 //! sim's test hooks.
 
 pub(crate) mod create;
+mod dc;
 pub(crate) mod held;
 mod one_opcode;
 mod owned_posts;
@@ -176,12 +177,10 @@ impl Qp {
                     op: "connecting to a peer (bring a UD QP up with Qp::ready_ud)",
                 })
             }
-            t @ (QpType::Dci | QpType::Dct) => {
-                return Err(Error::WrongTransport {
-                    qp_type: t,
-                    op: "connecting to a peer (bring a DC QP up with Qp::ready_dci or Qp::ready_dct)",
-                })
-            }
+            t @ (QpType::Dci | QpType::Dct) => return Err(Error::WrongTransport {
+                qp_type: t,
+                op: "connecting to a peer (bring a DC QP up with Qp::ready_dci or Qp::ready_dct)",
+            }),
         };
         let rtr = self.rtr_attr(peer, peer_psn);
         self.connect_steps(init, rtr, rts)
@@ -575,6 +574,10 @@ impl Qp {
                 qpn: self.local.qpn,
             });
         }
+        if self.cfg.qp_type.is_dc() && wrs.count() > 0 {
+            // (Whatever its state: a DCT sends nothing, a DCI only by post_dc.)
+            self.check_transport(&wrs.wr(0), false)?;
+        }
         if !matches!(self.state, QpState::Rts | QpState::Err) {
             return Err(Error::QpState {
                 state: self.state,
@@ -585,9 +588,27 @@ impl Qp {
                 },
             });
         }
+        self.check_send_wrs(wrs, false)?;
+        let r = backend!(&mut self.kind, post_send(wrs));
+        match r {
+            Err(Error::QueueFull | Error::CqFull) => Err(self.never_fits(
+                wrs.count(),
+                crate::Queue::Send,
+                self.cfg.max_send_wr,
+                r.unwrap_err(),
+            )),
+            r => r,
+        }
+    }
+
+    /// Every WR of `wrs` against the QP's limits and transport (`dc`: the
+    /// WRs of [`Self::post_dc`], which carry their DC target beside them):
+    /// SGE count, opcode for the transport, memory of the QP's PD, an
+    /// atomic's shape, inline length, total length.
+    pub(crate) fn check_send_wrs<W: SendWrs + ?Sized>(&self, wrs: &W, dc: bool) -> Result<()> {
         let max_inline = self.max_inline();
         let max_sge = self.max_send_sge();
-        let reliable = self.cfg.qp_type == QpType::Rc;
+        let reliable = matches!(self.cfg.qp_type, QpType::Rc | QpType::Dci);
         for i in 0..wrs.count() {
             let w = wrs.wr(i);
             if w.sges.len() > max_sge as usize {
@@ -597,7 +618,7 @@ impl Qp {
                     limit: "the QP's max_send_sge",
                 });
             }
-            self.check_transport(&w)?;
+            self.check_transport(&w, dc)?;
             if !reliable
                 && matches!(
                     w.op,
@@ -644,16 +665,7 @@ impl Qp {
                 });
             }
         }
-        let r = backend!(&mut self.kind, post_send(wrs));
-        match r {
-            Err(Error::QueueFull | Error::CqFull) => Err(self.never_fits(
-                wrs.count(),
-                crate::Queue::Send,
-                self.cfg.max_send_wr,
-                r.unwrap_err(),
-            )),
-            r => r,
-        }
+        Ok(())
     }
 
     /// A full queue or CQ (`e`) that polling cannot cure: a batch of `n`
@@ -661,7 +673,7 @@ impl Qp {
     /// or the CQ is [`Error::NeverFits`], so the caller does not retry it for
     /// ever.
     #[cold]
-    fn never_fits(&self, n: usize, which: crate::Queue, queue: u32, e: Error) -> Error {
+    pub(crate) fn never_fits(&self, n: usize, which: crate::Queue, queue: u32, e: Error) -> Error {
         if n > queue as usize {
             return Error::NeverFits {
                 wrs: n,
@@ -684,7 +696,7 @@ impl Qp {
     /// but only the PD's own QPs hold its dropped MRs back, so a WR on a QP
     /// of another PD (or device) must never name one.
     #[inline]
-    fn check_pd(&self, sges: &[Sge<'_>]) -> Result<()> {
+    pub(crate) fn check_pd(&self, sges: &[Sge<'_>]) -> Result<()> {
         if sges.iter().any(|s| s.pd() == BYTES_PD) {
             return Err(Error::BytesSge);
         }

@@ -45,11 +45,26 @@ impl Qp {
     /// most [`Self::ud_mtu`] bytes; elsewhere no UD send.
     ///
     /// Errors: [`Error::WrongTransport`], [`Error::ForeignPd`], [`Error::Config`]; [`Error::MessageTooLong`].
-    pub(crate) fn check_transport(&self, w: &SendWr<'_>) -> Result<()> {
+    pub(crate) fn check_transport(&self, w: &SendWr<'_>, dc: bool) -> Result<()> {
         let ud_dest = match w.op {
             WrOp::UdSend { dest, .. } => Some(dest),
             _ => None,
         };
+        match (self.cfg.qp_type, dc) {
+            (QpType::Dct, _) => {
+                return Err(Error::WrongTransport {
+                    qp_type: QpType::Dct,
+                    op: "a send (a DCT only receives, through its SRQ)",
+                })
+            }
+            (QpType::Dci, false) => {
+                return Err(Error::WrongTransport {
+                    qp_type: QpType::Dci,
+                    op: "a WR without its DC target (post it with Qp::post_dc)",
+                })
+            }
+            _ => {}
+        }
         if self.cfg.qp_type != QpType::Ud {
             if ud_dest.is_some() {
                 return Err(Error::WrongTransport {

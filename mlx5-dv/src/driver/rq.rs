@@ -134,6 +134,25 @@ impl ReceiveQueue {
         }
     }
 
+    /// The receive side of a QP that receives nothing (a DCI: no RQ and
+    /// no SRQ): no ring, no doorbell record; every post is refused
+    /// ([`WqeError::QueueFull`], nothing written) and [`Self::free`] is 0.
+    pub fn none() -> Self {
+        ReceiveQueue {
+            buf: None,
+            srq: None,
+            wqe_cnt: 0,
+            stride: 16,
+            dbrec: core::ptr::null_mut(),
+            head: 0,
+            tail: 0,
+            pending: false,
+            wr_id: Table::new(0, 0),
+            done: Table::new(0, false),
+            early: 0,
+        }
+    }
+
     /// A CQE of this QP thrown away unpolled (a RESET's or a destroy's
     /// drain): on an SRQ, a receive's WQE goes back to the SRQ (rdma-core's
     /// `mlx5_cq_clean` frees it too); anything else needs nothing here (the

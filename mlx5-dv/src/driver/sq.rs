@@ -255,6 +255,17 @@ pub struct SendQueue {
     pub(super) ud_gate_open: bool,
     pub(super) posted: u32,
     pub(super) retired: u32,
+    /// The memory of a queue that has no ring ([`Self::none`]).
+    pub(super) own: Option<Box<NoRing>>,
+}
+
+/// What a [`SendQueue::none`] stands on: one WQEBB of ring, a BlueFlame
+/// register and a doorbell record of its own, which no device reads.
+#[repr(C, align(64))]
+pub(super) struct NoRing {
+    ring: [u8; WQEBB],
+    bf: [u8; WQEBB],
+    dbrec: [u32; 2],
 }
 
 // SAFETY: the raw pointers are the QP's own rings and registers; the SendQueue
@@ -340,7 +351,41 @@ impl SendQueue {
             ud_gate_open: false,
             posted: 0,
             retired: 0,
+            own: None,
         })
+    }
+
+    /// The send queue of a QP that has none (a DCT: it only receives, and
+    /// `mlx5dv_init_obj` must not be asked for its rings on ConnectX,
+    /// where libmlx5 reads a BlueFlame register a DCT lacks). Every post
+    /// is refused ([`WqeError::WrLimit`]: at most 0 WRs outstanding) and
+    /// nothing is retired. Its 64-byte ring, doorbell record and BlueFlame
+    /// register are memory of its own that no device reads.
+    pub fn none(qpn: u32) -> SendQueue {
+        let mut own = Box::new(NoRing {
+            ring: [0; WQEBB],
+            bf: [0; WQEBB],
+            dbrec: [0; 2],
+        });
+        let mut d = crate::dv::mlx5dv_qp::zeroed();
+        d.sq = crate::dv::mlx5dv_wq {
+            buf: own.ring.as_mut_ptr().cast(),
+            wqe_cnt: 1,
+            stride: WQEBB as u32,
+        };
+        d.dbrec = own.dbrec.as_mut_ptr();
+        d.bf = crate::dv::mlx5dv_bf {
+            reg: own.bf.as_mut_ptr().cast(),
+            // (Under a WQEBB: no BlueFlame copy is ever made.)
+            size: 0,
+        };
+        // SAFETY: the description is of `own`'s memory, which the queue
+        // keeps (a Box's contents do not move with it) until it is
+        // dropped, and which nothing else uses.
+        let mut sq = unsafe { Self::new(&d, qpn, 0, 1) }.expect("one WQEBB of 64 bytes");
+        sq.max_post = 0;
+        sq.own = Some(own);
+        sq
     }
 
     /// The SQ's geometry.

@@ -79,6 +79,9 @@ impl SendQueue {
             // SAFETY: the caller's contract orders the copies' accesses.
             slots: unsafe { self.slots.share() },
             gate_open: self.gate_open,
+            // (A queue with no ring is never split: its copy would point
+            // into memory the original owns.)
+            own: None,
             ..*self
         }
     }

@@ -27,7 +27,11 @@ impl DirectQp {
     ///
     /// Errors: [`Error::Wqe`] ([`WqeError::DctnTooWide`] for a DCT number
     /// over 24 bits); [`Error::QueueFull`]; [`Error::CqFull`] (CQ credits).
-    pub(crate) fn post_dc<W: SendWrs + ?Sized>(&mut self, dest: &DcDest<'_>, wrs: &W) -> Result<()> {
+    pub(crate) fn post_dc<W: SendWrs + ?Sized>(
+        &mut self,
+        dest: &DcDest<'_>,
+        wrs: &W,
+    ) -> Result<()> {
         debug_assert!(self.qp_type == QpType::Dci && !self.is_split());
         let seg: [u8; DATAGRAM_SEG] =
             dc_datagram_seg(&dest.ah.inner.av, dest.dctn, dest.key).map_err(Error::Wqe)?;
@@ -60,10 +64,12 @@ impl DirectQp {
                 // (Every WR was sized and fits: nothing here is refused.)
                 let _ = self.signal_if_credits_low();
             }
-            with_wqe(&w, |wqe| self.sq.post(&with_dest(wqe, &seg), w.wr_id))?.map_err(|e| match e {
-                WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
-                e => Error::Wqe(e),
-            })?;
+            with_wqe(&w, |wqe| self.sq.post(&with_dest(wqe, &seg), w.wr_id))?.map_err(
+                |e| match e {
+                    WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+                    e => Error::Wqe(e),
+                },
+            )?;
         }
         self.sq.ring_doorbell();
         self.posted_sends(n);

@@ -212,19 +212,27 @@ impl DirectQp {
             (QpType::Dci, _) => dev.create_dci(pd, sim_cq, sq_wqebbs)?,
             (QpType::Dct, Some(s)) => dev.create_dct(pd, sim_cq, s, dc_key)?,
             (QpType::Dct, None) => {
-                return Err(Error::Invalid("a DCT takes its receives from an SRQ".into()))
+                return Err(Error::Invalid(
+                    "a DCT takes its receives from an SRQ".into(),
+                ))
             }
             _ => dev.create_qp_of(qp_type, pd, sim_cq, sq_wqebbs, rq_cnt, stride, sim_srq)?,
         };
         scatter::set_sim_qp(&sim_qp, inline_recv)?;
-        // SAFETY: the descriptions come from `sim_qp`, which this struct owns
-        // and drops after the drivers (field order); nothing else on the host
-        // uses these rings.
-        let mut sq =
-            unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?;
+        let mut sq = if qp_type == QpType::Dct {
+            // A DCT has no SQ (`dv()` describes none).
+            SendQueue::none(sim_qp.qpn())
+        } else {
+            // SAFETY: the descriptions come from `sim_qp`, which this struct
+            // owns and drops after the drivers (field order); nothing else on
+            // the host uses these rings.
+            unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?
+        };
         sq.limit_wqe_size(post::max_wqebbs_of(qp_type, max_send_sge, max_inline));
         let rq = match srq {
             Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
+            // A DCI receives nothing (`dv()` describes no RQ).
+            None if qp_type == QpType::Dci => ReceiveQueue::none(),
             // SAFETY: as above.
             None => unsafe { ReceiveQueue::new(&sim_qp.dv()) }?,
         };
