@@ -32,12 +32,15 @@
 //! - `api_poll16_zip`: `Qp::poll` taking 16 completions of 16 signaled
 //!   WRITEs that the sim wrote as one compressed session (a title and two
 //!   mini-CQE arrays; `QpConfig::cqe_compression`): the expansion counted
-//!   per completion, beside `api_poll16` (issue 29).
+//!   per completion, beside `api_poll16` (issue 29);
+//! - `api_dc_post`: `Qp::post_dc` of one signaled 1-SGE RDMA WRITE from a
+//!   DCI to a DCT; `api_dc_poll`: `Qp::poll` of that WRITE's completion on
+//!   the DCI (the CQE there before the call) (issue 30).
 
 use rdma_direct::testing::QpHooks;
 use rdma_direct::{
-    Access, Completion, Context, CqSizing, Qp, QpConfig, QpType, RecvWr, RemoteAddr, SendFlags,
-    SendHalf, SendWr, Sge, SharedCq, Srq, UdDest, WriteWr,
+    Access, Completion, Context, CqSizing, DcDest, Qp, QpConfig, QpType, RecvWr, RemoteAddr,
+    SendFlags, SendHalf, SendWr, Sge, SharedCq, Srq, UdDest, WriteWr,
 };
 use std::hint::black_box;
 
@@ -45,6 +48,12 @@ use std::hint::black_box;
 #[inline(never)]
 pub fn api_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()> {
     qp.post_send(wrs)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub fn api_post_dc(qp: &mut Qp, dest: &DcDest<'_>, wrs: &[SendWr<'_>]) -> rdma_direct::Result<()> {
+    qp.post_dc(dest, wrs)
 }
 
 #[no_mangle]
@@ -119,7 +128,7 @@ fn drain(qp: &mut Qp, k: usize) {
 fn main() -> rdma_direct::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (Some(op), Some(n)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u32>().ok())) else {
-        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll|api_post_recv|api_srq_post_recv|api_rq_poll|api_ud_poll|api_poll16_zip> <N>");
+        eprintln!("usage: insn_api <api_write1|api_half_write1|api_write_inline1|api_writes32|api_post_write|api_post_inline|api_batch32|api_poll1|api_poll16|api_poll_empty|api_shared_poll_empty|api_ud_post|api_srq_poll|api_post_recv|api_srq_post_recv|api_rq_poll|api_ud_poll|api_poll16_zip|api_dc_post|api_dc_poll> <N>");
         std::process::exit(2);
     };
     let ctx = Context::open("sim")?;
@@ -192,6 +201,28 @@ fn main() -> rdma_direct::Result<()> {
     // (and the UD pair above, ud_b receiving: 40 bytes of GRH, then 64).
     let (mut rc_rx, mut rc_tx) = pd.create_connected_pair(&cfg)?;
     let ud_rbuf = [Sge::new(&dst, 0, 128)?];
+    // Issue 30's rows: a DCI and a DCT (on an SRQ) of the same PD.
+    let dc_srq = pd.create_srq(4, 1)?;
+    let mut dct = pd.create_qp_on_srq(
+        &QpConfig {
+            qp_type: QpType::Dct,
+            dc_key: 0xdc,
+            ..cfg
+        },
+        &dc_srq,
+    )?;
+    dct.ready_dct()?;
+    let mut dci = pd.create_qp(&QpConfig {
+        qp_type: QpType::Dci,
+        ..cfg
+    })?;
+    dci.ready_dci()?;
+    let dc_ah = pd.create_ah(&dci.av_to(&dct.endpoint()))?;
+    let dc_to = DcDest {
+        ah: &dc_ah,
+        dctn: dct.dct_number().expect("a DCT in RTR"),
+        key: 0xdc,
+    };
     for _ in 0..n {
         match op.as_str() {
             "api_post_write" => {
@@ -302,6 +333,23 @@ fn main() -> rdma_direct::Result<()> {
                 );
                 assert_eq!(c.src_qp.qpn(), ud_a.qp_num());
                 drain(&mut ud_a, 1);
+            }
+            "api_dc_post" => {
+                api_post_dc(
+                    &mut dci,
+                    black_box(&dc_to),
+                    std::slice::from_ref(black_box(&write)),
+                )?;
+                drain(&mut dci, 1);
+            }
+            "api_dc_poll" => {
+                dci.post_dc(&dc_to, &[write])?;
+                let hook = dci.sim_hook().expect("the sim");
+                while !hook.cqes_ready(1) {
+                    std::thread::yield_now();
+                }
+                let got = api_poll(&mut dci, black_box(&mut out[..1]))?;
+                assert_eq!((got, out[0].wr_id), (1, 1), "the WRITE's CQE was there");
             }
             "api_poll_empty" => {
                 assert_eq!(api_poll(&mut a, black_box(&mut out))?, 0);

@@ -284,3 +284,63 @@ fn a_dci_not_in_rts_refuses_posts_and_dc_qps_need_their_shape() {
     assert!(matches!(dct.ready_dci(), Err(Error::WrongTransport { .. })));
     assert!(matches!(dci.ready_dct(), Err(Error::WrongTransport { .. })));
 }
+
+/// A DCI in RTS, `max_send_wr` 8 (a ring that DC's two-WQEBB WQEs wrap),
+/// on a CQ of `cq_depth` CQEs (a shallow one counts credits).
+fn dci(pd: &Pd, cq_depth: Option<u32>) -> Qp {
+    let mut q = pd
+        .create_qp(&QpConfig {
+            max_send_wr: 8,
+            cq_depth,
+            ..dci_cfg()
+        })
+        .unwrap();
+    q.ready_dci().unwrap();
+    q
+}
+
+#[test]
+fn in_place_dc_posts_write_what_the_counted_and_checked_posts_write() {
+    let d = dc();
+    let pd = &d.e.pd;
+    let mut fast = dci(pd, None);
+    let mut counted = dci(pd, Some(4));
+    let mut checked = dci(pd, None);
+    let to = dest(&d.ah, &d.dct);
+    let lens = [1u32, 8, 64, 1000];
+    let sges: Vec<[Sge; 1]> = lens
+        .iter()
+        .map(|&l| [Sge::new(&d.e.src, 0, l).unwrap()])
+        .collect();
+    let nth = |i: u64| {
+        let s = &sges[i as usize % sges.len()];
+        let at = remote(&d.e.dst, 16384 + (i % 8) * 1024);
+        let w = match i % 4 {
+            0 => SendWr::rdma_write(i, s, at),
+            1 => SendWr::rdma_write(i, s, at).solicited(),
+            2 => SendWr::rdma_read(i, s, at),
+            _ => SendWr::rdma_write(i, s, at).fence(),
+        };
+        if i % 2 == 0 {
+            w.signaled()
+        } else {
+            w
+        }
+    };
+    // Rounds of two WRs: single posts on `fast` and `counted`, a batch of
+    // two (the checked path) on `checked`; polled between rounds so that
+    // the ring wraps many times.
+    for round in 0..40u64 {
+        let (w1, w2) = (nth(2 * round), nth(2 * round + 1));
+        for q in [&mut fast, &mut counted] {
+            q.post_dc(&to, &[w1]).unwrap();
+            q.post_dc(&to, &[w2]).unwrap();
+        }
+        checked.post_dc(&to, &[w1, w2]).unwrap();
+        assert_same_wqes(&fast, &checked);
+        for q in [&mut fast, &mut counted, &mut checked] {
+            let c = poll_n(q, 1);
+            assert_eq!(c[0].status, WcStatus::SUCCESS, "round {round}: {c:?}");
+        }
+    }
+}

@@ -136,7 +136,23 @@ impl Qp {
     ///   24 bits ([`Error::Config`]);
     /// - a WR's own ([`Self::post_send`]'s for an RC QP);
     /// - [`Error::QueueFull`], [`Error::CqFull`], [`Error::NeverFits`].
+    #[inline(always)]
+    #[cfg_attr(not(feature = "verbs"), allow(irrefutable_let_patterns))]
     pub fn post_dc(&mut self, dest: &DcDest<'_>, wrs: &[SendWr<'_>]) -> Result<()> {
+        // One WR of the common kinds, on a DCI in RTS: built in place
+        // (`DirectQp::post_dc_one`: its post mode says the type and the
+        // state). Anything else, or anything it declines, is checked here.
+        if let (QpKind::Direct(q), [w]) = (&mut self.kind, wrs) {
+            if q.post_dc_one(dest, w, self.pd_id).is_ok() {
+                return Ok(());
+            }
+        }
+        self.post_dc_checked(dest, wrs)
+    }
+
+    /// [`Self::post_dc`] with every check.
+    #[inline(never)]
+    fn post_dc_checked(&mut self, dest: &DcDest<'_>, wrs: &[SendWr<'_>]) -> Result<()> {
         self.require(QpType::Dci, "post_dc (a DCI's post)")?;
         if self.halves.is_some() {
             return Err(Error::QpSplit {

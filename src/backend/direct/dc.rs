@@ -9,11 +9,14 @@
 //! `dqp_dct = dctn | MLX5_EXTENDED_UD_AV`, the DC key), then RC's segments
 //! for the operation (rdma-core `mlx5_send_wr_set_dc_addr`).
 
-use super::post::with_wqe;
+use super::post::{ctrl_flags, with_wqe, Declined, InPlace, PostMode, NO_REMOTE};
 use super::{DirectDev, DirectQp};
 use crate::ib::error::{Error, Result};
+use crate::ib::keys::RemoteAddr;
 use crate::ib::qp_attr::{self, QpAttr, QpState, QpType};
-use crate::ib::wr::{DcDest, SendWrs};
+use crate::ib::wr::{DcDest, SendWr, SendWrs, WrOp};
+use mlx5_dv::driver::Seg;
+use mlx5_dv::prm::WqeOpcode;
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{dc_datagram_seg, Datagram, SendWqe, WqeError, DATAGRAM_SEG};
 
@@ -74,6 +77,146 @@ impl DirectQp {
         self.sq.ring_doorbell();
         self.posted_sends(n);
         Ok(())
+    }
+
+    /// One WR of a DCI in RTS built in place: a WRITE (with or without
+    /// immediate), SEND (likewise) or READ of one SGE of the QP's PD (1
+    /// byte to 2^31 - 1), not inline, to a 24-bit DCT number through an AH
+    /// of that PD. Behind the SQ's two-WQEBB gate (no CQ credits to take, a
+    /// WR free, a BlueFlame register of two WQEBBs) the WQE is written
+    /// where it goes and rung with a BlueFlame copy, no call
+    /// (`SendQueue::dc_room`); otherwise `SendQueue::post_dc` with the CQ
+    /// credit. The bytes are the checked path's ([`Self::post_dc`];
+    /// `mlx5-dv/src/driver/fast_dc_tests.rs`). [`Declined`], having
+    /// changed nothing, for anything else: the caller's checked path.
+    #[inline(always)]
+    pub(crate) fn post_dc_one(&mut self, dest: &DcDest<'_>, w: &SendWr<'_>, pd: u32) -> InPlace {
+        // The opcode first; each has its own copy of the rest (as
+        // `post_one_sge`'s: one shared copy costs the opcode's tests again).
+        match w.op {
+            WrOp::RdmaWrite { remote } => {
+                self.dc_one::<true>(WqeOpcode::RDMA_WRITE, 0, remote, dest, w, pd)
+            }
+            WrOp::Send => self.dc_one::<false>(WqeOpcode::SEND, 0, NO_REMOTE, dest, w, pd),
+            _ => self.dc_other(dest, w, pd),
+        }
+    }
+
+    /// [`Self::post_dc_one`] of the other opcodes it builds: WRITE with
+    /// immediate, SEND with immediate, READ. (Out of line: the WRITE and
+    /// the SEND are the common ones.)
+    #[inline(never)]
+    fn dc_other(&mut self, dest: &DcDest<'_>, w: &SendWr<'_>, pd: u32) -> InPlace {
+        match w.op {
+            WrOp::RdmaWriteWithImm { remote, imm } => {
+                self.dc_one::<true>(WqeOpcode::RDMA_WRITE_IMM, imm, remote, dest, w, pd)
+            }
+            WrOp::SendWithImm { imm } => {
+                self.dc_one::<false>(WqeOpcode::SEND_IMM, imm, NO_REMOTE, dest, w, pd)
+            }
+            WrOp::RdmaRead { remote } => {
+                self.dc_one::<true>(WqeOpcode::RDMA_READ, 0, remote, dest, w, pd)
+            }
+            _ => Err(Declined::Shape),
+        }
+    }
+
+    /// [`Self::post_dc_one`] for one opcode: ctrl, the datagram segment,
+    /// the remote-address segment when `RADDR`, one data segment.
+    #[inline(always)]
+    fn dc_one<const RADDR: bool>(
+        &mut self,
+        opcode: WqeOpcode,
+        imm: u32,
+        remote: RemoteAddr,
+        dest: &DcDest<'_>,
+        w: &SendWr<'_>,
+        pd: u32,
+    ) -> InPlace {
+        if self.post_mode != PostMode::Dc {
+            return Err(Declined::Mode);
+        }
+        let s = match (w.sges, w.inline) {
+            ([s], false) if s.one_seg_on(pd) => s,
+            _ => return Err(Declined::Shape),
+        };
+        if dest.ah.inner.pd != pd || dest.dctn > 0xff_ffff {
+            return Err(Declined::Shape);
+        }
+        let raddr = Seg::raddr(remote.addr, remote.rkey.0);
+        let data = Seg::data(s.addr, s.len, s.lkey.0);
+        let flags = ctrl_flags(w);
+        if let Some(mut room) = self.sq.dc_room() {
+            // (The DCT number fits: checked above.)
+            if room
+                .datagram(&dest.ah.inner.av, dest.dctn, dest.key)
+                .is_err()
+            {
+                return Err(Declined::Shape);
+            }
+            if RADDR {
+                room.raddr(raddr);
+            }
+            room.data(data, RADDR);
+            let put = room.finish(opcode, flags, imm, 5 + RADDR as u32, w.wr_id);
+            // (Published before the doorbell, as `post_one_sge` does.)
+            super::count_sends(&mut self.sent, &self.progress, 1, put.posted_count());
+            put.ring();
+            return Ok(());
+        }
+        self.dc_counted(opcode, imm, RADDR.then_some(raddr), data, dest, w)
+    }
+
+    /// [`Self::dc_one`] past a closed gate: `SendQueue::post_dc` with the
+    /// CQ credit (a shared or shallow CQ; no BlueFlame copy of two WQEBBs;
+    /// a full SQ).
+    #[inline(never)]
+    fn dc_counted(
+        &mut self,
+        opcode: WqeOpcode,
+        imm: u32,
+        raddr: Option<Seg>,
+        data: Seg,
+        dest: &DcDest<'_>,
+        w: &SendWr<'_>,
+    ) -> InPlace {
+        if self.count_credits && !self.credits.take(1) {
+            return Err(Declined::NoRoom);
+        }
+        let undo = self.signal_if_credits_low();
+        let r = self.sq.post_dc(
+            opcode,
+            ctrl_flags(w),
+            imm,
+            &dest.ah.inner.av,
+            dest.dctn,
+            dest.key,
+            raddr,
+            data,
+            w.wr_id,
+        );
+        if r.is_ok() {
+            self.posted_sends(1);
+            return Ok(());
+        }
+        if self.count_credits {
+            self.credits.give(1);
+        }
+        if let Some(u) = undo {
+            self.sq.undo_signal_next(u);
+        }
+        Err(Declined::NoRoom)
+    }
+
+    /// A requester CQE in error was polled: the device moved the QP to
+    /// ERR, and a DCI takes no WR in place (nor, through the front end,
+    /// at all) until it is reset.
+    #[cold]
+    pub(super) fn note_send_failed(&mut self) {
+        self.send_failed = true;
+        if self.post_mode == PostMode::Dc {
+            self.set_post_mode(PostMode::Checked);
+        }
     }
 
     /// Whether a requester CQE in error was polled since the last RESET:

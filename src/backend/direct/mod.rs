@@ -401,7 +401,9 @@ impl DirectQp {
             && self.max_recv_sge > 0;
         self.set_post_mode(match state {
             _ if self.max_send_sge == 0 => PostMode::Checked,
-            // A DCI's WQEs carry their target: `dc.rs` posts them.
+            // A DCI's WQEs carry their target: `dc.rs` posts them, in
+            // place only in RTS (a DCI takes no WR in ERR).
+            QpState::Rts if self.qp_type == QpType::Dci && !self.send_failed => PostMode::Dc,
             _ if self.qp_type.is_dc() => PostMode::Checked,
             QpState::Rts | QpState::Err if self.qp_type == QpType::Ud => PostMode::Ud,
             _ if self.qp_type == QpType::Ud => PostMode::Checked,
@@ -430,7 +432,7 @@ impl DirectQp {
         self.sq.set_gate(mode == PostMode::InPlace);
         // The UD posts' gate: UD's mode, without CQ credits to take.
         self.sq
-            .set_ud_gate(mode == PostMode::Ud && !self.count_credits);
+            .set_ud_gate(matches!(mode, PostMode::Ud | PostMode::Dc) && !self.count_credits);
     }
 
     /// [`Self::modify`] on the device.

@@ -539,6 +539,8 @@ impl DirectQp {
         let rq = &mut self.rq;
         // The one error a QP's own CQ can give (`retire`'s).
         let mut stale_at = None;
+        // A requester CQE in error: the device moved the QP to ERR.
+        let mut failed = false;
         loop {
             let cqe = match first.take() {
                 Some(c) => c,
@@ -548,9 +550,7 @@ impl DirectQp {
                 },
                 None => break,
             };
-            if cqe.opcode == CqeOpcode::REQ_ERR {
-                self.send_failed = true;
-            }
+            failed |= cqe.opcode == CqeOpcode::REQ_ERR;
             match retire(&mut sq, rq, &cqe) {
                 Ok(Some(c)) => {
                     out[n] = c;
@@ -565,6 +565,9 @@ impl DirectQp {
         }
         drop((sq, cqes));
         own.cq.polled(from);
+        if failed {
+            self.note_send_failed();
+        }
         self.publish_polled();
         match stale_at {
             None => Ok(n),
@@ -657,7 +660,7 @@ impl DirectCq {
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
             if cqe.opcode == CqeOpcode::REQ_ERR {
-                q.send_failed = true;
+                q.note_send_failed();
             }
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.

@@ -514,6 +514,9 @@ pub(crate) enum PostMode {
     /// A UD QP in RTS or ERR: a UD SEND of one SGE is built in place
     /// (`DirectQp::post_ud_one`).
     Ud,
+    /// A DCI in RTS whose WRs have not failed: a WRITE, SEND or READ of
+    /// one SGE is built in place (`DirectQp::post_dc_one`, `dc.rs`).
+    Dc,
 }
 
 /// Why an in-place post posted nothing (and changed nothing): the caller
