@@ -321,7 +321,7 @@ fn in_place_dc_posts_write_what_the_counted_and_checked_posts_write() {
             2 => SendWr::rdma_read(i, s, at),
             _ => SendWr::rdma_write(i, s, at).fence(),
         };
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             w.signaled()
         } else {
             w
