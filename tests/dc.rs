@@ -344,3 +344,28 @@ fn in_place_dc_posts_write_what_the_counted_and_checked_posts_write() {
         }
     }
 }
+
+#[test]
+fn the_exchange_publishes_a_dct_only_in_rtr() {
+    let e = env();
+    let srq = e.pd.create_srq(4, 1).unwrap();
+    let mut dct = e.pd.create_qp_on_srq(&dct_cfg(), &srq).unwrap();
+    assert!(matches!(
+        exchange::ConnInfo::of_dct(&dct),
+        Err(Error::QpState {
+            state: QpState::Reset,
+            ..
+        })
+    ));
+    dct.ready_dct().unwrap();
+    let info = exchange::ConnInfo::of_dct(&dct).unwrap();
+    assert_eq!(info.endpoint.qpn, dct.dct_number().unwrap());
+    assert_eq!(info.dc_key, Some(KEY));
+    let back = exchange::ConnInfo::decode(&info.encode()).unwrap();
+    assert_eq!(back, info);
+    let rc = e.pd.create_qp(&QpConfig::default()).unwrap();
+    assert!(matches!(
+        exchange::ConnInfo::of_dct(&rc),
+        Err(Error::WrongTransport { .. })
+    ));
+}

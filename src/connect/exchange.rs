@@ -148,6 +148,31 @@ impl ConnInfo {
         })
     }
 
+    /// What the DC target `dct` tells its initiators: [`Self::of`] (PSN 0:
+    /// a DCT sends nothing) as [`Self::dc_target`] with its DCT number and
+    /// [`QpConfig::dc_key`](crate::QpConfig::dc_key). Peers connect
+    /// nothing to it: their DCIs address it per WR
+    /// ([`DcDest`](crate::DcDest)).
+    ///
+    /// Errors: `dct` is not a DCT ([`Error::WrongTransport`]); it is not
+    /// in RTR ([`Error::QpState`]: a DCT's number exists only from RTR,
+    /// and one published before would be 0: sideway `aef191d`).
+    pub fn of_dct(dct: &Qp) -> Result<ConnInfo> {
+        if dct.config().qp_type != crate::QpType::Dct {
+            return Err(Error::WrongTransport {
+                qp_type: dct.config().qp_type,
+                op: "ConnInfo::of_dct (it publishes a DCT)",
+            });
+        }
+        let Some(n) = dct.dct_number() else {
+            return Err(Error::QpState {
+                state: dct.state(),
+                needs: "RTR: a DCT's number exists only from RTR (Qp::ready_dct)",
+            });
+        };
+        ConnInfo::of(dct, 0).dc_target(n, dct.config().dc_key)
+    }
+
     /// The message: version 1, [`MSG_LEN`] (64) bytes, when
     /// [`Self::dc_key`] is `None`; version 2, [`MSG_LEN_V2`] (72) bytes,
     /// when it is `Some` (layout in the [module docs](self)).

@@ -218,6 +218,7 @@ impl Qp {
                         direct_cq()?,
                         direct_srq,
                         cfg.inline_recv,
+                        cfg.dc_key,
                     )?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)

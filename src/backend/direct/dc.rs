@@ -235,10 +235,10 @@ impl DirectQp {
         }
         match &*self.dev {
             DirectDev::Sim(q) => q.dctn(),
-            // ConnectX: the QP number `mlx5dv_create_qp` gave is the DCT's
-            // once in RTR (the front end asks only then).
+            // ConnectX: libmlx5 sets the QP's `qp_num` from the kernel's
+            // DCT number at INIT -> RTR (0 before).
             #[cfg(feature = "verbs")]
-            DirectDev::Mlx5(_) => Some(self.qpn),
+            DirectDev::Mlx5(o) => o.current_qpn(),
         }
     }
 }

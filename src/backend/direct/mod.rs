@@ -272,6 +272,7 @@ impl DirectQp {
         cq: CqFor<'_>,
         srq: Option<&DirectSrq>,
         inline_recv: crate::InlineRecv,
+        dc_key: u64,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
         // (The front end refuses compression with 128-byte CQEs.)
@@ -300,22 +301,49 @@ impl DirectQp {
             }
             None => None,
         };
-        let (objs, dv_qp) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq, inline_recv.is_on())?;
-        // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
-        // that `objs` owns; this struct drops the drivers before `objs`
-        // (field order), and no one else posts to it (the QP is never
-        // handed to `ibv_post_*`).
-        let mut sq =
-            unsafe { SendQueue::new(&dv_qp, objs.qpn, objs.max_inline, caps.max_send_wr) }?;
+        // A DCT has no rings (and `mlx5dv_init_obj` must not be asked for
+        // them: libmlx5 reads a BlueFlame register it lacks); a DCI no RQ.
+        let (objs, dv_qp) = match (qp_type, vsrq) {
+            (QpType::Dct, Some(v)) => (ibv::create_mlx5_dct(pd, vcq, v, dc_key)?, None),
+            (QpType::Dct, None) => {
+                return Err(Error::Invalid(
+                    "a DCT takes its receives from an SRQ".into(),
+                ))
+            }
+            (QpType::Dci, _) => {
+                let (o, d) = ibv::create_mlx5_dci(
+                    pd,
+                    vcq,
+                    caps.max_send_wr,
+                    caps.max_send_sge,
+                    caps.max_inline,
+                )?;
+                (o, Some(d))
+            }
+            _ => {
+                let (o, d) = ibv::create_mlx5_qp(pd, caps, vcq, vsrq, inline_recv.is_on())?;
+                (o, Some(d))
+            }
+        };
+        let mut sq = match &dv_qp {
+            None => SendQueue::none(objs.qpn),
+            // SAFETY: the description comes from `mlx5dv_init_obj` on the QP
+            // that `objs` owns; this struct drops the drivers before `objs`
+            // (field order), and no one else posts to it (the QP is never
+            // handed to `ibv_post_*`).
+            Some(d) => unsafe { SendQueue::new(d, objs.qpn, objs.max_inline, caps.max_send_wr) }?,
+        };
         sq.limit_wqe_size(post::max_wqebbs_of(
             qp_type,
             caps.max_send_sge,
             objs.max_inline,
         ));
-        let rq = match srq {
-            Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
+        let rq = match (srq, &dv_qp) {
+            (Some(s), _) => ReceiveQueue::on_srq(s.slots().clone()),
+            (None, _) if qp_type == QpType::Dci => ReceiveQueue::none(),
             // SAFETY: as above.
-            None => unsafe { ReceiveQueue::new(&dv_qp) }?,
+            (None, Some(d)) => unsafe { ReceiveQueue::new(d) }?,
+            (None, None) => ReceiveQueue::none(),
         };
         Ok(Self {
             sq,
@@ -443,6 +471,13 @@ impl DirectQp {
             #[cfg(feature = "verbs")]
             DirectDev::Mlx5(o) => {
                 o.modify_to(to, attr)?;
+                // A DCT's number exists from RTR on: its CQEs name it.
+                let dctn = (to == S::Rtr && self.qp_type == QpType::Dct)
+                    .then(|| o.current_qpn())
+                    .flatten();
+                if let Some(n) = dctn {
+                    self.qpn = n;
+                }
                 if to == S::Reset {
                     self.reset_host();
                 }

@@ -129,12 +129,6 @@ impl Mlx5Objs {
         modify_raw(self.qp, self.qpn, to, attr)
     }
 
-    /// Whether this is a DC QP, and which.
-    #[allow(dead_code)] // Until the direct path's DC front end calls it.
-    pub(crate) fn dc_role(&self) -> Option<DcRole> {
-        self.dc
-    }
-
     /// The QP number libibverbs holds now (`ibv_qp.qp_num`), `None` while
     /// it is 0. For a DCT that is its DCT number, which exists only after
     /// INIT -> RTR (libmlx5 `modify_dct` sets `qp_num` from the kernel's
@@ -143,7 +137,6 @@ impl Mlx5Objs {
     /// other QP it is [`Self::qpn`]. Not to be called while another thread
     /// runs [`Self::modify_to`] on this QP (the owner's control path calls
     /// both).
-    #[allow(dead_code)] // Until the direct path's DC front end calls it.
     pub(crate) fn current_qpn(&self) -> Option<u32> {
         // SAFETY: `qp` is live until drop; libmlx5 writes `qp_num` only
         // inside `ibv_modify_qp`, which the caller does not run meanwhile.
@@ -235,7 +228,6 @@ pub(crate) fn create_mlx5_qp(
 
 /// The two kinds of DC QP (`enum mlx5dv_dc_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)] // Until the direct path's DC front end calls it.
 pub(crate) enum DcRole {
     /// `MLX5DV_DCTYPE_DCT`: the target, on an SRQ; no SQ, no rings of its own.
     Dct,
@@ -339,7 +331,6 @@ pub(crate) fn check_dc_modify(role: DcRole, to: QpState, attr: &QpAttr) -> Resul
 /// with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE` (payloads land in the
 /// buffers the WRs name; rdma-core drops scatter-to-CQE on DC anyway, and
 /// on a DCT without `MLX5_VENDOR_CAP_FLAGS_SCAT2CQE_DCT`).
-#[allow(dead_code)] // Until the direct path's DC front end calls it.
 fn create_dc(
     pd: &Arc<Pd>,
     attr: &mut ibv_qp_init_attr_ex,
@@ -391,7 +382,6 @@ fn create_dc(
 /// [`Error::Verbs`] naming `mlx5dv_create_qp` with its `errno`
 /// (`EOPNOTSUPP`: no DC on this device or rdma-core; `EINVAL`: refused
 /// attributes).
-#[allow(dead_code)] // Until the direct path's DC front end calls it.
 pub(crate) fn create_mlx5_dct(
     pd: &Arc<Pd>,
     cq: &Arc<VerbsCq>,
@@ -441,7 +431,6 @@ pub(crate) fn create_mlx5_dct(
 /// Only for a ConnectX: the caller must have checked [`mlx5_supported`].
 /// An error is [`Error::Verbs`] naming `mlx5dv_create_qp` (or
 /// `mlx5dv_init_obj`) with its `errno`.
-#[allow(dead_code)] // Until the direct path's DC front end calls it.
 pub(crate) fn create_mlx5_dci(
     pd: &Arc<Pd>,
     cq: &Arc<VerbsCq>,

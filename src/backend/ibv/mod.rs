@@ -20,12 +20,8 @@ pub(crate) use mlx5::{
     cqe_comp_caps, create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mini_cqe_format,
     mlx5_supported, Mlx5Objs,
 };
-// The DC QPs on ConnectX, for the direct path's front end (not wired yet).
-#[allow(unused_imports)]
-pub(crate) use mlx5::{
-    check_dc_modify, create_mlx5_dci, create_mlx5_dct, dc_modify_mask, DcRole, DCI_INIT_MASK,
-    DCI_RTR_MASK, DCI_RTS_MASK, DCT_INIT_MASK, DCT_RTR_MASK,
-};
+// The DC QPs on ConnectX, for the direct path.
+pub(crate) use mlx5::{create_mlx5_dci, create_mlx5_dct};
 pub(crate) use qp::{ibv_type, modify_raw, query_raw, QpCaps};
 pub(crate) use srq::{async_fd, get_async_event, VerbsSrq};
 
