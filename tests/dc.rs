@@ -237,6 +237,8 @@ fn refusals_write_nothing() {
         rc.post_dc(&dest, &w),
         Err(Error::WrongTransport { .. })
     ));
+    // A DC QP is not split.
+    assert!(matches!(d.dci.split(), Err(Error::WrongTransport { .. })));
     // Nothing went out: the DCI's next WR is the first to complete.
     assert_eq!(d.dci.poll(&mut [Completion::default(); 4]).unwrap(), 0);
     d.dci

@@ -65,7 +65,7 @@ impl Qp {
     /// than `max_send_wr + max_recv_wr`) takes now the credits of every WR
     /// the halves may post, so their posts take none.
     ///
-    /// Errors: the QP is not in RTS ([`Error::QpState`]: connect it
+    /// Errors: a DC QP ([`Error::WrongTransport`]); the QP is not in RTS ([`Error::QpState`]: connect it
     /// first); it is split already ([`Error::QpSplit`]); the CQ has not
     /// the credits free now ([`Error::CqFull`]: poll and split again), or
     /// never could ([`Error::CqTooSmall`]: its own CQ holds fewer than
@@ -78,6 +78,12 @@ impl Qp {
     pub fn split(&mut self) -> Result<(SendHalf, RecvHalf)> {
         if self.halves.is_some() && !self.rejoin_parked() {
             return Err(Error::QpSplit { qpn: self.qp_num() });
+        }
+        if self.cfg.qp_type.is_dc() {
+            return Err(Error::WrongTransport {
+                qp_type: self.cfg.qp_type,
+                op: "split (a DCI posts through Qp::post_dc alone; a DCT sends nothing)",
+            });
         }
         if self.state != QpState::Rts {
             return Err(Error::QpState {
