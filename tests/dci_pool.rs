@@ -2,7 +2,9 @@
 //! outstanding (completing in post order), two targets take two DCIs, a
 //! DCI freed by its last completion serves another target, all W bound
 //! refuses with `Error::QueueFull` (nothing written) until a poll frees
-//! one, and a DCI failed by a wrong key is reset before it serves again.
+//! one, and a DCI failed by a wrong key is reset before it serves again
+//! (its flushed WRs, unsignaled ones too, polled first); a refused post
+//! binds nothing; random interleavings keep each target's order.
 
 use rdma_direct::*;
 
@@ -243,4 +245,148 @@ fn new_checks_its_width_and_the_qp_type() {
     let qpns: Vec<u32> = (0..3).map(|i| pool.qpn(i)).collect();
     assert!(qpns[0] != qpns[1] && qpns[1] != qpns[2] && qpns[0] != qpns[2]);
     assert!((0..3).all(|i| pool.dci(i).state() == QpState::Rts));
+}
+
+#[test]
+fn unsignaled_wrs_keep_their_dci_bound_until_a_signaled_one_and_flush_on_failure() {
+    let e = env();
+    let (_s, t) = dct(&e, KEY);
+    let mut pool = DciPool::new(&e.pd, &dci_cfg(), 2).unwrap();
+    let h = ah(&e, &pool, &t);
+    let (good, bad) = (dest(&h, &t, KEY), dest(&h, &t, KEY ^ 1));
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    // An unsignaled WR alone: nothing completes, the DCI stays bound.
+    let w = [SendWr::rdma_write(1, &s, remote(&e.dst, 0))];
+    assert_eq!(pool.post(&good, &w).unwrap(), 0);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pool.poll(&mut [Completion::default(); 4]).unwrap(), 0);
+    assert!(pool.bound(0));
+    // A signaled one after it retires both.
+    let w = [SendWr::rdma_write(2, &s, remote(&e.dst, 8)).signaled()];
+    assert_eq!(pool.post(&good, &w).unwrap(), 0);
+    assert_eq!(drain(&mut pool, 1)[0].wr_id, 2);
+    assert!(!pool.bound(0));
+    // On failure, unsignaled WRs after the failed one flush too, and the
+    // DCI is reset once they are polled.
+    let ws = [
+        SendWr::rdma_write(3, &s, remote(&e.dst, 0)).signaled(),
+        SendWr::rdma_write(4, &s, remote(&e.dst, 8)),
+        SendWr::rdma_write(5, &s, remote(&e.dst, 16)),
+    ];
+    assert_eq!(pool.post(&bad, &ws).unwrap(), 0);
+    let got = drain(&mut pool, 3);
+    assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3, 4, 5]);
+    assert!(!pool.bound(0) && !pool.dci(0).dci_failed());
+    assert_eq!(pool.dci(0).state(), QpState::Rts);
+}
+
+#[test]
+fn a_refused_post_binds_no_dci() {
+    let e = env();
+    let (_s, t) = dct(&e, KEY);
+    let mut pool = DciPool::new(&e.pd, &dci_cfg(), 1).unwrap();
+    let pd2 = e.ctx.alloc_pd().unwrap();
+    let foreign = pd2.create_ah(&pool.dci(0).av_to(&t.endpoint())).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let w = [SendWr::rdma_write(1, &s, remote(&e.dst, 0)).signaled()];
+    assert!(matches!(
+        pool.post(&dest(&foreign, &t, KEY), &w),
+        Err(Error::ForeignPd { .. })
+    ));
+    let wide = DcDest {
+        dctn: 1 << 24,
+        ..dest(&foreign, &t, KEY)
+    };
+    assert!(matches!(
+        pool.post(&wide, &w),
+        Err(Error::ForeignPd { .. } | Error::Config { .. })
+    ));
+    assert_eq!(pool.busy(), 0, "nothing bound");
+    // A batch larger than a DCI's ring never fits.
+    let many: Vec<SendWr> = (0..17)
+        .map(|k| SendWr::rdma_write(k, &s, remote(&e.dst, 0)))
+        .collect();
+    let h = ah(&e, &pool, &t);
+    assert!(matches!(
+        pool.post(&dest(&h, &t, KEY), &many),
+        Err(Error::NeverFits { .. })
+    ));
+    assert_eq!(pool.busy(), 0);
+    assert_eq!(pool.post(&dest(&h, &t, KEY), &w).unwrap(), 0);
+    assert_eq!(drain(&mut pool, 1)[0].wr_id, 1);
+}
+
+/// Random posts to 6 targets (two of them with a wrong key) through 3
+/// DCIs, polled at random: each target's WRs complete in the order
+/// posted, each completion names the DCI that took its WR, a DCI is bound
+/// to one target at a time, and a refusal is only `QueueFull`.
+#[test]
+fn random_interleavings_keep_each_targets_order() {
+    let e = env();
+    let dcts: Vec<(Srq, Qp)> = (0..6).map(|_| dct(&e, KEY)).collect();
+    let mut pool = DciPool::new(&e.pd, &dci_cfg(), 3).unwrap();
+    let ahs: Vec<Ah> = dcts.iter().map(|(_, t)| ah(&e, &pool, t)).collect();
+    let dests: Vec<DcDest> = (0..6)
+        .map(|k| dest(&ahs[k], &dcts[k].1, if k >= 4 { KEY ^ 1 } else { KEY }))
+        .collect();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut next = [0u64; 6];
+    let mut last = [None::<u64>; 6];
+    let mut took = std::collections::HashMap::new();
+    let (mut posted, mut done, mut refused) = (0usize, 0usize, 0usize);
+    let mut wc = [Completion::default(); 4];
+    let mut failed = 0;
+    let t0 = std::time::Instant::now();
+    while posted < 600 || done < posted {
+        assert!(t0.elapsed() < PATIENCE, "{done} of {posted}");
+        if posted < 600 && rnd(3) > 0 {
+            let k = rnd(6) as usize;
+            let n = 1 + rnd(3);
+            let ws: Vec<SendWr> = (0..n)
+                .map(|j| {
+                    let id = (k as u64) << 32 | (next[k] + j);
+                    SendWr::rdma_write(id, &s, remote(&e.dst, 8 * k as u64)).signaled()
+                })
+                .collect();
+            match pool.post(&dests[k], &ws) {
+                Ok(i) => {
+                    for j in 0..n {
+                        took.insert((k as u64) << 32 | (next[k] + j), i);
+                    }
+                    next[k] += n;
+                    posted += n as usize;
+                }
+                Err(Error::QueueFull) => refused += 1,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        let got = pool.poll(&mut wc).unwrap();
+        for c in &wc[..got] {
+            let (k, seq) = ((c.wr_id >> 32) as usize, c.wr_id & 0xffff_ffff);
+            assert!(
+                last[k].is_none_or(|l| l < seq),
+                "target {k}: {seq} after {last:?}"
+            );
+            last[k] = Some(seq);
+            assert_eq!(c.qp_num, pool.qpn(took[&c.wr_id]), "{c:?}");
+            assert_eq!(c.status.is_ok(), k < 4, "{c:?}");
+            failed += usize::from(k >= 4);
+            done += 1;
+        }
+        assert!(pool.busy() <= 3);
+        if got == 0 {
+            std::thread::yield_now();
+        }
+    }
+    assert_eq!(pool.busy(), 0);
+    assert!(refused > 0, "the 3 DCIs were all bound at some point");
+    assert!(failed > 0, "{failed} failed of {posted}");
+    assert!((0..3).all(|i| pool.dci(i).state() == QpState::Rts && !pool.dci(i).dci_failed()));
 }
