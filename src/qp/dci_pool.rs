@@ -4,7 +4,7 @@
 //! # Policy
 //!
 //! A *target* is what a [`DcDest`] names: the AH's address vector (the
-//! path to the target's port, compared by its bytes, so two [`Ah`]s made
+//! path to the target's port, compared by its bytes, so two [`Ah`](crate::Ah)s made
 //! from one address name one target), the DCT number and the DC key. Each
 //! DCI is *free* or *bound* to one target:
 //!
