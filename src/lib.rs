@@ -99,6 +99,7 @@ pub use ib::wr::{DcDest, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
 pub use memmap2;
 pub use pd::pool;
 pub use pd::Pd;
+pub use qp::dci_pool::DciPool;
 pub use qp::split::{RecvHalf, SendHalf};
 pub use qp::Qp;
 #[cfg(feature = "tokio")]

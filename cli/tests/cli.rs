@@ -561,7 +561,7 @@ fn examples() -> Vec<(String, std::path::PathBuf)> {
         .collect()
 }
 
-/// Both examples print their usage, naming every flag they take, on
+/// The examples print their usage, naming every flag they take, on
 /// `--help` and `-h` and exit 0 having run nothing; a bad argument exits 2
 /// with the usage on stderr (it was 2 for one and 1 for the other).
 #[test]
@@ -589,6 +589,16 @@ fn examples_print_usage_on_help_and_exit_2_on_a_bad_argument() {
                 "-n, --iters",
                 "-h, --help",
                 "HOST",
+            ],
+        ),
+        (
+            "dc_rpc",
+            &[
+                "-d, --ib-dev",
+                "-c, --clients",
+                "-w, --dcis",
+                "-n, --rpcs",
+                "-h, --help",
             ],
         ),
     ];
@@ -625,6 +635,41 @@ fn examples_print_usage_on_help_and_exit_2_on_a_bad_argument() {
             assert!(o.stdout.is_empty(), "{name} {bad:?} ran");
         }
     }
+}
+
+/// `dc_rpc` on the sim: 64 clients, each side's pool of 4 DCIs (so the
+/// server's pool runs out of free DCIs and retries), every reply checked;
+/// exit 0 and the summary line. A run that saw a wrong reply exits 1.
+#[test]
+fn dc_rpc_runs_on_the_sim_and_checks_every_reply() {
+    let built = examples();
+    let exe = &built
+        .iter()
+        .find(|(n, _)| n == "dc_rpc")
+        .unwrap_or_else(|| panic!("cargo built no example dc_rpc: {built:?}"))
+        .1;
+    let o = Command::new(exe)
+        .args([
+            "-d",
+            "sim",
+            "--clients",
+            "64",
+            "--dcis",
+            "4",
+            "--rpcs",
+            "640",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+    assert!(
+        out.contains(
+            "dc_rpc: 640 RPCs from 64 clients, 4 DCIs per side: 640 replies checked, 0 mismatches"
+        ),
+        "{out}"
+    );
+    assert!(out.contains(" of 4 DCIs bound"), "{out}");
 }
 
 /// `encode-wqe` with `--av` and `--dc` or `--ud` prints the datagram
