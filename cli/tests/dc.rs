@@ -12,7 +12,7 @@ use support::*;
 /// The run's banner value after `label` (`Connection type : DC ...`).
 fn banner_value<'a>(out: &'a str, label: &str) -> &'a str {
     out.lines()
-        .find_map(|l| l.trim_start().strip_prefix(label))
+        .find_map(|l| l.split_once(label).map(|(_, r)| r))
         .and_then(|r| r.trim_start().strip_prefix(':'))
         .map(|r| r.split_whitespace().next().unwrap_or(""))
         .unwrap_or_else(|| panic!("no {label:?} in {out}"))
