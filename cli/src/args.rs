@@ -126,9 +126,10 @@ pub struct BenchArgs {
     #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..))]
     pub cq_mod: Option<u32>,
     /// Messages up to this many bytes are sent inline (the direct path, on
-    /// the sim and mlx5, takes at most 512; a verbs device, what it grants).
-    #[arg(short = 'I', long = "inline_size", default_value_t = 220)]
-    pub inline_size: u32,
+    /// the sim and mlx5, takes at most 512; a verbs device, what it grants)
+    /// [default: 220; 150 for -c DC writes and sends, as perftest].
+    #[arg(short = 'I', long = "inline_size")]
+    pub inline_size: Option<u32>,
     /// Port of the device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub port: u8,
@@ -173,7 +174,8 @@ pub struct BenchArgs {
     pub atomic_type: Option<AtomicArg>,
     /// Two hosts: connect the QPs through rdma_cm (both sides give -R). RC
     /// QPs (with or without --use-srq); -c UC and UD connect through the TCP
-    /// exchange (UD through rdma_cm: `cm::connect_ud`, `ud_echo -R`).
+    /// exchange (UD through rdma_cm: `cm::connect_ud`, `ud_echo -R`); -c DC
+    /// refuses it, as perftest.
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
     /// Bandwidth in Gb/sec (10^9 bits) instead of MB/sec (2^20 bytes).
@@ -195,11 +197,14 @@ pub struct BenchArgs {
     pub backend: BackendArg,
     /// Connection type, as perftest's -c: RC; UC (write_lat, write_bw,
     /// send_lat, send_bw); UD (send_lat, send_bw; at most the port's MTU
-    /// per message).
+    /// per message); DC (write, read, send and atomic tests; mlx5 only:
+    /// the sim and ConnectX's direct path, both sides in one process; the
+    /// target is a DCT on an SRQ, as perftest's -c DC implies --use-srq;
+    /// writes and sends inline up to 150 bytes unless -I says otherwise).
     #[arg(short = 'c', long = "connection", value_enum, default_value_t = ConnArg::Rc)]
     pub connection: ConnArg,
     /// The receiving side takes its receives from an SRQ (send_lat,
-    /// send_bw), as perftest's --use-srq.
+    /// send_bw), as perftest's --use-srq (implied by -c DC).
     #[arg(long = "use-srq")]
     pub use_srq: bool,
     /// CQE compression on the QPs' CQs (ours, not perftest's: perftest has

@@ -309,3 +309,52 @@ fn compare_from_json_refuses_absurd_values_and_its_own_input() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn compare_runs_dc_rows_on_the_sim_and_reads_them_back() {
+    let dir = std::env::temp_dir().join(format!("rdma-direct-compare-dc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg) = (dir.join("c.json"), dir.join("c.svg"));
+    let tests = "write_lat:DC,send_lat:DC,read_lat:DC,atomic_lat:DC,\
+                 write_bw:DC,send_bw:DC,read_bw:DC,atomic_bw:DC";
+    let Some(o) = run(&[
+        "compare",
+        "-d",
+        "sim",
+        "--tests",
+        tests,
+        "--sizes",
+        "64",
+        "--lat-iters",
+        "50",
+        "--bw-iters",
+        "100",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    assert!(o.status.success(), "compare failed: {}", stderr(&o));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["test"].as_str()).collect();
+    assert_eq!(names, tests.split(',').collect::<Vec<_>>());
+    // The JSON's DC rows render again.
+    let again = dir.join("again.svg");
+    let Some(o) = run(&[
+        "compare",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--svg",
+        again.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&again)
+        .unwrap()
+        .contains("write_lat:DC sim/direct"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

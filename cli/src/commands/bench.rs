@@ -98,13 +98,29 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
             "-l {post_list} is more than -t {tx_depth}: a post list must fit the send queue"
         )));
     }
-    if a.inline_size > bench::DIRECT_MAX_INLINE
+    let dc = matches!(a.connection, ConnArg::Dc);
+    // perftest's -c DC: --use-srq implied, -R refused, the device mlx5's
+    // direct path (the sim, ConnectX), both sides in one process here.
+    if dc {
+        bench::check_dc(
+            a.rdma_cm,
+            a.host.is_some() || a.server,
+            &a.device,
+            rdma_direct::Context::open_with(&a.device, a.backend.into())?.data_path(),
+        )?;
+    }
+    let inline_size = a.inline_size.unwrap_or(if dc {
+        bench::DC_INLINE_DEFAULT
+    } else {
+        bench::INLINE_DEFAULT
+    });
+    if inline_size > bench::DIRECT_MAX_INLINE
         && rdma_direct::Context::open_with(&a.device, a.backend.into())?.data_path()
             == rdma_direct::DataPath::Direct
     {
         return Err(Error::Invalid(format!(
             "-I (--inline_size) {}: the direct path on {} takes 0..={} inline bytes",
-            a.inline_size,
+            inline_size,
             a.device,
             bench::DIRECT_MAX_INLINE
         )));
@@ -148,7 +164,7 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         } else {
             bw_defaults.lat.iters
         }),
-        inline_size: a.inline_size,
+        inline_size,
         port: a.port,
         gid_index: a.gid_index,
         backend: a.backend.into(),
@@ -162,7 +178,7 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         rdma_cm: a.rdma_cm,
         duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
         qp_type: a.connection.into(),
-        use_srq: a.use_srq,
+        use_srq: a.use_srq || dc,
         cqe_comp: a.cqe_comp,
         inline_recv: match a.inline_recv {
             None => rdma_direct::InlineRecv::Off,

@@ -12,6 +12,9 @@ pub enum ConnArg {
     Uc,
     #[value(name = "UD")]
     Ud,
+    /// Dynamically connected (mlx5): DCIs post to a DCT on an SRQ.
+    #[value(name = "DC")]
+    Dc,
 }
 
 impl From<ConnArg> for rdma_direct::QpType {
@@ -20,6 +23,9 @@ impl From<ConnArg> for rdma_direct::QpType {
             ConnArg::Rc => rdma_direct::QpType::Rc,
             ConnArg::Uc => rdma_direct::QpType::Uc,
             ConnArg::Ud => rdma_direct::QpType::Ud,
+            // A run's `-c DC` is kept as the initiator's type; the bench
+            // makes the DCTs it needs (`bench::transport`).
+            ConnArg::Dc => rdma_direct::QpType::Dci,
         }
     }
 }

@@ -214,7 +214,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
     let mut pairs = Vec::with_capacity(cfg.qps as usize);
     let mut dests = Vec::with_capacity(cfg.qps as usize);
     for _ in 0..cfg.qps {
-        let (p, d) = transport::Pair::new(&pd, &qcfg, cfg.lat.use_srq)?;
+        let (p, d) = transport::Pair::new(&pd, &qcfg, cfg.lat.use_srq, false)?;
         pairs.push(p);
         dests.push(d);
     }
@@ -279,9 +279,14 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
             rx_depth,
             // UD and UC drop a SEND that finds no receive: post no more
             // than the receives posted.
-            windowed: cfg.lat.qp_type != rdma_direct::QpType::Rc,
+            windowed: matches!(
+                cfg.lat.qp_type,
+                rdma_direct::QpType::Uc | rdma_direct::QpType::Ud
+            ),
         });
-        lanes.push(Lane::new(&mut p.a, wr, receiver, cfg.lat.iters)?);
+        let mut lane = Lane::new(&mut p.a, wr, receiver, cfg.lat.iters)?;
+        lane.dc = d.dc(true);
+        lanes.push(lane);
     }
     let count = bw_loop(&mut lanes, cfg, &mut m)?;
     let mut report = match cfg.duration {
@@ -322,6 +327,8 @@ pub(super) struct Lane<'a, 'b> {
     received: usize,
     /// With `-D`: the index of the last WR (posted after the deadline).
     last: Option<usize>,
+    /// On DC: the DCT its WRs go to (`Qp::post_dc`).
+    pub(super) dc: Option<rdma_direct::DcDest<'b>>,
 }
 
 impl<'a, 'b> Lane<'a, 'b> {
@@ -342,6 +349,7 @@ impl<'a, 'b> Lane<'a, 'b> {
             completed: 0,
             received: 0,
             last: None,
+            dc: None,
         })
     }
 }
@@ -465,8 +473,8 @@ pub(super) fn bw_loop(
                 if timed {
                     l.posted_at.extend(std::iter::repeat_n(t, k));
                 }
-                let as_write = match (l.wr.op, l.wr.sges, l.wr.inline) {
-                    (WrOp::RdmaWrite { remote }, [sge], false) => Some((remote, *sge)),
+                let as_write = match (l.wr.op, l.wr.sges, l.wr.inline, &l.dc) {
+                    (WrOp::RdmaWrite { remote }, [sge], false, None) => Some((remote, *sge)),
                     _ => None,
                 };
                 let r = if let Some((remote, sge)) = as_write {
@@ -478,6 +486,8 @@ pub(super) fn bw_loop(
                         flags: w.flags,
                     }));
                     m.post(k, || l.a.post_writes(&writes))
+                } else if let Some(d) = &l.dc {
+                    m.post(k, || l.a.post_dc(d, &batch))
                 } else {
                     m.post(k, || l.a.post_send(&batch))
                 };

@@ -1,7 +1,7 @@
 //! The latency tests with both sides in this process (`run_lat`).
 
 use super::*;
-use rdma_direct::{WrOp, WriteWr};
+use rdma_direct::{DcDest, WrOp, WriteWr};
 
 /// Runs a latency test with both sides in this process (two connected QPs on
 /// one device). Atomics always move 8 bytes (perftest has no `-s` for them).
@@ -25,6 +25,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
     let mr_a = pd.alloc_mr(2 * size + 40, access)?;
     let mr_b = pd.alloc_mr(2 * size + 40, access)?;
     let inline = matches!(test, LatTest::Write | LatTest::Send) && size_asked <= cfg.inline_size;
+    let dc = cfg.qp_type.is_dc();
     let qcfg = QpConfig {
         qp_type: cfg.qp_type,
         max_send_wr: 16,
@@ -35,17 +36,15 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         inline_recv: cfg.inline_recv,
         ..QpConfig::default()
     };
-    let (pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq)?;
-    let transport::Pair {
-        mut a,
-        mut b,
-        mut srq_a,
-        mut srq_b,
-    } = pair;
-    if cfg.qp_type == rdma_direct::QpType::Ud && size_asked > a.ud_mtu() {
+    // On DC, B posts back from a DCI of its own to a DCT of A's in the
+    // ping-pong tests (perftest makes both on each side for latency).
+    let both_ways = matches!(test, LatTest::Write | LatTest::Send);
+    let (mut pair, dests) = transport::Pair::new(&pd, &qcfg, cfg.use_srq, both_ways)?;
+    let p = &mut pair;
+    if cfg.qp_type == rdma_direct::QpType::Ud && size_asked > p.a.ud_mtu() {
         return Err(Error::Invalid(format!(
             "-s {size_asked}: a UD message is at most the port's active MTU, {} bytes",
-            a.ud_mtu()
+            p.a.ud_mtu()
         )));
     }
     let side = |qp: &Qp, mr: &Mr| SideInfo {
@@ -60,11 +59,11 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         completion: cfg_completion(cfg),
         role: None,
         device: ctx.name().into(),
-        data_path: a.data_path().as_str(),
+        data_path: p.a.data_path().as_str(),
         inline: qcfg.max_inline,
         // One WR in flight at a time, as perftest's latency tests print.
         tx_depth: 1,
-        sides: [side(&a, &mr_a), side(&b, &mr_b)],
+        sides: [side(&p.a, &mr_a), side(&p.b, &mr_b)],
         qp_type: cfg.qp_type,
         use_srq: cfg.use_srq,
         cqe_comp: cfg.cqe_comp,
@@ -96,20 +95,20 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 stamps.push(ticks());
                 mr_a.store_u8(last, seq);
                 wr_a.wr_id = i as u64;
-                m.post(1, || post_one_write(&mut a, &wr_a))?;
+                m.post(1, || post_one_write(&mut p.a, &wr_a, dests.dc(true)))?;
                 spin_until(
                     || format!("iteration {i}: A's write never reached B"),
                     || Ok(mr_b.load_u8(size + last) == seq),
                 )?;
                 mr_b.store_u8(last, seq);
                 wr_b.wr_id = i as u64;
-                m.post(1, || post_one_write(&mut b, &wr_b))?;
+                m.post(1, || post_one_write(p.b_tx(), &wr_b, dests.dc(false)))?;
                 spin_until(
                     || format!("iteration {i}: B's write never reached A"),
                     || Ok(mr_a.load_u8(size + last) == seq),
                 )?;
-                wait_completion(&mut b, "B", &mut m)?;
-                wait_completion(&mut a, "A", &mut m)?;
+                wait_completion(p.b_tx(), "B", &mut m)?;
+                wait_completion(&mut p.a, "A", &mut m)?;
             }
         }
         LatTest::Send => {
@@ -121,8 +120,8 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
             let rbuf_b = [Sge::new(&mr_b, size, rlen)?];
             let ra = [RecvWr::new(0, &rbuf_a)];
             let rb = [RecvWr::new(0, &rbuf_b)];
-            m.post(1, || transport::post_recv(&mut a, &mut srq_a, &ra))?;
-            m.post(1, || transport::post_recv(&mut b, &mut srq_b, &rb))?;
+            m.post(1, || p.post_recv_a(&ra))?;
+            m.post(1, || p.post_recv_b(&rb))?;
             let mut wr_a = dests.send_wr(true, &sge_a).signaled();
             let mut wr_b = dests.send_wr(false, &sge_b).signaled();
             wr_a.inline = inline;
@@ -132,12 +131,18 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                     break;
                 }
                 stamps.push(ticks());
-                m.post(1, || a.post_send(&[wr_a]))?;
-                wait_recv(&mut b, "B", &mut m)?;
-                m.post(1, || transport::post_recv(&mut b, &mut srq_b, &rb))?;
-                m.post(1, || b.post_send(&[wr_b]))?;
-                wait_recv(&mut a, "A", &mut m)?;
-                m.post(1, || transport::post_recv(&mut a, &mut srq_a, &ra))?;
+                m.post(1, || dests.post(&mut p.a, true, &[wr_a]))?;
+                wait_recv(&mut p.b, "B", &mut m)?;
+                m.post(1, || p.post_recv_b(&rb))?;
+                m.post(1, || dests.post(p.b_tx(), false, &[wr_b]))?;
+                wait_recv(p.a_rx(), "A", &mut m)?;
+                m.post(1, || p.post_recv_a(&ra))?;
+                if dc {
+                    // A DCI's send completions come on its own CQ, not
+                    // with the receives (one CQ per QP on RC, UC, UD).
+                    wait_completion(p.b_tx(), "B", &mut m)?;
+                    wait_completion(&mut p.a, "A", &mut m)?;
+                }
             }
         }
         LatTest::Read | LatTest::Atomic => {
@@ -154,20 +159,24 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
                 }
                 stamps.push(ticks());
                 wr.wr_id = i as u64;
-                m.post(1, || a.post_send(&[wr]))?;
-                wait_completion(&mut a, "A", &mut m)?;
+                m.post(1, || dests.post(&mut p.a, true, &[wr]))?;
+                wait_completion(&mut p.a, "A", &mut m)?;
             }
         }
     }
-    info.cqe_bytes = super::sim_cqe_bytes([&mut a, &mut b]);
-    drop((b, srq_b, srq_a));
+    info.cqe_bytes = super::sim_cqe_bytes(p.qps_mut());
+    drop(pair);
     let report = lat_report(size_asked, &stamps, test.rtt_factor(), &m)?;
     Ok((info, report))
 }
 
-/// Posts the RDMA WRITE `w`: through `Qp::post_write` when it is one SGE and
-/// not inline (the same WQE, nothing decoded), else `Qp::post_send`.
-fn post_one_write(qp: &mut Qp, w: &SendWr<'_>) -> Result<()> {
+/// Posts the RDMA WRITE `w`: to the DCT `dc` names through `Qp::post_dc`
+/// on DC; through `Qp::post_write` when it is one SGE and not inline (the
+/// same WQE, nothing decoded), else `Qp::post_send`.
+fn post_one_write(qp: &mut Qp, w: &SendWr<'_>, dc: Option<DcDest<'_>>) -> Result<()> {
+    if let Some(d) = dc {
+        return qp.post_dc(&d, std::slice::from_ref(w));
+    }
     match (w.op, w.sges, w.inline) {
         (WrOp::RdmaWrite { remote }, [sge], false) => qp.post_write(&WriteWr {
             wr_id: w.wr_id,

@@ -31,6 +31,11 @@ pub const MAX_SIZE: u32 = 8 << 20;
 /// `Pd::create_qp` refuses a larger `QpConfig::max_inline` there (the
 /// library's `backend::direct::MAX_INLINE`). The largest `-I` on that path.
 pub const DIRECT_MAX_INLINE: u32 = 512;
+/// perftest's default `-I`.
+pub const INLINE_DEFAULT: u32 = 220;
+/// perftest's default `-I` for DC writes and sends (`-c DC`; its
+/// `DEF_INLINE_DC`).
+pub const DC_INLINE_DEFAULT: u32 = 150;
 /// How long a wait for the device may take before the benchmark gives up.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
@@ -66,7 +71,8 @@ pub struct LatConfig {
     /// Bandwidth tests use [`BwConfig::duration`].
     pub duration: Option<Duration>,
     /// The transport (perftest `-c`): RC, UC (WRITE and SEND tests), UD
-    /// (SEND tests; at most the port's MTU per message).
+    /// (SEND tests; at most the port's MTU per message); `QpType::Dci` for
+    /// `-c DC` (DCIs posting to DCTs on SRQs, `transport::Pair::new`).
     pub qp_type: rdma_direct::QpType,
     /// The receiving sides take their receives from an SRQ (perftest
     /// `--use-srq`; SEND tests).
@@ -116,7 +122,7 @@ impl Default for LatConfig {
             device: rdma_direct::SIM_DEVICE.into(),
             size: 2,
             iters: 1000,
-            inline_size: 220,
+            inline_size: INLINE_DEFAULT,
             port: 1,
             gid_index: None,
             backend: rdma_direct::Backend::Auto,
@@ -233,7 +239,7 @@ pub use reg::*;
 pub use remote::*;
 pub use results::*;
 use timing::*;
-pub use transport::check_transport;
+pub use transport::{check_dc, check_transport, conn_name};
 use wait::*;
 
 /// CQE bytes the sim wrote into the CQs of `qps` (64 a CQE written whole;

@@ -224,7 +224,7 @@ impl RunInfo {
         ));
         line(format!(
             " Connection type : {}\t\tUsing SRQ      : {}",
-            self.qp_type.name(),
+            super::conn_name(self.qp_type),
             if self.use_srq { "ON" } else { "OFF" }
         ));
         line(format!(

@@ -183,3 +183,47 @@ fn rows_line_up_under_their_headers() {
         }
     }
 }
+
+#[test]
+fn dc_is_refused_with_rdma_cm_between_hosts_and_off_the_direct_path() {
+    use rdma_direct::DataPath;
+    assert!(check_dc(false, false, "sim", DataPath::Direct).is_ok());
+    let msg = |r: rdma_direct::Result<()>| r.unwrap_err().to_string();
+    let m = msg(check_dc(true, false, "sim", DataPath::Direct));
+    assert!(m.contains("-c DC with -R"), "{m}");
+    let m = msg(check_dc(false, true, "mlx5_0", DataPath::Direct));
+    assert!(m.contains("between two hosts is not supported yet"), "{m}");
+    // rxe (or mlx5 with --backend verbs): the verbs path has no DC.
+    let m = msg(check_dc(false, false, "rxe0", DataPath::Verbs));
+    assert!(
+        m.contains("rxe0") && m.contains("mlx5's direct path"),
+        "{m}"
+    );
+}
+
+#[test]
+fn dc_runs_the_write_read_send_and_atomic_tests_with_its_srq() {
+    use rdma_direct::QpType;
+    for t in [
+        "write_lat",
+        "write_bw",
+        "read_lat",
+        "read_bw",
+        "send_lat",
+        "send_bw",
+        "atomic_lat",
+        "atomic_bw",
+    ] {
+        // -c DC implies --use-srq, whatever the test.
+        assert!(check_transport(t, QpType::Dci, true).is_ok(), "{t}");
+        assert!(check_transport(t, QpType::Dci, false).is_ok(), "{t}");
+    }
+    assert_eq!(conn_name(QpType::Dci), "DC");
+    assert_eq!(conn_name(QpType::Rc), "RC");
+    let m = check_transport("reg_mr", QpType::Dci, true)
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("-c DC does not run reg_mr"), "{m}");
+    // RC keeps refusing --use-srq off the SEND tests.
+    assert!(check_transport("write_bw", QpType::Rc, true).is_err());
+}
