@@ -86,7 +86,11 @@ impl Qp {
     /// Whether a WR of this DCI completed in error since it was last
     /// brought up: the device moved it to ERR, its other WRs flush, and
     /// [`Self::post_dc`] refuses until [`Self::reset_dci`]. Known once
-    /// the error's completion is polled. `false` for any other QP.
+    /// the error's completion is taken from the CQ: by a poll, or on a
+    /// [`SharedCq`](crate::SharedCq) also by another QP's
+    /// [`SharedCq::reset_qp`](crate::SharedCq::reset_qp), which keeps it
+    /// for the next poll (so this may be `true` before the error is
+    /// returned). `false` for any other QP.
     pub fn dci_failed(&self) -> bool {
         match &self.kind {
             QpKind::Direct(q) => self.cfg.qp_type == QpType::Dci && q.send_failed(),

@@ -144,6 +144,8 @@ mod channel;
 mod completions;
 mod compression;
 mod data;
+mod dc;
+mod dc_many;
 mod device_errors;
 mod flow;
 mod halves;
@@ -160,6 +162,8 @@ use channel::*;
 use completions::*;
 use compression::*;
 use data::*;
+use dc::*;
+use dc_many::*;
 use device_errors::*;
 use flow::*;
 use halves::*;
@@ -398,4 +402,13 @@ const ONE_SIDED: &[Case] = &[
     case!(inline_receive_sends_of_1_to_65_bytes_land_whole),
     case!(inline_receive_reads_of_1_to_65_bytes_land_whole),
     case!(inline_receive_two_sges_and_a_receive_too_small),
+    case!(dc_every_operation_lands),
+    case!(dc_a_wrong_key_fails_the_dci_and_delivers_nothing),
+    case!(dc_an_unknown_dct_fails_the_dci_and_delivers_nothing),
+    case!(dc_dct_number_zero_fails_the_dci_and_delivers_nothing),
+    case!(dc_no_dct_number_before_rtr),
+    case!(dc_a_failed_dci_is_refused_until_reset_then_reused),
+    case!(dc_dcis_on_one_cq_with_interleaved_errors),
+    case!(dc_one_dct_serves_64_dcis),
+    case!(dc_sends_into_the_srq_in_any_order),
 ];
