@@ -38,11 +38,8 @@ impl Qp {
             qp_attr::check_modify(QpType::Dct, from, to, attr, self.local.roce)?;
         }
         self.modify(QpState::Init, &init)?;
-        self.modify(QpState::Rtr, &rtr)?;
-        if let Some(n) = self.dct_number() {
-            self.local.qpn = n;
-        }
-        Ok(())
+        // (`modify` sets the endpoint's QPN to the DCT number at RTR.)
+        self.modify(QpState::Rtr, &rtr)
     }
 
     /// Brings a DCI (in RESET) to RTS: RESET -> INIT (P_Key index 0, the

@@ -416,6 +416,10 @@ impl Qp {
             backend!(&mut self.kind, set_path(p));
         }
         self.state = to;
+        if let Some(n) = self.dct_number() {
+            // A DCT's number exists from RTR on (`Qp::dct_number`).
+            self.local.qpn = n;
+        }
         if to == QpState::Reset {
             // Every WR was retired: MRs dropped while they were outstanding may go.
             self.pd.dereg.sweep();
