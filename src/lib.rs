@@ -97,9 +97,9 @@ pub use ib::wr::{DcDest, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
 /// The `memmap2` this crate's [`Memory`] takes mappings of (0.9): use it,
 /// or the same version, to map what you register.
 pub use memmap2;
+pub use pd::dci_pool::DciPool;
 pub use pd::pool;
 pub use pd::Pd;
-pub use qp::dci_pool::DciPool;
 pub use qp::split::{RecvHalf, SendHalf};
 pub use qp::Qp;
 #[cfg(feature = "tokio")]

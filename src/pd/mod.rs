@@ -1,6 +1,7 @@
 //! Protection domains: memory registration, and where QPs and shared CQs
 //! are created.
 
+pub(crate) mod dci_pool;
 pub mod pool;
 pub(crate) mod reclaim;
 

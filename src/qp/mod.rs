@@ -3,7 +3,6 @@
 
 pub(crate) mod create;
 mod dc;
-pub(crate) mod dci_pool;
 pub(crate) mod held;
 mod one_opcode;
 mod owned_posts;
