@@ -105,9 +105,10 @@ fn a_dc_side_sends_version_2_with_its_dct_number_and_key() {
     }
 }
 
-/// Runs `test` between a server thread and a client thread of this
-/// process on one sim `Context`: (server's report, client's).
-fn loopback(test: AnyTest, cfg: &BwConfig) -> (AnyReport, AnyReport) {
+/// Runs `test` between a server thread (`server_cfg`) and a client thread
+/// (`client_cfg`) of this process on one sim `Context`: what each returned.
+type Side = rdma_direct::Result<(RunInfo, AnyReport)>;
+fn loopback_with(test: AnyTest, server_cfg: &BwConfig, client_cfg: &BwConfig) -> (Side, Side) {
     let ctx = Context::open(rdma_direct::SIM_DEVICE).unwrap();
     let listener = Arc::new(Listener::bind(0).unwrap());
     let port = listener.port();
@@ -117,16 +118,22 @@ fn loopback(test: AnyTest, cfg: &BwConfig) -> (AnyReport, AnyReport) {
         port,
     };
     std::thread::scope(|s| {
-        let srv = s.spawn(|| run_remote_on(test, cfg, &server, Some(&ctx)));
-        let cli = run_remote_on(test, cfg, &client, Some(&ctx));
-        let srv = srv.join().unwrap();
-        let name = test.name();
-        let (si, sr) = srv.unwrap_or_else(|e| panic!("{name} server: {e}"));
-        let (ci, cr) = cli.unwrap_or_else(|e| panic!("{name} client: {e}"));
-        assert_eq!((si.role, ci.role), (Some("server"), Some("client")));
-        assert_eq!(si.qp_type, cfg.lat.qp_type);
-        (sr, cr)
+        let srv = s.spawn(|| run_remote_on(test, server_cfg, &server, Some(&ctx)));
+        let cli = run_remote_on(test, client_cfg, &client, Some(&ctx));
+        (srv.join().unwrap(), cli)
     })
+}
+
+/// Runs `test` between a server thread and a client thread of this
+/// process on one sim `Context`: (server's report, client's).
+fn loopback(test: AnyTest, cfg: &BwConfig) -> (AnyReport, AnyReport) {
+    let (srv, cli) = loopback_with(test, cfg, cfg);
+    let name = test.name();
+    let (si, sr) = srv.unwrap_or_else(|e| panic!("{name} server: {e}"));
+    let (ci, cr) = cli.unwrap_or_else(|e| panic!("{name} client: {e}"));
+    assert_eq!((si.role, ci.role), (Some("server"), Some("client")));
+    assert_eq!((si.qp_type, ci.qp_type), (cfg.lat.qp_type, cfg.lat.qp_type));
+    (sr, cr)
 }
 
 fn check_reports(test: AnyTest, iters: u32, (server, client): (AnyReport, AnyReport)) {
@@ -165,5 +172,37 @@ fn the_loopback_runs_rc_and_ud_as_before() {
     ] {
         let c = cfg(t, 64, iters);
         check_reports(test, iters, loopback(test, &c));
+    }
+}
+
+#[test]
+fn dc_latency_runs_for_a_duration_between_two_threads() {
+    for lt in [LatTest::Write, LatTest::Send] {
+        let test = AnyTest::Lat(lt);
+        let mut c = cfg(QpType::Dci, 8, 1000);
+        c.lat.duration = Some(std::time::Duration::from_secs(1));
+        let (srv, cli) = loopback_with(test, &c, &c);
+        let name = test.name();
+        for (side, r) in [("server", srv), ("client", cli)] {
+            match r {
+                Ok((_, AnyReport::Lat(r))) => assert!(r.iterations > 0, "{name} {side}: {r:?}"),
+                r => panic!("{name} {side}: {r:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_dc_side_and_an_rc_side_refuse_each_other_naming_c() {
+    let test = AnyTest::Bw(BwTest::Write);
+    let (srv, cli) = loopback_with(test, &cfg(QpType::Dci, 64, 20), &cfg(QpType::Rc, 64, 20));
+    for (side, r, want) in [
+        ("server", srv, "-c DC here, -c RC on the peer"),
+        ("client", cli, "-c RC here, -c DC on the peer"),
+    ] {
+        match r {
+            Err(Error::Exchange(m)) => assert!(m.contains(want), "{side}: {m}"),
+            r => panic!("{side}: {r:?}"),
+        }
     }
 }
