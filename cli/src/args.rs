@@ -198,9 +198,11 @@ pub struct BenchArgs {
     /// Connection type, as perftest's -c: RC; UC (write_lat, write_bw,
     /// send_lat, send_bw); UD (send_lat, send_bw; at most the port's MTU
     /// per message); DC (write, read, send and atomic tests; mlx5 only:
-    /// the sim and ConnectX's direct path, both sides in one process; the
-    /// target is a DCT on an SRQ, as perftest's -c DC implies --use-srq;
-    /// writes and sends inline up to 150 bytes unless -I says otherwise).
+    /// the sim and ConnectX's direct path, in one process or between two
+    /// hosts, each side then a DCI and a DCT whose number and key the TCP
+    /// exchange carries; the target is a DCT on an SRQ, as perftest's -c DC
+    /// implies --use-srq; writes and sends inline up to 150 bytes unless -I
+    /// says otherwise).
     #[arg(short = 'c', long = "connection", value_enum, default_value_t = ConnArg::Rc)]
     pub connection: ConnArg,
     /// The receiving side takes its receives from an SRQ (send_lat,

@@ -1,8 +1,11 @@
 //! `bench -c DC` on the sim (perftest's DC: a DCI on side A posting to a
 //! DCT on an SRQ on side B; both ways in the ping-pong tests), perftest's
 //! rules (the SRQ implied, 150 bytes inline for writes and sends unless
-//! `-I`), and its refusals: `-R`, two hosts (the device's, a unit test of
-//! `bench::check_dc`).
+//! `-I`), and its refusals: `-R`, the sim between two processes (a
+//! device off mlx5's direct path, such as rxe: a unit test of
+//! `bench::check_dc`). `-c DC` between two hosts runs as unit tests of
+//! the binary, both sides threads of one process on one sim
+//! (`src/tools/bench/remote/tests.rs`).
 
 #[macro_use]
 #[path = "support/bin.rs"]
@@ -84,9 +87,15 @@ fn dc_refusals_exit_2_and_say_why() {
             "-c DC with -R",
         ),
         (&["bench", "write_lat", "-c", "DC", "-R"], "-c DC with -R"),
+        // Between two hosts -c DC runs (each side a DCI and a DCT, swapped
+        // over the exchange), but not on the sim: one process's device.
         (
             &["bench", "write_bw", "-c", "DC", "127.0.0.1"],
-            "-c DC between two hosts is not supported yet",
+            "the sim is one process's device",
+        ),
+        (
+            &["bench", "send_lat", "-c", "DC", "--server", "-p", "47133"],
+            "the sim is one process's device",
         ),
     ] {
         let Some(o) = run(args) else { return };

@@ -100,11 +100,10 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
     }
     let dc = matches!(a.connection, ConnArg::Dc);
     // perftest's -c DC: --use-srq implied, -R refused, the device mlx5's
-    // direct path (the sim, ConnectX), both sides in one process here.
+    // direct path (the sim, ConnectX).
     if dc {
         bench::check_dc(
             a.rdma_cm,
-            a.host.is_some() || a.server,
             &a.device,
             rdma_direct::Context::open_with(&a.device, a.backend.into())?.data_path(),
         )?;

@@ -19,3 +19,7 @@ pub mod soak;
 #[cfg(test)]
 #[path = "bench/tests.rs"]
 mod bench_tests;
+
+#[cfg(test)]
+#[path = "bench/remote/tests.rs"]
+mod bench_remote_tests;

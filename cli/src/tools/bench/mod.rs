@@ -227,7 +227,7 @@ fn check_bw(cfg: &BwConfig) -> Result<()> {
 mod bw;
 mod lat;
 mod reg;
-mod remote;
+pub(crate) mod remote;
 mod results;
 mod timing;
 mod transport;
@@ -239,6 +239,8 @@ pub use reg::*;
 pub use remote::*;
 pub use results::*;
 use timing::*;
+#[cfg(test)]
+pub(crate) use transport::DC_KEY;
 pub use transport::{check_dc, check_transport, conn_name};
 use wait::*;
 

@@ -185,16 +185,16 @@ fn rows_line_up_under_their_headers() {
 }
 
 #[test]
-fn dc_is_refused_with_rdma_cm_between_hosts_and_off_the_direct_path() {
+fn dc_is_refused_with_rdma_cm_and_off_the_direct_path() {
     use rdma_direct::DataPath;
-    assert!(check_dc(false, false, "sim", DataPath::Direct).is_ok());
+    assert!(check_dc(false, "sim", DataPath::Direct).is_ok());
+    // Between two hosts too (ConnectX): the exchange carries the DCT.
+    assert!(check_dc(false, "mlx5_0", DataPath::Direct).is_ok());
     let msg = |r: rdma_direct::Result<()>| r.unwrap_err().to_string();
-    let m = msg(check_dc(true, false, "sim", DataPath::Direct));
+    let m = msg(check_dc(true, "sim", DataPath::Direct));
     assert!(m.contains("-c DC with -R"), "{m}");
-    let m = msg(check_dc(false, true, "mlx5_0", DataPath::Direct));
-    assert!(m.contains("between two hosts is not supported yet"), "{m}");
     // rxe (or mlx5 with --backend verbs): the verbs path has no DC.
-    let m = msg(check_dc(false, false, "rxe0", DataPath::Verbs));
+    let m = msg(check_dc(false, "rxe0", DataPath::Verbs));
     assert!(
         m.contains("rxe0") && m.contains("mlx5's direct path"),
         "{m}"

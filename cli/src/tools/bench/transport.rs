@@ -2,7 +2,8 @@
 //! and its SRQs (`--use-srq`): for a one-process run, a pair of QPs made
 //! and brought up for each, and the SEND a side posts to the other (a
 //! two-host run, `remote/`, uses [`check_transport`], [`UD_QKEY`],
-//! [`recv_len`] and [`post_recv`]).
+//! [`DC_KEY`], [`recv_len`] and [`post_recv`]; each of its sides makes its
+//! own QPs, `remote/side.rs`).
 //!
 //! `-c DC` (kept as `QpType::Dci` in the settings): side A posts from a DCI
 //! to side B's DCT, which takes its receives from an SRQ; for the tests
@@ -29,23 +30,16 @@ pub fn conn_name(qp_type: QpType) -> &'static str {
 }
 
 /// perftest's rules for `-c DC` and where it runs: not with `-R` (perftest
-/// refuses it: rdma_cm has no DC), not between two hosts here (the two-host
-/// bench has no DCI/DCT exchange yet), and only on mlx5's direct path (the
-/// sim, ConnectX; a verbs device such as rxe has no DC).
+/// refuses it: rdma_cm has no DC), and only on mlx5's direct path (the
+/// sim, ConnectX; a verbs device such as rxe has no DC). Between two hosts
+/// each side swaps its DCT's number and key over the TCP exchange
+/// (`remote/side.rs`).
 ///
 /// Errors: [`Error::Invalid`] naming the flag or the device.
-pub fn check_dc(rdma_cm: bool, two_hosts: bool, device: &str, path: DataPath) -> Result<()> {
+pub fn check_dc(rdma_cm: bool, device: &str, path: DataPath) -> Result<()> {
     if rdma_cm {
         return Err(Error::Invalid(
             "-c DC with -R: rdma_cm connects RC QPs, not DC (perftest refuses -R with -c DC too)"
-                .into(),
-        ));
-    }
-    if two_hosts {
-        return Err(Error::Invalid(
-            "-c DC between two hosts is not supported yet: the two-host bench does not exchange a \
-             DCT's number and key (ConnInfo::dc_target) nor post from a DCI; run -c DC with both \
-             sides in this process (no host, no --server)"
                 .into(),
         ));
     }

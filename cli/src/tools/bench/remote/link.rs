@@ -1,6 +1,7 @@
 //! A two-host run's connection (`Link`, `connect_link`): the exchange of
 //! both sides' facts, the settings line both compare, and the QPs connected
-//! by the exchanged facts or through rdma_cm.
+//! by the exchanged facts or through rdma_cm (on UD an AH to the peer's
+//! QP, on DC to its DCT: nothing to connect).
 
 use super::*;
 
@@ -9,11 +10,16 @@ use super::*;
 /// the peer writes, reads or adds to), the peer's offered half, the TCP
 /// connection for the closing handshake.
 pub(super) struct Link {
+    /// The QP this side posts from and takes send completions on (a DCI on DC).
     pub(super) qp: Qp,
-    /// The SRQ this side's QP receives from (`--use-srq`, on a side that receives).
+    /// DC: this side's DCT, where the peer's SENDs complete.
+    pub(super) dct: Option<Qp>,
+    /// The SRQ receives go to (`--use-srq`, on a side that receives; on DC the DCT's).
     pub(super) srq: Option<rdma_direct::Srq>,
     /// UD: the AH toward the peer's port.
     pub(super) ah: Option<rdma_direct::Ah>,
+    /// DC: the peer's DCT, which every post of `qp` names (`Qp::post_dc`).
+    pub(super) dc: Option<DcTarget>,
     /// The other QPs of a `-q` run, connected in the same order on both sides.
     pub(super) more: Vec<Qp>,
     pub(super) mr: Mr,
@@ -26,22 +32,34 @@ pub(super) struct Link {
 
 /// Swaps the facts of both sides over the exchange, checks that both run
 /// the same test with the same settings (one line each way), connects the
-/// QP and waits until both sides are in RTS.
+/// QP and waits until both sides are in RTS. The device is `lat.device`,
+/// opened here (not the sim: one process's device), or `ctx` (tests: both
+/// sides threads of one process on one sim).
 pub(super) fn connect_link(
     test: AnyTest,
     cfg: &BwConfig,
     qcfg: &QpConfig,
     role: &Role,
+    ctx: Option<&Context>,
 ) -> Result<Link> {
     use rdma_direct::exchange::{self, ConnInfo};
     let lat = &cfg.lat;
-    let ctx = Context::open_with(&lat.device, lat.backend)?;
-    if ctx.data_path() == rdma_direct::DataPath::Direct && lat.device == rdma_direct::SIM_DEVICE {
-        return Err(Error::Invalid(
-            "the sim is one process's device: run both sides in one process (no --server, no host)"
-                .into(),
-        ));
-    }
+    let opened;
+    let ctx = match ctx {
+        Some(c) => c,
+        None => {
+            opened = Context::open_with(&lat.device, lat.backend)?;
+            if opened.data_path() == rdma_direct::DataPath::Direct
+                && lat.device == rdma_direct::SIM_DEVICE
+            {
+                return Err(Error::Invalid(
+                    "the sim is one process's device: run both sides in one process (no --server, no host)"
+                        .into(),
+                ));
+            }
+            &opened
+        }
+    };
     let size = if test.moves_8_bytes() { 8 } else { lat.size } as usize;
     let pd = ctx.alloc_pd()?;
     // [0, size) what this side sends; from size, the peer's half (on UD
@@ -56,39 +74,18 @@ pub(super) fn connect_link(
     let client = matches!(role, Role::Client { .. });
     let receives = matches!(test, AnyTest::Lat(LatTest::Send))
         || (matches!(test, AnyTest::Bw(BwTest::Send)) && !client);
-    let srq = if lat.use_srq && receives {
-        Some(pd.create_srq(qcfg.max_recv_wr.max(1), 1)?)
-    } else {
-        None
-    };
-    let mut qp = match &srq {
-        Some(s) => pd.create_qp_on_srq(qcfg, s)?,
-        None => pd.create_qp(qcfg)?,
-    };
-    let ud = qcfg.qp_type == rdma_direct::QpType::Ud;
-    if ud {
-        qp.ready_ud(super::super::transport::UD_QKEY)?;
-        if size as u32 > qp.ud_mtu() {
-            return Err(Error::Invalid(format!(
-                "-c UD -s {size}: a UD message is at most the port's active MTU, {} bytes",
-                qp.ud_mtu()
-            )));
-        }
-    }
+    let side = SideQps::new(&pd, qcfg, lat.use_srq && receives)?;
     let psn = Qp::random_psn();
-    let mine = ConnInfo {
-        endpoint: qp.endpoint(),
-        psn,
-        rkey: mr.rkey(),
-        addr: mr.addr() + size as u64,
-        len: size as u64,
-        qkey: if ud {
-            super::super::transport::UD_QKEY
-        } else {
-            0
-        },
-        dc_key: None,
-    };
+    let mine = side.conn_info(psn, &mr, size)?;
+    let SideQps { mut qp, dct, srq } = side;
+    let ud = qcfg.qp_type == rdma_direct::QpType::Ud;
+    let dc = qcfg.qp_type.is_dc();
+    if ud && size as u32 > qp.ud_mtu() {
+        return Err(Error::Invalid(format!(
+            "-c UD -s {size}: a UD message is at most the port's active MTU, {} bytes",
+            qp.ud_mtu()
+        )));
+    }
     let (peer, mut tcp, role_name, client) = match role {
         Role::Server { listener } => {
             let (p, s) = listener.accept(&mine)?;
@@ -116,8 +113,16 @@ pub(super) fn connect_link(
             peer.len, peer.addr
         )));
     }
+    // DC: the peer's DCT, which this side's DCI names in every post.
+    let dc_target = if dc {
+        Some(DcTarget::of_peer(&pd, &qp, &peer)?)
+    } else {
+        None
+    };
     // The connection through the CM lives until the run's closing barrier.
-    let (cm, ah) = if ud {
+    let (cm, ah) = if dc {
+        (None, None)
+    } else if ud {
         if peer.qkey == 0 {
             return Err(Error::Exchange(
                 "the peer's UD QP sent qkey 0 (a build before the exchange's qkey field?)".into(),
@@ -186,8 +191,10 @@ pub(super) fn connect_link(
     };
     Ok(Link {
         qp,
+        dct,
         srq,
         ah,
+        dc: dc_target,
         more,
         mr,
         peer,

@@ -111,12 +111,31 @@ pub enum AnyReport {
 ///   and prints how many SENDs arrived.
 /// - `--use-srq`: the receiving side's QP takes its receives from an SRQ
 ///   it makes (both sides of send_lat, the server of send_bw).
+/// - `-c DC` (`QpType::Dci` in the settings): each side makes a DCT on an
+///   SRQ (keyed [`super::transport::DC_KEY`]) and a DCI, sends its DCT's
+///   number and key (a version-2 exchange message,
+///   `ConnInfo::of_dct`), and posts every WR from its DCI to the peer's
+///   DCT (`Qp::post_dc`, through an AH toward the peer's port). The
+///   peer's SENDs complete on the DCT, its own on the DCI. Reliable as RC
+///   (send_bw's server counts `-n` SENDs); `-R` is refused (perftest's
+///   rule), as is a device off mlx5's direct path (rxe).
 ///
-/// Errors: as the one-process runs; `-q` over 1 with `-c UC|UD` or
+/// Errors: as the one-process runs; `-q` over 1 with `-c UC|UD|DC` or
 /// `--use-srq`, a UD size over the port's MTU ([`Error::Invalid`]); [`Error::Exchange`] when the two sides
 /// disagree on the test or a flag of [`settings_line`], naming each flag
 /// that differs ([`settings_mismatch`]).
 pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo, AnyReport)> {
+    run_remote_on(test, cfg, role, None)
+}
+
+/// [`run_remote`] on `ctx` when given (the tests' loopback: both sides
+/// threads of one process on one sim `Context`), else on `lat.device`.
+pub(crate) fn run_remote_on(
+    test: AnyTest,
+    cfg: &BwConfig,
+    role: &Role,
+    ctx: Option<&Context>,
+) -> Result<(RunInfo, AnyReport)> {
     let lat = &cfg.lat;
     let size_asked = if test.moves_8_bytes() { 8 } else { lat.size };
     let rounds = if lat.duration.is_some() && matches!(test, AnyTest::Lat(_)) {
@@ -133,11 +152,14 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             || lat.use_srq)
     {
         return Err(Error::Invalid(
-            "-q over 1 runs the bandwidth tests on RC over the TCP exchange (not latency tests, not -R, -c UC or UD, --use-srq)"
+            "-q over 1 runs the bandwidth tests on RC over the TCP exchange (not latency tests, not -R, -c UC, UD or DC, --use-srq)"
                 .into(),
         ));
     }
-    let unreliable = lat.qp_type != rdma_direct::QpType::Rc;
+    let unreliable = matches!(
+        lat.qp_type,
+        rdma_direct::QpType::Uc | rdma_direct::QpType::Ud
+    );
     let size = size_asked as usize;
     let sends = matches!(
         test,
@@ -166,8 +188,10 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     };
     let Link {
         mut qp,
+        mut dct,
         mut srq,
         ah,
+        dc,
         mut more,
         mr,
         peer,
@@ -175,7 +199,10 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
         client,
         info,
         _cm,
-    } = connect_link(test, cfg, &qcfg, role)?;
+    } = connect_link(test, cfg, &qcfg, role, ctx)?;
+    // DC: every post of the DCI names the peer's DCT; the peer's SENDs
+    // complete on this side's DCT.
+    let dc = dc.as_ref().map(DcTarget::dest);
     let to_peer = RemoteAddr {
         addr: peer.addr,
         rkey: peer.rkey,
@@ -243,7 +270,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 stamps.push(ticks());
                 mr.store_u8(last, seq);
                 wr.wr_id = i as u64;
-                m.post(1, || qp.post_send(&[wr]))?;
+                m.post(1, || post_to(&mut qp, dc, &[wr]))?;
                 if client {
                     spin_until(
                         || format!("iteration {i}: the server's write never arrived"),
@@ -259,26 +286,36 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
             barrier(&mut tcp)?; // both receives posted before the first SEND
             let mut wr = send_wr(&sge).signaled();
             wr.inline = inline;
+            // DC: the DCI's send completions come on its own CQ, not with
+            // the DCT's receives: the last one is taken before the next
+            // post (by then the peer has answered it).
+            let mut unacked = false;
             for i in 0..rounds {
                 if past(&mut deadline) {
                     break;
                 }
+                let rx = dct.as_mut().unwrap_or(&mut qp);
                 if !client {
                     if watch {
-                        if !wait_recv_unless_done(&mut qp, &mut m, &mut tcp)? {
+                        if !wait_recv_unless_done(rx, &mut m, &mut tcp)? {
                             break;
                         }
                     } else {
-                        wait_recv(&mut qp, "this", &mut m)?;
+                        wait_recv(rx, "this", &mut m)?;
                     }
-                    m.post(1, || post_recv(&mut qp, &mut srq, &recv))?;
+                    m.post(1, || post_recv(rx, &mut srq, &recv))?;
+                }
+                if unacked {
+                    wait_completion(&mut qp, "this", &mut m)?;
                 }
                 stamps.push(ticks());
                 wr.wr_id = i as u64;
-                m.post(1, || qp.post_send(&[wr]))?;
+                m.post(1, || post_to(&mut qp, dc, &[wr]))?;
+                unacked = dc.is_some();
                 if client {
-                    wait_recv(&mut qp, "this", &mut m)?;
-                    m.post(1, || post_recv(&mut qp, &mut srq, &recv))?;
+                    let rx = dct.as_mut().unwrap_or(&mut qp);
+                    wait_recv(rx, "this", &mut m)?;
+                    m.post(1, || post_recv(rx, &mut srq, &recv))?;
                 }
             }
             // Send completions not yet seen are drained with the QP.
@@ -297,7 +334,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     }
                     stamps.push(ticks());
                     wr.wr_id = i as u64;
-                    m.post(1, || qp.post_send(&[wr]))?;
+                    m.post(1, || post_to(&mut qp, dc, &[wr]))?;
                     wait_completion(&mut qp, "this", &mut m)?;
                 }
             }
@@ -317,7 +354,9 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                 wr.inline = inline;
                 let mut lanes = Vec::with_capacity(cfg.qps as usize);
                 for q in std::iter::once(&mut qp).chain(more.iter_mut()) {
-                    lanes.push(Lane::new(q, wr, None, lat.iters)?);
+                    let mut lane = Lane::new(q, wr, None, lat.iters)?;
+                    lane.dc = dc;
+                    lanes.push(lane);
                 }
                 let count = bw_loop(&mut lanes, cfg, &mut m)?;
                 let mut r = match cfg.duration {
@@ -333,8 +372,9 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
                     (None, false) => ServeUntil::Received(lat.iters),
                     _ => ServeUntil::PeerDone,
                 };
-                let mut qps: Vec<&mut Qp> =
-                    std::iter::once(&mut qp).chain(more.iter_mut()).collect();
+                // (DC: the SENDs complete on the DCT.)
+                let rx = dct.as_mut().unwrap_or(&mut qp);
+                let mut qps: Vec<&mut Qp> = std::iter::once(rx).chain(more.iter_mut()).collect();
                 let got =
                     serve_send_bw(&mut qps, &mut srq, &recv, rx_depth, until, &mut m, &mut tcp)?;
                 if unreliable {
@@ -351,6 +391,7 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
     };
     barrier(&mut tcp)?;
     drop(more);
+    drop(dct);
     drop(qp);
     let report = match (report, test) {
         (Some(r), _) => r,
@@ -367,10 +408,12 @@ pub fn run_remote(test: AnyTest, cfg: &BwConfig, role: &Role) -> Result<(RunInfo
 mod link;
 mod serve;
 mod settings;
+pub(crate) mod side;
 
 use link::*;
 use serve::*;
 pub use settings::*;
+use side::*;
 
 /// `exchange::barrier`, with the CLI's hint: two sides whose runs differ in
 /// size or count (`-s`, `-n`) end apart, and the first to finish sees the

@@ -6,7 +6,8 @@ use super::*;
 /// The settings both sides of a two-host run must share, as one line for
 /// [`rdma_direct::exchange::swap_line`]: the test's name, then `FLAG=VALUE`
 /// for `-s` (bytes; 8 for the atomics), `-n`, `-t`, `-Q`, `-l`, `-q`, `-D`
-/// (seconds, or `none`), `-A`, `-R` (`yes`/`no`), `-c` and `--use-srq`
+/// (seconds, or `none`), `-A`, `-R` (`yes`/`no`), `-c` (`RC`, `UC`, `UD`,
+/// `DC`) and `--use-srq`
 /// (`yes`/`no`), flags spelled as the
 /// CLI spells them. [`settings_mismatch`] compares two.
 pub fn settings_line(test: AnyTest, cfg: &BwConfig) -> String {
@@ -26,7 +27,7 @@ pub fn settings_line(test: AnyTest, cfg: &BwConfig) -> String {
         cfg.post_list,
         cfg.qps,
         if lat.rdma_cm { "yes" } else { "no" },
-        lat.qp_type.name(),
+        super::super::conn_name(lat.qp_type),
         if lat.use_srq { "yes" } else { "no" }
     )
 }
