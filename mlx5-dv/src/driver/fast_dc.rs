@@ -60,8 +60,8 @@ impl WrittenDc<'_> {
         } = self;
         debug_assert!(sq.batch_start == pi as u64);
         // SAFETY: `wqe` and `second` are WQE `pi`'s WQEBBs in `sq`'s ring
-        // (`dc_room`), borrowed with `sq` since; the two-WQEBB gate is
-        // open only with `bf_size >= 128` (`set_ud_gate`).
+        // (`dc_room`), borrowed with `sq` since; the DC gate is open only
+        // with `bf_size >= 128` (`set_dc_gate`).
         unsafe { sq.ring_bf_two(wqe, second, pi.wrapping_add(2)) };
     }
 }
@@ -84,9 +84,9 @@ pub struct DcRoom<'q> {
 }
 
 impl SendQueue {
-    /// Room for [`Self::post_dc`]'s WQE when the two-WQEBB gate is open
-    /// ([`Self::set_ud_gate`], which opens the UD and the DC in-place posts
-    /// alike: both take two WQEBBs and ring them through BlueFlame) and
+    /// Room for [`Self::post_dc`]'s WQE when the DC gate is open
+    /// ([`Self::set_dc_gate`]: the UD gate's conditions, on its own, as a DC
+    /// WQE takes two WQEBBs and rings them through BlueFlame as a UD one) and
     /// fewer than `max_post` WRs are outstanding (one compare: an open gate
     /// means the room check is implied, and the WQE's two WQEBBs within
     /// the queue's largest), and its doorbell is a BlueFlame copy (nothing
@@ -98,7 +98,7 @@ impl SendQueue {
     #[inline(always)]
     pub fn dc_room(&mut self) -> Option<DcRoom<'_>> {
         let pi = self.pi;
-        if self.posted.wrapping_sub(self.retired) >= self.ud_gate || !self.bf_ready() {
+        if self.posted.wrapping_sub(self.retired) >= self.dc_gate || !self.bf_ready() {
             return None;
         }
         let ring = self.buf.as_ptr();

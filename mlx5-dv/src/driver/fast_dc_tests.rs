@@ -218,7 +218,7 @@ proptest! {
         for q in [&mut a, &mut b, &mut c] {
             prop_assert!(q.limit_wqe_size(2));
             q.set_auto_signal(3);
-            q.set_ud_gate(true);
+            q.set_dc_gate(true);
             advance(q, start);
         }
         let g = w.general(&mut a);
@@ -308,7 +308,7 @@ fn dc_refusals_write_nothing() {
     unchanged(&m, &sq, &before);
     // The gate: closed when made, and while the room check is not implied.
     assert!(!write(1).gated(&mut sq), "closed when made");
-    sq.set_ud_gate(true);
+    sq.set_dc_gate(true);
     assert!(!write(1).gated(&mut sq), "2 WRs of 8 WQEBBs need not fit 8");
     unchanged(&m, &sq, &before);
     assert!(sq.limit_wqe_size(2));
@@ -335,7 +335,7 @@ fn dc_refusals_write_nothing() {
     let mut m1 = Mem::new(8);
     let mut one = m1.sq_inline(8, 4, 0);
     assert!(one.limit_wqe_size(1));
-    one.set_ud_gate(true);
+    one.set_dc_gate(true);
     let before = snap(&m1, &one);
     let r = write(1).post_dc(&mut one);
     assert!(
@@ -394,7 +394,7 @@ fn a_dc_write_in_place_lands_through_a_sim_dct() {
     // SAFETY: as above.
     let mut cqp = unsafe { CompletionQueue::new(&cq.dv()) }.unwrap();
     assert!(sq.limit_wqe_size(2));
-    sq.set_ud_gate(true);
+    sq.set_dc_gate(true);
     let av = [0u8; DATAGRAM_SEG];
     let mut room = sq.dc_room().expect("the gate is open");
     room.datagram(&av, dctn, KEY).unwrap();

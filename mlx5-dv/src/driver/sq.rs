@@ -245,14 +245,18 @@ pub struct SendQueue {
     pub(super) gate: u32,
     /// Whether the owner opened the gate ([`Self::set_gate`]).
     pub(super) gate_open: bool,
-    /// The WR limit of the gated UD and DC posts (`fast_ud::ud_room`,
-    /// `fast_dc::dc_room`):
+    /// The WR limit of the gated UD posts (`fast_ud::ud_room`):
     /// `max_post` when their owner opened their gate
     /// ([`Self::set_ud_gate`]), the room check is implied, a WQE may take
     /// two WQEBBs and the BlueFlame register holds two; else 0.
     pub(super) ud_gate: u32,
     /// Whether the owner opened the UD gate.
     pub(super) ud_gate_open: bool,
+    /// The same for the gated DC posts (`fast_dc::dc_room`,
+    /// [`Self::set_dc_gate`]).
+    pub(super) dc_gate: u32,
+    /// Whether the owner opened the DC gate.
+    pub(super) dc_gate_open: bool,
     pub(super) posted: u32,
     pub(super) retired: u32,
     /// The memory of a queue that has no ring ([`Self::none`]).
@@ -349,6 +353,8 @@ impl SendQueue {
             gate_open: false,
             ud_gate: 0,
             ud_gate_open: false,
+            dc_gate: 0,
+            dc_gate_open: false,
             posted: 0,
             retired: 0,
             own: None,
@@ -414,6 +420,7 @@ impl SendQueue {
             self.max_post as u64 * self.geo.max_wqebbs as u64 <= self.geo.wqe_cnt as u64;
         self.set_gate(self.gate_open);
         self.set_ud_gate(self.ud_gate_open);
+        self.set_dc_gate(self.dc_gate_open);
         true
     }
 

@@ -22,15 +22,30 @@ impl SendQueue {
         };
     }
 
-    /// Opens (or closes) the gate of the two-WQEBB in-place posts, UD
-    /// ([`Self::ud_room`]) and DC ([`Self::dc_room`]), as [`Self::set_gate`]
-    /// does theirs. It stays closed, whatever `open`, when the room check is
-    /// not implied by the WR limit, when the queue's largest WQE is one
-    /// WQEBB (a UD SEND or a DC WQE takes two), or when the BlueFlame
-    /// register holds less than two WQEBBs (its doorbell copies both).
+    /// Opens (or closes) the gate of the in-place UD SENDs
+    /// ([`Self::ud_room`]), as [`Self::set_gate`] does theirs. It stays
+    /// closed, whatever `open`, when the room check is not implied by the
+    /// WR limit, when the queue's largest WQE is one WQEBB (a UD SEND takes
+    /// two), or when the BlueFlame register holds less than two WQEBBs (its
+    /// doorbell copies both).
     pub fn set_ud_gate(&mut self, open: bool) {
         self.ud_gate_open = open;
-        self.ud_gate = if open
+        self.ud_gate = self.two_wqebb_gate(open);
+    }
+
+    /// Opens (or closes) the gate of the in-place DC posts
+    /// ([`Self::dc_room`]): as [`Self::set_ud_gate`]'s, on its own, so that
+    /// a DCI's open gate never lets a UD SEND in, nor a UD QP's a DC WQE.
+    pub fn set_dc_gate(&mut self, open: bool) {
+        self.dc_gate_open = open;
+        self.dc_gate = self.two_wqebb_gate(open);
+    }
+
+    /// The WR limit of a two-WQEBB gate: `max_post` when `open` and the
+    /// room check is implied, a WQE may take two WQEBBs and the BlueFlame
+    /// register holds two; else 0.
+    fn two_wqebb_gate(&self, open: bool) -> u32 {
+        if open
             && self.room_implied
             && self.geo.max_wqebbs >= 2
             && self.bf_size >= 2 * crate::prm::WQEBB as u32
@@ -38,7 +53,7 @@ impl SendQueue {
             self.max_post
         } else {
             0
-        };
+        }
     }
 
     /// WRs posted since the queue was made, modulo 2^32 (a reset does

@@ -445,7 +445,10 @@ impl DirectQp {
     /// posts (`SendQueue::set_gate`): open in [`PostMode::InPlace`] alone, so
     /// that their one check of the WR limit also says the mode; and the UD
     /// posts' (`SendQueue::set_ud_gate`), open in [`PostMode::Ud`] without
-    /// CQ credits.
+    /// CQ credits, and the DC posts' (`SendQueue::set_dc_gate`), open in
+    /// [`PostMode::Dc`] without them: two gates, so that a UD SEND posted
+    /// to a DCI (`post_send`'s inlined UD post looks at its gate alone) is
+    /// never let in.
     /// A split QP posts nothing itself (its halves do): always checked.
     fn set_post_mode(&mut self, mode: PostMode) {
         let mode = if self.split.is_some() {
@@ -460,7 +463,10 @@ impl DirectQp {
         self.sq.set_gate(mode == PostMode::InPlace);
         // The UD posts' gate: UD's mode, without CQ credits to take.
         self.sq
-            .set_ud_gate(matches!(mode, PostMode::Ud | PostMode::Dc) && !self.count_credits);
+            .set_ud_gate(mode == PostMode::Ud && !self.count_credits);
+        // The DC posts' own, in DC's mode.
+        self.sq
+            .set_dc_gate(mode == PostMode::Dc && !self.count_credits);
     }
 
     /// [`Self::modify`] on the device.
