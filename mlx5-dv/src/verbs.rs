@@ -49,10 +49,12 @@ pub enum QpType {
     /// `IBV_QPT_UD`: unreliable datagram.
     Ud,
     /// DC initiator (`MLX5DV_DCTYPE_DCI`): RC's operations and
-    /// reliability, each WR to the target it names.
+    /// reliability, each WR to the target it names (in rdma-direct:
+    /// `Pd::create_qp`, `Qp::ready_dci`, `Qp::post_dc`).
     Dci,
     /// DC target (`MLX5DV_DCTYPE_DCT`): on an SRQ; sends nothing; RESET ->
-    /// INIT -> RTR only.
+    /// INIT -> RTR only (in rdma-direct: `Pd::create_qp_on_srq` with
+    /// `QpConfig::dc_key`, `Qp::ready_dct`, `Qp::dct_number`).
     Dct,
 }
 

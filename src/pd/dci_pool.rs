@@ -1,53 +1,4 @@
-//! A pool of DCIs ([`DciPool`]): a small front end over W DC initiators
-//! that picks one for each batch of WRs by the target it goes to.
-//!
-//! # Policy
-//!
-//! A *target* is what a [`DcDest`] names: the AH's address vector (the
-//! path to the target's port, compared by its bytes, so two [`Ah`](crate::Ah)s made
-//! from one address name one target), the DCT number and the DC key. Each
-//! DCI is *free* or *bound* to one target:
-//!
-//! - [`DciPool::post`] to a target that a DCI is bound to posts on that DCI
-//!   (the same one while the target has WRs outstanding on it).
-//! - Otherwise it takes the free DCI of lowest index and binds it to the
-//!   target. If none is free, it refuses with [`Error::QueueFull`]: poll
-//!   ([`DciPool::poll`]) and post again.
-//! - [`DciPool::poll`] polls each bound DCI's own CQ; a DCI whose last
-//!   outstanding WR was retired (completed, or flushed) is unbound, free
-//!   for any target.
-//! - A DCI whose WR failed ([`Qp::dci_failed`]: a wrong key, an unknown
-//!   DCT) is in ERR and its other WRs flush. It stays bound (a post to its
-//!   target is refused with [`Error::QueueFull`] meanwhile) until the
-//!   flushed completions were polled; then [`DciPool::poll`] resets it
-//!   ([`Qp::reset_dci`]) before anyone posts on it again (UCX PR #6646:
-//!   never a WQE on a DCI still in error, nor a reset that discards one).
-//!
-//! # Ordering
-//!
-//! WRs posted to one target through the pool, while any of them is
-//! outstanding, go on one DCI, so they execute and complete in the order
-//! posted (RC's ordering on that DCI). Once all of a target's WRs are
-//! retired its next WR may go on another DCI: there is nothing left to
-//! order it after. WRs to different targets are not ordered with each
-//! other. Two [`DcDest`]s with the same AV, DCT number and key are one
-//! target; with different keys (or AVs) they are two, and not ordered.
-//!
-//! An unsignaled WR is retired only when a later signaled WR of its DCI
-//! completes: end each target's batch with a signaled WR, or the DCI stays
-//! bound to that target (it still serves it) until one is posted there.
-//!
-//! # Completions
-//!
-//! Each completion keeps its own [`Completion::qp_num`], the DCI it came
-//! from ([`DciPool::qpn`]); a failure is never credited to another DCI
-//! (UCX PR #7878): each DCI has its own CQ, polled on its own.
-//!
-//! # Cost
-//!
-//! No allocation and no lock per post or poll: the DCIs and their bindings
-//! are made in [`DciPool::new`]; a post scans at most W bindings (W <= 64),
-//! a poll polls only the bound DCIs (a 64-bit mask).
+//! A pool of DCIs ([`DciPool`]): its policy, ordering and cost are on the type.
 
 use crate::ib::completion::Completion;
 use crate::ib::config::QpConfig;
@@ -79,9 +30,57 @@ impl Target {
 }
 
 /// W DCIs of one PD, each with its own CQ, shared by the targets their
-/// WRs go to (the module's policy above: one DCI per target while it has
-/// WRs outstanding, a failed DCI reset before reuse). `Send`, not `Sync`:
-/// one thread posts and polls, as for a [`Qp`].
+/// WRs go to: one DCI per target while it has WRs outstanding, a failed
+/// DCI reset before reuse. `Send`, not `Sync`: one thread posts and polls,
+/// as for a [`Qp`].
+///
+/// # Policy
+///
+/// A *target* is what a [`DcDest`] names: the AH's address vector (the
+/// path to the target's port, compared by its bytes, so two [`Ah`](crate::Ah)s made
+/// from one address name one target), the DCT number and the DC key. Each
+/// DCI is *free* or *bound* to one target:
+///
+/// - [`DciPool::post`] to a target that a DCI is bound to posts on that DCI
+///   (the same one while the target has WRs outstanding on it).
+/// - Otherwise it takes the free DCI of lowest index and binds it to the
+///   target. If none is free, it refuses with [`Error::QueueFull`]: poll
+///   ([`DciPool::poll`]) and post again.
+/// - [`DciPool::poll`] polls each bound DCI's own CQ; a DCI whose last
+///   outstanding WR was retired (completed, or flushed) is unbound, free
+///   for any target.
+/// - A DCI whose WR failed ([`Qp::dci_failed`]: a wrong key, an unknown
+///   DCT) is in ERR and its other WRs flush. It stays bound (a post to its
+///   target is refused with [`Error::QueueFull`] meanwhile) until the
+///   flushed completions were polled; then [`DciPool::poll`] resets it
+///   ([`Qp::reset_dci`]) before anyone posts on it again (UCX PR #6646:
+///   never a WQE on a DCI still in error, nor a reset that discards one).
+///
+/// # Ordering
+///
+/// WRs posted to one target through the pool, while any of them is
+/// outstanding, go on one DCI, so they execute and complete in the order
+/// posted (RC's ordering on that DCI). Once all of a target's WRs are
+/// retired its next WR may go on another DCI: there is nothing left to
+/// order it after. WRs to different targets are not ordered with each
+/// other. Two [`DcDest`]s with the same AV, DCT number and key are one
+/// target; with different keys (or AVs) they are two, and not ordered.
+///
+/// An unsignaled WR is retired only when a later signaled WR of its DCI
+/// completes: end each target's batch with a signaled WR, or the DCI stays
+/// bound to that target (it still serves it) until one is posted there.
+///
+/// # Completions
+///
+/// Each completion keeps its own [`Completion::qp_num`], the DCI it came
+/// from ([`DciPool::qpn`]); a failure is never credited to another DCI
+/// (UCX PR #7878): each DCI has its own CQ, polled on its own.
+///
+/// # Cost
+///
+/// No allocation and no lock per post or poll: the DCIs and their bindings
+/// are made in [`DciPool::new`]; a post scans at most W bindings (W <= 64),
+/// a poll polls only the bound DCIs (a 64-bit mask).
 pub struct DciPool {
     dcis: Vec<Qp>,
     /// `targets[i]`: the target DCI `i` is bound to (meaningful while

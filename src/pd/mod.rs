@@ -216,9 +216,11 @@ impl Pd {
         Ok((a, b))
     }
 
-    /// Creates a QP of `cfg.qp_type` (RC by default, UC, UD) with its own
-    /// CQ, in RESET: it takes no work request until it is connected
-    /// ([`Qp::connect_loopback`]; a UD QP: [`Qp::ready_ud`]).
+    /// Creates a QP of `cfg.qp_type` (RC by default, UC, UD, a DC
+    /// initiator) with its own CQ, in RESET: it takes no work request until
+    /// it is connected ([`Qp::connect_loopback`]; a UD QP: [`Qp::ready_ud`];
+    /// a DCI, `QpType::Dci`: [`Qp::ready_dci`], then [`Qp::post_dc`]; a DC
+    /// target is made by [`Self::create_qp_on_srq`]).
     ///
     /// The CQ has room for a completion of every outstanding send and every
     /// posted receive (what a flush after an error produces), so it cannot
@@ -338,7 +340,11 @@ impl Pd {
     }
 
     /// Creates a QP (of `cfg.qp_type`) in RESET, with a CQ of its own, whose receives come
-    /// from `srq` ([`Qp::post_recv`] refuses: post to the SRQ). `cfg`'s
+    /// from `srq` ([`Qp::post_recv`] refuses: post to the SRQ). A DC target
+    /// (`QpType::Dct`, its key in [`QpConfig::dc_key`](crate::QpConfig::dc_key))
+    /// is made here: [`Qp::ready_dct`] brings it to RTR, and its number
+    /// ([`Qp::dct_number`]) exists from then on (mlx5 only: the sim and
+    /// ConnectX's direct path; elsewhere [`Error::Unsupported`]). `cfg`'s
     /// `max_recv_wr` and `max_recv_sge` are not used; the CQ's default
     /// depth is [`CqSizing`](crate::CqSizing) of `max_send_wr` and the
     /// SRQ's `max_wr`.

@@ -29,6 +29,7 @@ impl Qp {
     /// it got: a DCT has no way back to RESET).
     pub fn ready_dct(&mut self) -> Result<()> {
         self.require(QpType::Dct, "ready_dct (it brings up a DCT)")?;
+        self.require_reset("ready_dct")?;
         let init = QpAttr::init(self.cfg.port, Access::all());
         let rtr = QpAttr::rtr_dct(self.cfg.min_rnr_timer, self.dc_path());
         for (from, to, attr) in [
@@ -56,6 +57,7 @@ impl Qp {
     /// refusal (the DCI is put back in RESET).
     pub fn ready_dci(&mut self) -> Result<()> {
         self.require(QpType::Dci, "ready_dci (it brings up a DCI)")?;
+        self.require_reset("ready_dci (after a failure: Qp::reset_dci)")?;
         let init = QpAttr::init_dci(self.cfg.port);
         let rtr = QpAttr::rtr_dci(self.dc_path());
         let rts = QpAttr::rts(Qp::random_psn(), self.cfg.rnr_retry);
@@ -207,6 +209,17 @@ impl Qp {
             return Err(Error::WrongTransport {
                 qp_type: self.cfg.qp_type,
                 op,
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Error::NotInReset`] naming `op` unless the QP is in RESET.
+    fn require_reset(&self, op: &'static str) -> Result<()> {
+        if self.state != QpState::Reset {
+            return Err(Error::NotInReset {
+                op,
+                state: self.state,
             });
         }
         Ok(())
