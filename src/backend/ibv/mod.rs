@@ -33,6 +33,15 @@ use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
 
+/// `RDMA_DIRECT_VERBS_OLD_POST=1` (read once): the verbs backend makes its
+/// QPs and CQs with `ibv_create_qp` / `ibv_create_cq` and posts and polls
+/// with `ibv_post_send` / `ibv_poll_cq`, as where a provider lacks the
+/// extended verbs (to test that fallback on a device that has them).
+pub(crate) fn old_verbs() -> bool {
+    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OLD.get_or_init(|| std::env::var("RDMA_DIRECT_VERBS_OLD_POST").is_ok_and(|v| v == "1"))
+}
+
 pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
