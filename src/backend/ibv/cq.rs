@@ -287,14 +287,12 @@ impl VerbsCq {
             // `Completion` carries, unless the old calls are forced.
             None if !super::old_verbs() => {
                 attr.wc_flags = WC_FLAGS;
-                // SAFETY: live context and channel; `attr` is a valid
-                // `ibv_cq_init_attr_ex` for the call.
-                if let Some(e) = unsafe { ibv_create_cq_ex(ctx.raw, &mut attr) } {
-                    if !e.is_null() {
-                        ex = e;
-                        // SAFETY: as above, a cast.
-                        cq = unsafe { ibv_cq_ex_to_cq(e) };
-                    }
+                let e = super::create_cq_ex(ctx, &mut attr);
+                if !e.is_null() {
+                    ex = e;
+                    // SAFETY: `e` is the CQ just made; a cast (an
+                    // `ibv_cq_ex` starts with the `ibv_cq` fields).
+                    cq = unsafe { ibv_cq_ex_to_cq(e) };
                 }
                 attr.wc_flags = 0;
             }
@@ -411,62 +409,45 @@ impl VerbsCq {
         Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) })
     }
 
-    /// Extended polling of up to `want` completions into `store`:
-    /// `ibv_start_poll` (ENOENT: none), then `ibv_next_poll` until `want`
-    /// or ENOENT, then `ibv_end_poll` (only after a successful start).
-    /// Returns how many were written.
+    /// Extended polling of up to `want` completions into `store`, one
+    /// `ibv_start_poll` (ENOENT: none left) ... `ibv_end_poll` per
+    /// completion. Not `ibv_next_poll`: rdma-core's rxe before v56 ends the
+    /// poll itself when `ibv_next_poll` finds the CQ empty (it stores the
+    /// consumer index and unlocks), so the `ibv_end_poll` verbs.h asks for
+    /// then skips a CQE and unlocks twice (fixed upstream by "rxe: Fix
+    /// double unlock in cq_ex polling"). Returns how many were written.
     #[inline]
     fn poll_ex(
         &self,
         store: &mut [std::mem::MaybeUninit<ibv_wc>; 16],
         want: usize,
     ) -> Result<usize> {
-        if want == 0 {
-            return Ok(0);
-        }
         let ex = self.ex;
-        let mut attr = ibv_poll_cq_attr { comp_mask: 0 };
-        // SAFETY: live extended CQ, polled by its one owner (`&mut` above
-        // this call); `attr` is valid for the call.
-        let rc = unsafe { ibv_start_poll(ex, &mut attr) };
-        if rc == libc::ENOENT {
-            return Ok(0);
-        }
-        if rc != 0 {
-            return Err(Error::Verbs {
-                call: "ibv_start_poll",
-                errno: rc,
-                detail: String::new(),
-            });
-        }
         let mut n = 0;
-        let mut failed = 0;
-        loop {
-            // SAFETY: a poll is under way and its current completion valid
-            // (start or next returned 0); `n < want <= 16`.
-            store[n].write(unsafe { read_wc(ex) });
-            n += 1;
-            if n == want {
+        while n < want {
+            let mut attr = ibv_poll_cq_attr { comp_mask: 0 };
+            // SAFETY: live extended CQ, polled by its one owner (`&mut`
+            // above this call); `attr` is valid for the call.
+            let rc = unsafe { ibv_start_poll(ex, &mut attr) };
+            if rc == libc::ENOENT {
                 break;
             }
-            // SAFETY: a poll is under way (started above).
-            match unsafe { ibv_next_poll(ex) } {
-                0 => {}
-                libc::ENOENT => break,
-                e => {
-                    failed = e;
-                    break;
+            if rc != 0 {
+                if n > 0 {
+                    break; // the error comes again on the next poll
                 }
+                return Err(Error::Verbs {
+                    call: "ibv_start_poll",
+                    errno: rc,
+                    detail: String::new(),
+                });
             }
-        }
-        // SAFETY: `ibv_start_poll` succeeded above; ended once.
-        unsafe { ibv_end_poll(ex) };
-        if n == 0 && failed != 0 {
-            return Err(Error::Verbs {
-                call: "ibv_next_poll",
-                errno: failed,
-                detail: String::new(),
-            });
+            // SAFETY: the poll just started: its completion is valid;
+            // `n < want <= 16`.
+            store[n].write(unsafe { read_wc(ex) });
+            n += 1;
+            // SAFETY: `ibv_start_poll` succeeded above; ended once.
+            unsafe { ibv_end_poll(ex) };
         }
         Ok(n)
     }

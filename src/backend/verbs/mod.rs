@@ -262,20 +262,17 @@ fn create_raw(pd: &Arc<Pd>, init: &mut ibv_qp_init_attr) -> (*mut ibv_qp, *mut i
         ex.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0
             | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
         ex.send_ops_flags = send_ops(init.qp_type);
-        // SAFETY: live context and PD; `ex` is a valid
-        // `ibv_qp_init_attr_ex` (its CQs and SRQ live).
-        if let Some(qp) = unsafe { ibv_create_qp_ex(pd.ctx.raw, &mut ex) } {
-            if !qp.is_null() {
-                // SAFETY: `qp` was made by `ibv_create_qp_ex` with send ops:
-                // `ibv_qp_to_qp_ex` gives its `ibv_qp_ex`.
-                let qpx = unsafe { ibv_qp_to_qp_ex(qp) };
-                if !qpx.is_null() {
-                    init.cap = ex.cap;
-                    return (qp, qpx);
-                }
-                // SAFETY: just made, nothing else holds it.
-                unsafe { ibv_destroy_qp(qp) };
+        let qp = super::ibv::create_qp_ex(&pd.ctx, &mut ex);
+        if !qp.is_null() {
+            // SAFETY: `qp` was made by `ibv_create_qp_ex` with send ops:
+            // `ibv_qp_to_qp_ex` gives its `ibv_qp_ex`.
+            let qpx = unsafe { ibv_qp_to_qp_ex(qp) };
+            if !qpx.is_null() {
+                init.cap = ex.cap;
+                return (qp, qpx);
             }
+            // SAFETY: just made, nothing else holds it.
+            unsafe { ibv_destroy_qp(qp) };
         }
     }
     // SAFETY: live PD, valid attributes.

@@ -35,7 +35,13 @@ impl VerbsQp {
         for start in (0..count).step_by(CHUNK) {
             let end = (start + CHUNK).min(count);
             let last = credits_low && end == count;
-            let r = if self.qpx.is_null() {
+            // A chunk with a WR of several SGEs goes through
+            // `ibv_post_send` (the QP takes both): rdma-core's rxe before
+            // v56 sums the first SGE's length `num_sge` times in
+            // `ibv_wr_set_sge_list` ("rxe: Fix dma.length computation").
+            let r = if self.qpx.is_null()
+                || (start..end).any(|i| wrs.wr(i).sges.len() > 1 && !wrs.wr(i).inline)
+            {
                 self.post_chunk(wrs, start..end, last)
             } else {
                 self.post_chunk_ex(wrs, start..end, last)

@@ -28,9 +28,8 @@ impl VerbsQp {
         // posted to only by its one owner (`&mut self`).
         unsafe { ibv_wr_start(qpx) };
         let mut sge_store = [const { MaybeUninit::<ibv_sge>::uninit() }; STACK_SGES];
-        let mut buf_store = [const { MaybeUninit::<ibv_data_buf>::uninit() }; STACK_SGES];
         let mut sge_vec: Vec<ibv_sge> = Vec::new();
-        let mut buf_vec: Vec<ibv_data_buf> = Vec::new();
+        let mut inl: Vec<u8> = Vec::new();
         for (i, at) in range.enumerate() {
             let w = all.wr(at);
             let seq = self.posted + i as u64;
@@ -78,26 +77,42 @@ impl VerbsQp {
             }
             let n = w.sges.len();
             if w.inline {
-                let base: *mut ibv_data_buf = if n <= STACK_SGES {
-                    buf_store.as_mut_ptr().cast()
-                } else {
-                    buf_vec.clear();
-                    buf_vec.reserve(n);
-                    buf_vec.as_mut_ptr()
-                };
-                for (k, g) in w.sges.iter().enumerate() {
-                    // SAFETY: `base` has room for `n` entries, `k < n`.
+                // One buffer: rdma-core's rxe before v56 leaves the length
+                // of `ibv_wr_set_inline_data_list` at 0 ("providers/rxe:
+                // Fix missing length accumulation"); its single-buffer
+                // setter is right. Several pieces are gathered first.
+                if n == 1 {
+                    let g = &w.sges[0];
+                    // SAFETY: in the batch, after this WR's builder; the
+                    // provider copies the payload (memory Sge::new checked)
+                    // now.
                     unsafe {
-                        base.add(k).write(ibv_data_buf {
-                            addr: g.addr as usize as *mut std::ffi::c_void,
-                            length: g.len as usize,
-                        })
+                        ibv_wr_set_inline_data(qpx, g.addr as usize as *mut _, g.len as usize)
                     };
+                } else {
+                    inl.clear();
+                    for g in w.sges {
+                        let at = inl.len();
+                        inl.reserve(g.len as usize);
+                        // SAFETY: `Sge::new` / `Sge::bytes` checked that
+                        // `len` bytes at `addr` are live memory of ours;
+                        // `inl` has room for them after `at`. A raw copy,
+                        // as the provider's own memcpy of the old path (a
+                        // peer may write registered memory: the bytes are
+                        // then unspecified, no reference is made to them).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                g.addr as usize as *const u8,
+                                inl.as_mut_ptr().add(at),
+                                g.len as usize,
+                            );
+                            inl.set_len(at + g.len as usize);
+                        }
+                    }
+                    // SAFETY: in the batch, after this WR's builder; `inl`
+                    // is copied now.
+                    unsafe { ibv_wr_set_inline_data(qpx, inl.as_mut_ptr().cast(), inl.len()) };
                 }
-                // SAFETY: in the batch, after this WR's builder; the `n`
-                // entries were written; the provider copies the payload
-                // (registered memory Sge::new checked) now.
-                unsafe { ibv_wr_set_inline_data_list(qpx, n, base) };
             } else if n == 1 {
                 let g = &w.sges[0];
                 // SAFETY: in the batch, after this WR's builder.
