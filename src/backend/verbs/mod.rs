@@ -1,6 +1,9 @@
-//! The portable data path: RC QPs posted and polled through
-//! `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`, over the control path
-//! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
+//! The portable data path: RC, UC and UD QPs posted and polled through
+//! rdma-core's extended verbs where the provider has them (`ibv_wr_*`,
+//! `post_ex.rs`; `ibv_start_poll` in [`super::ibv`]'s CQ), else through
+//! `ibv_post_send` / `ibv_poll_cq`; receives through `ibv_post_recv`; over
+//! the control path of [`super::ibv`]. `RDMA_DIRECT_VERBS_OLD_POST=1`
+//! forces the old calls. Every `unsafe` block here calls rdma-core.
 
 mod post;
 mod post_ex;

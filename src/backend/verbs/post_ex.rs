@@ -2,10 +2,14 @@
 //! chunk of up to [`CHUNK`](super::CHUNK) WRs is one `ibv_wr_start` ...
 //! `ibv_wr_complete` batch, each WR built with `qpx->wr_id` and
 //! `qpx->wr_flags` set, then its operation (`ibv_wr_rdma_write`, ...), its
-//! UD address and its data (`ibv_wr_set_sge` / `_sge_list` /
-//! `_inline_data_list`). A batch is all or nothing: a provider that
-//! refuses a WR fails `ibv_wr_complete` and posts none of the batch.
-//! Receives stay on `ibv_post_recv` (rdma-core has no extended receive).
+//! UD address and its data (`ibv_wr_set_sge`, `ibv_wr_set_inline_data`
+//! of one buffer, `ibv_wr_set_sge_list` for none). A batch is all or
+//! nothing: a provider that refuses a WR fails `ibv_wr_complete` and posts
+//! none of the batch (no WR is refused half-built here: the front end
+//! checked them, so `ibv_wr_abort` has no caller). Chunks with a WR of
+//! several SGEs go through `ibv_post_send` instead (`post.rs`: rdma-core
+//! 44's rxe miscounts their length). Receives stay on `ibv_post_recv`
+//! (rdma-core has no extended receive).
 
 use super::*;
 use std::mem::MaybeUninit;
