@@ -41,6 +41,14 @@
 //!
 //! `RDMA_DIRECT_TRACE=1` prints every WQE posted and CQE polled on the direct
 //! path, decoded, with its ring offset (`mlx5_dv::trace`).
+//!
+//! # The verbs backend's calls
+//!
+//! On devices other than mlx5 the verbs backend posts with rdma-core's
+//! extended verbs (`ibv_create_qp_ex` with the send ops, `ibv_wr_*`) and
+//! polls with `ibv_create_cq_ex` / `ibv_start_poll` where the provider has
+//! them, else with `ibv_post_send` / `ibv_poll_cq`.
+//! `RDMA_DIRECT_VERBS_OLD_POST=1` (read once) forces the old calls.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -56,6 +56,13 @@ pub trait QpHooks {
     /// on a verbs device, a raw overflow of its own CQ. `false` where it
     /// does nothing: ConnectX, a QP of a shared CQ, a split QP.
     fn ignore_cq_credits(&mut self) -> bool;
+
+    /// On the verbs backend, whether the QP posts through rdma-core's
+    /// extended verbs (`ibv_wr_*`) and whether its CQ is polled through
+    /// them (`ibv_start_poll`): `(false, false)` where the provider lacks
+    /// them or `RDMA_DIRECT_VERBS_OLD_POST=1` forces the old calls. `None`
+    /// on the direct path.
+    fn verbs_extended(&self) -> Option<(bool, bool)>;
 }
 
 impl QpHooks for Qp {
@@ -80,6 +87,14 @@ impl QpHooks for Qp {
             QpKind::Direct(_) => None,
             #[cfg(feature = "verbs")]
             QpKind::Verbs(_) => None,
+        }
+    }
+
+    fn verbs_extended(&self) -> Option<(bool, bool)> {
+        match &self.kind {
+            QpKind::Direct(_) => None,
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => Some(q.extended()),
         }
     }
 

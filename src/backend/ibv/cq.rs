@@ -99,6 +99,43 @@ impl VerbsChannel {
     }
 }
 
+/// The completion fields an extended verbs CQ is made with: those a
+/// `Completion` carries beyond what every `ibv_cq_ex` gives (`wr_id`,
+/// `status`, the opcode, `vendor_err`, `wc_flags`).
+const WC_FLAGS: u64 = (ibv_create_cq_wc_flags::IBV_WC_EX_WITH_BYTE_LEN.0
+    | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_IMM.0
+    | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_QP_NUM.0
+    | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_SRC_QP.0) as u64;
+
+/// The current completion of an extended CQ's poll as an `ibv_wc` (the
+/// fields a `Completion` reads; the rest zero).
+///
+/// # Safety
+/// `ex` is a live extended CQ made with [`WC_FLAGS`], inside a poll whose
+/// `ibv_start_poll` / `ibv_next_poll` returned 0.
+#[inline]
+unsafe fn read_wc(ex: *mut ibv_cq_ex) -> ibv_wc {
+    // SAFETY: plain data; zero is valid.
+    let mut w: ibv_wc = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's contract: the readers are valid for the current
+    // completion, and the CQ was made with the fields read (BYTE_LEN, IMM,
+    // QP_NUM, SRC_QP; opcode, vendor_err and wc_flags are always there).
+    unsafe {
+        w.wr_id = (*ex).wr_id;
+        w.status = (*ex).status;
+        w.opcode = ibv_wc_read_opcode(ex);
+        w.vendor_err = ibv_wc_read_vendor_err(ex);
+        w.wc_flags = ibv_wc_read_wc_flags(ex);
+        w.byte_len = ibv_wc_read_byte_len(ex);
+        w.qp_num = ibv_wc_read_qp_num(ex);
+        w.src_qp = ibv_wc_read_src_qp(ex);
+        if w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+            w.imm_data_invalidated_rkey_union.imm_data = ibv_wc_read_imm_data(ex);
+        }
+    }
+    w
+}
+
 /// A CQ with its completion channel (event mode): its own, or one it shares
 /// with other CQs ([`VerbsCq::create_on`]). Held by `Arc` by the QPs that
 /// complete into it and by whoever polls it (a QP's own CQ, or a
@@ -106,6 +143,13 @@ impl VerbsChannel {
 /// then (the last `Arc` of) the channel.
 pub(crate) struct VerbsCq {
     pub(crate) cq: *mut ibv_cq,
+    /// The same CQ as an `ibv_cq_ex` made with the completion fields
+    /// [`WC_FLAGS`] names (`ibv_create_cq_ex`): polled with
+    /// `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll`. Null where it
+    /// was made by `ibv_create_cq` (the provider has no `create_cq_ex`, it
+    /// refused the fields, [`super::old_verbs`] forces the old calls) or
+    /// for the direct path: then `ibv_poll_cq`.
+    ex: *mut ibv_cq_ex,
     channel: Arc<VerbsChannel>,
     /// The channel is shared: its events are read there, never here.
     shared_channel: bool,
@@ -225,6 +269,7 @@ impl VerbsCq {
             attr.flags = ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
         }
         let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        let mut ex: *mut ibv_cq_ex = std::ptr::null_mut();
         match &mut dv {
             Some(d) => cq = super::mlx5::dv_create_cq(ctx, &mut attr, d),
             None if ignore_overrun => {
@@ -237,6 +282,19 @@ impl VerbsCq {
                         cq = unsafe { ibv_cq_ex_to_cq(ex) };
                     }
                 }
+            }
+            // The verbs path: the extended CQ with the fields a
+            // `Completion` carries, unless the old calls are forced.
+            None if !super::old_verbs() => {
+                attr.wc_flags = WC_FLAGS;
+                let e = super::create_cq_ex(ctx, &mut attr);
+                if !e.is_null() {
+                    ex = e;
+                    // SAFETY: `e` is the CQ just made; a cast (an
+                    // `ibv_cq_ex` starts with the `ibv_cq` fields).
+                    cq = unsafe { ibv_cq_ex_to_cq(e) };
+                }
+                attr.wc_flags = 0;
             }
             None => {}
         }
@@ -272,6 +330,7 @@ impl VerbsCq {
         let depth = unsafe { (*cq).cqe }.max(1) as u32;
         Ok(Arc::new(VerbsCq {
             cq,
+            ex,
             channel,
             shared_channel,
             depth,
@@ -315,7 +374,16 @@ impl VerbsCq {
         Ok(self.channel.get_event(|_| ())?.is_some())
     }
 
-    /// `ibv_poll_cq` for up to `store.len()` (at most 16) completions.
+    /// Whether the CQ is polled through the extended verbs
+    /// (`ibv_start_poll`; made by `ibv_create_cq_ex`).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn is_ex(&self) -> bool {
+        !self.ex.is_null()
+    }
+
+    /// Up to `store.len()` (at most 16) completions: `ibv_start_poll` /
+    /// `ibv_next_poll` / `ibv_end_poll` on an extended CQ (each read into
+    /// an `ibv_wc`), else `ibv_poll_cq`.
     #[inline]
     pub(crate) fn poll_into<'s>(
         &self,
@@ -323,6 +391,11 @@ impl VerbsCq {
         want: usize,
     ) -> Result<&'s [ibv_wc]> {
         let want = want.min(store.len());
+        if !self.ex.is_null() {
+            let n = self.poll_ex(store, want)?;
+            // SAFETY: `poll_ex` wrote the first `n` (<= `want`) entries.
+            return Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n) });
+        }
         // SAFETY: live CQ; `store` has room for `want` entries.
         let n = unsafe { ibv_poll_cq(self.cq, want as i32, store.as_mut_ptr().cast()) };
         if n < 0 {
@@ -336,20 +409,60 @@ impl VerbsCq {
         Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) })
     }
 
+    /// Extended polling of up to `want` completions into `store`, one
+    /// `ibv_start_poll` (ENOENT: none left) ... `ibv_end_poll` per
+    /// completion. Not `ibv_next_poll`: rdma-core's rxe before v56 ends the
+    /// poll itself when `ibv_next_poll` finds the CQ empty (it stores the
+    /// consumer index and unlocks), so the `ibv_end_poll` verbs.h asks for
+    /// then skips a CQE and unlocks twice (fixed upstream by "rxe: Fix
+    /// double unlock in cq_ex polling"). Returns how many were written.
+    #[inline]
+    fn poll_ex(
+        &self,
+        store: &mut [std::mem::MaybeUninit<ibv_wc>; 16],
+        want: usize,
+    ) -> Result<usize> {
+        let ex = self.ex;
+        let mut n = 0;
+        while n < want {
+            let mut attr = ibv_poll_cq_attr { comp_mask: 0 };
+            // SAFETY: live extended CQ, polled by its one owner (`&mut`
+            // above this call); `attr` is valid for the call.
+            let rc = unsafe { ibv_start_poll(ex, &mut attr) };
+            if rc == libc::ENOENT {
+                break;
+            }
+            if rc != 0 {
+                if n > 0 {
+                    break; // the error comes again on the next poll
+                }
+                return Err(Error::Verbs {
+                    call: "ibv_start_poll",
+                    errno: rc,
+                    detail: String::new(),
+                });
+            }
+            // SAFETY: the poll just started: its completion is valid;
+            // `n < want <= 16`.
+            store[n].write(unsafe { read_wc(ex) });
+            n += 1;
+            // SAFETY: `ibv_start_poll` succeeded above; ended once.
+            unsafe { ibv_end_poll(ex) };
+        }
+        Ok(n)
+    }
+
     /// Discards the events raised and the completions written so far (a QP
     /// with its own CQ going to RESET).
     pub(crate) fn drain(&self, mut each: impl FnMut(&ibv_wc)) {
         // A shared channel's events are its reader's to take.
         while !self.shared_channel && self.wait(std::time::Duration::ZERO).unwrap_or(false) {}
-        // SAFETY: plain data; zero is valid.
-        let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-        loop {
-            // SAFETY: live CQ; `wc` holds 16 entries.
-            let n = unsafe { ibv_poll_cq(self.cq, 16, wc.as_mut_ptr()) };
-            if n <= 0 {
+        let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
+        while let Ok(wc) = self.poll_into(&mut store, 16) {
+            if wc.is_empty() {
                 break;
             }
-            wc[..n as usize].iter().for_each(&mut each);
+            wc.iter().for_each(&mut each);
         }
     }
 }

@@ -33,6 +33,78 @@ use rdma_sys::*;
 use std::ffi::CStr;
 use std::sync::Arc;
 
+/// `RDMA_DIRECT_VERBS_OLD_POST=1` (read once): the verbs backend makes its
+/// QPs and CQs with `ibv_create_qp` / `ibv_create_cq` and posts and polls
+/// with `ibv_post_send` / `ibv_poll_cq`, as where a provider lacks the
+/// extended verbs (to test that fallback on a device that has them).
+pub(crate) fn old_verbs() -> bool {
+    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OLD.get_or_init(|| std::env::var("RDMA_DIRECT_VERBS_OLD_POST").is_ok_and(|v| v == "1"))
+}
+
+/// The provider's `verbs_context` op `$field` of `ctx`, as verbs.h's
+/// `verbs_get_ctx_op` finds it: `None` where the context is not extended
+/// or the library's `verbs_context` is too old to have it or the provider
+/// left it unset. (rdma-sys 0.3.0's own `verbs_get_ctx` compares
+/// `abi_compat` with `u32::MAX`, not verbs.h's `UINTPTR_MAX`, so on 64-bit
+/// its `ibv_create_cq_ex` / `ibv_create_qp_ex` always say EOPNOTSUPP.)
+macro_rules! ctx_op {
+    ($ctx:expr, $field:ident) => {{
+        let c: *mut ibv_context = $ctx;
+        // SAFETY: `c` is a live context; an extended one (`abi_compat` is
+        // verbs.h's `__VERBS_ABI_IS_EXTENDED`, all ones) is the `context`
+        // field of a `verbs_context` whose `sz` says how much of it the
+        // library has.
+        unsafe {
+            if (*c).abi_compat as usize != usize::MAX {
+                None
+            } else {
+                let vc = c
+                    .cast::<u8>()
+                    .sub(std::mem::offset_of!(verbs_context, context))
+                    .cast::<verbs_context>();
+                if (*vc).sz
+                    < std::mem::size_of::<verbs_context>()
+                        - std::mem::offset_of!(verbs_context, $field)
+                {
+                    None
+                } else {
+                    (*vc).$field
+                }
+            }
+        }
+    }};
+}
+
+/// verbs.h's `ibv_create_cq_ex`: null with errno EOPNOTSUPP where the
+/// provider has no `create_cq_ex`.
+pub(crate) fn create_cq_ex(ctx: &Ctx, attr: &mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex {
+    match ctx_op!(ctx.raw, create_cq_ex) {
+        // SAFETY: the provider's op on its live context; `attr` is valid.
+        Some(f) => unsafe { f(ctx.raw, attr) },
+        None => {
+            // SAFETY: the thread's errno.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// verbs.h's `ibv_create_qp_ex`: null with errno EOPNOTSUPP where the
+/// provider has no `create_qp_ex`.
+pub(crate) fn create_qp_ex(ctx: &Ctx, attr: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    match ctx_op!(ctx.raw, create_qp_ex) {
+        // SAFETY: the provider's op on its live context; `attr` is valid
+        // (its PD, CQs and SRQ live).
+        Some(f) => unsafe { f(ctx.raw, attr) },
+        None => {
+            // SAFETY: the thread's errno.
+            unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+            std::ptr::null_mut()
+        }
+    }
+}
+
 pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()

@@ -1,8 +1,12 @@
-//! The portable data path: RC QPs posted and polled through
-//! `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`, over the control path
-//! of [`super::ibv`]. Every `unsafe` block here calls rdma-core.
+//! The portable data path: RC, UC and UD QPs posted and polled through
+//! rdma-core's extended verbs where the provider has them (`ibv_wr_*`,
+//! `post_ex.rs`; `ibv_start_poll` in [`super::ibv`]'s CQ), else through
+//! `ibv_post_send` / `ibv_poll_cq`; receives through `ibv_post_recv`; over
+//! the control path of [`super::ibv`]. `RDMA_DIRECT_VERBS_OLD_POST=1`
+//! forces the old calls. Every `unsafe` block here calls rdma-core.
 
 mod post;
+mod post_ex;
 mod split;
 mod srq;
 
@@ -105,6 +109,10 @@ fn discarded(srq: &Option<(Arc<VerbsSrq>, Arc<SrqSlots>)>, w: &ibv_wc) {
 /// or on a [`crate::SharedCq`].
 pub(crate) struct VerbsQp {
     qp: *mut ibv_qp,
+    /// The QP as an `ibv_qp_ex` (`ibv_qp_to_qp_ex`) where it was made by
+    /// `ibv_create_qp_ex` with the send ops it posts: sends go through
+    /// `ibv_wr_*` (`post_ex.rs`). Null: `ibv_post_send` (`post.rs`).
+    qpx: *mut ibv_qp_ex,
     /// The CQ its sends and receives complete into.
     cq: Arc<VerbsCq>,
     /// The CQ is a [`crate::SharedCq`]'s: polled, armed and waited on there.
@@ -219,6 +227,61 @@ impl CqChoice<'_> {
     }
 }
 
+/// The send operations a QP of type `t` is made for on the extended verbs
+/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`): what the backend posts on it.
+fn send_ops(t: ibv_qp_type::Type) -> u64 {
+    use ibv_qp_create_send_ops_flags as f;
+    let uc = f::IBV_QP_EX_WITH_SEND.0
+        | f::IBV_QP_EX_WITH_SEND_WITH_IMM.0
+        | f::IBV_QP_EX_WITH_RDMA_WRITE.0
+        | f::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0;
+    (match t {
+        ibv_qp_type::IBV_QPT_RC => {
+            uc | f::IBV_QP_EX_WITH_RDMA_READ.0
+                | f::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0
+                | f::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0
+        }
+        ibv_qp_type::IBV_QPT_UC => uc,
+        _ => f::IBV_QP_EX_WITH_SEND.0 | f::IBV_QP_EX_WITH_SEND_WITH_IMM.0,
+    }) as u64
+}
+
+/// Makes the QP `init` describes: first with `ibv_create_qp_ex` and the
+/// send ops of its type (unless [`super::ibv::old_verbs`] forces the old
+/// calls), returning it with its `ibv_qp_ex`; where the provider has no
+/// `create_qp_ex` or refuses it (EOPNOTSUPP, EINVAL, ...: e.g. a provider
+/// whose QPs have no `ibv_wr_*`), with `ibv_create_qp` and a null
+/// `ibv_qp_ex`. A null QP: both failed (errno from the last call).
+fn create_raw(pd: &Arc<Pd>, init: &mut ibv_qp_init_attr) -> (*mut ibv_qp, *mut ibv_qp_ex) {
+    if !super::ibv::old_verbs() {
+        // SAFETY: plain data; zero is valid.
+        let mut ex: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        ex.send_cq = init.send_cq;
+        ex.recv_cq = init.recv_cq;
+        ex.srq = init.srq;
+        ex.cap = init.cap;
+        ex.qp_type = init.qp_type;
+        ex.pd = pd.raw;
+        ex.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0
+            | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+        ex.send_ops_flags = send_ops(init.qp_type);
+        let qp = super::ibv::create_qp_ex(&pd.ctx, &mut ex);
+        if !qp.is_null() {
+            // SAFETY: `qp` was made by `ibv_create_qp_ex` with send ops:
+            // `ibv_qp_to_qp_ex` gives its `ibv_qp_ex`.
+            let qpx = unsafe { ibv_qp_to_qp_ex(qp) };
+            if !qpx.is_null() {
+                init.cap = ex.cap;
+                return (qp, qpx);
+            }
+            // SAFETY: just made, nothing else holds it.
+            unsafe { ibv_destroy_qp(qp) };
+        }
+    }
+    // SAFETY: live PD, valid attributes.
+    (unsafe { ibv_create_qp(pd.raw, init) }, std::ptr::null_mut())
+}
+
 pub(crate) fn create_qp(
     pd: &Arc<Pd>,
     caps: QpCaps,
@@ -242,8 +305,7 @@ pub(crate) fn create_qp(
         max_recv_sge: caps.max_recv_sge,
         max_inline_data: caps.max_inline,
     };
-    // SAFETY: live PD, valid attributes.
-    let qp = unsafe { ibv_create_qp(pd.raw, &mut init) };
+    let (qp, qpx) = create_raw(pd, &mut init);
     if qp.is_null() {
         return Err(Error::Verbs {
             call: "ibv_create_qp",
@@ -263,6 +325,7 @@ pub(crate) fn create_qp(
     let max_post = caps.max_send_wr.min(init.cap.max_send_wr);
     Ok(VerbsQp {
         qp,
+        qpx,
         cq,
         shared,
         credits,
@@ -331,6 +394,13 @@ impl VerbsQp {
     #[cfg(feature = "test-hooks")]
     pub(crate) fn ignore_credits(&mut self) {
         self.counts = false;
+    }
+
+    /// Whether it posts through the extended verbs, and whether its CQ is
+    /// polled through them (test hook).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn extended(&self) -> (bool, bool) {
+        (!self.qpx.is_null(), self.cq.is_ex())
     }
 
     /// The CQ credits its posts take (every verbs QP counts them).

@@ -5,7 +5,9 @@
 use super::*;
 
 impl VerbsQp {
-    /// Posts `wrs` with `ibv_post_send`, 32 WRs per call. The front end
+    /// Posts `wrs` with `ibv_post_send`, 32 WRs per call (through the
+    /// extended verbs where the QP has them: `post_ex.rs`, 32 WRs per
+    /// `ibv_wr_start` ... `ibv_wr_complete` batch). The front end
     /// checked each WR against the QP's state and limits
     /// (`Qp::post_send_checked`); here room for every WR under `max_send_wr`
     /// outstanding, and the CQ credits: on those errors nothing is posted.
@@ -32,7 +34,19 @@ impl VerbsQp {
         let before = self.posted;
         for start in (0..count).step_by(CHUNK) {
             let end = (start + CHUNK).min(count);
-            if let Err(e) = self.post_chunk(wrs, start..end, credits_low && end == count) {
+            let last = credits_low && end == count;
+            // A chunk with a WR of several SGEs goes through
+            // `ibv_post_send` (the QP takes both): rdma-core's rxe before
+            // v56 sums the first SGE's length `num_sge` times in
+            // `ibv_wr_set_sge_list` ("rxe: Fix dma.length computation").
+            let r = if self.qpx.is_null()
+                || (start..end).any(|i| wrs.wr(i).sges.len() > 1 && !wrs.wr(i).inline)
+            {
+                self.post_chunk(wrs, start..end, last)
+            } else {
+                self.post_chunk_ex(wrs, start..end, last)
+            };
+            if let Err(e) = r {
                 // Credits of the WRs the provider did not take go back.
                 if self.counts {
                     self.credits
@@ -42,6 +56,42 @@ impl VerbsQp {
             }
         }
         Ok(())
+    }
+
+    /// Records the send WR `w` posted as sequence number `seq` (its
+    /// caller's wr_id, whether its CQE is auto-signal's only) and returns
+    /// its `send_flags`. Auto-signal, as the direct path does: a hidden CQE
+    /// every `auto_signal` unsignaled WRs keeps the accounting moving; with
+    /// `force`, this one is signaled whatever its flags.
+    #[inline]
+    pub(super) fn track(&mut self, w: &crate::ib::wr::SendWr<'_>, seq: u64, force: bool) -> u32 {
+        let signaled = w.flags.contains(SendFlags::SIGNALED);
+        let forced = !signaled && (self.unsignaled_run + 1 >= self.auto_signal || force);
+        self.unsignaled_run = if signaled || forced {
+            0
+        } else {
+            self.unsignaled_run + 1
+        };
+        let slot = (seq % self.max_post as u64) as usize;
+        self.wr_ids.set(slot, w.wr_id);
+        self.hidden.set(slot, forced);
+        let mut flags = 0;
+        if signaled || forced {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        // (Also on the extended path: rxe's `ibv_wr_set_inline_data_list`
+        // leaves `send_flags` as `wr_flags` has it, and the kernel copies
+        // the payload from the WQE only with IBV_SEND_INLINE there.)
+        if w.inline {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        if w.flags.contains(SendFlags::SOLICITED) {
+            flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        if w.flags.contains(SendFlags::FENCE) {
+            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        flags
     }
 
     /// One `ibv_post_send` of up to `CHUNK` WRs; with `signal_last`, the
@@ -83,38 +133,13 @@ impl VerbsQp {
                 s += 1;
             }
             let seq = self.posted + i as u64;
-            // Auto-signal, as the direct path does: a hidden CQE every
-            // `auto_signal` unsignaled WRs keeps the accounting moving.
-            let signaled = w.flags.contains(SendFlags::SIGNALED);
-            let forced = !signaled
-                && (self.unsignaled_run + 1 >= self.auto_signal || (signal_last && i + 1 == len));
-            self.unsignaled_run = if signaled || forced {
-                0
-            } else {
-                self.unsignaled_run + 1
-            };
-            let slot = (seq % self.max_post as u64) as usize;
-            self.wr_ids.set(slot, w.wr_id);
-            self.hidden.set(slot, forced);
+            let flags = self.track(&w, seq, signal_last && i + 1 == len);
             // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
             let v = wr_store[i].write(unsafe { std::mem::zeroed() });
             v.wr_id = seq;
             // SAFETY: `first <= nsge`: inside (or one past) the SGE storage.
             v.sg_list = unsafe { sge_base.add(first) };
             v.num_sge = w.sges.len() as i32;
-            let mut flags = 0;
-            if signaled || forced {
-                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-            }
-            if w.inline {
-                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-            }
-            if w.flags.contains(SendFlags::SOLICITED) {
-                flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
-            }
-            if w.flags.contains(SendFlags::FENCE) {
-                flags |= ibv_send_flags::IBV_SEND_FENCE.0;
-            }
             v.send_flags = flags;
             match w.op {
                 WrOp::RdmaWrite { remote } => {

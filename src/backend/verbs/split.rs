@@ -65,6 +65,7 @@ impl VerbsQp {
     fn half(&self) -> VerbsQp {
         VerbsQp {
             qp: self.qp,
+            qpx: self.qpx,
             cq: self.cq.clone(),
             shared: self.shared,
             credits: self.credits.clone(),

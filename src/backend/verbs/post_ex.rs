@@ -1,0 +1,164 @@
+//! Posting sends through rdma-core's extended verbs (`ibv_qp_ex`): a
+//! chunk of up to [`CHUNK`](super::CHUNK) WRs is one `ibv_wr_start` ...
+//! `ibv_wr_complete` batch, each WR built with `qpx->wr_id` and
+//! `qpx->wr_flags` set, then its operation (`ibv_wr_rdma_write`, ...), its
+//! UD address and its data (`ibv_wr_set_sge`, `ibv_wr_set_inline_data`
+//! of one buffer, `ibv_wr_set_sge_list` for none). A batch is all or
+//! nothing: a provider that refuses a WR fails `ibv_wr_complete` and posts
+//! none of the batch (no WR is refused half-built here: the front end
+//! checked them, so `ibv_wr_abort` has no caller). Chunks with a WR of
+//! several SGEs go through `ibv_post_send` instead (`post.rs`: rdma-core
+//! 44's rxe miscounts their length). Receives stay on `ibv_post_recv`
+//! (rdma-core has no extended receive).
+
+use super::*;
+use std::mem::MaybeUninit;
+
+/// SGEs per WR built on the stack (more: a heap buffer).
+const STACK_SGES: usize = 16;
+
+impl VerbsQp {
+    /// One extended-verbs batch of the WRs `range` of `all`; with
+    /// `signal_last`, the last one is signaled whatever its flags.
+    pub(super) fn post_chunk_ex<W: SendWrs + ?Sized>(
+        &mut self,
+        all: &W,
+        range: std::ops::Range<usize>,
+        signal_last: bool,
+    ) -> Result<()> {
+        let qpx = self.qpx;
+        let len = range.len();
+        // SAFETY: live extended QP (made with the send ops used below),
+        // posted to only by its one owner (`&mut self`).
+        unsafe { ibv_wr_start(qpx) };
+        let mut sge_store = [const { MaybeUninit::<ibv_sge>::uninit() }; STACK_SGES];
+        let mut sge_vec: Vec<ibv_sge> = Vec::new();
+        let mut inl: Vec<u8> = Vec::new();
+        for (i, at) in range.enumerate() {
+            let w = all.wr(at);
+            let seq = self.posted + i as u64;
+            let flags = self.track(&w, seq, signal_last && i + 1 == len);
+            // SAFETY: inside the batch begun by `ibv_wr_start`; `wr_id` and
+            // `wr_flags` are plain fields the next builder reads; each
+            // builder gets the operands the front end checked (keys, the
+            // AH of this PD, borrowed for the call).
+            unsafe {
+                (*qpx).wr_id = seq;
+                (*qpx).wr_flags = flags;
+                match w.op {
+                    WrOp::RdmaWrite { remote } => {
+                        ibv_wr_rdma_write(qpx, remote.rkey.0, remote.addr);
+                    }
+                    WrOp::RdmaWriteWithImm { remote, imm } => {
+                        ibv_wr_rdma_write_imm(qpx, remote.rkey.0, remote.addr, imm.to_be());
+                    }
+                    WrOp::Send => ibv_wr_send(qpx),
+                    WrOp::SendWithImm { imm } => ibv_wr_send_imm(qpx, imm.to_be()),
+                    WrOp::RdmaRead { remote } => {
+                        ibv_wr_rdma_read(qpx, remote.rkey.0, remote.addr);
+                    }
+                    WrOp::AtomicCmpSwp {
+                        remote,
+                        compare,
+                        swap,
+                    } => ibv_wr_atomic_cmp_swp(qpx, remote.rkey.0, remote.addr, compare, swap),
+                    WrOp::AtomicFetchAdd { remote, add } => {
+                        ibv_wr_atomic_fetch_add(qpx, remote.rkey.0, remote.addr, add);
+                    }
+                    WrOp::UdSend { dest: d, imm } => {
+                        match imm {
+                            None => ibv_wr_send(qpx),
+                            Some(i) => ibv_wr_send_imm(qpx, i.to_be()),
+                        }
+                        ibv_wr_set_ud_addr(
+                            qpx,
+                            d.ah.inner.raw as *mut ibv_ah,
+                            d.remote_qpn,
+                            d.qkey,
+                        );
+                    }
+                }
+            }
+            let n = w.sges.len();
+            if w.inline {
+                // One buffer: rdma-core's rxe before v56 leaves the length
+                // of `ibv_wr_set_inline_data_list` at 0 ("providers/rxe:
+                // Fix missing length accumulation"); its single-buffer
+                // setter is right. Several pieces are gathered first.
+                if n == 1 {
+                    let g = &w.sges[0];
+                    // SAFETY: in the batch, after this WR's builder; the
+                    // provider copies the payload (memory Sge::new checked)
+                    // now.
+                    unsafe {
+                        ibv_wr_set_inline_data(qpx, g.addr as usize as *mut _, g.len as usize)
+                    };
+                } else {
+                    inl.clear();
+                    for g in w.sges {
+                        let at = inl.len();
+                        inl.reserve(g.len as usize);
+                        // SAFETY: `Sge::new` / `Sge::bytes` checked that
+                        // `len` bytes at `addr` are live memory of ours;
+                        // `inl` has room for them after `at`. A raw copy,
+                        // as the provider's own memcpy of the old path (a
+                        // peer may write registered memory: the bytes are
+                        // then unspecified, no reference is made to them).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                g.addr as usize as *const u8,
+                                inl.as_mut_ptr().add(at),
+                                g.len as usize,
+                            );
+                            inl.set_len(at + g.len as usize);
+                        }
+                    }
+                    // SAFETY: in the batch, after this WR's builder; `inl`
+                    // is copied now.
+                    unsafe { ibv_wr_set_inline_data(qpx, inl.as_mut_ptr().cast(), inl.len()) };
+                }
+            } else if n == 1 {
+                let g = &w.sges[0];
+                // SAFETY: in the batch, after this WR's builder.
+                unsafe { ibv_wr_set_sge(qpx, g.lkey.0, g.addr, g.len) };
+            } else {
+                let base: *mut ibv_sge = if n <= STACK_SGES {
+                    sge_store.as_mut_ptr().cast()
+                } else {
+                    sge_vec.clear();
+                    sge_vec.reserve(n);
+                    sge_vec.as_mut_ptr()
+                };
+                for (k, g) in w.sges.iter().enumerate() {
+                    // SAFETY: `base` has room for `n` entries, `k < n`.
+                    unsafe {
+                        base.add(k).write(ibv_sge {
+                            addr: g.addr,
+                            length: g.len,
+                            lkey: g.lkey.0,
+                        })
+                    };
+                }
+                // SAFETY: in the batch, after this WR's builder; the `n`
+                // entries were written (the provider copies them now).
+                unsafe { ibv_wr_set_sge_list(qpx, n, base) };
+            }
+        }
+        // SAFETY: ends the batch `ibv_wr_start` began (on failure nothing
+        // of it is posted and the provider has released the batch).
+        let rc = unsafe { ibv_wr_complete(qpx) };
+        if rc == 0 {
+            self.posted += len as u64;
+            self.progress.sends_posted(self.posted as u32);
+        }
+        match rc {
+            0 => Ok(()),
+            libc::ENOMEM => Err(Error::QueueFull),
+            e => Err(Error::Verbs {
+                call: "ibv_wr_complete",
+                errno: if e > 0 { e } else { errno() },
+                detail: format!(" (none of a batch of {len} WRs was posted)"),
+            }),
+        }
+    }
+}
