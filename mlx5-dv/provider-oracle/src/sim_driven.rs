@@ -371,6 +371,8 @@ impl Rig {
                 QpType::Rc => ibv::QPT_RC,
                 QpType::Uc => ibv::QPT_UC,
                 QpType::Ud => ibv::QPT_UD,
+                // (DC QPs are the builders' oracle's: `dc.rs`.)
+                QpType::Dci | QpType::Dct => crate::dc::QPT_DRIVER,
             },
             sq_sig_all: 0,
             wq_sig: 0,
