@@ -273,14 +273,14 @@ impl VerbsCq {
         match &mut dv {
             Some(d) => cq = super::mlx5::dv_create_cq(ctx, &mut attr, d),
             None if ignore_overrun => {
-                // SAFETY: live context and channel; `attr` is a valid
-                // `ibv_cq_init_attr_ex` for the call.
-                if let Some(ex) = unsafe { ibv_create_cq_ex(ctx.raw, &mut attr) } {
-                    if !ex.is_null() {
-                        // SAFETY: `ex` is the CQ just made; `ibv_cq_ex_to_cq`
-                        // is a cast (an `ibv_cq_ex` starts with the `ibv_cq` fields).
-                        cq = unsafe { ibv_cq_ex_to_cq(ex) };
-                    }
+                // Our lookup of the provider's op (rdma-sys 0.3.0's
+                // `ibv_create_cq_ex` never finds it on 64-bit, so the flag
+                // was never asked for).
+                let e = super::create_cq_ex(ctx, &mut attr);
+                if !e.is_null() {
+                    // SAFETY: `e` is the CQ just made; `ibv_cq_ex_to_cq`
+                    // is a cast (an `ibv_cq_ex` starts with the `ibv_cq` fields).
+                    cq = unsafe { ibv_cq_ex_to_cq(e) };
                 }
             }
             // The verbs path: the extended CQ with the fields a
