@@ -340,10 +340,23 @@ fn a_dct_on_a_cq_shallower_than_its_srq_is_refused() {
             },
             &srq,
         );
-        if let Ok(mut t) = r {
-            t.ready_dct().unwrap();
-        }
+        assert!(
+            matches!(r, Err(Error::SrqCqCredits { .. })),
+            "a CQ of {depth} CQEs for an SRQ of 16: {:?}",
+            r.err()
+        );
     }
+    // Deep enough: made, and brought up.
+    let mut t =
+        e.pd.create_qp_on_srq(
+            &QpConfig {
+                cq_depth: Some(64),
+                ..dct_cfg()
+            },
+            &srq,
+        )
+        .unwrap();
+    t.ready_dct().unwrap();
 }
 
 /// A DCI addressing the number of a QP that is not a DCT (an RC QP in

@@ -23,7 +23,10 @@ fn wait_one(q: &mut Qp) -> Completion {
 #[test]
 fn posts_and_polls_through_the_extended_verbs() {
     let Ok(dev) = std::env::var("RDMA_DIRECT_VERBS_DEVICE") else {
-        eprintln!("skipped: RDMA_DIRECT_VERBS_DEVICE names no verbs device");
+        eprintln!(
+            "verbs_extended: posts_and_polls_through_the_extended_verbs: SKIPPED: \
+             RDMA_DIRECT_VERBS_DEVICE names no verbs device (scripts/test step 3 sets it in the rxe guest)"
+        );
         return;
     };
     let old = std::env::var("RDMA_DIRECT_VERBS_OLD_POST").is_ok_and(|v| v == "1");

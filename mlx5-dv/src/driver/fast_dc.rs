@@ -10,6 +10,7 @@
 //! what [`SendQueue::post`] writes for the same WR with
 //! [`crate::wqe::Datagram::Dc`] (`driver/fast_dc_tests.rs` checks it).
 
+use super::fast_ud::WrittenUd;
 use super::sq::{SendQueue, Slot};
 use crate::prm::{CtrlFlags, WqeOpcode, WQEBB};
 use crate::wqe::{ctrl_stored, put_stored, CtrlQpn, Seg, WqeError, DATAGRAM_SEG};
@@ -27,44 +28,11 @@ const fn dc_raddr(opcode: WqeOpcode) -> Option<bool> {
     }
 }
 
-/// A DC WQE (two WQEBBs) written and counted in its queue, which it
-/// borrows, not yet rung ([`DcRoom::finish`]; [`WrittenDc::ring`]).
-/// Dropped without a ring, the WQE stays posted and the queue's next
-/// doorbell publishes it.
-#[must_use = "a WQE written is rung by WrittenDc::ring"]
-pub struct WrittenDc<'q> {
-    sq: &'q mut SendQueue,
-    pi: u32,
-    wqe: *mut u8,
-    second: *mut u8,
-}
-
-impl WrittenDc<'_> {
-    /// Sends posted in all on the queue, this one included, modulo 2^32
-    /// ([`SendQueue::posted_count`]).
-    #[inline(always)]
-    pub fn posted_count(&self) -> u32 {
-        self.sq.posted
-    }
-
-    /// The doorbell: the doorbell record and the BlueFlame copy of both
-    /// WQEBBs, with no call ([`SendQueue::dc_room`] opens only when the
-    /// doorbell is a BlueFlame copy, and the room held the queue since).
-    #[inline(always)]
-    pub fn ring(self) {
-        let WrittenDc {
-            sq,
-            pi,
-            wqe,
-            second,
-        } = self;
-        debug_assert!(sq.batch_start == pi as u64);
-        // SAFETY: `wqe` and `second` are WQE `pi`'s WQEBBs in `sq`'s ring
-        // (`dc_room`), borrowed with `sq` since; the DC gate is open only
-        // with `bf_size >= 128` (`set_dc_gate`).
-        unsafe { sq.ring_bf_two(wqe, second, pi.wrapping_add(2)) };
-    }
-}
+/// A DC WQE (two WQEBBs) written and counted in its queue, not yet rung
+/// ([`DcRoom::finish`]): the same as a UD one, rung the same way
+/// ([`WrittenUd::ring`]: the doorbell record and a BlueFlame copy of both
+/// WQEBBs; the DC gate, as the UD gate, opens only with `bf_size >= 128`).
+pub type WrittenDc<'q> = WrittenUd<'q>;
 
 /// Room for one DC WQE (two WQEBBs) at the producer index, past the
 /// two-WQEBB gate ([`SendQueue::dc_room`]), filled in order:
@@ -209,7 +177,7 @@ impl<'q> DcRoom<'q> {
         }
         sq.posted = posted.wrapping_add(1);
         sq.pi = pi.wrapping_add(2);
-        WrittenDc {
+        WrittenUd {
             sq,
             pi,
             wqe,

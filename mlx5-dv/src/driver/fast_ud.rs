@@ -18,10 +18,10 @@ use crate::wqe::{ctrl_stored, put_stored, CtrlQpn, Seg, WqeError, DATAGRAM_SEG};
 /// the queue's next doorbell publishes it.
 #[must_use = "a WQE written is rung by WrittenUd::ring"]
 pub struct WrittenUd<'q> {
-    sq: &'q mut SendQueue,
-    pi: u32,
-    wqe: *mut u8,
-    second: *mut u8,
+    pub(super) sq: &'q mut SendQueue,
+    pub(super) pi: u32,
+    pub(super) wqe: *mut u8,
+    pub(super) second: *mut u8,
 }
 
 impl WrittenUd<'_> {
@@ -45,8 +45,9 @@ impl WrittenUd<'_> {
         } = self;
         debug_assert!(sq.batch_start == pi as u64);
         // SAFETY: `wqe` and `second` are WQE `pi`'s WQEBBs in `sq`'s ring
-        // (`ud_room`), borrowed with `sq` since; its gate is open
-        // only with `bf_size >= 128` (`set_ud_gate`).
+        // (`ud_room`, or `dc_room` for a DC WQE), borrowed with `sq` since;
+        // either gate is open only with `bf_size >= 128` (`set_ud_gate`,
+        // `set_dc_gate`).
         unsafe { sq.ring_bf_two(wqe, second, pi.wrapping_add(2)) };
     }
 }

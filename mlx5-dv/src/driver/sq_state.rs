@@ -72,7 +72,7 @@ impl SendQueue {
 
     /// A second copy of this queue, for a QP split into a send half and a
     /// receive half: the same ring, doorbell record, BlueFlame registers
-    /// and slot table ([`Table`]), with its own copy of the indices. One
+    /// and slot table (`Table`), with its own copy of the indices. One
     /// copy then posts (the send half's) and the other only retires (the
     /// CQ owner's, between [`Self::open_window`] and
     /// [`Self::close_window`]); each learns what the other did through

@@ -463,7 +463,7 @@ pub(crate) unsafe fn write_dc_datagram(
     }
 }
 
-/// The datagram segment of a DC WQE, as bytes ([`write_dc_datagram`]'s
+/// The datagram segment of a DC WQE, as bytes (`write_dc_datagram`'s
 /// layout: `dc_key` big-endian at bytes 0..8, `dqp_dct` at 8..12 the AV's
 /// word OR `dctn | MLX5_EXTENDED_UD_AV`, bytes 12..48 the AV's), for
 /// [`super::SendWqe::datagram`] as [`super::Datagram::Dc`].
