@@ -26,6 +26,9 @@ mod srq;
 mod table;
 #[cfg(test)]
 mod tests;
+mod umr;
+#[cfg(test)]
+mod umr_tests;
 
 /// The segment and SRQ layout the posts take, from the codec (`crate::wqe`).
 pub use crate::wqe::{Seg, SRQ_NEXT_SEG};

@@ -257,6 +257,10 @@ pub struct SendQueue {
     pub(super) dc_gate: u32,
     /// Whether the owner opened the DC gate.
     pub(super) dc_gate_open: bool,
+    /// The fence the next WQE [`Self::post`] writes gets unless it asks for
+    /// `FENCE`: `SMALL_FENCE` after a UMR ([`Self::post_umr`]), else empty
+    /// (libmlx5's `fm_cache`).
+    pub(super) fence_next: CtrlFlags,
     pub(super) posted: u32,
     pub(super) retired: u32,
     /// The memory of a queue that has no ring ([`Self::none`]).
@@ -355,6 +359,7 @@ impl SendQueue {
             ud_gate_open: false,
             dc_gate: 0,
             dc_gate_open: false,
+            fence_next: CtrlFlags::empty(),
             posted: 0,
             retired: 0,
             own: None,
@@ -466,7 +471,10 @@ impl SendQueue {
         if wqebbs > free {
             return Err(WqeError::QueueFull { need: wqebbs, free });
         }
-        let (flags, forced) = self.auto_signal(wqe.flags);
+        let (mut flags, forced) = self.auto_signal(wqe.flags);
+        if !self.fence_next.is_empty() {
+            flags = self.take_fence(flags);
+        }
         let slot = (pi & (wqe_cnt - 1)) as usize;
         debug_assert_eq!(self.slots.len(), wqe_cnt as usize);
         // SAFETY: `slots` has `wqe_cnt` entries (made so in `new`), and `slot`

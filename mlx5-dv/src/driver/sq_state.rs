@@ -147,6 +147,10 @@ impl SendQueue {
         self.bf_offset = 0;
         self.last_signaled = self.posted.wrapping_sub(1);
         self.retired = self.posted;
+        if !self.fence_next.is_empty() {
+            // No UMR is outstanding after RESET: nothing to fence behind.
+            self.take_fence(crate::prm::CtrlFlags::empty());
+        }
         // SAFETY: `dbrec` is the QP's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(QP_DBREC_SQ), 0) };
     }

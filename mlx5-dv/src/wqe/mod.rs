@@ -24,7 +24,8 @@
 //! (every writer of WQE bytes uses it, the ring driver's in-place posts
 //! included) and the segment decoders; `encode` writes whole send WQEs into
 //! a ring; `recv` writes receive WQEs and decodes them (RQ and SRQ);
-//! `decode` reads a send WQE back (RC, UD, DC). Everything is used from here
+//! `decode` reads a send WQE back (RC, UD, DC); `umr` writes and reads the
+//! UMR WQEs of memory-window binds and `LOCAL_INV`. Everything is used from here
 //! (`crate::wqe::*`).
 
 #[cfg(test)]
@@ -37,6 +38,9 @@ mod segment_tests;
 mod segments;
 #[cfg(test)]
 mod tests;
+mod umr;
+#[cfg(test)]
+mod umr_tests;
 
 pub use decode::{
     decode_dc_send_wqe, decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload,
@@ -57,6 +61,11 @@ pub use segments::{
 };
 pub(crate) use segments::{
     ctrl_stored, put_stored, qpn_word, write_datagram, write_dc_datagram, write_inline_hdr, CtrlQpn,
+};
+pub(crate) use umr::write_umr_sized;
+pub use umr::{
+    decode_umr_wqe, umr_size, umr_wqe_bytes, write_umr_wqe, DecodedUmr, MwAccess, MwType, UmrBind,
+    UmrWqe, UMR, UMR_MAX_LEN,
 };
 
 use crate::prm::{CtrlFlags, WqeOpcode};
@@ -288,6 +297,14 @@ pub enum WqeError {
     /// transport: [`Datagram`]).
     #[error("opcode {0:#04x} is not supported by this encoder")]
     UnsupportedOpcode(u8),
+    /// A memory-window bind of 0 bytes or of more than 2^31 (a UMR KLM's
+    /// 32-bit byte count; [`UMR_MAX_LEN`]); a zero-length UMR is written
+    /// with [`UmrWqe::bind`] `None`.
+    #[error("a memory-window bind of {len} bytes: a bind maps 1 to 2^31 bytes")]
+    UmrLength {
+        /// The length asked for, in bytes.
+        len: u64,
+    },
     /// Fewer WQEBBs are free in the SQ than the WQE needs.
     #[error("WQE needs {need} WQEBBs; only {free} are free in the SQ")]
     QueueFull {
