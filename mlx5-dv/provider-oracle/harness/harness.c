@@ -14,8 +14,9 @@
  * `shut_up_bf` is 0, `dbg_fp` NULL and every spinlock single-threaded.
  *
  * The ibv_wr_* / mlx5dv_wr_* builders are dc.c's: a DCI of its own (its
- * `ibv_qp_ex` is the `struct mlx5_qp`'s, as here); memory windows would
- * follow that pattern.
+ * `ibv_qp_ex` is the `struct mlx5_qp`'s, as here). Memory-window WRs go
+ * through `mlx5_post_send` (IBV_WR_BIND_MW, IBV_WR_LOCAL_INV: po_post_send_mw)
+ * and `mlx5_bind_mw` (po_bind_mw), over a fake `ibv_mw` and `mlx5_mr`.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -378,12 +379,64 @@ void po_qp_retire_sends(struct po_qp *p, uint32_t retired)
 }
 
 /* Up to 64 WRs per call; returns errno, *bad the index of the refused WR (n if none). */
-int po_post_send(struct po_qp *p, const struct po_send_wr *w, uint32_t n,
-		 uint32_t *bad)
+/* A memory-window WR (mirrored in src/ffi.rs): IBV_WR_BIND_MW or
+ * IBV_WR_LOCAL_INV at its place in a list of po_send_wr (`kind` 1), or a
+ * plain WR (`kind` 0: the po_send_wr alone says it). For a bind: a fake
+ * `ibv_mw` of `mw_type` whose rkey is `mw_rkey`, bound to a fake MR whose
+ * lkey is `mr_lkey` (none if 0) over [addr, addr + length) with
+ * `access` (`IBV_ACCESS_*`), its new rkey `new_rkey`. */
+struct po_mw_wr {
+	uint64_t addr;
+	uint64_t length;
+	uint32_t kind;
+	uint32_t opcode;	/* IBV_WR_BIND_MW or IBV_WR_LOCAL_INV */
+	uint32_t mw_type;	/* IBV_MW_TYPE_1 or IBV_MW_TYPE_2 */
+	uint32_t mw_rkey;
+	uint32_t new_rkey;
+	uint32_t mr_lkey;
+	uint32_t access;
+	uint32_t invalidate_rkey;
+};
+
+/* The fake window and MR of one memory-window WR. */
+struct po_mw_objs {
+	struct ibv_mw mw;
+	struct mlx5_mr mr;
+};
+
+static void fill_mw(struct ibv_send_wr *x, const struct po_mw_wr *m, struct po_mw_objs *o,
+		    struct ibv_pd *pd)
+{
+	memset(o, 0, sizeof(*o));
+	o->mw.pd = pd;
+	o->mw.rkey = m->mw_rkey;
+	o->mw.type = m->mw_type;
+	o->mr.vmr.ibv_mr.pd = pd;
+	o->mr.vmr.ibv_mr.lkey = m->mr_lkey;
+	o->mr.vmr.mr_type = IBV_MR_TYPE_MR;
+	x->opcode = m->opcode;
+	x->num_sge = 0;
+	if (m->opcode == IBV_WR_LOCAL_INV) {
+		x->invalidate_rkey = m->invalidate_rkey;
+		return;
+	}
+	x->bind_mw.mw = &o->mw;
+	x->bind_mw.rkey = m->new_rkey;
+	x->bind_mw.bind_info.mr = m->mr_lkey ? &o->mr.vmr.ibv_mr : NULL;
+	x->bind_mw.bind_info.addr = m->addr;
+	x->bind_mw.bind_info.length = m->length;
+	x->bind_mw.bind_info.mw_access_flags = m->access;
+}
+
+/* mlx5_post_send of `n` WRs; `mw` (NULL, or `n` entries) turns the WRs
+ * whose entry has `kind` 1 into memory-window WRs. */
+int po_post_send_mw(struct po_qp *p, const struct po_send_wr *w,
+		    const struct po_mw_wr *mw, uint32_t n, uint32_t *bad)
 {
 	struct ibv_send_wr wrs[64];
 	struct ibv_sge sges[64][32];
 	struct mlx5_ah ahs[64];
+	struct po_mw_objs objs[64];
 	struct ibv_send_wr *bad_wr = NULL;
 	uint32_t i, j;
 	int err;
@@ -398,6 +451,11 @@ int po_post_send(struct po_qp *p, const struct po_send_wr *w, uint32_t n,
 			return EINVAL;
 		x->wr_id = w[i].wr_id;
 		x->next = i + 1 < n ? &wrs[i + 1] : NULL;
+		x->send_flags = w[i].send_flags;
+		if (mw && mw[i].kind == 1) {
+			fill_mw(x, &mw[i], &objs[i], p->qp.verbs_qp.qp.pd);
+			continue;
+		}
 		x->num_sge = (int)w[i].num_sge;
 		for (j = 0; j < w[i].num_sge; j++) {
 			sges[i][j].addr = w[i].sg_list[j].addr;
@@ -406,7 +464,6 @@ int po_post_send(struct po_qp *p, const struct po_send_wr *w, uint32_t n,
 		}
 		x->sg_list = sges[i];
 		x->opcode = w[i].opcode;
-		x->send_flags = w[i].send_flags;
 		x->imm_data = htobe32(w[i].imm);
 		if (p->qp.verbs_qp.qp.qp_type == IBV_QPT_UD) {
 			memset(&ahs[i], 0, sizeof(ahs[i]));
@@ -428,6 +485,33 @@ int po_post_send(struct po_qp *p, const struct po_send_wr *w, uint32_t n,
 	}
 	err = mlx5_post_send(&p->qp.verbs_qp.qp, wrs, &bad_wr);
 	*bad = bad_wr ? (uint32_t)(bad_wr - wrs) : n;
+	return err;
+}
+
+int po_post_send(struct po_qp *p, const struct po_send_wr *w, uint32_t n,
+		 uint32_t *bad)
+{
+	return po_post_send_mw(p, w, NULL, n, bad);
+}
+
+/* mlx5_bind_mw (a type-1 bind or unbind through the QP): the window's
+ * rkey after it in *rkey (ibv_inc_rkey of `mw_rkey` on success). */
+int po_bind_mw(struct po_qp *p, const struct po_mw_wr *m, uint64_t wr_id,
+	       uint32_t send_flags, uint32_t *rkey)
+{
+	struct po_mw_objs o;
+	struct ibv_send_wr x;
+	struct ibv_mw_bind bind;
+	int err;
+
+	memset(&x, 0, sizeof(x));
+	fill_mw(&x, m, &o, p->qp.verbs_qp.qp.pd);
+	memset(&bind, 0, sizeof(bind));
+	bind.wr_id = wr_id;
+	bind.send_flags = send_flags;
+	bind.bind_info = x.bind_mw.bind_info;
+	err = mlx5_bind_mw(&p->qp.verbs_qp.qp, &o.mw, &bind);
+	*rkey = o.mw.rkey;
 	return err;
 }
 
@@ -620,6 +704,7 @@ uint32_t po_abi_size(int which)
 	case 5: return sizeof(struct po_wc);
 	case 6: return sizeof(struct po_sq_state);
 	case 7: return sizeof(struct po_sge);
+	case 8: return sizeof(struct po_mw_wr);
 	default: return 0;
 	}
 }

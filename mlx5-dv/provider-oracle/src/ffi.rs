@@ -32,6 +32,23 @@ pub struct po_send_wr {
     pub pad: u32,
 }
 
+/// A memory-window WR at its place in a `po_send_wr` list (`kind` 1;
+/// `harness.c`'s comment says each field), or a plain WR (`kind` 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct po_mw_wr {
+    pub addr: u64,
+    pub length: u64,
+    pub kind: u32,
+    pub opcode: u32,
+    pub mw_type: u32,
+    pub mw_rkey: u32,
+    pub new_rkey: u32,
+    pub mr_lkey: u32,
+    pub access: u32,
+    pub invalidate_rkey: u32,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct po_recv_wr {
@@ -157,6 +174,20 @@ extern "C" {
     pub fn po_qp_state(p: *const po_qp, s: *mut po_sq_state);
     pub fn po_qp_retire_sends(p: *mut po_qp, retired: u32);
     pub fn po_post_send(p: *mut po_qp, w: *const po_send_wr, n: u32, bad: *mut u32) -> i32;
+    pub fn po_post_send_mw(
+        p: *mut po_qp,
+        w: *const po_send_wr,
+        mw: *const po_mw_wr,
+        n: u32,
+        bad: *mut u32,
+    ) -> i32;
+    pub fn po_bind_mw(
+        p: *mut po_qp,
+        m: *const po_mw_wr,
+        wr_id: u64,
+        send_flags: u32,
+        rkey: *mut u32,
+    ) -> i32;
     pub fn po_post_recv(p: *mut po_qp, w: *const po_recv_wr, n: u32, bad: *mut u32) -> i32;
     pub fn po_srq_new(c: *mut po_ctx, cfg: *const po_srq_cfg) -> *mut po_srq;
     pub fn po_srq_free(s: *mut po_srq);
@@ -182,6 +213,7 @@ pub fn check_abi() -> Result<(), String> {
         ("po_wc", size_of::<po_wc>()),
         ("po_sq_state", size_of::<po_sq_state>()),
         ("po_sge", size_of::<po_sge>()),
+        ("po_mw_wr", size_of::<po_mw_wr>()),
     ];
     // SAFETY: a pure function of its argument.
     sizes_agree(&ours, |i| unsafe { po_abi_size(i) })

@@ -25,6 +25,9 @@
 //! - [`recv`]: RQs and SRQs of ours and the provider's.
 //! - [`send`]: an SQ of ours and one of the provider's over identical
 //!   rings, and the comparison.
+//! - [`mw`]: memory-window WQEs (UMR): binds and `LOCAL_INV` through
+//!   `mlx5_post_send` and `mlx5_bind_mw`, mixed with plain WRs, and the
+//!   comparison.
 //! - [`dc`]: DC WQEs: a DCI of ours and one of the provider's, driven
 //!   through libmlx5's `ibv_wr_*` / `mlx5dv_wr_*` builders
 //!   (`harness/dc.c`), and the comparison.
@@ -35,6 +38,7 @@ pub mod dc;
 pub mod ffi;
 pub mod gen;
 pub mod mem;
+pub mod mw;
 #[cfg(provider_oracle)]
 pub mod provider;
 #[cfg(provider_oracle)]

@@ -270,6 +270,33 @@ impl<'m> ProviderSq<'m> {
         (err, if err == 0 { list.len() as u32 } else { bad })
     }
 
+    /// `mlx5_post_send` of `list` with the memory-window WRs `mw` names
+    /// (`harness.c` `po_post_send_mw`; `mw` as long as `list`): errno and
+    /// the index of the WR refused (the list's length if none).
+    pub fn post_mw(&mut self, list: &[po_send_wr], mw: &[po_mw_wr]) -> (i32, u32) {
+        assert_eq!(list.len(), mw.len());
+        let mut bad = list.len() as u32;
+        // SAFETY: `qp` is live; `list`, `mw` and what they point to (the
+        // caller's) outlive the call; both hold `list.len()` entries.
+        let err = unsafe {
+            po_post_send_mw(
+                self.qp,
+                list.as_ptr(),
+                mw.as_ptr(),
+                list.len() as u32,
+                &mut bad,
+            )
+        };
+        (err, if err == 0 { list.len() as u32 } else { bad })
+    }
+
+    /// `mlx5_bind_mw` of the window and range `m` names: errno, and the
+    /// window's rkey after it in `rkey`.
+    pub fn bind_mw(&mut self, m: &po_mw_wr, wr_id: u64, send_flags: u32, rkey: &mut u32) -> i32 {
+        // SAFETY: `qp` is live; `m` and `rkey` outlive the call.
+        unsafe { po_bind_mw(self.qp, m, wr_id, send_flags, rkey) }
+    }
+
     /// Its producer index, WR counters and BlueFlame offset.
     pub fn state(&self) -> po_sq_state {
         let mut st = po_sq_state::default();
@@ -328,6 +355,13 @@ pub enum Allowed {
     /// (`_common_wqe_init_op` zeroes ctrl bytes 8..12 only; `mlx5_post_send`
     /// writes 0); the device ignores it. DC WQEs only (`crate::dc`).
     BuilderImm,
+    /// The bytes of a UMR WQE's mkey context segment (WQE bytes 64..128)
+    /// that libmlx5's `set_umr_mkey_seg` never writes: `reserved1`, `sf`,
+    /// `reserved2`, `flags_pd` and everything from `bsf_octword_size` on;
+    /// for a zero-length UMR (`LOCAL_INV`, an unbind) `access_flags`,
+    /// `start_addr` and `len` too. Ours writes 0; the device ignores them
+    /// (a bind's mkey mask names the fields it changes).
+    UmrMkeyUnwritten,
 }
 
 /// One byte that differs.
@@ -363,6 +397,15 @@ pub fn allowed_bytes(
         if opcode == 0x12 {
             for k in 8..16 {
                 out.push((at(idx, seg + k), Allowed::FetchAddCompare));
+            }
+        }
+        if opcode == 0x25 {
+            let next = idx.wrapping_add(1);
+            let zero_len = ds == 8;
+            for k in (0..64).filter(|&k| {
+                matches!(k, 1 | 3 | 8..=15 | 32..=63) || (zero_len && matches!(k, 2 | 16..=31))
+            }) {
+                out.push((at(next, k), Allowed::UmrMkeyUnwritten));
             }
         }
         idx = idx.wrapping_add(wqebbs);
