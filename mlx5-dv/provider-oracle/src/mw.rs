@@ -84,6 +84,7 @@ fn flags(signaled: bool, fence: bool, sig_all: bool) -> CtrlFlags {
     f
 }
 
+#[cfg(provider_oracle)]
 fn send_flags(signaled: bool, fence: bool) -> u32 {
     (if fence { ibv::SEND_FENCE } else { 0 }) | (if signaled { ibv::SEND_SIGNALED } else { 0 })
 }
@@ -142,6 +143,7 @@ impl Bind {
     }
 }
 
+#[cfg(provider_oracle)]
 impl Item {
     /// Whether libmlx5 copies a one-WR post of it to BlueFlame as an
     /// inline WQE.
