@@ -17,7 +17,20 @@ bitflags::bitflags! {
         const REMOTE_READ = 4;
         /// `IBV_ACCESS_REMOTE_ATOMIC`: a peer's atomics may act on it.
         const REMOTE_ATOMIC = 8;
+        /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the MR (IB
+        /// spec C10-73); an MR attribute only, not a QP's.
+        const MW_BIND = 16;
     }
+}
+
+impl Access {
+    /// Every access a QP may grant (`ibv_qp_attr.qp_access_flags`):
+    /// LOCAL_WRITE and the three REMOTE_* flags. Not [`Access::all`], which
+    /// holds [`Access::MW_BIND`] too, an MR's attribute only.
+    pub const QP_ALL: Access = Access::LOCAL_WRITE
+        .union(Access::REMOTE_WRITE)
+        .union(Access::REMOTE_READ)
+        .union(Access::REMOTE_ATOMIC);
 }
 
 /// The transport of a QP (`enum ibv_qp_type`): reliable connected (RC),

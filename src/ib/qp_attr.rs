@@ -225,12 +225,14 @@ impl QpAttr {
         }
     }
 
-    /// RESET -> INIT with the usual values: P_Key index 0, `port`, `access`.
+    /// RESET -> INIT with the usual values: P_Key index 0, `port`, `access`
+    /// (its QP access flags, [`Access::QP_ALL`]; `MW_BIND`, an MR's
+    /// attribute, is left out).
     pub fn init(port: u8, access: Access) -> Self {
         QpAttr {
             pkey_index: Some(0),
             port: Some(port),
-            access: Some(access),
+            access: Some(access & Access::QP_ALL),
             ..Default::default()
         }
     }

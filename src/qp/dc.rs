@@ -30,7 +30,7 @@ impl Qp {
     pub fn ready_dct(&mut self) -> Result<()> {
         self.require(QpType::Dct, "ready_dct (it brings up a DCT)")?;
         self.require_reset("ready_dct")?;
-        let init = QpAttr::init(self.cfg.port, Access::all());
+        let init = QpAttr::init(self.cfg.port, Access::QP_ALL);
         let rtr = QpAttr::rtr_dct(self.cfg.min_rnr_timer, self.dc_path());
         for (from, to, attr) in [
             (QpState::Reset, QpState::Init, &init),

@@ -163,7 +163,7 @@ impl Qp {
     pub fn connect_remote(&mut self, my_psn: u32, peer: &Endpoint, peer_psn: u32) -> Result<()> {
         let (init, rts) = match self.cfg.qp_type {
             QpType::Rc => (
-                QpAttr::init(self.cfg.port, Access::all()),
+                QpAttr::init(self.cfg.port, Access::QP_ALL),
                 QpAttr::rts(my_psn, self.cfg.rnr_retry),
             ),
             // UC takes no READ or atomic: REMOTE_WRITE alone.

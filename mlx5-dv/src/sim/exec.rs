@@ -204,6 +204,10 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
     let q = &st.qps[&qpn];
     let n = (ds * DS).min(N).min(q.sq_wqe_cnt as usize * WQEBB);
     q.sq.read_wrapping(slot, &mut wqe[..n]);
+    if wqe[3] == crate::wqe::UMR.0 {
+        // A memory-window bind or invalidation (`mw.rs`).
+        return super::mw::umr(st, qpn, &mut wqe[..]);
+    }
     let ud = q.qp_type == QpType::Ud;
     let dci = q.dc == Some(DcRole::Dci);
     let (decoded, av) = {

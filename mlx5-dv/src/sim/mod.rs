@@ -20,6 +20,14 @@
 //! and leaves remote memory untouched. A QP in ERR flushes every WQE posted to
 //! it with WR_FLUSH_ERR (0x05), signaled or not.
 //!
+//! Memory windows (`mw`): windows on a PD ([`Device::alloc_mw`]) whose
+//! rkeys share the MRs' key space; UMR WQEs ([`crate::wqe::UmrWqe`]) bind
+//! them (type 1 and 2) and invalidate them (`LOCAL_INV`, a type-1
+//! zero-length bind), checked as `mw.rs` says (MW_BIND_ERR, LOCAL_QP_OP_ERR);
+//! a peer's access whose rkey names a window is checked against the
+//! window's own range, access, variant byte and (type 2) QP; an MR with a
+//! bound window is not deregistered.
+//!
 //! DC (`dc`): a DCT ([`Device::create_dct`]) on an SRQ and a CQ, keyed,
 //! RESET -> INIT -> RTR only, its number ([`Qp::dctn`]) given at RTR; a
 //! DCI ([`Device::create_dci`]) whose WQEs each name a DCT by number and
@@ -55,6 +63,7 @@ mod cq;
 mod dc;
 mod dma;
 mod exec;
+mod mw;
 mod ops;
 mod qp;
 mod recv;
@@ -121,6 +130,17 @@ pub enum SimError {
     /// No memory region has this lkey.
     #[error("no memory region with lkey {0:#x}")]
     NoSuchMr(u32),
+    /// No memory window has this rkey's key index.
+    #[error("no memory window with rkey {0:#x}")]
+    NoSuchMw(u32),
+    /// An MR with memory windows bound to it cannot be deregistered.
+    #[error("memory region {lkey:#x} has {windows} memory window(s) bound to it")]
+    MrHasWindows {
+        /// The MR's lkey.
+        lkey: u32,
+        /// Windows bound to it.
+        windows: usize,
+    },
     /// An owned memory region ([`Device::reg_mr_owned`]) asked for REMOTE_* access.
     #[error("an owned memory region takes no REMOTE_* access (asked {0:?})")]
     RemoteOnOwned(Access),
@@ -325,8 +345,32 @@ impl Hasher for KeyHasher {
 
 type Table<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
 
+impl State {
+    /// A memory key for an MR or a memory window: keys step by 0x100 and
+    /// wrap; never 0, never MLX5_INVALID_LKEY (0x100: it ends a receive
+    /// WQE's segment list), never one an MR or a window holds.
+    fn alloc_key(&mut self) -> Result<u32, SimError> {
+        let start = self.next_key;
+        let mut key = start;
+        while key == 0
+            || key == INVALID_LKEY
+            || self.mrs.contains_key(&key)
+            || self.mws.contains_key(&key)
+        {
+            key = key.wrapping_add(0x100);
+            if key == start {
+                return Err(SimError::Exhausted { what: "memory key" });
+            }
+        }
+        self.next_key = key.wrapping_add(0x100);
+        Ok(key)
+    }
+}
+
 struct State {
     mrs: Table<MrEntry>,
+    /// Memory windows by key index (the rkey with its low, variant byte 0).
+    mws: Table<mw::MwEntry>,
     cqs: Table<CqEntry>,
     qps: Table<QpEntry>,
     srqs: Table<SrqEntry>,
@@ -376,6 +420,7 @@ impl Device {
     pub fn new() -> Self {
         let state = State {
             mrs: Table::default(),
+            mws: Table::default(),
             cqs: Table::default(),
             qps: Table::default(),
             srqs: Table::default(),
@@ -471,17 +516,7 @@ impl Device {
             });
         }
         let mut st = self.lock();
-        // Keys step by 0x100 and wrap; never 0, never MLX5_INVALID_LKEY
-        // (0x100: it ends a receive WQE's segment list), never one in use.
-        let start = st.next_key;
-        let mut key = start;
-        while key == 0 || key == INVALID_LKEY || st.mrs.contains_key(&key) {
-            key = key.wrapping_add(0x100);
-            if key == start {
-                return Err(SimError::Exhausted { what: "memory key" });
-            }
-        }
-        st.next_key = key.wrapping_add(0x100);
+        let key = st.alloc_key()?;
         st.mrs.insert(
             key,
             MrEntry {
@@ -507,12 +542,20 @@ impl Device {
     }
 
     /// Deregisters an MR; after it returns the device no longer touches its memory.
+    ///
+    /// Errors: [`SimError::NoSuchMr`]; [`SimError::MrHasWindows`] while a
+    /// memory window is bound to it (as rxe refuses, `rxe_mr.c`: EINVAL).
     pub fn dereg_mr(&self, lkey: u32) -> Result<(), SimError> {
-        self.lock()
-            .mrs
-            .remove(&lkey)
-            .map(|_| ())
-            .ok_or(SimError::NoSuchMr(lkey))
+        let mut st = self.lock();
+        if !st.mrs.contains_key(&lkey) {
+            return Err(SimError::NoSuchMr(lkey));
+        }
+        let windows = mw::windows_on(&st, lkey);
+        if windows != 0 {
+            return Err(SimError::MrHasWindows { lkey, windows });
+        }
+        st.mrs.remove(&lkey);
+        Ok(())
     }
 
     /// Executes every WQE posted so far, on every QP; returns how many WQEs ran.

@@ -277,14 +277,18 @@ fn responder_check(
         .filter(|p| matches!(p.state, QpState::Rtr | QpState::Rts | QpState::Sqd))
         .ok_or(Syndrome::TRANSPORT_RETRY_EXC_ERR)?;
     let ok = responder.access.contains(need)
-        && st.mrs.get(&rkey).is_some_and(|mr| {
-            mr.pd == responder.pd
-                && mr.access.contains(need)
-                && addr >= mr.addr
-                && addr
-                    .checked_add(len)
-                    .is_some_and(|end| end <= mr.addr + mr.len)
-        });
+        && match st.mrs.get(&rkey) {
+            Some(mr) => {
+                mr.pd == responder.pd
+                    && mr.access.contains(need)
+                    && addr >= mr.addr
+                    && addr
+                        .checked_add(len)
+                        .is_some_and(|end| end <= mr.addr + mr.len)
+            }
+            // An rkey of no MR may name a memory window (`mw.rs`).
+            None => super::mw::window_allows(st, rkey, peer, responder.pd, addr, len, need),
+        };
     if ok {
         return Ok(());
     }

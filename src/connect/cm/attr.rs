@@ -56,7 +56,7 @@ pub(super) fn steps_from(id: &Id, qp: &Qp) -> Result<[QpAttr; 3]> {
     use ibv_qp_state::*;
     let cfg = qp.config();
     let mut init = id.qp_attr(IBV_QPS_INIT)?;
-    init.access = Some(Access::all());
+    init.access = Some(Access::QP_ALL);
     let mut rtr = id.qp_attr(IBV_QPS_RTR)?;
     rtr.min_rnr_timer = Some(cfg.min_rnr_timer);
     let mut rts = id.qp_attr(IBV_QPS_RTS)?;

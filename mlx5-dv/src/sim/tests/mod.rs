@@ -7,6 +7,7 @@ mod execution;
 mod qp_lifecycle;
 mod scatter;
 mod send_queue;
+mod windows;
 
 use super::*;
 use crate::driver::{CompletionQueue, SendQueue};
