@@ -31,6 +31,26 @@ impl VerbsQp {
         // credit makes one, or none would give the credits back).
         let credits_low =
             self.counts && self.credits.free() as u64 * 2 <= self.credits.depth() as u64;
+        if count == 1 {
+            // One WR (the commonest post): built alone, without a chunk's
+            // loops and scratch arrays.
+            let w = wrs.wr(0);
+            let r = if !self.qpx.is_null() && w.sges.len() == 1 {
+                self.post_one_ex(&w, credits_low)
+            } else if self.qpx.is_null() && w.sges.len() <= 1 {
+                self.post_one(&w, credits_low)
+            } else if !self.qpx.is_null() && (w.sges.is_empty() || w.inline) {
+                self.post_chunk_ex(wrs, 0..1, credits_low)
+            } else {
+                // (Several SGEs: the old call, as below.)
+                self.post_chunk(wrs, 0..1, credits_low)
+            };
+            if r.is_err() && self.counts {
+                // Not posted: its credit goes back.
+                self.credits.give(1);
+            }
+            return r;
+        }
         let before = self.posted;
         for start in (0..count).step_by(CHUNK) {
             let end = (start + CHUNK).min(count);
@@ -94,6 +114,40 @@ impl VerbsQp {
         flags
     }
 
+    /// One WR of at most one SGE through `ibv_post_send` (`post_send`'s
+    /// single WR on the old calls: one `ibv_send_wr` and one `ibv_sge` on
+    /// the stack); with `force`, signaled whatever its flags.
+    #[inline]
+    fn post_one(&mut self, w: &crate::ib::wr::SendWr<'_>, force: bool) -> Result<()> {
+        let seq = self.posted;
+        let flags = self.track(w, seq, force);
+        let mut sge = std::mem::MaybeUninit::<ibv_sge>::uninit();
+        // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
+        let mut v: ibv_send_wr = unsafe { std::mem::zeroed() };
+        v.wr_id = seq;
+        v.send_flags = flags;
+        if let [g] = w.sges {
+            v.sg_list = sge.write(ibv_sge {
+                addr: g.addr,
+                length: g.len,
+                lkey: g.lkey.0,
+            });
+            v.num_sge = 1;
+        }
+        fill_op(&mut v, w);
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live QP; the WR and its SGE outlive the call; the SGE
+        // names registered memory (Sge::new checked the range) or, inline,
+        // bytes the provider copies now.
+        let rc = unsafe { ibv_post_send(self.qp, &mut v, &mut bad) };
+        if rc == 0 {
+            self.posted = seq + 1;
+            self.progress.sends_posted(self.posted as u32);
+            return Ok(());
+        }
+        Err(post_error(rc))
+    }
+
     /// One `ibv_post_send` of up to `CHUNK` WRs; with `signal_last`, the
     /// last one is signaled whatever its flags.
     fn post_chunk<W: SendWrs + ?Sized>(
@@ -141,73 +195,7 @@ impl VerbsQp {
             v.sg_list = unsafe { sge_base.add(first) };
             v.num_sge = w.sges.len() as i32;
             v.send_flags = flags;
-            match w.op {
-                WrOp::RdmaWrite { remote } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                    v.wr.rdma = rdma_t {
-                        remote_addr: remote.addr,
-                        rkey: remote.rkey.0,
-                    };
-                }
-                WrOp::RdmaWriteWithImm { remote, imm } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-                    v.wr.rdma = rdma_t {
-                        remote_addr: remote.addr,
-                        rkey: remote.rkey.0,
-                    };
-                    v.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-                }
-                WrOp::Send => v.opcode = ibv_wr_opcode::IBV_WR_SEND,
-                WrOp::SendWithImm { imm } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
-                    v.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-                }
-                WrOp::RdmaRead { remote } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                    v.wr.rdma = rdma_t {
-                        remote_addr: remote.addr,
-                        rkey: remote.rkey.0,
-                    };
-                }
-                WrOp::AtomicCmpSwp {
-                    remote,
-                    compare,
-                    swap,
-                } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
-                    v.wr.atomic = atomic_t {
-                        remote_addr: remote.addr,
-                        compare_add: compare,
-                        swap,
-                        rkey: remote.rkey.0,
-                    };
-                }
-                WrOp::AtomicFetchAdd { remote, add } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                    v.wr.atomic = atomic_t {
-                        remote_addr: remote.addr,
-                        compare_add: add,
-                        swap: 0,
-                        rkey: remote.rkey.0,
-                    };
-                }
-                WrOp::UdSend { dest: d, imm } => {
-                    v.opcode = match imm {
-                        None => ibv_wr_opcode::IBV_WR_SEND,
-                        Some(i) => {
-                            v.imm_data_invalidated_rkey_union.imm_data = i.to_be();
-                            ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
-                        }
-                    };
-                    // (Checked by the caller: the destination's AH is of
-                    // this PD; the WR borrows it for the call.)
-                    v.wr.ud = ud_t {
-                        ah: d.ah.inner.raw as *mut ibv_ah,
-                        remote_qpn: d.remote_qpn,
-                        remote_qkey: d.qkey,
-                    };
-                }
-            }
+            fill_op(v, &w);
         }
         // SAFETY: the first `len` entries were written above.
         let vwrs: &mut [ibv_send_wr] =
@@ -347,5 +335,92 @@ impl VerbsQp {
             }
         }
         Ok(())
+    }
+}
+
+/// The opcode and its operands of `w` in the zeroed `v` (the caller sets
+/// `wr_id`, flags and SGEs).
+#[inline(always)]
+fn fill_op(v: &mut ibv_send_wr, w: &crate::ib::wr::SendWr<'_>) {
+    match w.op {
+        WrOp::RdmaWrite { remote } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            v.wr.rdma = rdma_t {
+                remote_addr: remote.addr,
+                rkey: remote.rkey.0,
+            };
+        }
+        WrOp::RdmaWriteWithImm { remote, imm } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+            v.wr.rdma = rdma_t {
+                remote_addr: remote.addr,
+                rkey: remote.rkey.0,
+            };
+            v.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        }
+        WrOp::Send => v.opcode = ibv_wr_opcode::IBV_WR_SEND,
+        WrOp::SendWithImm { imm } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+            v.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        }
+        WrOp::RdmaRead { remote } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            v.wr.rdma = rdma_t {
+                remote_addr: remote.addr,
+                rkey: remote.rkey.0,
+            };
+        }
+        WrOp::AtomicCmpSwp {
+            remote,
+            compare,
+            swap,
+        } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+            v.wr.atomic = atomic_t {
+                remote_addr: remote.addr,
+                compare_add: compare,
+                swap,
+                rkey: remote.rkey.0,
+            };
+        }
+        WrOp::AtomicFetchAdd { remote, add } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+            v.wr.atomic = atomic_t {
+                remote_addr: remote.addr,
+                compare_add: add,
+                swap: 0,
+                rkey: remote.rkey.0,
+            };
+        }
+        WrOp::UdSend { dest: d, imm } => {
+            v.opcode = match imm {
+                None => ibv_wr_opcode::IBV_WR_SEND,
+                Some(i) => {
+                    v.imm_data_invalidated_rkey_union.imm_data = i.to_be();
+                    ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+                }
+            };
+            // (Checked by the caller: the destination's AH is of
+            // this PD; the WR borrows it for the call.)
+            v.wr.ud = ud_t {
+                ah: d.ah.inner.raw as *mut ibv_ah,
+                remote_qpn: d.remote_qpn,
+                remote_qkey: d.qkey,
+            };
+        }
+    }
+}
+
+/// `ibv_post_send`'s error `rc` for one WR, not posted.
+#[cold]
+#[inline(never)]
+fn post_error(rc: i32) -> Error {
+    match rc {
+        libc::ENOMEM => Error::QueueFull,
+        e => Error::Verbs {
+            call: "ibv_post_send",
+            errno: if e > 0 { e } else { errno() },
+            detail: " (a single WR, not posted)".into(),
+        },
     }
 }

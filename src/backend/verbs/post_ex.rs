@@ -17,7 +17,106 @@ use std::mem::MaybeUninit;
 /// SGEs per WR built on the stack (more: a heap buffer).
 const STACK_SGES: usize = 16;
 
+/// Builds the operation of `w` (`ibv_wr_rdma_write`, `ibv_wr_send`, ...,
+/// and a UD send's `ibv_wr_set_ud_addr`) in the batch open on `qpx`.
+///
+/// # Safety
+/// `qpx` is a live extended QP made with the send ops `w` needs, inside a
+/// batch begun by `ibv_wr_start`, with `wr_id` and `wr_flags` set; `w` was
+/// checked by the front end (keys, the AH of this PD, borrowed for the
+/// call).
+#[inline(always)]
+unsafe fn set_op(qpx: *mut ibv_qp_ex, w: &crate::ib::wr::SendWr<'_>) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match w.op {
+            WrOp::RdmaWrite { remote } => {
+                ibv_wr_rdma_write(qpx, remote.rkey.0, remote.addr);
+            }
+            WrOp::RdmaWriteWithImm { remote, imm } => {
+                ibv_wr_rdma_write_imm(qpx, remote.rkey.0, remote.addr, imm.to_be());
+            }
+            WrOp::Send => ibv_wr_send(qpx),
+            WrOp::SendWithImm { imm } => ibv_wr_send_imm(qpx, imm.to_be()),
+            WrOp::RdmaRead { remote } => {
+                ibv_wr_rdma_read(qpx, remote.rkey.0, remote.addr);
+            }
+            WrOp::AtomicCmpSwp {
+                remote,
+                compare,
+                swap,
+            } => ibv_wr_atomic_cmp_swp(qpx, remote.rkey.0, remote.addr, compare, swap),
+            WrOp::AtomicFetchAdd { remote, add } => {
+                ibv_wr_atomic_fetch_add(qpx, remote.rkey.0, remote.addr, add);
+            }
+            WrOp::UdSend { dest: d, imm } => {
+                match imm {
+                    None => ibv_wr_send(qpx),
+                    Some(i) => ibv_wr_send_imm(qpx, i.to_be()),
+                }
+                ibv_wr_set_ud_addr(qpx, d.ah.inner.raw as *mut ibv_ah, d.remote_qpn, d.qkey);
+            }
+        }
+    }
+}
+
+/// What `ibv_wr_complete` returned, as the post's result (`len` WRs in the
+/// batch, none posted on an error).
+#[inline(always)]
+fn complete_result(rc: i32, len: usize) -> Result<()> {
+    match rc {
+        0 => Ok(()),
+        libc::ENOMEM => Err(Error::QueueFull),
+        e => Err(complete_error(e, len)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn complete_error(e: i32, len: usize) -> Error {
+    Error::Verbs {
+        call: "ibv_wr_complete",
+        errno: if e > 0 { e } else { errno() },
+        detail: format!(" (none of a batch of {len} WRs was posted)"),
+    }
+}
+
 impl VerbsQp {
+    /// One WR of one SGE or one inline buffer as its own extended-verbs
+    /// batch (`post_send`'s single WR: none of `post_chunk_ex`'s loop and
+    /// scratch); with `force`, signaled whatever its flags.
+    #[inline]
+    pub(super) fn post_one_ex(&mut self, w: &crate::ib::wr::SendWr<'_>, force: bool) -> Result<()> {
+        debug_assert!(w.sges.len() == 1);
+        let qpx = self.qpx;
+        let seq = self.posted;
+        let flags = self.track(w, seq, force);
+        let g = &w.sges[0];
+        // SAFETY: live extended QP (made with the send ops used), posted to
+        // only by its one owner (`&mut self`); `wr_id` and `wr_flags` are
+        // plain fields the builder reads; its operands and the SGE's (or
+        // the inline bytes', which the provider copies now) memory were
+        // checked by the front end; one batch, begun and completed here.
+        let rc = unsafe {
+            ibv_wr_start(qpx);
+            (*qpx).wr_id = seq;
+            (*qpx).wr_flags = flags;
+            set_op(qpx, w);
+            if w.inline {
+                // (rxe before v56: the single-buffer setter, as below.)
+                ibv_wr_set_inline_data(qpx, g.addr as usize as *mut _, g.len as usize);
+            } else {
+                ibv_wr_set_sge(qpx, g.lkey.0, g.addr, g.len);
+            }
+            ibv_wr_complete(qpx)
+        };
+        if rc == 0 {
+            self.posted = seq + 1;
+            self.progress.sends_posted(self.posted as u32);
+        }
+        complete_result(rc, 1)
+    }
+
     /// One extended-verbs batch of the WRs `range` of `all`; with
     /// `signal_last`, the last one is signaled whatever its flags.
     pub(super) fn post_chunk_ex<W: SendWrs + ?Sized>(
@@ -39,45 +138,12 @@ impl VerbsQp {
             let seq = self.posted + i as u64;
             let flags = self.track(&w, seq, signal_last && i + 1 == len);
             // SAFETY: inside the batch begun by `ibv_wr_start`; `wr_id` and
-            // `wr_flags` are plain fields the next builder reads; each
-            // builder gets the operands the front end checked (keys, the
-            // AH of this PD, borrowed for the call).
+            // `wr_flags` are plain fields the next builder reads; the
+            // builder gets the operands the front end checked.
             unsafe {
                 (*qpx).wr_id = seq;
                 (*qpx).wr_flags = flags;
-                match w.op {
-                    WrOp::RdmaWrite { remote } => {
-                        ibv_wr_rdma_write(qpx, remote.rkey.0, remote.addr);
-                    }
-                    WrOp::RdmaWriteWithImm { remote, imm } => {
-                        ibv_wr_rdma_write_imm(qpx, remote.rkey.0, remote.addr, imm.to_be());
-                    }
-                    WrOp::Send => ibv_wr_send(qpx),
-                    WrOp::SendWithImm { imm } => ibv_wr_send_imm(qpx, imm.to_be()),
-                    WrOp::RdmaRead { remote } => {
-                        ibv_wr_rdma_read(qpx, remote.rkey.0, remote.addr);
-                    }
-                    WrOp::AtomicCmpSwp {
-                        remote,
-                        compare,
-                        swap,
-                    } => ibv_wr_atomic_cmp_swp(qpx, remote.rkey.0, remote.addr, compare, swap),
-                    WrOp::AtomicFetchAdd { remote, add } => {
-                        ibv_wr_atomic_fetch_add(qpx, remote.rkey.0, remote.addr, add);
-                    }
-                    WrOp::UdSend { dest: d, imm } => {
-                        match imm {
-                            None => ibv_wr_send(qpx),
-                            Some(i) => ibv_wr_send_imm(qpx, i.to_be()),
-                        }
-                        ibv_wr_set_ud_addr(
-                            qpx,
-                            d.ah.inner.raw as *mut ibv_ah,
-                            d.remote_qpn,
-                            d.qkey,
-                        );
-                    }
-                }
+                set_op(qpx, &w);
             }
             let n = w.sges.len();
             if w.inline {
@@ -151,14 +217,6 @@ impl VerbsQp {
             self.posted += len as u64;
             self.progress.sends_posted(self.posted as u32);
         }
-        match rc {
-            0 => Ok(()),
-            libc::ENOMEM => Err(Error::QueueFull),
-            e => Err(Error::Verbs {
-                call: "ibv_wr_complete",
-                errno: if e > 0 { e } else { errno() },
-                detail: format!(" (none of a batch of {len} WRs was posted)"),
-            }),
-        }
+        complete_result(rc, len)
     }
 }
