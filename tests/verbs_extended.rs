@@ -4,6 +4,9 @@
 //! polled through `ibv_start_poll`, or, with
 //! `RDMA_DIRECT_VERBS_OLD_POST=1`, both through the old calls; a WRITE,
 //! an inline WRITE of two pieces, a 2-SGE WRITE and a READ move the bytes.
+//! Completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`) come
+//! where the provider takes them, and are refused with the typed error
+//! where it does not (rxe) and with the old calls.
 
 use rdma_direct::testing::QpHooks;
 use rdma_direct::*;
@@ -96,4 +99,79 @@ fn posts_and_polls_through_the_extended_verbs() {
     let mut again = vec![0u8; 256];
     src.read(1024, &mut again).unwrap();
     assert_eq!(again, got);
+}
+
+/// `QpConfig::completion_timestamps` and `Pd::create_timestamped_shared_cq`
+/// on a verbs device: where the provider takes
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` (never with the old calls, whose
+/// `ibv_poll_cq` has no timestamp), a WRITE's completion carries a
+/// non-zero one; elsewhere (rxe) both are refused with
+/// `Error::Unsupported { feature: CompletionTimestamp }` naming the device,
+/// and the PD still makes a QP without them.
+#[test]
+fn completion_timestamps_or_the_typed_refusal() {
+    let Ok(dev) = std::env::var("RDMA_DIRECT_VERBS_DEVICE") else {
+        eprintln!(
+            "verbs_extended: completion_timestamps_or_the_typed_refusal: SKIPPED: \
+             RDMA_DIRECT_VERBS_DEVICE names no verbs device (scripts/test step 3 sets it in the rxe guest)"
+        );
+        return;
+    };
+    let old = std::env::var("RDMA_DIRECT_VERBS_OLD_POST").is_ok_and(|v| v == "1");
+    let ctx = Context::open(&dev).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cfg = QpConfig {
+        completion_timestamps: true,
+        ..QpConfig::default()
+    };
+    let refused = |r: Result<()>, what: &str| match r {
+        Err(Error::Unsupported {
+            device,
+            feature: Feature::CompletionTimestamp,
+        }) => {
+            assert_eq!(device, dev, "{what}");
+            true
+        }
+        Err(e) => panic!("{what} on {dev}: {e:?}"),
+        Ok(()) => false,
+    };
+    let own = refused(pd.create_qp(&cfg).map(drop), "a QP's own CQ");
+    let shared = refused(pd.create_timestamped_shared_cq(64).map(drop), "a shared CQ");
+    assert_eq!(own, shared, "on {dev}: the two CQs differ");
+    if own {
+        eprintln!(
+            "verbs_extended: completion timestamps on {dev} (old calls {old}): \
+             refused with Error::Unsupported {{ feature: CompletionTimestamp }}"
+        );
+        // Nothing was left half made: the PD makes a QP without them.
+        let (mut a, _b) = pd.create_connected_pair(&QpConfig::default()).unwrap();
+        let mr = pd
+            .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let sge = [Sge::new(&mr, 0, 8).unwrap()];
+        let to = RemoteAddr {
+            addr: mr.addr() + 8,
+            rkey: mr.rkey(),
+        };
+        a.post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])
+            .unwrap();
+        let c = wait_one(&mut a);
+        assert_eq!((c.status, c.timestamp), (WcStatus::SUCCESS, 0), "{c:?}");
+        return;
+    }
+    assert!(!old, "on {dev} the old calls made a CQ with timestamps");
+    let (mut a, _b) = pd.create_connected_pair(&cfg).unwrap();
+    let mr = pd
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let sge = [Sge::new(&mr, 0, 8).unwrap()];
+    let to = RemoteAddr {
+        addr: mr.addr() + 8,
+        rkey: mr.rkey(),
+    };
+    a.post_send(&[SendWr::rdma_write(1, &sge, to).signaled()])
+        .unwrap();
+    let c = wait_one(&mut a);
+    assert_eq!(c.status, WcStatus::SUCCESS, "{c:?}");
+    assert_ne!(c.timestamp, 0, "on {dev}: {c:?}");
 }

@@ -33,6 +33,10 @@ pub fn sw_owned(op_own: u8, ci: u32, cqe_cnt: u32) -> bool {
     (op_own >> 4) != CqeOpcode::INVALID.0 && ((op_own & 1) != 0) == ((ci & cqe_cnt) != 0)
 }
 
+/// Offset of the CQE's 64-bit big-endian `timestamp` in the 64-byte CQE
+/// proper (rdma-core `mlx5dv.h` `struct mlx5_cqe64`, `timestamp`).
+pub const TIMESTAMP: usize = 48;
+
 /// Owner bit the device writes for the CQE at producer index `pi`.
 #[inline]
 pub fn owner_bit(pi: u32, cqe_cnt: u32) -> u8 {
@@ -260,6 +264,19 @@ impl CqeRef<'_> {
     #[inline(always)]
     pub fn imm(&self) -> u32 {
         self.be32(36)
+    }
+
+    /// `timestamp` (bytes 48..56, big-endian): when the device wrote the
+    /// CQE, on its free-running clock (ConnectX: device clock ticks; the
+    /// sim: nanoseconds since the device was made). Meaningful only on a CQ
+    /// created for timestamps (`ibv_create_cq_ex` with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`; the sim's
+    /// `Cq::set_timestamps`); never in a compressed session's mini-CQEs.
+    #[inline(always)]
+    pub fn timestamp(&self) -> u64 {
+        // SAFETY: bytes 48..56 of the CQE (`in_slot`'s contract); unaligned
+        // reads need no alignment.
+        u64::from_be(unsafe { (self.p.add(TIMESTAMP) as *const u64).read_unaligned() })
     }
 
     /// `flags_rqpn` (bytes 24..28): a responder CQE's source QPN in 23:0,

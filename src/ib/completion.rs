@@ -166,11 +166,12 @@ impl WcOpcode {
 
 /// One work completion.
 ///
-/// `repr(C)`, 40 bytes, the fields in this order so that the three a
-/// successful completion leaves at zero (status, `vendor_err`, `imm`'s tag)
-/// are adjacent: a poll writes them with two stores (wr_id at 0, status 8,
-/// vendor_err 12, imm 16 (tag) and 20, byte_len 24, qp_num 28, opcode 32,
-/// src_qp 36).
+/// `repr(C)`, 48 bytes, the fields in this order so that the four a
+/// successful completion of a CQ without timestamps leaves at zero
+/// (status, `vendor_err`, `timestamp`, `imm`'s tag) are adjacent: a poll
+/// writes them with two stores (wr_id at 0, status 8, vendor_err 12,
+/// timestamp 16, imm 24 (tag) and 28, byte_len 32, qp_num 36, opcode 40,
+/// src_qp 44).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Completion {
@@ -181,6 +182,22 @@ pub struct Completion {
     pub status: WcStatus,
     /// Vendor syndrome (mlx5: CQE byte 54), 0 on success.
     pub vendor_err: u32,
+    /// When the device completed the WR, on its free-running clock
+    /// (`ibv_wc_read_completion_ts`, see `ibv_create_cq_ex(3)`), for a CQ
+    /// created with completion timestamps
+    /// ([`QpConfig::completion_timestamps`](crate::QpConfig::completion_timestamps),
+    /// [`Pd::create_timestamped_shared_cq`](crate::Pd::create_timestamped_shared_cq));
+    /// 0 on any other CQ, and on a completion in error (mlx5's error CQE
+    /// has its syndromes where the timestamp would be).
+    ///
+    /// Units are the device's, not nanoseconds: on ConnectX the raw ticks
+    /// of its core clock, the 64-bit big-endian `timestamp` at byte 48 of
+    /// the CQE (rdma-core `mlx5dv.h` `struct mlx5_cqe64`), as
+    /// `ibv_wc_read_completion_ts` gives them (`ibv_query_device_ex`'s
+    /// `hca_core_clock`, in kHz, converts them); on the sim nanoseconds
+    /// since the sim device was made. Non-decreasing in the order one CQ's
+    /// completions are written; compare timestamps of one device only.
+    pub timestamp: u64,
     /// Immediate data, as the sender passed it (receives with immediate).
     pub imm: Option<u32>,
     /// Bytes transferred (RDMA READ, atomics, receives).

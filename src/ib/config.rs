@@ -60,6 +60,35 @@ pub struct QpConfig {
     /// [`Error::Invalid`]: crate::Error::Invalid
     /// [`Error::Unsupported`]: crate::Error::Unsupported
     pub cqe_compression: bool,
+    /// Completion timestamps on the QP's own CQ (default off): each
+    /// [`Completion::timestamp`](crate::Completion::timestamp) is when the
+    /// device completed the WR, in the device's clock ticks (not
+    /// nanoseconds; the sim: nanoseconds since it was made). The CQ is made
+    /// as `ibv_create_cq_ex(3)` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+    /// in `wc_flags`: on the verbs path each is read by
+    /// `ibv_wc_read_completion_ts`; on the direct path (ConnectX, the sim)
+    /// the poller copies the CQE's 64-bit big-endian `timestamp` (byte 48
+    /// of the CQE, rdma-core `mlx5dv.h` `struct mlx5_cqe64`), and such a CQ
+    /// polls through the general path, not the fast one (see
+    /// `docs/concepts.md`). On the sim it turns on the sim's clock in its
+    /// CQEs (`mlx5_dv::sim::Cq::set_timestamps`).
+    ///
+    /// Refused, before anything is created: with a shared CQ
+    /// ([`Error::Invalid`]: the shared CQ's own option decides,
+    /// `Pd::create_timestamped_shared_cq`); with `cqe_compression`
+    /// ([`Error::Invalid`]: mini-CQEs carry no timestamp of their own);
+    /// where the device or provider has none ([`Error::Unsupported`],
+    /// `Feature::CompletionTimestamp`): a provider without
+    /// `ibv_create_cq_ex`, the old verbs calls
+    /// (`RDMA_DIRECT_VERBS_OLD_POST=1`: `ibv_poll_cq` gives no timestamp),
+    /// or a CQ creation that fails with `EOPNOTSUPP` or `EINVAL` (rxe:
+    /// its provider takes no `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    /// ConnectX's direct path is wired (`ibv_create_cq_ex` with the flag,
+    /// then `mlx5dv_init_obj`); compiles, not yet run on hardware.
+    ///
+    /// [`Error::Invalid`]: crate::Error::Invalid
+    /// [`Error::Unsupported`]: crate::Error::Unsupported
+    pub completion_timestamps: bool,
     /// Scatter to CQE, "inline receive" (UCX's RX inline, rdma-core's
     /// `MLX5_SCATTER_TO_CQE`): small payloads come inside the CQE and the
     /// poll copies them to the WR's buffers. Off by default, as in UCX
@@ -70,6 +99,16 @@ pub struct QpConfig {
     /// (`mlx5dv_dc_init_attr.dct_access_key`, 64 bits, rdma-core
     /// `mlx5dv.h`). Ignored by every other QP type. Default 0.
     pub dc_key: u64,
+}
+
+/// How a CQ is made beyond its depth (`ibv_cq_init_attr_ex`'s options
+/// we offer): CQE compression, completion timestamps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CqOptions {
+    /// CQE compression ([`QpConfig::cqe_compression`]).
+    pub(crate) compress: bool,
+    /// Completion timestamps ([`QpConfig::completion_timestamps`]).
+    pub(crate) timestamps: bool,
 }
 
 /// Scatter to CQE ("inline receive") for a QP, on the direct path
@@ -151,6 +190,7 @@ impl Default for QpConfig {
             min_rnr_timer: 12,
             cq_depth: None,
             cqe_compression: false,
+            completion_timestamps: false,
             inline_recv: InlineRecv::Off,
             dc_key: 0,
         }

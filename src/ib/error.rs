@@ -571,6 +571,8 @@ pub enum Feature {
     DirectPath,
     /// A GID table (RoCE devices).
     GidTable,
+    /// Completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    CompletionTimestamp,
 }
 
 impl std::fmt::Display for Feature {
@@ -592,6 +594,7 @@ impl std::fmt::Display for Feature {
                 "the direct path (it drives ConnectX, mlx5, devices and the sim only)"
             }
             Feature::GidTable => "a GID table (GID indices apply to RoCE devices)",
+            Feature::CompletionTimestamp => "completion timestamps",
         })
     }
 }

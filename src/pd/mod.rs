@@ -11,7 +11,7 @@ use crate::backend::ibv;
 use crate::cq::channel::{ChannelKind, CompChannel};
 use crate::cq::SharedCq;
 use crate::device::handles::{PdInner, PdKind, SharedKind};
-use crate::ib::config::QpConfig;
+use crate::ib::config::{CqOptions, QpConfig};
 #[cfg(feature = "verbs")]
 use crate::ib::device::DataPath;
 use crate::ib::error::RegRefusal;
@@ -365,7 +365,7 @@ impl Pd {
     /// Errors: [`Error::Config`] when `depth` is not 1..=4194304; the
     /// device's refusal as [`Error::Verbs`].
     pub fn create_shared_cq(&self, depth: u32) -> Result<SharedCq> {
-        self.shared_cq_of(depth, false)
+        self.shared_cq_of(depth, CqOptions::default())
     }
 
     /// [`Self::create_shared_cq`] with CQE compression (basic layout: the
@@ -386,11 +386,40 @@ impl Pd {
     /// whose `cqe_comp_caps` has no `max_num` or no format we know, or
     /// whose `mlx5dv_create_cq` refuses compression; nothing is created.
     pub fn create_compressed_shared_cq(&self, depth: u32) -> Result<SharedCq> {
-        self.shared_cq_of(depth, true)
+        let opts = CqOptions {
+            compress: true,
+            ..CqOptions::default()
+        };
+        self.shared_cq_of(depth, opts)
     }
 
-    /// [`Self::create_shared_cq`], with CQE compression when `compress`.
-    fn shared_cq_of(&self, depth: u32, compress: bool) -> Result<SharedCq> {
+    /// [`Self::create_shared_cq`] with completion timestamps: each
+    /// [`Completion::timestamp`](crate::Completion::timestamp) that
+    /// [`SharedCq::poll`] hands out is when the device completed the WR,
+    /// in the device's clock ticks, not nanoseconds (ConnectX: its core
+    /// clock's raw ticks; the sim: nanoseconds since it was made); 0 for a
+    /// completion in error. As [`QpConfig::completion_timestamps`] for a
+    /// QP's own CQ: `ibv_create_cq_ex(3)` with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in `wc_flags`, read with
+    /// `ibv_wc_read_completion_ts` on the verbs path and from the CQE's
+    /// 64-bit big-endian `timestamp` (byte 48) on the direct path (the sim:
+    /// `mlx5_dv::sim::Cq::set_timestamps`).
+    ///
+    /// Errors: as [`Self::create_shared_cq`]; [`Error::Unsupported`]
+    /// (`Feature::CompletionTimestamp`) where the provider has no
+    /// `ibv_create_cq_ex`, the old verbs calls are forced
+    /// (`RDMA_DIRECT_VERBS_OLD_POST=1`), or the CQ's creation fails with
+    /// `EOPNOTSUPP` or `EINVAL` (rxe); nothing is created.
+    pub fn create_timestamped_shared_cq(&self, depth: u32) -> Result<SharedCq> {
+        let opts = CqOptions {
+            timestamps: true,
+            ..CqOptions::default()
+        };
+        self.shared_cq_of(depth, opts)
+    }
+
+    /// [`Self::create_shared_cq`] with the options `opts`.
+    fn shared_cq_of(&self, depth: u32, opts: CqOptions) -> Result<SharedCq> {
         if depth == 0 || depth > 1 << 22 {
             return Err(Error::Config {
                 field: "shared CQ depth",
@@ -399,26 +428,27 @@ impl Pd {
                 max: 1 << 22,
             });
         }
-        let kind = match &self.inner.kind {
-            PdKind::Sim(dev, _) => {
-                SharedKind::Direct(direct::DirectCq::create_sim_ex(dev, depth, compress)?)
-            }
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, DataPath::Direct) => {
-                SharedKind::Direct(direct::DirectCq::create_mlx5_ex(&pd.ctx, depth, compress)?)
-            }
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, DataPath::Verbs) if compress => {
-                return Err(Error::Unsupported {
-                    device: pd.ctx.name.clone(),
-                    feature: crate::Feature::CqeCompression,
-                })
-            }
-            #[cfg(feature = "verbs")]
-            PdKind::Verbs(pd, DataPath::Verbs) => {
-                SharedKind::Verbs(ibv::VerbsCq::create(&pd.ctx, depth)?)
-            }
-        };
+        let kind =
+            match &self.inner.kind {
+                PdKind::Sim(dev, _) => {
+                    SharedKind::Direct(direct::DirectCq::create_sim_ex(dev, depth, opts)?)
+                }
+                #[cfg(feature = "verbs")]
+                PdKind::Verbs(pd, DataPath::Direct) => {
+                    SharedKind::Direct(direct::DirectCq::create_mlx5_ex(&pd.ctx, depth, opts)?)
+                }
+                #[cfg(feature = "verbs")]
+                PdKind::Verbs(pd, DataPath::Verbs) if opts.compress => {
+                    return Err(Error::Unsupported {
+                        device: pd.ctx.name.clone(),
+                        feature: crate::Feature::CqeCompression,
+                    })
+                }
+                #[cfg(feature = "verbs")]
+                PdKind::Verbs(pd, DataPath::Verbs) => SharedKind::Verbs(
+                    ibv::VerbsCq::create_stamped(&pd.ctx, depth, false, opts.timestamps)?,
+                ),
+            };
         Ok(self.shared_cq(kind, None))
     }
 

@@ -128,6 +128,25 @@ impl Qp {
             Some((SharedKind::Direct(c), ..)) => c.compressed,
             _ => cfg.cqe_compression,
         };
+        // Completion timestamps: the QP's own CQ's, or the shared CQ's.
+        if shared.is_some() && cfg.completion_timestamps {
+            return Err(Error::Invalid(
+                "completion_timestamps is the shared CQ's (Pd::create_timestamped_shared_cq): \
+                 leave QpConfig::completion_timestamps false"
+                    .into(),
+            ));
+        }
+        if cfg.completion_timestamps && cfg.cqe_compression {
+            return Err(Error::Invalid(
+                "completion timestamps with CQE compression: mini-CQEs carry no timestamp; \
+                 ask for one of them"
+                    .into(),
+            ));
+        }
+        let own_cq = crate::ib::config::CqOptions {
+            compress: cfg.cqe_compression,
+            timestamps: cfg.completion_timestamps,
+        };
         if compressed && srq.is_some() {
             return Err(Error::Invalid(
                 "a CQ with CQE compression cannot serve a QP on an SRQ: responder mini-CQEs \
@@ -136,7 +155,7 @@ impl Qp {
             ));
         }
         let direct_cq = || match shared {
-            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth, cfg.cqe_compression)),
+            None => Ok::<_, Error>(direct::CqFor::Own(cq_depth, own_cq)),
             Some((SharedKind::Direct(c), credits, _)) => Ok(direct::CqFor::Shared(c, credits)),
             #[cfg(feature = "verbs")]
             Some((SharedKind::Verbs(..), ..)) => Err(Error::PathMismatch {
@@ -232,7 +251,7 @@ impl Qp {
                     // The device is asked for at least one receive SGE;
                     // receives are held to what the caller asked.
                     let choice = match shared {
-                        None => verbs::CqChoice::Own(cq_depth),
+                        None => verbs::CqChoice::Own(cq_depth, cfg.completion_timestamps),
                         Some((SharedKind::Verbs(c), credits, _)) => {
                             verbs::CqChoice::Shared(c, credits)
                         }

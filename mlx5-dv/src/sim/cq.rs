@@ -125,6 +125,7 @@ impl Device {
                 compress: false,
                 held: Default::default(),
                 cqe_bytes: 0,
+                clock: None,
             },
         );
         Ok(Cq {
@@ -197,11 +198,46 @@ impl Cq {
                 what: "CQE compression on a CQ of 128-byte CQEs",
             });
         }
+        if on && c.clock.is_some() {
+            return Err(SimError::Unsupported {
+                what: "CQE compression on a CQ with completion timestamps",
+            });
+        }
         c.compress = on;
         if !on {
             super::session::write_held(&mut st);
         }
         Ok(())
+    }
+
+    /// Turns completion timestamps on (or off) for this CQ: the sim's side
+    /// of `ibv_create_cq_ex(3)` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+    /// in `wc_flags` (call it before the CQ's first CQE, as creation
+    /// would). Every CQE written from then on carries in `timestamp` (bytes
+    /// 48..56 of the CQE proper, big-endian, [`crate::cqe::TIMESTAMP`]) the
+    /// device's clock when it was written: nanoseconds since the sim
+    /// device was made (a monotonic clock; at least 1), where ConnectX
+    /// writes ticks of its free-running clock. Error CQEs carry none (their
+    /// syndromes lie in those bytes). Off (the default), the field is 0.
+    ///
+    /// Errors: [`SimError::Unsupported`] on a CQ that compresses (the
+    /// sim's choice: mini-CQEs carry no timestamp of their own).
+    pub fn set_timestamps(&self, on: bool) -> Result<(), SimError> {
+        let mut st = self.dev.lock();
+        let epoch = st.epoch;
+        let c = st.cqs.get_mut(&self.cqn).expect("a live CQ");
+        if on && c.compress {
+            return Err(SimError::Unsupported {
+                what: "completion timestamps on a CQ that compresses CQEs",
+            });
+        }
+        c.clock = on.then_some(epoch);
+        Ok(())
+    }
+
+    /// Whether the CQ's CQEs carry timestamps ([`Self::set_timestamps`]).
+    pub fn timestamps(&self) -> bool {
+        self.dev.lock().cqs[&self.cqn].clock.is_some()
     }
 
     /// Whether the CQ compresses ([`Self::set_compression`]).
@@ -380,8 +416,21 @@ pub(super) fn push_cqe_to(st: &mut State, cqn: u32, c: &Cqe, uidx: u32) {
 pub(super) fn push_cqe(cq: &mut CqEntry, c: &Cqe, uidx: u32) {
     let mut bytes = c.encode(0);
     bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
+    stamp(cq, c, &mut bytes);
     if write_cqe(cq, &mut bytes) {
         raise_if_armed(cq, c.solicited || c.opcode.is_error());
+    }
+}
+
+/// On a CQ with timestamps on ([`Cq::set_timestamps`]): the device clock
+/// now, in nanoseconds since its epoch (at least 1), into the `timestamp`
+/// (bytes 48..56, big-endian) of `c`'s encoding `bytes`. Not into an error
+/// CQE, whose syndromes lie there (`struct mlx5_err_cqe`, bytes 52..56).
+fn stamp(cq: &CqEntry, c: &Cqe, bytes: &mut [u8; CQE64]) {
+    if let (Some(epoch), false) = (cq.clock, c.opcode.is_error()) {
+        let ns = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let at = crate::cqe::TIMESTAMP;
+        bytes[at..at + 8].copy_from_slice(&ns.max(1).to_be_bytes());
     }
 }
 
@@ -483,6 +532,7 @@ fn push_cqe_data(cq: &mut CqEntry, c: &Cqe, uidx: u32, data: &[u8]) {
     }
     let mut bytes = c.encode(owner_bit(cq.pi, cq.cqe_cnt));
     bytes[32..36].copy_from_slice(&(uidx & 0xff_ffff).to_be_bytes());
+    stamp(cq, c, &mut bytes);
     let slot = (cq.pi & (cq.cqe_cnt - 1)) as usize * cq.cqe_size as usize;
     let off = slot + cq.cqe_size as usize - CQE64;
     if slot128 {

@@ -242,6 +242,10 @@ struct CqEntry {
     held: session::Held,
     /// CQE bytes written into the ring ([`Cq::cqe_bytes_written`]).
     cqe_bytes: u64,
+    /// Completion timestamps are on ([`Cq::set_timestamps`]): the device's
+    /// clock epoch ([`State::epoch`]), from which each CQE's `timestamp`
+    /// counts nanoseconds.
+    clock: Option<std::time::Instant>,
 }
 
 struct QpEntry {
@@ -390,6 +394,9 @@ struct State {
     /// CQs holding a compressed session not yet written (written when the
     /// pass over the QPs ends: `session::write_held`).
     held_cqs: Vec<u32>,
+    /// When the device was made: its free-running clock counts from here
+    /// (the CQE `timestamp` of a CQ with timestamps on).
+    epoch: std::time::Instant,
 }
 
 struct Inner {
@@ -438,6 +445,7 @@ impl Device {
             async_fd: None,
             scratch: Vec::new(),
             held_cqs: Vec::new(),
+            epoch: std::time::Instant::now(),
         };
         Device {
             inner: Arc::new(Inner {

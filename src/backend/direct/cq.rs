@@ -4,6 +4,7 @@
 
 #[cfg(feature = "verbs")]
 use super::super::ibv;
+use crate::ib::config::CqOptions;
 use crate::ib::error::Result;
 use mlx5_dv::driver::{CompletionQueue, CqCredits};
 use mlx5_dv::sim;
@@ -21,6 +22,12 @@ pub(crate) struct DirectCq {
     /// [`Self::create_mlx5_ex`]): the poller writes its consumer-index
     /// record after each poll.
     pub(crate) compressed: bool,
+    /// Made with completion timestamps (the sim's `Cq::set_timestamps`,
+    /// ConnectX's `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): its CQEs carry
+    /// one at byte 48, which the poll copies into each
+    /// [`Completion`](crate::Completion) (the general path's: such a CQ
+    /// takes no fast path).
+    pub(crate) timestamps: bool,
 }
 
 /// Who owns a direct-path CQ's ring.
@@ -33,10 +40,10 @@ pub(crate) enum DirectCqDev {
 }
 
 /// Where a new direct-path QP's completions go: a CQ of its own of this
-/// many CQEs (compressing CQEs or not), or a shared CQ whose credits it
-/// takes from.
+/// many CQEs with these options (compressing CQEs or not, timestamps or
+/// not), or a shared CQ whose credits it takes from.
 pub(crate) enum CqFor<'a> {
-    Own(u32, bool),
+    Own(u32, CqOptions),
     Shared(&'a DirectCq, &'a CqCredits),
 }
 
@@ -45,11 +52,11 @@ impl<'a> CqFor<'a> {
     /// credits the QP takes from.
     pub(super) fn resolve(
         &self,
-        create: impl FnOnce(u32, bool) -> Result<DirectCq>,
+        create: impl FnOnce(u32, CqOptions) -> Result<DirectCq>,
     ) -> Result<(Option<DirectCq>, CqCredits)> {
         Ok(match self {
-            CqFor::Own(depth, compress) => {
-                let c = create(*depth, *compress)?;
+            CqFor::Own(depth, opts) => {
+                let c = create(*depth, *opts)?;
                 let credits = CqCredits::new(c.depth());
                 (Some(c), credits)
             }
@@ -88,17 +95,18 @@ impl DirectCq {
         Self::over_sim(sim_cq, None)
     }
 
-    /// [`Self::create_sim`], and with `compress` a CQ with CQE compression
+    /// [`Self::create_sim`], and with `opts.compress` a CQ with CQE compression
     /// (basic layout; the sim's model: `mlx5_dv::sim::Cq::set_compression`),
     /// whose sessions the poller expands in place. A session of `N >= 2`
     /// completions takes `N` slots (DPDK's and UCX's decoders), so the
     /// ring is sized as an uncompressed one; the poller writes the
     /// consumer-index record after each poll, which the sim reads to see
     /// room for a session (the sim CQ still ignores overrun: it never
-    /// stops).
-    pub(crate) fn create_sim_ex(dev: &sim::Device, depth: u32, compress: bool) -> Result<Self> {
-        if !compress {
-            return Self::create_sim(dev, depth);
+    /// stops). With `opts.timestamps` (the front end refuses both), a CQ
+    /// whose CQEs carry the sim's clock ([`Self::sim_timestamps`]).
+    pub(crate) fn create_sim_ex(dev: &sim::Device, depth: u32, opts: CqOptions) -> Result<Self> {
+        if !opts.compress {
+            return Self::create_sim(dev, depth)?.sim_timestamps(opts.timestamps);
         }
         let cqe_cnt = depth.max(1).next_power_of_two().max(2);
         let sim_cq = dev.create_cq_ex(cqe_cnt, 64, true)?;
@@ -123,6 +131,19 @@ impl DirectCq {
         Self::over_sim(sim_cq, Some(events))
     }
 
+    /// With `on`, a sim CQ just made (no CQE written yet) has completion
+    /// timestamps turned on (`mlx5_dv::sim::Cq::set_timestamps`: each CQE
+    /// then carries at byte 48 nanoseconds since the sim device was made)
+    /// and copied by the poll. A ConnectX CQ is left as it is: its
+    /// timestamps are asked for when it is made ([`Self::create_mlx5_ex`]).
+    pub(super) fn sim_timestamps(mut self, on: bool) -> Result<Self> {
+        if let (true, DirectCqDev::Sim(c)) = (on, &self.dev) {
+            c.set_timestamps(true)?;
+            self.timestamps = true;
+        }
+        Ok(self)
+    }
+
     pub(super) fn over_sim(
         sim_cq: sim::Cq,
         channel_events: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
@@ -137,6 +158,7 @@ impl DirectCq {
             dev: DirectCqDev::Sim(sim_cq),
             channel_events,
             compressed: false,
+            timestamps: false,
         })
     }
 
@@ -152,7 +174,7 @@ impl DirectCq {
         Self::over_mlx5(vcq, None)
     }
 
-    /// [`Self::create_mlx5`], and with `compress` a CQ with CQE compression
+    /// [`Self::create_mlx5`], and with `opts.compress` a CQ with CQE compression
     /// (basic layout), the ConnectX twin of [`Self::create_sim_ex`]:
     /// `mlx5dv_create_cq` with `MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE`
     /// in the responder mini-CQE format `ibv::mini_cqe_format` picks from
@@ -173,15 +195,27 @@ impl DirectCq {
     /// or `mlx5dv_create_cq` refuses it (`EINVAL`, `EOPNOTSUPP`); nothing
     /// is created. Compiles; not yet run on hardware.
     ///
+    /// With `opts.timestamps` (the front end refuses it with compression):
+    /// `ibv_create_cq_ex` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in
+    /// `wc_flags` (and `IGNORE_OVERRUN` where accepted), so that each CQE
+    /// carries the device clock's ticks at byte 48, which the poll copies;
+    /// [`Error::Unsupported`] (`Feature::CompletionTimestamp`) where the
+    /// provider or device refuses it (`ibv::VerbsCq::create_stamped`),
+    /// nothing created. Compiles; not yet run on hardware.
+    ///
     /// [`Error::Unsupported`]: crate::Error::Unsupported
     #[cfg(feature = "verbs")]
     pub(crate) fn create_mlx5_ex(
         ctx: &std::sync::Arc<ibv::Ctx>,
         depth: u32,
-        compress: bool,
+        opts: CqOptions,
     ) -> Result<Self> {
         use mlx5_dv::dv::*;
-        if !compress {
+        if opts.timestamps && !opts.compress {
+            let vcq = ibv::VerbsCq::create_stamped(ctx, depth, true, true)?;
+            return Self::over_mlx5(vcq, None);
+        }
+        if !opts.compress {
             return Self::create_mlx5(ctx, depth);
         }
         let feature = crate::Feature::CqeCompression;
@@ -194,8 +228,8 @@ impl DirectCq {
             cqe_size: 64,
         };
         let slots = depth.max(1);
-        let vcq =
-            ibv::VerbsCq::create_dv(ctx, slots, true, dv).map_err(|e| refused(e, ctx, feature))?;
+        let vcq = ibv::VerbsCq::create_dv(ctx, slots, true, dv, false)
+            .map_err(|e| refused(e, ctx, feature))?;
         let mut c = Self::over_mlx5(vcq, None)?;
         c.cq.set_overrun_ignored(false);
         c.compressed = true;
@@ -211,11 +245,18 @@ impl DirectCq {
     /// the gate. Errors: [`Error::Unsupported`] (`Feature::InlineReceive`)
     /// where `mlx5dv_create_cq` refuses it (`EINVAL`, `EOPNOTSUPP`) or the
     /// CQ `mlx5dv_init_obj` describes is not of 128-byte CQEs; nothing is
-    /// left created. Compiles; not yet run on hardware.
+    /// left created. With `timestamps`, `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+    /// in the call's `wc_flags` too ([`Self::create_mlx5_ex`]; its refusal
+    /// is [`Error::Unsupported`] with `Feature::CompletionTimestamp`).
+    /// Compiles; not yet run on hardware.
     ///
     /// [`Error::Unsupported`]: crate::Error::Unsupported
     #[cfg(feature = "verbs")]
-    pub(crate) fn create_mlx5_wide(ctx: &std::sync::Arc<ibv::Ctx>, depth: u32) -> Result<Self> {
+    pub(crate) fn create_mlx5_wide(
+        ctx: &std::sync::Arc<ibv::Ctx>,
+        depth: u32,
+        timestamps: bool,
+    ) -> Result<Self> {
         use mlx5_dv::dv::*;
         let feature = crate::Feature::InlineReceive;
         let dv = mlx5dv_cq_init_attr {
@@ -223,8 +264,8 @@ impl DirectCq {
             cqe_size: 128,
             ..Default::default()
         };
-        let vcq =
-            ibv::VerbsCq::create_dv(ctx, depth, true, dv).map_err(|e| refused(e, ctx, feature))?;
+        let vcq = ibv::VerbsCq::create_dv(ctx, depth, true, dv, timestamps)
+            .map_err(|e| refused(e, ctx, feature))?;
         if ibv::describe_mlx5_cq(&vcq)?.cqe_size != 128 {
             return Err(unsupported(ctx, feature));
         }
@@ -258,6 +299,7 @@ impl DirectCq {
         cq.set_overrun_ignored(vcq.ignores_overrun);
         Ok(Self {
             cq,
+            timestamps: vcq.timestamps,
             dev: DirectCqDev::Mlx5(vcq),
             channel_events,
             compressed: false,

@@ -183,9 +183,11 @@ impl DirectQp {
         dc_key: u64,
     ) -> Result<Self> {
         // (The front end refuses compression with 128-byte CQEs.)
-        let (own, credits) = cq.resolve(|depth, zip| match zip {
-            true => DirectCq::create_sim_ex(dev, depth, true),
-            false => scatter::create_sim_cq(dev, depth, inline_recv),
+        let (own, credits) = cq.resolve(|depth, opts| match opts.compress {
+            true => DirectCq::create_sim_ex(dev, depth, opts),
+            false => {
+                scatter::create_sim_cq(dev, depth, inline_recv)?.sim_timestamps(opts.timestamps)
+            }
         })?;
         let sim_cq = match &cq.in_use(&own).dev {
             DirectCqDev::Sim(s) => s,
@@ -276,9 +278,11 @@ impl DirectQp {
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
         // (The front end refuses compression with 128-byte CQEs.)
-        let (own, credits) = cq.resolve(|depth, zip| match (zip, inline_recv) {
-            (false, crate::InlineRecv::Up64) => DirectCq::create_mlx5_wide(&pd.ctx, depth),
-            _ => DirectCq::create_mlx5_ex(&pd.ctx, depth, zip),
+        let (own, credits) = cq.resolve(|depth, opts| match (opts.compress, inline_recv) {
+            (false, crate::InlineRecv::Up64) => {
+                DirectCq::create_mlx5_wide(&pd.ctx, depth, opts.timestamps)
+            }
+            _ => DirectCq::create_mlx5_ex(&pd.ctx, depth, opts),
         })?;
         let vcq = match &cq.in_use(&own).dev {
             DirectCqDev::Mlx5(v) => v,

@@ -92,7 +92,10 @@ fn write_recv_completion(c: &mut Completion, wr_id: u64, cqe: CqeRef<'_>, op_own
 pub(super) fn write_recv_fields(c: &mut Completion, cqe: CqeRef<'_>, op_own: u8, qpn: u32) {
     c.status = WcStatus::SUCCESS;
     c.vendor_err = 0;
-    // (None first: its store needs no register.)
+    // (A CQ with timestamps takes no fast path: `DirectCq::timestamps`.)
+    c.timestamp = 0;
+    // (None first: its store needs no register; with the three before
+    // it, adjacent zeros.)
     c.imm = None;
     if op_own & 0x10 != 0 {
         c.imm = Some(cqe.imm());
@@ -122,6 +125,8 @@ fn sent(wr_id: u64, cqe: CqeRef<'_>, qpn: u32) -> Completion {
         qp_num: qpn,
         vendor_err: 0,
         src_qp: SrcQp(0),
+        // (A CQ with timestamps takes no fast path: `DirectCq::timestamps`.)
+        timestamp: 0,
     }
 }
 
@@ -207,7 +212,18 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         qp_num: cqe.qpn,
         vendor_err: cqe.vendor_syndrome as u32,
         src_qp: SrcQp::new(cqe.src_qp(), cqe.grh()),
+        // (Set by the polls of a CQ with timestamps: `stamp`.)
+        timestamp: 0,
     })
+}
+
+/// On a CQ with timestamps, `c`'s from its CQE `raw` (bytes 48..56), when
+/// it completed without error (an error CQE has its syndromes there).
+#[inline(always)]
+fn stamp(c: &mut Completion, raw: CqeRef<'_>) {
+    if c.status.is_ok() {
+        c.timestamp = raw.timestamp();
+    }
 }
 
 /// Test hook (feature `test-hooks`; `mlx5-dv/provider-oracle`, issue 27: the same
@@ -296,6 +312,12 @@ impl DirectQp {
         let Some(taken) = own.cq.take::<SLOT>() else {
             return Ok(0);
         };
+        if own.timestamps {
+            // Each CQE's timestamp is copied on the general path (`stamp`);
+            // the fast paths store 0. (Tested after the empty CQ's test.)
+            taken.put_back();
+            return self.poll_general::<SLOT>(out);
+        }
         // (Tested after the empty CQ's test: an empty poll does not pay it.)
         match out.len() {
             0 => {
@@ -534,6 +556,10 @@ impl DirectQp {
         let Some(own) = &mut self.cq else {
             return self.shared_cq();
         };
+        // (`first` comes from the fast loops only, which a CQ with
+        // timestamps never enters: each of its CQEs is read here.)
+        let stamps = own.timestamps;
+        debug_assert!(!(stamps && first.is_some()));
         let mut cqes = own.cq.cursor::<SLOT>();
         let mut sq = self.sq.retirer();
         let rq = &mut self.rq;
@@ -542,17 +568,20 @@ impl DirectQp {
         // A requester CQE in error: the device moved the QP to ERR.
         let mut failed = false;
         loop {
-            let cqe = match first.take() {
-                Some(c) => c,
+            let (cqe, raw) = match first.take() {
+                Some(c) => (c, None),
                 None if n < out.len() => match cqes.next() {
-                    Some(c) => super::scatter::decode(c, &sq, rq),
+                    Some(c) => (super::scatter::decode(c, &sq, rq), Some(c)),
                     None => break,
                 },
                 None => break,
             };
             failed |= cqe.opcode == CqeOpcode::REQ_ERR;
             match retire(&mut sq, rq, &cqe) {
-                Ok(Some(c)) => {
+                Ok(Some(mut c)) => {
+                    if let (true, Some(raw)) = (stamps, raw) {
+                        stamp(&mut c, raw);
+                    }
                     out[n] = c;
                     n += 1;
                 }
@@ -637,6 +666,7 @@ impl DirectCq {
         mut put: impl FnMut(usize, Completion),
         from: u32,
     ) -> (usize, Result<()>) {
+        let stamps = self.timestamps;
         let mut cqes = self.cq.cursor::<SLOT>();
         let mut freed = 0;
         let mut n = 0;
@@ -673,7 +703,10 @@ impl DirectCq {
                 r
             };
             match r {
-                Ok(Some(c)) => {
+                Ok(Some(mut c)) => {
+                    if stamps {
+                        stamp(&mut c, raw);
+                    }
                     put(n, c);
                     n += 1;
                 }

@@ -102,6 +102,11 @@ impl DirectQp {
             taken.put_back();
             return Ok(0);
         };
+        if own.timestamps {
+            // The general path copies each CQE's timestamp (`poll.rs`).
+            taken.put_back();
+            return self.poll_on_srq_slow::<SLOT>(out, Slow::General);
+        }
         let cqe = taken.cqe();
         let op_own = cqe.op_own();
         if !received_on_srq(&self.rq, cqe, op_own, first, self.qpn) {

@@ -107,6 +107,10 @@ const WC_FLAGS: u64 = (ibv_create_cq_wc_flags::IBV_WC_EX_WITH_BYTE_LEN.0
     | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_QP_NUM.0
     | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_SRC_QP.0) as u64;
 
+/// The `wc_flags` bit of completion timestamps (`ibv_create_cq_ex(3)`):
+/// each completion carries one, read by `ibv_wc_read_completion_ts`.
+const WC_TIMESTAMP: u64 = ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0 as u64;
+
 /// The current completion of an extended CQ's poll as an `ibv_wc` (the
 /// fields a `Completion` reads; the rest zero).
 ///
@@ -158,6 +162,10 @@ pub(crate) struct VerbsCq {
     /// Made with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` ([`Self::create_ex`]):
     /// the device never reads its consumer-index record.
     pub(crate) ignores_overrun: bool,
+    /// Made with [`WC_TIMESTAMP`] ([`Self::create_stamped`]): on the verbs
+    /// path [`Self::poll_stamped`] reads each completion's timestamp; on
+    /// the direct path its CQEs carry one at byte 48.
+    pub(crate) timestamps: bool,
 }
 
 // SAFETY: one owner polls, arms and waits on the CQ (`&mut Qp` for a QP's
@@ -179,13 +187,8 @@ impl Drop for VerbsCq {
 
 impl VerbsCq {
     /// `ibv_create_comp_channel` (fd made non-blocking), then
-    /// `ibv_create_cq` of at least `depth` CQEs on it (the verbs path: no
-    /// creation flag; rxe's kernel refuses every one).
-    pub(crate) fn create(ctx: &Arc<Ctx>, depth: u32) -> Result<Arc<VerbsCq>> {
-        Self::create_ex(ctx, depth, false)
-    }
-
-    /// [`Self::create`], and with `ignore_overrun` first `ibv_create_cq_ex`
+    /// `ibv_create_cq` of at least `depth` CQEs on it; and with
+    /// `ignore_overrun` first `ibv_create_cq_ex`
     /// with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (`comp_mask`
     /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`, no extended WC fields), then
     /// `ibv_cq_ex_to_cq`: the CQ context's `oi` bit on mlx5, so the device
@@ -202,7 +205,36 @@ impl VerbsCq {
         ignore_overrun: bool,
     ) -> Result<Arc<VerbsCq>> {
         let channel = VerbsChannel::create(ctx)?;
-        Self::make(ctx, depth, ignore_overrun, None, channel, false, 0)
+        Self::make(ctx, depth, ignore_overrun, None, channel, false, 0, false)
+    }
+
+    /// [`Self::create_ex`], and with `timestamps` a CQ with completion
+    /// timestamps: `ibv_create_cq_ex` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+    /// in `wc_flags` (with `ignore_overrun`, first with
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` too, then without it). There is
+    /// no fallback to `ibv_create_cq`, which gives no timestamps: where the
+    /// provider has no `create_cq_ex`, the old verbs calls are forced
+    /// ([`super::old_verbs`], verbs path), or the call fails with
+    /// `EOPNOTSUPP` or `EINVAL` (rxe's provider refuses the flag), the
+    /// error is [`Error::Unsupported`] with `Feature::CompletionTimestamp`;
+    /// nothing is left created (the channel made for it goes too).
+    pub(crate) fn create_stamped(
+        ctx: &Arc<Ctx>,
+        depth: u32,
+        ignore_overrun: bool,
+        timestamps: bool,
+    ) -> Result<Arc<VerbsCq>> {
+        let channel = VerbsChannel::create(ctx)?;
+        Self::make(
+            ctx,
+            depth,
+            ignore_overrun,
+            None,
+            channel,
+            false,
+            0,
+            timestamps,
+        )
     }
 
     /// [`Self::create_ex`] through `mlx5dv_create_cq` with the mlx5
@@ -211,15 +243,27 @@ impl VerbsCq {
     /// then, where that fails, again without it (`ignores_overrun` says
     /// which made the CQ). An error names `mlx5dv_create_cq` with the
     /// last call's errno (`EINVAL` or `EOPNOTSUPP` where the device refuses
-    /// an attribute; nothing is left created).
+    /// an attribute; nothing is left created). With `timestamps`,
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in `wc_flags`, refused as in
+    /// [`Self::create_stamped`].
     pub(crate) fn create_dv(
         ctx: &Arc<Ctx>,
         depth: u32,
         ignore_overrun: bool,
         dv: mlx5_dv::dv::mlx5dv_cq_init_attr,
+        timestamps: bool,
     ) -> Result<Arc<VerbsCq>> {
         let channel = VerbsChannel::create(ctx)?;
-        Self::make(ctx, depth, ignore_overrun, Some(dv), channel, false, 0)
+        Self::make(
+            ctx,
+            depth,
+            ignore_overrun,
+            Some(dv),
+            channel,
+            false,
+            0,
+            timestamps,
+        )
     }
 
     /// [`Self::create_ex`] on `channel`, which other CQs may share: the
@@ -240,9 +284,11 @@ impl VerbsCq {
             channel.clone(),
             true,
             context,
+            false,
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn make(
         ctx: &Arc<Ctx>,
         depth: u32,
@@ -251,7 +297,17 @@ impl VerbsCq {
         channel: Arc<VerbsChannel>,
         shared_channel: bool,
         context: u64,
+        timestamps: bool,
     ) -> Result<Arc<VerbsCq>> {
+        let no_timestamps = || Error::Unsupported {
+            device: ctx.name.clone(),
+            feature: crate::Feature::CompletionTimestamp,
+        };
+        if timestamps && dv.is_none() && !ignore_overrun && super::old_verbs() {
+            // The old calls: `ibv_poll_cq` gives no timestamp.
+            return Err(no_timestamps());
+        }
+        let ts_flag = if timestamps { WC_TIMESTAMP } else { 0 };
         let cqe = depth.min(i32::MAX as u32);
         let cq_context = context as usize as *mut std::ffi::c_void;
         let mut attr = ibv_cq_init_attr_ex {
@@ -259,7 +315,7 @@ impl VerbsCq {
             cq_context,
             channel: channel.raw,
             comp_vector: 0,
-            wc_flags: 0,
+            wc_flags: ts_flag,
             comp_mask: 0,
             flags: 0,
             parent_domain: std::ptr::null_mut(),
@@ -286,7 +342,7 @@ impl VerbsCq {
             // The verbs path: the extended CQ with the fields a
             // `Completion` carries, unless the old calls are forced.
             None if !super::old_verbs() => {
-                attr.wc_flags = WC_FLAGS;
+                attr.wc_flags = WC_FLAGS | ts_flag;
                 let e = super::create_cq_ex(ctx, &mut attr);
                 if !e.is_null() {
                     ex = e;
@@ -294,7 +350,7 @@ impl VerbsCq {
                     // `ibv_cq_ex` starts with the `ibv_cq` fields).
                     cq = unsafe { ibv_cq_ex_to_cq(e) };
                 }
-                attr.wc_flags = 0;
+                attr.wc_flags = ts_flag;
             }
             None => {}
         }
@@ -308,12 +364,39 @@ impl VerbsCq {
                     cq = super::mlx5::dv_create_cq(ctx, &mut attr, d);
                 }
                 Some(_) => {}
+                // Timestamps: `ibv_create_cq_ex` again without the flag
+                // (the direct path), never `ibv_create_cq` (none).
+                None if timestamps && ignore_overrun => {
+                    attr.comp_mask = 0;
+                    attr.flags = 0;
+                    let e = super::create_cq_ex(ctx, &mut attr);
+                    if !e.is_null() {
+                        // SAFETY: as above: a cast of the CQ just made.
+                        cq = unsafe { ibv_cq_ex_to_cq(e) };
+                    }
+                }
+                None if timestamps => {}
                 None => {
                     // SAFETY: live context and channel; the context is a
                     // value, never dereferenced.
                     cq = unsafe { ibv_create_cq(ctx.raw, cqe as i32, cq_context, channel.raw, 0) }
                 }
             }
+        }
+        if cq.is_null() && timestamps {
+            let e = errno();
+            if e == libc::EOPNOTSUPP || e == libc::EINVAL {
+                return Err(no_timestamps());
+            }
+            return Err(Error::Verbs {
+                call: if dv.is_some() {
+                    "mlx5dv_create_cq"
+                } else {
+                    "ibv_create_cq_ex"
+                },
+                errno: e,
+                detail: format!(" ({depth} CQEs, with completion timestamps)"),
+            });
         }
         if cq.is_null() {
             return Err(Error::Verbs {
@@ -335,6 +418,7 @@ impl VerbsCq {
             shared_channel,
             depth,
             ignores_overrun,
+            timestamps,
         }))
     }
 
@@ -392,7 +476,7 @@ impl VerbsCq {
     ) -> Result<&'s [ibv_wc]> {
         let want = want.min(store.len());
         if !self.ex.is_null() {
-            let n = self.poll_ex(store, want)?;
+            let n = self.poll_ex(store, None, want)?;
             // SAFETY: `poll_ex` wrote the first `n` (<= `want`) entries.
             return Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n) });
         }
@@ -409,7 +493,26 @@ impl VerbsCq {
         Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n as usize) })
     }
 
-    /// Extended polling of up to `want` completions into `store`, one
+    /// [`Self::poll_into`] of a CQ made with timestamps (on the verbs path
+    /// always extended): each completion's `ibv_wc_read_completion_ts` in
+    /// `stamps`, at its index (raw device clock ticks, as the provider
+    /// gives them).
+    #[inline(never)]
+    pub(crate) fn poll_stamped<'s>(
+        &self,
+        store: &'s mut [std::mem::MaybeUninit<ibv_wc>; 16],
+        stamps: &mut [u64; 16],
+        want: usize,
+    ) -> Result<&'s [ibv_wc]> {
+        debug_assert!(self.timestamps && !self.ex.is_null());
+        let want = want.min(store.len());
+        let n = self.poll_ex(store, Some(stamps), want)?;
+        // SAFETY: `poll_ex` wrote the first `n` (<= `want`) entries.
+        Ok(unsafe { std::slice::from_raw_parts(store.as_ptr().cast(), n) })
+    }
+
+    /// Extended polling of up to `want` completions into `store` (and,
+    /// with `stamps`, each one's completion timestamp there), one
     /// `ibv_start_poll` (ENOENT: none left) ... `ibv_end_poll` per
     /// completion. Not `ibv_next_poll`: rdma-core's rxe before v56 ends the
     /// poll itself when `ibv_next_poll` finds the CQ empty (it stores the
@@ -420,6 +523,7 @@ impl VerbsCq {
     fn poll_ex(
         &self,
         store: &mut [std::mem::MaybeUninit<ibv_wc>; 16],
+        mut stamps: Option<&mut [u64; 16]>,
         want: usize,
     ) -> Result<usize> {
         let ex = self.ex;
@@ -445,6 +549,11 @@ impl VerbsCq {
             // SAFETY: the poll just started: its completion is valid;
             // `n < want <= 16`.
             store[n].write(unsafe { read_wc(ex) });
+            if let Some(t) = stamps.as_deref_mut() {
+                // SAFETY: as above; the CQ was made with
+                // `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` (`timestamps`).
+                t[n] = unsafe { ibv_wc_read_completion_ts(ex) };
+            }
             n += 1;
             // SAFETY: `ibv_start_poll` succeeded above; ended once.
             unsafe { ibv_end_poll(ex) };

@@ -56,19 +56,25 @@ pub(crate) fn take_shared(
     mut put: impl FnMut(usize, Completion),
 ) -> (usize, Result<()>) {
     let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
+    // (Only a CQ with timestamps reads them.)
+    let mut stamps = cq.timestamps.then_some([0u64; 16]);
     let mut freed = 0;
     let mut k = 0;
     let mut result = Ok(());
     while k < max {
         let want = (max - k).min(store.len());
-        let wc = match cq.poll_into(&mut store, want) {
+        let polled = match &mut stamps {
+            Some(t) => cq.poll_stamped(&mut store, t, want),
+            None => cq.poll_into(&mut store, want),
+        };
+        let wc = match polled {
             Ok(wc) => wc,
             Err(e) => {
                 result = Err(e);
                 break;
             }
         };
-        for w in wc {
+        for (i, w) in wc.iter().enumerate() {
             if skip == Some(w.qp_num) {
                 // Dropped unretired (an SRQ's receive goes back to it).
                 if let Some(q) = m.find(w.qp_num) {
@@ -83,7 +89,10 @@ pub(crate) fn take_shared(
                 }
                 continue;
             };
-            if let Some(c) = q.retire(w, &mut freed) {
+            if let Some(mut c) = q.retire(w, &mut freed) {
+                if let Some(t) = &stamps {
+                    c.timestamp = stamped(&c, t[i]);
+                }
                 put(k, c);
                 k += 1;
             }
@@ -94,6 +103,18 @@ pub(crate) fn take_shared(
     }
     m.credits().give(freed);
     (k, result)
+}
+
+/// A completion's timestamp as [`Completion::timestamp`] reports it: the
+/// one read (`ibv_wc_read_completion_ts`), 0 for a completion in error
+/// (as on the direct path, whose error CQEs have none).
+#[inline]
+fn stamped(c: &Completion, ts: u64) -> u64 {
+    if c.status.is_ok() {
+        ts
+    } else {
+        0
+    }
 }
 
 /// A work completion of a QP on `srq` thrown away unpolled (a RESET's or
@@ -206,10 +227,11 @@ impl Drop for VerbsQp {
     }
 }
 
-/// Where a new QP's completions go: a CQ of its own of `depth` CQEs, or a
-/// shared one whose credits it takes from.
+/// Where a new QP's completions go: a CQ of its own of `depth` CQEs (with
+/// completion timestamps or not), or a shared one whose credits it takes
+/// from.
 pub(crate) enum CqChoice<'a> {
-    Own(u32),
+    Own(u32, bool),
     Shared(&'a Arc<VerbsCq>, &'a CqCredits),
 }
 
@@ -217,8 +239,8 @@ impl CqChoice<'_> {
     /// The CQ (created for `Own`), its credits, and whether it is shared.
     fn resolve(&self, ctx: &Arc<Ctx>) -> Result<(Arc<VerbsCq>, CqCredits, bool)> {
         Ok(match self {
-            CqChoice::Own(depth) => {
-                let cq = VerbsCq::create(ctx, *depth)?;
+            CqChoice::Own(depth, timestamps) => {
+                let cq = VerbsCq::create_stamped(ctx, *depth, false, *timestamps)?;
                 let credits = CqCredits::new(cq.depth);
                 (cq, credits, false)
             }
@@ -488,12 +510,35 @@ impl VerbsQp {
         if self.shared {
             return Err(Error::SharedCq { qpn: self.qpn });
         }
+        if self.cq.timestamps {
+            return self.poll_stamped(out);
+        }
         let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
         let wc = self.cq.poll_into(&mut store, out.len())?;
         let mut freed = 0;
         let mut k = 0;
         for w in wc {
             if let Some(c) = self.retire(w, &mut freed) {
+                out[k] = c;
+                k += 1;
+            }
+        }
+        self.credits.give(freed);
+        Ok(k)
+    }
+
+    /// [`Self::poll`] of a QP whose own CQ has completion timestamps:
+    /// each completion's copied into it ([`stamped`]).
+    #[inline(never)]
+    fn poll_stamped(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let mut store = [const { std::mem::MaybeUninit::<ibv_wc>::uninit() }; 16];
+        let mut stamps = [0u64; 16];
+        let wc = self.cq.poll_stamped(&mut store, &mut stamps, out.len())?;
+        let mut freed = 0;
+        let mut k = 0;
+        for (w, &ts) in wc.iter().zip(&stamps) {
+            if let Some(mut c) = self.retire(w, &mut freed) {
+                c.timestamp = stamped(&c, ts);
                 out[k] = c;
                 k += 1;
             }
@@ -562,6 +607,7 @@ impl VerbsQp {
             qp_num: w.qp_num,
             vendor_err: w.vendor_err,
             src_qp: SrcQp::new(w.src_qp, w.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0),
+            timestamp: 0,
         })
     }
 }

@@ -153,6 +153,7 @@ mod inline_recv;
 mod memory;
 mod refusals;
 mod srq;
+mod timestamps;
 mod transports;
 pub mod two_host;
 
@@ -171,6 +172,7 @@ use inline_recv::*;
 use memory::*;
 use refusals::*;
 use srq::*;
+use timestamps::*;
 use transports::*;
 
 fn passed(notes: Vec<String>) -> CaseResult {
@@ -399,6 +401,7 @@ const ONE_SIDED: &[Case] = &[
     case!(a_dropped_wait_leaves_the_buffer_with_the_qp),
     case!(port_events_stream_when_the_link_goes_down_and_up),
     case!(cqe_compression_sessions_deliver_every_completion_once),
+    case!(completion_timestamps_are_present_and_in_order),
     case!(inline_receive_sends_of_1_to_65_bytes_land_whole),
     case!(inline_receive_reads_of_1_to_65_bytes_land_whole),
     case!(inline_receive_two_sges_and_a_receive_too_small),

@@ -201,3 +201,63 @@ fn overrun_detection_can_be_turned_back_on() {
     dev.process();
     assert!(cq.overrun(), "five CQEs into four slots, none released");
 }
+
+/// A CQ with timestamps on (`Cq::set_timestamps`) writes the device clock
+/// into bytes 48..56 of each CQE, big-endian, non-zero and non-decreasing,
+/// but not into an error CQE (its syndromes lie there); off, those bytes
+/// stay 0. Timestamps and compression refuse each other.
+#[test]
+fn timestamps_are_written_at_byte_48_unless_off_or_an_error() {
+    let dev = Device::new();
+    let cq = dev.create_cq(8, 64).unwrap();
+    let ok = |counter: u16| crate::cqe::Cqe {
+        opcode: CqeOpcode::REQ,
+        wqe_opcode: WqeOpcode::RDMA_WRITE,
+        qpn: 0x1234,
+        wqe_counter: counter,
+        byte_cnt: 0,
+        imm: 0,
+        solicited: false,
+        format: 0,
+        owner: false,
+        syndrome: Syndrome(0),
+        vendor_syndrome: 0,
+        flags_rqpn: 0,
+    };
+    let ts = |b: &[u8; 64]| u64::from_be_bytes(b[48..56].try_into().unwrap());
+    cq.hook_push_cqe(&ok(0), 0);
+    assert_eq!(ts(&cq.hook_read_cqe(0)), 0, "timestamps off");
+    assert!(!cq.timestamps());
+    cq.set_timestamps(true).unwrap();
+    assert!(cq.timestamps());
+    for k in 1..4 {
+        cq.hook_push_cqe(&ok(k), 0);
+    }
+    let err = crate::cqe::Cqe {
+        opcode: CqeOpcode::REQ_ERR,
+        syndrome: Syndrome::REMOTE_ACCESS_ERR,
+        vendor_syndrome: 0x88,
+        ..ok(4)
+    };
+    cq.hook_push_cqe(&err, 0);
+    let stamps: Vec<u64> = (1..4).map(|i| ts(&cq.hook_read_cqe(i))).collect();
+    assert!(
+        stamps[0] != 0 && stamps.windows(2).all(|w| w[0] <= w[1]),
+        "{stamps:?}"
+    );
+    let e = cq.hook_read_cqe(4);
+    assert_eq!(
+        (ts(&e) >> 16, e[54], e[55]),
+        (0, 0x88, Syndrome::REMOTE_ACCESS_ERR.0)
+    );
+    assert!(matches!(
+        cq.set_compression(true),
+        Err(SimError::Unsupported { .. })
+    ));
+    let zip = dev.create_cq(8, 64).unwrap();
+    zip.set_compression(true).unwrap();
+    assert!(matches!(
+        zip.set_timestamps(true),
+        Err(SimError::Unsupported { .. })
+    ));
+}
