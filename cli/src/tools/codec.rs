@@ -359,6 +359,7 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
         flags,
         imm: a.imm.unwrap_or(0),
         remote,
+        masked: None,
         atomic,
         payload,
     };

@@ -55,6 +55,7 @@ mod cq;
 mod dc;
 mod dma;
 mod exec;
+mod masked;
 mod ops;
 mod qp;
 mod recv;

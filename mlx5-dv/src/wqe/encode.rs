@@ -34,6 +34,8 @@ pub(crate) fn wqe_size_within(
             | WqeOpcode::RDMA_READ
             | WqeOpcode::ATOMIC_CS
             | WqeOpcode::ATOMIC_FA
+            | WqeOpcode::ATOMIC_MASKED_CS
+            | WqeOpcode::ATOMIC_MASKED_FA
             | WqeOpcode::NOP
     ) {
         return Err(WqeError::UnsupportedOpcode(op.0));
@@ -70,6 +72,9 @@ pub(crate) fn wqe_size_within(
         }
         return finish(ds + 2, max_wqebbs);
     }
+    if op.is_masked_atomic() {
+        return masked_size(wqe, ds, max_wqebbs);
+    }
     match wqe.payload {
         Payload::Inline(bytes) => {
             if matches!(op, WqeOpcode::RDMA_READ | WqeOpcode::NOP) && !bytes.is_empty() {
@@ -102,6 +107,32 @@ pub(crate) fn wqe_size_within(
         }
     }
     finish(ds, max_wqebbs)
+}
+
+/// [`wqe_size_within`] of a masked atomic, from `ds` (ctrl, any datagram
+/// segment and raddr counted): its operands, their alignment and size,
+/// the one SGE; then 1 or 2 operand segments and the data segment.
+#[inline(never)]
+fn masked_size(wqe: &SendWqe<'_>, ds: u32, max_wqebbs: u32) -> Result<(u32, u32), WqeError> {
+    let op = wqe.opcode;
+    let Some(m) = wqe.masked else {
+        return Err(WqeError::MissingAtomic(op.0));
+    };
+    let size = m.size.bytes();
+    if let Some(r) = wqe.remote {
+        if r.addr % size as u64 != 0 {
+            return Err(WqeError::MaskedAtomicUnaligned { addr: r.addr, size });
+        }
+    }
+    if !m.fits(op) {
+        return Err(WqeError::MaskedOperandTooWide { size });
+    }
+    match wqe.payload {
+        Payload::Sges([s]) if s.len >= size => {}
+        _ => return Err(WqeError::MaskedAtomicSge { size }),
+    }
+    let (_, n) = super::masked_atomic_segs(op, &m);
+    finish(ds + n as u32 + 1, max_wqebbs)
 }
 
 #[inline(always)]
@@ -250,7 +281,10 @@ pub(crate) fn write_sized(
         CtrlQpn::Word(w) => w == super::segments::qpn_word(geo.qpn),
     });
     let imm = if wqe.opcode.has_imm() { wqe.imm } else { 0 };
-    let ctrl = ctrl_stored(wqe.opcode, pi, qpn, ds, flags, imm);
+    let mut ctrl = ctrl_stored(wqe.opcode, pi, qpn, ds, flags, imm);
+    if let (true, Some(m)) = (wqe.opcode.is_masked_atomic(), wqe.masked) {
+        ctrl[0] |= opmod_stored(m.size.opmod());
+    }
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;
     if base + ds as usize * DS <= sq.len() {
         // Fast path: the WQE does not reach the end of the ring, so every
@@ -334,7 +368,8 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u64; 2], wqe: &SendWqe<'_>) -> usize
     // SAFETY: (whole body) each segment is written at the offset, and with
     // the length, that `wqe_size` counted into `ds`: ctrl, the datagram
     // segment of a UD or DC WQE (3 DS), then raddr when
-    // the opcode has one, then atomic + data, or the inline segment (4-byte
+    // the opcode has one, then atomic + data, or a masked atomic's 1 or 2
+    // operand segments + data, or the inline segment (4-byte
     // header and the bytes), or one data segment per non-empty SGE. So every
     // write is inside `dst[..ds * 16]`. Each segment is its encoder's
     // (`segments`). A UD or DC WQE's datagram segment comes finished
@@ -359,6 +394,17 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u64; 2], wqe: &SendWqe<'_>) -> usize
             Seg::data(d.addr, ATOMIC_SIZE, d.lkey).write(p.add(DS));
             return p.add(2 * DS).offset_from(dst) as usize;
         }
+        if let (true, Some(m), Payload::Sges([d])) =
+            (wqe.opcode.is_masked_atomic(), wqe.masked, wqe.payload)
+        {
+            let (segs, n) = super::masked_atomic_segs(wqe.opcode, &m);
+            for s in &segs[..n] {
+                s.write(p);
+                p = p.add(DS);
+            }
+            Seg::data(d.addr, m.size.bytes(), d.lkey).write(p);
+            return p.add(DS).offset_from(dst) as usize;
+        }
         match wqe.payload {
             Payload::Inline(bytes) if !bytes.is_empty() => {
                 write_inline_hdr(p, bytes.len() as u32);
@@ -375,6 +421,13 @@ unsafe fn write_linear(dst: *mut u8, ctrl: [u64; 2], wqe: &SendWqe<'_>) -> usize
         }
         p.offset_from(dst) as usize
     }
+}
+
+/// The ctrl segment's byte 0 (`opmod`) holding `opmod`, as an OR into the
+/// first stored word of [`ctrl_stored`] (whose byte 0 is 0).
+#[inline(always)]
+fn opmod_stored(opmod: u8) -> u64 {
+    u64::from_ne_bytes([opmod, 0, 0, 0, 0, 0, 0, 0])
 }
 
 /// The atomic segment's operands: ATOMIC_FA writes no compare value.

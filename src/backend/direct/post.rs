@@ -685,6 +685,7 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
                 flags,
                 imm: 0,
                 remote,
+                masked: None,
                 atomic,
                 payload: Payload::Inline(&SIZE_ONLY[..total as usize]),
             }));
@@ -729,6 +730,7 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         flags,
         imm,
         remote,
+        masked: None,
         atomic,
         payload,
     }))
