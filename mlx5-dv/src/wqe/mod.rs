@@ -157,6 +157,19 @@ impl AtomicSize {
         }
     }
 
+    /// The old value a masked atomic of this size left in its local SGE,
+    /// from the SGE's first `bytes()` bytes (`None` if `resp` is shorter):
+    /// 4 bytes big-endian (4-byte extended atomics reply big-endian); 8
+    /// bytes in host order, the device's `atomic_req_8B_endianness_mode` 1
+    /// (host endianness: the sim's, and the mode the kernel sets where the
+    /// device has it; a device left in mode 0 replies big-endian).
+    pub fn old_value(self, resp: &[u8]) -> Option<u64> {
+        Some(match self {
+            AtomicSize::B4 => u32::from_be_bytes(resp.get(..4)?.try_into().ok()?) as u64,
+            AtomicSize::B8 => u64::from_ne_bytes(resp.get(..8)?.try_into().ok()?),
+        })
+    }
+
     /// The largest operand of this size (`u32::MAX` or `u64::MAX`).
     #[inline(always)]
     pub const fn max_value(self) -> u64 {

@@ -12,8 +12,8 @@ use crate::ib::wr::{SendFlags, SendWr, SendWrs, WrOp, WriteWr};
 use mlx5_dv::driver::Seg;
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
-    datagram_seg, wqe_size, AtomicSeg, DataSeg, Datagram, Payload, RemoteSeg, SendWqe, WqeError,
-    DATAGRAM_SEG,
+    datagram_seg, wqe_size, AtomicSeg, DataSeg, Datagram, MaskedAtomic, Payload, RemoteSeg,
+    SendWqe, WqeError, DATAGRAM_SEG,
 };
 
 impl DirectQp {
@@ -648,9 +648,12 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
                 compare: 0,
             }),
         ),
+        WrOp::MaskedCmpSwap { remote, .. } => (WqeOpcode::ATOMIC_MASKED_CS, rs(remote), None),
+        WrOp::MaskedFetchAdd { remote, .. } => (WqeOpcode::ATOMIC_MASKED_FA, rs(remote), None),
         WrOp::UdSend { imm: None, .. } => (WqeOpcode::SEND, None, None),
         WrOp::UdSend { imm: Some(_), .. } => (WqeOpcode::SEND_IMM, None, None),
     };
+    let masked = masked_of(&w.op);
     // UD: the AH's AV with the remote QPN and qkey patched in (rdma-core
     // `set_datagram_seg`), the WQE's datagram segment.
     let av: [u8; DATAGRAM_SEG];
@@ -685,7 +688,7 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
                 flags,
                 imm: 0,
                 remote,
-                masked: None,
+                masked,
                 atomic,
                 payload: Payload::Inline(&SIZE_ONLY[..total as usize]),
             }));
@@ -730,8 +733,42 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         flags,
         imm,
         remote,
-        masked: None,
+        masked,
         atomic,
         payload,
     }))
+}
+
+/// The codec's operands of a masked atomic WR (`None` for any other).
+#[inline(always)]
+fn masked_of(op: &WrOp<'_>) -> Option<MaskedAtomic> {
+    match *op {
+        WrOp::MaskedCmpSwap {
+            size,
+            compare,
+            compare_mask,
+            swap,
+            swap_mask,
+            ..
+        } => Some(MaskedAtomic {
+            size,
+            swap_add: swap,
+            compare,
+            swap_mask,
+            compare_mask,
+        }),
+        WrOp::MaskedFetchAdd {
+            size,
+            add,
+            field_boundary,
+            ..
+        } => Some(MaskedAtomic {
+            size,
+            swap_add: add,
+            compare: field_boundary,
+            swap_mask: 0,
+            compare_mask: 0,
+        }),
+        _ => None,
+    }
 }
