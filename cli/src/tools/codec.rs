@@ -410,7 +410,7 @@ pub fn encode_wqe(a: &EncodeWqe) -> Result<Value, String> {
         flags,
         imm: a.imm.unwrap_or(0),
         remote,
-        masked,
+        masked: masked.as_ref(),
         atomic,
         payload,
     };

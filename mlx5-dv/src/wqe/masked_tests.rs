@@ -27,7 +27,7 @@ const OLD8: [DataSeg; 1] = [DataSeg {
     lkey: 9,
 }];
 
-fn masked<'a>(op: WqeOpcode, m: MaskedAtomic, old: &'a [DataSeg]) -> SendWqe<'a> {
+fn masked<'a>(op: WqeOpcode, m: &'a MaskedAtomic, old: &'a [DataSeg]) -> SendWqe<'a> {
     SendWqe {
         datagram: None,
         masked: Some(m),
@@ -74,7 +74,7 @@ fn write(w: &SendWqe<'_>, pi: u32) -> (Written, Vec<u8>) {
 
 #[test]
 fn masked_cs_4_by_hand() {
-    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_CS, M, &OLD4), 0);
+    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_CS, &M, &OLD4), 0);
     assert_eq!((w.ds, w.wqebbs), (4, 1));
     let mut want = head(0x08, 0, 0x14, 4);
     want.extend_from_slice(&[
@@ -87,7 +87,7 @@ fn masked_cs_4_by_hand() {
 
 #[test]
 fn masked_fa_4_by_hand() {
-    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_FA, M, &OLD4), 1);
+    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_FA, &M, &OLD4), 1);
     assert_eq!((w.ds, w.wqebbs), (4, 1));
     let mut want = head(0x08, 1, 0x15, 4);
     want.extend_from_slice(&[
@@ -107,7 +107,7 @@ fn masked_cs_8_by_hand() {
         swap_mask: 0x2122_2324_2526_2728,
         compare_mask: 0x3132_3334_3536_3738,
     };
-    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_CS, m, &OLD8), 2);
+    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_CS, &m, &OLD8), 2);
     assert_eq!((w.ds, w.wqebbs, w.next_pi), (5, 2, 4));
     let mut want = head(0x09, 2, 0x14, 5);
     for v in [m.swap_add, m.compare, m.swap_mask, m.compare_mask] {
@@ -127,7 +127,7 @@ fn masked_fa_8_by_hand() {
         swap_mask: 7,
         compare_mask: 7,
     };
-    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_FA, m, &OLD8), 3);
+    let (w, mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_FA, &m, &OLD8), 3);
     assert_eq!((w.ds, w.wqebbs), (4, 1));
     let mut want = head(0x09, 3, 0x15, 4);
     want.extend_from_slice(&m.swap_add.to_be_bytes());
@@ -147,7 +147,7 @@ fn masked_cs_8_wraps_and_decodes() {
         swap_mask: 3,
         compare_mask: 4,
     };
-    let w = masked(WqeOpcode::ATOMIC_MASKED_CS, m, &OLD8);
+    let w = masked(WqeOpcode::ATOMIC_MASKED_CS, &m, &OLD8);
     let mut mem = vec![0u8; 8 * WQEBB];
     let mut sq = RingBuf::from_slice(&mut mem).unwrap();
     let r = write_send_wqe(&mut sq, &geo8(), 7, &w, 8).unwrap();
@@ -174,7 +174,7 @@ fn masked_round_trips() {
             for pi in [0, 6, 7] {
                 let mut mem = vec![0u8; 8 * WQEBB];
                 let mut sq = RingBuf::from_slice(&mut mem).unwrap();
-                write_send_wqe(&mut sq, &geo8(), pi, &masked(op, m, old), 8).unwrap();
+                write_send_wqe(&mut sq, &geo8(), pi, &masked(op, &m, old), 8).unwrap();
                 let d = decode_send_wqe(&sq, 8, pi).unwrap();
                 let want = if op == WqeOpcode::ATOMIC_MASKED_FA {
                     MaskedAtomic {
@@ -200,7 +200,7 @@ fn masked_round_trips() {
 fn masked_refusals_write_nothing() {
     let mut mem = vec![0xeeu8; 8 * WQEBB];
     let mut sq = RingBuf::from_slice(&mut mem).unwrap();
-    let ok = masked(WqeOpcode::ATOMIC_MASKED_CS, M, &OLD4);
+    let ok = masked(WqeOpcode::ATOMIC_MASKED_CS, &M, &OLD4);
     let mut bad = ok;
     bad.remote = Some(RemoteSeg {
         addr: 0x1002,
@@ -214,10 +214,11 @@ fn masked_refusals_write_nothing() {
         })
     );
     bad = ok;
-    bad.masked = Some(MaskedAtomic {
+    let m8 = MaskedAtomic {
         size: AtomicSize::B8,
         ..M
-    });
+    };
+    bad.masked = Some(&m8);
     bad.remote = Some(RemoteSeg {
         addr: 0x1004,
         rkey: 1,
@@ -230,10 +231,11 @@ fn masked_refusals_write_nothing() {
         })
     );
     bad = ok;
-    bad.masked = Some(MaskedAtomic {
+    let wide = MaskedAtomic {
         compare_mask: 1 << 32,
         ..M
-    });
+    };
+    bad.masked = Some(&wide);
     assert_eq!(
         write_send_wqe(&mut sq, &geo8(), 0, &bad, 8),
         Err(WqeError::MaskedOperandTooWide { size: 4 })
@@ -253,10 +255,7 @@ fn masked_refusals_write_nothing() {
         write_send_wqe(&mut sq, &geo8(), 0, &bad, 8),
         Err(WqeError::MaskedAtomicSge { size: 4 })
     );
-    bad.masked = Some(MaskedAtomic {
-        size: AtomicSize::B8,
-        ..M
-    });
+    bad.masked = Some(&m8);
     bad.payload = Payload::Sges(&OLD4);
     assert_eq!(
         write_send_wqe(&mut sq, &geo8(), 0, &bad, 8),
@@ -268,14 +267,7 @@ fn masked_refusals_write_nothing() {
         Err(WqeError::MaskedAtomicSge { size: 8 })
     );
     // 8-byte CS: 2 WQEBBs, more than a QP of 1-WQEBB WQEs takes.
-    let cs8 = masked(
-        WqeOpcode::ATOMIC_MASKED_CS,
-        MaskedAtomic {
-            size: AtomicSize::B8,
-            ..M
-        },
-        &OLD8,
-    );
+    let cs8 = masked(WqeOpcode::ATOMIC_MASKED_CS, &m8, &OLD8);
     let small = SqGeometry {
         max_wqebbs: 1,
         ..geo8()
@@ -290,7 +282,7 @@ fn masked_refusals_write_nothing() {
 /// A masked opcode whose opmod names no size is not decoded.
 #[test]
 fn masked_bad_opmod_is_refused() {
-    let (_, mut mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_FA, M, &OLD4), 0);
+    let (_, mut mem) = write(&masked(WqeOpcode::ATOMIC_MASKED_FA, &M, &OLD4), 0);
     mem[0] = 0x0b; // opmod 8 | 3: 32 bytes, not ours
     let sq = RingBuf::from_slice(&mut mem).unwrap();
     assert_eq!(

@@ -50,7 +50,7 @@ pub use decode::{
     decode_dc_send_wqe, decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload,
     DecodedWqe,
 };
-pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
+pub(crate) use encode::{copy_inline, masked_size_or, wqe_size_within, write_masked, write_sized};
 pub use encode::{wqe_size, write_send_wqe};
 pub(crate) use recv::write_recv_segs;
 pub use recv::{
@@ -312,8 +312,9 @@ pub struct SendWqe<'a> {
     /// The atomic segment (ATOMIC_CS, ATOMIC_FA).
     pub atomic: Option<AtomicSeg>,
     /// The masked atomic's operands and size (ATOMIC_MASKED_CS,
-    /// ATOMIC_MASKED_FA; the ctrl segment's opmod is its size's).
-    pub masked: Option<MaskedAtomic>,
+    /// ATOMIC_MASKED_FA; the ctrl segment's opmod is its size's). A
+    /// reference, so that every other WQE pays one word for it.
+    pub masked: Option<&'a MaskedAtomic>,
     /// The data or inline segments.
     pub payload: Payload<'a>,
     /// UD and DC: the finished 48-byte datagram segment (`struct

@@ -360,7 +360,7 @@ impl DirectQp {
             let w = wrs.wr(0);
             self.take_credits(1)?;
             let undo = self.signal_if_credits_low();
-            let r = with_wqe(&w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
+            let r = with_wqe(&w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id)).and_then(|r| {
                 r.map_err(|e| match e {
                     WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
                     e => Error::Wqe(e),
@@ -397,7 +397,7 @@ impl DirectQp {
                 // (Every WR was sized and fits: nothing here is refused.)
                 let _ = self.signal_if_credits_low();
             }
-            with_wqe(&w, |wqe| self.sq.post(wqe, w.wr_id))??;
+            with_wqe(&w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id))??;
         }
         self.sq.ring_doorbell();
         self.posted_sends(n);
@@ -653,7 +653,8 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         WrOp::UdSend { imm: None, .. } => (WqeOpcode::SEND, None, None),
         WrOp::UdSend { imm: Some(_), .. } => (WqeOpcode::SEND_IMM, None, None),
     };
-    let masked = masked_of(&w.op);
+    let masked_ops = masked_of(&w.op);
+    let masked = masked_ops.as_ref();
     // UD: the AH's AV with the remote QPN and qkey patched in (rdma-core
     // `set_datagram_seg`), the WQE's datagram segment.
     let av: [u8; DATAGRAM_SEG];
@@ -737,6 +738,22 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         atomic,
         payload,
     }))
+}
+
+/// `SendQueue::post` of `wqe`, or `SendQueue::post_masked` of a masked
+/// atomic (which `post` refuses, so that its other WQEs pay nothing for
+/// it): the general path's post.
+#[inline(always)]
+pub(super) fn sq_post(
+    sq: &mut mlx5_dv::driver::SendQueue,
+    wqe: &SendWqe<'_>,
+    wr_id: u64,
+) -> std::result::Result<(), WqeError> {
+    if wqe.masked.is_some() {
+        sq.post_masked(wqe, wr_id)
+    } else {
+        sq.post(wqe, wr_id)
+    }
 }
 
 /// The codec's operands of a masked atomic WR (`None` for any other).
