@@ -325,7 +325,30 @@ pub(super) fn masked_atomics_misaligned_or_misshapen_are_refused(dev: &str) -> C
         contents(&old)?.iter().all(|&b| b == 0xa5),
         "local memory changed"
     );
+    // Memory without REMOTE_ATOMIC: the responder refuses it, as a plain
+    // atomic (the sim: REM_ACCESS_ERR; the QPs go to ERR).
+    let no_atomic =
+        s.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    no_atomic.write(0, &[0x5a; 64])?;
+    let w = SendWr::masked_fetch_add(8, &four, remote(&no_atomic, 0), AtomicSize::B4, 1, 0);
+    s.a.post_send(&[w.signaled()])?;
+    let wc = poll_one(&mut s.a)?;
+    if dev == rdma_direct::SIM_DEVICE {
+        check_eq!(wc.status, WcStatus::REM_ACCESS_ERR, "without REMOTE_ATOMIC");
+    } else {
+        check!(
+            wc.status != WcStatus::SUCCESS,
+            "without REMOTE_ATOMIC: {}",
+            wc.status
+        );
+    }
+    check!(
+        contents(&no_atomic)?.iter().all(|&b| b == 0x5a),
+        "memory without REMOTE_ATOMIC changed"
+    );
     passed(vec![
-        "misaligned, misshapen and too-wide masked atomics refused, nothing posted".into(),
+        "misaligned, misshapen and too-wide masked atomics refused, nothing posted; \
+         memory without REMOTE_ATOMIC refused by the responder"
+            .into(),
     ])
 }
