@@ -101,7 +101,7 @@ pub use ib::mr::{LocalMr, Mr, Refused};
 pub use ib::qp_attr;
 pub use ib::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo, QpType};
 pub use ib::qp_state::QpState;
-pub use ib::wr::{DcDest, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
+pub use ib::wr::{AtomicSize, DcDest, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOp, WriteWr};
 /// The `memmap2` this crate's [`Memory`] takes mappings of (0.9): use it,
 /// or the same version, to map what you register.
 pub use memmap2;

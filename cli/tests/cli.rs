@@ -109,6 +109,45 @@ fn bad_bench_arguments_exit_2_and_say_why() {
     );
 }
 
+/// `-A MASKED_CMP_AND_SWAP` and `-A MASKED_FETCH_AND_ADD` (ours: the
+/// direct path's extended atomics) run atomic_lat and atomic_bw on the
+/// sim, under their own titles.
+#[test]
+fn masked_atomics_bench_on_the_sim() {
+    for (test, kind, title) in [
+        (
+            "atomic_lat",
+            "MASKED_CMP_AND_SWAP",
+            "Atomic MASKED_CMP_AND_SWAP Latency Test",
+        ),
+        (
+            "atomic_lat",
+            "MASKED_FETCH_AND_ADD",
+            "Atomic MASKED_FETCH_AND_ADD Latency Test",
+        ),
+        (
+            "atomic_bw",
+            "MASKED_CMP_AND_SWAP",
+            "Atomic MASKED_CMP_AND_SWAP BW Test",
+        ),
+        (
+            "atomic_bw",
+            "MASKED_FETCH_AND_ADD",
+            "Atomic MASKED_FETCH_AND_ADD BW Test",
+        ),
+    ] {
+        let Some(o) = run(&["bench", test, "-A", kind, "-n", "100"]) else {
+            return;
+        };
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.contains(title) && out.contains("      8         "),
+            "{test} -A {kind}: {out}{}",
+            stderr(&o)
+        );
+    }
+}
+
 #[test]
 fn bench_flags_run_on_the_sim() {
     let dir = std::env::temp_dir().join(format!("rdma-direct-bench-{}", std::process::id()));

@@ -48,6 +48,7 @@ fuzz_target!(|inp: Input| {
     };
     let wqe = SendWqe {
         datagram: None,
+        masked: None,
         atomic: inp
             .atomic
             .map(|(swap_add, compare)| AtomicSeg { swap_add, compare }),

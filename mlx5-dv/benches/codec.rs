@@ -31,6 +31,7 @@ fn encode(c: &mut Criterion) {
             addr: 0x7f00_0000_9000,
             rkey: 0x22,
         }),
+        masked: None,
         atomic: None,
         payload: Payload::Sges(&sge),
     };
@@ -48,6 +49,7 @@ fn encode(c: &mut Criterion) {
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
         remote: None,
+        masked: None,
         atomic: None,
         payload: Payload::Inline(&bytes),
     };

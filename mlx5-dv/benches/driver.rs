@@ -102,6 +102,7 @@ fn post(c: &mut Criterion) {
                                 addr: r.raddr,
                                 rkey: r.rkey,
                             }),
+                            masked: None,
                             atomic: None,
                             payload: Payload::Inline(&payload),
                         };
@@ -137,6 +138,7 @@ fn poll(c: &mut Criterion) {
                             addr: r.raddr,
                             rkey: r.rkey,
                         }),
+                        masked: None,
                         atomic: None,
                         payload: Payload::Inline(&payload),
                     };
@@ -183,6 +185,7 @@ fn sim_rate(c: &mut Criterion) {
                             addr: r.raddr,
                             rkey: r.rkey,
                         }),
+                        masked: None,
                         atomic: None,
                         payload: Payload::Inline(&payload),
                     };

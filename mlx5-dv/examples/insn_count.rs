@@ -62,6 +62,7 @@ fn main() {
             addr: 0x7f00_0000_9000,
             rkey: 0x22,
         }),
+        masked: None,
         atomic: None,
         payload: Payload::Sges(&sge),
     };
@@ -72,6 +73,7 @@ fn main() {
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
         remote: None,
+        masked: None,
         atomic: None,
         payload: Payload::Inline(&bytes),
     };
@@ -168,6 +170,7 @@ fn main() {
                         addr: 0x7f00_0000_9000,
                         rkey: 0x22,
                     }),
+                    masked: None,
                     atomic: None,
                     payload: Payload::Inline(&data),
                 };

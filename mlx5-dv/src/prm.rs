@@ -42,6 +42,12 @@ impl WqeOpcode {
     pub const ATOMIC_CS: Self = Self(0x11);
     /// `MLX5_OPCODE_ATOMIC_FA`: 8-byte atomic fetch and add.
     pub const ATOMIC_FA: Self = Self(0x12);
+    /// `MLX5_OPCODE_ATOMIC_MASKED_CS`: extended (masked) compare and swap,
+    /// 4 or 8 bytes by the ctrl segment's opmod (`wqe::AtomicSize`).
+    pub const ATOMIC_MASKED_CS: Self = Self(0x14);
+    /// `MLX5_OPCODE_ATOMIC_MASKED_FA`: extended (masked) fetch and add,
+    /// 4 or 8 bytes by the ctrl segment's opmod (`wqe::AtomicSize`).
+    pub const ATOMIC_MASKED_FA: Self = Self(0x15);
 
     /// rdma-core's name without the `MLX5_OPCODE_` prefix (`None` if unknown).
     pub fn name(self) -> Option<&'static str> {
@@ -79,7 +85,15 @@ impl WqeOpcode {
                 | Self::RDMA_READ
                 | Self::ATOMIC_CS
                 | Self::ATOMIC_FA
+                | Self::ATOMIC_MASKED_CS
+                | Self::ATOMIC_MASKED_FA
         )
+    }
+
+    /// Whether it is a masked (extended) atomic: ATOMIC_MASKED_CS or ATOMIC_MASKED_FA.
+    #[inline(always)]
+    pub fn is_masked_atomic(self) -> bool {
+        matches!(self, Self::ATOMIC_MASKED_CS | Self::ATOMIC_MASKED_FA)
     }
 
     /// Whether the ctrl segment's immediate field is meaningful.

@@ -284,6 +284,7 @@ mod tests {
                 addr: 0x1000,
                 rkey: 0x77,
             }),
+            masked: None,
             atomic: None,
             payload: Payload::Inline(&[1, 2, 3]),
         };

@@ -84,6 +84,7 @@ proptest! {
             flags,
             imm: 0,
             remote: Some(RemoteSeg { addr: raddr, rkey }),
+            masked: None,
             atomic: None,
             payload: Payload::Sges(&sges),
         };
@@ -138,6 +139,7 @@ proptest! {
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
             remote: Some(RemoteSeg { addr: raddr, rkey }),
+            masked: None,
             atomic: None,
             payload: Payload::Sges(&sge),
         };
@@ -158,6 +160,7 @@ proptest! {
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
             remote: None,
+            masked: None,
             atomic: None,
             payload: Payload::Inline(&data),
         };
@@ -285,6 +288,7 @@ fn the_c_driver_baseline_writes_our_wqes() {
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
         remote,
+        masked: None,
         atomic: None,
         payload,
     };
@@ -408,6 +412,7 @@ proptest! {
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
             remote: Some(RemoteSeg { addr: raddr, rkey }),
+            masked: None,
             atomic: None,
             payload: Payload::Sges(&sge),
         };
@@ -436,6 +441,7 @@ proptest! {
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
             remote: None,
+            masked: None,
             atomic: None,
             payload: Payload::Sges(&[]),
         };

@@ -184,6 +184,32 @@ pub enum Error {
         /// The remote address.
         addr: u64,
     },
+    /// A masked atomic WR of the wrong shape: it takes exactly one SGE of
+    /// `size` bytes (4 or 8) for the old value, not inline. `sges` and
+    /// `len` (bytes, all SGEs) are this one's; nothing was posted.
+    #[error("a {size}-byte masked atomic takes exactly one {size}-byte SGE for the old value, not inline (this one: {sges} SGEs, {len} bytes{})", if *.inline { ", inline" } else { "" })]
+    MaskedAtomicShape {
+        /// The operand size in bytes.
+        size: u32,
+        /// Its SGE count.
+        sges: usize,
+        /// Its length in bytes.
+        len: u64,
+        /// Whether it was marked inline.
+        inline: bool,
+    },
+    /// A masked atomic's remote address `addr` is not aligned to its
+    /// operand size (`size` bytes), or an operand `value` does not fit it
+    /// (`addr` 0 then); nothing was posted.
+    #[error("a {size}-byte masked atomic {}", if *.value != 0 { format!("takes operands of {size} bytes, not {:#x}", .value) } else { format!("needs a {size}-byte-aligned remote address, not {:#x}", .addr) })]
+    MaskedAtomicOperand {
+        /// The operand size in bytes.
+        size: u32,
+        /// The misaligned remote address (0 for an operand too wide).
+        addr: u64,
+        /// The operand too wide (0 for a misaligned address).
+        value: u64,
+    },
     /// An RDMA READ marked inline (it lands in local memory, it sends
     /// none); nothing was posted.
     #[error("an RDMA READ cannot be inline")]

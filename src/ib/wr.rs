@@ -6,6 +6,8 @@ use super::keys::{Lkey, RemoteAddr};
 use super::mr::Mr;
 use std::marker::PhantomData;
 
+pub use mlx5_dv::wqe::AtomicSize;
+
 /// A scatter/gather entry inside a registered memory region (checked when
 /// made). It borrows the [`Mr`], so the memory is live whenever a work request
 /// naming it is posted (inline payloads are copied from it at post time).
@@ -187,6 +189,46 @@ pub enum WrOp<'a> {
         remote: RemoteAddr,
         /// The addend, wrapping (`wr.atomic.compare_add`).
         add: u64,
+    },
+    /// Masked compare-and-swap of the `size`-byte word at `remote` (aligned
+    /// to `size`): if `(old ^ compare) & compare_mask == 0`, the word
+    /// becomes `(old & !swap_mask) | (swap & swap_mask)`; the old value
+    /// lands in the local SGE (exactly `size` bytes), 4 bytes big-endian, 8
+    /// in host order ([`AtomicSize::old_value`] reads it). An mlx5
+    /// extended atomic (`MLX5_OPCODE_ATOMIC_MASKED_CS` 0x14, ctrl opmod
+    /// `8 | (log2(size) - 2)`; no verbs opcode posts it): the direct path
+    /// only (the verbs path refuses it, [`Feature::MaskedAtomics`](crate::Feature::MaskedAtomics)).
+    MaskedCmpSwap {
+        /// The peer's address (aligned to `size`) and rkey; the rkey's MR
+        /// needs REMOTE_ATOMIC.
+        remote: RemoteAddr,
+        /// The operand size: 4 or 8 bytes; every operand fits it.
+        size: AtomicSize,
+        /// The value compared with, under `compare_mask`.
+        compare: u64,
+        /// The bits compared (0: always a hit).
+        compare_mask: u64,
+        /// The value stored, under `swap_mask`.
+        swap: u64,
+        /// The bits of `swap` stored on a hit.
+        swap_mask: u64,
+    },
+    /// Masked fetch-and-add of `add` to the `size`-byte word at `remote`
+    /// (aligned to `size`), the sum cut into fields by `field_boundary`: a
+    /// set bit marks the most significant bit of a field, whose carry is
+    /// dropped (0: a plain wrapping add; all ones: XOR). The old value
+    /// lands in the local SGE as [`Self::MaskedCmpSwap`]'s does
+    /// (`MLX5_OPCODE_ATOMIC_MASKED_FA` 0x15). Direct path only.
+    MaskedFetchAdd {
+        /// The peer's address (aligned to `size`) and rkey; the rkey's MR
+        /// needs REMOTE_ATOMIC.
+        remote: RemoteAddr,
+        /// The operand size: 4 or 8 bytes; both operands fit it.
+        size: AtomicSize,
+        /// The addend.
+        add: u64,
+        /// The fields' most significant bits.
+        field_boundary: u64,
     },
     /// UD: a SEND to `dest` (`IBV_WR_SEND`, `MLX5_OPCODE_SEND` 0x0a, with
     /// the datagram segment), with immediate data when `imm` is `Some`
@@ -382,7 +424,8 @@ impl SendWrs for [WriteWr<'_>] {
 /// Every opcode is built the same way: its constructor takes the WR id and
 /// the operands it needs ([`Self::rdma_write`], [`Self::send`],
 /// [`Self::rdma_read`], [`Self::atomic_cmp_swp`],
-/// [`Self::atomic_fetch_add`], [`Self::ud_send`]), and the optional ones
+/// [`Self::atomic_fetch_add`], [`Self::masked_cmp_swap`],
+/// [`Self::masked_fetch_add`], [`Self::ud_send`]), and the optional ones
 /// are chained: [`Self::signaled`], [`Self::solicited`], [`Self::fence`],
 /// [`Self::with_flags`], [`Self::inline`], [`Self::imm`]. A constructor
 /// makes an unsignaled WR, not inline, with no immediate.
@@ -487,6 +530,68 @@ impl<'a> SendWr<'a> {
         Self::of(wr_id, WrOp::AtomicFetchAdd { remote, add }, old)
     }
 
+    /// A masked compare-and-swap ([`WrOp::MaskedCmpSwap`]) of the
+    /// `size`-byte word at `remote`, on an RC QP (or a DCI) of the direct
+    /// path: where `(old ^ compare) & compare_mask == 0` it stores `swap`'s
+    /// bits under `swap_mask`; the old value goes to `old` (exactly one
+    /// SGE of `size` bytes; [`AtomicSize::old_value`] reads it). `remote`
+    /// is aligned to `size`, its MR has REMOTE_ATOMIC. Never inline.
+    ///
+    /// An 8-byte one is 80 bytes, two WQEBBs: the QP's largest WQE must
+    /// hold it (`max_send_sge` 3 or more, or `max_inline` 29 or more, as
+    /// rdma-core's `mlx5_calc_send_wqe` sizes an RC WQE; a DCI's always
+    /// does), else [`Error::Wqe`](crate::Error::Wqe) (`TooBig`).
+    ///
+    /// Support: no verbs or mlx5dv query reports extended atomics (mlx5
+    /// reports `masked_atomic_cap` NONE), so this is tried, not probed:
+    /// the sim runs it; on ConnectX it is posted, and a device without
+    /// extended atomics completes it in error; the verbs path refuses it
+    /// with [`Error::Unsupported`](crate::Error::Unsupported)
+    /// ([`Feature::MaskedAtomics`](crate::Feature::MaskedAtomics)).
+    #[allow(clippy::too_many_arguments)]
+    pub fn masked_cmp_swap(
+        wr_id: u64,
+        old: &'a [Sge<'a>],
+        remote: RemoteAddr,
+        size: AtomicSize,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    ) -> Self {
+        let op = WrOp::MaskedCmpSwap {
+            remote,
+            size,
+            compare,
+            compare_mask,
+            swap,
+            swap_mask,
+        };
+        Self::of(wr_id, op, old)
+    }
+
+    /// A masked fetch-and-add ([`WrOp::MaskedFetchAdd`]) of `add` to the
+    /// `size`-byte word at `remote`, no carry leaving a bit set in
+    /// `field_boundary`; the old value goes to `old` (exactly one SGE of
+    /// `size` bytes). As [`Self::masked_cmp_swap`] otherwise (one WQEBB for
+    /// either size).
+    pub fn masked_fetch_add(
+        wr_id: u64,
+        old: &'a [Sge<'a>],
+        remote: RemoteAddr,
+        size: AtomicSize,
+        add: u64,
+        field_boundary: u64,
+    ) -> Self {
+        let op = WrOp::MaskedFetchAdd {
+            remote,
+            size,
+            add,
+            field_boundary,
+        };
+        Self::of(wr_id, op, old)
+    }
+
     /// The same WR carrying the immediate `imm` (host order; sent
     /// big-endian as `imm_data`, and the receiver's completion carries the
     /// same `u32`): a WRITE becomes `RdmaWriteWithImm`, a SEND
@@ -506,7 +611,9 @@ impl<'a> SendWr<'a> {
             },
             op @ (WrOp::RdmaRead { .. }
             | WrOp::AtomicCmpSwp { .. }
-            | WrOp::AtomicFetchAdd { .. }) => {
+            | WrOp::AtomicFetchAdd { .. }
+            | WrOp::MaskedCmpSwap { .. }
+            | WrOp::MaskedFetchAdd { .. }) => {
                 panic!("SendWr::imm: {op:?} carries no immediate")
             }
         };

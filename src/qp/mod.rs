@@ -4,6 +4,7 @@
 pub(crate) mod create;
 mod dc;
 pub(crate) mod held;
+mod masked;
 mod one_opcode;
 mod owned_posts;
 mod recv_posts;
@@ -608,7 +609,7 @@ impl Qp {
     /// Every WR of `wrs` against the QP's limits and transport (`dc`: the
     /// WRs of [`Self::post_dc`], which carry their DC target beside them):
     /// SGE count, opcode for the transport, memory of the QP's PD, an
-    /// atomic's shape, inline length, total length.
+    /// atomic's shape (a masked one's: `masked.rs`), inline length, total length.
     pub(crate) fn check_send_wrs<W: SendWrs + ?Sized>(&self, wrs: &W, dc: bool) -> Result<()> {
         let max_inline = self.max_inline();
         let max_sge = self.max_send_sge();
@@ -626,7 +627,11 @@ impl Qp {
             if !reliable
                 && matches!(
                     w.op,
-                    WrOp::RdmaRead { .. } | WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }
+                    WrOp::RdmaRead { .. }
+                        | WrOp::AtomicCmpSwp { .. }
+                        | WrOp::AtomicFetchAdd { .. }
+                        | WrOp::MaskedCmpSwap { .. }
+                        | WrOp::MaskedFetchAdd { .. }
                 )
             {
                 return Err(Error::WrongTransport {
@@ -653,6 +658,9 @@ impl Qp {
                 }
                 WrOp::RdmaRead { .. } if w.inline => {
                     return Err(Error::ReadInline);
+                }
+                WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
+                    self.check_masked(&w)?
                 }
                 _ => {}
             }

@@ -45,7 +45,11 @@ impl Qp {
         }
         let lands = matches!(
             wr.op,
-            WrOp::RdmaRead { .. } | WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. }
+            WrOp::RdmaRead { .. }
+                | WrOp::AtomicCmpSwp { .. }
+                | WrOp::AtomicFetchAdd { .. }
+                | WrOp::MaskedCmpSwap { .. }
+                | WrOp::MaskedFetchAdd { .. }
         );
         if lands && !buf.access().contains(Access::LOCAL_WRITE) {
             let error = Error::MissingAccess {

@@ -173,6 +173,8 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         atomic: match a.atomic_type {
             None | Some(AtomicArg::FetchAndAdd) => bench::AtomicKind::FetchAndAdd,
             Some(AtomicArg::CmpAndSwap) => bench::AtomicKind::CmpAndSwap,
+            Some(AtomicArg::MaskedCmpAndSwap) => bench::AtomicKind::MaskedCmpAndSwap,
+            Some(AtomicArg::MaskedFetchAndAdd) => bench::AtomicKind::MaskedFetchAndAdd,
         },
         rdma_cm: a.rdma_cm,
         duration: a.duration.map(|d| std::time::Duration::from_secs(d.into())),
@@ -253,12 +255,17 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
         vec![base.size]
     };
     let title = match (any, base.atomic) {
-        (bench::AnyTest::Lat(LatTest::Atomic), bench::AtomicKind::CmpAndSwap) => {
-            "Atomic CMP_AND_SWAP Latency Test"
-        }
-        (bench::AnyTest::Bw(BwTest::Atomic), bench::AtomicKind::CmpAndSwap) => {
-            "Atomic CMP_AND_SWAP BW Test"
-        }
+        (_, bench::AtomicKind::FetchAndAdd) => any.title(),
+        (bench::AnyTest::Lat(LatTest::Atomic), k) => match k {
+            bench::AtomicKind::CmpAndSwap => "Atomic CMP_AND_SWAP Latency Test",
+            bench::AtomicKind::MaskedCmpAndSwap => "Atomic MASKED_CMP_AND_SWAP Latency Test",
+            _ => "Atomic MASKED_FETCH_AND_ADD Latency Test",
+        },
+        (bench::AnyTest::Bw(BwTest::Atomic), k) => match k {
+            bench::AtomicKind::CmpAndSwap => "Atomic CMP_AND_SWAP BW Test",
+            bench::AtomicKind::MaskedCmpAndSwap => "Atomic MASKED_CMP_AND_SWAP BW Test",
+            _ => "Atomic MASKED_FETCH_AND_ADD BW Test",
+        },
         _ => any.title(),
     };
     let gbits = |r: &bench::BwReport| bench::BwReport {

@@ -36,6 +36,12 @@ pub enum AtomicArg {
     FetchAndAdd,
     #[value(name = "CMP_AND_SWAP")]
     CmpAndSwap,
+    /// Ours: a masked (extended) compare-and-swap, direct path only.
+    #[value(name = "MASKED_CMP_AND_SWAP")]
+    MaskedCmpAndSwap,
+    /// Ours: a masked (extended) fetch-and-add, direct path only.
+    #[value(name = "MASKED_FETCH_AND_ADD")]
+    MaskedFetchAndAdd,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

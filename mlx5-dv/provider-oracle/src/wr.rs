@@ -244,6 +244,7 @@ impl Wr {
                 .op
                 .remote()
                 .map(|(addr, rkey)| RemoteSeg { addr, rkey }),
+            masked: None,
             atomic: match self.op {
                 Op::CmpSwap { compare, swap, .. } => Some(AtomicSeg {
                     swap_add: swap,

@@ -86,6 +86,7 @@ impl DcWr {
             flags: self.flags,
             imm: self.imm,
             remote: Some(self.remote),
+            masked: None,
             atomic: None,
             payload: Payload::Sges(&sges),
         };
@@ -183,6 +184,7 @@ fn advance(sq: &mut SendQueue, start: u32) {
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
         remote: None,
+        masked: None,
         atomic: None,
         payload: Payload::Sges(&[]),
     };

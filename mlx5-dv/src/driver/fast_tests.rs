@@ -105,6 +105,7 @@ impl Wr {
                 addr: self.raddr,
                 rkey: self.rkey,
             }),
+            masked: None,
             atomic: None,
             payload: if inline {
                 Payload::Inline(&self.inline)
@@ -292,6 +293,7 @@ proptest! {
                     flags: CtrlFlags::empty(),
                     imm: 0,
                     remote: None,
+                    masked: None,
                     atomic: None,
                     payload: Payload::Inline(&[]),
                 };
@@ -621,6 +623,7 @@ fn limit_wqe_size_waits_for_an_idle_queue() {
             addr: 0x2000,
             rkey: 2,
         }),
+        masked: None,
         atomic: None,
         payload: Payload::Sges(&sges),
     };
@@ -676,6 +679,7 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                     flags: CtrlFlags::CQ_UPDATE,
                     imm: 0,
                     remote: None,
+                    masked: None,
                     atomic: None,
                     payload: Payload::Sges(&[]),
                 };
@@ -705,6 +709,7 @@ fn ud_sends_in_place_write_what_the_writer_writes() {
                 flags,
                 imm: 9,
                 remote: None,
+                masked: None,
                 atomic: None,
                 payload: Payload::Sges(&d),
             };

@@ -4,7 +4,8 @@
 //!
 //! Hot path (`post`, `ring_doorbell`, `poll`): no allocation, no lock, no syscall.
 //!
-//! Files: `sq` ([`SendQueue`]; its gates, counts and RESET in `sq_state`),
+//! Files: `sq` ([`SendQueue`]; its gates, counts and RESET in `sq_state`;
+//! the post of a masked atomic in `sq_masked`),
 //! `fast`, `fast_ud` and `fast_dc` (its in-place posts), `rq` ([`ReceiveQueue`]), `srq`
 //! ([`SharedReceiveQueue`], [`SrqSlots`]), `cq` ([`CompletionQueue`]) and
 //! `scatter` (scatter to CQE: `scatter_from_cqe`, [`ScatterError`]); here, what they share ([`DescError`]) and the CQ
@@ -21,6 +22,7 @@ mod scatter;
 #[cfg(test)]
 mod scatter_tests;
 mod sq;
+mod sq_masked;
 mod sq_state;
 mod srq;
 mod table;

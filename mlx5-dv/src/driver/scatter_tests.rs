@@ -225,6 +225,7 @@ fn read_wqe<'a>(segs: &'a [DataSeg]) -> SendWqe<'a> {
             addr: 0x1000,
             rkey: 9,
         }),
+        masked: None,
         atomic: None,
         payload: Payload::Sges(segs),
     }

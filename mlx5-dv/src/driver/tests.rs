@@ -102,6 +102,7 @@ fn doorbell_writes_dbrec_and_bf_and_traces_the_batch() {
         flags: CtrlFlags::CQ_UPDATE,
         imm: 0,
         remote: Some(RemoteSeg { addr: 8, rkey: 9 }),
+        masked: None,
         atomic: None,
         payload: Payload::Inline(&bytes[..n]),
     };

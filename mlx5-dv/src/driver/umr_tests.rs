@@ -81,6 +81,7 @@ fn write(flags: CtrlFlags, sge: &[DataSeg; 1]) -> SendWqe<'_> {
         atomic: None,
         payload: Payload::Sges(sge),
         datagram: None,
+        masked: None,
     }
 }
 

@@ -164,6 +164,7 @@ pub(super) fn wqe<'a>(
 ) -> SendWqe<'a> {
     SendWqe {
         datagram: Some(Datagram::Dc(dg)),
+        masked: None,
         atomic: None,
         opcode,
         flags: CtrlFlags::CQ_UPDATE,

@@ -176,6 +176,32 @@ pub(super) unsafe fn fetch_add(addr: u64, add: u64) -> u64 {
         .fetch_add(add, Ordering::AcqRel)
 }
 
+/// Atomically replaces the `size`-byte word at `addr` (4 or 8 bytes, host
+/// byte order) with `f(old)`, cut to `size` bytes; returns the old value.
+///
+/// # Safety
+/// `addr` must be `size`-byte aligned inside a live registered memory
+/// region, and `size` 4 or 8.
+pub(super) unsafe fn update(addr: u64, size: u32, f: impl Fn(u64) -> u64) -> u64 {
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    let (ok, fail) = (Ordering::AcqRel, Ordering::Acquire);
+    if size == 4 {
+        // SAFETY: caller guarantees alignment and validity.
+        let word = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
+        let r = word.fetch_update(ok, fail, |v| Some(f(v as u64) as u32));
+        (match r {
+            Ok(v) | Err(v) => v,
+        }) as u64
+    } else {
+        debug_assert_eq!(size, 8);
+        // SAFETY: caller guarantees alignment and validity.
+        let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+        match word.fetch_update(ok, fail, |v| Some(f(v))) {
+            Ok(v) | Err(v) => v,
+        }
+    }
+}
+
 /// Copies registered memory at `src` into `dst`.
 ///
 /// # Safety

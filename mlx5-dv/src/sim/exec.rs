@@ -242,7 +242,11 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
     }
     let connected_only = matches!(
         w.opcode,
-        WqeOpcode::RDMA_READ | WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA
+        WqeOpcode::RDMA_READ
+            | WqeOpcode::ATOMIC_CS
+            | WqeOpcode::ATOMIC_FA
+            | WqeOpcode::ATOMIC_MASKED_CS
+            | WqeOpcode::ATOMIC_MASKED_FA
     );
     if connected_only && st.qps[&qpn].qp_type != QpType::Rc {
         // UC has no READ or atomics (IB spec 9.8.3, table 38).
@@ -254,6 +258,9 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
         WqeOpcode::SEND | WqeOpcode::SEND_IMM => send(st, qpn, &w, b),
         WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, b),
         WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, b),
+        WqeOpcode::ATOMIC_MASKED_CS | WqeOpcode::ATOMIC_MASKED_FA => {
+            super::masked::masked_atomic(st, qpn, &w, b)
+        }
         _ => Exec::Err(Syndrome::LOCAL_QP_OP_ERR),
     }
 }

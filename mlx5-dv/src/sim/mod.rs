@@ -63,6 +63,7 @@ mod cq;
 mod dc;
 mod dma;
 mod exec;
+mod masked;
 mod mw;
 mod ops;
 mod qp;

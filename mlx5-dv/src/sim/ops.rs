@@ -214,7 +214,7 @@ pub(super) fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8
 pub(super) const MAX_WQE: usize = 16 * WQEBB;
 
 /// Data segment `i` of a decoded WQE's SGE payload, read from its linear copy.
-fn sge_at(w: &DecodedWqe, wqe: &[u8], i: u32) -> Option<DataSeg> {
+pub(super) fn sge_at(w: &DecodedWqe, wqe: &[u8], i: u32) -> Option<DataSeg> {
     let DecodedPayload::Sges { first, count } = w.payload else {
         return None;
     };
@@ -242,7 +242,7 @@ fn owned(st: &State, lkey: u32) -> bool {
 
 /// [`local_ok`] for an SGE of a WQE of QP `qpn`'s SQ: a QP whose SQ a test
 /// hook rewrote touches no owned MR.
-fn sq_local_ok(st: &State, qpn: u32, s: DataSeg, write: bool) -> bool {
+pub(super) fn sq_local_ok(st: &State, qpn: u32, s: DataSeg, write: bool) -> bool {
     let q = &st.qps[&qpn];
     local_ok(st, q.pd, s, write) && !(q.hooked && owned(st, s.lkey))
 }
@@ -262,7 +262,7 @@ pub(super) fn local_ok(st: &State, pd: u32, s: DataSeg, write: bool) -> bool {
 
 /// The responder side of an RDMA access to `addr..addr+len` with `rkey`
 /// (IB class C: an access violation puts the responder QP in ERR too).
-fn responder_check(
+pub(super) fn responder_check(
     st: &mut State,
     qpn: u32,
     rkey: u32,

@@ -82,6 +82,7 @@ impl Rig {
         }];
         let w = SendWqe {
             datagram: None,
+            masked: None,
             atomic: None,
             opcode: WqeOpcode::SEND,
             flags: CtrlFlags::empty(),

@@ -5,7 +5,7 @@ use super::segments::{
     decode_atomic_seg, decode_ctrl_seg, decode_data_seg, decode_datagram_seg,
     decode_dc_datagram_seg, decode_inline_hdr, decode_raddr_seg, inline_ds, DatagramDest, DcDest,
 };
-use super::{AtomicSeg, DataSeg, RemoteSeg};
+use super::{decode_masked_atomic, AtomicSeg, AtomicSize, DataSeg, MaskedAtomic, RemoteSeg};
 use crate::prm::{CtrlFlags, WqeOpcode, DS, WQEBB};
 use crate::ring::RingBuf;
 
@@ -51,6 +51,9 @@ pub struct DecodedWqe {
     pub remote: Option<RemoteSeg>,
     /// The atomic segment, for ATOMIC_CS and ATOMIC_FA.
     pub atomic: Option<AtomicSeg>,
+    /// The masked atomic's operands and size (from the opmod), for
+    /// ATOMIC_MASKED_CS and ATOMIC_MASKED_FA.
+    pub masked: Option<MaskedAtomic>,
     /// Where the payload segments sit.
     pub payload: DecodedPayload,
     /// A UD or DC WQE's datagram segment: its ring offset (48 bytes; it
@@ -129,6 +132,15 @@ pub enum DecodeError {
         /// The ctrl segment's DS count.
         ds: u32,
     },
+    /// A masked atomic whose ctrl opmod names no operand size this codec
+    /// knows (4 bytes: 0x08, 8 bytes: 0x09).
+    #[error("masked atomic opcode {opcode:#04x} with opmod {opmod:#04x}: not a 4- or 8-byte extended atomic")]
+    BadOpmod {
+        /// The WQE opcode.
+        opcode: u8,
+        /// The ctrl segment's opmod.
+        opmod: u8,
+    },
     /// The WQE's DS count is larger than the whole ring.
     #[error("WQE of {ds} DS does not fit a ring of {wqe_cnt} WQEBBs")]
     BiggerThanRing {
@@ -180,13 +192,32 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
         return Err(DecodeError::BiggerThanRing { ds, wqe_cnt });
     }
     let atomic_op = matches!(opcode, WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA);
+    let masked_size = if opcode.is_masked_atomic() {
+        match AtomicSize::from_opmod(c.opmod) {
+            Some(s) => Some(s),
+            None => {
+                return Err(DecodeError::BadOpmod {
+                    opcode: opcode.0,
+                    opmod: c.opmod,
+                })
+            }
+        }
+    } else {
+        None
+    };
+    // Operand segments: 1 for the plain atomics, 1 or 2 for a masked one.
+    let operands = match masked_size {
+        Some(AtomicSize::B8) if opcode == WqeOpcode::ATOMIC_MASKED_CS => 2,
+        Some(_) => 1,
+        None => atomic_op as u32,
+    };
     let raddr = opcode.has_raddr() as u32;
     let av = if ud {
         (super::DATAGRAM_SEG / DS) as u32
     } else {
         0
     };
-    let min = 1 + av + raddr + if atomic_op { 2 } else { 0 };
+    let min = 1 + av + raddr + if operands > 0 { operands + 1 } else { 0 };
     if ds < min {
         return Err(DecodeError::TooFewDs {
             ds,
@@ -195,14 +226,18 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
         });
     }
     let remote = (raddr == 1).then(|| decode_raddr_seg(&seg(1 + av as usize)));
-    let first = 1 + av as usize + raddr as usize + if atomic_op { 1 } else { 0 };
+    let first = 1 + av as usize + raddr as usize + operands as usize;
     let atomic = atomic_op.then(|| decode_atomic_seg(&seg(first - 1)));
+    let masked = masked_size.map(|size| {
+        let ops = 1 + av as usize + raddr as usize;
+        decode_masked_atomic(opcode, size, [&seg(ops), &seg(ops + 1)])
+    });
     let rest = ds - first as u32;
     let payload = if rest == 0 {
         DecodedPayload::None
     } else {
         let p = seg(first);
-        let inline = decode_inline_hdr([p[0], p[1], p[2], p[3]]).filter(|_| !atomic_op);
+        let inline = decode_inline_hdr([p[0], p[1], p[2], p[3]]).filter(|_| operands == 0);
         if let Some(len) = inline {
             if inline_ds(len as usize) > rest {
                 return Err(DecodeError::InlineOverrun { len, ds });
@@ -228,6 +263,7 @@ fn decode_in(sq: &RingBuf<'_>, wqe_cnt: u32, pi: u32, ud: bool) -> Result<Decode
         imm: c.imm,
         remote,
         atomic,
+        masked,
         payload,
         datagram: ud.then(|| (base + DS) % sq.len()),
     })

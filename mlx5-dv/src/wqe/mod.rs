@@ -16,6 +16,12 @@
 //!       28: grh_gid_fl (4)  32: rgid (16)
 //! raddr  0: remote address (8)    8: rkey (4)    12: reserved 0 (4)
 //! atomic 0: swap or add value (8)  8: compare value (8)
+//! masked atomics (opcode 0x14 / 0x15, ctrl opmod 8 | (log2(size) - 2)), after raddr:
+//!   4-byte CS 0: swap (4) 4: compare (4) 8: swap_mask (4) 12: compare_mask (4)
+//!   4-byte FA 0: add (4)  4: field_boundary (4) 8: reserved 0 (8)
+//!   8-byte CS 0: swap (8) 8: compare (8), then 0: swap_mask (8) 8: compare_mask (8)
+//!   8-byte FA 0: add (8)  8: field_boundary (8)
+//!   then the data segment of the local `size` bytes that get the old value
 //! data   0: byte_count (4)        4: lkey (4)     8: local address (8)
 //! inline 0: 0x80000000 | len (4)  4: bytes..., padded to a multiple of 16
 //! ```
@@ -32,6 +38,8 @@
 mod dc_tests;
 mod decode;
 mod encode;
+#[cfg(test)]
+mod masked_tests;
 mod recv;
 #[cfg(test)]
 mod segment_tests;
@@ -46,7 +54,7 @@ pub use decode::{
     decode_dc_send_wqe, decode_send_wqe, decode_ud_send_wqe, DecodeError, DecodedPayload,
     DecodedWqe,
 };
-pub(crate) use encode::{copy_inline, wqe_size_within, write_sized};
+pub(crate) use encode::{copy_inline, masked_size_or, wqe_size_within, write_masked, write_sized};
 pub use encode::{wqe_size, write_send_wqe};
 pub(crate) use recv::write_recv_segs;
 pub use recv::{
@@ -108,6 +116,184 @@ pub struct AtomicSeg {
     pub compare: u64,
 }
 
+/// The operand size of an extended (masked) atomic, 4 or 8 bytes; the
+/// ctrl segment's opmod byte carries it as `8 | (log2(size) - 2)` (UCX
+/// `UCT_IB_MLX5_OPMOD_EXT_ATOMIC`, `src/uct/ib/mlx5/ib_mlx5.h`): 0x08 for 4
+/// bytes, 0x09 for 8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AtomicSize {
+    /// 4 bytes (a `u32`): big-endian on the wire and in the response.
+    B4,
+    /// 8 bytes (a `u64`): the response in the device's
+    /// `atomic_req_8B_endianness_mode` (host order on the sim).
+    B8,
+}
+
+impl AtomicSize {
+    /// The size in bytes: 4 or 8.
+    #[inline(always)]
+    pub const fn bytes(self) -> u32 {
+        match self {
+            AtomicSize::B4 => 4,
+            AtomicSize::B8 => 8,
+        }
+    }
+
+    /// The ctrl segment's opmod for this size: `8 | (log2(size) - 2)`.
+    #[inline(always)]
+    pub const fn opmod(self) -> u8 {
+        match self {
+            AtomicSize::B4 => 0x08,
+            AtomicSize::B8 => 0x09,
+        }
+    }
+
+    /// The size an opmod byte names (`None` for any other than 0x08 and 0x09).
+    pub const fn from_opmod(opmod: u8) -> Option<AtomicSize> {
+        match opmod {
+            0x08 => Some(AtomicSize::B4),
+            0x09 => Some(AtomicSize::B8),
+            _ => None,
+        }
+    }
+
+    /// The size of `bytes` bytes (`None` unless 4 or 8).
+    pub const fn from_bytes(bytes: u32) -> Option<AtomicSize> {
+        match bytes {
+            4 => Some(AtomicSize::B4),
+            8 => Some(AtomicSize::B8),
+            _ => None,
+        }
+    }
+
+    /// The old value a masked atomic of this size left in its local SGE,
+    /// from the SGE's first `bytes()` bytes (`None` if `resp` is shorter):
+    /// 4 bytes big-endian (4-byte extended atomics reply big-endian); 8
+    /// bytes in host order, the device's `atomic_req_8B_endianness_mode` 1
+    /// (host endianness: the sim's, and the mode the kernel sets where the
+    /// device has it; a device left in mode 0 replies big-endian).
+    pub fn old_value(self, resp: &[u8]) -> Option<u64> {
+        Some(match self {
+            AtomicSize::B4 => u32::from_be_bytes(resp.get(..4)?.try_into().ok()?) as u64,
+            AtomicSize::B8 => u64::from_ne_bytes(resp.get(..8)?.try_into().ok()?),
+        })
+    }
+
+    /// The largest operand of this size (`u32::MAX` or `u64::MAX`).
+    #[inline(always)]
+    pub const fn max_value(self) -> u64 {
+        match self {
+            AtomicSize::B4 => u32::MAX as u64,
+            AtomicSize::B8 => u64::MAX,
+        }
+    }
+}
+
+/// Operands of a masked atomic (`MLX5_OPCODE_ATOMIC_MASKED_CS` 0x14 or
+/// `MLX5_OPCODE_ATOMIC_MASKED_FA` 0x15), named as UCX's segments
+/// (`struct uct_ib_mlx5_atomic_masked_*_seg`, `ib_mlx5.h`; written in
+/// `rc/rc_mlx5.inl`): the values as numbers, each written big-endian in
+/// `size` bytes ([`masked_atomic_segs`]).
+///
+/// - MASKED_CS: at the responder, `old = *remote`; if `(old ^ compare) &
+///   compare_mask == 0`, `*remote = (old & !swap_mask) | (swap &
+///   swap_mask)`.
+/// - MASKED_FA: `*remote = old + add`, the sum cut into fields by
+///   `field_boundary` (`compare` here): a set bit marks the most
+///   significant bit of a field, so no carry leaves it (all bits set: XOR;
+///   none: a plain add). `swap_mask` and `compare_mask` are not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskedAtomic {
+    /// The operand size (the ctrl segment's opmod).
+    pub size: AtomicSize,
+    /// MASKED_CS: the value swapped in (under `swap_mask`); MASKED_FA: the value added.
+    pub swap_add: u64,
+    /// MASKED_CS: the value compared with (under `compare_mask`);
+    /// MASKED_FA: the field boundaries.
+    pub compare: u64,
+    /// MASKED_CS: the bits of `swap_add` stored. Not written for MASKED_FA.
+    pub swap_mask: u64,
+    /// MASKED_CS: the bits compared. Not written for MASKED_FA.
+    pub compare_mask: u64,
+}
+
+impl MaskedAtomic {
+    /// Whether every operand the opcode writes fits `size` bytes.
+    #[inline]
+    pub fn fits(&self, opcode: WqeOpcode) -> bool {
+        let max = self.size.max_value();
+        let cs = opcode == WqeOpcode::ATOMIC_MASKED_CS;
+        self.swap_add <= max
+            && self.compare <= max
+            && (!cs || (self.swap_mask <= max && self.compare_mask <= max))
+    }
+}
+
+/// The operand segments of a masked atomic (after raddr, before the data
+/// segment), and how many of the two are used (1, or 2 for an 8-byte
+/// MASKED_CS); the module's table gives the layouts. Operands wider than
+/// `size` are cut to it ([`wqe_size`] refuses them first).
+#[inline(always)]
+pub fn masked_atomic_segs(opcode: WqeOpcode, m: &MaskedAtomic) -> ([Seg; 2], usize) {
+    let cs = opcode == WqeOpcode::ATOMIC_MASKED_CS;
+    let lo32 = |v: u64| v & 0xffff_ffff;
+    match (m.size, cs) {
+        (AtomicSize::B4, true) => (
+            [
+                Seg::atomic(
+                    lo32(m.swap_add) << 32 | lo32(m.compare),
+                    lo32(m.swap_mask) << 32 | lo32(m.compare_mask),
+                ),
+                Seg::atomic(0, 0),
+            ],
+            1,
+        ),
+        (AtomicSize::B4, false) => (
+            [
+                Seg::atomic(lo32(m.swap_add) << 32 | lo32(m.compare), 0),
+                Seg::atomic(0, 0),
+            ],
+            1,
+        ),
+        (AtomicSize::B8, true) => (
+            [
+                Seg::atomic(m.swap_add, m.compare),
+                Seg::atomic(m.swap_mask, m.compare_mask),
+            ],
+            2,
+        ),
+        (AtomicSize::B8, false) => ([Seg::atomic(m.swap_add, m.compare), Seg::atomic(0, 0)], 1),
+    }
+}
+
+/// Reads a masked atomic's operand segments back (`segs`: the 16 bytes
+/// after raddr, and the next 16 for an 8-byte MASKED_CS): the inverse of
+/// [`masked_atomic_segs`] (MASKED_FA's masks read as 0).
+pub fn decode_masked_atomic(
+    opcode: WqeOpcode,
+    size: AtomicSize,
+    segs: [&[u8; 16]; 2],
+) -> MaskedAtomic {
+    let a = Seg::from_bytes(segs[0]).words();
+    let cs = opcode == WqeOpcode::ATOMIC_MASKED_CS;
+    let (swap_add, compare, swap_mask, compare_mask) = match (size, cs) {
+        (AtomicSize::B4, true) => (a.0 >> 32, a.0 & 0xffff_ffff, a.1 >> 32, a.1 & 0xffff_ffff),
+        (AtomicSize::B4, false) => (a.0 >> 32, a.0 & 0xffff_ffff, 0, 0),
+        (AtomicSize::B8, true) => {
+            let b = Seg::from_bytes(segs[1]).words();
+            (a.0, a.1, b.0, b.1)
+        }
+        (AtomicSize::B8, false) => (a.0, a.1, 0, 0),
+    };
+    MaskedAtomic {
+        size,
+        swap_add,
+        compare,
+        swap_mask,
+        compare_mask,
+    }
+}
+
 /// One send WQE to encode.
 ///
 /// What each opcode takes (rdma-core `_mlx5_post_send`):
@@ -118,6 +304,7 @@ pub struct AtomicSeg {
 /// | RDMA_WRITE, RDMA_WRITE_IMM | required | - | SGEs or inline |
 /// | RDMA_READ | required | - | SGEs (scatter list) |
 /// | ATOMIC_CS, ATOMIC_FA | required, 8-byte aligned | required | one SGE of at least 8 bytes (gets the old value) |
+/// | ATOMIC_MASKED_CS, ATOMIC_MASKED_FA | required, aligned to the size | `masked` | one SGE of at least `size` bytes (gets the old value) |
 /// | NOP | - | - | none |
 #[derive(Clone, Copy, Debug)]
 pub struct SendWqe<'a> {
@@ -133,6 +320,10 @@ pub struct SendWqe<'a> {
     pub remote: Option<RemoteSeg>,
     /// The atomic segment (ATOMIC_CS, ATOMIC_FA).
     pub atomic: Option<AtomicSeg>,
+    /// The masked atomic's operands and size (ATOMIC_MASKED_CS,
+    /// ATOMIC_MASKED_FA; the ctrl segment's opmod is its size's). A
+    /// reference, so that every other WQE pays one word for it.
+    pub masked: Option<&'a MaskedAtomic>,
     /// The data or inline segments.
     pub payload: Payload<'a>,
     /// UD and DC: the finished 48-byte datagram segment (`struct
@@ -262,6 +453,26 @@ pub enum WqeError {
     /// An atomic's remote address (the `u64`) is not 8-byte aligned.
     #[error("atomic remote address {0:#x} is not 8-byte aligned")]
     UnalignedAtomic(u64),
+    /// A masked atomic's remote address is not aligned to its operand size.
+    #[error("masked atomic remote address {addr:#x} is not {size}-byte aligned")]
+    MaskedAtomicUnaligned {
+        /// The remote address.
+        addr: u64,
+        /// The operand size in bytes (4 or 8).
+        size: u32,
+    },
+    /// A masked atomic's payload is not one SGE of at least `size` bytes.
+    #[error("a {size}-byte masked atomic takes exactly one SGE of at least {size} bytes for the old value")]
+    MaskedAtomicSge {
+        /// The operand size in bytes (4 or 8).
+        size: u32,
+    },
+    /// A masked atomic's operand does not fit its size (4 bytes: above `u32::MAX`).
+    #[error("a {size}-byte masked atomic's operands must fit {size} bytes")]
+    MaskedOperandTooWide {
+        /// The operand size in bytes.
+        size: u32,
+    },
     /// An atomic's payload is not one SGE of at least 8 bytes.
     #[error("an atomic takes exactly one SGE of at least 8 bytes for the old value")]
     AtomicSge,

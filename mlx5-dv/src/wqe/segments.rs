@@ -97,6 +97,12 @@ impl Seg {
         }
     }
 
+    /// The two 64-bit values whose big-endian bytes it is: bytes 0..8, 8..16.
+    #[inline(always)]
+    pub const fn words(self) -> (u64, u64) {
+        (self.hi, self.lo)
+    }
+
     /// The two 8-byte words as they are stored (big-endian).
     #[inline(always)]
     pub(crate) fn stored(self) -> [u64; 2] {

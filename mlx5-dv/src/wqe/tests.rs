@@ -22,6 +22,7 @@ fn inline_write_wraps_the_ring() {
     let payload: Vec<u8> = (0u8..100).collect();
     let wqe = SendWqe {
         datagram: None,
+        masked: None,
         atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
@@ -78,6 +79,7 @@ fn sge_write_layout_and_zero_length_sges_left_out() {
     ];
     let wqe = SendWqe {
         datagram: None,
+        masked: None,
         atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::empty(),
@@ -129,6 +131,7 @@ fn bad_input_writes_nothing() {
                 flags: CtrlFlags::empty(),
                 imm: 0,
                 remote: None,
+                masked: None,
                 atomic: None,
                 payload: Payload::Inline(b"x"),
             },
@@ -141,6 +144,7 @@ fn bad_input_writes_nothing() {
                 flags: CtrlFlags::empty(),
                 imm: 0,
                 remote: None,
+                masked: None,
                 atomic: None,
                 payload: Payload::Inline(&big),
             },
@@ -153,6 +157,7 @@ fn bad_input_writes_nothing() {
                 flags: CtrlFlags::empty(),
                 imm: 0,
                 remote: None,
+                masked: None,
                 atomic: None,
                 payload: Payload::Sges(&sge),
             },
@@ -165,6 +170,7 @@ fn bad_input_writes_nothing() {
                 flags: CtrlFlags::empty(),
                 imm: 0,
                 remote: None,
+                masked: None,
                 atomic: None,
                 payload: Payload::Sges(&huge),
             },
@@ -179,6 +185,7 @@ fn bad_input_writes_nothing() {
                 flags: CtrlFlags::empty(),
                 imm: 0,
                 remote: None,
+                masked: None,
                 atomic: None,
                 payload: Payload::Sges(&sge[..20]),
             },
@@ -201,6 +208,7 @@ fn wqe<'a>(opcode: WqeOpcode, payload: Payload<'a>) -> SendWqe<'a> {
             addr: 0x1000,
             rkey: 0x77,
         }),
+        masked: None,
         atomic: None,
         payload,
     }
@@ -594,6 +602,7 @@ fn ud_send_carries_its_datagram_segment() {
     }];
     let wqe = SendWqe {
         datagram: Some(Datagram::Ud(&av)),
+        masked: None,
         atomic: None,
         opcode: WqeOpcode::SEND,
         flags: CtrlFlags::CQ_UPDATE,

@@ -125,7 +125,14 @@ impl DirectQp {
 #[inline(always)]
 fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32, reads: bool) -> Option<&'a Sge<'a>> {
     match (w.op, w.sges) {
-        (WrOp::AtomicCmpSwp { .. } | WrOp::AtomicFetchAdd { .. } | WrOp::UdSend { .. }, _) => None,
+        (
+            WrOp::AtomicCmpSwp { .. }
+            | WrOp::AtomicFetchAdd { .. }
+            | WrOp::MaskedCmpSwap { .. }
+            | WrOp::MaskedFetchAdd { .. }
+            | WrOp::UdSend { .. },
+            _,
+        ) => None,
         (WrOp::RdmaRead { .. }, _) if !reads => None,
         (_, [s]) if !w.inline && s.one_seg_on(pd) => Some(s),
         _ => None,

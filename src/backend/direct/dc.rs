@@ -67,12 +67,13 @@ impl DirectQp {
                 // (Every WR was sized and fits: nothing here is refused.)
                 let _ = self.signal_if_credits_low();
             }
-            with_wqe(&w, |wqe| self.sq.post(&with_dest(wqe, &seg), w.wr_id))?.map_err(
-                |e| match e {
-                    WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
-                    e => Error::Wqe(e),
-                },
-            )?;
+            with_wqe(&w, |wqe| {
+                super::post::sq_post(&mut self.sq, &with_dest(wqe, &seg), w.wr_id)
+            })?
+            .map_err(|e| match e {
+                WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+                e => Error::Wqe(e),
+            })?;
         }
         self.sq.ring_doorbell();
         self.posted_sends(n);

@@ -17,7 +17,9 @@ impl DirectQp {
         self.take_credits(1)?;
         let undo = self.signal_if_credits_low();
         let start = self.sq.pi();
-        if let Err(e) = with_wqe(w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| Ok(r?)) {
+        if let Err(e) =
+            with_wqe(w, |wqe| super::post::sq_post(&mut self.sq, wqe, w.wr_id)).and_then(|r| Ok(r?))
+        {
             self.give_credits(1);
             if let Some(u) = undo {
                 self.sq.undo_signal_next(u);

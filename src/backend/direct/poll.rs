@@ -34,6 +34,10 @@ static REQ_WC_OPCODE: [u8; 256] = {
     t[WqeOpcode::RDMA_READ.0 as usize] = WcOpcode::RDMA_READ.0 as u8;
     t[WqeOpcode::ATOMIC_CS.0 as usize] = WcOpcode::COMP_SWAP.0 as u8;
     t[WqeOpcode::ATOMIC_FA.0 as usize] = WcOpcode::FETCH_ADD.0 as u8;
+    // (`ibv_wc_opcode` has no masked atomics: they complete as the plain
+    // ones, `byte_len` their size.)
+    t[WqeOpcode::ATOMIC_MASKED_CS.0 as usize] = WcOpcode::COMP_SWAP.0 as u8;
+    t[WqeOpcode::ATOMIC_MASKED_FA.0 as usize] = WcOpcode::FETCH_ADD.0 as u8;
     t
 };
 

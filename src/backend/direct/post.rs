@@ -12,8 +12,8 @@ use crate::ib::wr::{SendFlags, SendWr, SendWrs, WrOp, WriteWr};
 use mlx5_dv::driver::Seg;
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
-    datagram_seg, wqe_size, AtomicSeg, DataSeg, Datagram, Payload, RemoteSeg, SendWqe, WqeError,
-    DATAGRAM_SEG,
+    datagram_seg, wqe_size, AtomicSeg, DataSeg, Datagram, MaskedAtomic, Payload, RemoteSeg,
+    SendWqe, WqeError, DATAGRAM_SEG,
 };
 
 impl DirectQp {
@@ -360,7 +360,7 @@ impl DirectQp {
             let w = wrs.wr(0);
             self.take_credits(1)?;
             let undo = self.signal_if_credits_low();
-            let r = with_wqe(&w, |wqe| self.sq.post(wqe, w.wr_id)).and_then(|r| {
+            let r = with_wqe(&w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id)).and_then(|r| {
                 r.map_err(|e| match e {
                     WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
                     e => Error::Wqe(e),
@@ -397,7 +397,7 @@ impl DirectQp {
                 // (Every WR was sized and fits: nothing here is refused.)
                 let _ = self.signal_if_credits_low();
             }
-            with_wqe(&w, |wqe| self.sq.post(wqe, w.wr_id))??;
+            with_wqe(&w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id))??;
         }
         self.sq.ring_doorbell();
         self.posted_sends(n);
@@ -648,9 +648,13 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
                 compare: 0,
             }),
         ),
+        WrOp::MaskedCmpSwap { remote, .. } => (WqeOpcode::ATOMIC_MASKED_CS, rs(remote), None),
+        WrOp::MaskedFetchAdd { remote, .. } => (WqeOpcode::ATOMIC_MASKED_FA, rs(remote), None),
         WrOp::UdSend { imm: None, .. } => (WqeOpcode::SEND, None, None),
         WrOp::UdSend { imm: Some(_), .. } => (WqeOpcode::SEND_IMM, None, None),
     };
+    let masked_ops = masked_of(&w.op);
+    let masked = masked_ops.as_ref();
     // UD: the AH's AV with the remote QPN and qkey patched in (rdma-core
     // `set_datagram_seg`), the WQE's datagram segment.
     let av: [u8; DATAGRAM_SEG];
@@ -685,6 +689,7 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
                 flags,
                 imm: 0,
                 remote,
+                masked,
                 atomic,
                 payload: Payload::Inline(&SIZE_ONLY[..total as usize]),
             }));
@@ -729,7 +734,58 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         flags,
         imm,
         remote,
+        masked,
         atomic,
         payload,
     }))
+}
+
+/// `SendQueue::post` of `wqe`, or `SendQueue::post_masked` of a masked
+/// atomic (which `post` refuses, so that its other WQEs pay nothing for
+/// it): the general path's post.
+#[inline(always)]
+pub(super) fn sq_post(
+    sq: &mut mlx5_dv::driver::SendQueue,
+    wqe: &SendWqe<'_>,
+    wr_id: u64,
+) -> std::result::Result<(), WqeError> {
+    if wqe.masked.is_some() {
+        sq.post_masked(wqe, wr_id)
+    } else {
+        sq.post(wqe, wr_id)
+    }
+}
+
+/// The codec's operands of a masked atomic WR (`None` for any other).
+#[inline(always)]
+fn masked_of(op: &WrOp<'_>) -> Option<MaskedAtomic> {
+    match *op {
+        WrOp::MaskedCmpSwap {
+            size,
+            compare,
+            compare_mask,
+            swap,
+            swap_mask,
+            ..
+        } => Some(MaskedAtomic {
+            size,
+            swap_add: swap,
+            compare,
+            swap_mask,
+            compare_mask,
+        }),
+        WrOp::MaskedFetchAdd {
+            size,
+            add,
+            field_boundary,
+            ..
+        } => Some(MaskedAtomic {
+            size,
+            swap_add: add,
+            compare: field_boundary,
+            swap_mask: 0,
+            compare_mask: 0,
+        }),
+        _ => None,
+    }
 }

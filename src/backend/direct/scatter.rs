@@ -320,6 +320,7 @@ mod tests {
             flags: CtrlFlags::CQ_UPDATE,
             imm: 0,
             remote: Some(RemoteSeg { addr: 64, rkey: 3 }),
+            masked: None,
             atomic: None,
             payload: Payload::Sges(&segs),
         };

@@ -392,6 +392,9 @@ fn fill_op(v: &mut ibv_send_wr, w: &crate::ib::wr::SendWr<'_>) {
                 rkey: remote.rkey.0,
             };
         }
+        WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
+            unreachable!("the front end refuses masked atomics on the verbs path")
+        }
         WrOp::UdSend { dest: d, imm } => {
             v.opcode = match imm {
                 None => ibv_wr_opcode::IBV_WR_SEND,

@@ -49,6 +49,9 @@ unsafe fn set_op(qpx: *mut ibv_qp_ex, w: &crate::ib::wr::SendWr<'_>) {
             WrOp::AtomicFetchAdd { remote, add } => {
                 ibv_wr_atomic_fetch_add(qpx, remote.rkey.0, remote.addr, add);
             }
+            WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
+                unreachable!("the front end refuses masked atomics on the verbs path")
+            }
             WrOp::UdSend { dest: d, imm } => {
                 match imm {
                     None => ibv_wr_send(qpx),

@@ -205,6 +205,7 @@ pub fn run_bw(test: BwTest, cfg: &BwConfig) -> Result<(RunInfo, BwReport)> {
         max_send_wr: cfg.tx_depth,
         max_recv_wr: rx_depth,
         max_inline: if inline { cfg.lat.inline_size } else { 0 },
+        max_send_sge: cfg.lat.atomic.send_sges(),
         port: cfg.lat.port,
         gid_index: cfg.lat.gid_index,
         cqe_compression: cfg.lat.cqe_comp,

@@ -30,6 +30,7 @@ pub fn run_lat(test: LatTest, cfg: &LatConfig) -> Result<(RunInfo, LatReport)> {
         qp_type: cfg.qp_type,
         max_send_wr: 16,
         max_inline: if inline { cfg.inline_size } else { 0 },
+        max_send_sge: cfg.atomic.send_sges(),
         port: cfg.port,
         gid_index: cfg.gid_index,
         cqe_compression: cfg.cqe_comp,

@@ -150,6 +150,7 @@ mod device_errors;
 mod flow;
 mod halves;
 mod inline_recv;
+mod masked_atomics;
 mod memory;
 mod refusals;
 mod srq;
@@ -169,6 +170,7 @@ use device_errors::*;
 use flow::*;
 use halves::*;
 use inline_recv::*;
+use masked_atomics::*;
 use memory::*;
 use refusals::*;
 use srq::*;
@@ -339,6 +341,9 @@ const ONE_SIDED: &[Case] = &[
     case!(send_queue_full_refuses_the_whole_batch_until_completions_are_polled),
     case!(rdma_read_lands_byte_for_byte_and_needs_remote_read),
     case!(atomics_update_the_remote_word_and_return_the_old_value),
+    case!(masked_compare_and_swap_hits_and_misses),
+    case!(masked_fetch_and_add_stops_carries_at_field_boundaries),
+    case!(masked_atomics_misaligned_or_misshapen_are_refused),
     case!(the_16_bit_wqe_index_wraps),
     case!(unsignaled_streams_never_fill_the_send_queue),
     case!(bandwidth_benchmarks_run),

@@ -54,6 +54,7 @@ fn pair(dev: &Device) -> (Side, Side) {
 fn write_wqe<'a>(payload: Payload<'a>, raddr: u64, rkey: u32) -> SendWqe<'a> {
     SendWqe {
         datagram: None,
+        masked: None,
         atomic: None,
         opcode: WqeOpcode::RDMA_WRITE,
         flags: CtrlFlags::CQ_UPDATE,
@@ -92,6 +93,7 @@ fn pair_with(dev: &Device, sq_wqebbs: u32, max_post: u32) -> (Side, Side) {
 fn send_wqe(sge: &[DataSeg]) -> SendWqe<'_> {
     SendWqe {
         datagram: None,
+        masked: None,
         atomic: None,
         opcode: WqeOpcode::SEND,
         flags: CtrlFlags::CQ_UPDATE,

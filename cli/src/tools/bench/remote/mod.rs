@@ -178,6 +178,7 @@ pub(crate) fn run_remote_on(
         },
         max_recv_wr: rx_depth,
         max_inline: if inline { lat.inline_size } else { 0 },
+        max_send_sge: lat.atomic.send_sges(),
         port: lat.port,
         gid_index: lat.gid_index,
         rnr_retry: if rx_depth > 0 { 7 } else { 6 },
