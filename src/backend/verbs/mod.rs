@@ -532,9 +532,9 @@ impl VerbsQp {
 
     /// Polls up to `out.len()` completions of the QP's own CQ with
     /// `ibv_poll_cq`. Errors: [`Error::SharedCq`] when its CQ is shared.
-    // (Inline: the lean poll of one completion goes into the caller, as
-    // the direct path's; the rest is `poll_many`.)
-    #[inline(always)]
+    // (Out of line: inlined into `Qp::poll`, the lean poll cost the
+    // direct path's poll registers; the rest is `poll_many`.)
+    #[inline(never)]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         // (`lean_poll`: not shared.)
         if let ([one], true) = (&mut *out, self.lean_poll) {
