@@ -17,8 +17,8 @@
 //! function pointer directly (found set at creation: `send_ops_set`).
 //!
 //! The poll: a QP with its own CQ polling into one entry takes one
-//! completion (`VerbsCq::poll_one`) and retires it as the general poll
-//! does (`VerbsQp::retire`).
+//! completion (`VerbsCq::poll_one`); a send's of a QP not split is retired
+//! here as the general `VerbsQp::retire` would, any other by `retire`.
 
 use super::*;
 use crate::ib::qp_attr::QpType;
