@@ -519,6 +519,14 @@ impl Qp {
             }
             return self.post_send_direct(wrs);
         }
+        // One WR of the common kinds on the verbs path: its lean post,
+        // which declines (changing nothing) what it does not take.
+        #[cfg(feature = "verbs")]
+        if let (QpKind::Verbs(q), [w]) = (&mut self.kind, wrs) {
+            if let Some(r) = q.post_one_fast(w, self.pd_id) {
+                return r;
+            }
+        }
         self.post_send_checked(wrs)
     }
 

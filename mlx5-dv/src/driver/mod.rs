@@ -126,6 +126,30 @@ impl CqCredits {
             .is_ok()
     }
 
+    /// Takes one credit: the credits left free after it, or `None` (none
+    /// taken) if none was free.
+    #[inline]
+    pub fn take_one(&self) -> Option<u32> {
+        use core::sync::atomic::Ordering::Relaxed;
+        self.free
+            .fetch_update(Relaxed, Relaxed, |f| f.checked_sub(1))
+            .ok()
+            .map(|before| before - 1)
+    }
+
+    /// [`Self::give`] for a caller whose accounting guarantees that the
+    /// `n` credits were taken (one atomic add, no saturation: a debug
+    /// build checks the count stays within `depth`).
+    #[inline(always)]
+    pub fn give_taken(&self, n: u32) {
+        use core::sync::atomic::Ordering::Relaxed;
+        let _before = self.free.fetch_add(n, Relaxed);
+        debug_assert!(
+            _before as u64 + n as u64 <= self.depth as u64,
+            "more credits given back than taken"
+        );
+    }
+
     /// Gives back `n` credits of retired work requests. More than were
     /// taken is a caller bug: the count stops at `depth` (never wraps).
     #[inline]

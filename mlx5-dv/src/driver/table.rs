@@ -100,6 +100,7 @@ impl<T: Copy> Table<T> {
     }
 
     /// A copy of entry `i` (bounds-checked: panics past the end).
+    #[inline(always)]
     pub fn get(&self, i: usize) -> T {
         assert!(i < self.len, "entry {i} of a table of {}", self.len);
         // SAFETY: in bounds; read by the copy whose turn it is (the rule above).
@@ -107,6 +108,7 @@ impl<T: Copy> Table<T> {
     }
 
     /// Sets entry `i` to `v` (bounds-checked: panics past the end).
+    #[inline(always)]
     pub fn set(&self, i: usize, v: T) {
         assert!(i < self.len, "entry {i} of a table of {}", self.len);
         // SAFETY: in bounds; written by the copy whose turn it is.

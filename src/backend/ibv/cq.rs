@@ -166,6 +166,57 @@ pub(crate) struct VerbsCq {
     /// path [`Self::poll_stamped`] reads each completion's timestamp; on
     /// the direct path its CQEs carry one at byte 48.
     pub(crate) timestamps: bool,
+    /// The provider's entry points [`Self::poll_one`] calls were found set
+    /// at creation ([`poll_ops_set`]): `start_poll`, `end_poll` and the
+    /// readers of the fields a `Completion` carries (and
+    /// `read_completion_ts` with `timestamps`) on an extended CQ, else the
+    /// context's `poll_cq`.
+    pub(crate) one_ok: bool,
+}
+
+/// Whether the entry points [`VerbsCq::poll_one`] calls are set on the CQ
+/// (`ex` its extended form, or null; `timestamps`: made with them).
+///
+/// # Safety
+/// `cq` is a live CQ and `ex` null or its `ibv_cq_ex`.
+unsafe fn poll_ops_set(cq: *mut ibv_cq, ex: *mut ibv_cq_ex, timestamps: bool) -> bool {
+    // SAFETY: the caller's contract: both live (reads of plain fields).
+    unsafe {
+        if ex.is_null() {
+            return !timestamps && (*(*cq).context).ops.poll_cq.is_some();
+        }
+        let x = &*ex;
+        x.start_poll.is_some()
+            && x.end_poll.is_some()
+            && x.read_opcode.is_some()
+            && x.read_vendor_err.is_some()
+            && x.read_wc_flags.is_some()
+            && x.read_byte_len.is_some()
+            && x.read_qp_num.is_some()
+            && x.read_src_qp.is_some()
+            && x.read_imm_data.is_some()
+            && (!timestamps || x.read_completion_ts.is_some())
+    }
+}
+
+/// `Option::unwrap_unchecked` of a provider entry point.
+///
+/// # Safety
+/// `f` is `Some` (checked at creation: [`poll_ops_set`]).
+#[inline(always)]
+unsafe fn set<F>(f: Option<F>) -> F {
+    // SAFETY: the caller's contract.
+    unsafe { f.unwrap_unchecked() }
+}
+
+#[cold]
+#[inline(never)]
+fn poll_error(call: &'static str, rc: i32) -> Error {
+    Error::Verbs {
+        call,
+        errno: rc,
+        detail: String::new(),
+    }
 }
 
 // SAFETY: one owner polls, arms and waits on the CQ (`&mut Qp` for a QP's
@@ -411,6 +462,8 @@ impl VerbsCq {
         }
         // SAFETY: non-null CQ; `cqe` is the depth the provider gave it.
         let depth = unsafe { (*cq).cqe }.max(1) as u32;
+        // SAFETY: `cq` is live, `ex` null or its extended form.
+        let one_ok = unsafe { poll_ops_set(cq, ex, timestamps) };
         Ok(Arc::new(VerbsCq {
             cq,
             ex,
@@ -419,6 +472,7 @@ impl VerbsCq {
             depth,
             ignores_overrun,
             timestamps,
+            one_ok,
         }))
     }
 
@@ -559,6 +613,80 @@ impl VerbsCq {
             unsafe { ibv_end_poll(ex) };
         }
         Ok(n)
+    }
+
+    /// One completion for a QP's poll into one entry (only where
+    /// [`Self::one_ok`]): on an extended CQ `ibv_start_poll` (ENOENT:
+    /// none), the fields a `Completion` carries read into an `ibv_wc` (the
+    /// rest zero) and, with `timestamps`, `ibv_wc_read_completion_ts`,
+    /// then `ibv_end_poll` (never `ibv_next_poll`: [`Self::poll_ex`]);
+    /// else `ibv_poll_cq` of one `ibv_wc` (timestamp 0). Each entry point
+    /// is called through the provider's pointer, found set at creation.
+    /// Errors as [`Self::poll_into`]'s.
+    #[inline(always)]
+    pub(crate) fn poll_one(&self) -> Result<Option<(ibv_wc, u64)>> {
+        debug_assert!(self.one_ok);
+        let ex = self.ex;
+        if !ex.is_null() {
+            let mut attr = ibv_poll_cq_attr { comp_mask: 0 };
+            // SAFETY: live extended CQ, polled by its one owner (`&mut`
+            // above this call), whose `start_poll` was found set at
+            // creation (`one_ok`); `attr` is valid for the call.
+            let rc = unsafe { set((*ex).start_poll)(ex, &mut attr) };
+            if rc == libc::ENOENT {
+                return Ok(None);
+            }
+            if rc != 0 {
+                return Err(poll_error("ibv_start_poll", rc));
+            }
+            // SAFETY: the poll just started: the readers (found set at
+            // creation, `one_ok`, the CQ made with their fields:
+            // `WC_FLAGS`, `WC_TIMESTAMP` with `timestamps`) are valid for
+            // its completion; `ibv_end_poll` ends it, once.
+            return Ok(Some(unsafe {
+                let x = &*ex;
+                let wc_flags = set(x.read_wc_flags)(ex);
+                let imm = if wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                    set(x.read_imm_data)(ex)
+                } else {
+                    0
+                };
+                let w = ibv_wc {
+                    wr_id: x.wr_id,
+                    status: x.status,
+                    opcode: set(x.read_opcode)(ex),
+                    vendor_err: set(x.read_vendor_err)(ex),
+                    byte_len: set(x.read_byte_len)(ex),
+                    imm_data_invalidated_rkey_union: imm_data_invalidated_rkey_union_t {
+                        imm_data: imm,
+                    },
+                    qp_num: set(x.read_qp_num)(ex),
+                    src_qp: set(x.read_src_qp)(ex),
+                    wc_flags,
+                    pkey_index: 0,
+                    slid: 0,
+                    sl: 0,
+                    dlid_path_bits: 0,
+                };
+                let ts = if self.timestamps {
+                    set(x.read_completion_ts)(ex)
+                } else {
+                    0
+                };
+                set(x.end_poll)(ex);
+                (w, ts)
+            }));
+        }
+        let mut w = std::mem::MaybeUninit::<ibv_wc>::uninit();
+        // SAFETY: live CQ whose context's `poll_cq` was found set at
+        // creation (`one_ok`); `w` has room for the one entry asked for.
+        let n = unsafe { set((*(*self.cq).context).ops.poll_cq)(self.cq, 1, w.as_mut_ptr()) };
+        match n {
+            // SAFETY: `ibv_poll_cq` wrote the one entry.
+            1 => Ok(Some((unsafe { w.assume_init() }, 0))),
+            0 => Ok(None),
+            n => Err(poll_error("ibv_poll_cq", -n)),
+        }
     }
 
     /// Discards the events raised and the completions written so far (a QP

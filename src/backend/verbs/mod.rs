@@ -5,6 +5,7 @@
 //! the control path of [`super::ibv`]. `RDMA_DIRECT_VERBS_OLD_POST=1`
 //! forces the old calls. Every `unsafe` block here calls rdma-core.
 
+mod fast;
 mod post;
 mod post_ex;
 mod split;
@@ -173,6 +174,20 @@ pub(crate) struct VerbsQp {
     counts: bool,
     /// Split into a send half and a receive half: this copy only retires.
     split: Option<Box<split::SplitState>>,
+    /// The lean post's gate (`fast.rs`, `set_gate`): RTS, not split,
+    /// counting credits, RC or UC, a send SGE, `ops_set`.
+    gate: bool,
+    /// In RTS (the last `modify`).
+    rts: bool,
+    /// The provider's entry points the lean post calls were found set at
+    /// creation (`fast::send_ops_set`).
+    ops_set: bool,
+    /// Polls into one entry take `poll_one` (its own CQ, whose entry
+    /// points were found set: `VerbsCq::one_ok`).
+    lean_poll: bool,
+    /// Not split and counting credits (`set_gate`): `poll_one` retires a
+    /// send's completion itself.
+    plain: bool,
     /// Owns the `ibv_qp` (`qp`): destroyed when the last copy goes (a
     /// split QP's halves hold it too).
     raw: Arc<RawQp>,
@@ -345,6 +360,9 @@ pub(crate) fn create_qp(
         ..caps
     };
     let max_post = caps.max_send_wr.min(init.cap.max_send_wr);
+    // SAFETY: `qp` is live, `qpx` null or its `ibv_qp_ex`.
+    let ops_set = unsafe { fast::send_ops_set(qp, qpx, caps.qp_type) };
+    let lean_poll = !shared && cq.one_ok;
     Ok(VerbsQp {
         qp,
         qpx,
@@ -375,6 +393,11 @@ pub(crate) fn create_qp(
         srq,
         counts: true,
         split: None,
+        gate: false,
+        rts: false,
+        ops_set,
+        lean_poll,
+        plain: true,
         raw: Arc::new(RawQp(qp)),
         _pd: pd.clone(),
     })
@@ -416,6 +439,7 @@ impl VerbsQp {
     #[cfg(feature = "test-hooks")]
     pub(crate) fn ignore_credits(&mut self) {
         self.counts = false;
+        self.set_gate();
     }
 
     /// Whether it posts through the extended verbs, and whether its CQ is
@@ -481,6 +505,8 @@ impl VerbsQp {
     /// (as rdma-core's providers clean the CQ of a QP they reset).
     pub(crate) fn modify(&mut self, _from: QpState, to: QpState, attr: &QpAttr) -> Result<()> {
         modify_raw(self.qp, self.qpn, to, attr)?;
+        self.rts = to == QpState::Rts;
+        self.set_gate();
         if to == QpState::Reset {
             if !self.shared {
                 // Events and completions from before RESET are stale now.
@@ -506,7 +532,20 @@ impl VerbsQp {
 
     /// Polls up to `out.len()` completions of the QP's own CQ with
     /// `ibv_poll_cq`. Errors: [`Error::SharedCq`] when its CQ is shared.
+    // (Out of line: inlined into `Qp::poll`, the lean poll cost the
+    // direct path's poll registers; the rest is `poll_many`.)
+    #[inline(never)]
     pub(crate) fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        // (`lean_poll`: not shared.)
+        if let ([one], true) = (&mut *out, self.lean_poll) {
+            return self.poll_one(one);
+        }
+        self.poll_many(out)
+    }
+
+    /// [`Self::poll`] of all but `poll_one`'s.
+    #[inline(never)]
+    fn poll_many(&mut self, out: &mut [Completion]) -> Result<usize> {
         if self.shared {
             return Err(Error::SharedCq { qpn: self.qpn });
         }
@@ -553,6 +592,7 @@ impl VerbsQp {
     /// Returns the completion to report (`None`: asked for by auto-signal only).
     #[inline]
     fn retire(&mut self, w: &ibv_wc, freed: &mut u32) -> Option<Completion> {
+        // (`fast::lean_retire` is the commonest case of this, kept in step.)
         // Our wr_id is the WR's sequence number (see `VerbsQp`).
         let (wr_id, hidden) = if w.wr_id & SRQ_TAG != 0 {
             // A receive of the SRQ: its slot (its CQ credits are the SRQ's).

@@ -83,7 +83,8 @@ impl VerbsQp {
     /// its `send_flags`. Auto-signal, as the direct path does: a hidden CQE
     /// every `auto_signal` unsignaled WRs keeps the accounting moving; with
     /// `force`, this one is signaled whatever its flags.
-    #[inline]
+    // (Inlined everywhere: out of line it cost the lean post a call.)
+    #[inline(always)]
     pub(super) fn track(&mut self, w: &crate::ib::wr::SendWr<'_>, seq: u64, force: bool) -> u32 {
         let signaled = w.flags.contains(SendFlags::SIGNALED);
         let forced = !signaled && (self.unsignaled_run + 1 >= self.auto_signal || force);

@@ -57,6 +57,7 @@ impl VerbsQp {
             held: outstanding + sends + recvs,
         }));
         self.counts = false;
+        self.set_gate();
         link.publish(self.retired, self.recv_done);
         Ok((send, recv))
     }
@@ -94,6 +95,11 @@ impl VerbsQp {
             srq: self.srq.clone(),
             counts: false,
             split: None,
+            gate: false,
+            rts: self.rts,
+            ops_set: self.ops_set,
+            lean_poll: false,
+            plain: false,
             raw: self.raw.clone(),
             _pd: self._pd.clone(),
         }
@@ -172,5 +178,6 @@ impl VerbsQp {
         self.counts = true;
         self.credits
             .give(s.held.saturating_sub(self.counts().outstanding() as u32));
+        self.set_gate();
     }
 }
