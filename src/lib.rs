@@ -98,6 +98,7 @@ pub use ib::event::AsyncEvent;
 pub use ib::keys::{Lkey, RemoteAddr, Rkey};
 pub use ib::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
 pub use ib::mr::{LocalMr, Mr, Refused};
+pub use ib::mw::{Mw, MwBind, MwRefusal, MwType};
 pub use ib::qp_attr;
 pub use ib::qp_attr::{AddressVector, Endpoint, Grh, PathInfo, QpAttr, QpAttrMask, QpInfo, QpType};
 pub use ib::qp_state::QpState;

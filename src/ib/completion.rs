@@ -134,6 +134,8 @@ impl std::fmt::Debug for WcOpcode {
             Self::RDMA_READ => "RDMA_READ",
             Self::COMP_SWAP => "COMP_SWAP",
             Self::FETCH_ADD => "FETCH_ADD",
+            Self::BIND_MW => "BIND_MW",
+            Self::LOCAL_INV => "LOCAL_INV",
             Self::RECV => "RECV",
             Self::RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
             _ => return write!(f, "WcOpcode({})", self.0),
@@ -156,6 +158,11 @@ impl WcOpcode {
     /// `IBV_WC_FETCH_ADD`: an atomic fetch-and-add completed; the original
     /// 8 bytes are in the local SGE.
     pub const FETCH_ADD: Self = Self(4);
+    /// `IBV_WC_BIND_MW`: a memory-window bind (type 1's `Qp::bind_mw` /
+    /// `unbind_mw`, or a type-2 bind WR) completed.
+    pub const BIND_MW: Self = Self(5);
+    /// `IBV_WC_LOCAL_INV`: a local invalidation completed.
+    pub const LOCAL_INV: Self = Self(6);
     /// `IBV_WC_RECV`: a receive WR consumed by an incoming SEND (with or
     /// without immediate or invalidate).
     pub const RECV: Self = Self(128);
@@ -198,7 +205,10 @@ pub struct Completion {
     /// since the sim device was made. Non-decreasing in the order one CQ's
     /// completions are written; compare timestamps of one device only.
     pub timestamp: u64,
-    /// Immediate data, as the sender passed it (receives with immediate).
+    /// Immediate data, as the sender passed it (receives with immediate);
+    /// for a receive of a SEND with invalidate, the rkey it invalidated
+    /// (as `ibv_wc`'s `imm_data` / `invalidated_rkey` union; then
+    /// [`SrcQp::with_inv`] is set: read it with [`Self::invalidated_rkey`]).
     pub imm: Option<u32>,
     /// Bytes transferred (RDMA READ, atomics, receives).
     pub byte_len: u32,
@@ -222,6 +232,10 @@ pub struct SrcQp(pub u32);
 impl SrcQp {
     /// Bit 31: a GRH came.
     pub const GRH: u32 = 1 << 31;
+    /// Bit 30: the message was a SEND with invalidate (`IBV_WC_WITH_INV`;
+    /// mlx5 CQE opcode `MLX5_CQE_RESP_SEND_INV`): [`Completion::imm`]
+    /// holds the rkey it invalidated.
+    pub const WITH_INV: u32 = 1 << 30;
 
     /// The sender's QPN and GRH flag.
     pub fn new(qpn: u32, grh: bool) -> Self {
@@ -236,6 +250,25 @@ impl SrcQp {
     /// Whether the receive buffer begins with a 40-byte GRH.
     pub fn grh(self) -> bool {
         self.0 & Self::GRH != 0
+    }
+
+    /// Whether the message was a SEND with invalidate ([`Self::WITH_INV`]).
+    pub fn with_inv(self) -> bool {
+        self.0 & Self::WITH_INV != 0
+    }
+}
+
+impl Completion {
+    /// The rkey a received SEND with invalidate invalidated at this side
+    /// (`IBV_WC_WITH_INV`, `ibv_wc.invalidated_rkey`), `None` for any
+    /// other completion. The window it named is free from then on: bind it
+    /// again before handing it out.
+    pub fn invalidated_rkey(&self) -> Option<crate::Rkey> {
+        if self.src_qp.with_inv() {
+            self.imm.map(crate::Rkey)
+        } else {
+            None
+        }
     }
 }
 

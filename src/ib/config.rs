@@ -99,6 +99,19 @@ pub struct QpConfig {
     /// (`mlx5dv_dc_init_attr.dct_access_key`, 64 bits, rdma-core
     /// `mlx5dv.h`). Ignored by every other QP type. Default 0.
     pub dc_key: u64,
+    /// The QP posts memory-window WRs: type-1 binds
+    /// ([`Qp::bind_mw`](crate::Qp::bind_mw)), type-2 binds and
+    /// `LOCAL_INV` ([`SendWr::bind_mw`](crate::SendWr::bind_mw),
+    /// [`SendWr::local_inv`](crate::SendWr::local_inv)). RC and UC.
+    /// The direct path sizes its send WQEs for a bind's UMR WQE (3
+    /// WQEBBs: ctrl, UMR ctrl, mkey context, one KLM), as rdma-core's
+    /// `mlx5_calc_send_wqe` does for `IBV_QP_EX_WITH_BIND_MW`; the verbs
+    /// path adds `IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+    /// IBV_QP_EX_WITH_SEND_WITH_INV` to its `send_ops_flags`. Without it
+    /// those WRs are refused ([`MwRefusal::NotEnabled`](crate::MwRefusal::NotEnabled)).
+    /// A SEND with invalidate needs no window of its own and no flag.
+    /// Default off.
+    pub memory_windows: bool,
 }
 
 /// How a CQ is made beyond its depth (`ibv_cq_init_attr_ex`'s options
@@ -193,6 +206,7 @@ impl Default for QpConfig {
             completion_timestamps: false,
             inline_recv: InlineRecv::Off,
             dc_key: 0,
+            memory_windows: false,
         }
     }
 }

@@ -245,6 +245,11 @@ pub enum Error {
         /// The window's state.
         state: MwState,
     },
+    /// A memory-window bind, unbind or invalidation refused before
+    /// anything was written (no ring bytes, no doorbell): see
+    /// [`MwRefusal`](crate::MwRefusal) for each reason.
+    #[error("memory window refused: {0}")]
+    MwRefused(crate::ib::mw::MwRefusal),
     /// A receive posted to a QP that receives from an SRQ; nothing was
     /// posted. Post receives to the SRQ.
     #[error("QP {qpn:#x} receives from an SRQ: post receives to the SRQ")]
@@ -599,6 +604,8 @@ pub enum Feature {
     GidTable,
     /// Completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
     CompletionTimestamp,
+    /// Memory windows (`ibv_alloc_mw`).
+    MemoryWindows,
 }
 
 impl std::fmt::Display for Feature {
@@ -621,6 +628,7 @@ impl std::fmt::Display for Feature {
             }
             Feature::GidTable => "a GID table (GID indices apply to RoCE devices)",
             Feature::CompletionTimestamp => "completion timestamps",
+            Feature::MemoryWindows => "memory windows",
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod event;
 pub mod keys;
 pub mod mem;
 pub mod mr;
+pub mod mw;
 pub mod progress;
 pub mod qp_attr;
 pub mod qp_state;

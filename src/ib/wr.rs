@@ -2,8 +2,9 @@
 
 use super::ah::Ah;
 use super::error::Result;
-use super::keys::{Lkey, RemoteAddr};
+use super::keys::{Lkey, RemoteAddr, Rkey};
 use super::mr::Mr;
+use super::mw::{Mw, MwBind};
 use std::marker::PhantomData;
 
 pub use mlx5_dv::wqe::AtomicSize;
@@ -245,6 +246,36 @@ pub enum WrOp<'a> {
         dest: UdDest<'a>,
         /// The immediate, host order (`IBV_WR_SEND_WITH_IMM` when `Some`).
         imm: Option<u32>,
+    },
+    /// Binds the type-2 window `mw` to `bind` (`IBV_WR_BIND_MW`; on mlx5 a
+    /// UMR WQE, `MLX5_OPCODE_UMR` 0x25, 3 WQEBBs). The window must be free
+    /// (never bound, or invalidated); it gives `mw` the next rkey
+    /// (its variant byte plus one, [`Mw::rkey`]) as it is posted, and serves
+    /// only this QP. No SGEs. Completes as `WcOpcode::BIND_MW`.
+    BindMw {
+        /// The window (type 2, of the QP's PD).
+        mw: &'a Mw,
+        /// What it maps.
+        bind: MwBind<'a>,
+    },
+    /// Invalidates the type-2 window (or other key) `rkey` names
+    /// (`IBV_WR_LOCAL_INV`; on mlx5 a zero-length UMR, 2 WQEBBs): later
+    /// accesses through it are refused. No SGEs. Completes as
+    /// `WcOpcode::LOCAL_INV`.
+    LocalInv {
+        /// The rkey to invalidate (`invalidate_rkey`).
+        rkey: Rkey,
+    },
+    /// A SEND that also invalidates `rkey` at the responder
+    /// (`IBV_WR_SEND_WITH_INV`, `MLX5_OPCODE_SEND_INVAL` 0x01, the rkey in
+    /// the ctrl segment's immediate, big-endian): the responder's receive
+    /// completion names it ([`Completion::invalidated_rkey`](crate::Completion::invalidated_rkey)).
+    /// RC only; the rkey must name a type-2 window bound to the responding
+    /// QP, else the responder refuses it (REM_INV_REQ_ERR here, and both
+    /// QPs go to ERR).
+    SendWithInv {
+        /// The peer's rkey to invalidate.
+        rkey: Rkey,
     },
 }
 
@@ -592,13 +623,31 @@ impl<'a> SendWr<'a> {
         Self::of(wr_id, op, old)
     }
 
+    /// Binds the type-2 window `mw` to `bind` ([`WrOp::BindMw`]): no SGEs.
+    /// Checked at post ([`Error::MwRefused`](crate::Error::MwRefused)).
+    pub fn bind_mw(wr_id: u64, mw: &'a Mw, bind: MwBind<'a>) -> Self {
+        Self::of(wr_id, WrOp::BindMw { mw, bind }, &[])
+    }
+
+    /// Invalidates `rkey` locally ([`WrOp::LocalInv`]): no SGEs.
+    pub fn local_inv(wr_id: u64, rkey: Rkey) -> Self {
+        Self::of(wr_id, WrOp::LocalInv { rkey }, &[])
+    }
+
+    /// A SEND of `sges` that invalidates the peer's `rkey`
+    /// ([`WrOp::SendWithInv`]).
+    pub fn send_with_inv(wr_id: u64, sges: &'a [Sge<'a>], rkey: Rkey) -> Self {
+        Self::of(wr_id, WrOp::SendWithInv { rkey }, sges)
+    }
+
     /// The same WR carrying the immediate `imm` (host order; sent
     /// big-endian as `imm_data`, and the receiver's completion carries the
     /// same `u32`): a WRITE becomes `RdmaWriteWithImm`, a SEND
     /// `SendWithImm`, a UD SEND gets `imm: Some(imm)`; on one that already
     /// has one, `imm` replaces it.
     ///
-    /// Panics on an RDMA READ or an atomic, which carry no immediate.
+    /// Panics on an RDMA READ, an atomic or a window or invalidate WR,
+    /// which carry no immediate.
     pub fn imm(mut self, imm: u32) -> Self {
         self.op = match self.op {
             WrOp::RdmaWrite { remote } | WrOp::RdmaWriteWithImm { remote, .. } => {
@@ -613,7 +662,10 @@ impl<'a> SendWr<'a> {
             | WrOp::AtomicCmpSwp { .. }
             | WrOp::AtomicFetchAdd { .. }
             | WrOp::MaskedCmpSwap { .. }
-            | WrOp::MaskedFetchAdd { .. }) => {
+            | WrOp::MaskedFetchAdd { .. }
+            | WrOp::BindMw { .. }
+            | WrOp::LocalInv { .. }
+            | WrOp::SendWithInv { .. }) => {
                 panic!("SendWr::imm: {op:?} carries no immediate")
             }
         };

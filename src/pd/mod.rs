@@ -204,6 +204,28 @@ impl Pd {
         Ok(mr)
     }
 
+    /// Allocates a memory window of `mw_type` on this PD (`ibv_alloc_mw`):
+    /// bound to nothing, so every access through its rkey is refused until
+    /// a bind ([`Qp::bind_mw`] for type 1, [`SendWr::bind_mw`](crate::SendWr::bind_mw)
+    /// for type 2). Dropping it deallocates it (`ibv_dealloc_mw`, which
+    /// unbinds it), then lets go of the MR of its last bind. See
+    /// [`Mw`](crate::Mw).
+    ///
+    /// Errors: [`Error::Unsupported`] ([`Feature::MemoryWindows`](crate::Feature::MemoryWindows))
+    /// where the device has none; the sim's ([`Error::Sim`]: key space
+    /// full) or the device's ([`Error::Verbs`] naming `ibv_alloc_mw`).
+    pub fn alloc_mw(&self, mw_type: crate::MwType) -> Result<crate::Mw> {
+        let (reg, raw, rkey) = match &self.inner.kind {
+            PdKind::Sim(dev, pdn) => {
+                let (reg, rkey) = direct::alloc_sim_mw(dev, *pdn, mw_type)?;
+                (reg, 0, rkey)
+            }
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(pd, _) => ibv::alloc_mw(pd, mw_type)?,
+        };
+        Ok(crate::Mw::new(reg, raw, mw_type, self.inner.id, rkey))
+    }
+
     /// Creates two QPs (RC or UC, `cfg.qp_type`) on this device, each with
     /// its own CQ, and takes both RESET -> INIT -> RTR -> RTS connected to
     /// each other (loopback): [`Pd::create_qp`] twice, then

@@ -120,7 +120,7 @@ impl DirectQp {
 }
 
 /// The one SGE of a WR that [`DirectQp::post_many`] builds in place: not
-/// inline, not an atomic, not a READ unless `reads` (the QP is RC), one
+/// inline, not an atomic or window WR, not a READ unless `reads` (the QP is RC), one
 /// SGE of 1 to 2^31 - 1 bytes on PD `pd`.
 #[inline(always)]
 fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32, reads: bool) -> Option<&'a Sge<'a>> {
@@ -130,7 +130,10 @@ fn in_place_sge<'a>(w: &'a SendWr<'_>, pd: u32, reads: bool) -> Option<&'a Sge<'
             | WrOp::AtomicFetchAdd { .. }
             | WrOp::MaskedCmpSwap { .. }
             | WrOp::MaskedFetchAdd { .. }
-            | WrOp::UdSend { .. },
+            | WrOp::UdSend { .. }
+            | WrOp::BindMw { .. }
+            | WrOp::LocalInv { .. }
+            | WrOp::SendWithInv { .. },
             _,
         ) => None,
         (WrOp::RdmaRead { .. }, _) if !reads => None,

@@ -15,6 +15,7 @@ mod dc;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod mr;
+mod mw;
 pub(crate) mod poll;
 mod poll_srq;
 mod post;
@@ -25,6 +26,7 @@ mod srq;
 
 pub(crate) use cq::{CqFor, DirectCq, DirectCqDev};
 pub(crate) use mr::reg_sim_mr;
+pub(crate) use mw::alloc_sim_mw;
 pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]

@@ -11,6 +11,7 @@
 mod ah;
 mod cq;
 mod mlx5;
+mod mw;
 mod qp;
 mod srq;
 
@@ -22,6 +23,7 @@ pub(crate) use mlx5::{
 };
 // The DC QPs on ConnectX, for the direct path.
 pub(crate) use mlx5::{create_mlx5_dci, create_mlx5_dct};
+pub(crate) use mw::alloc_mw;
 pub(crate) use qp::{ibv_type, modify_raw, query_raw, QpCaps};
 pub(crate) use srq::{async_fd, get_async_event, VerbsSrq};
 

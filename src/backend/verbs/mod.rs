@@ -6,6 +6,7 @@
 //! forces the old calls. Every `unsafe` block here calls rdma-core.
 
 mod fast;
+mod mw;
 mod post;
 mod post_ex;
 mod split;

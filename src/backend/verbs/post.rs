@@ -396,6 +396,9 @@ fn fill_op(v: &mut ibv_send_wr, w: &crate::ib::wr::SendWr<'_>) {
         WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
             unreachable!("the front end refuses masked atomics on the verbs path")
         }
+        WrOp::BindMw { .. } | WrOp::LocalInv { .. } | WrOp::SendWithInv { .. } => {
+            unreachable!("the front end refuses memory-window WRs on this path (for now)")
+        }
         WrOp::UdSend { dest: d, imm } => {
             v.opcode = match imm {
                 None => ibv_wr_opcode::IBV_WR_SEND,

@@ -52,6 +52,9 @@ unsafe fn set_op(qpx: *mut ibv_qp_ex, w: &crate::ib::wr::SendWr<'_>) {
             WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
                 unreachable!("the front end refuses masked atomics on the verbs path")
             }
+            WrOp::BindMw { .. } | WrOp::LocalInv { .. } | WrOp::SendWithInv { .. } => {
+                unreachable!("the front end refuses memory-window WRs on this path (for now)")
+            }
             WrOp::UdSend { dest: d, imm } => {
                 match imm {
                     None => ibv_wr_send(qpx),
