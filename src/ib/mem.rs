@@ -351,7 +351,8 @@ impl Buffer {
     /// is false and the MR types refuse every CPU access to it.
     pub(crate) fn device(iova: u64, len: usize) -> Self {
         Buffer {
-            ptr: iova as *mut u8,
+            // An address with no provenance: nothing may dereference it.
+            ptr: std::ptr::without_provenance_mut(iova as usize),
             len,
             owner: Owner::Device,
         }

@@ -709,6 +709,51 @@ mod tests {
         assert!(matches!(m.try_into_memory(), Ok(Some(Memory::Mmap(_)))));
     }
 
+    /// An MR over a device range (a DMA-BUF registration's IOVA, no CPU
+    /// mapping): its address is the IOVA, every byte accessor refuses
+    /// (under Miri too: none dereferences the address), and it hands back
+    /// no memory.
+    #[test]
+    fn an_mr_without_a_cpu_mapping_refuses_every_byte_access() {
+        let iova = 0x7f00_0000_2010u64;
+        let m = Mr::new(
+            MrInner {
+                reg: Box::new(NoReg),
+                live: None,
+                buf: Buffer::device(iova, 0x800),
+                lkey: 0x200,
+                rkey: 0x200,
+                access: Access::all(),
+                pd: 1,
+            },
+            Arc::new(Keep::default()),
+        );
+        assert_eq!((m.addr(), m.len(), m.is_cpu_mapped()), (iova, 0x800, false));
+        let refused = |r: Result<()>| matches!(r, Err(Error::NoCpuMapping { .. }));
+        assert!(refused(m.write(0, b"x")));
+        assert!(refused(m.read(0, &mut [0u8; 4])));
+        assert!(refused(m.check_cpu("Sge::new")));
+        // SAFETY: refused before any slice is made.
+        unsafe {
+            assert!(refused(m.slice(0, 1).map(|_| ())));
+            assert!(refused(m.slice_mut(0, 1).map(|_| ())));
+        }
+        // Out of range is still out of range.
+        assert!(matches!(
+            m.read(0x800, &mut [0u8; 1]),
+            Err(Error::OutOfBounds { .. })
+        ));
+        let load = std::panic::AssertUnwindSafe(|| m.load_u8(0));
+        assert!(std::panic::catch_unwind(load).is_err());
+        let store = std::panic::AssertUnwindSafe(|| m.store_u8(0, 1));
+        assert!(std::panic::catch_unwind(store).is_err());
+        assert!(matches!(m.try_into_memory(), Ok(None)));
+    }
+
+    /// A registration with nothing to undo.
+    struct NoReg;
+    impl Registration for NoReg {}
+
     /// The device (the sim's thread) reads and writes an MR while the host
     /// does: with every access atomic that is no data race, which Miri's
     /// race detector checks here with two threads.
