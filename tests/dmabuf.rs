@@ -255,3 +255,28 @@ fn a_dmabuf_mr_refuses_cpu_access() {
     assert!(std::panic::catch_unwind(store).is_err());
     assert!(matches!(dmr.try_into_memory(), Ok(None)));
 }
+
+/// A receive from an SRQ lands in the DMA-BUF MR it names by IOVA (the
+/// sim translates an SRQ WQE's segments as an RQ's).
+#[test]
+fn an_srq_receive_lands_in_the_dmabuf_mr() {
+    let (pd, file, dmr) = setup();
+    let mut srq = pd.create_srq(4, 1).unwrap();
+    let mut server = pd.create_qp_on_srq(&cfg(), &srq).unwrap();
+    let mut client = pd.create_qp(&cfg()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    // SAFETY: a receive on QPs without inline receive.
+    let into = [unsafe { Sge::of_dmabuf(&dmr, 0x400, 6) }.unwrap()];
+    srq.post_recv(&[RecvWr::new(7, &into)]).unwrap();
+    let src = pd.alloc_mr(64, Access::empty()).unwrap();
+    src.write(0, b"pooled").unwrap();
+    let msg = [Sge::new(&src, 0, 6).unwrap()];
+    client
+        .post_send(&[SendWr::send(1, &msg).signaled()])
+        .unwrap();
+    assert!(completion(&mut client).status.is_ok());
+    let rc = completion(&mut server);
+    assert_eq!((rc.status, rc.wr_id), (WcStatus::SUCCESS, 7));
+    let o = OFFSET as usize + 0x400;
+    assert_eq!(&contents(&file)[o..o + 6], b"pooled");
+}
