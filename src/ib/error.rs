@@ -333,6 +333,19 @@ pub enum Error {
     /// nothing was registered.
     #[error("registration refused: {0}")]
     Register(#[from] RegRefusal),
+    /// The memory region has no CPU mapping this crate can prove (a
+    /// DMA-BUF registration, [`Pd::register_dmabuf`](crate::Pd::register_dmabuf)):
+    /// the device reaches its bytes, the program does not, so the `Mr`'s
+    /// byte copies and slices, and a safe [`Sge::new`](crate::Sge::new)
+    /// (which an inline post would copy through the CPU), are refused;
+    /// nothing was read or written. Name it in SGEs with
+    /// [`Sge::of_dmabuf`](crate::Sge::of_dmabuf), and reach its bytes
+    /// through its exporter (the GPU's API).
+    #[error("the memory region is a DMA-BUF registration with no CPU mapping: {what} cannot reach it (SGEs: Sge::of_dmabuf, never inline)")]
+    NoCpuMapping {
+        /// What was refused (`Mr::write`, `Sge::new`, ...).
+        what: &'static str,
+    },
     /// A QP modify was refused before any verbs call: `attr` (an
     /// `IBV_QP_*` name) is missing, not allowed in `transition`, or out of
     /// range. Nothing changed.
@@ -504,6 +517,17 @@ pub enum RegRefusal {
     /// writable memory.
     #[error("a LocalMr needs writable memory (register a read-only mapping with Pd::reg_mr)")]
     LocalReadOnly,
+    /// A DMA-BUF registration whose `iova` and `offset` differ in their
+    /// offset within a 4096-byte page: the device maps whole pages, so the
+    /// two must line up (the kernel refuses it too: `EINVAL`, Linux
+    /// `drivers/infiniband/core/uverbs_std_types_mr.c`).
+    #[error("DMA-BUF registration: iova {iova:#x} and offset {offset:#x} differ within a 4096-byte page ({:#x} != {:#x})", iova % 4096, offset % 4096)]
+    IovaPageOffset {
+        /// The IOVA asked for.
+        iova: u64,
+        /// The offset into the dma-buf.
+        offset: u64,
+    },
 }
 
 /// Which object an [`Error::ForeignPd`] or [`Error::PathMismatch`] names.

@@ -267,6 +267,10 @@ enum Owner {
     Raw {
         writable: bool,
     },
+    /// A DMA-BUF registration ([`Pd::register_dmabuf`](crate::Pd::register_dmabuf)):
+    /// the pointer is the IOVA, a device address, not a host one; the CPU
+    /// never touches it through this buffer, and there is nothing to free.
+    Device,
 }
 
 /// Registered memory as the backends see it: a pointer, a length, whether
@@ -342,6 +346,24 @@ impl Buffer {
         }
     }
 
+    /// A device address range with no CPU mapping: `len` bytes at `iova`
+    /// (a DMA-BUF registration). Never dereferenced: [`Self::cpu_mapped`]
+    /// is false and the MR types refuse every CPU access to it.
+    pub(crate) fn device(iova: u64, len: usize) -> Self {
+        Buffer {
+            // An address with no provenance: nothing may dereference it.
+            ptr: std::ptr::without_provenance_mut(iova as usize),
+            len,
+            owner: Owner::Device,
+        }
+    }
+
+    /// Whether the CPU may reach the bytes at [`Self::ptr`] (all but a
+    /// [`Self::device`] range).
+    pub(crate) fn cpu_mapped(&self) -> bool {
+        !matches!(self.owner, Owner::Device)
+    }
+
     /// `len` zeroed bytes, page-aligned, on the heap.
     pub(crate) fn new(len: usize) -> Result<Self> {
         Self::from_memory(Memory::Aligned(AlignedBuf::zeroed(len)?))
@@ -393,7 +415,7 @@ impl Buffer {
     }
     pub(crate) fn writable(&self) -> bool {
         match self.owner {
-            Owner::Mmap(_) => false,
+            Owner::Mmap(_) | Owner::Device => false,
             Owner::Raw { writable } => writable,
             _ => true,
         }
@@ -423,7 +445,7 @@ impl Buffer {
             }),
             Owner::MmapMut(m) => Memory::MmapMut(m),
             Owner::Mmap(m) => Memory::Mmap(m),
-            Owner::Raw { .. } => return None,
+            Owner::Raw { .. } | Owner::Device => return None,
         })
     }
 }

@@ -92,6 +92,9 @@ pub(crate) struct MrShared {
     rkey: u32,
     access: Access,
     writable: bool,
+    /// False for a DMA-BUF registration: `ptr` is its IOVA, never
+    /// dereferenced (every byte accessor refuses).
+    cpu: bool,
     pd: u32,
     mr: Option<MrInner>,
     dereg: Arc<dyn DeferredDereg>,
@@ -133,6 +136,7 @@ impl Mr {
                 rkey: mr.rkey,
                 access: mr.access,
                 writable: mr.buf.writable(),
+                cpu: mr.buf.cpu_mapped(),
                 pd: mr.pd,
                 mr: Some(mr),
                 dereg,
@@ -148,13 +152,25 @@ impl Mr {
     pub fn rkey(&self) -> Rkey {
         Rkey(self.inner.rkey)
     }
-    /// Virtual address of byte 0.
+    /// The address of byte 0 that WRs and peers name: the virtual address
+    /// of byte 0; for a DMA-BUF registration ([`Pd::register_dmabuf`](crate::Pd::register_dmabuf))
+    /// its IOVA, a device address with no CPU mapping (not `ibv_mr.addr`,
+    /// which libibverbs sets to the dma-buf offset: rust-ibverbs PR #148).
+    /// Send a peer this, with [`Self::rkey`].
     pub fn addr(&self) -> u64 {
         self.inner.ptr as u64
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.inner.len
+    }
+    /// Whether the program may reach its bytes through this handle: false
+    /// for a DMA-BUF registration, whose byte accessors ([`Self::write`],
+    /// [`Self::read`], [`Self::slice`], ...) refuse
+    /// ([`Error::NoCpuMapping`]) and whose SGEs are made with
+    /// [`Sge::of_dmabuf`](crate::Sge::of_dmabuf).
+    pub fn is_cpu_mapped(&self) -> bool {
+        self.inner.cpu
     }
     /// Never: no zero-byte region can be registered.
     pub fn is_empty(&self) -> bool {
@@ -177,8 +193,19 @@ impl Mr {
         check_range(offset, len, self.len())
     }
 
+    /// [`Error::NoCpuMapping`] naming `what` for a DMA-BUF registration.
+    #[inline]
+    pub(crate) fn check_cpu(&self, what: &'static str) -> Result<()> {
+        if self.inner.cpu {
+            return Ok(());
+        }
+        Err(Error::NoCpuMapping { what })
+    }
+
     fn check_write(&self, offset: usize, len: usize) -> Result<()> {
         if !self.inner.writable {
+            // (A DMA-BUF registration is not writable: its refusal says why.)
+            self.check_cpu("a write (Mr::write, Mr::slice_mut)")?;
             return Err(Error::Invalid(
                 "the memory region is a read-only mapping".into(),
             ));
@@ -191,7 +218,8 @@ impl Mr {
     /// unspecified, as with DMA, but there is no undefined behaviour).
     ///
     /// Errors: the range is outside the region ([`Error::OutOfBounds`]), or
-    /// the region is read-only ([`Error::Invalid`]); nothing is written.
+    /// the region is read-only ([`Error::Invalid`]) or has no CPU mapping
+    /// ([`Error::NoCpuMapping`]); nothing is written.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_write(offset, src.len())?;
         // SAFETY: range checked, memory writable; the buffer lives as long as
@@ -204,11 +232,13 @@ impl Mr {
     /// byte load each (a plain copy when the region is not writable: then
     /// nothing writes it).
     ///
-    /// Errors: the range is outside the region ([`Error::OutOfBounds`]).
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]), or
+    /// it has no CPU mapping ([`Error::NoCpuMapping`]).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
         let src = self.inner.ptr.wrapping_add(offset);
         if !self.inner.writable {
+            self.check_cpu("Mr::read")?;
             // SAFETY: in range. Memory registered without write access on
             // memory the program may not write: nothing writes it (no WR, no
             // peer, no safe method), so a plain copy races with nothing; and
@@ -225,7 +255,8 @@ impl Mr {
     /// writes (perftest polls the last byte of the receive buffer).
     ///
     /// # Panics
-    /// If `offset >= self.len()` (as slice indexing does).
+    /// If `offset >= self.len()` (as slice indexing does), or the region
+    /// has no CPU mapping (a DMA-BUF registration: [`Self::is_cpu_mapped`]).
     #[inline]
     pub fn load_u8(&self, offset: usize) -> u8 {
         assert!(
@@ -233,6 +264,10 @@ impl Mr {
             "offset {offset} outside the memory region"
         );
         if !self.inner.writable {
+            assert!(
+                self.inner.cpu,
+                "the memory region has no CPU mapping (DMA-BUF)"
+            );
             // SAFETY: in bounds; nothing writes read-only memory (see `read`).
             return unsafe { self.inner.ptr.add(offset).read() };
         }
@@ -244,21 +279,25 @@ impl Mr {
     ///
     /// # Panics
     /// If `offset >= self.len()` (as slice indexing does), or the region is
-    /// a read-only mapping.
+    /// a read-only mapping or has no CPU mapping (DMA-BUF).
     #[inline]
     pub fn store_u8(&self, offset: usize, v: u8) {
         assert!(
             offset < self.len(),
             "offset {offset} outside the memory region"
         );
-        assert!(self.inner.writable, "the memory region is read-only");
+        assert!(
+            self.inner.writable,
+            "the memory region is read-only, or has no CPU mapping (DMA-BUF)"
+        );
         // SAFETY: in bounds and writable; AtomicU8 needs no alignment.
         unsafe { AtomicU8::from_ptr(self.inner.ptr.add(offset)) }.store(v, Ordering::Release);
     }
 
     /// `len` bytes at `offset` as a plain slice, read at memory speed.
     ///
-    /// Errors: the range is outside the region ([`Error::OutOfBounds`]).
+    /// Errors: the range is outside the region ([`Error::OutOfBounds`]), or
+    /// it has no CPU mapping ([`Error::NoCpuMapping`]).
     ///
     /// # Safety
     /// While the slice lives nothing may write those bytes: no peer (by RDMA
@@ -269,6 +308,7 @@ impl Mr {
     /// written after, or the peer was told to stop and acknowledged.
     pub unsafe fn slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
         self.check_range(offset, len)?;
+        self.check_cpu("Mr::slice")?;
         // SAFETY: in range; the caller guarantees no concurrent writer.
         Ok(unsafe { std::slice::from_raw_parts(self.inner.ptr.add(offset), len) })
     }
@@ -277,7 +317,8 @@ impl Mr {
     /// speed.
     ///
     /// Errors: the range is outside the region ([`Error::OutOfBounds`]), or
-    /// the region is read-only ([`Error::Invalid`]).
+    /// the region is read-only ([`Error::Invalid`]) or has no CPU mapping
+    /// ([`Error::NoCpuMapping`]).
     ///
     /// # Safety
     /// While the slice lives nothing else may read or write those bytes: no
@@ -296,7 +337,8 @@ impl Mr {
     /// Deregisters the region now and hands its memory back, if this is its
     /// last handle and no WR posted on a QP of its PD is outstanding (so
     /// none can name it). `Ok(None)` for a caller-managed range
-    /// ([`Pd::reg_mr_raw`](crate::Pd::reg_mr_raw)).
+    /// ([`Pd::reg_mr_raw`](crate::Pd::reg_mr_raw)) and a DMA-BUF
+    /// registration.
     ///
     /// Errors: the handle itself, unchanged, when another handle lives or a
     /// WR is outstanding (poll, then try again; or drop it, and the PD
@@ -666,6 +708,51 @@ mod tests {
         assert!(std::panic::catch_unwind(store).is_err());
         assert!(matches!(m.try_into_memory(), Ok(Some(Memory::Mmap(_)))));
     }
+
+    /// An MR over a device range (a DMA-BUF registration's IOVA, no CPU
+    /// mapping): its address is the IOVA, every byte accessor refuses
+    /// (under Miri too: none dereferences the address), and it hands back
+    /// no memory.
+    #[test]
+    fn an_mr_without_a_cpu_mapping_refuses_every_byte_access() {
+        let iova = 0x7f00_0000_2010u64;
+        let m = Mr::new(
+            MrInner {
+                reg: Box::new(NoReg),
+                live: None,
+                buf: Buffer::device(iova, 0x800),
+                lkey: 0x200,
+                rkey: 0x200,
+                access: Access::all(),
+                pd: 1,
+            },
+            Arc::new(Keep::default()),
+        );
+        assert_eq!((m.addr(), m.len(), m.is_cpu_mapped()), (iova, 0x800, false));
+        let refused = |r: Result<()>| matches!(r, Err(Error::NoCpuMapping { .. }));
+        assert!(refused(m.write(0, b"x")));
+        assert!(refused(m.read(0, &mut [0u8; 4])));
+        assert!(refused(m.check_cpu("Sge::new")));
+        // SAFETY: refused before any slice is made.
+        unsafe {
+            assert!(refused(m.slice(0, 1).map(|_| ())));
+            assert!(refused(m.slice_mut(0, 1).map(|_| ())));
+        }
+        // Out of range is still out of range.
+        assert!(matches!(
+            m.read(0x800, &mut [0u8; 1]),
+            Err(Error::OutOfBounds { .. })
+        ));
+        let load = std::panic::AssertUnwindSafe(|| m.load_u8(0));
+        assert!(std::panic::catch_unwind(load).is_err());
+        let store = std::panic::AssertUnwindSafe(|| m.store_u8(0, 1));
+        assert!(std::panic::catch_unwind(store).is_err());
+        assert!(matches!(m.try_into_memory(), Ok(None)));
+    }
+
+    /// A registration with nothing to undo.
+    struct NoReg;
+    impl Registration for NoReg {}
 
     /// The device (the sim's thread) reads and writes an MR while the host
     /// does: with every access atomic that is no data race, which Miri's

@@ -48,8 +48,17 @@ const fn pd_tag(pd: u32, len: u32) -> u32 {
 }
 
 impl<'mr> Sge<'mr> {
-    /// `len` bytes at byte `offset` of `mr`; refused if it does not fit in `mr`.
+    /// `len` bytes at byte `offset` of `mr`; refused if it does not fit in
+    /// `mr` ([`Error::OutOfBounds`](crate::Error::OutOfBounds)), or `mr` has
+    /// no CPU mapping ([`Error::NoCpuMapping`](crate::Error::NoCpuMapping):
+    /// a DMA-BUF registration, whose SGEs [`Sge::of_dmabuf`] makes).
     pub fn new(mr: &'mr Mr, offset: usize, len: u32) -> Result<Sge<'mr>> {
+        mr.check_cpu("Sge::new (an inline post would copy it through the CPU)")?;
+        Self::in_mr(mr, offset, len)
+    }
+
+    /// [`Self::new`] without asking for a CPU mapping (the range checked).
+    pub(crate) fn in_mr(mr: &'mr Mr, offset: usize, len: u32) -> Result<Sge<'mr>> {
         mr.check_range(offset, len as usize)?;
         Ok(Sge {
             addr: mr.addr() + offset as u64,

@@ -2,6 +2,7 @@
 //! are created.
 
 pub(crate) mod dci_pool;
+mod dmabuf;
 pub mod pool;
 pub(crate) mod reclaim;
 

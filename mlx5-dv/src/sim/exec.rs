@@ -222,9 +222,11 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
         let av = d.ok().and_then(|w| w.av(&ring));
         (d, av)
     };
-    let Ok(w) = decoded else {
+    let Ok(mut w) = decoded else {
         return Exec::Err(Syndrome::LOCAL_QP_OP_ERR);
     };
+    // DMA-BUF MRs' device addresses to host ones, before any check (`dmabuf.rs`).
+    super::dmabuf::translate_wqe(st, &mut w, &mut wqe);
     let b = &wqe[..];
     if dci {
         // DC: the datagram segment names the DCT; the operation then runs

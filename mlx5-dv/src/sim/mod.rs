@@ -64,6 +64,7 @@ mod channel;
 mod cq;
 mod dc;
 mod dma;
+mod dmabuf;
 mod exec;
 mod masked;
 mod mw;
@@ -200,6 +201,11 @@ struct MrEntry {
     /// plainly (memcpy). Other MRs a peer or the program may access at any
     /// moment: the sim copies them one relaxed atomic byte at a time.
     owned: bool,
+    /// A DMA-BUF MR ([`Device::reg_dmabuf_mr`]): WQEs name its bytes by
+    /// this device address (IOVA), which `dmabuf.rs` translates to the
+    /// host address `addr + (va - iova)` before any check or DMA. `None`:
+    /// WQEs name host addresses.
+    iova: Option<u64>,
 }
 
 struct CqEntry {
@@ -376,6 +382,8 @@ impl State {
 
 struct State {
     mrs: Table<MrEntry>,
+    /// How many of `mrs` are DMA-BUF MRs (none: no address is translated).
+    dmabufs: usize,
     /// Memory windows by key index (the rkey with its low, variant byte 0).
     mws: Table<mw::MwEntry>,
     cqs: Table<CqEntry>,
@@ -430,6 +438,7 @@ impl Device {
     pub fn new() -> Self {
         let state = State {
             mrs: Table::default(),
+            dmabufs: 0,
             mws: Table::default(),
             cqs: Table::default(),
             qps: Table::default(),
@@ -536,6 +545,7 @@ impl Device {
                 len: len as u64,
                 access,
                 owned,
+                iova: None,
             },
         );
         Ok(MrKeys {
@@ -565,7 +575,9 @@ impl Device {
         if windows != 0 {
             return Err(SimError::MrHasWindows { lkey, windows });
         }
-        st.mrs.remove(&lkey);
+        if st.mrs.remove(&lkey).is_some_and(|mr| mr.iova.is_some()) {
+            st.dmabufs -= 1;
+        }
         Ok(())
     }
 

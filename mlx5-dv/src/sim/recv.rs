@@ -28,8 +28,9 @@ pub(super) fn next_recv(st: &State, qpn: u32) -> Option<(u16, [DataSeg; MAX_RECV
         return None;
     }
     let slot = (q.rq_ci & (q.rq_wqe_cnt - 1)) as usize * q.rq_stride as usize;
-    let w =
+    let mut w =
         decode_recv_wqe::<MAX_RECV_SGE>(RecvLayout::Rq, q.rq_stride, |o| q.rq.read_array(slot + o));
+    super::dmabuf::translate_segs(st, &mut w.segs[..w.n]);
     Some((q.rq_ci as u16, w.segs, w.n))
 }
 

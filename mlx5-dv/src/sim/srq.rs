@@ -161,7 +161,8 @@ pub(super) fn next_srq_wqe<const N: usize>(
         return None;
     }
     let base = s.cur as usize * s.stride as usize;
-    let w = decode_recv_wqe::<N>(RecvLayout::Srq, s.stride, |o| s.buf.read_array(base + o));
+    let mut w = decode_recv_wqe::<N>(RecvLayout::Srq, s.stride, |o| s.buf.read_array(base + o));
+    super::dmabuf::translate_segs(st, &mut w.segs[..w.n]);
     Some((s.cur as u16, w.segs, w.n))
 }
 

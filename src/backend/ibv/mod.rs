@@ -10,6 +10,7 @@
 
 mod ah;
 mod cq;
+mod dmabuf;
 mod mlx5;
 mod mw;
 mod qp;
@@ -17,6 +18,7 @@ mod srq;
 
 pub(crate) use ah::VerbsAh;
 pub(crate) use cq::{VerbsChannel, VerbsCq};
+pub(crate) use dmabuf::reg_dmabuf;
 pub(crate) use mlx5::{
     cqe_comp_caps, create_mlx5_qp, describe_mlx5_cq, describe_mlx5_srq, mini_cqe_format,
     mlx5_supported, Mlx5Objs,

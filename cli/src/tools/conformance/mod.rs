@@ -147,6 +147,7 @@ mod data;
 mod dc;
 mod dc_many;
 mod device_errors;
+mod dmabuf;
 mod flow;
 mod halves;
 mod inline_recv;
@@ -167,6 +168,7 @@ use data::*;
 use dc::*;
 use dc_many::*;
 use device_errors::*;
+use dmabuf::*;
 use flow::*;
 use halves::*;
 use inline_recv::*;
@@ -418,5 +420,8 @@ const ONE_SIDED: &[Case] = &[
     case!(dc_a_failed_dci_is_refused_until_reset_then_reused),
     case!(dc_dcis_on_one_cq_with_interleaved_errors),
     case!(dc_one_dct_serves_64_dcis),
+    case!(dmabuf_writes_and_reads_reach_the_buffer_at_the_iova),
+    case!(dmabuf_writes_outside_the_iova_range_are_refused),
+    case!(dmabuf_iova_and_offset_apart_in_a_page_are_refused_first),
     case!(dc_sends_into_the_srq_in_any_order),
 ];
