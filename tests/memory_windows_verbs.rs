@@ -397,3 +397,222 @@ fn an_access_inside_the_mr_but_outside_the_window_is_refused() {
     let c = s.write(s.target.addr() + 1024 + 256, rkey, 0xf1, 8);
     refused(&s, c, &before, "a WRITE past the window's end");
 }
+
+/// A QP made without `QpConfig::memory_windows` refuses binds and
+/// `LOCAL_INV` (`MwRefusal::NotEnabled`, nothing posted) but posts a SEND
+/// with invalidate (through `ibv_post_send` where its extended QP has no
+/// `ibv_wr_send_inv`), which revokes the peer's type-2 window.
+#[test]
+fn send_with_inv_from_a_qp_made_without_memory_windows() {
+    let Some(dev) = device("send_with_inv_from_a_qp_made_without_memory_windows") else {
+        return;
+    };
+    let old = std::env::var("RDMA_DIRECT_VERBS_OLD_POST").is_ok_and(|v| v == "1");
+    let ctx = Context::open(&dev).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let target = pd
+        .alloc_mr(
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::MW_BIND,
+        )
+        .unwrap();
+    let local = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let mut a = pd.create_qp(&QpConfig::default()).unwrap();
+    let mut b = pd
+        .create_qp(&QpConfig {
+            memory_windows: true,
+            ..QpConfig::default()
+        })
+        .unwrap();
+    Qp::connect_loopback(&mut a, &mut b).unwrap();
+    assert_eq!(
+        a.verbs_extended(),
+        Some((!old, !old)),
+        "on {dev}, old {old}"
+    );
+    let mw = pd.alloc_mw(MwType::Two).unwrap();
+    let other = pd.alloc_mw(MwType::One).unwrap();
+    // The window WRs a's QP was not made for.
+    let e = a
+        .post_send(&[SendWr::bind_mw(1, &mw, MwBind::new(&target, 0, 64, RW))])
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::MwRefused(MwRefusal::NotEnabled)),
+        "{e:?}"
+    );
+    let e = a.post_send(&[SendWr::local_inv(2, mw.rkey())]).unwrap_err();
+    assert!(
+        matches!(e, Error::MwRefused(MwRefusal::NotEnabled)),
+        "{e:?}"
+    );
+    let e = a
+        .bind_mw(
+            &other,
+            MwBind::new(&target, 0, 64, RW),
+            3,
+            SendFlags::SIGNALED,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::MwRefused(MwRefusal::NotEnabled)),
+        "{e:?}"
+    );
+    // b binds, a invalidates with its SEND.
+    let c = post_wait(
+        &mut b,
+        SendWr::bind_mw(4, &mw, MwBind::new(&target, 0, 4096, RW)),
+    );
+    ok(c, WcOpcode::BIND_MW, "the type-2 bind");
+    let r1 = mw.rkey();
+    let inbox = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rsge = [Sge::new(&inbox, 0, 64).unwrap()];
+    b.post_recv(&[RecvWr::new(5, &rsge)]).unwrap();
+    local.write(0, &[7; 4]).unwrap();
+    let sge = [Sge::new(&local, 0, 4).unwrap()];
+    ok(
+        post_wait(&mut a, SendWr::send_with_inv(6, &sge, r1)),
+        WcOpcode::SEND,
+        "the SEND with invalidate",
+    );
+    let r = wait_one(&mut b);
+    ok(r, WcOpcode::RECV, "its receive");
+    assert_eq!(r.invalidated_rkey(), Some(r1), "{r:?}");
+    // A WRITE through the invalidated window is refused.
+    local.write(0, &[9; 8]).unwrap();
+    let sge = [Sge::new(&local, 0, 8).unwrap()];
+    let c = post_wait(
+        &mut a,
+        SendWr::rdma_write(
+            7,
+            &sge,
+            RemoteAddr {
+                addr: target.addr(),
+                rkey: r1,
+            },
+        ),
+    );
+    assert_eq!(c.status, WcStatus::REM_ACCESS_ERR, "{c:?}");
+    let mut got = [0u8; 8];
+    target.read(0, &mut got).unwrap();
+    assert_eq!(got, [0; 8]);
+}
+
+/// On UC (no READ, no NAK): a type-2 bind and a WRITE through it that
+/// lands; a type-1 bind, a WRITE through it that lands, its zero-length
+/// bind, and a WRITE through the old rkey that the responder drops (UC
+/// completes it at the requester): a WRITE with immediate through the MR's
+/// own rkey behind it, on the same QP, shows the responder got that far
+/// with the memory unchanged. (rxe has no `LOCAL_INV` on UC: neither its
+/// provider's builder nor its kernel, `rxe_opcode.c`, where it completes
+/// `LOC_QP_OP_ERR`; so its UC QP is made with the extended verbs without
+/// the window send ops, and the window WRs take `ibv_post_send`.)
+#[test]
+fn uc_binds_land_writes_and_a_type1_unbind_drops_the_next() {
+    let Some(dev) = device("uc_binds_land_writes_and_a_type1_unbind_drops_the_next") else {
+        return;
+    };
+    let old = std::env::var("RDMA_DIRECT_VERBS_OLD_POST").is_ok_and(|v| v == "1");
+    let ctx = Context::open(&dev).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let target = pd
+        .alloc_mr(
+            4096,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND,
+        )
+        .unwrap();
+    let local = pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    let cfg = QpConfig {
+        qp_type: QpType::Uc,
+        memory_windows: true,
+        ..QpConfig::default()
+    };
+    let (mut a, mut b) = pd.create_connected_pair(&cfg).unwrap();
+    assert_eq!(
+        a.verbs_extended(),
+        Some((!old, !old)),
+        "on {dev}, old {old}"
+    );
+    let inbox = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let rsge = [Sge::new(&inbox, 0, 64).unwrap()];
+    // write(a, wr_id, fill, addr, rkey, imm): a WRITE of 16 bytes of
+    // `fill` from a; with `imm`, with an immediate (its wr_id) that a
+    // receive of b's completes.
+    let write = |a: &mut Qp, wr_id: u64, fill: u8, addr: u64, rkey: Rkey, imm: bool| {
+        local.write(0, &[fill; 16]).unwrap();
+        let sge = [Sge::new(&local, 0, 16).unwrap()];
+        let w = SendWr::rdma_write(wr_id, &sge, RemoteAddr { addr, rkey });
+        let c = post_wait(a, if imm { w.imm(wr_id as u32) } else { w });
+        ok(
+            c,
+            WcOpcode::RDMA_WRITE,
+            "a UC WRITE (completed at the requester)",
+        );
+    };
+    let bytes = |at: usize| {
+        let mut got = [0u8; 16];
+        target.read(at, &mut got).unwrap();
+        got
+    };
+    // Type 2, bound on b.
+    let mw2 = pd.alloc_mw(MwType::Two).unwrap();
+    let c = post_wait(
+        &mut b,
+        SendWr::bind_mw(
+            1,
+            &mw2,
+            MwBind::new(&target, 256, 256, Access::REMOTE_WRITE),
+        ),
+    );
+    ok(c, WcOpcode::BIND_MW, "the type-2 bind on UC");
+    b.post_recv(&[RecvWr::new(20, &rsge)]).unwrap();
+    write(&mut a, 2, 0x71, target.addr() + 300, mw2.rkey(), true);
+    ok(
+        wait_one(&mut b),
+        WcOpcode::RECV_RDMA_WITH_IMM,
+        "the WRITE's immediate",
+    );
+    assert_eq!(bytes(300), [0x71; 16]);
+    // Type 1, bound and unbound on a.
+    let mw1 = pd.alloc_mw(MwType::One).unwrap();
+    let r1 = a
+        .bind_mw(
+            &mw1,
+            MwBind::new(&target, 2048, 512, Access::REMOTE_WRITE),
+            3,
+            SendFlags::SIGNALED,
+        )
+        .unwrap();
+    ok(wait_one(&mut a), WcOpcode::BIND_MW, "the type-1 bind on UC");
+    b.post_recv(&[RecvWr::new(21, &rsge)]).unwrap();
+    write(&mut a, 4, 0x72, target.addr() + 2048, r1, true);
+    ok(
+        wait_one(&mut b),
+        WcOpcode::RECV_RDMA_WITH_IMM,
+        "the WRITE's immediate",
+    );
+    assert_eq!(bytes(2048), [0x72; 16]);
+    a.unbind_mw(&mw1, 5, SendFlags::SIGNALED).unwrap();
+    ok(
+        wait_one(&mut a),
+        WcOpcode::BIND_MW,
+        "the zero-length bind on UC",
+    );
+    // Through the old rkey: dropped. Then through the MR's rkey, with an
+    // immediate: b's receive says the responder is past the first.
+    write(&mut a, 6, 0x73, target.addr() + 2048, r1, false);
+    b.post_recv(&[RecvWr::new(22, &rsge)]).unwrap();
+    write(&mut a, 7, 0x74, target.addr() + 1024, target.rkey(), true);
+    let r = wait_one(&mut b);
+    ok(
+        r,
+        WcOpcode::RECV_RDMA_WITH_IMM,
+        "the fence WRITE's immediate",
+    );
+    assert_eq!((r.wr_id, r.imm), (22, Some(7)), "{r:?}");
+    assert_eq!(
+        bytes(2048),
+        [0x72; 16],
+        "the WRITE through the unbound window landed"
+    );
+    assert_eq!(bytes(1024), [0x74; 16]);
+}
