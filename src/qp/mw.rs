@@ -140,11 +140,16 @@ impl Qp {
             }
             _ => return Ok(()),
         }?;
-        // (Until the backends post them.)
-        Err(Error::Unsupported {
-            device: "this backend".into(),
-            feature: crate::Feature::MemoryWindows,
-        })
+        // (The verbs path posts them; the direct path refuses them until
+        // it does.)
+        match &self.kind {
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(_) => Ok(()),
+            _ => Err(Error::Unsupported {
+                device: "this backend".into(),
+                feature: crate::Feature::MemoryWindows,
+            }),
+        }
     }
 
     /// A bind or `LOCAL_INV` carries no SGEs and is not inline.
