@@ -17,10 +17,13 @@ const FENCE: u8 = 4 << 5;
 /// The fence mode bits of `fm_ce_se`.
 const FENCE_MODE: u8 = 7 << 5;
 
+/// One in-place post: `(q, src, mr)`.
+type Post = fn(&mut Qp, &Mr, &Mr);
+
 /// The in-place posts that might write the WQE after a UMR, each writing
 /// `n` 8-byte WRITEs (or 1) from `src` into `mr`'s first bytes through its
 /// own rkey, the first signaled.
-fn posts() -> Vec<(&'static str, u32, fn(&mut Qp, &Mr, &Mr))> {
+fn posts() -> Vec<(&'static str, u32, Post)> {
     fn remote(mr: &Mr) -> RemoteAddr {
         RemoteAddr {
             addr: mr.addr(),

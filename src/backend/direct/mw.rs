@@ -270,3 +270,44 @@ fn umr_of(w: &SendWr<'_>) -> Option<UmrWqe> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A UMR's completion reads as its WR's opcode by its WQE index (the
+    /// table's length a power of two); any other completion, and a QP
+    /// without the table, stays as it is.
+    #[test]
+    fn umr_completion_tells_local_inv_by_wqe_index() {
+        let mut t = vec![WcOpcode::BIND_MW.0 as u8; 8].into_boxed_slice();
+        t[5] = WcOpcode::LOCAL_INV.0 as u8;
+        let c = |op| Completion {
+            opcode: op,
+            ..Completion::default()
+        };
+        for (table, op, counter, want) in [
+            (&t[..], WcOpcode::BIND_MW, 5, WcOpcode::LOCAL_INV),
+            (&t[..], WcOpcode::BIND_MW, 13, WcOpcode::LOCAL_INV),
+            (&t[..], WcOpcode::BIND_MW, 4, WcOpcode::BIND_MW),
+            (&t[..], WcOpcode::RDMA_WRITE, 5, WcOpcode::RDMA_WRITE),
+            (&[][..], WcOpcode::BIND_MW, 5, WcOpcode::BIND_MW),
+        ] {
+            let mut x = c(op);
+            umr_completion(table, &mut x, counter);
+            assert_eq!(x.opcode, want, "{op:?} at {counter}");
+        }
+    }
+
+    /// The window's access as the mkey context's bits.
+    #[test]
+    fn mw_access_maps_each_flag() {
+        let all = Access::LOCAL_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_ATOMIC;
+        assert_eq!(mw_access(all).bits(), 0x78);
+        assert_eq!(mw_access(Access::REMOTE_READ).bits(), 0x10);
+        assert_eq!(mw_access(Access::empty()).bits(), 0);
+    }
+}
