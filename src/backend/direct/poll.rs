@@ -38,6 +38,12 @@ static REQ_WC_OPCODE: [u8; 256] = {
     // ones, `byte_len` their size.)
     t[WqeOpcode::ATOMIC_MASKED_CS.0 as usize] = WcOpcode::COMP_SWAP.0 as u8;
     t[WqeOpcode::ATOMIC_MASKED_FA.0 as usize] = WcOpcode::FETCH_ADD.0 as u8;
+    // A UMR is a window's bind (type 1 or 2, zero-length too) or a
+    // `LOCAL_INV`: the CQE does not say which (libmlx5 keeps the WR's
+    // opcode per WQE, `wr_data[idx]`, `handle_good_req`). A bind here; a
+    // `LOCAL_INV` is told by the QP's per-WQE record on the general path,
+    // which its CQE takes (`mw.rs`, `DirectQp::umr_completion`).
+    t[mlx5_dv::wqe::UMR.0 as usize] = WcOpcode::BIND_MW.0 as u8;
     t
 };
 
@@ -69,7 +75,9 @@ fn received_own(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u6
 /// opcode RESP_WR_IMM (1) to RESP_SEND_INV (4), format bits (3:2) clear,
 /// in one compare: `op_own - 0x10` has the opcode - 1 in bits 7:4 (0 to
 /// 3: bits 7:6 clear; an `op_own` below 0x10 wraps to 0xf there) and the
-/// format bits as they were.
+/// format bits as they were. (Excluding RESP_SEND_INV takes a second test
+/// or a table's base register: one instruction more on every poll,
+/// `scripts/insn-count`; [`write_recv_fields`] writes it instead.)
 #[inline(always)]
 pub(super) fn plain_receive(op_own: u8) -> bool {
     const _: () = assert!(CqeOpcode::RESP_WR_IMM.0 == 1 && CqeOpcode::RESP_SEND_INV.0 == 4);
@@ -101,19 +109,25 @@ pub(super) fn write_recv_fields(c: &mut Completion, cqe: CqeRef<'_>, op_own: u8,
     // (None first: its store needs no register; with the three before
     // it, adjacent zeros.)
     c.imm = None;
-    if op_own & 0x10 != 0 {
-        c.imm = Some(cqe.imm());
-    }
     c.byte_len = cqe.byte_cnt();
     c.qp_num = qpn;
     // Of the opcodes 1 to 4 (`plain_receive`), RESP_WR_IMM alone has an
-    // `op_own` below 0x20.
+    // `op_own` below 0x20 (RESP_SEND_INV is a RECV too).
     c.opcode = WcOpcode(WcOpcode::RECV.0 | (op_own < 0x20) as u32);
     // QPN in bits 23:0; the GRH flag (bit 31) set when bits 29:28 are not
     // both clear: with bits 31:30 and 27:24 cleared, adding 7 to bits
     // 31:28 carries into bit 31 exactly then.
     let f = cqe.flags_rqpn();
     c.src_qp = SrcQp((f & 0x30ff_ffff).wrapping_add(0x7000_0000) & 0x80ff_ffff);
+    // The odd opcodes (RESP_WR_IMM 1, RESP_SEND_IMM 3: bit 4) carry an
+    // immediate; RESP_SEND_INV (4: bit 6, alone of 1 to 4) the rkey it
+    // invalidated, in the same field (`imm_inval_pkey`), and WITH_INV
+    // (`SrcQp` bit 30: `op_own` bit 6 moved up 24). A RESP_SEND's (2)
+    // common receive pays the one test.
+    if op_own & 0x50 != 0 {
+        c.imm = Some(cqe.imm());
+        c.src_qp.0 |= ((op_own & 0x40) as u32) << 24;
+    }
 }
 
 /// The completion of a successful requester CQE (opcode REQ) of QP `qpn`
@@ -203,10 +217,17 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         | CqeOpcode::RESP_ERR => WcOpcode::RECV,
         _ => WcOpcode(REQ_WC_OPCODE[cqe.wqe_opcode.0 as usize] as u32),
     };
+    // (RESP_SEND_INV: the rkey invalidated, host order, where the
+    // immediate goes: `ibv_wc.invalidated_rkey`, `IBV_WC_WITH_INV`.)
     let with_imm = matches!(
         cqe.opcode,
-        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
+        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_SEND_INV
     );
+    let with_inv = if cqe.opcode == CqeOpcode::RESP_SEND_INV {
+        SrcQp::WITH_INV
+    } else {
+        0
+    };
     Some(Completion {
         wr_id,
         status: WcStatus(cqe.wc_status()),
@@ -215,7 +236,7 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         byte_len: cqe.byte_cnt,
         qp_num: cqe.qpn,
         vendor_err: cqe.vendor_syndrome as u32,
-        src_qp: SrcQp::new(cqe.src_qp(), cqe.grh()),
+        src_qp: SrcQp(SrcQp::new(cqe.src_qp(), cqe.grh()).0 | with_inv),
         // (Set by the polls of a CQ with timestamps: `stamp`.)
         timestamp: 0,
     })
@@ -316,9 +337,10 @@ impl DirectQp {
         let Some(taken) = own.cq.take::<SLOT>() else {
             return Ok(0);
         };
-        if own.timestamps {
+        if own.general {
             // Each CQE's timestamp is copied on the general path (`stamp`);
-            // the fast paths store 0. (Tested after the empty CQ's test.)
+            // the fast paths store 0. A `LOCAL_INV`'s CQE is told there
+            // (`umr_completion`). (Tested after the empty CQ's test.)
             taken.put_back();
             return self.poll_general::<SLOT>(out);
         }
@@ -409,8 +431,14 @@ impl DirectQp {
             // inlined poll and `poll_more` took no CQE and came here.)
             return self.retire_split(|q| q.poll_rest::<SLOT>(out, 0, None, from));
         }
-        if self.cq.as_mut().is_some_and(|c| c.cq.expand_title()) {
-            // A compressed session, now ordinary CQEs: the fast loop's.
+        if self
+            .cq
+            .as_mut()
+            .is_some_and(|c| !c.general && c.cq.expand_title())
+        {
+            // A compressed session, now ordinary CQEs: the fast loop's
+            // (unless every CQE is the general path's, whose cursor
+            // expands a title itself).
             return self.poll_more::<SLOT>(out);
         }
         self.poll_rest::<SLOT>(out, 0, None, from)
@@ -567,6 +595,7 @@ impl DirectQp {
         let mut cqes = own.cq.cursor::<SLOT>();
         let mut sq = self.sq.retirer();
         let rq = &mut self.rq;
+        let umr_ops = &self.umr_ops;
         // The one error a QP's own CQ can give (`retire`'s).
         let mut stale_at = None;
         // A requester CQE in error: the device moved the QP to ERR.
@@ -583,6 +612,7 @@ impl DirectQp {
             failed |= cqe.opcode == CqeOpcode::REQ_ERR;
             match retire(&mut sq, rq, &cqe) {
                 Ok(Some(mut c)) => {
+                    super::mw::umr_completion(umr_ops, &mut c, cqe.wqe_counter);
                     if let (true, Some(raw)) = (stamps, raw) {
                         stamp(&mut c, raw);
                     }
@@ -600,6 +630,9 @@ impl DirectQp {
         own.cq.polled(from);
         if failed {
             self.note_send_failed();
+        }
+        if self.inv_pending.is_some() {
+            self.local_invs_retired();
         }
         self.publish_polled();
         match stale_at {
@@ -708,6 +741,7 @@ impl DirectCq {
             };
             match r {
                 Ok(Some(mut c)) => {
+                    super::mw::umr_completion(&q.umr_ops, &mut c, cqe.wqe_counter);
                     if stamps {
                         stamp(&mut c, raw);
                     }
@@ -730,42 +764,5 @@ impl DirectCq {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `plain_receive`'s one compare tells every `op_own` as the two tests
-    /// it replaced: opcode RESP_WR_IMM to RESP_SEND_INV, format bits clear.
-    #[test]
-    fn plain_receive_is_the_opcode_and_format_test() {
-        for op_own in 0..=255u8 {
-            let opcode = op_own >> 4;
-            let want = op_own & FORMAT == 0
-                && (CqeOpcode::RESP_WR_IMM.0..=CqeOpcode::RESP_SEND_INV.0).contains(&opcode);
-            assert_eq!(plain_receive(op_own), want, "op_own {op_own:#04x}");
-        }
-    }
-
-    /// The receive of a peer's SEND_WITH_INV (CQE opcode RESP_SEND_INV,
-    /// which ConnectX writes and the sim does not) is a RECV, as libmlx5
-    /// reports it; it read as the requester opcode of byte 56 before
-    /// (found against `mlx5_poll_cq_v1` by the provider oracle).
-    #[test]
-    fn a_send_with_invalidate_receive_is_a_recv() {
-        let mut b = [0u8; 64];
-        b[36..40].copy_from_slice(&0xac2a_2a5eu32.to_be_bytes());
-        b[44..48].copy_from_slice(&100u32.to_be_bytes());
-        b[56..60].copy_from_slice(&0x00a9_1adau32.to_be_bytes());
-        b[63] = CqeOpcode::RESP_SEND_INV.0 << 4;
-        let cqe = Cqe::decode(&b);
-        let c = completion(
-            &cqe,
-            Retired {
-                wr_id: 7,
-                hidden: false,
-            },
-        )
-        .expect("a completion");
-        assert_eq!(c.opcode, WcOpcode::RECV);
-        assert_eq!((c.wr_id, c.byte_len, c.imm), (7, 100, None));
-    }
-}
+#[path = "poll_tests.rs"]
+mod tests;

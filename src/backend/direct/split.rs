@@ -125,6 +125,14 @@ impl DirectQp {
             credits: self.credits.clone(),
             count_credits: false,
             post_mode: PostMode::Checked,
+            mode_after_fence: None,
+            // SAFETY: as the SQ's slots (`SendQueue::split_copy`): the
+            // posting copy writes a UMR's entry before its doorbell rings,
+            // the retiring copy reads it after the WQE's CQE, and the entry
+            // is written again only for a WQE posted after that one was
+            // retired and published.
+            umr_ops: unsafe { self.umr_ops.share() },
+            inv_pending: None,
             recv_in_place: false,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),
