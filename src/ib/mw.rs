@@ -44,12 +44,14 @@ pub use mlx5_dv::wqe::MwType;
 /// Not `Clone`: one handle, which WRs borrow. Its [`rkey`](Self::rkey) is
 /// the one its last bind posted gave it (set when the bind is posted, in
 /// effect once the device runs it: WRs after it on the same QP see it).
-#[allow(dead_code)] // (`reg` and `raw`: the backends' windows, to come)
 pub struct Mw {
     // Field order: the window is deallocated (`reg` drops) before the MR
     // of its last bind may go.
+    // (Held for its drop alone: it deallocates the window.)
+    #[allow(dead_code)]
     pub(crate) reg: Box<dyn Registration>,
     /// The backend's handle: a verbs `*mut ibv_mw` as an integer; 0 on the sim.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) raw: usize,
     pub(crate) mw_type: MwType,
     /// The PD id ([`Mr`]s carry the same): binds only to MRs of this PD.
@@ -129,7 +131,6 @@ impl std::fmt::Debug for Mw {
 
 /// The rkey a bind gives a window whose rkey is `rkey`: the same index,
 /// the variant byte plus one, wrapping (`ibv_inc_rkey`, `verbs.h`).
-#[allow(dead_code)] // (the direct path's binds, to come)
 pub(crate) fn next_rkey(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }

@@ -207,7 +207,11 @@ fn a_send_with_invalidate_receive_reads_as_libmlx5_reads_it() {
         Some(0xa1b2_c3d4),
         "mlx5-dv's CqeRef::invalidated_rkey"
     );
-    // docs/prm.md: rdma-direct's `Completion` has no invalidated rkey
-    // yet: no immediate either.
-    assert_eq!(ours.imm, None);
+    // rdma-direct's `Completion`: the rkey where the immediate goes, and
+    // WITH_INV.
+    assert!(ours.src_qp.with_inv(), "{ours:?}");
+    assert_eq!(
+        ours.invalidated_rkey(),
+        Some(rdma_direct::Rkey(0xa1b2_c3d4))
+    );
 }

@@ -209,6 +209,12 @@ fn gen_wr<'a>(
         WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
             unreachable!("no masked atomics in the provider oracle")
         }
+        WrOp::SendWithInv { rkey } => Op::SendInv { rkey: rkey.0 },
+        // (Never generated above: window binds and LOCAL_INV are compared
+        // as UMR WQEs in `umr_wqes.rs`, through libmlx5's own calls.)
+        WrOp::BindMw { .. } | WrOp::LocalInv { .. } => {
+            unreachable!("no window WRs in the front-end comparison")
+        }
     };
     let wr = Wr {
         wr_id: id,

@@ -25,9 +25,9 @@ use rdma_direct::{Completion, WcOpcode, WcStatus};
 /// no immediate on the send side: expected, and nowhere else. A
 /// successful RESP_SEND_INV receive: libmlx5's `IBV_WC_WITH_INV` and
 /// `invalidated_rkey` (in `imm`'s union, host order) against mlx5-dv's
-/// parse of our ring's CQE, `cqe` ([`Cqe::invalidated_rkey`]), as
-/// rdma-direct's `Completion` has no field for it yet (docs/prm.md);
-/// its `imm` must then be `None`.
+/// parse of our ring's CQE, `cqe` ([`Cqe::invalidated_rkey`]), and
+/// against rdma-direct's `Completion`, which carries it in `imm` with
+/// `SrcQp::WITH_INV` (`Completion::invalidated_rkey`).
 pub fn differences(cqe: &Cqe, ours: &Completion, theirs: &po_wc) -> Vec<String> {
     let mut d = Vec::new();
     let mut field = |name: &str, o: u64, t: u64| {
@@ -56,7 +56,15 @@ pub fn differences(cqe: &Cqe, ours: &Completion, theirs: &po_wc) -> Vec<String> 
             field("byte_len", ours.byte_len as u64, t.byte_len as u64);
         }
     }
-    let mut flags = if ours.imm.is_some() { WC_WITH_IMM } else { 0 };
+    // (A SEND with invalidate's receive: ours carries the rkey in `imm`
+    // with `SrcQp::WITH_INV`, libmlx5 in `invalidated_rkey` with
+    // `IBV_WC_WITH_INV`, and no WITH_IMM.)
+    let with_inv = ours.src_qp.with_inv();
+    let mut flags = if ours.imm.is_some() && !with_inv {
+        WC_WITH_IMM
+    } else {
+        0
+    };
     flags |= if ours.src_qp.grh() { WC_GRH } else { 0 };
     let imm_op = matches!(
         cqe.wqe_opcode,
@@ -66,7 +74,7 @@ pub fn differences(cqe: &Cqe, ours: &Completion, theirs: &po_wc) -> Vec<String> 
         flags |= WC_WITH_IMM;
     }
     let inv = cqe.invalidated_rkey().filter(|_| ok);
-    if inv.is_some() {
+    if with_inv {
         flags |= WC_WITH_INV;
     }
     field("wc_flags", flags as u64, t.wc_flags as u64);
@@ -74,7 +82,11 @@ pub fn differences(cqe: &Cqe, ours: &Completion, theirs: &po_wc) -> Vec<String> 
         // (`po_wc.imm` is `be32toh(imm_data)`: the host-order rkey swapped.)
         Some(rkey) => {
             field("invalidated_rkey", rkey as u64, t.imm.swap_bytes() as u64);
-            field("imm (ours)", ours.imm.is_some() as u64, 0);
+            field(
+                "invalidated_rkey (ours)",
+                ours.imm.unwrap_or(0) as u64,
+                t.imm.swap_bytes() as u64,
+            );
         }
         None => field("imm", ours.imm.unwrap_or(0) as u64, t.imm as u64),
     }
