@@ -157,6 +157,7 @@ mod srq;
 mod timestamps;
 mod transports;
 pub mod two_host;
+mod windows;
 
 use async_waits::*;
 use benchmarks::*;
@@ -176,6 +177,7 @@ use refusals::*;
 use srq::*;
 use timestamps::*;
 use transports::*;
+use windows::*;
 
 fn passed(notes: Vec<String>) -> CaseResult {
     Ok(Outcome::Passed(notes.join("; ")))
@@ -419,4 +421,13 @@ const ONE_SIDED: &[Case] = &[
     case!(dc_dcis_on_one_cq_with_interleaved_errors),
     case!(dc_one_dct_serves_64_dcis),
     case!(dc_sends_into_the_srq_in_any_order),
+    case!(a_read_and_a_write_through_a_window_land_in_its_range),
+    case!(after_a_local_inv_a_type_2_window_refuses),
+    case!(after_a_send_with_invalidate_a_type_2_window_refuses),
+    case!(after_a_zero_length_bind_a_type_1_window_refuses),
+    case!(a_window_grants_less_than_its_mr),
+    case!(a_bind_on_an_mr_without_mw_bind_is_refused),
+    case!(inside_the_mr_outside_the_window_is_refused),
+    case!(beyond_the_mr_through_a_window_is_refused),
+    case!(a_fenced_type_2_bind_behind_a_write_completes_in_order),
 ];
