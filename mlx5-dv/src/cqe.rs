@@ -88,6 +88,14 @@ impl Cqe {
     pub fn grh(&self) -> bool {
         (self.flags_rqpn >> 28) & 3 != 0
     }
+
+    /// The rkey a peer's SEND with invalidate freed at this responder: the
+    /// immediate field (`imm_inval_pkey`, bytes 36..40, big-endian) of a
+    /// RESP_SEND_INV CQE; `None` for every other opcode. As
+    /// [`CqeRef::invalidated_rkey`].
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        (self.opcode == CqeOpcode::RESP_SEND_INV).then_some(self.imm)
+    }
 }
 
 impl Cqe {
@@ -264,6 +272,17 @@ impl CqeRef<'_> {
     #[inline(always)]
     pub fn imm(&self) -> u32 {
         self.be32(36)
+    }
+
+    /// The rkey a peer's SEND with invalidate freed at this responder
+    /// (`IBV_WC_WITH_INV`): `imm_inval_pkey` (bytes 36..40, big-endian) of
+    /// a RESP_SEND_INV CQE, `None` for any other opcode (an error CQE
+    /// included). rdma-core `cq.c` `handle_responder`: `wc->invalidated_rkey
+    /// = be32toh(cqe->imm_inval_pkey)`; a compressed session's CQEs carry
+    /// the title's (`mini_cqe`).
+    #[inline(always)]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        (self.opcode() == CqeOpcode::RESP_SEND_INV).then(|| self.imm())
     }
 
     /// `timestamp` (bytes 48..56, big-endian): when the device wrote the

@@ -96,8 +96,23 @@ impl WqeOpcode {
         matches!(self, Self::ATOMIC_MASKED_CS | Self::ATOMIC_MASKED_FA)
     }
 
-    /// Whether the ctrl segment's immediate field is meaningful.
+    /// Whether the ctrl segment's immediate field (bytes 12..16,
+    /// big-endian) is meaningful: immediate data (RDMA_WRITE_IMM,
+    /// SEND_IMM) or the rkey to invalidate at the responder (SEND_INVAL;
+    /// rdma-core `qp.c` `send_ieth`: `htobe32(wr->invalidate_rkey)`).
     pub fn has_imm(self) -> bool {
+        matches!(
+            self,
+            Self::RDMA_WRITE_IMM | Self::SEND_IMM | Self::SEND_INVAL
+        )
+    }
+
+    /// Whether the ctrl segment's immediate field is immediate data that
+    /// the responder's receive CQE returns as such (RDMA_WRITE_IMM,
+    /// SEND_IMM): [`Self::has_imm`] without SEND_INVAL, whose field is an
+    /// rkey. The in-place posts, which never write SEND_INVAL, test this.
+    #[inline(always)]
+    pub fn has_imm_data(self) -> bool {
         matches!(self, Self::RDMA_WRITE_IMM | Self::SEND_IMM)
     }
 }

@@ -182,8 +182,14 @@ impl Qp {
                         feature: crate::Feature::GidTable,
                     });
                 }
-                // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and the inline segment.
-                let per_wqe = direct::max_wqebbs_of(cfg.qp_type, cfg.max_send_sge, cfg.max_inline);
+                // WQEBBs per WQE: ctrl + raddr + the larger of the SGE list and
+                // the inline segment; with memory windows, at least a bind's UMR.
+                let per_wqe = direct::sq_max_wqebbs(
+                    cfg.qp_type,
+                    cfg.max_send_sge,
+                    cfg.max_inline,
+                    cfg.memory_windows,
+                );
                 let wqebbs = (cfg.max_send_wr * per_wqe).next_power_of_two();
                 if wqebbs > sim::MAX_SQ_WQEBBS {
                     return Err(Error::Invalid(format!(
@@ -209,6 +215,7 @@ impl Qp {
                     cfg.qp_type,
                     cfg.inline_recv,
                     cfg.dc_key,
+                    cfg.memory_windows,
                 )?)
             }
             #[cfg(feature = "verbs")]
@@ -238,6 +245,7 @@ impl Qp {
                         direct_srq,
                         cfg.inline_recv,
                         cfg.dc_key,
+                        cfg.memory_windows,
                     )?;
                     q.limit_recv_sge(cfg.max_recv_sge);
                     QpKind::Direct(q)

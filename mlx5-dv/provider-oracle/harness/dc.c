@@ -80,6 +80,7 @@ struct po_dci {
 /* The send ops a DCI is created with: every one the oracle drives. */
 #define PO_DCI_SEND_OPS                                                     \
 	(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |               \
+	 IBV_QP_EX_WITH_SEND_WITH_INV |                                     \
 	 IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |   \
 	 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |     \
 	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
@@ -192,6 +193,10 @@ static int build_one(struct po_dci *d, const struct po_dc_wr *w,
 		break;
 	case IBV_WR_SEND_WITH_IMM:
 		ibv_wr_send_imm(qpx, htobe32(w->imm));
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		/* `imm` is the invalidate_rkey, host order. */
+		ibv_wr_send_inv(qpx, w->imm);
 		break;
 	case IBV_WR_RDMA_WRITE:
 		ibv_wr_rdma_write(qpx, w->rkey, w->remote_addr);

@@ -47,7 +47,8 @@ struct po_send_wr {
 	uint64_t swap;
 	uint32_t opcode;	/* enum ibv_wr_opcode */
 	uint32_t send_flags;	/* IBV_SEND_* */
-	uint32_t imm;		/* host order; stored big-endian as verbs wants */
+	uint32_t imm;		/* host order; stored big-endian as verbs wants;
+				 * IBV_WR_SEND_WITH_INV: the invalidate_rkey */
 	uint32_t num_sge;
 	uint32_t rkey;
 	uint32_t remote_qpn;	/* UD */
@@ -464,7 +465,11 @@ int po_post_send_mw(struct po_qp *p, const struct po_send_wr *w,
 		}
 		x->sg_list = sges[i];
 		x->opcode = w[i].opcode;
-		x->imm_data = htobe32(w[i].imm);
+		/* (One union: imm_data big-endian, invalidate_rkey host order.) */
+		if (w[i].opcode == IBV_WR_SEND_WITH_INV)
+			x->invalidate_rkey = w[i].imm;
+		else
+			x->imm_data = htobe32(w[i].imm);
 		if (p->qp.verbs_qp.qp.qp_type == IBV_QPT_UD) {
 			memset(&ahs[i], 0, sizeof(ahs[i]));
 			if (w[i].av)

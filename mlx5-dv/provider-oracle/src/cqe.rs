@@ -34,6 +34,9 @@ use mlx5_dv::prm::{CqeOpcode, Syndrome, WqeOpcode};
 /// `enum ibv_wc_flags` bits both sides have.
 pub const WC_GRH: u32 = 1;
 pub const WC_WITH_IMM: u32 = 2;
+/// `IBV_WC_WITH_INV`: libmlx5's flag on a RESP_SEND_INV receive, whose
+/// `invalidated_rkey` shares `imm_data`.
+pub const WC_WITH_INV: u32 = 1 << 3;
 
 /// The syndromes the sim writes in a requester error CQE (`sim/exec.rs`,
 /// `ops.rs`, `ud.rs`); WR_FLUSH_ERR comes after an error.
@@ -49,9 +52,13 @@ pub const SIM_REQ_SYNDROMES: [Syndrome; 8] = [
 ];
 
 /// The syndromes the sim writes in a responder error CQE (`ops.rs`,
-/// `ud.rs`); WR_FLUSH_ERR for an RQ flushed after an error.
-pub const SIM_RESP_SYNDROMES: [Syndrome; 2] =
-    [Syndrome::LOCAL_LENGTH_ERR, Syndrome::LOCAL_PROT_ERR];
+/// `ud.rs`; REMOTE_INVAL_REQ_ERR for a SEND with invalidate it refuses,
+/// `mw.rs`); WR_FLUSH_ERR for an RQ flushed after an error.
+pub const SIM_RESP_SYNDROMES: [Syndrome; 3] = [
+    Syndrome::LOCAL_LENGTH_ERR,
+    Syndrome::LOCAL_PROT_ERR,
+    Syndrome::REMOTE_INVAL_REQ_ERR,
+];
 
 /// Syndromes the sim never writes: the rest of libmlx5's table (MW bind,
 /// bad response, local access, remote aborted) and values it does not
@@ -386,14 +393,16 @@ fn with_error(mut c: Cqe, (syn, vendor): (Syndrome, u8)) -> Cqe {
 }
 
 /// A successful receive's CQE on a QP of `qp_type`: RC and UC take
-/// SEND, SEND_IMM and WRITE_IMM, UD SEND and SEND_IMM with the sender's
-/// QPN and the GRH flag (mostly as the sim writes them: GRH type 1, SL 0).
+/// SEND, SEND_IMM, WRITE_IMM and SEND_INV (the invalidated rkey in
+/// `imm`), UD SEND and SEND_IMM with the sender's QPN and the GRH flag
+/// (mostly as the sim writes them: GRH type 1, SL 0).
 fn received(s: &mut impl Source, qp_type: u32, qpn: u32, idx: u32) -> Cqe {
     let ud = qp_type == ibv::QPT_UD;
-    let op = match s.range(0, if ud { 1 } else { 2 }) {
+    let op = match s.range(0, if ud { 1 } else { 3 }) {
         0 => CqeOpcode::RESP_SEND,
         1 => CqeOpcode::RESP_SEND_IMM,
-        _ => CqeOpcode::RESP_WR_IMM,
+        2 => CqeOpcode::RESP_WR_IMM,
+        _ => CqeOpcode::RESP_SEND_INV,
     };
     let mut c = cqe(op, qpn, idx as u16);
     c.byte_cnt = match s.range(0, 3) {

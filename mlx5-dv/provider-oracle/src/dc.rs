@@ -137,7 +137,7 @@ fn av(s: &mut impl Source) -> [u8; DATAGRAM_SEG] {
 pub fn dc_wr(s: &mut impl Source, cfg: &SqConfig, arena_base: u64, every: bool) -> DcWr {
     let raddr = s.next_u64();
     let rkey = s.next_u64() as u32;
-    let op = match s.range(0, if every { 6 } else { 1 }) {
+    let op = match s.range(0, if every { 7 } else { 1 }) {
         0 => Op::Send,
         1 => Op::SendImm {
             imm: s.next_u64() as u32,
@@ -155,15 +155,19 @@ pub fn dc_wr(s: &mut impl Source, cfg: &SqConfig, arena_base: u64, every: bool) 
             compare: s.next_u64(),
             swap: s.next_u64(),
         },
-        _ => Op::FetchAdd {
+        6 => Op::FetchAdd {
             raddr: raddr & !7,
             rkey,
             add: s.next_u64(),
         },
+        // `ibv_wr_send_inv` (`mlx5_send_wr_send_inv`; DCI = RC's ops).
+        _ => Op::SendInv {
+            rkey: s.next_u64() as u32,
+        },
     };
     // ctrl and datagram (4 DS), then raddr and atomic.
     let fixed = 4 + match op {
-        Op::Send | Op::SendImm { .. } => 0,
+        Op::Send | Op::SendImm { .. } | Op::SendInv { .. } => 0,
         Op::CmpSwap { .. } | Op::FetchAdd { .. } => 2,
         _ => 1,
     };
@@ -322,8 +326,9 @@ pub fn dc_allowed_bytes(ring: &[u8], wqe_cnt: u32, from: u32, to: u32) -> Vec<(u
                 ));
             }
         }
-        // SEND_IMM (0x0b) and RDMA_WRITE_IMM (0x09) carry an immediate.
-        if opcode != 0x0b && opcode != 0x09 {
+        // SEND_IMM (0x0b) and RDMA_WRITE_IMM (0x09) carry an immediate,
+        // SEND_INVAL (0x01) the rkey (`mlx5_send_wr_send_inv`).
+        if !matches!(opcode, 0x0b | 0x09 | 0x01) {
             for k in 12..16 {
                 out.push((at(idx, k), Allowed::BuilderImm));
             }
@@ -338,7 +343,8 @@ pub fn dc_allowed_bytes(ring: &[u8], wqe_cnt: u32, from: u32, to: u32) -> Vec<(u
 /// segment (its 4-byte header and payload, to 16 bytes; none if empty).
 pub fn dc_ds(w: &DcWr) -> u32 {
     let op = w.wr.op;
-    let mut ds = 4 + !matches!(op, Op::Send | Op::SendImm { .. }) as u32 + op.is_atomic() as u32;
+    let send = matches!(op, Op::Send | Op::SendImm { .. } | Op::SendInv { .. });
+    let mut ds = 4 + !send as u32 + op.is_atomic() as u32;
     if w.wr.inline {
         let len = w.wr.inline_len() as u32;
         if len > 0 {

@@ -110,13 +110,15 @@ fn sge_len(s: &mut impl Source) -> u32 {
 }
 
 /// One WR that fits `cfg` (its WQE within `max_wqebbs`, its inline
-/// payload within `max_inline`), of an operation `cfg`'s transport has;
-/// inline SGEs point into `arena` (at `arena_base`).
+/// payload within `max_inline`), of an operation `cfg`'s transport has
+/// (SEND with invalidate on RC and UC, not UD: rdma-core
+/// `MLX5_SUPPORTED_SEND_OPS_FLAGS_*`); inline SGEs point into `arena` (at
+/// `arena_base`).
 pub fn wr(s: &mut impl Source, cfg: &SqConfig, arena_base: u64) -> Wr {
     let ud = cfg.qp_type == ibv::QPT_UD;
     let raddr = s.next_u64();
     let rkey = s.next_u64() as u32;
-    let op = match (cfg.qp_type, s.range(0, 6)) {
+    let op = match (cfg.qp_type, s.range(0, 7)) {
         (ibv::QPT_UD, k) => {
             if k % 2 == 0 {
                 Op::Send
@@ -136,6 +138,9 @@ pub fn wr(s: &mut impl Source, cfg: &SqConfig, arena_base: u64) -> Wr {
             rkey,
             imm: s.next_u64() as u32,
         },
+        (_, 7) => Op::SendInv {
+            rkey: s.next_u64() as u32,
+        },
         (ibv::QPT_UC, _) => Op::Write { raddr, rkey },
         (_, 4) => Op::Read { raddr, rkey },
         (_, 5) => Op::CmpSwap {
@@ -153,14 +158,14 @@ pub fn wr(s: &mut impl Source, cfg: &SqConfig, arena_base: u64) -> Wr {
     let fixed = 1
         + if ud { 3 } else { 0 }
         + match op {
-            Op::Send | Op::SendImm { .. } => 0,
+            Op::Send | Op::SendImm { .. } | Op::SendInv { .. } => 0,
             Op::CmpSwap { .. } | Op::FetchAdd { .. } => 2,
             _ => 1,
         };
     let ds_room = (cfg.max_wqebbs * 4).min(63) - fixed;
     let can_inline = matches!(
         op,
-        Op::Send | Op::SendImm { .. } | Op::Write { .. } | Op::WriteImm { .. }
+        Op::Send | Op::SendImm { .. } | Op::SendInv { .. } | Op::Write { .. } | Op::WriteImm { .. }
     );
     let inline = can_inline && s.chance(35);
     let mut sges = Vec::new();

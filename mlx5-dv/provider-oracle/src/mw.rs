@@ -123,8 +123,9 @@ impl Bind {
         }
     }
 
+    /// The harness's form of the bind (`kind` 1 at its place in a list).
     #[cfg(provider_oracle)]
-    fn po(&self) -> po_mw_wr {
+    pub(crate) fn po(&self) -> po_mw_wr {
         po_mw_wr {
             addr: self.addr,
             length: self.len,
@@ -289,7 +290,7 @@ pub fn post_theirs(cfg: &SqConfig, mem: &mut SqMem, posts: &[Post]) -> (Outcome,
 /// A plain WR standing in for a memory-window one in the provider's list
 /// (every field but `wr_id` and `send_flags` is replaced).
 #[cfg(provider_oracle)]
-fn placeholder() -> Wr {
+pub(crate) fn placeholder() -> Wr {
     Wr {
         wr_id: 0,
         op: crate::wr::Op::Send,

@@ -27,12 +27,14 @@
 
 use crate::ffi::*;
 use crate::mem::Mem;
+use crate::mw::{placeholder, Bind};
 use crate::provider::{ProviderRecvs, ProviderWrs};
 use crate::wr::{ibv, Sge, Wr};
 use mlx5_dv::cqe::Cqe;
 use mlx5_dv::dv::mlx5dv_qp;
 use mlx5_dv::prm::{CqeOpcode, WqeOpcode, CQE64};
 use mlx5_dv::sim::{self, Access, Device, QpState, QpType};
+use mlx5_dv::wqe::MwType;
 use std::time::{Duration, Instant};
 
 /// A CQ, QP or SRQ of a [`Rig`] (an index into its tables).
@@ -166,6 +168,7 @@ pub mod wc {
     pub const RECV_RDMA_WITH_IMM: u32 = 129;
     pub const GRH: u32 = 1;
     pub const WITH_IMM: u32 = 2;
+    pub const WITH_INV: u32 = 8;
     pub const SUCCESS: u32 = 0;
     pub const LOC_LEN_ERR: u32 = 1;
     pub const REM_INV_REQ_ERR: u32 = 9;
@@ -485,6 +488,38 @@ impl Rig {
         Ok(())
     }
 
+    /// A memory window of `mw_type` on the rig's PD
+    /// (`sim::Device::alloc_mw`): its rkey, variant byte 0.
+    pub fn alloc_mw(&self, mw_type: MwType) -> u32 {
+        self.dev.alloc_mw(self.pd, mw_type).expect("alloc_mw")
+    }
+
+    /// `mlx5_post_send` of the one memory-window bind `b` on QP `q`
+    /// (`IBV_WR_BIND_MW` over the harness's fake `ibv_mw` and `ibv_mr`):
+    /// libmlx5's UMR WQE, which the sim executes as the bind. `Err((errno,
+    /// 0))` on a refusal.
+    pub fn post_bind(&mut self, q: QpId, b: &Bind) -> Result<(), (i32, u32)> {
+        let w = Wr {
+            wr_id: b.wr_id,
+            signaled: b.signaled,
+            fence: b.fence,
+            ..placeholder()
+        };
+        let pw = ProviderWrs::of(std::slice::from_ref(&w));
+        let mw = [b.po()];
+        let mut bad = 0u32;
+        // SAFETY: a live provider QP; the list and its bind entry live
+        // until the call returns; the ring it writes is the sim's.
+        let err = unsafe {
+            po_post_send_mw(self.qps[q.0].po, pw.list.as_ptr(), mw.as_ptr(), 1, &mut bad)
+        };
+        self.sends += bad as u64;
+        if err != 0 {
+            return Err((err, bad));
+        }
+        Ok(())
+    }
+
     /// `mlx5_post_recv` of `(wr_id, SGEs)` receives on QP `q`.
     pub fn post_recv(&mut self, q: QpId, wrs: &[(u64, Vec<Sge>)]) -> Result<(), (i32, u32)> {
         let po = self.qps[q.0].po;
@@ -615,7 +650,8 @@ impl Drop for Rig {
 /// Whether the provider's completion `wc` says what our decoding `ours`
 /// of the same CQE says: status (`Syndrome::wc_status`), vendor syndrome,
 /// QPN, and for a successful CQE the opcode (a requester's by its WQE
-/// opcode), the byte count where verbs reports one, the immediate, and a
+/// opcode), the byte count where verbs reports one, the immediate (or a
+/// RESP_SEND_INV's invalidated rkey, `Cqe::invalidated_rkey`), and a
 /// receive's source QP and GRH flag.
 pub fn agree(wc: &po_wc, ours: &Cqe) -> Result<(), String> {
     let mut bad = Vec::new();
@@ -631,7 +667,7 @@ pub fn agree(wc: &po_wc, ours: &Cqe) -> Result<(), String> {
     } else if ours.opcode == CqeOpcode::REQ {
         let (op, len) = match ours.wqe_opcode {
             WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM => (wc::RDMA_WRITE, None),
-            WqeOpcode::SEND | WqeOpcode::SEND_IMM => (wc::SEND, None),
+            WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::SEND_INVAL => (wc::SEND, None),
             WqeOpcode::RDMA_READ => (wc::RDMA_READ, Some(ours.byte_cnt)),
             WqeOpcode::ATOMIC_CS => (wc::COMP_SWAP, Some(8)),
             WqeOpcode::ATOMIC_FA => (wc::FETCH_ADD, Some(8)),
@@ -643,7 +679,7 @@ pub fn agree(wc: &po_wc, ours: &Cqe) -> Result<(), String> {
         }
     } else {
         let (op, imm) = match ours.opcode {
-            CqeOpcode::RESP_SEND => (wc::RECV, false),
+            CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_INV => (wc::RECV, false),
             CqeOpcode::RESP_SEND_IMM => (wc::RECV, true),
             CqeOpcode::RESP_WR_IMM => (wc::RECV_RDMA_WITH_IMM, true),
             o => return Err(format!("a responder CQE of opcode {:#x}", o.0)),
@@ -657,6 +693,17 @@ pub fn agree(wc: &po_wc, ours: &Cqe) -> Result<(), String> {
         );
         if imm {
             check("imm", wc.imm, ours.imm);
+        }
+        let inv = ours.invalidated_rkey();
+        check(
+            "with_inv",
+            wc.wc_flags & wc::WITH_INV,
+            if inv.is_some() { wc::WITH_INV } else { 0 },
+        );
+        if let Some(rkey) = inv {
+            // (`po_wc.imm` is `be32toh(imm_data)`; `invalidated_rkey`
+            // shares its union in host order.)
+            check("invalidated_rkey", wc.imm.swap_bytes(), rkey);
         }
         check("src_qp", wc.src_qp, ours.src_qp());
         check("grh", wc.wc_flags & wc::GRH, ours.grh() as u32);

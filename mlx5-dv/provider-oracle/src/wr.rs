@@ -26,6 +26,12 @@ pub enum Op {
     SendImm {
         imm: u32,
     },
+    /// SEND with invalidate (`IBV_WR_SEND_WITH_INV`): `rkey` is the
+    /// WR's `invalidate_rkey` (host order), which both writers put in the
+    /// ctrl immediate big-endian.
+    SendInv {
+        rkey: u32,
+    },
     Write {
         raddr: u64,
         rkey: u32,
@@ -81,6 +87,7 @@ impl Op {
         match self {
             Op::Send => SEND,
             Op::SendImm { .. } => SEND_WITH_IMM,
+            Op::SendInv { .. } => SEND_WITH_INV,
             Op::Write { .. } => RDMA_WRITE,
             Op::WriteImm { .. } => RDMA_WRITE_WITH_IMM,
             Op::Read { .. } => RDMA_READ,
@@ -94,6 +101,7 @@ impl Op {
         match self {
             Op::Send => WqeOpcode::SEND,
             Op::SendImm { .. } => WqeOpcode::SEND_IMM,
+            Op::SendInv { .. } => WqeOpcode::SEND_INVAL,
             Op::Write { .. } => WqeOpcode::RDMA_WRITE,
             Op::WriteImm { .. } => WqeOpcode::RDMA_WRITE_IMM,
             Op::Read { .. } => WqeOpcode::RDMA_READ,
@@ -106,10 +114,14 @@ impl Op {
         matches!(self, Op::CmpSwap { .. } | Op::FetchAdd { .. })
     }
 
-    /// The immediate (SEND_IMM, WRITE_IMM), else 0.
+    /// The ctrl immediate our driver is given ([`SendWqe::imm`]): the
+    /// immediate (SEND_IMM, WRITE_IMM) or the rkey to invalidate
+    /// (SEND_INV), else 0. The harness passes it as `imm_data` (made
+    /// big-endian) or, for SEND_INV, as `invalidate_rkey` (as is).
     pub fn imm(self) -> u32 {
         match self {
             Op::SendImm { imm } | Op::WriteImm { imm, .. } => imm,
+            Op::SendInv { rkey } => rkey,
             _ => 0,
         }
     }
@@ -122,7 +134,7 @@ impl Op {
             | Op::Read { raddr, rkey }
             | Op::CmpSwap { raddr, rkey, .. }
             | Op::FetchAdd { raddr, rkey, .. } => Some((raddr, rkey)),
-            Op::Send | Op::SendImm { .. } => None,
+            Op::Send | Op::SendImm { .. } | Op::SendInv { .. } => None,
         }
     }
 
@@ -147,6 +159,7 @@ pub mod ibv {
     pub const RDMA_READ: u32 = 4;
     pub const ATOMIC_CMP_AND_SWP: u32 = 5;
     pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    pub const SEND_WITH_INV: u32 = 9;
     pub const SEND_FENCE: u32 = 1;
     pub const SEND_SIGNALED: u32 = 2;
     pub const SEND_SOLICITED: u32 = 4;

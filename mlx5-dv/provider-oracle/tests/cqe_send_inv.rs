@@ -1,9 +1,11 @@
 //! CQE opcodes the sim never writes, so `cqes.rs`'s generator never
 //! makes them, read by our direct path and by libmlx5's
 //! `mlx5_poll_cq_v1` from identical rings. RESP_SEND_INV (a peer's
-//! SEND_WITH_INV, which ConnectX writes) was read as a requester opcode
-//! before (docs/prm.md: "found by the oracle"); nothing in the oracle's
-//! own tests fed it one, so reverting that fix passed them all.
+//! SEND_WITH_INV, which ConnectX and now the sim write) was read as a
+//! requester opcode before (docs/prm.md: "found by the oracle"); nothing
+//! in the oracle's own tests fed it one, so reverting that fix passed
+//! them all. The invalidated rkey: mlx5-dv's `CqeRef::invalidated_rkey`
+//! against libmlx5's `invalidated_rkey`.
 // Needs the oracle linked: without it `oracle_linked.rs` says SKIPPED.
 #![cfg(provider_oracle)]
 
@@ -170,12 +172,15 @@ fn a_send_with_invalidate_receive_reads_as_libmlx5_reads_it() {
     };
     assert_eq!(n, 1, "libmlx5 polled the CQE");
     let t = theirs[0];
-    let ours = {
+    let (ours, rkey) = {
         let mut cur = cq.cursor::<64>();
         let c = cur.next().expect("our CQ has the CQE");
-        rdma_direct::testing::direct_completion_of(&mut sq.retirer(), &mut rq, c, QPN, true)
-            .expect("no error")
-            .expect("a completion")
+        let rkey = c.invalidated_rkey();
+        let wc =
+            rdma_direct::testing::direct_completion_of(&mut sq.retirer(), &mut rq, c, QPN, true)
+                .expect("no error")
+                .expect("a completion");
+        (wc, rkey)
     };
     assert_eq!(t.status, 0);
     assert_eq!(
@@ -190,7 +195,19 @@ fn a_send_with_invalidate_receive_reads_as_libmlx5_reads_it() {
         (ours.wr_id, ours.byte_len, ours.qp_num),
         (t.wr_id, t.byte_len, t.qp_num)
     );
-    // docs/prm.md: ours has no invalidated rkey (memory windows are
-    // issue 31): no immediate either.
+    // `po_wc.imm` is `be32toh(imm_data)`, whose union holds the
+    // host-order `invalidated_rkey`.
+    assert_eq!(
+        t.imm.swap_bytes(),
+        0xa1b2_c3d4,
+        "libmlx5's invalidated_rkey"
+    );
+    assert_eq!(
+        rkey,
+        Some(0xa1b2_c3d4),
+        "mlx5-dv's CqeRef::invalidated_rkey"
+    );
+    // docs/prm.md: rdma-direct's `Completion` has no invalidated rkey
+    // yet: no immediate either.
     assert_eq!(ours.imm, None);
 }

@@ -19,9 +19,10 @@ mod both {
     use mlx5_provider_oracle::wr::ibv;
     use proptest::prelude::*;
 
-    const REQ_OPS: [(WqeOpcode, &str); 7] = [
+    const REQ_OPS: [(WqeOpcode, &str); 8] = [
         (WqeOpcode::SEND, "SEND"),
         (WqeOpcode::SEND_IMM, "SEND_IMM"),
+        (WqeOpcode::SEND_INVAL, "SEND_INVAL"),
         (WqeOpcode::RDMA_WRITE, "RDMA_WRITE"),
         (WqeOpcode::RDMA_WRITE_IMM, "RDMA_WRITE_IMM"),
         (WqeOpcode::RDMA_READ, "RDMA_READ"),
@@ -49,11 +50,16 @@ mod both {
         "a poll across consumer index 2^24",
         "a poll across consumer index 2^32",
     ];
-    /// Requester success by WQE opcode (7), receives by opcode, RQ or SRQ
-    /// and transport (18), REQ_ERR by the sim's syndromes, flush, other
-    /// (10), RESP_ERR likewise (4), then the situations.
-    const KINDS: usize = 7 + 18 + 10 + 4 + SITUATIONS.len();
-    const SITUATION: usize = KINDS - SITUATIONS.len();
+    /// The receive CQE opcodes, in `CqeOpcode` order from 1.
+    const RECV_OPS: [&str; 4] = ["RESP_WR_IMM", "RESP_SEND", "RESP_SEND_IMM", "RESP_SEND_INV"];
+    /// Requester success by WQE opcode (8), receives by opcode, RQ or SRQ
+    /// and transport (24), REQ_ERR by the sim's syndromes, flush, other
+    /// (10), RESP_ERR likewise (5), then the situations.
+    const RECV: usize = REQ_OPS.len();
+    const REQ_ERR: usize = RECV + RECV_OPS.len() * 6;
+    const RESP_ERR: usize = REQ_ERR + SIM_REQ_SYNDROMES.len() + 2;
+    const SITUATION: usize = RESP_ERR + SIM_RESP_SYNDROMES.len() + 2;
+    const KINDS: usize = SITUATION + SITUATIONS.len();
 
     /// How many of each kind a run compared.
     pub struct Seen(pub [u64; KINDS]);
@@ -65,7 +71,7 @@ mod both {
 
         fn names() -> Vec<String> {
             let mut v: Vec<String> = REQ_OPS.iter().map(|(_, o)| format!("REQ of {o}")).collect();
-            for op in ["RESP_WR_IMM", "RESP_SEND", "RESP_SEND_IMM"] {
+            for op in RECV_OPS {
                 for at in ["an RQ", "the SRQ"] {
                     v.extend(TYPES.iter().map(|(_, t)| format!("{op} on {at}, {t}")));
                 }
@@ -86,14 +92,17 @@ mod both {
             v
         }
 
-        /// The kinds never met (but a UD RESP_WR_IMM, which is none).
+        /// The kinds never met (but a UD RESP_WR_IMM or RESP_SEND_INV,
+        /// which are none).
         pub fn missing(&self) -> Vec<String> {
+            let ud_none = |name: &str| {
+                name.ends_with("UD")
+                    && (name.starts_with("RESP_WR_IMM") || name.starts_with("RESP_SEND_INV"))
+            };
             Self::names()
                 .into_iter()
                 .zip(self.0)
-                .filter(|(name, n)| {
-                    *n == 0 && !(name.starts_with("RESP_WR_IMM") && name.ends_with("UD"))
-                })
+                .filter(|(name, n)| *n == 0 && !ud_none(name))
                 .map(|(name, _)| name)
                 .collect()
         }
@@ -133,9 +142,9 @@ mod both {
             let t = TYPES.iter().position(|(x, _)| *x == qp_type).unwrap_or(0);
             let k = match c.opcode {
                 CqeOpcode::REQ => REQ_OPS.iter().position(|(o, _)| *o == c.wqe_opcode),
-                CqeOpcode::REQ_ERR => Some(errs(&SIM_REQ_SYNDROMES, 25)),
-                CqeOpcode::RESP_ERR => Some(errs(&SIM_RESP_SYNDROMES, 35)),
-                op => Some(7 + (op.0 as usize - 1) * 6 + p.srq as usize * 3 + t),
+                CqeOpcode::REQ_ERR => Some(errs(&SIM_REQ_SYNDROMES, REQ_ERR)),
+                CqeOpcode::RESP_ERR => Some(errs(&SIM_RESP_SYNDROMES, RESP_ERR)),
+                op => Some(RECV + (op.0 as usize - 1) * 6 + p.srq as usize * 3 + t),
             };
             if let Some(k) = k {
                 self.0[k] += 1;

@@ -29,6 +29,7 @@ fn op_name(op: Op) -> &'static str {
     match op {
         Op::Send => "SEND",
         Op::SendImm { .. } => "SEND_IMM",
+        Op::SendInv { .. } => "SEND_INV",
         Op::Write { .. } => "WRITE",
         Op::WriteImm { .. } => "WRITE_IMM",
         Op::Read { .. } => "READ",

@@ -36,6 +36,7 @@ fn the_generator_draws_every_case_docs_prm_md_claims() {
             let name = match w.op {
                 Op::Send => "SEND",
                 Op::SendImm { .. } => "SEND_IMM",
+                Op::SendInv { .. } => "SEND_INV",
                 Op::Write { .. } => "WRITE",
                 Op::WriteImm { .. } => "WRITE_IMM",
                 Op::Read { .. } => "READ",
@@ -96,13 +97,14 @@ fn the_generator_draws_every_case_docs_prm_md_claims() {
             ibv::QPT_RC => &[
                 "SEND",
                 "SEND_IMM",
+                "SEND_INV",
                 "WRITE",
                 "WRITE_IMM",
                 "READ",
                 "CMP_SWAP",
                 "FETCH_ADD",
             ],
-            ibv::QPT_UC => &["SEND", "SEND_IMM", "WRITE", "WRITE_IMM"],
+            ibv::QPT_UC => &["SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM"],
             _ => &["SEND", "SEND_IMM"],
         };
         for op in want {

@@ -8,7 +8,7 @@
 
 use mlx5_provider_oracle::gen::{self, Rng, Source, ARENA};
 use mlx5_provider_oracle::send::{differences, post_ours, SqMem};
-use mlx5_provider_oracle::wr::Wr;
+use mlx5_provider_oracle::wr::{Op, Wr};
 use mlx5_provider_oracle::{cases, oracle_or_skip};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -115,6 +115,48 @@ fn a_wr_changed_on_one_side_is_a_difference() {
         caught += !bad.is_empty() as u32;
     }
     assert!(caught > 150, "only {caught} of 200 changes caught");
+}
+
+/// A SEND with invalidate's rkey changed on our side only, by one bit or
+/// by its byte order (the host-order `invalidate_rkey` libmlx5 writes
+/// with `htobe32`), is a difference: the generated lists' agreement on
+/// SEND_INV is not for want of looking at the ctrl immediate.
+#[test]
+fn an_invalidate_rkey_changed_on_one_side_is_a_difference() {
+    if !oracle_or_skip("an_invalidate_rkey_changed_on_one_side_is_a_difference") {
+        return;
+    }
+    let mut tried = 0;
+    for seed in 0..400u64 {
+        let mut s = Rng(seed);
+        let cfg = gen::sq_config(&mut s);
+        let mut arena = vec![0u8; ARENA];
+        for b in arena.iter_mut() {
+            *b = s.next_u64() as u8;
+        }
+        let wrs = gen::wr_list(&mut s, &cfg, arena.as_ptr() as u64);
+        let Some(k) = wrs.iter().position(|w| matches!(w.op, Op::SendInv { .. })) else {
+            continue;
+        };
+        let Op::SendInv { rkey } = wrs[k].op else {
+            unreachable!()
+        };
+        let (bad, _) = differences(&cfg, &wrs, None, &arena, seed);
+        assert!(bad.is_empty(), "seed {seed}: {bad:?}");
+        let flipped = rkey ^ 1 << s.range(0, 31);
+        let swapped = rkey.swap_bytes();
+        for other in [flipped, swapped].into_iter().filter(|&r| r != rkey) {
+            let mut changed = wrs.clone();
+            changed[k].op = Op::SendInv { rkey: other };
+            let (bad, _) = differences(&cfg, &wrs, Some(&changed), &arena, seed);
+            assert!(
+                !bad.is_empty(),
+                "seed {seed}: rkey {rkey:#x} as {other:#x} on our side went unnoticed"
+            );
+            tried += 1;
+        }
+    }
+    assert!(tried > 100, "only {tried} SEND_INV WRs changed");
 }
 
 /// Our auto-signal (a CQE forced on the WR that follows `period - 1`

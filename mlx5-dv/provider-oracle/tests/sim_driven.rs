@@ -13,12 +13,15 @@
 //! one into a receive too small; a bad rkey (REM_ACCESS_ERR, then every
 //! later WR and the responder's receives flushed); the SQ and a CQ of
 //! 128-byte CQEs wrapping many times (the BlueFlame copy's source too);
-//! UC both ways over one CQ; and WRITEs with the sim on its own thread
-//! (no call into the sim: the provider's doorbell is all it gets).
+//! UC both ways over one CQ; WRITEs with the sim on its own thread
+//! (no call into the sim: the provider's doorbell is all it gets); and
+//! SEND_WITH_INV of a window B bound with libmlx5's `IBV_WR_BIND_MW`
+//! (`IBV_WC_WITH_INV` and the rkey at B, the window free after it), and
+//! one the sim refuses.
 //!
 //! Files: here the test and its totals; `sim_driven/common.rs` the
 //! helpers, `rc.rs` the RC and UC cases, `other.rs` UD, SRQ and the
-//! device thread.
+//! device thread, `send_inv.rs` SEND with invalidate.
 
 use mlx5_provider_oracle::oracle_or_skip;
 
@@ -31,6 +34,9 @@ mod other;
 #[cfg(provider_oracle)]
 #[path = "sim_driven/rc.rs"]
 mod rc;
+#[cfg(provider_oracle)]
+#[path = "sim_driven/send_inv.rs"]
+mod send_inv;
 
 #[test]
 fn provider_drives_the_sim() {
@@ -65,6 +71,11 @@ fn all() {
     add("sq and cq wrap", rc::wrap());
     add("uc, one cq for two qps", rc::uc_shared_cq());
     add("device thread", other::device_thread());
+    add("send with invalidate", send_inv::send_with_invalidate());
+    add(
+        "send with invalidate, refused",
+        send_inv::send_with_invalidate_refused(),
+    );
     mlx5_provider_oracle::say(
         "provider_drives_the_sim",
         format_args!(

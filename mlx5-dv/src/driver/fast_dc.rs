@@ -272,7 +272,8 @@ impl SendQueue {
             wqe
         };
         let ds = 5 + remote.is_some() as u32;
-        let imm = if opcode.has_imm() { imm } else { 0 };
+        // (`dc_raddr` took no SEND_INVAL: the immediate is data or 0.)
+        let imm = if opcode.has_imm_data() { imm } else { 0 };
         let (flags, forced) = self.auto_signal(flags);
         let ctrl = ctrl_stored(opcode, pi, CtrlQpn::Word(self.qpn_word), ds, flags, imm);
         // SAFETY: as above; `slots` has `wqe_cnt` entries, `slot` masked below it.

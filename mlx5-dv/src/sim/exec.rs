@@ -255,7 +255,7 @@ fn execute_in<const N: usize>(st: &mut State, qpn: u32, slot: usize, ds: usize) 
     match w.opcode {
         WqeOpcode::RDMA_WRITE => rdma_write(st, qpn, &w, b),
         WqeOpcode::RDMA_WRITE_IMM => rdma_write_imm(st, qpn, &w, b),
-        WqeOpcode::SEND | WqeOpcode::SEND_IMM => send(st, qpn, &w, b),
+        WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::SEND_INVAL => send(st, qpn, &w, b),
         WqeOpcode::RDMA_READ => rdma_read(st, qpn, &w, b),
         WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => atomic(st, qpn, &w, b),
         WqeOpcode::ATOMIC_MASKED_CS | WqeOpcode::ATOMIC_MASKED_FA => {

@@ -9,8 +9,9 @@
 //! Execution is either synchronous ([`Device::process`], for deterministic
 //! tests) or on a device thread ([`Device::start`]).
 //!
-//! What it executes: SEND and SEND_IMM (into the responder's posted receive
-//! WQEs, RNR NAKs retried per `rnr_retry` when none is posted), RDMA WRITE
+//! What it executes: SEND, SEND_IMM and SEND_INVAL (into the responder's
+//! posted receive WQEs, RNR NAKs retried per `rnr_retry` when none is
+//! posted; SEND_INVAL frees a type-2 window first, `mw`), RDMA WRITE
 //! and WRITE_IMM (SGE and inline payloads), RDMA READ, ATOMIC_CS and
 //! ATOMIC_FA (on the remote u64 in host byte order). A malformed WQE (DS 0,
 //! wrong QPN or index, unknown opcode) completes with LOCAL_QP_OP_ERR
@@ -23,7 +24,8 @@
 //! Memory windows (`mw`): windows on a PD ([`Device::alloc_mw`]) whose
 //! rkeys share the MRs' key space; UMR WQEs ([`crate::wqe::UmrWqe`]) bind
 //! them (type 1 and 2) and invalidate them (`LOCAL_INV`, a type-1
-//! zero-length bind), checked as `mw.rs` says (MW_BIND_ERR, LOCAL_QP_OP_ERR);
+//! zero-length bind; a peer's SEND_INVAL), checked as `mw.rs` says
+//! (MW_BIND_ERR, LOCAL_QP_OP_ERR, REMOTE_INVAL_REQ_ERR);
 //! a peer's access whose rkey names a window is checked against the
 //! window's own range, access, variant byte and (type 2) QP; an MR with a
 //! bound window is not deregistered.

@@ -1,8 +1,9 @@
 //! Memory windows in the sim: windows allocated on a PD (their keys from
 //! the MR key space: an rkey's upper 24 bits name an MR or a window, its
 //! low byte is the window's variant), the UMR WQEs that bind and
-//! invalidate them ([`crate::wqe::UmrWqe`]), and the responder's check of
-//! an access through one.
+//! invalidate them ([`crate::wqe::UmrWqe`]), a peer's SEND with
+//! invalidate that frees one, and the responder's check of an access
+//! through one.
 //!
 //! The sim's rules (IB spec 10.6.7, 9.4.1.1; where a ConnectX status is not
 //! public, the sim's choice, as rxe 6.1 does, unverified on hardware):
@@ -21,6 +22,34 @@
 //!   window). A bind sets the window's variant byte (`qpn_mkey` byte 3);
 //!   an invalidation leaves it.
 //! - UMRs run on RC and UC QPs only (LOCAL_QP_OP_ERR elsewhere).
+//! - A peer's SEND with invalidate (`MLX5_OPCODE_SEND_INVAL`, the rkey in
+//!   its ctrl immediate; RC, UC and DC, not UD: rdma-core
+//!   `MLX5_SUPPORTED_SEND_OPS_FLAGS_*`) is a SEND to the responder: it
+//!   waits for a receive (RNR), the receive's lkeys and room are checked
+//!   as a SEND's (those errors first, as rxe's `execute` copies before it
+//!   invalidates); then the rkey must name, exactly (variant byte
+//!   included), a type-2 window of the responder QP's PD bound to that QP
+//!   (IB spec 10.6.7.2, o10-37.2.26 for type 1; rxe 6.1 `invalidate_rkey`,
+//!   `rxe_invalidate_mw`). It then becomes free (later accesses through
+//!   it are REM_ACCESS_ERR; a bind takes it again), the payload is
+//!   delivered, and the receive's CQE is RESP_SEND_INV with the rkey in
+//!   `imm_inval_pkey` (bytes 36..40; libmlx5 `handle_responder`:
+//!   `IBV_WC_WITH_INV`, `invalidated_rkey`). Refused (an unknown key, an
+//!   MR's rkey: the sim's MRs are not fast-registered ones, which alone a
+//!   peer may invalidate, rxe's `rxe_invalidate_mr`; a type-1 window; a
+//!   stale variant; another PD's window; a window bound to another QP; a
+//!   free window): nothing is delivered, the window is unchanged, the
+//!   requester's WQE completes with REMOTE_INVAL_REQ_ERR (0x12); on RC the
+//!   receive completes with RESP_ERR, syndrome REMOTE_INVAL_REQ_ERR, and
+//!   the responder goes to ERR, its other receives flushed (rxe's class J:
+//!   `RESPST_ERR_INVALIDATE_RKEY`, `IB_WC_REM_INV_REQ_ERR`; ConnectX's
+//!   responder syndrome is not public: the sim's choice). On UC the
+//!   responder drops the message (its receive and state untouched) and
+//!   the requester succeeds, as for UC's other responder errors. rxe is
+//!   looser: it checks neither the window's QP nor its PD and frees a
+//!   free type-2 window again. A DCT cannot own a type-2 window (binds run
+//!   on RC and UC QPs), so a DCI's SEND_INVAL is always refused (the DCT
+//!   stays in RTR, as for its other errors).
 //! - A remote access through a window (an rkey naming no MR): the window
 //!   bound, the variant byte equal, on the responder QP's PD, a type-2
 //!   window bound to that QP, its access covering the operation, the
@@ -185,6 +214,24 @@ pub(super) fn umr(st: &mut State, qpn: u32, wqe: &mut [u8]) -> Exec {
         }
     }
     Exec::Ok { byte_cnt: 0 }
+}
+
+/// A peer's SEND with invalidate at the responder QP `responder`, on PD
+/// `pd` (the module's rules): frees the window `rkey` names if it is a
+/// type-2 window of `pd` bound to `responder` and `rkey` is its current
+/// key, and returns true; else returns false and changes nothing.
+pub(super) fn remote_invalidate(st: &mut State, rkey: u32, responder: u32, pd: u32) -> bool {
+    let Some(w) = st.mws.get_mut(&(rkey & !0xff)) else {
+        return false;
+    };
+    let ok = w.key == rkey as u8
+        && w.pd == pd
+        && w.mw_type == MwType::Two
+        && w.bound.is_some_and(|b| b.qpn == Some(responder));
+    if ok {
+        w.bound = None;
+    }
+    ok
 }
 
 /// Whether `rkey` names a window through which the responder QP

@@ -1,4 +1,5 @@
-//! The opcodes: SEND / SEND_IMM delivered into the peer's receive WQEs,
+//! The opcodes: SEND / SEND_IMM / SEND_INVAL delivered into the peer's
+//! receive WQEs (SEND_INVAL's window invalidated first: `mw.rs`),
 //! RDMA WRITE (and WRITE_IMM), RDMA READ and the atomics, with the local
 //! (lkey) and responder (rkey, QP access) checks before any DMA.
 
@@ -19,18 +20,24 @@ pub(super) enum Exec {
     Rnr,
 }
 
-/// The responder side of SEND / SEND_IMM / RDMA_WRITE_IMM: consumes the peer's
-/// next receive WQE. `data` is scattered into it (SENDs); for RDMA_WRITE_IMM
-/// `data` is empty and `byte_cnt` is the written length. `Rnr` when the peer has
-/// no receive WQE posted (the requester retries per its `rnr_retry`).
-/// `solicited`: the request's ctrl segment asked for a solicited event; the
-/// responder's CQE carries it (CQE `se` bit).
+/// The responder side of SEND / SEND_IMM / SEND_INVAL / RDMA_WRITE_IMM:
+/// consumes the peer's next receive WQE. `data` is scattered into it
+/// (SENDs); for RDMA_WRITE_IMM `data` is empty and `byte_cnt` is the
+/// written length. `Rnr` when the peer has no receive WQE posted (the
+/// requester retries per its `rnr_retry`). `solicited`: the request's ctrl
+/// segment asked for a solicited event; the responder's CQE carries it
+/// (CQE `se` bit). `inval` (SEND_INVAL): the rkey whose window the
+/// responder frees (`mw::remote_invalidate`) after the receive's checks
+/// and before any data moves; refused, nothing is delivered and the
+/// requester gets REMOTE_INVAL_REQ_ERR (RC: the receive completes with
+/// that syndrome and the responder goes to ERR; UC: dropped).
 fn deliver(
     st: &mut State,
     qpn: u32,
     data: Option<&[u8]>,
     byte_cnt: u32,
     imm: Option<u32>,
+    inval: Option<u32>,
     solicited: bool,
 ) -> Exec {
     let Some(peer) = st.qps[&qpn].peer.filter(|p| {
@@ -61,10 +68,13 @@ fn deliver(
         }
         Exec::Err(req)
     };
-    let (opcode, imm) = match (data.is_some(), imm) {
-        (true, None) => (CqeOpcode::RESP_SEND, 0),
-        (true, Some(v)) => (CqeOpcode::RESP_SEND_IMM, v),
-        (false, v) => (CqeOpcode::RESP_WR_IMM, v.unwrap_or(0)),
+    let (opcode, imm) = match (data.is_some(), imm, inval) {
+        // The CQE's `imm_inval_pkey` carries the rkey invalidated (libmlx5
+        // `handle_responder`: `wc->invalidated_rkey`).
+        (true, _, Some(rkey)) => (CqeOpcode::RESP_SEND_INV, rkey),
+        (true, None, None) => (CqeOpcode::RESP_SEND, 0),
+        (true, Some(v), None) => (CqeOpcode::RESP_SEND_IMM, v),
+        (false, v, _) => (CqeOpcode::RESP_WR_IMM, v.unwrap_or(0)),
     };
     // Scatter to CQE (`scatter.rs`): the payload goes into the CQE, not
     // to the receive's buffers (checked all the same).
@@ -86,6 +96,18 @@ fn deliver(
                 Syndrome::LOCAL_LENGTH_ERR,
                 Syndrome::REMOTE_INVAL_REQ_ERR,
             );
+        }
+        if let Some(rkey) = inval {
+            // The window of the responder QP's own PD (an SRQ's receive
+            // names the SRQ's, `pd` above).
+            let qp_pd = st.qps[&peer].pd;
+            if !super::mw::remote_invalidate(st, rkey, peer, qp_pd) {
+                return fail(
+                    st,
+                    Syndrome::REMOTE_INVAL_REQ_ERR,
+                    Syndrome::REMOTE_INVAL_REQ_ERR,
+                );
+            }
         }
         if inline.is_none() {
             scatter(st, &segs[..n], data);
@@ -176,8 +198,9 @@ pub(super) fn send(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8]) -> Exec
         Err(s) => Exec::Err(s),
         Ok(()) => {
             let imm = (w.opcode == WqeOpcode::SEND_IMM).then_some(w.imm);
+            let inval = (w.opcode == WqeOpcode::SEND_INVAL).then_some(w.imm);
             let se = w.flags.contains(CtrlFlags::SOLICITED);
-            deliver(st, qpn, Some(&data), data.len() as u32, imm, se)
+            deliver(st, qpn, Some(&data), data.len() as u32, imm, inval, se)
         }
     };
     st.scratch = data;
@@ -204,6 +227,7 @@ pub(super) fn rdma_write_imm(st: &mut State, qpn: u32, w: &DecodedWqe, wqe: &[u8
             None,
             byte_cnt,
             Some(w.imm),
+            None,
             w.flags.contains(CtrlFlags::SOLICITED),
         ),
         other => other,

@@ -360,6 +360,7 @@ fn case() -> impl Strategy<Value = Case> {
     let ops = prop_oneof![
         Just(WqeOpcode::SEND),
         Just(WqeOpcode::SEND_IMM),
+        Just(WqeOpcode::SEND_INVAL),
         Just(WqeOpcode::RDMA_WRITE),
         Just(WqeOpcode::RDMA_WRITE_IMM),
         Just(WqeOpcode::RDMA_READ),

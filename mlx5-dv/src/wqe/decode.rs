@@ -45,7 +45,10 @@ pub struct DecodedWqe {
     pub ds: u32,
     /// The `fm_ce_se` byte (ctrl byte 11).
     pub flags: CtrlFlags,
-    /// Immediate, as the application meant it (ctrl bytes 12..16, big-endian).
+    /// The ctrl segment's immediate (bytes 12..16, big-endian), whatever
+    /// the opcode: immediate data as the application meant it (SEND_IMM,
+    /// RDMA_WRITE_IMM), the rkey to invalidate (SEND_INVAL), else what the
+    /// writer put there (0 for ours).
     pub imm: u32,
     /// The raddr segment, for the RDMA and atomic opcodes.
     pub remote: Option<RemoteSeg>,

@@ -39,6 +39,7 @@ pub(crate) fn wqe_size_within(
             | WqeOpcode::RDMA_WRITE_IMM
             | WqeOpcode::SEND
             | WqeOpcode::SEND_IMM
+            | WqeOpcode::SEND_INVAL
             | WqeOpcode::RDMA_READ
             | WqeOpcode::ATOMIC_CS
             | WqeOpcode::ATOMIC_FA
@@ -49,8 +50,9 @@ pub(crate) fn wqe_size_within(
     }
     let mut ds = 1u32;
     if let Some(d) = wqe.datagram {
-        // UD: SEND and SEND_IMM; DC: every operation but NOP (rdma-core
-        // `MLX5_SUPPORTED_SEND_OPS_FLAGS_UD` / `..._DCI`).
+        // UD: SEND and SEND_IMM; DC: every operation but NOP, SEND_INVAL
+        // included (rdma-core `MLX5_SUPPORTED_SEND_OPS_FLAGS_UD` /
+        // `..._DCI`, which is `..._RC`).
         let ok = match d {
             Datagram::Ud(_) => matches!(op, WqeOpcode::SEND | WqeOpcode::SEND_IMM),
             Datagram::Dc(_) => op != WqeOpcode::NOP,
@@ -266,7 +268,8 @@ fn write_one_sge(
     if free == 0 {
         return Some(Err(WqeError::QueueFull { need: 1, free }));
     }
-    let imm = if op.has_imm() { wqe.imm } else { 0 };
+    // (SEND_INVAL, whose immediate is an rkey, does not come here.)
+    let imm = if op.has_imm_data() { wqe.imm } else { 0 };
     let ds = 2 + raddr.is_some() as u32;
     let ctrl = ctrl_stored(op, pi, CtrlQpn::Raw(geo.qpn), ds, flags, imm);
     let base = (pi & (geo.wqe_cnt - 1)) as usize * WQEBB;

@@ -45,6 +45,8 @@ mod recv;
 mod segment_tests;
 mod segments;
 #[cfg(test)]
+mod send_inv_tests;
+#[cfg(test)]
 mod tests;
 mod umr;
 #[cfg(test)]
@@ -301,6 +303,7 @@ pub fn decode_masked_atomic(
 /// | opcode | remote | atomic | payload |
 /// |---|---|---|---|
 /// | SEND, SEND_IMM | - | - | SGEs or inline |
+/// | SEND_INVAL (RC, UC, DC; not UD) | - | - | SGEs or inline; `imm` the rkey to invalidate |
 /// | RDMA_WRITE, RDMA_WRITE_IMM | required | - | SGEs or inline |
 /// | RDMA_READ | required | - | SGEs (scatter list) |
 /// | ATOMIC_CS, ATOMIC_FA | required, 8-byte aligned | required | one SGE of at least 8 bytes (gets the old value) |
@@ -312,9 +315,13 @@ pub struct SendWqe<'a> {
     pub opcode: WqeOpcode,
     /// The ctrl segment's `fm_ce_se` byte (byte 11): completion, solicited, fence.
     pub flags: CtrlFlags,
-    /// Immediate data as the application means it (SEND_IMM, RDMA_WRITE_IMM);
-    /// written big-endian, so the responder's CQE returns the same `u32`.
-    /// Other opcodes write 0.
+    /// The ctrl segment's immediate (bytes 12..16), written big-endian:
+    /// for SEND_IMM and RDMA_WRITE_IMM the immediate data as the
+    /// application means it (the responder's CQE returns the same `u32`);
+    /// for SEND_INVAL the rkey to invalidate at the responder (libmlx5
+    /// `_mlx5_post_send`: `ctrl->imm = htobe32(wr->invalidate_rkey)`; the
+    /// responder's RESP_SEND_INV CQE returns it in `imm_inval_pkey`).
+    /// Other opcodes write 0 ([`WqeOpcode::has_imm`]).
     pub imm: u32,
     /// The raddr segment (RDMA and atomic opcodes; see the table).
     pub remote: Option<RemoteSeg>,
@@ -344,13 +351,14 @@ pub struct SendWqe<'a> {
 /// segments after it may (they continue at the ring's start).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Datagram<'a> {
-    /// UD (`IBV_QPT_UD`): SEND and SEND_IMM only (rdma-core
+    /// UD (`IBV_QPT_UD`): SEND and SEND_IMM only, not SEND_INVAL (rdma-core
     /// `MLX5_SUPPORTED_SEND_OPS_FLAGS_UD`); the segment as [`datagram_seg`]
     /// makes it (qkey at bytes 0..4, remote QPN at 8..12).
     Ud(&'a [u8; DATAGRAM_SEG]),
     /// DC, on a DCI: every operation RC has (rdma-core
     /// `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI` = `..._RC`): SEND, SEND_IMM,
-    /// RDMA_WRITE, RDMA_WRITE_IMM, RDMA_READ, ATOMIC_CS, ATOMIC_FA; not NOP.
+    /// SEND_INVAL, RDMA_WRITE, RDMA_WRITE_IMM, RDMA_READ, ATOMIC_CS,
+    /// ATOMIC_FA; not NOP.
     /// The segment as [`dc_datagram_seg`] makes it (DC key at bytes 0..8,
     /// DCT number at 8..12).
     Dc(&'a [u8; DATAGRAM_SEG]),

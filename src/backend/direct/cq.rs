@@ -28,6 +28,11 @@ pub(crate) struct DirectCq {
     /// [`Completion`](crate::Completion) (the general path's: such a CQ
     /// takes no fast path).
     pub(crate) timestamps: bool,
+    /// Every CQE takes the poll's general path: a CQ with
+    /// [`Self::timestamps`], or the QP's own CQ while a `LOCAL_INV` it
+    /// posted may be outstanding (its CQE names a UMR, as a bind's does:
+    /// the general path tells them apart, `mw.rs`). The fast paths' one test.
+    pub(crate) general: bool,
 }
 
 /// Who owns a direct-path CQ's ring.
@@ -140,6 +145,7 @@ impl DirectCq {
         if let (true, DirectCqDev::Sim(c)) = (on, &self.dev) {
             c.set_timestamps(true)?;
             self.timestamps = true;
+            self.general = true;
         }
         Ok(self)
     }
@@ -159,6 +165,7 @@ impl DirectCq {
             channel_events,
             compressed: false,
             timestamps: false,
+            general: false,
         })
     }
 
@@ -300,6 +307,7 @@ impl DirectCq {
         Ok(Self {
             cq,
             timestamps: vcq.timestamps,
+            general: vcq.timestamps,
             dev: DirectCqDev::Mlx5(vcq),
             channel_events,
             compressed: false,

@@ -49,6 +49,9 @@ impl DirectQp {
         if self.post_mode == PostMode::InPlaceCounted {
             self.set_post_mode(PostMode::InPlace);
         }
+        if self.mode_after_fence == Some(PostMode::InPlaceCounted) {
+            self.mode_after_fence = Some(PostMode::InPlace);
+        }
         if let Some(cq) = &mut self.cq {
             cq.detect_overrun();
         }

@@ -12,6 +12,7 @@
 mod batch;
 mod cq;
 mod dc;
+mod geometry;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod mr;
@@ -39,7 +40,7 @@ use mlx5_dv::driver::{CqCredits, ReceiveQueue, SendQueue, SignalNext};
 use mlx5_dv::sim;
 use std::sync::Arc;
 
-pub(crate) use post::max_wqebbs_of;
+pub(crate) use geometry::sq_max_wqebbs;
 #[cfg(feature = "test-hooks")]
 use post::with_wqe;
 pub(crate) use post::{Declined, PostMode};
@@ -77,6 +78,20 @@ pub(crate) struct DirectQp {
     /// credits change rather than per WR: [`PostMode::Checked`], [`PostMode::InPlace`]
     /// or [`PostMode::InPlaceCounted`].
     post_mode: PostMode,
+    /// While the WQE after a UMR is still to take its small fence
+    /// (`SendQueue::pending_fence`): the post mode to come back to, the
+    /// post mode being [`PostMode::Checked`] meanwhile, so that no in-place
+    /// writer, which would not apply the fence, writes that WQE (`mw.rs`).
+    mode_after_fence: Option<PostMode>,
+    /// Per SQ WQE index, the completion opcode of the UMR WQE that starts
+    /// there (`WcOpcode::BIND_MW` or `LOCAL_INV`: a UMR's CQE does not
+    /// say which, libmlx5's `wr_data[idx]`); other entries stale. Empty
+    /// without `QpConfig::memory_windows` (`mw.rs`).
+    umr_ops: Box<[u8]>,
+    /// The SQ's posted count after the last `LOCAL_INV` while one may be
+    /// outstanding: the QP's own CQ then polls on the general path
+    /// (`DirectCq::general`), which tells its CQE from a bind's.
+    inv_pending: Option<u32>,
     /// Whether a receive of one SGE is posted in place
     /// ([`Self::post_recv_one`]): a QP out of RESET, not split, with an RQ
     /// of its own. Set with [`Self::post_mode`].
@@ -183,6 +198,7 @@ impl DirectQp {
         qp_type: QpType,
         inline_recv: crate::InlineRecv,
         dc_key: u64,
+        memory_windows: bool,
     ) -> Result<Self> {
         // (The front end refuses compression with 128-byte CQEs.)
         let (own, credits) = cq.resolve(|depth, opts| match opts.compress {
@@ -232,7 +248,12 @@ impl DirectQp {
             // the host uses these rings.
             unsafe { SendQueue::new(&sim_qp.dv(), sim_qp.qpn(), max_inline, max_send_wr) }?
         };
-        sq.limit_wqe_size(post::max_wqebbs_of(qp_type, max_send_sge, max_inline));
+        sq.limit_wqe_size(sq_max_wqebbs(
+            qp_type,
+            max_send_sge,
+            max_inline,
+            memory_windows,
+        ));
         let rq = match srq {
             Some(s) => ReceiveQueue::on_srq(s.slots().clone()),
             // A DCI receives nothing (`dv()` describes no RQ).
@@ -240,6 +261,7 @@ impl DirectQp {
             // SAFETY: as above.
             None => unsafe { ReceiveQueue::new(&sim_qp.dv()) }?,
         };
+        let umr_ops = mw::umr_ops(&sq, memory_windows);
         Ok(Self {
             sq,
             rq,
@@ -250,6 +272,9 @@ impl DirectQp {
             max_recv_wr,
             count_credits: cq.counts_credits(&credits, max_send_wr + max_recv_wr),
             post_mode: PostMode::Checked,
+            mode_after_fence: None,
+            umr_ops,
+            inv_pending: None,
             recv_in_place: false,
             credits,
             dev: Arc::new(DirectDev::Sim(sim_qp)),
@@ -277,6 +302,7 @@ impl DirectQp {
         srq: Option<&DirectSrq>,
         inline_recv: crate::InlineRecv,
         dc_key: u64,
+        memory_windows: bool,
     ) -> Result<Self> {
         let qp_type = caps.qp_type;
         // (The front end refuses compression with 128-byte CQEs.)
@@ -339,10 +365,11 @@ impl DirectQp {
             // handed to `ibv_post_*`).
             Some(d) => unsafe { SendQueue::new(d, objs.qpn, objs.max_inline, caps.max_send_wr) }?,
         };
-        sq.limit_wqe_size(post::max_wqebbs_of(
+        sq.limit_wqe_size(sq_max_wqebbs(
             qp_type,
             caps.max_send_sge,
             objs.max_inline,
+            memory_windows,
         ));
         let rq = match (srq, &dv_qp) {
             (Some(s), _) => ReceiveQueue::on_srq(s.slots().clone()),
@@ -351,6 +378,7 @@ impl DirectQp {
             (None, Some(d)) => unsafe { ReceiveQueue::new(d) }?,
             (None, None) => ReceiveQueue::none(),
         };
+        let umr_ops = mw::umr_ops(&sq, memory_windows);
         Ok(Self {
             sq,
             rq,
@@ -361,6 +389,9 @@ impl DirectQp {
             max_recv_wr: caps.max_recv_wr,
             count_credits: cq.counts_credits(&credits, caps.max_send_wr + caps.max_recv_wr),
             post_mode: PostMode::Checked,
+            mode_after_fence: None,
+            umr_ops,
+            inv_pending: None,
             recv_in_place: false,
             credits,
             path: PathInfo::unconnected(""),
@@ -456,11 +487,21 @@ impl DirectQp {
     /// to a DCI (`post_send`'s inlined UD post looks at its gate alone) is
     /// never let in.
     /// A split QP posts nothing itself (its halves do): always checked.
+    /// While the WQE after a UMR is still to take its small fence, `mode`
+    /// is kept for then ([`Self::mode_after_fence`]), and nothing posts in
+    /// place.
     fn set_post_mode(&mut self, mode: PostMode) {
         let mode = if self.split.is_some() {
             PostMode::Checked
         } else {
             mode
+        };
+        self.mode_after_fence = None;
+        let mode = if self.sq.pending_fence().is_empty() {
+            mode
+        } else {
+            self.mode_after_fence = Some(mode);
+            PostMode::Checked
         };
         self.post_mode = mode;
         if self.split.is_some() {
@@ -578,6 +619,10 @@ impl DirectQp {
         self.sq.reset();
         self.rq.reset();
         self.send_failed = false;
+        if self.inv_pending.is_some() {
+            self.inv_pending = Some(self.sq.posted_count());
+            self.local_invs_retired();
+        }
         self.publish_retired();
     }
 

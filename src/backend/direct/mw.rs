@@ -1,16 +1,44 @@
-//! Memory windows on the direct path: a sim window's allocation, and the
-//! UMR WQEs of a type-1 bind or unbind (`SendQueue::post_umr`). Type-2
-//! binds and `LOCAL_INV` come as WRs through `post_send`.
+//! Memory windows on the direct path: a sim window's allocation, the UMR
+//! WQEs of a type-1 bind or unbind ([`DirectQp::bind_mw`]) and of the
+//! window WRs `post_send` writes ([`DirectQp::write_wr`]: a type-2 bind,
+//! `LOCAL_INV`), and the small fence after a UMR (the in-place posts
+//! decline until the next WQE, written by `SendQueue::post`, takes it).
+//! The SQ's WQE size for a bind's UMR: `geometry.rs`.
+//!
+//! Every UMR goes through `SendQueue::post_umr` (`mlx5_dv::wqe::UmrWqe`,
+//! as rdma-core v59's libmlx5 writes it: `_mlx5_post_send`'s
+//! `IBV_WR_BIND_MW` / `IBV_WR_LOCAL_INV` cases, `mlx5_bind_mw`). On
+//! ConnectX (a verbs PD on the direct path) the window comes from
+//! `ibv_alloc_mw`: only its rkey and type are needed here.
 
+use super::post::{ctrl_flags, ctrl_of, sq_post, with_wqe, PostMode};
 use super::DirectQp;
+use crate::ib::completion::{Completion, WcOpcode};
 use crate::ib::error::{Error, Result};
+use crate::ib::mem::Access;
 use crate::ib::mr::Registration;
-use crate::ib::mw::{Mw, MwBind, MwType};
-use crate::ib::wr::SendFlags;
+use crate::ib::mw::{next_rkey, Mw, MwBind, MwType};
+use crate::ib::wr::{SendFlags, SendWr, WrOp};
+use mlx5_dv::driver::SendQueue;
+use mlx5_dv::prm::CtrlFlags;
 use mlx5_dv::sim;
+use mlx5_dv::wqe::{umr_size, wqe_size, MwAccess, UmrBind, UmrWqe, WqeError};
+
+/// Deallocates a sim window when dropped (`Device::dealloc_mw`, which
+/// unbinds it first).
+struct SimMw {
+    dev: sim::Device,
+    rkey: u32,
+}
+impl Registration for SimMw {}
+impl Drop for SimMw {
+    fn drop(&mut self) {
+        let _ = self.dev.dealloc_mw(self.rkey);
+    }
+}
 
 /// Allocates a window of `mw_type` in sim PD `pdn`; the registration
-/// deallocates it when dropped. Returns it and its rkey.
+/// deallocates it when dropped. Returns it and its rkey (variant byte 0).
 ///
 /// Errors: the sim's ([`Error::Sim`]: key space full).
 pub(crate) fn alloc_sim_mw(
@@ -18,18 +46,64 @@ pub(crate) fn alloc_sim_mw(
     pdn: u32,
     mw_type: MwType,
 ) -> Result<(Box<dyn Registration>, u32)> {
-    let _ = (dev, pdn, mw_type);
-    Err(Error::Unsupported {
-        device: "sim".into(),
-        feature: crate::Feature::MemoryWindows,
-    })
+    let rkey = dev.alloc_mw(pdn, mw_type)?;
+    let reg = SimMw {
+        dev: dev.clone(),
+        rkey,
+    };
+    Ok((Box::new(reg), rkey))
+}
+
+/// A window's access as the mkey context holds it (REMOTE_READ,
+/// REMOTE_WRITE, REMOTE_ATOMIC, LOCAL_WRITE; the front end refused any
+/// other flag).
+fn mw_access(a: Access) -> MwAccess {
+    MwAccess {
+        local_write: a.contains(Access::LOCAL_WRITE),
+        remote_read: a.contains(Access::REMOTE_READ),
+        remote_write: a.contains(Access::REMOTE_WRITE),
+        remote_atomic: a.contains(Access::REMOTE_ATOMIC),
+    }
+}
+
+/// The UMR of a bind of `mw` (its type) to `bind` (`None`: zero length),
+/// giving it `new_rkey`.
+fn bind_wqe(mw: &Mw, bind: Option<&MwBind<'_>>, new_rkey: u32, flags: CtrlFlags) -> UmrWqe {
+    UmrWqe {
+        flags,
+        imm_rkey: mw.rkey().0,
+        mw_type: mw.mw_type(),
+        new_key: new_rkey as u8,
+        bind: bind.map(|b| UmrBind {
+            lkey: b.mr.lkey().0,
+            addr: b.addr(),
+            len: b.len as u64,
+            access: mw_access(b.access),
+        }),
+    }
+}
+
+/// The driver's refusal as the crate's error.
+fn wqe_error(e: WqeError) -> Error {
+    match e {
+        WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
+        e => Error::Wqe(e),
+    }
 }
 
 impl DirectQp {
     /// Posts a type-1 bind of `mw` to `bind` (`None`: a zero-length bind,
     /// the unbind) as a UMR WQE and rings the doorbell; returns the rkey
-    /// the window has once it runs. The front end checked the window, the
-    /// bind and the QP.
+    /// the window has once it runs: its variant byte plus one, for a
+    /// zero-length bind too (libmlx5's `mlx5_bind_mw` posts
+    /// `ibv_inc_rkey(mw->rkey)` whatever the length; the sim sets the
+    /// window's variant byte from it either way). The front end checked
+    /// the window, the bind and the QP; the caller records the rkey
+    /// (`Mw::record_bind`) once this returns.
+    ///
+    /// Errors: [`Error::CqFull`], [`Error::QueueFull`] (nothing written);
+    /// [`Error::Wqe`] for a WQE the QP's SQ cannot hold (created without
+    /// `QpConfig::memory_windows`: the front end refuses that first).
     pub(crate) fn bind_mw(
         &mut self,
         mw: &Mw,
@@ -37,10 +111,162 @@ impl DirectQp {
         wr_id: u64,
         flags: SendFlags,
     ) -> Result<u32> {
-        let _ = (mw, bind, wr_id, flags);
-        Err(Error::Unsupported {
-            device: "sim".into(),
-            feature: crate::Feature::MemoryWindows,
-        })
+        let new_rkey = next_rkey(mw.rkey().0);
+        let wqe = bind_wqe(mw, bind, new_rkey, ctrl_of(flags));
+        self.take_credits(1)?;
+        let undo = self.signal_if_credits_low();
+        let pi = self.sq.pi();
+        if let Err(e) = self.sq.post_umr(&wqe, wr_id) {
+            self.give_credits(1);
+            if let Some(u) = undo {
+                self.sq.undo_signal_next(u);
+            }
+            return Err(wqe_error(e));
+        }
+        self.note_umr(pi, false);
+        self.fence_after_umr();
+        self.sq.ring_doorbell();
+        self.posted_sends(1);
+        Ok(new_rkey)
+    }
+
+    /// The WQE of `w`, written without ringing the doorbell: a window WR's
+    /// UMR ([`Self::write_umr_wr`]), any other's staged WQE
+    /// (`SendQueue::post`, or `post_masked`). On error nothing is written.
+    #[inline(always)]
+    pub(super) fn write_wr(&mut self, w: &SendWr<'_>) -> Result<std::result::Result<(), WqeError>> {
+        match w.op {
+            WrOp::BindMw { .. } | WrOp::LocalInv { .. } => Ok(self.write_umr_wr(w)),
+            _ => with_wqe(w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id)),
+        }
+    }
+
+    /// `(ds, wqebbs)` of `w`'s WQE, writing nothing (an inline payload's
+    /// bytes not copied).
+    #[inline(always)]
+    pub(super) fn wr_size(&self, w: &SendWr<'_>) -> Result<(u32, u32)> {
+        let geo = self.sq.geometry();
+        match umr_of(w) {
+            Some(u) => Ok(umr_size(geo, &u)?),
+            None => Ok(super::post::with_wqe_shape(w, |wqe| wqe_size(geo, wqe))??),
+        }
+    }
+
+    /// [`Self::write_wr`] of a type-2 bind (the window gets its next rkey
+    /// and keeps the MR alive: `Mw::record_bind`, once the WQE is written)
+    /// or of a `LOCAL_INV`.
+    #[cold]
+    #[inline(never)]
+    fn write_umr_wr(&mut self, w: &SendWr<'_>) -> std::result::Result<(), WqeError> {
+        let wqe = umr_of(w).expect("a window WR");
+        let pi = self.sq.pi();
+        self.sq.post_umr(&wqe, w.wr_id)?;
+        match w.op {
+            WrOp::BindMw { mw, bind } => {
+                mw.record_bind(next_rkey(mw.rkey().0), Some(bind.mr));
+                self.note_umr(pi, false);
+            }
+            _ => self.note_umr(pi, true),
+        }
+        self.fence_after_umr();
+        Ok(())
+    }
+
+    /// Records the UMR just written at WQE index `pi`: a bind's or (`inv`)
+    /// a `LOCAL_INV`'s, whose CQE the QP's own CQ then takes on the
+    /// general path until it is retired ([`umr_completion`]).
+    fn note_umr(&mut self, pi: u32, inv: bool) {
+        let op = if inv {
+            WcOpcode::LOCAL_INV
+        } else {
+            WcOpcode::BIND_MW
+        };
+        if !self.umr_ops.is_empty() {
+            // (A power of two long: the SQ's WQEBBs.)
+            let i = pi as usize & (self.umr_ops.len() - 1);
+            self.umr_ops[i] = op.0 as u8;
+        }
+        if inv {
+            self.inv_pending = Some(self.sq.posted_count());
+            if let Some(cq) = &mut self.cq {
+                cq.general = true;
+            }
+        }
+    }
+
+    /// After a poll on the general path: once every `LOCAL_INV` posted is
+    /// retired, the QP's own CQ takes the fast paths again (unless it has
+    /// timestamps).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn local_invs_retired(&mut self) {
+        let Some(last) = self.inv_pending else {
+            return;
+        };
+        if (self.sq.retired_count().wrapping_sub(last) as i32) < 0 {
+            return;
+        }
+        self.inv_pending = None;
+        if let Some(cq) = &mut self.cq {
+            cq.general = cq.timestamps;
+        }
+    }
+
+    /// After a UMR: until the next WQE, written by `SendQueue::post`, takes
+    /// its small fence, every in-place post declines (the post mode is
+    /// [`PostMode::Checked`]; `post_umr` closed the SQ's gates). The mode
+    /// to come back to is kept ([`Self::fence_taken`] restores it).
+    fn fence_after_umr(&mut self) {
+        if self.mode_after_fence.is_none() {
+            self.mode_after_fence = Some(self.post_mode);
+        }
+        self.post_mode = PostMode::Checked;
+    }
+
+    /// After a checked post: once the small fence is spent, the post mode
+    /// [`Self::fence_after_umr`] kept comes back (with its gates).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fence_taken(&mut self) {
+        if self.sq.pending_fence().is_empty() {
+            if let Some(m) = self.mode_after_fence.take() {
+                self.set_post_mode(m);
+            }
+        }
+    }
+}
+
+/// A QP's per-WQE UMR opcodes (`DirectQp::umr_ops`): one entry per WQEBB
+/// of `sq`'s ring with `memory_windows`, else none.
+pub(super) fn umr_ops(sq: &SendQueue, memory_windows: bool) -> Box<[u8]> {
+    let n = if memory_windows {
+        sq.geometry().wqe_cnt as usize
+    } else {
+        0
+    };
+    vec![WcOpcode::BIND_MW.0 as u8; n].into_boxed_slice()
+}
+
+/// A UMR's completion `c` (its CQE's WQE index `counter`) as its WR was:
+/// `WcOpcode::LOCAL_INV` where `umr_ops` says so (every UMR reads as
+/// `BIND_MW` from the CQE). Any other completion is left as it is.
+#[inline]
+pub(super) fn umr_completion(umr_ops: &[u8], c: &mut Completion, counter: u16) {
+    if c.opcode != WcOpcode::BIND_MW || umr_ops.is_empty() {
+        return;
+    }
+    let op = umr_ops[counter as usize & (umr_ops.len() - 1)];
+    c.opcode = WcOpcode(op as u32);
+}
+
+/// The UMR WQE of a window WR (`None` for any other WR): a type-2 bind of
+/// the window's current rkey to its next (`CHECK_FREE`; the codec puts the
+/// SQ's QPN in `qpn_mkey`), or a `LOCAL_INV` (a type-2 zero-length UMR).
+fn umr_of(w: &SendWr<'_>) -> Option<UmrWqe> {
+    let flags = ctrl_flags(w);
+    match w.op {
+        WrOp::BindMw { mw, bind } => Some(bind_wqe(mw, Some(&bind), next_rkey(mw.rkey().0), flags)),
+        WrOp::LocalInv { rkey } => Some(UmrWqe::local_inv(rkey.0, flags)),
+        _ => None,
     }
 }

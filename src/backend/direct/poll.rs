@@ -38,6 +38,31 @@ static REQ_WC_OPCODE: [u8; 256] = {
     // ones, `byte_len` their size.)
     t[WqeOpcode::ATOMIC_MASKED_CS.0 as usize] = WcOpcode::COMP_SWAP.0 as u8;
     t[WqeOpcode::ATOMIC_MASKED_FA.0 as usize] = WcOpcode::FETCH_ADD.0 as u8;
+    // A UMR is a window's bind (type 1 or 2, zero-length too) or a
+    // `LOCAL_INV`: the CQE does not say which (libmlx5 keeps the WR's
+    // opcode per WQE, `wr_data[idx]`, `handle_good_req`). A bind here; a
+    // `LOCAL_INV` is told by the QP's per-WQE record on the general path,
+    // which its CQE takes (`mw.rs`, `DirectQp::umr_completion`).
+    t[mlx5_dv::wqe::UMR.0 as usize] = WcOpcode::BIND_MW.0 as u8;
+    t
+};
+
+/// Which `op_own` bytes [`plain_receive`] takes: a successful responder
+/// CQE (opcode RESP_WR_IMM 1, RESP_SEND 2, RESP_SEND_IMM 3) in the plain
+/// format (bits 3:2 clear), whatever its `se` and owner bits. Not
+/// RESP_SEND_INV (4): its completion carries `SrcQp::WITH_INV` and the
+/// rkey, which the general path writes (`completion`). One load, as the
+/// one compare of a subtraction and a mask it replaced cost.
+static PLAIN_RECEIVE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let opcode = (i >> 4) as u8;
+        t[i] = i & FORMAT as usize == 0
+            && opcode >= CqeOpcode::RESP_WR_IMM.0
+            && opcode <= CqeOpcode::RESP_SEND_IMM.0;
+        i += 1;
+    }
     t
 };
 
@@ -66,14 +91,12 @@ fn received_own(rq: &mut ReceiveQueue, cqe: CqeRef<'_>, op_own: u8) -> Option<u6
 }
 
 /// Whether `op_own` is a successful responder CQE's in the plain format:
-/// opcode RESP_WR_IMM (1) to RESP_SEND_INV (4), format bits (3:2) clear,
-/// in one compare: `op_own - 0x10` has the opcode - 1 in bits 7:4 (0 to
-/// 3: bits 7:6 clear; an `op_own` below 0x10 wraps to 0xf there) and the
-/// format bits as they were.
+/// opcode RESP_WR_IMM (1) to RESP_SEND_IMM (3), format bits (3:2) clear
+/// ([`PLAIN_RECEIVE`]). A RESP_SEND_INV (4) is the general path's.
 #[inline(always)]
 pub(super) fn plain_receive(op_own: u8) -> bool {
-    const _: () = assert!(CqeOpcode::RESP_WR_IMM.0 == 1 && CqeOpcode::RESP_SEND_INV.0 == 4);
-    op_own.wrapping_sub(0x10) & 0xcc == 0
+    const _: () = assert!(CqeOpcode::RESP_WR_IMM.0 == 1 && CqeOpcode::RESP_SEND_IMM.0 == 3);
+    PLAIN_RECEIVE[op_own as usize]
 }
 
 /// The completion of a receive [`received_own`] retired (`wr_id`) of QP
@@ -106,7 +129,7 @@ pub(super) fn write_recv_fields(c: &mut Completion, cqe: CqeRef<'_>, op_own: u8,
     }
     c.byte_len = cqe.byte_cnt();
     c.qp_num = qpn;
-    // Of the opcodes 1 to 4 (`plain_receive`), RESP_WR_IMM alone has an
+    // Of the opcodes 1 to 3 (`plain_receive`), RESP_WR_IMM alone has an
     // `op_own` below 0x20.
     c.opcode = WcOpcode(WcOpcode::RECV.0 | (op_own < 0x20) as u32);
     // QPN in bits 23:0; the GRH flag (bit 31) set when bits 29:28 are not
@@ -203,10 +226,17 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         | CqeOpcode::RESP_ERR => WcOpcode::RECV,
         _ => WcOpcode(REQ_WC_OPCODE[cqe.wqe_opcode.0 as usize] as u32),
     };
+    // (RESP_SEND_INV: the rkey invalidated, host order, where the
+    // immediate goes: `ibv_wc.invalidated_rkey`, `IBV_WC_WITH_INV`.)
     let with_imm = matches!(
         cqe.opcode,
-        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM
+        CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_SEND_INV
     );
+    let with_inv = if cqe.opcode == CqeOpcode::RESP_SEND_INV {
+        SrcQp::WITH_INV
+    } else {
+        0
+    };
     Some(Completion {
         wr_id,
         status: WcStatus(cqe.wc_status()),
@@ -215,7 +245,7 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
         byte_len: cqe.byte_cnt,
         qp_num: cqe.qpn,
         vendor_err: cqe.vendor_syndrome as u32,
-        src_qp: SrcQp::new(cqe.src_qp(), cqe.grh()),
+        src_qp: SrcQp(SrcQp::new(cqe.src_qp(), cqe.grh()).0 | with_inv),
         // (Set by the polls of a CQ with timestamps: `stamp`.)
         timestamp: 0,
     })
@@ -316,9 +346,10 @@ impl DirectQp {
         let Some(taken) = own.cq.take::<SLOT>() else {
             return Ok(0);
         };
-        if own.timestamps {
+        if own.general {
             // Each CQE's timestamp is copied on the general path (`stamp`);
-            // the fast paths store 0. (Tested after the empty CQ's test.)
+            // the fast paths store 0. A `LOCAL_INV`'s CQE is told there
+            // (`umr_completion`). (Tested after the empty CQ's test.)
             taken.put_back();
             return self.poll_general::<SLOT>(out);
         }
@@ -409,8 +440,14 @@ impl DirectQp {
             // inlined poll and `poll_more` took no CQE and came here.)
             return self.retire_split(|q| q.poll_rest::<SLOT>(out, 0, None, from));
         }
-        if self.cq.as_mut().is_some_and(|c| c.cq.expand_title()) {
-            // A compressed session, now ordinary CQEs: the fast loop's.
+        if self
+            .cq
+            .as_mut()
+            .is_some_and(|c| !c.general && c.cq.expand_title())
+        {
+            // A compressed session, now ordinary CQEs: the fast loop's
+            // (unless every CQE is the general path's, whose cursor
+            // expands a title itself).
             return self.poll_more::<SLOT>(out);
         }
         self.poll_rest::<SLOT>(out, 0, None, from)
@@ -567,6 +604,7 @@ impl DirectQp {
         let mut cqes = own.cq.cursor::<SLOT>();
         let mut sq = self.sq.retirer();
         let rq = &mut self.rq;
+        let umr_ops = &self.umr_ops;
         // The one error a QP's own CQ can give (`retire`'s).
         let mut stale_at = None;
         // A requester CQE in error: the device moved the QP to ERR.
@@ -583,6 +621,7 @@ impl DirectQp {
             failed |= cqe.opcode == CqeOpcode::REQ_ERR;
             match retire(&mut sq, rq, &cqe) {
                 Ok(Some(mut c)) => {
+                    super::mw::umr_completion(umr_ops, &mut c, cqe.wqe_counter);
                     if let (true, Some(raw)) = (stamps, raw) {
                         stamp(&mut c, raw);
                     }
@@ -600,6 +639,9 @@ impl DirectQp {
         own.cq.polled(from);
         if failed {
             self.note_send_failed();
+        }
+        if self.inv_pending.is_some() {
+            self.local_invs_retired();
         }
         self.publish_polled();
         match stale_at {
@@ -708,6 +750,7 @@ impl DirectCq {
             };
             match r {
                 Ok(Some(mut c)) => {
+                    super::mw::umr_completion(&q.umr_ops, &mut c, cqe.wqe_counter);
                     if stamps {
                         stamp(&mut c, raw);
                     }
@@ -733,14 +776,14 @@ impl DirectCq {
 mod tests {
     use super::*;
 
-    /// `plain_receive`'s one compare tells every `op_own` as the two tests
-    /// it replaced: opcode RESP_WR_IMM to RESP_SEND_INV, format bits clear.
+    /// `plain_receive`'s one load tells every `op_own` as the two tests
+    /// it replaced: opcode RESP_WR_IMM to RESP_SEND_IMM, format bits clear.
     #[test]
     fn plain_receive_is_the_opcode_and_format_test() {
         for op_own in 0..=255u8 {
             let opcode = op_own >> 4;
             let want = op_own & FORMAT == 0
-                && (CqeOpcode::RESP_WR_IMM.0..=CqeOpcode::RESP_SEND_INV.0).contains(&opcode);
+                && (CqeOpcode::RESP_WR_IMM.0..=CqeOpcode::RESP_SEND_IMM.0).contains(&opcode);
             assert_eq!(plain_receive(op_own), want, "op_own {op_own:#04x}");
         }
     }
@@ -766,6 +809,10 @@ mod tests {
         )
         .expect("a completion");
         assert_eq!(c.opcode, WcOpcode::RECV);
-        assert_eq!((c.wr_id, c.byte_len, c.imm), (7, 100, None));
+        assert_eq!((c.wr_id, c.byte_len, c.imm), (7, 100, Some(0xac2a_2a5e)));
+        assert!(c.src_qp.with_inv());
+        assert_eq!(c.invalidated_rkey(), Some(crate::Rkey(0xac2a_2a5e)));
+        // The fast paths leave it to the general path.
+        assert!(!plain_receive(CqeOpcode::RESP_SEND_INV.0 << 4));
     }
 }

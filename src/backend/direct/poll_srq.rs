@@ -102,8 +102,9 @@ impl DirectQp {
             taken.put_back();
             return Ok(0);
         };
-        if own.timestamps {
-            // The general path copies each CQE's timestamp (`poll.rs`).
+        if own.general {
+            // The general path copies each CQE's timestamp (`poll.rs`), and
+            // tells a `LOCAL_INV`'s CQE (`mw.rs`).
             taken.put_back();
             return self.poll_on_srq_slow::<SLOT>(out, Slow::General);
         }

@@ -12,8 +12,8 @@ use crate::ib::wr::{SendFlags, SendWr, SendWrs, WrOp, WriteWr};
 use mlx5_dv::driver::Seg;
 use mlx5_dv::prm::{CtrlFlags, WqeOpcode};
 use mlx5_dv::wqe::{
-    datagram_seg, wqe_size, AtomicSeg, DataSeg, Datagram, MaskedAtomic, Payload, RemoteSeg,
-    SendWqe, WqeError, DATAGRAM_SEG,
+    datagram_seg, AtomicSeg, DataSeg, Datagram, MaskedAtomic, Payload, RemoteSeg, SendWqe,
+    WqeError, DATAGRAM_SEG,
 };
 
 impl DirectQp {
@@ -360,7 +360,7 @@ impl DirectQp {
             let w = wrs.wr(0);
             self.take_credits(1)?;
             let undo = self.signal_if_credits_low();
-            let r = with_wqe(&w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id)).and_then(|r| {
+            let r = self.write_wr(&w).and_then(|r| {
                 r.map_err(|e| match e {
                     WqeError::QueueFull { .. } | WqeError::WrLimit { .. } => Error::QueueFull,
                     e => Error::Wqe(e),
@@ -375,6 +375,9 @@ impl DirectQp {
             }
             self.sq.ring_doorbell();
             self.posted_sends(1);
+            if self.mode_after_fence.is_some() {
+                self.fence_taken();
+            }
             return Ok(());
         }
         if n == 0 {
@@ -384,7 +387,7 @@ impl DirectQp {
         // built once, below.
         let mut need = 0u32;
         for i in 0..n {
-            let (_, wqebbs) = with_wqe_shape(&wrs.wr(i), |wqe| wqe_size(self.sq.geometry(), wqe))??;
+            let (_, wqebbs) = self.wr_size(&wrs.wr(i))?;
             need += wqebbs;
         }
         if need > self.sq.free_wqebbs() || n as u32 > self.sq.free_wrs() {
@@ -397,10 +400,13 @@ impl DirectQp {
                 // (Every WR was sized and fits: nothing here is refused.)
                 let _ = self.signal_if_credits_low();
             }
-            with_wqe(&w, |wqe| sq_post(&mut self.sq, wqe, w.wr_id))??;
+            self.write_wr(&w)??;
         }
         self.sq.ring_doorbell();
         self.posted_sends(n);
+        if self.mode_after_fence.is_some() {
+            self.fence_taken();
+        }
         Ok(())
     }
 }
@@ -550,26 +556,6 @@ fn declined(e: WqeError) -> Declined {
     }
 }
 
-/// The largest send WQE of a QP with these limits, in WQEBBs: ctrl, raddr
-/// and the larger of the SGE list and the inline segment (an atomic WQE,
-/// 4 DS, fits one WQEBB), as rdma-core's `mlx5_calc_send_wqe` sizes it.
-pub(crate) fn max_wqebbs(max_send_sge: u32, max_inline: u32) -> u32 {
-    let payload = (max_send_sge as usize * 16).max((max_inline as usize + 4).div_ceil(16) * 16);
-    (32 + payload).div_ceil(64) as u32
-}
-
-/// [`max_wqebbs`] for a QP of type `t`: a UD WQE has the 48-byte datagram
-/// segment after its ctrl segment, and no remote-address segment; a DCI's
-/// has both (and an atomic's 16-byte segment with its one SGE).
-pub(crate) fn max_wqebbs_of(t: QpType, max_send_sge: u32, max_inline: u32) -> u32 {
-    let payload = (max_send_sge as usize * 16).max((max_inline as usize + 4).div_ceil(16) * 16);
-    match t {
-        QpType::Ud => (16 + DATAGRAM_SEG + payload).div_ceil(64) as u32,
-        QpType::Dci => (16 + DATAGRAM_SEG + 16 + payload.max(32)).div_ceil(64) as u32,
-        _ => max_wqebbs(max_send_sge, max_inline),
-    }
-}
-
 /// The ctrl-segment flags of `f`: its SIGNALED, SOLICITED and FENCE bits
 /// (which are mlx5's), and no other bit a caller may have put in with
 /// `SendFlags::from_bits_retain` (`SendFlags::ctrl_bits`: one AND).
@@ -602,7 +588,7 @@ pub(super) fn with_wqe<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> 
 /// [`with_wqe`] for sizing: the same WQE but for an inline payload, whose
 /// bytes are not copied (its length is what sizes it).
 #[inline]
-fn with_wqe_shape<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
+pub(super) fn with_wqe_shape<R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R) -> Result<R> {
     stage::<false, R>(w, f)
 }
 
@@ -652,8 +638,9 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         WrOp::MaskedFetchAdd { remote, .. } => (WqeOpcode::ATOMIC_MASKED_FA, rs(remote), None),
         WrOp::UdSend { imm: None, .. } => (WqeOpcode::SEND, None, None),
         WrOp::UdSend { imm: Some(_), .. } => (WqeOpcode::SEND_IMM, None, None),
-        WrOp::BindMw { .. } | WrOp::LocalInv { .. } | WrOp::SendWithInv { .. } => {
-            unreachable!("the front end refuses memory-window WRs on this path (for now)")
+        WrOp::SendWithInv { .. } => (WqeOpcode::SEND_INVAL, None, None),
+        WrOp::BindMw { .. } | WrOp::LocalInv { .. } => {
+            unreachable!("UMRs are written by `DirectQp::write_wr`, not staged")
         }
     };
     let masked_ops = masked_of(&w.op);
@@ -729,6 +716,8 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         WrOp::RdmaWriteWithImm { imm, .. }
         | WrOp::SendWithImm { imm }
         | WrOp::UdSend { imm: Some(imm), .. } => imm,
+        // (The rkey to invalidate, in the immediate's place.)
+        WrOp::SendWithInv { rkey } => rkey.0,
         _ => 0,
     };
     Ok(f(&SendWqe {

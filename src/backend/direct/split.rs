@@ -125,6 +125,10 @@ impl DirectQp {
             credits: self.credits.clone(),
             count_credits: false,
             post_mode: PostMode::Checked,
+            mode_after_fence: None,
+            // (A half's UMRs complete as binds: the table is its owner's.)
+            umr_ops: Box::new([]),
+            inv_pending: None,
             recv_in_place: false,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),

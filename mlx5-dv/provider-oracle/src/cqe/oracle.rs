@@ -22,7 +22,12 @@ use rdma_direct::{Completion, WcOpcode, WcStatus};
 /// write it for a SEND or RDMA WRITE, ours is the CQE's byte count).
 /// By design libmlx5 sets `IBV_WC_WITH_IMM` on a successful SEND_IMM or
 /// RDMA_WRITE_IMM requester completion (with no immediate); ours has
-/// no immediate on the send side: expected, and nowhere else.
+/// no immediate on the send side: expected, and nowhere else. A
+/// successful RESP_SEND_INV receive: libmlx5's `IBV_WC_WITH_INV` and
+/// `invalidated_rkey` (in `imm`'s union, host order) against mlx5-dv's
+/// parse of our ring's CQE, `cqe` ([`Cqe::invalidated_rkey`]), as
+/// rdma-direct's `Completion` has no field for it yet (docs/prm.md);
+/// its `imm` must then be `None`.
 pub fn differences(cqe: &Cqe, ours: &Completion, theirs: &po_wc) -> Vec<String> {
     let mut d = Vec::new();
     let mut field = |name: &str, o: u64, t: u64| {
@@ -60,8 +65,19 @@ pub fn differences(cqe: &Cqe, ours: &Completion, theirs: &po_wc) -> Vec<String> 
     if ok && cqe.opcode == CqeOpcode::REQ && imm_op {
         flags |= WC_WITH_IMM;
     }
+    let inv = cqe.invalidated_rkey().filter(|_| ok);
+    if inv.is_some() {
+        flags |= WC_WITH_INV;
+    }
     field("wc_flags", flags as u64, t.wc_flags as u64);
-    field("imm", ours.imm.unwrap_or(0) as u64, t.imm as u64);
+    match inv {
+        // (`po_wc.imm` is `be32toh(imm_data)`: the host-order rkey swapped.)
+        Some(rkey) => {
+            field("invalidated_rkey", rkey as u64, t.imm.swap_bytes() as u64);
+            field("imm (ours)", ours.imm.is_some() as u64, 0);
+        }
+        None => field("imm", ours.imm.unwrap_or(0) as u64, t.imm as u64),
+    }
     d
 }
 

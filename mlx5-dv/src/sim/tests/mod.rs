@@ -6,6 +6,7 @@ mod cq;
 mod execution;
 mod qp_lifecycle;
 mod scatter;
+mod send_inv;
 mod send_queue;
 mod windows;
 

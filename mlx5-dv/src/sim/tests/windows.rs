@@ -9,7 +9,7 @@
 use super::*;
 use crate::wqe::{MwAccess, MwType, UmrBind, UmrWqe};
 
-const RW: MwAccess = MwAccess {
+pub(super) const RW: MwAccess = MwAccess {
     local_write: false,
     remote_read: true,
     remote_write: true,
@@ -17,13 +17,13 @@ const RW: MwAccess = MwAccess {
 };
 
 /// Registers `buf` on the device, with `access`.
-fn reg(dev: &Device, buf: &mut [u8], access: Access) -> MrKeys {
+pub(super) fn reg(dev: &Device, buf: &mut [u8], access: Access) -> MrKeys {
     // SAFETY: every caller's buffer outlives the device work on it, done
     // only inside `dev.process()` calls while it lives.
     unsafe { dev.reg_mr(PD, buf.as_mut_ptr(), buf.len(), access) }.unwrap()
 }
 
-fn bind(mw: u32, new_key: u8, mr: &MrKeys, addr: u64, len: u64, t: MwType) -> UmrWqe {
+pub(super) fn bind(mw: u32, new_key: u8, mr: &MrKeys, addr: u64, len: u64, t: MwType) -> UmrWqe {
     UmrWqe {
         flags: CtrlFlags::CQ_UPDATE,
         imm_rkey: mw,
@@ -39,7 +39,7 @@ fn bind(mw: u32, new_key: u8, mr: &MrKeys, addr: u64, len: u64, t: MwType) -> Um
 }
 
 /// Posts `w` on `side` and runs it: the CQE's syndrome (0: success).
-fn run_umr(dev: &Device, side: &mut Side, w: &UmrWqe) -> Syndrome {
+pub(super) fn run_umr(dev: &Device, side: &mut Side, w: &UmrWqe) -> Syndrome {
     side.sq.post_umr(w, 1).unwrap();
     side.sq.ring_doorbell();
     dev.process();
@@ -54,7 +54,7 @@ fn run_umr(dev: &Device, side: &mut Side, w: &UmrWqe) -> Syndrome {
 }
 
 /// `a` WRITEs 8 bytes of 0x5a at `raddr` with `rkey`: the CQE's syndrome.
-fn write(dev: &Device, a: &mut Side, raddr: u64, rkey: u32) -> Syndrome {
+pub(super) fn write(dev: &Device, a: &mut Side, raddr: u64, rkey: u32) -> Syndrome {
     a.sq.post(&write_wqe(Payload::Inline(&[0x5a; 8]), raddr, rkey), 2)
         .unwrap();
     a.sq.ring_doorbell();
