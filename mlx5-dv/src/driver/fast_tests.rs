@@ -71,6 +71,7 @@ fn opcode(op: u8) -> WqeOpcode {
         WqeOpcode::SEND,
         WqeOpcode::SEND_IMM,
         WqeOpcode::RDMA_READ,
+        WqeOpcode::SEND_INVAL,
     ][op as usize]
 }
 
@@ -214,7 +215,7 @@ fn signaled_write(inline: Vec<u8>) -> Wr {
 
 fn wr() -> impl Strategy<Value = Wr> {
     (
-        (0u8..5, any::<bool>(), any::<bool>(), any::<u32>()),
+        (0u8..6, any::<bool>(), any::<bool>(), any::<u32>()),
         (
             any::<u64>(),
             any::<u32>(),

@@ -377,3 +377,48 @@ fn compressed_send_with_invalidate_receives_keep_the_rkey() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// DC: a DCI may post SEND_INVAL (`MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI` =
+/// RC's), but no window is bound to a DCT (binds run on RC and UC QPs),
+/// so the DCT refuses it: REMOTE_INVAL_REQ_ERR at the DCI, which goes to
+/// ERR; the SRQ receive completes with it, nothing delivered; the DCT
+/// stays in RTR (as for its other errors).
+#[test]
+fn a_dcis_send_with_invalidate_is_refused_and_spares_the_dct() {
+    use crate::sim::dc_tests::{completions, drain, post, rig, seg, wqe, KEY};
+    let r = rig();
+    let mut t = r.dct(Access::LOCAL_WRITE, KEY, true);
+    let mut d = r.dci(7);
+    let dctn = t.qp.dctn().unwrap();
+    r.recv(&mut t, 100, 64, 9);
+    let mw = r
+        .dev
+        .alloc_mw(crate::sim::dc_tests::PD, MwType::Two)
+        .unwrap();
+    let g = seg(dctn, KEY);
+    let sge = [r.sge(10, 40)];
+    let mut w = wqe(&g, WqeOpcode::SEND_INVAL, None, Payload::Sges(&sge));
+    w.imm = mw;
+    post(&mut d, &w, 1);
+    r.dev.process();
+    let c = completions(&mut d);
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].0.opcode, c[0].0.wqe_opcode, c[0].0.syndrome),
+        (
+            CqeOpcode::REQ_ERR,
+            WqeOpcode::SEND_INVAL,
+            Syndrome::REMOTE_INVAL_REQ_ERR
+        )
+    );
+    assert_eq!(d.qp.state(), QpState::Err);
+    let rc = drain(&mut t.cqp);
+    assert_eq!(rc.len(), 1);
+    assert_eq!(
+        (rc[0].opcode, rc[0].syndrome),
+        (CqeOpcode::RESP_ERR, Syndrome::REMOTE_INVAL_REQ_ERR)
+    );
+    assert_eq!(t.qp.state(), QpState::Rtr);
+    assert!(r.dst[100..164].iter().all(|&b| b == 0), "nothing delivered");
+    assert_eq!(r.dev.mw_state(mw), Some((mw, false)));
+}
