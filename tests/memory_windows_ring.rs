@@ -241,3 +241,94 @@ fn an_unsignaled_bind_is_retired_by_the_next_signaled_wr() {
         WcStatus::SUCCESS
     );
 }
+
+/// A QP on a shared CQ (its posts take CQ credits: the counted in-place
+/// mode): the WQE after a UMR is fenced there too, and the shared CQ's
+/// poll tells a `LOCAL_INV`'s completion from a bind's.
+#[test]
+fn on_a_shared_cq_the_fence_and_the_umr_completions_hold() {
+    let e = mw_env();
+    let mw = e.pd.alloc_mw(MwType::Two).unwrap();
+    let mut cq = e.pd.create_shared_cq(16).unwrap();
+    let x = cq.create_qp(&mw_cfg()).unwrap();
+    let mut peer = e.pd.create_qp(&mw_cfg()).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut peer).unwrap();
+    let r = RemoteAddr {
+        addr: e.mr.addr(),
+        rkey: e.mr.rkey(),
+    };
+    let w = WriteWr::new(2, Sge::new(&e.src, 0, 8).unwrap(), r).signaled();
+    let b = cq.qp_mut(x);
+    let pi = pi_of(b);
+    b.post_send(&[SendWr::bind_mw(1, &mw, window(&e.mr, RW)).signaled()])
+        .unwrap();
+    b.post_write(&w).unwrap();
+    assert_eq!(opcode_at(b, pi), UMR);
+    assert_eq!(fm_ce_se(b, pi + 3) & FENCE_MODE, SMALL_FENCE);
+    let rkey = mw.rkey();
+    b.post_send(&[SendWr::local_inv(3, rkey).signaled()])
+        .unwrap();
+    b.post_send(&[w.to_send_wr()]).unwrap();
+    assert_eq!(fm_ce_se(b, pi + 6) & FENCE_MODE, SMALL_FENCE);
+    b.post_write(&WriteWr { wr_id: 4, ..w }).unwrap();
+    assert_eq!(fm_ce_se(b, pi + 7) & FENCE_MODE, 0);
+    let got = poll_n_with(|wc| cq.poll(wc), 5);
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.wr_id, c.status, c.opcode))
+            .collect::<Vec<_>>(),
+        [
+            (1, WcStatus::SUCCESS, WcOpcode::BIND_MW),
+            (2, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE),
+            (3, WcStatus::SUCCESS, WcOpcode::LOCAL_INV),
+            (2, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE),
+            (4, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE),
+        ]
+    );
+}
+
+/// A `LOCAL_INV` in a poll of many CQEs of the QP's own CQ, between
+/// WRITEs and binds, unsignaled ones among them: each completion's
+/// opcode as its WR's; once it is retired, the polls take their fast
+/// paths again (the completions after it are the same either way).
+#[test]
+fn a_poll_of_many_tells_each_umr_completion() {
+    let e = mw_env();
+    let mw = e.pd.alloc_mw(MwType::Two).unwrap();
+    let (_a, mut b) = pair(&e.pd);
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let r = RemoteAddr {
+        addr: e.mr.addr(),
+        rkey: e.mr.rkey(),
+    };
+    for round in 0..4u64 {
+        let k = round * 10;
+        b.post_send(&[
+            SendWr::rdma_write(k + 1, &s, r).signaled(),
+            SendWr::bind_mw(k + 2, &mw, window(&e.mr, RW)).signaled(),
+            SendWr::rdma_write(k + 3, &s, r),
+        ])
+        .unwrap();
+        let rkey = mw.rkey();
+        b.post_send(&[
+            SendWr::local_inv(k + 4, rkey).signaled(),
+            SendWr::rdma_write(k + 5, &s, r).signaled(),
+        ])
+        .unwrap();
+        let got = poll_n(&mut b, 4);
+        assert_eq!(
+            got.iter().map(|c| (c.wr_id, c.opcode)).collect::<Vec<_>>(),
+            [
+                (k + 1, WcOpcode::RDMA_WRITE),
+                (k + 2, WcOpcode::BIND_MW),
+                (k + 4, WcOpcode::LOCAL_INV),
+                (k + 5, WcOpcode::RDMA_WRITE),
+            ],
+            "round {round}"
+        );
+        // The fast path again: a WRITE and its completion.
+        b.post_send(&[SendWr::rdma_write(k + 6, &s, r).signaled()])
+            .unwrap();
+        assert_eq!(next(&mut b).opcode, WcOpcode::RDMA_WRITE);
+    }
+}
