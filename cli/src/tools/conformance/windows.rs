@@ -195,7 +195,7 @@ fn written(mut want: Vec<u8>, off: usize, len: usize, seed: u8) -> Vec<u8> {
 /// A READ and a WRITE through a window of each type land inside its
 /// range: the WRITE's bytes at the window's address plus its offset, the
 /// rest of the MR unchanged; the READ returns the MR's bytes there.
-pub(super) fn a_read_and_a_write_through_a_window_land_in_its_range(dev: &str) -> CaseResult {
+pub(super) fn window_read_and_write_land_in_its_range(dev: &str) -> CaseResult {
     let mut notes = Vec::new();
     for ty in [MwType::One, MwType::Two] {
         let mut w = match win(dev, ty) {
@@ -325,22 +325,22 @@ fn revoked_window_refuses(dev: &str, how: Revoke) -> CaseResult {
     passed(vec![note])
 }
 
-pub(super) fn after_a_local_inv_a_type_2_window_refuses(dev: &str) -> CaseResult {
+pub(super) fn window_type_2_refuses_after_a_local_inv(dev: &str) -> CaseResult {
     revoked_window_refuses(dev, Revoke::LocalInv)
 }
 
-pub(super) fn after_a_send_with_invalidate_a_type_2_window_refuses(dev: &str) -> CaseResult {
+pub(super) fn window_type_2_refuses_after_a_send_with_invalidate(dev: &str) -> CaseResult {
     revoked_window_refuses(dev, Revoke::SendWithInv)
 }
 
-pub(super) fn after_a_zero_length_bind_a_type_1_window_refuses(dev: &str) -> CaseResult {
+pub(super) fn window_type_1_refuses_after_a_zero_length_bind(dev: &str) -> CaseResult {
     revoked_window_refuses(dev, Revoke::Unbind)
 }
 
 /// A window bound with REMOTE_READ only over an MR that allows READ and
 /// WRITE: a READ through it lands, a WRITE is refused (REM_ACCESS_ERR)
 /// and the MR is unchanged.
-pub(super) fn a_window_grants_less_than_its_mr(dev: &str) -> CaseResult {
+pub(super) fn window_grants_less_than_its_mr(dev: &str) -> CaseResult {
     let mut w = match win(dev, MwType::Two) {
         Ok(w) => w,
         Err(stop) => return stop,
@@ -373,7 +373,7 @@ pub(super) fn a_window_grants_less_than_its_mr(dev: &str) -> CaseResult {
 /// either type, with `MwRefused(NoMwBind)`: nothing written to the send
 /// queue, nothing completes; the QP then binds over an MR with MW_BIND,
 /// and a WRITE through that window lands.
-pub(super) fn a_bind_on_an_mr_without_mw_bind_is_refused(dev: &str) -> CaseResult {
+pub(super) fn window_bind_on_an_mr_without_mw_bind_is_refused(dev: &str) -> CaseResult {
     let mut w = match win(dev, MwType::Two) {
         Ok(w) => w,
         Err(stop) => return stop,
@@ -421,7 +421,7 @@ pub(super) fn a_bind_on_an_mr_without_mw_bind_is_refused(dev: &str) -> CaseResul
 /// A window over `[WIN_OFF, WIN_OFF + WIN_LEN)` refuses an access inside
 /// its MR but outside its range: a WRITE wholly past its end, and (fresh
 /// QPs) one that straddles its end; the MR is unchanged. Skipped on rxe.
-pub(super) fn inside_the_mr_outside_the_window_is_refused(dev: &str) -> CaseResult {
+pub(super) fn window_refuses_inside_the_mr_outside_its_range(dev: &str) -> CaseResult {
     if is_rxe(dev) {
         return skipped(RXE_WINDOW_BOUNDS);
     }
@@ -450,7 +450,7 @@ pub(super) fn inside_the_mr_outside_the_window_is_refused(dev: &str) -> CaseResu
 
 /// A window over the MR's last 2 KiB refuses a WRITE that runs past the
 /// MR's end (on every device, rxe too); the MR is unchanged.
-pub(super) fn beyond_the_mr_through_a_window_is_refused(dev: &str) -> CaseResult {
+pub(super) fn window_refuses_beyond_the_mr(dev: &str) -> CaseResult {
     let mut w = match win(dev, MwType::Two) {
         Ok(w) => w,
         Err(stop) => return stop,
@@ -478,7 +478,7 @@ pub(super) fn beyond_the_mr_through_a_window_is_refused(dev: &str) -> CaseResult
 /// the window the bind made serves `a`'s WRITE at once. (An unfenced bind
 /// racing ahead of the WRITE is allowed, not observable here: the case
 /// does not check it.)
-pub(super) fn a_fenced_type_2_bind_behind_a_write_completes_in_order(dev: &str) -> CaseResult {
+pub(super) fn window_type_2_bind_fenced_behind_a_write_completes_in_order(dev: &str) -> CaseResult {
     let mut w = match win(dev, MwType::Two) {
         Ok(w) => w,
         Err(stop) => return stop,

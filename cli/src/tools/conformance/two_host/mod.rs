@@ -689,7 +689,7 @@ pub fn two_host_cases() -> &'static [TwoHostCase] {
             }
         ),
         rcw!(th_window_type_2_read_write_then_local_inv),
-        rcw!(th_send_with_invalidate_revokes_bs_window),
+        rcw!(th_window_send_with_invalidate_revokes_bs_window),
         rcw!(th_window_type_1_unbind_revokes),
     ]
 }

@@ -288,7 +288,7 @@ pub(super) fn th_window_type_2_read_write_then_local_inv(
 /// A's SEND with invalidate names B's type-2 window: B's receive
 /// completion says which rkey it invalidated; A's WRITE through it is then
 /// refused and B's memory unchanged.
-pub(super) fn th_send_with_invalidate_revokes_bs_window(
+pub(super) fn th_window_send_with_invalidate_revokes_bs_window(
     a: &mut Qp,
     pd: &Pd,
     b: &mut dyn Peer,
