@@ -368,3 +368,85 @@ pub(super) fn th_window_type_1_unbind_revokes(a: &mut Qp, pd: &Pd, b: &mut dyn P
     );
     passed(vec![])
 }
+
+/// The window cases with side B behind the peer protocol (a
+/// [`RemotePeer`] over a localhost TCP connection to the server's
+/// `serve_one` in a thread), on the sim: the `MW`, `BIND`, `UNBIND` and
+/// `LINV` lines and their answers, as two hosts speak them.
+#[cfg(test)]
+#[test]
+fn the_window_cases_pass_over_the_peer_protocol_on_the_sim() {
+    use std::net::{TcpListener, TcpStream};
+    let run = TwoHostRun::RcWindows(th_window_type_1_unbind_revokes);
+    for (name, case) in [
+        (
+            "type 2 then LOCAL_INV",
+            th_window_type_2_read_write_then_local_inv as TwoHostFn,
+        ),
+        (
+            "SEND with invalidate",
+            th_window_send_with_invalidate_revokes_bs_window,
+        ),
+        ("type 1 unbind", th_window_type_1_unbind_revokes),
+    ] {
+        let ctx = Context::open(rdma_direct::SIM_DEVICE).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let (mut a, mut b) = pd.create_connected_pair(&run.config()).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let r = std::thread::scope(|s| {
+            let pd = &pd;
+            let b = &mut b;
+            s.spawn(move || {
+                let (tcp, _) = listener.accept().unwrap();
+                let mut mrs: Vec<Option<Mr>> = Vec::new();
+                let mut mws: Vec<Mw> = Vec::new();
+                serve_lines(tcp, |line| serve_one(line, pd, b, &mut mrs, &mut mws)).unwrap();
+            });
+            let tcp = TcpStream::connect(addr).unwrap();
+            let mut peer = RemotePeer {
+                out: tcp.try_clone().unwrap(),
+                inp: BufReader::new(tcp),
+            };
+            let r = case(&mut a, &pd, &mut peer);
+            peer.call("BYE").unwrap();
+            r
+        });
+        match r {
+            Ok(Outcome::Passed(_)) => {}
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+/// Malformed window lines are refused (`ERR`), never a panic: an unknown
+/// type, a window or MR that does not exist, junk numbers, an unbind of a
+/// type-2 window.
+#[cfg(test)]
+#[test]
+fn malformed_window_lines_are_refused() {
+    let ctx = Context::open(rdma_direct::SIM_DEVICE).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cfg = TwoHostRun::RcWindows(th_window_type_1_unbind_revokes).config();
+    let (_a, mut b) = pd.create_connected_pair(&cfg).unwrap();
+    let (mut mrs, mut mws): (Vec<Option<Mr>>, Vec<Mw>) = (Vec::new(), Vec::new());
+    let mut ask = |line: &str| serve_one(line, &pd, &mut b, &mut mrs, &mut mws);
+    ask(&format!("REG 4096 {}", MR_ACCESS.bits())).unwrap();
+    let two = ask("MW 2").unwrap();
+    assert!(two.starts_with("0 "), "{two}");
+    for line in [
+        "MW 3",
+        "MW x",
+        "BIND 1 0 0 64 6",
+        "BIND 0 9 0 64 6",
+        "BIND 0 0 x 64 6",
+        "BIND 0 0 0 64 4096",
+        "BIND 0 0 4000 200 6",
+        "UNBIND 0",
+        "UNBIND 7",
+        "LINV 99999999999",
+        "LINV",
+    ] {
+        assert!(ask(line).is_err(), "`{line}` was accepted");
+    }
+}
