@@ -30,7 +30,14 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// What deregisters an MR when it is dropped (backend-specific).
-pub(crate) trait Registration: Send + Sync {}
+pub(crate) trait Registration: Send + Sync {
+    /// The backend's handle of the registration, as an integer: a verbs
+    /// `*mut ibv_mr` (or `*mut ibv_mw`); 0 where there is none (the sim).
+    /// What a memory-window bind names its MR by (`ibv_mw_bind_info.mr`).
+    fn handle(&self) -> usize {
+        0
+    }
+}
 
 /// Counts a PD's live registrations: one per `MrInner`, gone at its drop.
 pub(crate) struct LiveGuard(pub(crate) Arc<AtomicU64>);
@@ -171,6 +178,10 @@ impl Mr {
     }
     pub(crate) fn pd(&self) -> u32 {
         self.inner.pd
+    }
+    /// Its registration's backend handle ([`Registration::handle`]).
+    pub(crate) fn handle(&self) -> usize {
+        self.inner.mr.as_ref().map_or(0, |m| m.reg.handle())
     }
 
     pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {

@@ -227,6 +227,7 @@ impl Qp {
                     max_inline: cfg.max_inline,
                     max_recv_wr: cfg.max_recv_wr.max(1),
                     max_recv_sge: cfg.max_recv_sge.max(1),
+                    memory_windows: cfg.memory_windows,
                 };
                 if cfg.qp_type.is_dc() && *direct != DataPath::Direct {
                     // DC is mlx5's, and libmlx5 posts it only through the

@@ -140,19 +140,7 @@ impl Qp {
             }
             _ => return Ok(()),
         }?;
-        // The verbs backend does not post window WRs yet (its helper's
-        // work, issue 31: `IBV_WR_BIND_MW`, `IBV_WR_LOCAL_INV`,
-        // `IBV_WR_SEND_WITH_INV` in `backend/verbs/post.rs`, `post_ex.rs`,
-        // whose `fill_op` / `set_op` are `unreachable!` for them until
-        // then): refused here, before anything is written. Drop this arm
-        // once it does.
-        #[cfg(feature = "verbs")]
-        if let QpKind::Verbs(_) = self.kind {
-            return Err(Error::Unsupported {
-                device: "the verbs backend".into(),
-                feature: crate::Feature::MemoryWindows,
-            });
-        }
+        // (Both backends post them: the direct path and the verbs path.)
         Ok(())
     }
 

@@ -111,6 +111,16 @@ const WC_FLAGS: u64 = (ibv_create_cq_wc_flags::IBV_WC_EX_WITH_BYTE_LEN.0
 /// each completion carries one, read by `ibv_wc_read_completion_ts`.
 const WC_TIMESTAMP: u64 = ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0 as u64;
 
+/// The `wc_flags` with which a completion's `imm_data` /
+/// `invalidated_rkey` union may hold something: an immediate
+/// (`IBV_WC_WITH_IMM`) or the rkey a SEND with invalidate invalidated
+/// (`IBV_WC_WITH_INV`, or `1 << 2`, the kernel's `IB_WC_WITH_INVALIDATE`
+/// that rxe hands on unconverted: `backend/verbs` `KERNEL_WITH_INV`); read
+/// by one reader, `read_imm_data` (`ibv_wc_read_invalidated_rkey` is the
+/// same call, `verbs.h`). The verbs backend decides what the value is.
+const IMM_OR_INV: u32 =
+    ibv_wc_flags::IBV_WC_WITH_IMM.0 | ibv_wc_flags::IBV_WC_WITH_INV.0 | (1 << 2);
+
 /// The current completion of an extended CQ's poll as an `ibv_wc` (the
 /// fields a `Completion` reads; the rest zero).
 ///
@@ -133,7 +143,9 @@ unsafe fn read_wc(ex: *mut ibv_cq_ex) -> ibv_wc {
         w.byte_len = ibv_wc_read_byte_len(ex);
         w.qp_num = ibv_wc_read_qp_num(ex);
         w.src_qp = ibv_wc_read_src_qp(ex);
-        if w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+        if w.wc_flags & IMM_OR_INV != 0 {
+            // (`ibv_wc_read_invalidated_rkey` is the same reader: the
+            // union's other member, host order.)
             w.imm_data_invalidated_rkey_union.imm_data = ibv_wc_read_imm_data(ex);
         }
     }
@@ -646,7 +658,7 @@ impl VerbsCq {
             return Ok(Some(unsafe {
                 let x = &*ex;
                 let wc_flags = set(x.read_wc_flags)(ex);
-                let imm = if wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                let imm = if wc_flags & IMM_OR_INV != 0 {
                     set(x.read_imm_data)(ex)
                 } else {
                     0

@@ -410,9 +410,15 @@ struct MrReg {
 
 // SAFETY: an ibv_mr handle is only deregistered, once, on drop.
 unsafe impl Send for MrReg {}
-// SAFETY: `&MrReg` gives no access to the handle: only `drop` uses it.
+// SAFETY: `&MrReg` gives the handle only as an integer (`handle`, for a
+// window bind, which rdma-core reads it in); only `drop` frees it.
 unsafe impl Sync for MrReg {}
-impl Registration for MrReg {}
+impl Registration for MrReg {
+    /// The `*mut ibv_mr` (`ibv_mw_bind_info.mr` of a window bound to it).
+    fn handle(&self) -> usize {
+        self.raw as usize
+    }
+}
 
 impl Drop for MrReg {
     fn drop(&mut self) {

@@ -14,6 +14,10 @@ pub(crate) struct QpCaps {
     pub(crate) max_inline: u32,
     pub(crate) max_recv_wr: u32,
     pub(crate) max_recv_sge: u32,
+    /// `QpConfig::memory_windows`: the QP posts window binds and
+    /// `LOCAL_INV` (the verbs path asks `ibv_create_qp_ex` for their send
+    /// ops: `backend/verbs/mod.rs` `send_ops`).
+    pub(crate) memory_windows: bool,
 }
 
 /// The `enum ibv_qp_type` of a transport.

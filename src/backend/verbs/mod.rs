@@ -183,6 +183,10 @@ pub(crate) struct VerbsQp {
     /// The provider's entry points the lean post calls were found set at
     /// creation (`fast::send_ops_set`).
     ops_set: bool,
+    /// The extended QP has the window WRs' builders (`ibv_wr_bind_mw`,
+    /// `ibv_wr_local_inv`, `ibv_wr_send_inv`: made with their send ops,
+    /// `mw::window_ops_set`); else those WRs go through `ibv_post_send`.
+    mw_ex: bool,
     /// Polls into one entry take `poll_one` (its own CQ, whose entry
     /// points were found set: `VerbsCq::one_ok`).
     lean_poll: bool,
@@ -266,54 +270,74 @@ impl CqChoice<'_> {
 }
 
 /// The send operations a QP of type `t` is made for on the extended verbs
-/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`): what the backend posts on it.
-fn send_ops(t: ibv_qp_type::Type) -> u64 {
+/// (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`): what the backend posts on it; with
+/// `windows` (`QpConfig::memory_windows`, RC and UC) also
+/// `IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+/// IBV_QP_EX_WITH_SEND_WITH_INV`. Only then: on mlx5 a bind's send op
+/// makes every send WQE room for a UMR (`mlx5_calc_send_wqe`), so a QP
+/// that posts none is not asked for it; a SEND with invalidate on a QP
+/// made without them goes through `ibv_post_send` (`VerbsQp::mw_ex`).
+fn send_ops(t: ibv_qp_type::Type, windows: bool) -> u64 {
     use ibv_qp_create_send_ops_flags as f;
     let uc = f::IBV_QP_EX_WITH_SEND.0
         | f::IBV_QP_EX_WITH_SEND_WITH_IMM.0
         | f::IBV_QP_EX_WITH_RDMA_WRITE.0
         | f::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM.0;
+    let mw = f::IBV_QP_EX_WITH_BIND_MW.0
+        | f::IBV_QP_EX_WITH_LOCAL_INV.0
+        | f::IBV_QP_EX_WITH_SEND_WITH_INV.0;
     (match t {
         ibv_qp_type::IBV_QPT_RC => {
             uc | f::IBV_QP_EX_WITH_RDMA_READ.0
                 | f::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP.0
                 | f::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD.0
+                | if windows { mw } else { 0 }
         }
-        ibv_qp_type::IBV_QPT_UC => uc,
+        ibv_qp_type::IBV_QPT_UC => uc | if windows { mw } else { 0 },
         _ => f::IBV_QP_EX_WITH_SEND.0 | f::IBV_QP_EX_WITH_SEND_WITH_IMM.0,
     }) as u64
 }
 
 /// Makes the QP `init` describes: first with `ibv_create_qp_ex` and the
 /// send ops of its type (unless [`super::ibv::old_verbs`] forces the old
-/// calls), returning it with its `ibv_qp_ex`; where the provider has no
-/// `create_qp_ex` or refuses it (EOPNOTSUPP, EINVAL, ...: e.g. a provider
-/// whose QPs have no `ibv_wr_*`), with `ibv_create_qp` and a null
-/// `ibv_qp_ex`. A null QP: both failed (errno from the last call).
-fn create_raw(pd: &Arc<Pd>, init: &mut ibv_qp_init_attr) -> (*mut ibv_qp, *mut ibv_qp_ex) {
+/// calls), returning it with its `ibv_qp_ex`; with `windows`, first with
+/// the window send ops, then without them where the provider refuses
+/// those (rxe has no `LOCAL_INV` builder on UC: the window WRs then go
+/// through `ibv_post_send`); where the provider has no `create_qp_ex` or
+/// refuses it (EOPNOTSUPP, EINVAL, ...: e.g. a provider whose QPs have no
+/// `ibv_wr_*`), with `ibv_create_qp` and a null `ibv_qp_ex`. A null QP:
+/// all failed (errno from the last call).
+fn create_raw(
+    pd: &Arc<Pd>,
+    init: &mut ibv_qp_init_attr,
+    windows: bool,
+) -> (*mut ibv_qp, *mut ibv_qp_ex) {
     if !super::ibv::old_verbs() {
-        // SAFETY: plain data; zero is valid.
-        let mut ex: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-        ex.send_cq = init.send_cq;
-        ex.recv_cq = init.recv_cq;
-        ex.srq = init.srq;
-        ex.cap = init.cap;
-        ex.qp_type = init.qp_type;
-        ex.pd = pd.raw;
-        ex.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0
-            | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
-        ex.send_ops_flags = send_ops(init.qp_type);
-        let qp = super::ibv::create_qp_ex(&pd.ctx, &mut ex);
-        if !qp.is_null() {
-            // SAFETY: `qp` was made by `ibv_create_qp_ex` with send ops:
-            // `ibv_qp_to_qp_ex` gives its `ibv_qp_ex`.
-            let qpx = unsafe { ibv_qp_to_qp_ex(qp) };
-            if !qpx.is_null() {
-                init.cap = ex.cap;
-                return (qp, qpx);
+        let tries: &[bool] = if windows { &[true, false] } else { &[false] };
+        for &with in tries {
+            // SAFETY: plain data; zero is valid.
+            let mut ex: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+            ex.send_cq = init.send_cq;
+            ex.recv_cq = init.recv_cq;
+            ex.srq = init.srq;
+            ex.cap = init.cap;
+            ex.qp_type = init.qp_type;
+            ex.pd = pd.raw;
+            ex.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0
+                | ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+            ex.send_ops_flags = send_ops(init.qp_type, with);
+            let qp = super::ibv::create_qp_ex(&pd.ctx, &mut ex);
+            if !qp.is_null() {
+                // SAFETY: `qp` was made by `ibv_create_qp_ex` with send ops:
+                // `ibv_qp_to_qp_ex` gives its `ibv_qp_ex`.
+                let qpx = unsafe { ibv_qp_to_qp_ex(qp) };
+                if !qpx.is_null() {
+                    init.cap = ex.cap;
+                    return (qp, qpx);
+                }
+                // SAFETY: just made, nothing else holds it.
+                unsafe { ibv_destroy_qp(qp) };
             }
-            // SAFETY: just made, nothing else holds it.
-            unsafe { ibv_destroy_qp(qp) };
         }
     }
     // SAFETY: live PD, valid attributes.
@@ -343,7 +367,7 @@ pub(crate) fn create_qp(
         max_recv_sge: caps.max_recv_sge,
         max_inline_data: caps.max_inline,
     };
-    let (qp, qpx) = create_raw(pd, &mut init);
+    let (qp, qpx) = create_raw(pd, &mut init, caps.memory_windows);
     if qp.is_null() {
         return Err(Error::Verbs {
             call: "ibv_create_qp",
@@ -363,6 +387,8 @@ pub(crate) fn create_qp(
     let max_post = caps.max_send_wr.min(init.cap.max_send_wr);
     // SAFETY: `qp` is live, `qpx` null or its `ibv_qp_ex`.
     let ops_set = unsafe { fast::send_ops_set(qp, qpx, caps.qp_type) };
+    // SAFETY: as above.
+    let mw_ex = unsafe { mw::window_ops_set(qpx) };
     let lean_poll = !shared && cq.one_ok;
     Ok(VerbsQp {
         qp,
@@ -397,6 +423,7 @@ pub(crate) fn create_qp(
         gate: false,
         rts: false,
         ops_set,
+        mw_ex,
         lean_poll,
         plain: true,
         raw: Arc::new(RawQp(qp)),
@@ -640,14 +667,11 @@ impl VerbsQp {
             wr_id,
             status: WcStatus(w.status),
             opcode: WcOpcode(w.opcode),
-            // SAFETY: reading the union as the immediate is meaningful only
-            // with IBV_WC_WITH_IMM set, which is checked first.
-            imm: (w.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0)
-                .then(|| u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })),
+            imm: mw::wc_imm(w, self.inv_flags()),
             byte_len: w.byte_len,
             qp_num: w.qp_num,
             vendor_err: w.vendor_err,
-            src_qp: SrcQp::new(w.src_qp, w.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0),
+            src_qp: mw::wc_src_qp(w, self.inv_flags()),
             timestamp: 0,
         })
     }

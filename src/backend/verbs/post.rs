@@ -35,11 +35,14 @@ impl VerbsQp {
             // One WR (the commonest post): built alone, without a chunk's
             // loops and scratch arrays.
             let w = wrs.wr(0);
-            let r = if !self.qpx.is_null() && w.sges.len() == 1 {
+            // (A window WR takes the old call where the extended QP has no
+            // builder for it: `mw_ex`.)
+            let ex = !self.qpx.is_null() && (self.mw_ex || !mw::is_window_op(&w.op));
+            let r = if ex && w.sges.len() == 1 {
                 self.post_one_ex(&w, credits_low)
-            } else if self.qpx.is_null() && w.sges.len() <= 1 {
+            } else if !ex && w.sges.len() <= 1 {
                 self.post_one(&w, credits_low)
-            } else if !self.qpx.is_null() && (w.sges.is_empty() || w.inline) {
+            } else if ex && (w.sges.is_empty() || w.inline) {
                 self.post_chunk_ex(wrs, 0..1, credits_low)
             } else {
                 // (Several SGEs: the old call, as below.)
@@ -59,9 +62,13 @@ impl VerbsQp {
             // `ibv_post_send` (the QP takes both): rdma-core's rxe before
             // v56 sums the first SGE's length `num_sge` times in
             // `ibv_wr_set_sge_list` ("rxe: Fix dma.length computation").
+            // So does a chunk with a window WR the extended QP has no
+            // builder for (`mw_ex`).
             let r = if self.qpx.is_null()
-                || (start..end).any(|i| wrs.wr(i).sges.len() > 1 && !wrs.wr(i).inline)
-            {
+                || (start..end).any(|i| {
+                    let w = wrs.wr(i);
+                    (w.sges.len() > 1 && !w.inline) || (!self.mw_ex && mw::is_window_op(&w.op))
+                }) {
                 self.post_chunk(wrs, start..end, last)
             } else {
                 self.post_chunk_ex(wrs, start..end, last)
@@ -123,6 +130,7 @@ impl VerbsQp {
         let seq = self.posted;
         let flags = self.track(w, seq, force);
         let mut sge = std::mem::MaybeUninit::<ibv_sge>::uninit();
+        let mut mwc = std::mem::MaybeUninit::<ibv_mw>::uninit();
         // SAFETY: ibv_send_wr is plain data (pointers and integers); zero is valid.
         let mut v: ibv_send_wr = unsafe { std::mem::zeroed() };
         v.wr_id = seq;
@@ -135,12 +143,15 @@ impl VerbsQp {
             });
             v.num_sge = 1;
         }
-        fill_op(&mut v, w);
+        fill_op(&mut v, w, &mut mwc);
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live QP; the WR and its SGE outlive the call; the SGE
-        // names registered memory (Sge::new checked the range) or, inline,
-        // bytes the provider copies now.
+        // SAFETY: live QP; the WR, its SGE and window copy outlive the
+        // call; the SGE names registered memory (Sge::new checked the
+        // range) or, inline, bytes the provider copies now.
         let rc = unsafe { ibv_post_send(self.qp, &mut v, &mut bad) };
+        if let WrOp::BindMw { .. } = w.op {
+            mw::settle_binds(std::slice::from_ref(w), 0..1, (rc == 0) as usize);
+        }
         if rc == 0 {
             self.posted = seq + 1;
             self.progress.sends_posted(self.posted as u32);
@@ -172,6 +183,9 @@ impl VerbsQp {
             sge_vec.as_mut_ptr()
         };
         let mut wr_store = [const { MaybeUninit::<ibv_send_wr>::uninit() }; CHUNK];
+        // The copies of the windows type-2 binds name (`mw::bind_wr`).
+        let mut mw_store = [const { MaybeUninit::<ibv_mw>::uninit() }; CHUNK];
+        let mut binds = false;
         let mut s = 0;
         for (i, at) in range.clone().enumerate() {
             let w = all.wr(at);
@@ -196,7 +210,8 @@ impl VerbsQp {
             v.sg_list = unsafe { sge_base.add(first) };
             v.num_sge = w.sges.len() as i32;
             v.send_flags = flags;
-            fill_op(v, &w);
+            binds |= matches!(w.op, WrOp::BindMw { .. });
+            fill_op(v, &w, &mut mw_store[i]);
         }
         // SAFETY: the first `len` entries were written above.
         let vwrs: &mut [ibv_send_wr] =
@@ -211,6 +226,9 @@ impl VerbsQp {
         let rc = unsafe { ibv_post_send(self.qp, vwrs.as_mut_ptr(), &mut bad) };
         // WRs before `bad` were posted: count them, so their completions match.
         let posted = posted_count(rc, vwrs, bad);
+        if binds {
+            mw::settle_binds(all, range, posted);
+        }
         self.posted += posted as u64;
         self.progress.sends_posted(self.posted as u32);
         match rc {
@@ -340,9 +358,14 @@ impl VerbsQp {
 }
 
 /// The opcode and its operands of `w` in the zeroed `v` (the caller sets
-/// `wr_id`, flags and SGEs).
+/// `wr_id`, flags and SGEs); a type-2 bind's copy of its window in `mwc`
+/// (`mw::bind_wr`), which must outlive the post.
 #[inline(always)]
-fn fill_op(v: &mut ibv_send_wr, w: &crate::ib::wr::SendWr<'_>) {
+fn fill_op(
+    v: &mut ibv_send_wr,
+    w: &crate::ib::wr::SendWr<'_>,
+    mwc: &mut std::mem::MaybeUninit<ibv_mw>,
+) {
     match w.op {
         WrOp::RdmaWrite { remote } => {
             v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
@@ -396,8 +419,19 @@ fn fill_op(v: &mut ibv_send_wr, w: &crate::ib::wr::SendWr<'_>) {
         WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
             unreachable!("the front end refuses masked atomics on the verbs path")
         }
-        WrOp::BindMw { .. } | WrOp::LocalInv { .. } | WrOp::SendWithInv { .. } => {
-            unreachable!("the front end refuses memory-window WRs on this path (for now)")
+        WrOp::BindMw { mw, bind } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+            // SAFETY: the front end checked the window is of this PD's
+            // verbs device (type 2): its `raw` is a live `*mut ibv_mw`.
+            v.bind_mw_tso_union.bind_mw = unsafe { mw::bind_wr(mw, &bind, mwc) };
+        }
+        WrOp::LocalInv { rkey } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+            v.imm_data_invalidated_rkey_union.invalidated_rkey = rkey.0;
+        }
+        WrOp::SendWithInv { rkey } => {
+            v.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+            v.imm_data_invalidated_rkey_union.invalidated_rkey = rkey.0;
         }
         WrOp::UdSend { dest: d, imm } => {
             v.opcode = match imm {

@@ -21,10 +21,11 @@ const STACK_SGES: usize = 16;
 /// and a UD send's `ibv_wr_set_ud_addr`) in the batch open on `qpx`.
 ///
 /// # Safety
-/// `qpx` is a live extended QP made with the send ops `w` needs, inside a
-/// batch begun by `ibv_wr_start`, with `wr_id` and `wr_flags` set; `w` was
-/// checked by the front end (keys, the AH of this PD, borrowed for the
-/// call).
+/// `qpx` is a live extended QP made with the send ops `w` needs (a window
+/// WR's: `VerbsQp::mw_ex`), inside a batch begun by `ibv_wr_start`, with
+/// `wr_id` and `wr_flags` set; `w` was checked by the front end (keys, the
+/// AH of this PD, borrowed for the call; a bind's window of this PD's verbs
+/// device).
 #[inline(always)]
 unsafe fn set_op(qpx: *mut ibv_qp_ex, w: &crate::ib::wr::SendWr<'_>) {
     // SAFETY: the caller's contract.
@@ -52,9 +53,15 @@ unsafe fn set_op(qpx: *mut ibv_qp_ex, w: &crate::ib::wr::SendWr<'_>) {
             WrOp::MaskedCmpSwap { .. } | WrOp::MaskedFetchAdd { .. } => {
                 unreachable!("the front end refuses masked atomics on the verbs path")
             }
-            WrOp::BindMw { .. } | WrOp::LocalInv { .. } | WrOp::SendWithInv { .. } => {
-                unreachable!("the front end refuses memory-window WRs on this path (for now)")
+            WrOp::BindMw { mw, bind } => {
+                // (The builder copies the window's rkey now: the copy
+                // need not outlive it.)
+                let mut copy = MaybeUninit::<ibv_mw>::uninit();
+                let b = mw::bind_wr(mw, &bind, &mut copy);
+                ibv_wr_bind_mw(qpx, b.mw, b.rkey, &b.bind_info);
             }
+            WrOp::LocalInv { rkey } => ibv_wr_local_inv(qpx, rkey.0),
+            WrOp::SendWithInv { rkey } => ibv_wr_send_inv(qpx, rkey.0),
             WrOp::UdSend { dest: d, imm } => {
                 match imm {
                     None => ibv_wr_send(qpx),
@@ -139,7 +146,8 @@ impl VerbsQp {
         let mut sge_store = [const { MaybeUninit::<ibv_sge>::uninit() }; STACK_SGES];
         let mut sge_vec: Vec<ibv_sge> = Vec::new();
         let mut inl: Vec<u8> = Vec::new();
-        for (i, at) in range.enumerate() {
+        let mut binds = false;
+        for (i, at) in range.clone().enumerate() {
             let w = all.wr(at);
             let seq = self.posted + i as u64;
             let flags = self.track(&w, seq, signal_last && i + 1 == len);
@@ -150,6 +158,12 @@ impl VerbsQp {
                 (*qpx).wr_id = seq;
                 (*qpx).wr_flags = flags;
                 set_op(qpx, &w);
+            }
+            if let WrOp::BindMw { .. } | WrOp::LocalInv { .. } = w.op {
+                // No data setter follows these builders (`ibv_wr_post(3)`:
+                // mlx5's finish the UMR WQE themselves).
+                binds |= matches!(w.op, WrOp::BindMw { .. });
+                continue;
             }
             let n = w.sges.len();
             if w.inline {
@@ -219,6 +233,9 @@ impl VerbsQp {
         // SAFETY: ends the batch `ibv_wr_start` began (on failure nothing
         // of it is posted and the provider has released the batch).
         let rc = unsafe { ibv_wr_complete(qpx) };
+        if binds {
+            mw::settle_binds(all, range, if rc == 0 { len } else { 0 });
+        }
         if rc == 0 {
             self.posted += len as u64;
             self.progress.sends_posted(self.posted as u32);

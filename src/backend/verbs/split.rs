@@ -98,6 +98,7 @@ impl VerbsQp {
             gate: false,
             rts: self.rts,
             ops_set: self.ops_set,
+            mw_ex: self.mw_ex,
             lean_poll: false,
             plain: false,
             raw: self.raw.clone(),

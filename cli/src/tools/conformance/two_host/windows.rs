@@ -408,7 +408,7 @@ fn the_window_cases_pass_over_the_peer_protocol_on_the_sim() {
                 out: tcp.try_clone().unwrap(),
                 inp: BufReader::new(tcp),
             };
-            let r = case(&mut a, &pd, &mut peer);
+            let r = case(&mut a, pd, &mut peer);
             peer.call("BYE").unwrap();
             r
         });
