@@ -17,10 +17,13 @@ const FENCE: u8 = 4 << 5;
 /// The fence mode bits of `fm_ce_se`.
 const FENCE_MODE: u8 = 7 << 5;
 
+/// One in-place post: `(q, src, mr)`.
+type Post = fn(&mut Qp, &Mr, &Mr);
+
 /// The in-place posts that might write the WQE after a UMR, each writing
 /// `n` 8-byte WRITEs (or 1) from `src` into `mr`'s first bytes through its
 /// own rkey, the first signaled.
-fn posts() -> Vec<(&'static str, u32, fn(&mut Qp, &Mr, &Mr))> {
+fn posts() -> Vec<(&'static str, u32, Post)> {
     fn remote(mr: &Mr) -> RemoteAddr {
         RemoteAddr {
             addr: mr.addr(),
@@ -331,4 +334,52 @@ fn a_poll_of_many_tells_each_umr_completion() {
             .unwrap();
         assert_eq!(next(&mut b).opcode, WcOpcode::RDMA_WRITE);
     }
+}
+
+/// A split QP's send half posts a type-2 bind and a `LOCAL_INV`: the
+/// owner's poll reports BIND_MW and LOCAL_INV (the per-WQE record of UMR
+/// opcodes is shared with the halves), and the window works in between.
+#[test]
+fn a_send_half_binds_and_invalidates_and_the_owner_tells_them() {
+    let e = mw_env();
+    let mw = e.pd.alloc_mw(MwType::Two).unwrap();
+    let (mut a, mut b) = pair(&e.pd);
+    let r = RemoteAddr {
+        addr: e.mr.addr(),
+        rkey: e.mr.rkey(),
+    };
+    let w = WriteWr::new(2, Sge::new(&e.src, 0, 8).unwrap(), r).signaled();
+    let (mut tx, _rx) = b.split().unwrap();
+    tx.post_send(&[SendWr::bind_mw(1, &mw, window(&e.mr, RW)).signaled()])
+        .unwrap();
+    tx.post_write(&w).unwrap();
+    let got = poll_n(&mut b, 2);
+    assert_eq!(
+        got.iter().map(|c| (c.wr_id, c.opcode)).collect::<Vec<_>>(),
+        [(1, WcOpcode::BIND_MW), (2, WcOpcode::RDMA_WRITE)]
+    );
+    let rkey = mw.rkey();
+    let addr = e.mr.addr() + OFF as u64;
+    assert_eq!(
+        write_through(&mut a, &e.src, 0x5d, addr, rkey),
+        WcStatus::SUCCESS
+    );
+    tx.post_send(&[SendWr::local_inv(3, rkey).signaled()])
+        .unwrap();
+    tx.post_write(&WriteWr { wr_id: 4, ..w }).unwrap();
+    let got = poll_n(&mut b, 2);
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.wr_id, c.status, c.opcode))
+            .collect::<Vec<_>>(),
+        [
+            (3, WcStatus::SUCCESS, WcOpcode::LOCAL_INV),
+            (4, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+        ]
+    );
+    assert_eq!(
+        write_through(&mut a, &e.src, 0x5e, addr, rkey),
+        WcStatus::REM_ACCESS_ERR
+    );
+    assert_eq!(bytes(&e.mr)[OFF], 0x5d);
 }

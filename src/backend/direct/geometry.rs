@@ -42,3 +42,19 @@ pub(crate) fn sq_max_wqebbs(t: QpType, max_send_sge: u32, max_inline: u32, mw: b
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With memory windows a QP's WQEs hold at least a bind's 3 WQEBBs
+    /// (`MLX5_BIND_MW_WQE_SIZE`, 192 bytes); larger limits keep theirs.
+    #[test]
+    fn memory_windows_size_the_sq_for_a_bind() {
+        assert_eq!(sq_max_wqebbs(QpType::Rc, 1, 0, false), 1);
+        assert_eq!(sq_max_wqebbs(QpType::Rc, 1, 0, true), UMR_WQEBBS);
+        assert_eq!(sq_max_wqebbs(QpType::Uc, 1, 60, true), UMR_WQEBBS);
+        assert_eq!(sq_max_wqebbs(QpType::Rc, 30, 0, true), 8);
+        assert_eq!(sq_max_wqebbs(QpType::Rc, 30, 0, false), 8);
+    }
+}

@@ -86,8 +86,9 @@ pub(crate) struct DirectQp {
     /// Per SQ WQE index, the completion opcode of the UMR WQE that starts
     /// there (`WcOpcode::BIND_MW` or `LOCAL_INV`: a UMR's CQE does not
     /// say which, libmlx5's `wr_data[idx]`); other entries stale. Empty
-    /// without `QpConfig::memory_windows` (`mw.rs`).
-    umr_ops: Box<[u8]>,
+    /// without `QpConfig::memory_windows` (`mw.rs`). Shared with the
+    /// halves of a split QP, as the SQ's slots are (`Table`).
+    umr_ops: mlx5_dv::driver::Table<u8>,
     /// The SQ's posted count after the last `LOCAL_INV` while one may be
     /// outstanding: the QP's own CQ then polls on the general path
     /// (`DirectCq::general`), which tells its CQE from a bind's.

@@ -19,7 +19,7 @@ use crate::ib::mem::Access;
 use crate::ib::mr::Registration;
 use crate::ib::mw::{next_rkey, Mw, MwBind, MwType};
 use crate::ib::wr::{SendFlags, SendWr, WrOp};
-use mlx5_dv::driver::SendQueue;
+use mlx5_dv::driver::{SendQueue, Table};
 use mlx5_dv::prm::CtrlFlags;
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{umr_size, wqe_size, MwAccess, UmrBind, UmrWqe, WqeError};
@@ -184,7 +184,7 @@ impl DirectQp {
         if !self.umr_ops.is_empty() {
             // (A power of two long: the SQ's WQEBBs.)
             let i = pi as usize & (self.umr_ops.len() - 1);
-            self.umr_ops[i] = op.0 as u8;
+            self.umr_ops.set(i, op.0 as u8);
         }
         if inv {
             self.inv_pending = Some(self.sq.posted_count());
@@ -238,24 +238,24 @@ impl DirectQp {
 
 /// A QP's per-WQE UMR opcodes (`DirectQp::umr_ops`): one entry per WQEBB
 /// of `sq`'s ring with `memory_windows`, else none.
-pub(super) fn umr_ops(sq: &SendQueue, memory_windows: bool) -> Box<[u8]> {
+pub(super) fn umr_ops(sq: &SendQueue, memory_windows: bool) -> Table<u8> {
     let n = if memory_windows {
         sq.geometry().wqe_cnt as usize
     } else {
         0
     };
-    vec![WcOpcode::BIND_MW.0 as u8; n].into_boxed_slice()
+    Table::new(n, WcOpcode::BIND_MW.0 as u8)
 }
 
 /// A UMR's completion `c` (its CQE's WQE index `counter`) as its WR was:
 /// `WcOpcode::LOCAL_INV` where `umr_ops` says so (every UMR reads as
 /// `BIND_MW` from the CQE). Any other completion is left as it is.
 #[inline]
-pub(super) fn umr_completion(umr_ops: &[u8], c: &mut Completion, counter: u16) {
+pub(super) fn umr_completion(umr_ops: &Table<u8>, c: &mut Completion, counter: u16) {
     if c.opcode != WcOpcode::BIND_MW || umr_ops.is_empty() {
         return;
     }
-    let op = umr_ops[counter as usize & (umr_ops.len() - 1)];
+    let op = umr_ops.get(counter as usize & (umr_ops.len() - 1));
     c.opcode = WcOpcode(op as u32);
 }
 
@@ -268,5 +268,47 @@ fn umr_of(w: &SendWr<'_>) -> Option<UmrWqe> {
         WrOp::BindMw { mw, bind } => Some(bind_wqe(mw, Some(&bind), next_rkey(mw.rkey().0), flags)),
         WrOp::LocalInv { rkey } => Some(UmrWqe::local_inv(rkey.0, flags)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A UMR's completion reads as its WR's opcode by its WQE index (the
+    /// table's length a power of two); any other completion, and a QP
+    /// without the table, stays as it is.
+    #[test]
+    fn umr_completion_tells_local_inv_by_wqe_index() {
+        let t = Table::new(8, WcOpcode::BIND_MW.0 as u8);
+        t.set(5, WcOpcode::LOCAL_INV.0 as u8);
+        let none = Table::new(0, 0u8);
+        let c = |op| Completion {
+            opcode: op,
+            ..Completion::default()
+        };
+        for (table, op, counter, want) in [
+            (&t, WcOpcode::BIND_MW, 5, WcOpcode::LOCAL_INV),
+            (&t, WcOpcode::BIND_MW, 13, WcOpcode::LOCAL_INV),
+            (&t, WcOpcode::BIND_MW, 4, WcOpcode::BIND_MW),
+            (&t, WcOpcode::RDMA_WRITE, 5, WcOpcode::RDMA_WRITE),
+            (&none, WcOpcode::BIND_MW, 5, WcOpcode::BIND_MW),
+        ] {
+            let mut x = c(op);
+            umr_completion(table, &mut x, counter);
+            assert_eq!(x.opcode, want, "{op:?} at {counter}");
+        }
+    }
+
+    /// The window's access as the mkey context's bits.
+    #[test]
+    fn mw_access_maps_each_flag() {
+        let all = Access::LOCAL_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_ATOMIC;
+        assert_eq!(mw_access(all).bits(), 0x78);
+        assert_eq!(mw_access(Access::REMOTE_READ).bits(), 0x10);
+        assert_eq!(mw_access(Access::empty()).bits(), 0);
     }
 }

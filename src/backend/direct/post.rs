@@ -640,7 +640,9 @@ fn stage<const COPY: bool, R>(w: &SendWr<'_>, f: impl FnOnce(&SendWqe<'_>) -> R)
         WrOp::UdSend { imm: Some(_), .. } => (WqeOpcode::SEND_IMM, None, None),
         WrOp::SendWithInv { .. } => (WqeOpcode::SEND_INVAL, None, None),
         WrOp::BindMw { .. } | WrOp::LocalInv { .. } => {
-            unreachable!("UMRs are written by `DirectQp::write_wr`, not staged")
+            return Err(Error::Invalid(
+                "a window bind or LOCAL_INV is a UMR WQE (DirectQp::write_wr), not staged".into(),
+            ))
         }
     };
     let masked_ops = masked_of(&w.op);

@@ -126,8 +126,12 @@ impl DirectQp {
             count_credits: false,
             post_mode: PostMode::Checked,
             mode_after_fence: None,
-            // (A half's UMRs complete as binds: the table is its owner's.)
-            umr_ops: Box::new([]),
+            // SAFETY: as the SQ's slots (`SendQueue::split_copy`): the
+            // posting copy writes a UMR's entry before its doorbell rings,
+            // the retiring copy reads it after the WQE's CQE, and the entry
+            // is written again only for a WQE posted after that one was
+            // retired and published.
+            umr_ops: unsafe { self.umr_ops.share() },
             inv_pending: None,
             recv_in_place: false,
             dev: self.dev.clone(),
