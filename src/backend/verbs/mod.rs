@@ -3,7 +3,9 @@
 //! `post_ex.rs`; `ibv_start_poll` in [`super::ibv`]'s CQ), else through
 //! `ibv_post_send` / `ibv_poll_cq`; receives through `ibv_post_recv`; over
 //! the control path of [`super::ibv`]. `RDMA_DIRECT_VERBS_OLD_POST=1`
-//! forces the old calls. Every `unsafe` block here calls rdma-core.
+//! forces the old calls. Memory windows (binds, `LOCAL_INV`, SEND with
+//! invalidate and its receive): `mw.rs`. Every `unsafe` block here calls
+//! rdma-core.
 
 mod fast;
 mod mw;
