@@ -96,7 +96,7 @@ struct Win {
     mw: Mw,
 }
 
-/// Fresh QPs, an MR of [`MR_LENS`] with [`MR_ACCESS`] holding
+/// Fresh QPs, an MR of [`MR_LEN`] bytes with [`MR_ACCESS`] holding
 /// `pattern(MR_LEN, 5)`, and a window of `ty`, not bound yet.
 fn win(dev: &str, ty: MwType) -> Result<Win, Stop> {
     let s = mw_setup(dev)?;
