@@ -355,6 +355,10 @@ pub fn run_bench(a: BenchArgs) -> rdma_direct::Result<()> {
 
 /// `bench reg_mr`: registration and deregistration time per size, and the
 /// pool's allocation time.
+/// Cycles of each window row of `bench reg_mr` (a bind and its revocation
+/// cost microseconds: -n's MR repetitions would give too few).
+const MW_CYCLES: u32 = 1000;
+
 fn run_reg_mr(a: &BenchArgs, size: Option<u64>, iters: Option<u32>) -> rdma_direct::Result<()> {
     use rdma_direct::Error;
     if a.host.is_some() || a.server {
@@ -387,6 +391,23 @@ fn run_reg_mr(a: &BenchArgs, size: Option<u64>, iters: Option<u32>) -> rdma_dire
             r.dereg_us,
             r.dereg_us_per_mib()
         );
+    }
+    out!("{RESULT_LINE}");
+    match bench::run_mw_costs(&a.device, backend, MW_CYCLES)? {
+        Ok(rows) => {
+            out!(" memory windows over 64 KiB, post + completion (signaled), medians:");
+            out!(" window                              #cycles  bind[usec]     revoke[usec]");
+            for r in &rows {
+                out!(
+                    " {:<35} {:<8} {:<14.2} {:<14.2}",
+                    r.what,
+                    r.reps,
+                    r.bind_us,
+                    r.revoke_us
+                );
+            }
+        }
+        Err(why) => out!(" memory windows: not measured: {why}"),
     }
     let ns = bench::pool_alloc_ns(&a.device, backend, 1_000_000)?;
     out!("{RESULT_LINE}");

@@ -227,3 +227,25 @@ fn dc_runs_the_write_read_send_and_atomic_tests_with_its_srq() {
     // RC keeps refusing --use-srq off the SEND tests.
     assert!(check_transport("write_bw", QpType::Rc, true).is_err());
 }
+
+/// `bench reg_mr`'s window rows on the sim: a type-1 bind + unbind and a
+/// type-2 bind + LOCAL_INV, each a positive median over the cycles asked;
+/// 0 cycles refused.
+#[test]
+fn reg_mr_window_rows_measure_both_types() {
+    let sim = rdma_direct::SIM_DEVICE;
+    let auto = rdma_direct::Backend::Auto;
+    assert!(matches!(
+        run_mw_costs(sim, auto, 0),
+        Err(rdma_direct::Error::Invalid(_))
+    ));
+    let rows = run_mw_costs(sim, auto, 20)
+        .expect("the window rows")
+        .expect("the sim has memory windows");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r.reps, 20);
+        assert!(r.bind_us > 0.0 && r.revoke_us > 0.0, "{r:?}");
+    }
+    assert!(rows[0].what.starts_with("type 1") && rows[1].what.starts_with("type 2"));
+}

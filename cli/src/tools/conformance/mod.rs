@@ -158,6 +158,7 @@ mod srq;
 mod timestamps;
 mod transports;
 pub mod two_host;
+mod windows;
 
 use async_waits::*;
 use benchmarks::*;
@@ -178,6 +179,7 @@ use refusals::*;
 use srq::*;
 use timestamps::*;
 use transports::*;
+use windows::*;
 
 fn passed(notes: Vec<String>) -> CaseResult {
     Ok(Outcome::Passed(notes.join("; ")))
@@ -424,4 +426,13 @@ const ONE_SIDED: &[Case] = &[
     case!(dmabuf_writes_outside_the_iova_range_are_refused),
     case!(dmabuf_iova_and_offset_apart_in_a_page_are_refused_first),
     case!(dc_sends_into_the_srq_in_any_order),
+    case!(window_read_and_write_land_in_its_range),
+    case!(window_type_2_refuses_after_a_local_inv),
+    case!(window_type_2_refuses_after_a_send_with_invalidate),
+    case!(window_type_1_refuses_after_a_zero_length_bind),
+    case!(window_grants_less_than_its_mr),
+    case!(window_bind_on_an_mr_without_mw_bind_is_refused),
+    case!(window_refuses_inside_the_mr_outside_its_range),
+    case!(window_refuses_beyond_the_mr),
+    case!(window_type_2_bind_fenced_behind_a_write_completes_in_order),
 ];

@@ -691,7 +691,7 @@ pub(super) fn th_dropped_target_refuses_the_next_write(
 
 /// Side B's QP reaches ERR within 20 s (an access violation or a flush moves
 /// the responder to ERR too), or the case fails.
-fn responder_reaches_err(b: &mut dyn Peer) -> Result<(), Failure> {
+pub(super) fn responder_reaches_err(b: &mut dyn Peer) -> Result<(), Failure> {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while b.state()? != QpState::Err {
         check!(

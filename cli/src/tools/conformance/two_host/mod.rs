@@ -20,6 +20,7 @@
 //! | `ENDPOINT` | `OK <hex of an exchange message>` (B's QP facts) |
 //! | `RECONNECT <hex of A's exchange message> <B's first PSN>` | `OK` (B: ERR -> RESET -> INIT -> RTR -> RTS toward A) |
 //! | `BYE` | `OK` (the server ends this case) |
+//! | `MW`, `BIND`, `UNBIND`, `LINV` | side B's memory windows: see [`windows::mw_command`] |
 //!
 //! Errors are `ERR <message>`. The lines both protocols share are built and
 //! parsed in [`wire`].
@@ -30,6 +31,7 @@
 mod built_cases;
 mod cases;
 pub mod far;
+mod windows;
 mod wire;
 
 use super::{pattern, poll_one, poll_until, CaseResult, Failure, Outcome};
@@ -44,6 +46,8 @@ use rdma_direct::{
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::time::Duration;
+pub use windows::PeerMw;
+use windows::*;
 use wire::*;
 
 /// A memory region on side B.
@@ -91,6 +95,25 @@ pub trait Peer {
     fn arm_cq(&mut self, solicited_only: bool) -> Result<(), Failure>;
     /// Waits up to `timeout` for side B's CQ event ([`Qp::wait_cq_event`]).
     fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure>;
+    /// Allocates a window of `t` at side B ([`Pd::alloc_mw`]); `Ok(Err(why))`
+    /// where B's device has no windows.
+    fn alloc_mw(&mut self, t: rdma_direct::MwType) -> Result<Result<PeerMw, String>, Failure>;
+    /// Side B binds `mw` over `len` bytes of `mr` from `offset` with
+    /// `access` (type 1 `Qp::bind_mw`, type 2 a bind WR on B's QP), polls
+    /// the completion, and returns the window's rkey.
+    fn bind_mw(
+        &mut self,
+        mw: &PeerMw,
+        mr: &PeerMr,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Rkey, Failure>;
+    /// Side B's zero-length bind of type-1 `mw` ([`Qp::unbind_mw`]), polled;
+    /// returns the window's new rkey.
+    fn unbind_mw(&mut self, mw: &PeerMw) -> Result<Rkey, Failure>;
+    /// Side B's LOCAL_INV of `rkey` on its QP, polled.
+    fn local_inv(&mut self, rkey: Rkey) -> Result<(), Failure>;
 }
 
 /// Side B in this process: QP `b` of a loopback pair.
@@ -99,6 +122,8 @@ pub struct LocalPeer<'a> {
     pub pd: &'a Pd,
     /// B's MRs by id; a dropped one leaves `None`, so ids never shift.
     pub mrs: Vec<Option<Mr>>,
+    /// B's windows by id.
+    pub mws: Vec<rdma_direct::Mw>,
 }
 
 /// MR `id` of side B's, unless it was never registered or is dropped.
@@ -161,6 +186,26 @@ impl Peer for LocalPeer<'_> {
     }
     fn wait_cq_event(&mut self, timeout: Duration) -> Result<bool, Failure> {
         Ok(self.qp.wait_cq_event(timeout)?)
+    }
+    fn alloc_mw(&mut self, t: rdma_direct::MwType) -> Result<Result<PeerMw, String>, Failure> {
+        Ok(b_alloc_mw(self.pd, &mut self.mws, t)?.map(|(id, _)| PeerMw { id }))
+    }
+    fn bind_mw(
+        &mut self,
+        mw: &PeerMw,
+        mr: &PeerMr,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Rkey, Failure> {
+        let m = peer_mr(&self.mrs, mr.id.into())?;
+        b_bind(self.qp, m, &self.mws[mw.id as usize], offset, len, access)
+    }
+    fn unbind_mw(&mut self, mw: &PeerMw) -> Result<Rkey, Failure> {
+        b_unbind(self.qp, &self.mws[mw.id as usize])
+    }
+    fn local_inv(&mut self, rkey: Rkey) -> Result<(), Failure> {
+        b_local_inv(self.qp, rkey)
     }
 }
 
@@ -275,6 +320,26 @@ impl Peer for RemotePeer {
     fn state(&mut self) -> Result<QpState, Failure> {
         parse_state(&self.call("QUERY")?)
     }
+    fn alloc_mw(&mut self, t: rdma_direct::MwType) -> Result<Result<PeerMw, String>, Failure> {
+        parse_mw(&self.call(&mw_line(t))?)
+    }
+    fn bind_mw(
+        &mut self,
+        mw: &PeerMw,
+        mr: &PeerMr,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<Rkey, Failure> {
+        let line = format!("BIND {} {} {offset} {len} {}", mw.id, mr.id, access.bits());
+        parse_rkey(&self.call(&line)?, "BIND")
+    }
+    fn unbind_mw(&mut self, mw: &PeerMw) -> Result<Rkey, Failure> {
+        parse_rkey(&self.call(&format!("UNBIND {}", mw.id))?, "UNBIND")
+    }
+    fn local_inv(&mut self, rkey: Rkey) -> Result<(), Failure> {
+        self.call(&format!("LINV {}", rkey.0)).map(|_| ())
+    }
 }
 
 /// The QP configuration both sides of a two-host case use.
@@ -329,8 +394,9 @@ enum Side<'a> {
 fn connect_over(
     pd: &Pd,
     side: Side<'_>,
+    cfg: &QpConfig,
 ) -> rdma_direct::Result<(Qp, TcpStream, Mr, Option<CmConn>)> {
-    let mut qp = pd.create_qp(&two_host_config())?;
+    let mut qp = pd.create_qp(cfg)?;
     let mr = pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let psn = Qp::random_psn();
     let mine = ConnInfo {
@@ -442,10 +508,17 @@ pub fn serve(dev: &str, listener: &exchange::Listener, how: Connect) -> rdma_dir
             far::serve_built(&ctx, &pd, listener, cm, case.name, build)?;
             continue;
         }
-        let (mut qp, tcp, _mr, _cm) =
-            connect_over(&pd, Side::Server(listener, cm_listener.as_ref()))?;
+        let (mut qp, tcp, _mr, _cm) = connect_over(
+            &pd,
+            Side::Server(listener, cm_listener.as_ref()),
+            &case.run.config(),
+        )?;
         let mut mrs: Vec<Option<Mr>> = Vec::new();
-        serve_lines(tcp, |line| serve_one(line, &pd, &mut qp, &mut mrs))?;
+        // (Declared after the QP: the windows go first.)
+        let mut mws: Vec<rdma_direct::Mw> = Vec::new();
+        serve_lines(tcp, |line| {
+            serve_one(line, &pd, &mut qp, &mut mrs, &mut mws)
+        })?;
     }
     Ok(())
 }
@@ -455,6 +528,7 @@ fn serve_one(
     pd: &Pd,
     qp: &mut Qp,
     mrs: &mut Vec<Option<Mr>>,
+    mws: &mut Vec<rdma_direct::Mw>,
 ) -> Result<String, Failure> {
     let f: Vec<&str> = line.split(' ').collect();
     let num = |i: usize| -> Result<u64, Failure> {
@@ -463,6 +537,9 @@ fn serve_one(
             .ok_or_else(|| Failure(format!("argument {i} of `{line}`")))
     };
     if let Some(r) = mr_command(line, pd, mrs) {
+        return r;
+    }
+    if let Some(r) = mw_command(line, pd, qp, mrs, mws) {
         return r;
     }
     match f.first().copied().unwrap_or("") {
@@ -515,6 +592,8 @@ pub struct TwoHostCase {
 pub enum TwoHostRun {
     /// One RC QP a side, connected through the exchange or rdma_cm.
     Rc(TwoHostFn),
+    /// As [`Self::Rc`], both QPs made with `QpConfig::memory_windows`.
+    RcWindows(TwoHostFn),
     /// What [`Build`] says, connected through the exchange ([`far`]).
     Built(Build, far::BuiltFn),
 }
@@ -524,6 +603,28 @@ macro_rules! rc {
         TwoHostCase {
             name: stringify!($f),
             run: TwoHostRun::Rc($f),
+        }
+    };
+}
+
+impl TwoHostRun {
+    /// The QP configuration of both sides of an RC case.
+    fn config(&self) -> QpConfig {
+        match self {
+            TwoHostRun::RcWindows(_) => QpConfig {
+                memory_windows: true,
+                ..two_host_config()
+            },
+            _ => two_host_config(),
+        }
+    }
+}
+
+macro_rules! rcw {
+    ($f:ident) => {
+        TwoHostCase {
+            name: stringify!($f),
+            run: TwoHostRun::RcWindows($f),
         }
     };
 }
@@ -587,6 +688,9 @@ pub fn two_host_cases() -> &'static [TwoHostCase] {
                 max_sge: 1
             }
         ),
+        rcw!(th_window_type_2_read_write_then_local_inv),
+        rcw!(th_window_send_with_invalidate_revokes_bs_window),
+        rcw!(th_window_type_1_unbind_revokes),
     ]
 }
 
@@ -603,15 +707,16 @@ pub fn run_remote(
     how: Connect,
     case: &TwoHostCase,
 ) -> CaseResult {
+    let cfg = case.run.config();
     let case = match case.run {
-        TwoHostRun::Rc(f) => f,
+        TwoHostRun::Rc(f) | TwoHostRun::RcWindows(f) => f,
         TwoHostRun::Built(build, f) => {
             return far::run_built_remote(dev, host, port, how, case.name, build, f)
         }
     };
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
-    let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Client(host, port, how))
+    let (mut qp, tcp, _mr, _cm) = connect_over(&pd, Side::Client(host, port, how), &cfg)
         .map_err(|e| Failure(format!("{NOT_CONNECTED}{e}")))?;
     let out = tcp
         .try_clone()
@@ -627,17 +732,19 @@ pub fn run_remote(
 
 /// Runs one two-sided case with side B a second QP in this process.
 pub fn run_local(dev: &str, case: &TwoHostCase) -> CaseResult {
+    let cfg = case.run.config();
     let case = match case.run {
-        TwoHostRun::Rc(f) => f,
+        TwoHostRun::Rc(f) | TwoHostRun::RcWindows(f) => f,
         TwoHostRun::Built(build, f) => return far::run_built_local(dev, build, f),
     };
     let ctx = Context::open(dev)?;
     let pd = ctx.alloc_pd()?;
-    let (mut a, mut b) = pd.create_connected_pair(&two_host_config())?;
+    let (mut a, mut b) = pd.create_connected_pair(&cfg)?;
     let mut peer = LocalPeer {
         qp: &mut b,
         pd: &pd,
         mrs: Vec::new(),
+        mws: Vec::new(),
     };
     case(&mut a, &pd, &mut peer)
 }
