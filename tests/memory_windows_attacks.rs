@@ -97,7 +97,6 @@ fn bind_ranges_that_overflow_or_exceed_2_pow_31_are_refused() {
 /// takes, and the bind checks refuse): a public accessor, it must not
 /// panic.
 #[test]
-#[ignore = "BUG: MwBind::addr panics (debug: attempt to add with overflow) or wraps (release) for an offset past u64: src/ib/mw.rs MwBind::addr, `self.mr.addr() + self.offset as u64`"]
 fn mwbind_addr_of_an_overflowing_offset_does_not_panic() {
     let e = mw_env();
     let bind = MwBind::new(&e.mr, usize::MAX - 10, 20, RW);

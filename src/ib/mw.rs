@@ -44,6 +44,26 @@ pub use mlx5_dv::wqe::MwType;
 /// Not `Clone`: one handle, which WRs borrow. Its [`rkey`](Self::rkey) is
 /// the one its last bind posted gave it (set when the bind is posted, in
 /// effect once the device runs it: WRs after it on the same QP see it).
+///
+/// # Binds are posted in order, one window at a time
+///
+/// A bind names the window by the rkey the device holds now and gives it
+/// the next one, so the binds of one window must reach the device in
+/// the order they were posted:
+/// - **One QP at a time.** Binding the same window on two QPs (or from two
+///   threads) without waiting for the first bind's completion may run
+///   them in the other order: the second is then refused (`MW_BIND_ERR`)
+///   and its QP goes to ERR. Wait for a bind's completion before binding
+///   the window on another QP.
+/// - **A bind that fails leaves the window behind.** The rkey moves when
+///   the bind is posted; a bind that completes in error (refused,
+///   `MW_BIND_ERR`, or flushed, `WR_FLUSH_ERR`) changed nothing on the
+///   device, so [`rkey`](Self::rkey) is then one ahead of it and every
+///   later bind of the window is refused. Drop the window and allocate
+///   another. (libibverbs moves `ibv_mw.rkey` at post too, `mlx5_bind_mw`.)
+/// - **Dropping a window with a bind outstanding** deallocates it under
+///   that bind: the bind completes with `MW_BIND_ERR` and its QP goes to
+///   ERR. Drop a window once its binds have completed.
 pub struct Mw {
     // Field order: the window is deallocated (`reg` drops) before the MR
     // of its last bind may go.
@@ -181,9 +201,11 @@ impl<'a> MwBind<'a> {
         }
     }
 
-    /// The window's first address (the MR's address plus `offset`).
+    /// The window's first address (the MR's address plus `offset`,
+    /// wrapping: meaningless for a range the bind refuses,
+    /// [`MwRefusal::Range`]).
     pub fn addr(&self) -> u64 {
-        self.mr.addr() + self.offset as u64
+        self.mr.addr().wrapping_add(self.offset as u64)
     }
 }
 
