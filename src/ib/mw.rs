@@ -64,6 +64,11 @@ pub use mlx5_dv::wqe::MwType;
 /// - **Dropping a window with a bind outstanding** deallocates it under
 ///   that bind: the bind completes with `MW_BIND_ERR` and its QP goes to
 ///   ERR. Drop a window once its binds have completed.
+/// - **Drop a type-2 window before the QP it is bound to** (or invalidate
+///   it first). rxe 6.1 holds a reference to that QP while the window is
+///   bound, and destroying the QP then waits for it (`__rxe_cleanup`,
+///   `rxe_pool.c`: a kernel warning after a timeout, about 50 s in the
+///   guests here).
 pub struct Mw {
     // Field order: the window is deallocated (`reg` drops) before the MR
     // of its last bind may go.

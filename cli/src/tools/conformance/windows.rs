@@ -89,11 +89,14 @@ fn mw_setup(dev: &str) -> Result<Setup, Stop> {
 
 /// What a window case works on: the pair, the MR (filled with a pattern),
 /// a local buffer at `a`, and the window.
+// Field order: the window goes first. rxe 6.1 holds a reference to the
+// QP a type-2 window is bound to, so destroying that QP first stalls
+// (`__rxe_cleanup` waits for it, about 50 s under TCG, and warns).
 struct Win {
-    s: Setup,
+    mw: Mw,
     mr: Mr,
     local: Mr,
-    mw: Mw,
+    s: Setup,
 }
 
 /// Fresh QPs, an MR of [`MR_LEN`] bytes with [`MR_ACCESS`] holding
@@ -109,7 +112,7 @@ fn win(dev: &str, ty: MwType) -> Result<Win, Stop> {
     let local =
         s.pd.alloc_mr(MR_LEN, Access::LOCAL_WRITE)
             .map_err(|e| Err(e.into()))?;
-    Ok(Win { s, mr, local, mw })
+    Ok(Win { mw, mr, local, s })
 }
 
 impl Win {
