@@ -93,7 +93,7 @@ pub use ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 pub use ib::config::{CompletionMode, CqSizing, InlineRecv, QpConfig};
 pub use ib::device::{Backend, DataPath, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
 pub use ib::error::RegRefusal;
-pub use ib::error::{Error, Feature, MwState, PdObject, Queue, Result};
+pub use ib::error::{Error, Feature, PdObject, Queue, Result};
 pub use ib::event::AsyncEvent;
 pub use ib::keys::{Lkey, RemoteAddr, Rkey};
 pub use ib::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};

@@ -1,6 +1,7 @@
 //! Error types of the portable crate.
 
-use mlx5_dv::wqe::WqeError;
+use mlx5_dv::verbs::Access;
+use mlx5_dv::wqe::{MwType, WqeError};
 
 /// Every error the crate returns.
 ///
@@ -237,19 +238,11 @@ pub enum Error {
         /// What it lacks.
         feature: Feature,
     },
-    /// A memory window operation refused for the window's state (bind of
-    /// a bound window, invalidation of a free one, ...); nothing changed.
-    /// Raised by memory windows (to come).
-    #[error("the memory window is {state:?}")]
-    MemoryWindow {
-        /// The window's state.
-        state: MwState,
-    },
     /// A memory-window bind, unbind or invalidation refused before
     /// anything was written (no ring bytes, no doorbell): see
     /// [`MwRefusal`](crate::MwRefusal) for each reason.
     #[error("memory window refused: {0}")]
-    MwRefused(crate::ib::mw::MwRefusal),
+    MwRefused(MwRefusal),
     /// A receive posted to a QP that receives from an SRQ; nothing was
     /// posted. Post receives to the SRQ.
     #[error("QP {qpn:#x} receives from an SRQ: post receives to the SRQ")]
@@ -657,18 +650,6 @@ impl std::fmt::Display for Feature {
     }
 }
 
-/// A memory window's state ([`Error::MemoryWindow`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MwState {
-    /// Allocated, bound to no memory.
-    Free,
-    /// Bound to a memory region's range.
-    Bound,
-    /// Invalidated (by a local or remote invalidate): bind it again to use it.
-    Invalidated,
-}
-
 /// `std::result::Result` with this crate's [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -680,6 +661,71 @@ impl From<super::completion::Completion> for Error {
             qp_num: c.qp_num,
             status: c.status,
             vendor_err: c.vendor_err,
+        }
+    }
+}
+
+/// Why a window operation was refused before anything was posted
+/// ([`Error::MwRefused`](crate::Error::MwRefused)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MwRefusal {
+    /// The window is of the other type for this operation (type 1 binds
+    /// through `Qp::bind_mw` / `Qp::unbind_mw`; type 2 through WRs).
+    WrongType {
+        /// The window's type.
+        mw_type: MwType,
+    },
+    /// The MR was not registered with `Access::MW_BIND` (IB spec C10-73).
+    NoMwBind,
+    /// The range is empty, over 2^31 bytes, or outside the MR.
+    Range {
+        /// Byte offset in the MR.
+        offset: usize,
+        /// Length in bytes.
+        len: usize,
+        /// The MR's length.
+        mr_len: usize,
+    },
+    /// The window's access has a flag a window cannot grant (MW_BIND), or
+    /// REMOTE_WRITE / REMOTE_ATOMIC over an MR without LOCAL_WRITE (C10-75).
+    Access {
+        /// The access asked for.
+        access: Access,
+    },
+    /// The window, its MR or the QP are of different PDs.
+    OtherPd,
+    /// The QP cannot post UMR WQEs: created without
+    /// `QpConfig::memory_windows` (the direct path's WQEs are then too
+    /// small), or of a transport with no windows (UD, DC).
+    NotEnabled,
+}
+
+impl std::fmt::Display for MwRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MwRefusal::WrongType { mw_type } => write!(
+                f,
+                "a type-{} window: type 1 binds through Qp::bind_mw / unbind_mw, type 2 through WRs (SendWr::bind_mw, local_inv)",
+                if *mw_type == MwType::One { 1 } else { 2 }
+            ),
+            MwRefusal::NoMwBind => f.write_str("the MR was not registered with Access::MW_BIND"),
+            MwRefusal::Range {
+                offset,
+                len,
+                mr_len,
+            } => write!(
+                f,
+                "{len} bytes at offset {offset} is not 1 to 2^31 bytes inside the MR's {mr_len}"
+            ),
+            MwRefusal::Access { access } => write!(
+                f,
+                "a window cannot grant {access:?} over this MR (REMOTE_WRITE and REMOTE_ATOMIC need the MR's LOCAL_WRITE; MW_BIND is an MR's flag)"
+            ),
+            MwRefusal::OtherPd => f.write_str("the window, the MR and the QP must share one PD"),
+            MwRefusal::NotEnabled => f.write_str(
+                "the QP posts no memory-window WRs: create it with QpConfig::memory_windows (RC or UC)",
+            ),
         }
     }
 }

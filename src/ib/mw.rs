@@ -29,6 +29,7 @@
 //! sizes its send WQEs for them (rdma-core `mlx5_calc_send_wqe` with
 //! `IBV_QP_EX_WITH_BIND_MW`).
 
+pub use super::error::MwRefusal;
 use super::keys::Rkey;
 use super::mem::Access;
 use super::mr::{Mr, Registration};
@@ -211,71 +212,6 @@ impl<'a> MwBind<'a> {
     /// [`MwRefusal::Range`]).
     pub fn addr(&self) -> u64 {
         self.mr.addr().wrapping_add(self.offset as u64)
-    }
-}
-
-/// Why a window operation was refused before anything was posted
-/// ([`Error::MwRefused`](crate::Error::MwRefused)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MwRefusal {
-    /// The window is of the other type for this operation (type 1 binds
-    /// through `Qp::bind_mw` / `Qp::unbind_mw`; type 2 through WRs).
-    WrongType {
-        /// The window's type.
-        mw_type: MwType,
-    },
-    /// The MR was not registered with `Access::MW_BIND` (IB spec C10-73).
-    NoMwBind,
-    /// The range is empty, over 2^31 bytes, or outside the MR.
-    Range {
-        /// Byte offset in the MR.
-        offset: usize,
-        /// Length in bytes.
-        len: usize,
-        /// The MR's length.
-        mr_len: usize,
-    },
-    /// The window's access has a flag a window cannot grant (MW_BIND), or
-    /// REMOTE_WRITE / REMOTE_ATOMIC over an MR without LOCAL_WRITE (C10-75).
-    Access {
-        /// The access asked for.
-        access: Access,
-    },
-    /// The window, its MR or the QP are of different PDs.
-    OtherPd,
-    /// The QP cannot post UMR WQEs: created without
-    /// `QpConfig::memory_windows` (the direct path's WQEs are then too
-    /// small), or of a transport with no windows (UD, DC).
-    NotEnabled,
-}
-
-impl std::fmt::Display for MwRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MwRefusal::WrongType { mw_type } => write!(
-                f,
-                "a type-{} window: type 1 binds through Qp::bind_mw / unbind_mw, type 2 through WRs (SendWr::bind_mw, local_inv)",
-                if *mw_type == MwType::One { 1 } else { 2 }
-            ),
-            MwRefusal::NoMwBind => f.write_str("the MR was not registered with Access::MW_BIND"),
-            MwRefusal::Range {
-                offset,
-                len,
-                mr_len,
-            } => write!(
-                f,
-                "{len} bytes at offset {offset} is not 1 to 2^31 bytes inside the MR's {mr_len}"
-            ),
-            MwRefusal::Access { access } => write!(
-                f,
-                "a window cannot grant {access:?} over this MR (REMOTE_WRITE and REMOTE_ATOMIC need the MR's LOCAL_WRITE; MW_BIND is an MR's flag)"
-            ),
-            MwRefusal::OtherPd => f.write_str("the window, the MR and the QP must share one PD"),
-            MwRefusal::NotEnabled => f.write_str(
-                "the QP posts no memory-window WRs: create it with QpConfig::memory_windows (RC or UC)",
-            ),
-        }
     }
 }
 
