@@ -15,22 +15,6 @@ use rdma_direct::*;
 mod support;
 use support::*;
 
-/// After a refusal on `b`: no completion came, and a WRITE posts and
-/// completes through the MR's own rkey.
-fn still_posts(b: &mut Qp, e: &MwEnv, what: &str) {
-    let mut wc = [Completion::default(); 4];
-    assert_eq!(b.poll(&mut wc).unwrap(), 0, "{what}: a completion came");
-    let s = [Sge::new(&e.src, 0, 8).unwrap()];
-    let r = RemoteAddr {
-        addr: e.mr.addr(),
-        rkey: e.mr.rkey(),
-    };
-    b.post_send(&[SendWr::rdma_write(90, &s, r).signaled()])
-        .unwrap();
-    let c = next(b);
-    assert_eq!((c.wr_id, c.status), (90, WcStatus::SUCCESS), "{what}");
-}
-
 /// The window's address in `mr` (`OFF`).
 fn waddr(mr: &Mr) -> u64 {
     mr.addr() + OFF as u64

@@ -12,23 +12,6 @@ use rdma_direct::*;
 mod support;
 use support::*;
 
-/// After a refusal on `b`: no completion came, and a WRITE posts and
-/// completes (b writes 8 bytes into `mr`'s first bytes through the MR's
-/// own rkey).
-fn still_posts(b: &mut Qp, e: &MwEnv, what: &str) {
-    let mut wc = [Completion::default(); 4];
-    assert_eq!(b.poll(&mut wc).unwrap(), 0, "{what}: a completion came");
-    let s = [Sge::new(&e.src, 0, 8).unwrap()];
-    let r = RemoteAddr {
-        addr: e.mr.addr(),
-        rkey: e.mr.rkey(),
-    };
-    b.post_send(&[SendWr::rdma_write(90, &s, r).signaled()])
-        .unwrap();
-    let c = next(b);
-    assert_eq!((c.wr_id, c.status), (90, WcStatus::SUCCESS), "{what}");
-}
-
 /// Each refusal of a bind, as `Qp::bind_mw` (type 1) and as a WR
 /// (type 2), one at a time and at the end of a batch behind a valid WRITE.
 #[test]

@@ -1,33 +1,5 @@
-//! Memory windows (IB spec 10.6.7): a grant of one slice of an [`Mr`] to
-//! a peer, with its own rkey and access, revoked without deregistering
-//! the MR.
-//!
-//! | | type 1 ([`MwType::One`]) | type 2 ([`MwType::Two`]) |
-//! |---|---|---|
-//! | bind | [`Qp::bind_mw`](crate::Qp::bind_mw) (`ibv_bind_mw`) | a WR, [`SendWr::bind_mw`](crate::SendWr::bind_mw) (`IBV_WR_BIND_MW`), ordered with the QP's other WRs |
-//! | revoke | [`Qp::unbind_mw`](crate::Qp::unbind_mw), a zero-length bind | [`SendWr::local_inv`](crate::SendWr::local_inv) (`IBV_WR_LOCAL_INV`), or the peer's [`SendWr::send_with_inv`](crate::SendWr::send_with_inv) |
-//! | rebind | while bound | only once free (invalidated) |
-//! | serves | every QP of the PD | the QP it was bound on |
-//!
-//! The MR needs [`Access::MW_BIND`](crate::Access::MW_BIND) (IB spec
-//! C10-73), and the window's access may not exceed what the MR allows a
-//! window: REMOTE_WRITE and REMOTE_ATOMIC only over an MR with
-//! LOCAL_WRITE (C10-75). Every bind changes the rkey's low byte (the
-//! variant, `ibv_inc_rkey`), so an rkey handed out before is dead after
-//! the next bind.
-//!
-//! **The MR stays alive while a window may be bound to it.** A bind keeps
-//! a handle to its MR in the window until the window is bound again or
-//! dropped (dropping a window deallocates it, `ibv_dealloc_mw`, which
-//! unbinds it first); so the MR's memory is never deregistered, nor freed,
-//! under a bound window (rxe refuses such a deregistration, the sim too).
-//!
-//! On mlx5 (the sim, ConnectX) binds and `LOCAL_INV` are UMR WQEs
-//! (`mlx5_dv::wqe::UmrWqe`, 3 WQEBBs for a bind, 2 for a zero-length one):
-//! a QP that posts them is created with
-//! [`QpConfig::memory_windows`](crate::QpConfig::memory_windows), which
-//! sizes its send WQEs for them (rdma-core `mlx5_calc_send_wqe` with
-//! `IBV_QP_EX_WITH_BIND_MW`).
+//! Memory windows (IB spec 10.6.7): [`Mw`] (its docs have the two types
+//! side by side), [`MwBind`], and the bind checks.
 
 pub use super::error::MwRefusal;
 use super::keys::Rkey;
@@ -40,7 +12,38 @@ pub use mlx5_dv::wqe::MwType;
 
 /// A memory window allocated on a PD ([`Pd::alloc_mw`](crate::Pd::alloc_mw),
 /// `ibv_alloc_mw`); deallocated (`ibv_dealloc_mw`, which unbinds it) when
-/// dropped. See the [module docs](self) for the two types.
+/// dropped.
+///
+/// Memory windows (IB spec 10.6.7): a grant of one slice of an [`Mr`] to
+/// a peer, with its own rkey and access, revoked without deregistering
+/// the MR.
+///
+/// | | type 1 ([`MwType::One`]) | type 2 ([`MwType::Two`]) |
+/// |---|---|---|
+/// | bind | [`Qp::bind_mw`](crate::Qp::bind_mw) (`ibv_bind_mw`) | a WR, [`SendWr::bind_mw`](crate::SendWr::bind_mw) (`IBV_WR_BIND_MW`), ordered with the QP's other WRs |
+/// | revoke | [`Qp::unbind_mw`](crate::Qp::unbind_mw), a zero-length bind | [`SendWr::local_inv`](crate::SendWr::local_inv) (`IBV_WR_LOCAL_INV`), or the peer's [`SendWr::send_with_inv`](crate::SendWr::send_with_inv) |
+/// | rebind | while bound | only once free (invalidated) |
+/// | serves | every QP of the PD | the QP it was bound on |
+///
+/// The MR needs [`Access::MW_BIND`](crate::Access::MW_BIND) (IB spec
+/// C10-73), and the window's access may not exceed what the MR allows a
+/// window: REMOTE_WRITE and REMOTE_ATOMIC only over an MR with
+/// LOCAL_WRITE (C10-75). Every bind changes the rkey's low byte (the
+/// variant, `ibv_inc_rkey`), so an rkey handed out before is dead after
+/// the next bind.
+///
+/// **The MR stays alive while a window may be bound to it.** A bind keeps
+/// a handle to its MR in the window until the window is bound again or
+/// dropped (dropping a window deallocates it, `ibv_dealloc_mw`, which
+/// unbinds it first); so the MR's memory is never deregistered, nor freed,
+/// under a bound window (rxe refuses such a deregistration, the sim too).
+///
+/// On mlx5 (the sim, ConnectX) binds and `LOCAL_INV` are UMR WQEs
+/// (`mlx5_dv::wqe::UmrWqe`, 3 WQEBBs for a bind, 2 for a zero-length one):
+/// a QP that posts them is created with
+/// [`QpConfig::memory_windows`](crate::QpConfig::memory_windows), which
+/// sizes its send WQEs for them (rdma-core `mlx5_calc_send_wqe` with
+/// `IBV_QP_EX_WITH_BIND_MW`).
 ///
 /// Not `Clone`: one handle, which WRs borrow. Its [`rkey`](Self::rkey) is
 /// the one its last bind posted gave it (set when the bind is posted, in

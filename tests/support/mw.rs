@@ -144,3 +144,20 @@ pub fn refused(q: &mut Qp, f: impl FnOnce(&mut Qp) -> Result<()>) -> Error {
 pub fn inc(rkey: Rkey) -> Rkey {
     Rkey((rkey.0 & !0xff) | (rkey.0.wrapping_add(1) & 0xff))
 }
+
+/// After a refusal on `b`: no completion came, and a WRITE posts and
+/// completes (b writes 8 bytes into `mr`'s first bytes through the MR's
+/// own rkey).
+pub fn still_posts(b: &mut Qp, e: &MwEnv, what: &str) {
+    let mut wc = [Completion::default(); 4];
+    assert_eq!(b.poll(&mut wc).unwrap(), 0, "{what}: a completion came");
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let r = RemoteAddr {
+        addr: e.mr.addr(),
+        rkey: e.mr.rkey(),
+    };
+    b.post_send(&[SendWr::rdma_write(90, &s, r).signaled()])
+        .unwrap();
+    let c = next(b);
+    assert_eq!((c.wr_id, c.status), (90, WcStatus::SUCCESS), "{what}");
+}

@@ -199,10 +199,17 @@ impl Peer for LocalPeer<'_> {
         access: Access,
     ) -> Result<Rkey, Failure> {
         let m = peer_mr(&self.mrs, mr.id.into())?;
-        b_bind(self.qp, m, &self.mws[mw.id as usize], offset, len, access)
+        b_bind(
+            self.qp,
+            m,
+            b_mw(&self.mws, mw.id.into())?,
+            offset,
+            len,
+            access,
+        )
     }
     fn unbind_mw(&mut self, mw: &PeerMw) -> Result<Rkey, Failure> {
-        b_unbind(self.qp, &self.mws[mw.id as usize])
+        b_unbind(self.qp, b_mw(&self.mws, mw.id.into())?)
     }
     fn local_inv(&mut self, rkey: Rkey) -> Result<(), Failure> {
         b_local_inv(self.qp, rkey)

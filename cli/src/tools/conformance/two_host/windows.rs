@@ -53,7 +53,7 @@ pub(super) fn b_alloc_mw(
     }
 }
 
-fn b_mw(mws: &[Mw], id: u64) -> Result<&Mw, Failure> {
+pub(super) fn b_mw(mws: &[Mw], id: u64) -> Result<&Mw, Failure> {
     usize::try_from(id)
         .ok()
         .and_then(|i| mws.get(i))
