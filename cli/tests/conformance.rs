@@ -9,6 +9,9 @@
 //!
 //! `RDMA_DIRECT_REQUIRE_DEVICE=name[,name...]` makes a missing device a failure
 //! instead of a loud skip (CI sets it in the guest).
+//! `RDMA_DIRECT_CONFORMANCE_DEVICES=name[,name...]` runs the cases on those
+//! devices only (each must be present), e.g. rxe0 alone in the guest, where
+//! the sim's run under emulation would repeat step 1's on the host.
 
 // The two engines of `src/tools` the suite needs, compiled into this crate.
 #[allow(dead_code, unused_imports)]
@@ -40,9 +43,30 @@ fn devices() -> Vec<String> {
             );
         }
     }
+    let names = match std::env::var("RDMA_DIRECT_CONFORMANCE_DEVICES") {
+        Ok(only) => {
+            let only: Vec<String> = only
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            for o in &only {
+                assert!(
+                    names.contains(o),
+                    "RDMA_DIRECT_CONFORMANCE_DEVICES names {o}, which is not present: {names:?}"
+                );
+            }
+            only
+        }
+        Err(_) => names,
+    };
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if names.len() == 1 {
+        if std::env::var_os("RDMA_DIRECT_CONFORMANCE_DEVICES").is_some() {
+            loud(format_args!(
+                "conformance: only the devices RDMA_DIRECT_CONFORMANCE_DEVICES names: {names:?}"
+            ));
+        } else if names.len() == 1 {
             loud(format_args!(
                 "conformance: SKIPPING the verbs path: no ibverbs device on this host (only the sim). \
                  scripts/test runs this suite again on rxe0 in a soft-RoCE guest."
