@@ -147,6 +147,20 @@ impl DirectSrq {
         Ok(())
     }
 
+    /// Receives that took an ODP page fault and wait to be posted again
+    /// (`SharedReceiveQueue::faulted`).
+    pub(crate) fn faulted(&self) -> u32 {
+        self.ring.faulted()
+    }
+
+    /// Posts every faulted receive again, same wr_id and SGEs, with one
+    /// doorbell (`SharedReceiveQueue::repost_faulted`); how many.
+    pub(crate) fn repost_faulted(&mut self) -> u32 {
+        let n = self.ring.repost_faulted();
+        self.refill();
+        n
+    }
+
     /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).
     pub(crate) fn set_limit(&mut self, limit: u32) -> Result<()> {
         match &*self.dev {
