@@ -100,9 +100,12 @@ pub(crate) struct MrShared {
     rkey: u32,
     access: Access,
     writable: bool,
-    /// False for a DMA-BUF registration: `ptr` is its IOVA, never
-    /// dereferenced (every byte accessor refuses).
+    /// False for a DMA-BUF registration (`ptr` is its IOVA) and an
+    /// implicit ODP one: `ptr` never dereferenced (every byte accessor
+    /// refuses).
     cpu: bool,
+    /// An implicit ODP registration: `ptr` 0, `len` `usize::MAX`.
+    implicit: bool,
     pd: u32,
     mr: Option<MrInner>,
     dereg: Arc<dyn DeferredDereg>,

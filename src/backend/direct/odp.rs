@@ -20,11 +20,11 @@ use mlx5_dv::sim;
 pub(crate) fn sim_odp_caps(dev: &sim::Device) -> OdpCaps {
     let c = dev.odp_caps();
     OdpCaps {
-        supported: c.supported,
-        implicit: c.implicit,
-        rc: OdpOps::from_bits_truncate(c.rc),
-        uc: OdpOps::from_bits_truncate(c.uc),
-        ud: OdpOps::from_bits_truncate(c.ud),
+        supported: c.supported(),
+        implicit: c.implicit(),
+        rc: OdpOps::from_bits_truncate(c.rc_odp_caps),
+        uc: OdpOps::from_bits_truncate(c.uc_odp_caps),
+        ud: OdpOps::from_bits_truncate(c.ud_odp_caps),
     }
 }
 
@@ -70,11 +70,7 @@ pub(crate) fn sim_advise(
         OdpAdvice::PrefetchWrite => sim::OdpAdvice::PrefetchWrite,
         OdpAdvice::PrefetchNoFault => sim::OdpAdvice::PrefetchNoFault,
     };
-    let list: Vec<(u32, u64, usize)> = list
-        .iter()
-        .map(|&(lkey, addr, len)| (lkey, addr, len as usize))
-        .collect();
-    dev.advise_mr(pdn, advice, &list)?;
+    dev.advise_mr(pdn, advice, list)?;
     Ok(())
 }
 
