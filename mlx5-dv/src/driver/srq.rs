@@ -21,6 +21,32 @@
 //! completed WQE is the host's again at once: the poll marks it and queues
 //! its index, and the next post relinks it at the tail before it takes a
 //! WQE (so no WQE the device may still own is ever handed out again).
+//!
+//! **ODP page faults** (rdma-core `providers/mlx5/srq.c`
+//! `mlx5_complete_odp_fault`, `cq.c`): when a receive into an SRQ WQE
+//! takes a page fault on an ODP MR, ConnectX consumes the WQE with an error
+//! CQE (RESP_ERR, syndrome 0x22, vendor syndrome 0x93:
+//! [`crate::cqe::Cqe::is_odp_fault`]), nothing written to its buffer, and
+//! the message arrives again later into another WQE. That CQE is not a
+//! completion: a poller that reported it, or completed the WQE, would lose
+//! the buffer (the application never reposts what it never saw). libmlx5
+//! reports nothing and, under the SRQ's lock, moves the WQE to a wait
+//! queue (a cool-down: the device may still be resolving the fault) and
+//! posts its SGEs in the head WQE with the same wr_id, ringing the
+//! doorbell. Here the SRQ has one poster (`&mut SharedReceiveQueue`) and
+//! lock-free pollers, so a poller cannot post. **Our policy**: the poller
+//! calls [`SrqSlots::fault`] instead of [`SrqSlots::complete`], which marks
+//! the WQE faulted and queues it on the same lock-free return queue; the
+//! owner's next relink ([`SharedReceiveQueue::post`], `check`, `free`,
+//! `refill`, or [`SharedReceiveQueue::repost_faulted`] now) relinks it as
+//! any returned WQE and then reposts it first: its data segments copied
+//! into the head WQE, with its wr_id and lkeys, as `srq_repost` does, each
+//! repost counted in the doorbell record, and the doorbell rung. The
+//! cool-down libmlx5's wait queue gives comes from the owner's next call;
+//! the faulted WQE's own slot goes to the free list's tail, reused last.
+//! [`SharedReceiveQueue::post_one_seg`] (the fast path) does not relink,
+//! so reposts wait for its next refill; the post and poll fast paths test
+//! nothing more (a fault CQE is an error CQE, which leaves them already).
 
 use super::DescError;
 use crate::mmio;
@@ -79,6 +105,8 @@ pub struct SrqSlots {
     /// `returned.len() - 1` (a power of two's).
     returned_mask: u64,
     returned_at: AtomicU64,
+    /// WQEs given back as faulted ([`Self::fault`]).
+    faults: AtomicU64,
     count: u32,
     /// The ring's address and stride, for copying scatter-to-CQE data out
     /// (`scatter.rs`); 0 when there is none (the verbs backend's slots).
@@ -146,6 +174,10 @@ fn settled_ptr(p: *const Slot) -> *const Slot {
 /// x86_64 only for a bit whose test is not a sign test.)
 const HELD: u64 = 1 << 62;
 
+/// A state word's bit: the device gave the WQE back with an ODP page
+/// fault ([`SrqSlots::fault`]); the poster reposts it and clears the bit.
+const FAULTED: u64 = 1 << 61;
+
 /// A return queue word's bit: a WQE's index is queued there.
 const READY: u64 = 1 << 63;
 
@@ -163,6 +195,7 @@ impl SrqSlots {
             returned: (0..ring).map(|_| AtomicU64::new(0)).collect(),
             returned_mask: ring as u64 - 1,
             returned_at: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
             count,
             ring: 0,
             stride: 0,
@@ -255,18 +288,53 @@ impl SrqSlots {
     }
 
     /// A poller met an ODP page-fault CQE ([`crate::cqe::Cqe::is_odp_fault`])
-    /// naming WQE `idx`: instead of [`Self::complete`], marks the WQE
-    /// faulted and queues it, lock-free, for the poster to repost with the
-    /// same wr_id and SGEs ([`SharedReceiveQueue::repost_faulted`], and the
-    /// poster's next post or relink). Reports nothing. `false` for an index
-    /// that names no WQE the device holds.
+    /// naming WQE `idx`: called instead of [`Self::complete`], it reports
+    /// nothing, marks the WQE faulted and queues it, lock-free, as
+    /// `complete` does, for the poster to repost with the same wr_id and
+    /// SGEs at its next relink ([`SharedReceiveQueue::repost_faulted`], the
+    /// next [`SharedReceiveQueue::post`]; module docs). `false` for an index
+    /// that names no WQE the device holds (out of range, never posted,
+    /// completed or faulted already). The error path only: a CAS loop and
+    /// two `fetch_add`s.
+    #[cold]
     pub fn fault(&self, idx: u16) -> bool {
-        // (Skeleton: queued as a completion; the repost lands next.)
-        self.complete(idx).is_some()
+        let Some(slot) = self.slots.get(idx as usize) else {
+            return false;
+        };
+        let mut cur = slot.state.load(Ordering::Acquire);
+        loop {
+            if cur & HELD == 0 {
+                return false;
+            }
+            // AcqRel: as `complete_with`'s; the poster reads FAULTED
+            // after the return queue's word, stored below with release.
+            match slot.state.compare_exchange_weak(
+                cur,
+                cur & !HELD | FAULTED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        // Counted before the word is queued: a relink that takes the word
+        // sees the count (its acquire of the word), and walks for it.
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        let word = (idx as u64 * self.stride_at16) | self.word_bits | idx.to_be() as u64;
+        let at = self.returned_at.fetch_add(1, Ordering::AcqRel);
+        self.returned[(at & self.returned_mask) as usize].store(word, Ordering::Release);
+        true
+    }
+
+    /// WQEs given back as faulted so far ([`Self::fault`]), modulo 2^32.
+    pub fn faults(&self) -> u32 {
+        self.faults.load(Ordering::Relaxed) as u32
     }
 
     /// WQEs completed so far (each [`Self::complete`] that returned a
-    /// wr_id), modulo 2^32.
+    /// wr_id, and each [`Self::fault`] that returned `true`: the device
+    /// gave the WQE back either way), modulo 2^32.
     #[inline(always)]
     pub fn completed(&self) -> u32 {
         self.returned_at.load(Ordering::Relaxed) as u32
@@ -338,6 +406,9 @@ pub struct SharedReceiveQueue {
     pending: bool,
     /// The poster's position in the slots' return queue.
     returned_at: u64,
+    /// Faulted WQEs reposted ([`SrqSlots::fault`]), modulo 2^64: behind
+    /// the slots' count while some wait for a relink.
+    reposted: u64,
     /// `slots`' slot 0, and `count - 1`: where the in-place post finds a
     /// WQE's slot without following the `Arc` or a bounds test.
     slot0: NonNull<Slot>,
@@ -434,6 +505,7 @@ impl SharedReceiveQueue {
             counter: 0,
             pending: false,
             returned_at: 0,
+            reposted: 0,
             room: 0,
             room_then: 0,
             // (From the whole slice: the pointer may reach every slot.)
@@ -504,8 +576,69 @@ impl SharedReceiveQueue {
             tail_at = (w >> 16) as u32 as usize;
         }
         self.returned_at = at;
+        let old_tail = self.tail;
         self.tail = (tail_at >> shift) as u32;
         self.free += (at - from) as u32;
+        // (Relaxed: a word taken above was stored after its fault's count.)
+        if self.slots.faults.load(Ordering::Relaxed) != self.reposted {
+            self.repost_from(old_tail);
+        }
+    }
+
+    /// Reposts the faulted WQEs among those the relink just linked after
+    /// `old_tail`, in list order: each one's data segments (the ring still
+    /// holds them: the device writes no receive WQE) copied into the head
+    /// WQE, which takes its wr_id and lkeys, as rdma-core's `srq_repost`
+    /// does; then the doorbell. In list order, no copy overwrites a faulted
+    /// WQE not yet reposted: the `j`-th repost writes the free list's
+    /// `j`-th WQE from the head, and the `j`-th faulted WQE lies past it
+    /// (behind every WQE free before the relink and the `j - 1` faulted
+    /// ones before it). A faulted WQE already at the head is reposted in
+    /// place.
+    #[cold]
+    #[inline(never)]
+    fn repost_from(&mut self, old_tail: u32) {
+        let stride = self.stride as usize;
+        let mut at = old_tail;
+        let before = self.reposted;
+        while at != self.tail {
+            let next = self.buf.read_seg(at as usize * stride);
+            at = decode_srq_next_seg(&next) as u32 & self.wqe_mask;
+            let slot = &self.slots.slots[at as usize];
+            let state = slot.state.load(Ordering::Acquire);
+            if state & FAULTED == 0 {
+                continue;
+            }
+            slot.state.store(state & !FAULTED, Ordering::Relaxed);
+            let wr_id = slot.wr_id.load(Ordering::Relaxed);
+            let head = self.head;
+            if head != at {
+                for k in (SRQ_NEXT_SEG..stride).step_by(crate::prm::DS) {
+                    let seg = self.buf.read_seg(at as usize * stride + k);
+                    self.buf.write_seg(head as usize * stride + k, &seg);
+                }
+            }
+            // Its lkeys, read from its slot as the head's are written (the
+            // same slot, in place, when the head is the faulted WQE).
+            let slots: &SrqSlots = &self.slots;
+            let more = slots.max_sge - 1;
+            let i = at as usize * more;
+            let lkeys = core::iter::once(state as u32)
+                .chain(
+                    slots.more_lkeys[i..i + more]
+                        .iter()
+                        .map(|k| k.load(Ordering::Relaxed)),
+                )
+                .take((state >> 32 & 0xffff) as usize);
+            slots.give(head, wr_id, lkeys);
+            self.head = decode_srq_next_seg(&self.buf.read_seg(head as usize * stride)) as u32;
+            self.free -= 1;
+            self.counter = self.counter.wrapping_add(1);
+            self.reposted = self.reposted.wrapping_add(1);
+        }
+        if self.reposted != before {
+            self.write_dbrec();
+        }
     }
 
     /// Counts the in-place posts since `free` was last up to date.
@@ -541,13 +674,14 @@ impl SharedReceiveQueue {
     }
 
     /// Writes one WQE at the head without ringing the doorbell; returns
-    /// its index. On error nothing is written.
+    /// its index. On error nothing is written. Before it, WQEs completed
+    /// are relinked and faulted ones reposted (module docs), with their
+    /// own doorbell.
     ///
     /// Errors: [`WqeError::QueueFull`] (the free list is empty: poll);
     /// [`WqeError::RecvTooManySges`] (more non-empty SGEs than
     /// [`Self::max_sge`]); [`WqeError::LengthOverflow`] over 2^31 bytes.
     pub fn post(&mut self, sges: &[DataSeg], wr_id: u64) -> Result<u32, WqeError> {
-        self.check(1)?;
         let slots = self.max_sge() as usize;
         let need = sges.iter().filter(|s| s.len != 0).count();
         if need > slots {
@@ -560,6 +694,9 @@ impl SharedReceiveQueue {
         if total > 1 << 31 {
             return Err(WqeError::LengthOverflow { total });
         }
+        // (After the checks of the SGEs: a refused post relinks nothing,
+        // so reposts no faulted WQE and rings no doorbell.)
+        self.check(1)?;
         let idx = self.head;
         let base = idx as usize * self.stride as usize;
         crate::wqe::write_recv_segs(&mut self.buf, base + SRQ_NEXT_SEG, sges, slots);
@@ -625,16 +762,22 @@ impl SharedReceiveQueue {
         true
     }
 
-    /// Reposts every WQE a poller gave back as faulted
-    /// ([`SrqSlots::fault`]) now, each with its wr_id and SGEs, and rings
-    /// the doorbell; returns how many.
+    /// Reposts now every WQE a poller gave back as faulted
+    /// ([`SrqSlots::fault`]) and queued: each with its wr_id and SGEs, the
+    /// doorbell rung (its record counts each repost as a post); returns how
+    /// many. [`Self::post`], [`Self::check`], [`Self::free`] and
+    /// [`Self::refill`] do it too (they relink); [`Self::post_one_seg`]
+    /// does not (its fast path tests nothing more).
     pub fn repost_faulted(&mut self) -> u32 {
-        0
+        let before = self.reposted;
+        self.relink();
+        self.reposted.wrapping_sub(before) as u32
     }
 
-    /// WQEs given back as faulted and not reposted yet.
+    /// WQEs given back as faulted and not reposted yet (the device does not
+    /// hold them; [`Self::outstanding`] does not count them).
     pub fn faulted(&self) -> u32 {
-        0
+        (self.slots.faults.load(Ordering::Relaxed) as u32).wrapping_sub(self.reposted as u32)
     }
 
     /// Publishes what was posted: barrier, then `dbrec = be32(counter)`.

@@ -230,7 +230,49 @@ impl Device {
         sges: &[(u32, u64, u32)],
     ) -> Result<(), SimError> {
         let st = self.lock();
-        let _ = (&st, pd, advice, sges);
+        // Every SGE checked first: a refusal changes nothing.
+        for &(lkey, va, len) in sges {
+            let mr = st.mrs.get(&lkey).ok_or(SimError::NoSuchMr(lkey))?;
+            let pages = mr.odp.as_ref().ok_or(SimError::NotOdp(lkey))?;
+            if mr.pd != pd {
+                return Err(SimError::ForeignMr { lkey, pd });
+            }
+            if advice == OdpAdvice::PrefetchWrite && !mr.access.contains(Access::LOCAL_WRITE) {
+                return Err(SimError::NotWritable(lkey));
+            }
+            let addr = super::dmabuf::host_addr(&st, lkey, va);
+            let inside = addr >= mr.addr
+                && addr
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= mr.addr + mr.len);
+            if !inside {
+                return Err(SimError::OutsideMr {
+                    lkey,
+                    addr: va,
+                    len: len as u64,
+                });
+            }
+            if pages.implicit && advice != OdpAdvice::PrefetchNoFault && len != 0 {
+                let maps = HostMaps::read();
+                let write = advice == OdpAdvice::PrefetchWrite;
+                if let Some(pg) = span(addr, len as u64).find(|&pg| !maps.allows(pg, write)) {
+                    return Err(SimError::Unmapped(pg * ODP_PAGE));
+                }
+            }
+        }
+        let mut made = 0;
+        for &(lkey, va, len) in sges {
+            let pages = st.mrs[&lkey].odp.as_ref().expect("checked above");
+            let addr = super::dmabuf::host_addr(&st, lkey, va);
+            let mut resident = pages.resident.borrow_mut();
+            for pg in span(addr, len as u64) {
+                if advice == OdpAdvice::PrefetchNoFault && !cpu_present(pg) {
+                    continue;
+                }
+                made += resident.insert(pg) as u64;
+            }
+        }
+        st.odp.count(|s| s.prefetched += made);
         Ok(())
     }
 
@@ -269,16 +311,237 @@ impl Device {
     }
 }
 
+impl OdpState {
+    fn count(&self, f: impl FnOnce(&mut OdpStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+}
+
+/// The page numbers `addr..addr+len` touches (none for `len` 0).
+fn span(addr: u64, len: u64) -> impl Iterator<Item = u64> + Clone {
+    let (first, end) = match len {
+        0 => (1, 0),
+        _ => (addr / ODP_PAGE, (addr + (len - 1)) / ODP_PAGE),
+    };
+    first..=end
+}
+
+/// What a DMA to `addr..addr+len` of the MR of `key` finds.
+enum Residency {
+    /// Not an ODP MR, or every page resident: no fault.
+    Resident,
+    /// Some pages are not resident, and may be made so.
+    Faults,
+    /// A page of an implicit MR that the process does not map with the
+    /// permission needed: the device's page fault fails.
+    Unresolvable,
+}
+
+fn residency(st: &State, key: u32, addr: u64, len: u64, write: bool) -> Residency {
+    let Some(pages) = st.mrs.get(&key).and_then(|m| m.odp.as_ref()) else {
+        return Residency::Resident;
+    };
+    let resident = pages.resident.borrow();
+    let mut missing = span(addr, len)
+        .filter(|pg| !resident.contains(pg))
+        .peekable();
+    if missing.peek().is_none() {
+        return Residency::Resident;
+    }
+    if pages.implicit {
+        // On the fault path only: what the process maps now.
+        let maps = HostMaps::read();
+        if missing.any(|pg| !maps.allows(pg, write)) {
+            return Residency::Unresolvable;
+        }
+    }
+    Residency::Faults
+}
+
+/// Makes `addr..addr+len` of the MR of `key` resident, counting each page
+/// that was not as a fault.
+fn resolve(st: &State, key: u32, addr: u64, len: u64) {
+    let Some(pages) = st.mrs.get(&key).and_then(|m| m.odp.as_ref()) else {
+        return;
+    };
+    let mut resident = pages.resident.borrow_mut();
+    let made = span(addr, len).filter(|&pg| resident.insert(pg)).count() as u64;
+    st.odp.count(|s| s.faults += made);
+}
+
 /// Faults in the pages of `addr..addr+len` of the MR of `key` (an lkey or
 /// an rkey; the range already checked inside it) for an access that
-/// writes or not: `true` when they are all resident now (or the MR is not
-/// ODP), `false` when an implicit MR's page is not mapped with the
-/// permission needed (nothing made resident then).
+/// writes or not, before the access moves a byte: `true` when they are
+/// all resident now (or the MR is not ODP), `false` when an implicit MR's
+/// page is not mapped with the permission needed (nothing made resident:
+/// the caller fails the access).
 pub(super) fn fault_in(st: &State, key: u32, addr: u64, len: u64, write: bool) -> bool {
-    let _ = (st, key, addr, len, write);
+    if st.odp.mrs == 0 || len == 0 {
+        return true;
+    }
+    match residency(st, key, addr, len, write) {
+        Residency::Resident => true,
+        Residency::Unresolvable => false,
+        Residency::Faults => {
+            resolve(st, key, addr, len);
+            true
+        }
+    }
+}
+
+/// The parts of `segs` (checked) that scattering `len` bytes fills, in
+/// order: (lkey, address, bytes).
+fn filled(segs: &[DataSeg], len: usize) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+    let mut left = len as u64;
+    segs.iter().map_while(move |s| {
+        if left == 0 {
+            return None;
+        }
+        let k = left.min(s.len as u64);
+        left -= k;
+        Some((s.lkey, s.addr, k))
+    })
+}
+
+/// What scattering `len` bytes over receive segments `segs` (checked
+/// against the receive queue's MRs) finds: [`Residency::Faults`] when a
+/// page the bytes fill is not resident and every one may be made so.
+fn scatter_residency(st: &State, segs: &[DataSeg], len: usize) -> Residency {
+    let mut out = Residency::Resident;
+    for (key, addr, k) in filled(segs, len) {
+        match residency(st, key, addr, k, true) {
+            Residency::Resident => {}
+            Residency::Faults => out = Residency::Faults,
+            Residency::Unresolvable => return Residency::Unresolvable,
+        }
+    }
+    out
+}
+
+/// [`fault_in`] for a receive's scatter of `len` bytes over `segs`
+/// (checked): `false`, nothing made resident, when a page cannot be.
+pub(super) fn fault_in_scatter(st: &State, segs: &[DataSeg], len: usize) -> bool {
+    if st.odp.mrs == 0 {
+        return true;
+    }
+    match scatter_residency(st, segs, len) {
+        Residency::Resident => true,
+        Residency::Unresolvable => false,
+        Residency::Faults => {
+            for (key, addr, k) in filled(segs, len) {
+                resolve(st, key, addr, k);
+            }
+            true
+        }
+    }
+}
+
+/// The SRQ page-fault case (module docs): before a message of `len` bytes
+/// is scattered into receive WQE `idx` of SRQ-fed QP `qpn` (its
+/// segments `segs`, checked against the SRQ's PD), whether it faults.
+/// If so, writes the WQE's page-fault CQE (RESP_ERR, 0x22 / 0x93,
+/// `wqe_counter` `idx`) on the QP's receive CQ, consumes the WQE, makes
+/// the pages resident and returns `true`: the caller delivers the message
+/// again into the next WQE. The QP's state does not change.
+fn srq_fault(st: &mut State, qpn: u32, idx: u16, segs: &[DataSeg], len: usize) -> bool {
+    if st.odp.mrs == 0 || len == 0 {
+        return false;
+    }
+    if !matches!(scatter_residency(st, segs, len), Residency::Faults) {
+        return false;
+    }
+    for (key, addr, k) in filled(segs, len) {
+        resolve(st, key, addr, k);
+    }
+    let c = crate::cqe::Cqe {
+        vendor_syndrome: crate::prm::VENDOR_SYNDROME_ODP_PFAULT,
+        ..super::recv::resp_cqe(
+            crate::prm::CqeOpcode::RESP_ERR,
+            0,
+            0,
+            crate::prm::Syndrome::REMOTE_ABORTED_ERR,
+        )
+    };
+    super::recv::complete_recv(st, qpn, idx, c);
+    st.odp.count(|s| s.srq_fault_cqes += 1);
     true
 }
 
-/// Placeholder use of `DataSeg` until the SRQ fault path lands.
-#[allow(dead_code)]
-fn _segs(_: &[DataSeg]) {}
+/// [`srq_fault`] for the responder's receive WQE `idx` (`segs`) of QP
+/// `qpn` about to take `data` (`None`: no bytes go to its buffers): only
+/// on a QP fed by an SRQ, and only for a WQE the responder would
+/// otherwise take (every segment valid on `pd` with LOCAL_WRITE, room for
+/// the data), so that a bad WQE still fails as it would.
+pub(super) fn srq_refault(
+    st: &mut State,
+    qpn: u32,
+    pd: u32,
+    idx: u16,
+    segs: &[DataSeg],
+    data: Option<&[u8]>,
+) -> bool {
+    let Some(data) = data.filter(|_| st.odp.mrs != 0 && st.qps[&qpn].srq.is_some()) else {
+        return false;
+    };
+    let room: u64 = segs.iter().map(|s| s.len as u64).sum();
+    if room < data.len() as u64
+        || segs
+            .iter()
+            .any(|s| s.len != 0 && !super::ops::local_ok(st, pd, *s, true))
+    {
+        return false;
+    }
+    srq_fault(st, qpn, idx, segs, data.len())
+}
+
+/// The process's mappings (`/proc/self/maps`): start, end, readable,
+/// writable. Read on a fault of an implicit MR only.
+struct HostMaps(Vec<(u64, u64, bool, bool)>);
+
+impl HostMaps {
+    fn read() -> Self {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        HostMaps(
+            text.lines()
+                .filter_map(|line| {
+                    let mut f = line.split_ascii_whitespace();
+                    let (lo, hi) = f.next()?.split_once('-')?;
+                    let perms = f.next()?.as_bytes();
+                    Some((
+                        u64::from_str_radix(lo, 16).ok()?,
+                        u64::from_str_radix(hi, 16).ok()?,
+                        perms.first() == Some(&b'r'),
+                        perms.get(1) == Some(&b'w'),
+                    ))
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether page `pg` is mapped readable (and writable, for `write`).
+    fn allows(&self, pg: u64, write: bool) -> bool {
+        let at = pg * ODP_PAGE;
+        self.0
+            .iter()
+            .any(|&(lo, hi, r, w)| lo <= at && at < hi && r && (w || !write))
+    }
+}
+
+/// Whether the CPU has page `pg` present (mapped and in memory:
+/// `mincore(2)`), for [`OdpAdvice::PrefetchNoFault`].
+fn cpu_present(pg: u64) -> bool {
+    let mut v = 0u8;
+    // SAFETY: `mincore` reads no memory of the range: it fills one byte
+    // of `v` for the one page named (page-aligned), or fails (ENOMEM for
+    // an unmapped page).
+    let r = unsafe {
+        libc::mincore(
+            (pg * ODP_PAGE) as *mut libc::c_void,
+            ODP_PAGE as usize,
+            &mut v,
+        )
+    };
+    r == 0 && v & 1 != 0
+}
