@@ -400,15 +400,6 @@ impl ReceiveQueue {
         }
     }
 
-    /// For an SRQ WQE's ODP page-fault CQE ([`crate::cqe::Cqe::is_odp_fault`]),
-    /// instead of [`Self::complete_on_srq`]: [`SrqSlots::fault`] (the WQE
-    /// queued to be posted again, nothing reported). `false` for a QP of
-    /// its own RQ, as for a WQE the SRQ does not hold.
-    #[inline]
-    pub fn fault_on_srq(&self, wqe_counter: u16) -> bool {
-        self.srq.as_ref().is_some_and(|s| s.fault(wqe_counter))
-    }
-
     /// [`Self::complete`] on the QP's own RQ.
     #[inline(never)]
     fn complete_own(&mut self, wqe_counter: u16) -> Option<u64> {
