@@ -54,9 +54,9 @@ fn sim_reports_its_odp_caps() {
     let ctx = Context::open("sim").unwrap();
     let caps = ctx.odp_caps();
     assert!(caps.supported && caps.implicit, "{caps:?}");
-    assert!(caps.rc.contains(
-        OdpOps::SEND | OdpOps::RECV | OdpOps::WRITE | OdpOps::READ | OdpOps::ATOMIC
-    ));
+    assert!(caps
+        .rc
+        .contains(OdpOps::SEND | OdpOps::RECV | OdpOps::WRITE | OdpOps::READ | OdpOps::ATOMIC));
     assert!(caps.rc.contains(OdpOps::SRQ_RECV));
     let listed = list_devices().unwrap();
     let sim = listed.iter().find(|d| d.name == SIM_DEVICE).unwrap();
@@ -101,10 +101,9 @@ fn odp_mr_faults_on_first_touch_and_after_eviction() {
     let (mut a, mut b) = pair(&e.pd);
     let mut from = e.pd.alloc_local_mr(PAGE, Access::ON_DEMAND).unwrap();
     from[..5].copy_from_slice(b"local");
-    let into = e
-        .pd
-        .alloc_local_mr(PAGE, Access::LOCAL_WRITE | Access::ON_DEMAND)
-        .unwrap();
+    let into =
+        e.pd.alloc_local_mr(PAGE, Access::LOCAL_WRITE | Access::ON_DEMAND)
+            .unwrap();
     let f0 = stats(&e.pd).faults;
     b.post_recv_owned(7, into, 0, PAGE as u32).unwrap();
     a.post_send_owned(&SendWr::send(8, &[]).signaled(), from, 0, 5)
@@ -141,7 +140,11 @@ fn advise_prefetches_so_the_access_takes_no_fault() {
     assert_eq!(s1.faults, s0.faults);
     e.src.write(0, b"prefetched").unwrap();
     write(&mut a, &e.src, 0, 10, remote(&m, 2 * PAGE as u64 + 100));
-    assert_eq!(stats(&e.pd).faults, s1.faults, "no fault after the prefetch");
+    assert_eq!(
+        stats(&e.pd).faults,
+        s1.faults,
+        "no fault after the prefetch"
+    );
     let mut got = [0u8; 10];
     m.read(2 * PAGE + 100, &mut got).unwrap();
     assert_eq!(&got, b"prefetched");
@@ -151,8 +154,11 @@ fn advise_prefetches_so_the_access_takes_no_fault() {
     // Reading too: a READ out of prefetched pages.
     e.pd.sim_evict_odp(&m).unwrap().unwrap();
     let s2 = stats(&e.pd);
-    e.pd.advise(OdpAdvice::Prefetch, &[Sge::new(&m, 0, 4 * PAGE as u32).unwrap()])
-        .unwrap();
+    e.pd.advise(
+        OdpAdvice::Prefetch,
+        &[Sge::new(&m, 0, 4 * PAGE as u32).unwrap()],
+    )
+    .unwrap();
     assert_eq!(stats(&e.pd).prefetched - s2.prefetched, 4);
     let into = [Sge::new(&e.src, 64, 10).unwrap()];
     a.post_send(&[SendWr::rdma_read(2, &into, remote(&m, 2 * PAGE as u64 + 100)).signaled()])
@@ -178,7 +184,10 @@ fn implicit_odp_reaches_plain_memory() {
     assert!(imr.is_implicit_odp() && !imr.is_cpu_mapped());
     assert_eq!((imr.addr(), imr.len()), (0, usize::MAX));
     assert!(imr.access().contains(Access::ON_DEMAND));
-    assert!(matches!(imr.write(0, b"x"), Err(Error::NoCpuMapping { .. })));
+    assert!(matches!(
+        imr.write(0, b"x"),
+        Err(Error::NoCpuMapping { .. })
+    ));
     assert!(matches!(
         Sge::new(&imr, 0x1000, 8),
         Err(Error::NoCpuMapping { .. })
@@ -298,8 +307,11 @@ fn verbs_device_registers_odp_only_where_its_caps_say() {
     }
     assert_ne!(regs(&pd), before);
     let m = pd.alloc_mr(PAGE, ODP).unwrap();
-    pd.advise(OdpAdvice::PrefetchWrite, &[Sge::new(&m, 0, PAGE as u32).unwrap()])
-        .unwrap();
+    pd.advise(
+        OdpAdvice::PrefetchWrite,
+        &[Sge::new(&m, 0, PAGE as u32).unwrap()],
+    )
+    .unwrap();
     // SAFETY: the rkey goes nowhere; no WR names it.
     let implicit = unsafe { pd.reg_implicit_odp(RW) };
     if caps.implicit {

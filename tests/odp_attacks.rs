@@ -42,15 +42,17 @@ fn bad_advice_is_refused_and_prefetches_nothing() {
     let odp = e.pd.alloc_mr(2 * PAGE, ODP).unwrap();
     let pd2 = e.ctx.alloc_pd().unwrap();
     let theirs = pd2.alloc_mr(PAGE, ODP).unwrap();
-    let ro = e
-        .pd
-        .alloc_mr(PAGE, Access::REMOTE_READ | Access::ON_DEMAND)
-        .unwrap();
+    let ro =
+        e.pd.alloc_mr(PAGE, Access::REMOTE_READ | Access::ON_DEMAND)
+            .unwrap();
     let good = Sge::new(&odp, 0, 2 * PAGE as u32).unwrap();
     let s0 = stats(&e.pd);
     let refused = |advice, list: &[Sge<'_>]| e.pd.advise(advice, list).unwrap_err();
     assert!(matches!(
-        refused(OdpAdvice::Prefetch, &[good, Sge::new(&theirs, 0, 8).unwrap()]),
+        refused(
+            OdpAdvice::Prefetch,
+            &[good, Sge::new(&theirs, 0, 8).unwrap()]
+        ),
         Error::ForeignPd {
             object: PdObject::Sge
         }
@@ -108,7 +110,10 @@ fn implicit_odp_with_bad_access_registers_nothing() {
     ));
     // SAFETY: as above.
     let r = unsafe { e.pd.reg_implicit_odp(Access::from_bits_retain(1 << 20)) };
-    assert!(matches!(r, Err(Error::Register(RegRefusal::UnknownAccess(_)))));
+    assert!(matches!(
+        r,
+        Err(Error::Register(RegRefusal::UnknownAccess(_)))
+    ));
     assert_eq!(regs(&e.pd), before);
 }
 
@@ -152,10 +157,7 @@ fn implicit_odp_at_unmapped_addresses_fails_and_touches_nothing() {
     assert_eq!(stats(&e.pd), s0);
     e.pd.advise(OdpAdvice::PrefetchNoFault, &hole).unwrap();
     assert_eq!(stats(&e.pd).prefetched, s0.prefetched);
-    let (mut a, _b) = e
-        .pd
-        .create_connected_pair(&QpConfig::default())
-        .unwrap();
+    let (mut a, _b) = e.pd.create_connected_pair(&QpConfig::default()).unwrap();
     e.src.write(0, &[0xee; 8]).unwrap();
     let s = [Sge::new(&e.src, 0, 8).unwrap()];
     let to = RemoteAddr {

@@ -65,7 +65,9 @@ fn run(shared: bool) {
             Access::LOCAL_WRITE | Access::ON_DEMAND,
         )
         .unwrap();
-    let src = pd.alloc_mr(PER_ROUND as usize * 8, Access::LOCAL_WRITE).unwrap();
+    let src = pd
+        .alloc_mr(PER_ROUND as usize * 8, Access::LOCAL_WRITE)
+        .unwrap();
     let sges: Vec<[Sge<'_>; 1]> = (0..MAX_WR as usize)
         .map(|k| [Sge::new(&bufs, k * PAGE, PAGE as u32).unwrap()])
         .collect();
@@ -105,7 +107,10 @@ fn run(shared: bool) {
     let mut fault_cqes = 0;
     for round in 0..ROUNDS {
         let evicted = pd.sim_evict_odp(&bufs).unwrap().unwrap();
-        assert!(round == 0 || evicted > 0, "round {round}: pages were resident");
+        assert!(
+            round == 0 || evicted > 0,
+            "round {round}: pages were resident"
+        );
         let s0 = pd.sim_odp_stats().unwrap();
         for i in 0..PER_ROUND {
             let n = round * PER_ROUND + i;
@@ -160,7 +165,10 @@ fn run(shared: bool) {
         let want: Vec<u64> = (round * PER_ROUND..(round + 1) * PER_ROUND).collect();
         assert_eq!(seen.keys().copied().collect::<Vec<_>>(), want);
         let s1 = pd.sim_odp_stats().unwrap();
-        assert!(s1.faults > s0.faults, "round {round}: the evicted pages faulted");
+        assert!(
+            s1.faults > s0.faults,
+            "round {round}: the evicted pages faulted"
+        );
         fault_cqes += s1.srq_fault_cqes - s0.srq_fault_cqes;
     }
     assert!(fault_cqes > 0, "the SRQ took page-fault CQEs");

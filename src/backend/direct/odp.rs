@@ -7,13 +7,13 @@
 
 use super::mr::SimReg;
 use super::DirectQp;
-use mlx5_dv::cqe::Cqe;
-use mlx5_dv::driver::ReceiveQueue;
-use mlx5_dv::prm::CqeOpcode;
 use crate::ib::device::{OdpCaps, OdpOps};
 use crate::ib::error::Result;
 use crate::ib::mem::{Access, Buffer, OdpAdvice};
 use crate::ib::mr::MrInner;
+use mlx5_dv::cqe::Cqe;
+use mlx5_dv::driver::ReceiveQueue;
+use mlx5_dv::prm::CqeOpcode;
 use mlx5_dv::sim;
 
 /// The sim's ODP caps (`sim::Device::odp_caps`) as [`OdpCaps`].
@@ -102,5 +102,4 @@ impl DirectQp {
         }
         odp_fault(&self.rq, cqe)
     }
-
 }

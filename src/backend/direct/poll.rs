@@ -16,10 +16,10 @@
 //!
 //! [`WrProgress`]: crate::ib::progress::WrProgress
 
+use super::odp::odp_fault;
 use super::{DirectCq, DirectQp};
 use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
-use super::odp::odp_fault;
 use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef};
 use mlx5_dv::driver::{ReceiveQueue, Retired, Retirer};

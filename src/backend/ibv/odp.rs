@@ -109,7 +109,14 @@ pub(crate) fn reg_implicit(pd: &Arc<Pd>, access: Access) -> Result<MrInner> {
     let access = access | Access::ON_DEMAND;
     // SAFETY: a live PD; implicit ODP maps nothing now (the device faults
     // pages in as WRs name them); the caller's contract covers what it reaches.
-    let raw = unsafe { ibv_reg_mr(pd.raw, std::ptr::null_mut(), usize::MAX, access.bits() as i32) };
+    let raw = unsafe {
+        ibv_reg_mr(
+            pd.raw,
+            std::ptr::null_mut(),
+            usize::MAX,
+            access.bits() as i32,
+        )
+    };
     if raw.is_null() {
         return Err(refusal(
             &pd.ctx,
@@ -146,7 +153,12 @@ pub(crate) fn advise(pd: &Pd, advice: OdpAdvice, sges: &[(u32, u64, u32)]) -> Re
     // SAFETY: the PD's live context.
     let ctx = unsafe { (*pd.raw).context };
     let Some(f) = ctx_op!(ctx, advise_mr) else {
-        return Err(refusal(&pd.ctx, "ibv_advise_mr", libc::EOPNOTSUPP, String::new()));
+        return Err(refusal(
+            &pd.ctx,
+            "ibv_advise_mr",
+            libc::EOPNOTSUPP,
+            String::new(),
+        ));
     };
     let mut list: Vec<ibv_sge> = sges
         .iter()
@@ -162,7 +174,15 @@ pub(crate) fn advise(pd: &Pd, advice: OdpAdvice, sges: &[(u32, u64, u32)]) -> Re
         }
     };
     // SAFETY: the provider's op on the live PD; `list` holds `len` SGEs.
-    let rc = unsafe { f(pd.raw, advice, ADVISE_FLUSH, list.as_mut_ptr(), list.len() as u32) };
+    let rc = unsafe {
+        f(
+            pd.raw,
+            advice,
+            ADVISE_FLUSH,
+            list.as_mut_ptr(),
+            list.len() as u32,
+        )
+    };
     if rc == 0 {
         return Ok(());
     }
