@@ -34,7 +34,7 @@ fn cfg() -> QpConfig {
 /// Where the servers' completions come from.
 enum Servers {
     Own(Vec<Qp>),
-    Shared(SharedCq),
+    Shared(Box<SharedCq>),
 }
 
 impl Servers {
@@ -90,7 +90,7 @@ fn run(shared: bool) {
             Qp::connect_loopback(cq.qp_mut(s), &mut c).unwrap();
             clients.push(c);
         }
-        Servers::Shared(cq)
+        Servers::Shared(Box::new(cq))
     } else {
         let mut qs = Vec::new();
         for _ in 0..QPS {
