@@ -9,6 +9,12 @@ use super::error::{Error, RegRefusal, Result};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 /// Access flags (`enum ibv_access_flags` values): one type for every backend.
+/// An MR takes any of them; a QP ([`QpAttr::init`](crate::QpAttr::init))
+/// the four of `Access::QP_ALL`. `MW_BIND` and `ON_DEMAND` are MR
+/// attributes: `ON_DEMAND` (`IBV_ACCESS_ON_DEMAND`, `ibv_reg_mr(3)`)
+/// registers without pinning (on-demand paging: see [`Pd`](crate::Pd)),
+/// refused where the device's ODP caps lack it; `Access::all()` holds it,
+/// `Access::MR_ALL` is every permission without it.
 pub use mlx5_dv::verbs::Access;
 
 /// What [`Pd::advise`](crate::Pd::advise) asks of the device for ODP

@@ -139,10 +139,11 @@ impl<'mr> Sge<'mr> {
     /// polled back, or flushed):
     /// - `addr..addr + len` is mapped in this process, readable, and
     ///   writable when the WR writes it (a receive, an RDMA READ's target,
-    ///   an atomic's result). A page the process has no mapping for cannot
-    ///   be faulted in: the device fails the WR, and on the sim, whose
-    ///   device thread reaches host memory directly, it is undefined
-    ///   behavior;
+    ///   an atomic's result), and stays so. A page the process has no
+    ///   mapping for cannot be faulted in: the device fails the WR
+    ///   (ConnectX; the sim too, which reads the process's mappings on a
+    ///   fault), but a page unmapped or remapped while the WR runs is
+    ///   memory the device may still reach;
     /// - the program holds no Rust reference to those bytes that the
     ///   device's write would alias (the rules of [`Mr::slice_mut`]), and
     ///   they are no [`LocalMr`](crate::LocalMr)'s memory;

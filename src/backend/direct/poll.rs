@@ -733,7 +733,9 @@ impl DirectCq {
                 break;
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
-            if cqe.opcode.is_error() && q.failed_or_faulted(&cqe) {
+            // REQ_ERR, RESP_ERR (and INVALID, which a software-owned CQE
+            // never is): one compare, as the REQ_ERR test it replaced.
+            if cqe.opcode.0 >= CqeOpcode::REQ_ERR.0 && q.failed_or_faulted(&cqe) {
                 // An SRQ WQE's ODP page fault: no completion, no credit.
                 continue;
             }
