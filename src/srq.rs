@@ -42,13 +42,17 @@ use std::sync::{Arc, Mutex};
 /// and posts its SGEs again in the head WQE (`mlx5_complete_odp_fault`,
 /// `srq.c`). The direct path takes no lock: the poll that meets the CQE
 /// marks the WQE faulted in the SRQ's slots (`SrqSlots::fault`), and the
-/// SRQ's owner posts it again, same wr_id and SGEs, at its next
-/// [`Self::post_recv`] (before the new receives: the driver's relink) or
-/// [`Self::repost_faulted`]. Until then it counts in
-/// [`Self::outstanding`] and [`Self::faulted`]: a server that posts only
-/// when it needs more should call [`Self::repost_faulted`] after its polls,
-/// or its SRQ runs short. Every buffer comes back: each receive posted
-/// completes exactly once (or is flushed), however many faults it took.
+/// SRQ's owner posts it again, same wr_id and SGEs, at the driver's next
+/// relink, before any new receive: a [`Self::post_recv`] that takes the
+/// checked path (a batch, more than one SGE, or the in-place post's room,
+/// set at the last relink, used up), or [`Self::repost_faulted`]. The
+/// in-place post of one receive does not relink (it tests nothing more
+/// for faults). Until then the receive counts in [`Self::outstanding`] and
+/// [`Self::faulted`]: a server whose posts go in place, or that posts only
+/// when it needs more, should call [`Self::repost_faulted`] after its
+/// polls, or its SRQ runs short. Every buffer comes back: each receive
+/// posted completes exactly once (or is flushed), however many faults it
+/// took.
 ///
 /// `Send`, not `Sync`: one thread posts. The QPs on it may be on others.
 pub struct Srq {
@@ -218,9 +222,9 @@ impl Srq {
     }
 
     /// Receives that took an ODP page fault and wait to be posted again by
-    /// [`Self::post_recv`] or [`Self::repost_faulted`] (see the [type
-    /// docs](Self)); always 0 on the verbs path, where libmlx5 posts them
-    /// again itself.
+    /// the next relink ([`Self::post_recv`]'s checked path) or
+    /// [`Self::repost_faulted`] (see the [type docs](Self)); always 0 on the
+    /// verbs path, where libmlx5 posts them again itself.
     pub fn faulted(&self) -> u32 {
         match &self.kind {
             SrqKind::Direct(d) => d.faulted(),
@@ -231,8 +235,8 @@ impl Srq {
 
     /// Posts again, now, every receive that took an ODP page fault (same
     /// wr_id and SGEs, one doorbell) and returns how many; 0 when none
-    /// waits, and on the verbs path. [`Self::post_recv`] does the same
-    /// before it posts.
+    /// waits, and on the verbs path. A [`Self::post_recv`] that relinks
+    /// (its checked path) does the same before it posts.
     pub fn repost_faulted(&mut self) -> u32 {
         match &mut self.kind {
             SrqKind::Direct(d) => d.repost_faulted(),
