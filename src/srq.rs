@@ -212,7 +212,9 @@ impl Srq {
 
     /// Receives posted whose completions have not been polled yet (a
     /// receive is free again once its completion is polled, whatever the
-    /// order).
+    /// order), those that took an ODP page fault and wait to be posted
+    /// again ([`Self::faulted`]) included: they are still the SRQ's, and
+    /// [`Self::post_recv`] keeps their room.
     pub fn outstanding(&mut self) -> u32 {
         match &mut self.kind {
             SrqKind::Direct(d) => d.outstanding(),

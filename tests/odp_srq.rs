@@ -192,3 +192,100 @@ fn srq_keeps_every_buffer_under_repeated_faults() {
 fn srq_on_a_shared_cq_keeps_every_buffer_under_repeated_faults() {
     run(true);
 }
+
+/// Polls `q` until the SRQ holds `n` faulted receives (none reported), or
+/// fails after 30 s.
+fn until_faulted(q: &mut Qp, srq: &Srq, n: u32) {
+    let t = Instant::now();
+    let mut wc = [Completion::default(); 4];
+    while srq.faulted() < n {
+        assert_eq!(q.poll(&mut wc).unwrap(), 0, "a fault reported: {wc:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{} faulted",
+            srq.faulted()
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(srq.faulted(), n);
+}
+
+/// Four receives over four pages not resident: one SEND faults into each
+/// in turn (the sim redelivers it into the next), so all four come back
+/// faulted, unreported, still counted outstanding, and the SEND waits
+/// (RNR). `repost_faulted` posts them again (same wr_ids) and the message
+/// lands in one of them; before that, a post that would leave the SRQ
+/// more than `max_wr` receives counting the faulted ones is refused. Then
+/// again with the pages evicted, a checked post of two more receives
+/// reposts the faulted ones first.
+#[test]
+fn faulted_receives_wait_for_the_owner_then_take_the_message() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut srq = pd.create_srq(8, 1).unwrap();
+    let bufs = pd
+        .alloc_mr(6 * PAGE, Access::LOCAL_WRITE | Access::ON_DEMAND)
+        .unwrap();
+    let sges: Vec<[Sge<'_>; 1]> = (0..6)
+        .map(|k| [Sge::new(&bufs, k * PAGE, 64).unwrap()])
+        .collect();
+    let wrs: Vec<RecvWr<'_>> = (0..6).map(|k| RecvWr::new(k as u64, &sges[k])).collect();
+    let mut server = pd.create_qp_on_srq(&cfg(), &srq).unwrap();
+    let mut client = pd.create_qp(&cfg()).unwrap();
+    Qp::connect_loopback(&mut server, &mut client).unwrap();
+    let src = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let s = [Sge::new(&src, 0, 8).unwrap()];
+    srq.post_recv(&wrs[..4]).unwrap();
+    for (round, msg) in [(0u64, *b"message0"), (1, *b"message1")] {
+        pd.sim_evict_odp(&bufs).unwrap().unwrap();
+        src.write(0, &msg).unwrap();
+        let f0 = pd.sim_odp_stats().unwrap().srq_fault_cqes;
+        client
+            .post_send(&[SendWr::send(round, &s).signaled()])
+            .unwrap();
+        until_faulted(&mut server, &srq, 4);
+        assert_eq!(pd.sim_odp_stats().unwrap().srq_fault_cqes - f0, 4);
+        assert_eq!(srq.outstanding(), 4, "faulted receives stay the SRQ's");
+        if round == 0 {
+            // Their room is kept: 4 held + 5 > max_wr 8, refused, and
+            // nothing relinked or posted.
+            assert!(matches!(
+                srq.post_recv(&wrs[..5]),
+                Err(Error::RecvQueueFull)
+            ));
+            assert_eq!(srq.faulted(), 4);
+            assert_eq!(srq.repost_faulted(), 4);
+            assert_eq!(srq.outstanding(), 4);
+        } else {
+            // A batch takes the checked path: the faulted ones go first.
+            srq.post_recv(&wrs[4..6]).unwrap();
+            assert_eq!(srq.outstanding(), 6);
+        }
+        assert_eq!(srq.faulted(), 0);
+        let c = {
+            let t = Instant::now();
+            let mut wc = [Completion::default(); 1];
+            loop {
+                if server.poll(&mut wc).unwrap() == 1 {
+                    break wc[0];
+                }
+                assert!(t.elapsed() < Duration::from_secs(30));
+                std::thread::yield_now();
+            }
+        };
+        assert_eq!((c.status, c.byte_len), (WcStatus::SUCCESS, 8), "{c:?}");
+        assert!(c.wr_id < 4, "a reposted receive took it: {c:?}");
+        let mut got = [0u8; 8];
+        bufs.read(c.wr_id as usize * PAGE, &mut got).unwrap();
+        assert_eq!(got, msg);
+        let mut wc = [Completion::default(); 1];
+        let t = Instant::now();
+        while client.poll(&mut wc).unwrap() == 0 {
+            assert!(t.elapsed() < Duration::from_secs(30));
+        }
+        assert!(wc[0].status.is_ok());
+        // The one that took it goes back; the others are still posted.
+        srq.post_recv(&wrs[c.wr_id as usize..c.wr_id as usize + 1])
+            .unwrap();
+    }
+}

@@ -95,9 +95,13 @@ impl DirectSrq {
         }
     }
 
-    /// Receives posted and not yet polled back.
+    /// Receives posted and not yet polled back, and those an ODP page
+    /// fault gave back that wait to be posted again (the driver counts
+    /// those as completed until their repost, which then adds them again:
+    /// counting them here keeps a post from taking their room, so the SRQ
+    /// never holds more than `max_wr`, the CQ credits its CQs reserved).
     pub(crate) fn outstanding(&mut self) -> u32 {
-        self.ring.outstanding()
+        self.ring.outstanding() + self.ring.faulted()
     }
 
     /// Posts one receive of one SGE of PD `pd` (1 to 2^31 - 1 bytes) in
