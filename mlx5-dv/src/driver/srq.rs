@@ -362,14 +362,14 @@ impl SrqSlots {
         self.slots[idx as usize].state.store(0, Ordering::Release);
     }
 
-    /// Whether a WQE the device holds names `lkey` (for deregistration:
-    /// an MR dropped while one does waits for it).
+    /// Whether a WQE the device holds, or a faulted one to be reposted,
+    /// names `lkey` (for deregistration: a dropped MR waits for it).
     pub fn names(&self, lkey: u32) -> bool {
         let more = self.max_sge - 1;
         self.slots.iter().enumerate().any(|(i, s)| {
             let st = s.state.load(Ordering::Acquire);
             let n = (st >> 32 & 0xffff) as usize;
-            st & HELD != 0
+            st & (HELD | FAULTED) != 0
                 && (st as u32 == lkey
                     || self.more_lkeys[i * more..i * more + n.saturating_sub(1).min(more)]
                         .iter()
