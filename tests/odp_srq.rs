@@ -289,3 +289,49 @@ fn faulted_receives_wait_for_the_owner_then_take_the_message() {
             .unwrap();
     }
 }
+
+/// An ODP MR dropped while receives into it wait, faulted, to be posted
+/// again stays registered (the repost will hand its lkey to the device),
+/// and goes once they are reposted and completed.
+#[test]
+fn an_mr_dropped_under_faulted_receives_stays_registered() {
+    let ctx = Context::open("sim").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut srq = pd.create_srq(4, 1).unwrap();
+    let bufs = pd
+        .alloc_mr(2 * PAGE, Access::LOCAL_WRITE | Access::ON_DEMAND)
+        .unwrap();
+    let mut server = pd.create_qp_on_srq(&cfg(), &srq).unwrap();
+    // The client on a PD of its own: its outstanding SEND does not hold
+    // this PD's MRs, only the SRQ's WQEs do.
+    let pd2 = ctx.alloc_pd().unwrap();
+    let mut client = pd2.create_qp(&cfg()).unwrap();
+    let (ms, mc) = (
+        exchange::ConnInfo::of(&server, 1),
+        exchange::ConnInfo::of(&client, 2),
+    );
+    exchange::connect_qp(&mut server, &ms, &mc).unwrap();
+    exchange::connect_qp(&mut client, &mc, &ms).unwrap();
+    {
+        let sges: Vec<[Sge<'_>; 1]> = (0..2)
+            .map(|k| [Sge::new(&bufs, k * PAGE, 64).unwrap()])
+            .collect();
+        let wrs: Vec<RecvWr<'_>> = (0..2).map(|k| RecvWr::new(k as u64, &sges[k])).collect();
+        srq.post_recv(&wrs).unwrap();
+    }
+    let src = pd2.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    let s = [Sge::new(&src, 0, 8).unwrap()];
+    client.post_send(&[SendWr::send(1, &s).signaled()]).unwrap();
+    until_faulted(&mut server, &srq, 2);
+    let live = pd.live_mrs();
+    drop(bufs);
+    pd.reclaim();
+    assert_eq!(pd.live_mrs(), live, "deregistered under faulted receives");
+    assert_eq!(srq.repost_faulted(), 2);
+    let t = Instant::now();
+    let mut wc = [Completion::default(); 1];
+    while server.poll(&mut wc).unwrap() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(30));
+    }
+    assert_eq!(wc[0].status, WcStatus::SUCCESS);
+}
