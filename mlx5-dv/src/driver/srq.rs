@@ -801,3 +801,7 @@ impl SharedReceiveQueue {
 #[cfg(test)]
 #[path = "srq_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "srq_odp_tests.rs"]
+mod odp_tests;
