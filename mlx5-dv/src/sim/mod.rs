@@ -641,6 +641,8 @@ mod dc_shared_tests;
 #[cfg(test)]
 mod dc_tests;
 #[cfg(test)]
+mod odp_srq_tests;
+#[cfg(test)]
 mod srq_tests;
 #[cfg(test)]
 mod tests;
