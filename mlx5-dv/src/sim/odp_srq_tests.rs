@@ -245,7 +245,7 @@ fn every_faulted_srq_buffer_is_reposted_and_completes_over_laps() {
             (pages as u32, 0)
         );
         // The requester's retry lands in the first repost; then the rest.
-        for k in 0..pages {
+        for (k, &want) in wrs.iter().enumerate() {
             if k > 0 {
                 r.send(lap * 8 + k, 64);
             }
@@ -260,7 +260,7 @@ fn every_faulted_srq_buffer_is_reposted_and_completes_over_laps() {
             let wr = slots.complete(c[0].wqe_counter).expect("a held WQE");
             // The faulted WQEs come back in their order: wr_ids in turn,
             // each into its own page.
-            assert_eq!(wr, wrs[k], "lap {lap}");
+            assert_eq!(wr, want, "lap {lap}");
             let p = posted.remove(&wr).unwrap();
             let off = lap * 8 + k;
             assert_eq!(r.page(p)[..64], r.src[off..off + 64], "lap {lap}, wr {wr}");

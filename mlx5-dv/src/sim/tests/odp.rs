@@ -29,9 +29,10 @@ impl Mem {
         self.ptr as u64 + off as u64
     }
 
-    fn bytes(&self) -> &mut [u8] {
-        // SAFETY: the allocation, read and written by the test only while
-        // the device does not run (synchronous `process`).
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the allocation, borrowed as `self` is, read and written
+        // by the test only while the device does not run (synchronous
+        // `process`).
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
     }
 
@@ -79,7 +80,7 @@ fn read_wqe<'a>(sge: &'a [DataSeg], raddr: u64, rkey: u32) -> SendWqe<'a> {
 fn a_write_to_an_odp_mr_faults_each_page_once_and_again_after_eviction() {
     let dev = Device::new();
     let (mut a, b) = pair_with(&dev, 64, 4);
-    let (src, dst) = (Mem::new(2), Mem::new(2));
+    let (mut src, mut dst) = (Mem::new(2), Mem::new(2));
     let ks = src.reg(&dev, Access::LOCAL_WRITE);
     let kd = dst.reg(&dev, ODP_WRITE);
     for (round, faults) in [(1u8, 2), (2, 2)] {
@@ -117,7 +118,7 @@ fn a_write_to_an_odp_mr_faults_each_page_once_and_again_after_eviction() {
 fn a_read_faults_the_responders_source_and_the_requesters_target() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 64, 4);
-    let (src, dst) = (Mem::new(1), Mem::new(1));
+    let (mut src, mut dst) = (Mem::new(1), Mem::new(1));
     src.bytes().fill(0x77);
     let ks = src.reg(
         &dev,
@@ -157,7 +158,7 @@ fn a_send_gathers_and_scatters_through_odp_mrs_faulting_only_the_bytes_used() {
             CompletionQueue::new(&cb.dv()).unwrap(),
         )
     };
-    let (src, dst) = (Mem::new(2), Mem::new(3));
+    let (mut src, mut dst) = (Mem::new(2), Mem::new(3));
     for (i, x) in src.bytes().iter_mut().enumerate() {
         *x = i as u8;
     }
@@ -183,7 +184,7 @@ fn a_send_gathers_and_scatters_through_odp_mrs_faulting_only_the_bytes_used() {
 fn an_atomic_faults_the_remote_word_and_the_local_result() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 64, 4);
-    let (word, old) = (Mem::new(1), Mem::new(1));
+    let (mut word, mut old) = (Mem::new(1), Mem::new(1));
     word.bytes()[8..16].copy_from_slice(&40u64.to_ne_bytes());
     let kw = word.reg(
         &dev,
@@ -243,7 +244,9 @@ fn advise_and_evict_refuse_with_typed_errors_and_change_nothing() {
     let pinned = m.reg(&dev, Access::LOCAL_WRITE);
     let good = (odp.lkey, m.addr(0), 4096);
     let p = OdpAdvice::Prefetch;
-    let cases: [(u32, OdpAdvice, (u32, u64, u32), SimError); 6] = [
+    // (PD, advice, the bad SGE, the refusal)
+    type Case = (u32, OdpAdvice, (u32, u64, u32), SimError);
+    let cases: [Case; 6] = [
         (PD, p, (0x7700, m.addr(0), 8), SimError::NoSuchMr(0x7700)),
         (
             PD,
@@ -345,7 +348,7 @@ fn implicit_odp_needs_on_demand_and_reaches_any_mapped_address() {
     let all = Access::MR_ALL | Access::ON_DEMAND;
     // SAFETY: every address named through it below is a live `Mem`.
     let k = unsafe { dev.reg_implicit_odp(PD, all) }.unwrap();
-    let (src, dst) = (Mem::new(1), Mem::new(1));
+    let (mut src, mut dst) = (Mem::new(1), Mem::new(1));
     src.bytes().fill(0x42);
     // A local SGE and a remote target, both through the implicit MR.
     let s = sge(src.addr(0), 4096, k.lkey);
@@ -386,7 +389,7 @@ fn implicit_odp_fails_an_unmapped_or_read_only_page_and_touches_nothing() {
         // SAFETY: the mapping, readable until the munmap at the end.
         unsafe { std::slice::from_raw_parts(ro, 4096) }.to_vec()
     };
-    let (src, dst) = (Mem::new(1), Mem::new(1));
+    let (src, mut dst) = (Mem::new(1), Mem::new(1));
     let ks = src.reg(&dev, Access::LOCAL_WRITE);
     let kd = dst.reg(&dev, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
     let s_ok = sge(src.addr(0), 64, ks.lkey);
