@@ -209,6 +209,29 @@ fn an_atomic_faults_the_remote_word_and_the_local_result() {
     assert_eq!(word.bytes()[8..16], 44u64.to_ne_bytes());
 }
 
+/// A peer's access through a memory window faults the pages of the ODP
+/// MR the window is bound to.
+#[test]
+fn a_write_through_a_window_faults_the_pages_of_its_odp_mr() {
+    use super::windows::{bind, run_umr, write};
+    use crate::wqe::MwType;
+    let dev = Device::new();
+    let mut m = Mem::new(2);
+    let mr = m.reg(&dev, ODP_WRITE | Access::REMOTE_READ | Access::MW_BIND);
+    let mw = dev.alloc_mw(PD, MwType::Two).unwrap();
+    let (mut a, mut b) = pair_with(&dev, 16, 4);
+    let w = bind(mw, 7, &mr, m.addr(4096), 4096, MwType::Two);
+    assert_eq!(run_umr(&dev, &mut b, &w), Syndrome(0));
+    assert_eq!(dev.odp_stats().faults, 0, "a bind touches no page");
+    for _ in 0..2 {
+        assert_eq!(write(&dev, &mut a, m.addr(4100), mw | 7), Syndrome(0));
+        assert_eq!(m.bytes()[4100..4108], [0x5a; 8]);
+        assert_eq!(dev.odp_stats().faults, 1, "its page, once");
+    }
+    dev.dealloc_mw(mw | 7).unwrap();
+    dev.dereg_mr(mr.lkey).unwrap();
+}
+
 #[test]
 fn advise_makes_the_next_access_fault_free() {
     let dev = Device::new();
