@@ -204,7 +204,7 @@ pub enum SimError {
         /// The PD the call named.
         pd: u32,
     },
-    /// [`OdpAdvice::PrefetchWrite`] on an MR without LOCAL_WRITE (EPERM).
+    /// [`OdpAdvice::PrefetchWrite`] on an MR that is not writable (EPERM).
     #[error("memory region {0:#x} is not writable: no prefetch for writing")]
     NotWritable(u32),
     /// A range not inside the MR it names ([`Device::advise_mr`]: EFAULT).
