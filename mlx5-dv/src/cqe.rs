@@ -398,6 +398,37 @@ mod tests {
         assert_eq!(owner_bit(16, 8), 0);
     }
 
+    /// The ODP page-fault CQE: RESP_ERR with 0x22 in byte 55 and 0x93 in
+    /// byte 54 (`struct mlx5_err_cqe`'s `syndrome` and `vendor_err_synd`);
+    /// either byte otherwise, or another opcode, is not one.
+    #[test]
+    fn odp_fault_needs_resp_err_syndrome_0x22_and_vendor_0x93() {
+        let mut b = [0u8; 64];
+        b[54] = 0x93;
+        b[55] = 0x22;
+        b[60..62].copy_from_slice(&[0x00, 0x05]);
+        for (op_own, v54, v55, want) in [
+            (0xe0, 0x93, 0x22, true),
+            (0xe1, 0x93, 0x22, true),
+            (0xd0, 0x93, 0x22, false),
+            (0xe0, 0x92, 0x22, false),
+            (0xe0, 0x93, 0x13, false),
+            (0x20, 0x93, 0x22, false),
+        ] {
+            (b[54], b[55], b[63]) = (v54, v55, op_own);
+            let c = Cqe::decode(&b);
+            assert_eq!(c.is_odp_fault(), want, "{op_own:#x} {v54:#x} {v55:#x}");
+            // SAFETY: `b` is 64 readable bytes nothing writes meanwhile.
+            let r = unsafe { CqeRef::in_slot(b.as_ptr(), b[63], 64) };
+            assert_eq!(r.is_odp_fault(), want);
+            assert_eq!(r.wqe_counter(), 5);
+            if want {
+                assert_eq!(c.wc_status(), 16, "IBV_WC_REM_ABORT_ERR");
+                assert_eq!(c.encode(b[63] & 1), b);
+            }
+        }
+    }
+
     #[test]
     fn req_err_decodes_at_prm_offsets() {
         let mut b = [0u8; 64];

@@ -7,6 +7,9 @@
 
 bitflags::bitflags! {
     /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
+    /// [`Access::all`] holds every flag, [`Access::ON_DEMAND`] too (an ODP
+    /// registration, which devices without ODP refuse): every permission
+    /// without it is [`Access::MR_ALL`], a QP's [`Access::QP_ALL`].
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub struct Access: u32 {
         /// `IBV_ACCESS_LOCAL_WRITE`: the local device may write the memory (receives, READ and atomic results).

@@ -30,6 +30,14 @@
 //! window's own range, access, variant byte and (type 2) QP; an MR with a
 //! bound window is not deregistered.
 //!
+//! ODP (`odp`): an MR registered with [`Access::ON_DEMAND`] (or
+//! [`Device::reg_implicit_odp`], the whole address space) is not pinned;
+//! each of its 4096-byte pages faults in (counted, [`Device::odp_stats`])
+//! on the first DMA to it, transparently, except a receive into an SRQ
+//! WQE, which gets ConnectX's page-fault CQE (RESP_ERR, 0x22 / 0x93) and
+//! the message again in the next WQE; [`Device::advise_mr`] prefetches,
+//! [`Device::evict_odp`] invalidates.
+//!
 //! DC (`dc`): a DCT ([`Device::create_dct`]) on an SRQ and a CQ, keyed,
 //! RESET -> INIT -> RTR only, its number ([`Qp::dctn`]) given at RTR; a
 //! DCI ([`Device::create_dci`]) whose WQEs each name a DCT by number and
@@ -55,7 +63,8 @@
 //! opcode (DMA, the responder's checks), `recv` the responder's receive
 //! queue; `ud` UD's datagrams, `dc` DC's targets and initiators; `cq` also writes CQEs and raises events, `session` holds runs of
 //! them as compressed sessions on a CQ that compresses (the sim's model of
-//! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to memory.
+//! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to
+//! memory; `odp` checks an ODP MR's pages before it.
 //!
 //! [`mlx5dv_qp`]: crate::dv::mlx5dv_qp
 //! [`mlx5dv_cq`]: crate::dv::mlx5dv_cq
@@ -195,7 +204,7 @@ pub enum SimError {
         /// The PD the call named.
         pd: u32,
     },
-    /// [`OdpAdvice::PrefetchWrite`] on an MR without LOCAL_WRITE (EPERM).
+    /// [`OdpAdvice::PrefetchWrite`] on an MR that is not writable (EPERM).
     #[error("memory region {0:#x} is not writable: no prefetch for writing")]
     NotWritable(u32),
     /// A range not inside the MR it names ([`Device::advise_mr`]: EFAULT).
@@ -640,6 +649,8 @@ impl Device {
 mod dc_shared_tests;
 #[cfg(test)]
 mod dc_tests;
+#[cfg(test)]
+mod odp_srq_tests;
 #[cfg(test)]
 mod srq_tests;
 #[cfg(test)]

@@ -12,8 +12,8 @@
 //! reclaims or moves them. Implicit ODP registers the whole address
 //! space (`addr` 0, `length` `SIZE_MAX`). `ibv_advise_mr` prefetches.
 //! One case is not transparent: a receive that scatters data (a SEND's)
-//! into an **SRQ** WQE whose buffer faults. ConnectX then consumes the WQE with an error
-//! CQE (RESP_ERR, syndrome `REMOTE_ABORTED_ERR` 0x22, vendor syndrome
+//! into an **SRQ** WQE whose buffer faults. ConnectX then consumes the
+//! WQE with an error CQE (RESP_ERR, syndrome `REMOTE_ABORTED_ERR` 0x22, vendor syndrome
 //! `MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT` 0x93, `wqe_counter` the WQE's
 //! index) on the QP's receive CQ, leaves the QP in RTS, and the message
 //! arrives again (the requester's retry) into a later WQE; libmlx5 reports
@@ -35,8 +35,10 @@
 //! spends no time on it and does not count it against `rnr_retry`); with
 //! no WQE left the usual RNR handling applies (a UC message is dropped, as
 //! UC drops whatever the responder cannot take). UD receives and DMA-BUF
-//! MRs fault transparently (by host address). Nothing is written before a
-//! fault resolves: the sim resolves it before the access goes on.
+//! MRs fault transparently (by host address); a receive scattered into
+//! its CQE (`scatter.rs`) writes no buffer, so it does not fault, nor does
+//! a WRITE with immediate's receive. Nothing is written before a fault
+//! resolves: the sim resolves it before the access goes on.
 //!
 //! **Implicit ODP** ([`Device::reg_implicit_odp`]): the MR covers every
 //! address, so the program's promise is weaker than a registration's. On
@@ -45,7 +47,11 @@
 //! `/proc/self/maps` (on the fault path only). A page that is not fails the
 //! access as the device's failed page fault does: LOCAL_PROT_ERR for a
 //! local SGE, REM_ACCESS_ERR (the responder QP to ERR) for a peer's access,
-//! and nothing is touched.
+//! LOCAL_PROT_ERR at the responder (REMOTE_OP_ERR at the requester) for a
+//! receive's buffer, and nothing is touched. The sim has no MMU notifier:
+//! a page made resident stays so until [`Device::evict_odp`], so memory
+//! the program unmaps afterwards must not be named through the MR again
+//! (the registration's contract).
 //!
 //! [`Device::evict_odp`] takes every page out (the MMU notifier's
 //! invalidation, for tests); [`Device::advise_mr`] makes pages resident
@@ -213,12 +219,15 @@ impl Device {
     /// num_sge)` does (synchronously). Every SGE is checked before any page
     /// changes; a zero-length SGE makes nothing resident.
     ///
-    /// Errors (the kernel's `mlx5_ib_advise_mr` / `ibv_advise_mr(3)`
-    /// errno in brackets): [`SimError::NoSuchMr`] (ENOENT);
+    /// Errors, in the kernel's order (Linux `hw/mlx5/odp.c`
+    /// `get_prefetchable_mr` and `pagefault_mr`; its errno in brackets, as
+    /// `ibv_advise_mr(3)` lists them): [`SimError::NoSuchMr`] (ENOENT);
     /// [`SimError::NotOdp`] for an MR without ON_DEMAND (ENOENT: the
-    /// kernel looks the lkey up among ODP MRs only); [`SimError::ForeignMr`]
+    /// kernel looks the lkey up among ODP mkeys only); [`SimError::ForeignMr`]
     /// for another PD's MR (EPERM); [`SimError::NotWritable`] for
-    /// [`OdpAdvice::PrefetchWrite`] on an MR without LOCAL_WRITE (EPERM);
+    /// [`OdpAdvice::PrefetchWrite`] on an MR that is not writable (EPERM;
+    /// writable: LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC or MW_BIND, the
+    /// kernel's `ib_access_writable`);
     /// [`SimError::OutsideMr`] for a range not inside the MR (EFAULT);
     /// [`SimError::Unmapped`] for a page of an implicit MR not mapped with
     /// the permission asked (EFAULT; not with
@@ -237,7 +246,11 @@ impl Device {
             if mr.pd != pd {
                 return Err(SimError::ForeignMr { lkey, pd });
             }
-            if advice == OdpAdvice::PrefetchWrite && !mr.access.contains(Access::LOCAL_WRITE) {
+            let writable = Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_ATOMIC
+                | Access::MW_BIND;
+            if advice == OdpAdvice::PrefetchWrite && !mr.access.intersects(writable) {
                 return Err(SimError::NotWritable(lkey));
             }
             let addr = super::dmabuf::host_addr(&st, lkey, va);
