@@ -5,7 +5,9 @@
 //! `Srq::repost_faulted`); the message lands in a later receive. Every
 //! message is received exactly once, no completion in error is reported,
 //! and every buffer comes back, round after round with the pages evicted
-//! between rounds: on QPs with their own CQs and on a shared CQ.
+//! between rounds: on QPs with their own CQs and on a shared CQ. Faulted
+//! receives wait unreported for the owner, keep their room and their MR,
+//! and survive a reset of their QP that drops their CQEs.
 
 use rdma_direct::testing::PdHooks;
 use rdma_direct::*;
@@ -334,4 +336,65 @@ fn an_mr_dropped_under_faulted_receives_stays_registered() {
         assert!(t.elapsed() < Duration::from_secs(30));
     }
     assert_eq!(wc[0].status, WcStatus::SUCCESS);
+}
+
+/// Waits (polling nothing) until the sim has written `n` SRQ page-fault
+/// CQEs since `from`.
+fn until_fault_cqes(pd: &Pd, from: u64, n: u64) {
+    let t = Instant::now();
+    while pd.sim_odp_stats().unwrap().srq_fault_cqes - from < n {
+        assert!(t.elapsed() < Duration::from_secs(30));
+        std::thread::yield_now();
+    }
+}
+
+/// Page-fault CQEs still in the CQ when their QP is reset are thrown away
+/// unreported, and their receives go back to the SRQ to be posted again
+/// (not lost): on a shared CQ (`SharedCq::reset_qp`) and on the QP's own
+/// CQ (`Qp::modify` to RESET).
+#[test]
+fn faults_dropped_by_a_reset_keep_their_receives() {
+    for shared in [false, true] {
+        let ctx = Context::open("sim").unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mut srq = pd.create_srq(4, 1).unwrap();
+        let bufs = pd
+            .alloc_mr(4 * PAGE, Access::LOCAL_WRITE | Access::ON_DEMAND)
+            .unwrap();
+        let sges: Vec<[Sge<'_>; 1]> = (0..4)
+            .map(|k| [Sge::new(&bufs, k * PAGE, 64).unwrap()])
+            .collect();
+        let wrs: Vec<RecvWr<'_>> = (0..4).map(|k| RecvWr::new(k as u64, &sges[k])).collect();
+        srq.post_recv(&wrs).unwrap();
+        let mut cq = pd.create_shared_cq(64).unwrap();
+        let mut own = None;
+        let mut client = pd.create_qp(&cfg()).unwrap();
+        if shared {
+            let on_cq = QpConfig {
+                cq_depth: None,
+                ..cfg()
+            };
+            let i = cq.create_qp_on_srq(&on_cq, &srq).unwrap();
+            Qp::connect_loopback(cq.qp_mut(i), &mut client).unwrap();
+        } else {
+            let mut q = pd.create_qp_on_srq(&cfg(), &srq).unwrap();
+            Qp::connect_loopback(&mut q, &mut client).unwrap();
+            own = Some(q);
+        }
+        let src = pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        let s = [Sge::new(&src, 0, 8).unwrap()];
+        let f0 = pd.sim_odp_stats().unwrap().srq_fault_cqes;
+        client.post_send(&[SendWr::send(1, &s).signaled()]).unwrap();
+        until_fault_cqes(&pd, f0, 4);
+        assert_eq!(srq.faulted(), 0, "none polled yet");
+        match own.as_mut() {
+            Some(q) => q.modify(QpState::Reset, &QpAttr::default()).unwrap(),
+            None => cq.reset_qp(0).unwrap(),
+        }
+        assert_eq!(srq.faulted(), 4, "shared CQ: {shared}");
+        assert_eq!(srq.outstanding(), 4, "every buffer still the SRQ's");
+        assert_eq!(srq.repost_faulted(), 4);
+        let mut wc = [Completion::default(); 4];
+        assert_eq!(cq.poll(&mut wc).unwrap(), 0, "nothing reported");
+    }
 }
