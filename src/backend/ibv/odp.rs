@@ -150,9 +150,7 @@ pub(crate) fn reg_implicit(pd: &Arc<Pd>, access: Access) -> Result<MrInner> {
 /// `ibv_advise_mr` (`EINVAL`: a range outside its MR, an lkey of another
 /// PD or of no ODP MR; `EFAULT`: pages that cannot be mapped).
 pub(crate) fn advise(pd: &Pd, advice: OdpAdvice, sges: &[(u32, u64, u32)]) -> Result<()> {
-    // SAFETY: the PD's live context.
-    let ctx = unsafe { (*pd.raw).context };
-    let Some(f) = ctx_op!(ctx, advise_mr) else {
+    let Some(f) = ctx_op!(pd.ctx.raw, advise_mr) else {
         return Err(refusal(
             &pd.ctx,
             "ibv_advise_mr",
