@@ -82,6 +82,8 @@ pub struct SrqDesc {
 /// the WQE, and every reader tests it first), so that a post of one SGE
 /// is two stores and a completion one atomic bit test and reset. The
 /// lkeys of SGEs after the first are kept apart (`max_sge - 1` a WQE).
+/// A WQE given back by an ODP page fault ([`Self::fault`]) has `FAULTED`
+/// (bit 61) set in place of `HELD` until the poster reposts it.
 ///
 /// The return queue is a bounded multi-producer ring with one consumer
 /// (the poster): a poll takes a position with one `fetch_add` and stores
@@ -90,7 +92,8 @@ pub struct SrqDesc {
 /// 16, and the index big-endian in bits 0..16, so that the poster's relink
 /// writes the word's low half where the word says, with no arithmetic. The
 /// poster takes a word once it is `READY` and clears it. It cannot
-/// overflow: a WQE is queued at most once between two posts of it, and at
+/// overflow: a WQE is queued at most once (completed or faulted) between
+/// two posts of it (a repost is a post, of another WQE), and at
 /// most `count - 1` are posted, so position `p + len` is taken only by the
 /// completion of a WQE posted after the poster cleared position `p` (its
 /// doorbell, the device, the CQE, and the `fetch_add`'s release sequence
