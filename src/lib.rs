@@ -91,12 +91,14 @@ pub use device::events::AsyncEvents;
 pub use ib::ah::Ah;
 pub use ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 pub use ib::config::{CompletionMode, CqSizing, InlineRecv, QpConfig};
-pub use ib::device::{Backend, DataPath, DeviceInfo, GidEntry, PortDetail, SIM_DEVICE};
+pub use ib::device::{
+    Backend, DataPath, DeviceInfo, GidEntry, OdpCaps, OdpOps, PortDetail, SIM_DEVICE,
+};
 pub use ib::error::RegRefusal;
 pub use ib::error::{Error, Feature, PdObject, Queue, Result};
 pub use ib::event::AsyncEvent;
 pub use ib::keys::{Lkey, RemoteAddr, Rkey};
-pub use ib::mem::{Access, AlignedBuf, MemfdPages, Memory, Pages};
+pub use ib::mem::{Access, AlignedBuf, MemfdPages, Memory, OdpAdvice, Pages};
 pub use ib::mr::{LocalMr, Mr, Refused};
 pub use ib::mw::{Mw, MwBind, MwRefusal, MwType};
 pub use ib::qp_attr;

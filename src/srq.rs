@@ -32,6 +32,28 @@ use std::sync::{Arc, Mutex};
 /// on the SRQ is made, given back when its last goes), since any of them
 /// may take every receive.
 ///
+/// **ODP page faults.** A receive whose buffer is ODP memory
+/// ([`Access::ON_DEMAND`](crate::Access::ON_DEMAND)) and not resident when
+/// a message comes makes ConnectX write an error CQE for its WQE (syndrome
+/// `REMOTE_ABORTED_ERR` 0x22, vendor syndrome 0x93) while it faults the
+/// page in; the sender retries, and the message lands in a later receive.
+/// No completion reports that CQE on any path. libmlx5 (the verbs path)
+/// moves the WQE, under the SRQ's lock, to a wait queue for a cool-down
+/// and posts its SGEs again in the head WQE (`mlx5_complete_odp_fault`,
+/// `srq.c`). The direct path takes no lock: the poll that meets the CQE
+/// marks the WQE faulted in the SRQ's slots (`SrqSlots::fault`), and the
+/// SRQ's owner posts it again, same wr_id and SGEs, at the driver's next
+/// relink, before any new receive: a [`Self::post_recv`] that takes the
+/// checked path (a batch, more than one SGE, or the in-place post's room,
+/// set at the last relink, used up), or [`Self::repost_faulted`]. The
+/// in-place post of one receive does not relink (it tests nothing more
+/// for faults). Until then the receive counts in [`Self::outstanding`] and
+/// [`Self::faulted`]: a server whose posts go in place, or that posts only
+/// when it needs more, should call [`Self::repost_faulted`] after its
+/// polls, or its SRQ runs short. Every buffer comes back: each receive
+/// posted completes exactly once (or is flushed), however many faults it
+/// took.
+///
 /// `Send`, not `Sync`: one thread posts. The QPs on it may be on others.
 pub struct Srq {
     // Field order: the poster (the ring driver) goes before the device
@@ -190,12 +212,38 @@ impl Srq {
 
     /// Receives posted whose completions have not been polled yet (a
     /// receive is free again once its completion is polled, whatever the
-    /// order).
+    /// order), those that took an ODP page fault and wait to be posted
+    /// again ([`Self::faulted`]) included: they are still the SRQ's, and
+    /// [`Self::post_recv`] keeps their room.
     pub fn outstanding(&mut self) -> u32 {
         match &mut self.kind {
             SrqKind::Direct(d) => d.outstanding(),
             #[cfg(feature = "verbs")]
             SrqKind::Verbs(v) => v.outstanding(),
+        }
+    }
+
+    /// Receives that took an ODP page fault and wait to be posted again by
+    /// the next relink ([`Self::post_recv`]'s checked path) or
+    /// [`Self::repost_faulted`] (see the [type docs](Self)); always 0 on the
+    /// verbs path, where libmlx5 posts them again itself.
+    pub fn faulted(&self) -> u32 {
+        match &self.kind {
+            SrqKind::Direct(d) => d.faulted(),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(_) => 0,
+        }
+    }
+
+    /// Posts again, now, every receive that took an ODP page fault (same
+    /// wr_id and SGEs, one doorbell) and returns how many; 0 when none
+    /// waits, and on the verbs path. A [`Self::post_recv`] that relinks
+    /// (its checked path) does the same before it posts.
+    pub fn repost_faulted(&mut self) -> u32 {
+        match &mut self.kind {
+            SrqKind::Direct(d) => d.repost_faulted(),
+            #[cfg(feature = "verbs")]
+            SrqKind::Verbs(_) => 0,
         }
     }
 

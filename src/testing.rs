@@ -27,9 +27,15 @@
 //! ```
 
 use crate::backend::direct::DirectQp;
-use crate::ib::error::Result;
+use crate::device::handles::PdKind;
+use crate::ib::error::{Error, Result};
+use crate::ib::mr::Mr;
 use crate::ib::wr::SendWr;
+use crate::pd::Pd;
 use crate::qp::{Qp, QpKind};
+
+/// The sim's ODP counters ([`PdHooks::sim_odp_stats`]).
+pub use mlx5_dv::sim::OdpStats;
 
 /// The direct path's step from one polled CQE to a [`Completion`]
 /// (`backend/direct/poll.rs`), for `mlx5-dv/provider-oracle`, which compares
@@ -169,5 +175,43 @@ impl SimHook<'_> {
     /// pair waits for the second, or for `false`.
     pub fn swap_recv_completions(&mut self, on: bool) {
         self.q.swap_recv_completions(on);
+    }
+}
+
+/// Test hooks on a [`Pd`]: the sim's ODP model (`mlx5_dv::sim`'s
+/// `Device::odp_stats`, `Device::evict_odp`).
+pub trait PdHooks {
+    /// The sim device's ODP counters: page faults its MRs took, SRQ
+    /// receives it failed with the ODP page-fault CQE, pages prefetched.
+    /// `None` on other devices.
+    fn sim_odp_stats(&self) -> Option<OdpStats>;
+
+    /// Makes every page of the sim ODP MR `mr` (of this PD) not resident,
+    /// as the kernel does when it takes pages back: the next touch faults.
+    /// Returns how many pages were resident. `None` on other devices.
+    ///
+    /// Errors: `mr` of another PD ([`Error::ForeignPd`]); the sim's
+    /// ([`Error::Sim`]: not an ODP MR).
+    fn sim_evict_odp(&self, mr: &Mr) -> Option<Result<u64>>;
+}
+
+impl PdHooks for Pd {
+    fn sim_odp_stats(&self) -> Option<OdpStats> {
+        match &self.inner.kind {
+            PdKind::Sim(dev, _) => Some(dev.odp_stats()),
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(..) => None,
+        }
+    }
+
+    fn sim_evict_odp(&self, mr: &Mr) -> Option<Result<u64>> {
+        match &self.inner.kind {
+            PdKind::Sim(..) if mr.pd() != self.inner.id => Some(Err(Error::ForeignPd {
+                object: crate::PdObject::Sge,
+            })),
+            PdKind::Sim(dev, _) => Some(dev.evict_odp(mr.lkey().0).map_err(Error::from)),
+            #[cfg(feature = "verbs")]
+            PdKind::Verbs(..) => None,
+        }
     }
 }

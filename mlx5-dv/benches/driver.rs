@@ -43,7 +43,7 @@ fn rig() -> Rig {
     }
     let mut mem = vec![0u8; 4096];
     // SAFETY: `mem` lives in the Rig as long as the device may touch it.
-    let k = unsafe { dev.reg_mr(pd, mem.as_mut_ptr(), 4096, Access::all()) }.unwrap();
+    let k = unsafe { dev.reg_mr(pd, mem.as_mut_ptr(), 4096, Access::MR_ALL) }.unwrap();
     // SAFETY: the descriptions come from `a` / `ca`, kept alive by the Rig.
     let sq = unsafe { SendQueue::new(&a.dv(), a.qpn(), 256, 0) }.unwrap();
     let cq = unsafe { CompletionQueue::new(&ca.dv()) }.unwrap();

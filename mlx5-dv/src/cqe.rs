@@ -11,7 +11,7 @@
 //! 60 wqe_counter (2)      62 signature (1)  63 op_own: opcode 7:4, format 3:2, se 1, owner 0
 //! ```
 
-use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64};
+use crate::prm::{CqeOpcode, Syndrome, WqeOpcode, CQE64, VENDOR_SYNDROME_ODP_PFAULT};
 
 /// `op_own` bit 2 (`MLX5_INLINE_SCATTER_32`, rdma-core `mlx5dv.h`): the
 /// data of a small receive, READ response or atomic result sits in bytes
@@ -95,6 +95,19 @@ impl Cqe {
     /// [`CqeRef::invalidated_rkey`].
     pub fn invalidated_rkey(&self) -> Option<u32> {
         (self.opcode == CqeOpcode::RESP_SEND_INV).then_some(self.imm)
+    }
+
+    /// Whether this is ConnectX's ODP page-fault CQE of an SRQ WQE: a
+    /// RESP_ERR CQE with syndrome [`Syndrome::REMOTE_ABORTED_ERR`] (0x22,
+    /// byte 55) and vendor syndrome [`VENDOR_SYNDROME_ODP_PFAULT`] (0x93,
+    /// byte 54). Not a completion to report: the WQE it names
+    /// (`wqe_counter`) goes back to the SRQ
+    /// ([`crate::driver::SrqSlots::fault`]). rdma-core `cq.c`
+    /// `is_odp_pfault_err`. As [`CqeRef::is_odp_fault`].
+    pub fn is_odp_fault(&self) -> bool {
+        self.opcode == CqeOpcode::RESP_ERR
+            && self.syndrome == Syndrome::REMOTE_ABORTED_ERR
+            && self.vendor_syndrome == VENDOR_SYNDROME_ODP_PFAULT
     }
 }
 
@@ -305,6 +318,16 @@ impl CqeRef<'_> {
         self.be32(24)
     }
 
+    /// Whether this is an SRQ WQE's ODP page-fault CQE: RESP_ERR, syndrome
+    /// 0x22 (byte 55), vendor syndrome 0x93 (byte 54); [`Cqe::is_odp_fault`].
+    /// For the error path: it reads bytes 54 and 55 only for a RESP_ERR CQE.
+    #[inline]
+    pub fn is_odp_fault(&self) -> bool {
+        self.opcode() == CqeOpcode::RESP_ERR
+            && self.byte(55) == Syndrome::REMOTE_ABORTED_ERR.0
+            && self.byte(54) == VENDOR_SYNDROME_ODP_PFAULT
+    }
+
     /// Every field, as [`Cqe::decode`] reads them.
     #[inline(always)]
     pub fn decode(&self) -> Cqe {
@@ -373,6 +396,37 @@ mod tests {
         assert!(sw_owned(0x01, 11, 8));
         assert_eq!(owner_bit(8, 8), 1);
         assert_eq!(owner_bit(16, 8), 0);
+    }
+
+    /// The ODP page-fault CQE: RESP_ERR with 0x22 in byte 55 and 0x93 in
+    /// byte 54 (`struct mlx5_err_cqe`'s `syndrome` and `vendor_err_synd`);
+    /// either byte otherwise, or another opcode, is not one.
+    #[test]
+    fn odp_fault_needs_resp_err_syndrome_0x22_and_vendor_0x93() {
+        let mut b = [0u8; 64];
+        b[54] = 0x93;
+        b[55] = 0x22;
+        b[60..62].copy_from_slice(&[0x00, 0x05]);
+        for (op_own, v54, v55, want) in [
+            (0xe0, 0x93, 0x22, true),
+            (0xe1, 0x93, 0x22, true),
+            (0xd0, 0x93, 0x22, false),
+            (0xe0, 0x92, 0x22, false),
+            (0xe0, 0x93, 0x13, false),
+            (0x20, 0x93, 0x22, false),
+        ] {
+            (b[54], b[55], b[63]) = (v54, v55, op_own);
+            let c = Cqe::decode(&b);
+            assert_eq!(c.is_odp_fault(), want, "{op_own:#x} {v54:#x} {v55:#x}");
+            // SAFETY: `b` is 64 readable bytes nothing writes meanwhile.
+            let r = unsafe { CqeRef::in_slot(b.as_ptr(), b[63], 64) };
+            assert_eq!(r.is_odp_fault(), want);
+            assert_eq!(r.wqe_counter(), 5);
+            if want {
+                assert_eq!(c.wc_status(), 16, "IBV_WC_REM_ABORT_ERR");
+                assert_eq!(c.encode(b[63] & 1), b);
+            }
+        }
     }
 
     #[test]

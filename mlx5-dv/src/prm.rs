@@ -188,6 +188,16 @@ impl CqeOpcode {
     }
 }
 
+/// `MLX5_CQE_VENDOR_SYNDROME_ODP_PFAULT` (`providers/mlx5/mlx5dv.h`): the
+/// vendor syndrome (byte 54, `vendor_err_synd` of `struct mlx5_err_cqe`)
+/// of a RESP_ERR CQE with syndrome [`Syndrome::REMOTE_ABORTED_ERR`] that
+/// ConnectX writes for an SRQ WQE whose buffer took an ODP page fault: the
+/// WQE is consumed, nothing was written to it, the QP stays in RTS and the
+/// message comes again into a later WQE. libmlx5 reports no completion for
+/// it and reposts the WQE (`mlx5_complete_odp_fault`, `srq.c`; `cq.c`
+/// `is_odp_pfault_err`).
+pub const VENDOR_SYNDROME_ODP_PFAULT: u8 = 0x93;
+
 /// Error CQE syndrome, byte 55 of the CQE (`MLX5_CQE_SYNDROME_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Syndrome(pub u8);
@@ -217,7 +227,9 @@ impl Syndrome {
     pub const TRANSPORT_RETRY_EXC_ERR: Self = Self(0x15);
     /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`: reported as `IBV_WC_RNR_RETRY_EXC_ERR`.
     pub const RNR_RETRY_EXC_ERR: Self = Self(0x16);
-    /// `MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR`: reported as `IBV_WC_REM_ABORT_ERR`.
+    /// `MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR`: reported as `IBV_WC_REM_ABORT_ERR`;
+    /// with [`VENDOR_SYNDROME_ODP_PFAULT`] in byte 54 of a RESP_ERR CQE, an
+    /// SRQ WQE's ODP page fault, not reported ([`crate::cqe::Cqe::is_odp_fault`]).
     pub const REMOTE_ABORTED_ERR: Self = Self(0x22);
 
     /// The `enum ibv_wc_status` value rdma-core reports for this syndrome

@@ -7,6 +7,9 @@
 
 bitflags::bitflags! {
     /// Memory-region and QP access flags, with `enum ibv_access_flags` values.
+    /// [`Access::all`] holds every flag, [`Access::ON_DEMAND`] too (an ODP
+    /// registration, which devices without ODP refuse): every permission
+    /// without it is [`Access::MR_ALL`], a QP's [`Access::QP_ALL`].
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub struct Access: u32 {
         /// `IBV_ACCESS_LOCAL_WRITE`: the local device may write the memory (receives, READ and atomic results).
@@ -20,17 +23,29 @@ bitflags::bitflags! {
         /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the MR (IB
         /// spec C10-73); an MR attribute only, not a QP's.
         const MW_BIND = 16;
+        /// `IBV_ACCESS_ON_DEMAND`: on-demand paging (ODP). The MR is not
+        /// pinned: the device faults its pages in on first touch (and
+        /// again after the kernel invalidates them); `ibv_reg_mr(3)`,
+        /// `ibv_advise_mr(3)`. An MR attribute only, not a QP's.
+        const ON_DEMAND = 64;
     }
 }
 
 impl Access {
     /// Every access a QP may grant (`ibv_qp_attr.qp_access_flags`):
     /// LOCAL_WRITE and the three REMOTE_* flags. Not [`Access::all`], which
-    /// holds [`Access::MW_BIND`] too, an MR's attribute only.
+    /// holds [`Access::MW_BIND`] and [`Access::ON_DEMAND`] too, an MR's
+    /// attributes only.
     pub const QP_ALL: Access = Access::LOCAL_WRITE
         .union(Access::REMOTE_WRITE)
         .union(Access::REMOTE_READ)
         .union(Access::REMOTE_ATOMIC);
+
+    /// Every permission an MR may hold: [`Access::QP_ALL`] and
+    /// [`Access::MW_BIND`]. Not [`Access::all`], which holds
+    /// [`Access::ON_DEMAND`] too, a registration mode rather than a
+    /// permission (an ODP MR, which devices without ODP refuse).
+    pub const MR_ALL: Access = Access::QP_ALL.union(Access::MW_BIND);
 }
 
 /// The transport of a QP (`enum ibv_qp_type`): reliable connected (RC),

@@ -4,7 +4,7 @@
 #[cfg(feature = "verbs")]
 use crate::backend::ibv;
 use crate::device::handles::{CtxKind, PdInner, PdKind};
-use crate::ib::device::{Backend, DataPath, DeviceInfo, PortDetail, SIM_DEVICE};
+use crate::ib::device::{Backend, DataPath, DeviceInfo, OdpCaps, PortDetail, SIM_DEVICE};
 use crate::ib::error::{Error, Result};
 use crate::ib::event::AsyncEvent;
 use crate::pd::reclaim::DeregQueue;
@@ -31,12 +31,19 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
             gids: Vec::new(),
         }],
         error: None,
+        odp: sim_odp_caps(&sim::Device::new()),
     }];
     #[cfg(feature = "verbs")]
     for d in ibv::list_devices()? {
-        let (driver, ports, mlx5, error) = match ibv::describe(&d.name) {
-            Ok((driver, ports, mlx5)) => (driver, ports, mlx5, None),
-            Err(e) => ("unknown".into(), Vec::new(), false, Some(e.to_string())),
+        let (driver, ports, mlx5, odp, error) = match ibv::describe(&d.name) {
+            Ok((driver, ports, mlx5, odp)) => (driver, ports, mlx5, odp, None),
+            Err(e) => (
+                "unknown".into(),
+                Vec::new(),
+                false,
+                OdpCaps::default(),
+                Some(e.to_string()),
+            ),
         };
         v.push(DeviceInfo {
             name: d.name,
@@ -51,9 +58,15 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>> {
             },
             ports,
             error,
+            odp,
         });
     }
     Ok(v)
+}
+
+/// The sim's ODP caps as the crate reports them.
+fn sim_odp_caps(dev: &sim::Device) -> OdpCaps {
+    crate::backend::direct::sim_odp_caps(dev)
 }
 
 /// A sim async event as the crate reports it.
@@ -136,6 +149,20 @@ impl Context {
     /// The device name it was opened by (`mlx5_0`, `sim`, ...).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The device's on-demand paging caps (what [`DeviceInfo::odp`] lists):
+    /// the sim's model of them (`mlx5_dv::sim::Device::odp_caps`), or
+    /// `ibv_query_device_ex(3)`'s `odp_caps`, asked once per context (empty
+    /// where the provider has no `query_device_ex`). What
+    /// [`Access::ON_DEMAND`](crate::Access::ON_DEMAND) registrations and
+    /// [`Pd::reg_implicit_odp`] are checked against.
+    pub fn odp_caps(&self) -> OdpCaps {
+        match &self.kind {
+            CtxKind::Sim(d) => sim_odp_caps(d),
+            #[cfg(feature = "verbs")]
+            CtxKind::Verbs(c, _) => ibv::odp_caps(c),
+        }
     }
 
     /// The data path QPs of this device use.

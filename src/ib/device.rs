@@ -22,6 +22,53 @@ pub struct DeviceInfo {
     pub ports: Vec<PortDetail>,
     /// Why the device's ports could not be read.
     pub error: Option<String>,
+    /// Its on-demand paging caps (all empty when the device could not be
+    /// opened, and on a device without ODP: rxe).
+    pub odp: OdpCaps,
+}
+
+bitflags::bitflags! {
+    /// What one transport may do with ODP memory (`enum
+    /// ibv_odp_transport_cap_bits`, libibverbs `verbs.h`; the bits of
+    /// `ibv_odp_caps.per_transport_caps.{rc,uc,ud}_odp_caps`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct OdpOps: u32 {
+        /// `IBV_ODP_SUPPORT_SEND`: a SEND's source may be ODP memory.
+        const SEND = 1;
+        /// `IBV_ODP_SUPPORT_RECV`: a receive's buffer may be.
+        const RECV = 2;
+        /// `IBV_ODP_SUPPORT_WRITE`: an RDMA WRITE's target (and source).
+        const WRITE = 4;
+        /// `IBV_ODP_SUPPORT_READ`: an RDMA READ's target (and source).
+        const READ = 8;
+        /// `IBV_ODP_SUPPORT_ATOMIC`: an atomic's target.
+        const ATOMIC = 16;
+        /// `IBV_ODP_SUPPORT_SRQ_RECV`: a receive's buffer posted to an SRQ.
+        const SRQ_RECV = 32;
+    }
+}
+
+/// A device's on-demand paging caps: `ibv_query_device_ex(3)`'s
+/// `struct ibv_odp_caps` on a verbs device, the sim's model on the sim
+/// (`mlx5_dv::sim::Device::odp_caps`). Registrations with
+/// [`Access::ON_DEMAND`](crate::Access::ON_DEMAND) are refused where
+/// [`Self::supported`] is false, implicit ones
+/// ([`Pd::reg_implicit_odp`](crate::Pd::reg_implicit_odp)) where
+/// [`Self::implicit`] is; the per-transport bits are reported, not
+/// enforced (the device decides per operation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OdpCaps {
+    /// `IBV_ODP_SUPPORT` in `general_caps`: ODP registrations at all.
+    pub supported: bool,
+    /// `IBV_ODP_SUPPORT_IMPLICIT` in `general_caps`: the whole address
+    /// space as one registration.
+    pub implicit: bool,
+    /// RC's operations on ODP memory (`rc_odp_caps`).
+    pub rc: OdpOps,
+    /// UC's (`uc_odp_caps`).
+    pub uc: OdpOps,
+    /// UD's (`ud_odp_caps`).
+    pub ud: OdpOps,
 }
 
 /// One port of a device.

@@ -521,6 +521,13 @@ pub enum RegRefusal {
         /// The offset into the dma-buf.
         offset: u64,
     },
+    /// [`Access::ON_DEMAND`](crate::Access::ON_DEMAND) asked of a DMA-BUF
+    /// registration: its pages are the exporter's, which moves them through
+    /// its own notifier (the kernel's `ib_umem_dmabuf`), not the process's
+    /// page tables, so there is nothing to page on demand. Register without
+    /// it.
+    #[error("a DMA-BUF registration takes no ON_DEMAND access (the exporter moves its pages, not the process's page tables)")]
+    OnDemandDmabuf,
 }
 
 /// Which object an [`Error::ForeignPd`] or [`Error::PathMismatch`] names.
@@ -607,8 +614,16 @@ pub enum Feature {
     Dc,
     /// DMA-BUF memory registration.
     DmaBuf,
-    /// On-demand paging (ODP).
+    /// On-demand paging (ODP): `IBV_ACCESS_ON_DEMAND` registrations and
+    /// `ibv_advise_mr`. Refused where `ibv_query_device_ex`'s `odp_caps`
+    /// lack `IBV_ODP_SUPPORT` (before any other verb), or where the kernel
+    /// driver answers `EOPNOTSUPP` (rxe in Linux 6.1 has no ODP).
     Odp,
+    /// Implicit ODP: one registration of the whole address space
+    /// (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...)`).
+    /// Refused where `odp_caps.general_caps` lacks
+    /// `IBV_ODP_SUPPORT_IMPLICIT`, before any other verb.
+    ImplicitOdp,
     /// Masked atomics (extended atomics).
     MaskedAtomics,
     /// A connection manager (rdma_cm): kernel RDMA devices only.
@@ -632,7 +647,14 @@ impl std::fmt::Display for Feature {
             Feature::InlineReceive => "inline receive",
             Feature::Dc => "DC (dynamically connected) QPs",
             Feature::DmaBuf => "DMA-BUF registration",
-            Feature::Odp => "on-demand paging (ODP)",
+            Feature::Odp => {
+                "on-demand paging (ODP: its odp_caps lack IBV_ODP_SUPPORT, or its driver refuses \
+                 IBV_ACCESS_ON_DEMAND with EOPNOTSUPP, as rxe in Linux 6.1 does)"
+            }
+            Feature::ImplicitOdp => {
+                "implicit ODP (a registration of the whole address space: its odp_caps lack \
+                 IBV_ODP_SUPPORT_IMPLICIT)"
+            }
             Feature::MaskedAtomics => "masked atomics",
             Feature::RdmaCm => {
                 "rdma_cm (it needs a kernel RDMA device; the sim has no connection manager)"

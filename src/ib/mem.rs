@@ -9,7 +9,28 @@ use super::error::{Error, RegRefusal, Result};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 /// Access flags (`enum ibv_access_flags` values): one type for every backend.
+/// An MR takes any of them; a QP ([`QpAttr::init`](crate::QpAttr::init))
+/// the four of `Access::QP_ALL`. `MW_BIND` and `ON_DEMAND` are MR
+/// attributes: `ON_DEMAND` (`IBV_ACCESS_ON_DEMAND`, `ibv_reg_mr(3)`)
+/// registers without pinning (on-demand paging: see [`Pd`](crate::Pd)),
+/// refused where the device's ODP caps lack it; `Access::all()` holds it,
+/// `Access::MR_ALL` is every permission without it.
 pub use mlx5_dv::verbs::Access;
+
+/// What [`Pd::advise`](crate::Pd::advise) asks of the device for ODP
+/// memory (`enum ibv_advise_mr_advice`, `ibv_advise_mr(3)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OdpAdvice {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH`: fault the pages in for reading
+    /// (a later SEND's or WRITE's source, a READ's target on the peer).
+    Prefetch,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`: fault them in writable
+    /// (receives, a peer's WRITEs and atomics, local READ targets).
+    PrefetchWrite,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`: map into the device only
+    /// the pages the process already has present; fault nothing in.
+    PrefetchNoFault,
+}
 
 /// Pages behind a mapped buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,6 +292,10 @@ enum Owner {
     /// the pointer is the IOVA, a device address, not a host one; the CPU
     /// never touches it through this buffer, and there is nothing to free.
     Device,
+    /// An implicit ODP registration ([`Pd::reg_implicit_odp`](crate::Pd::reg_implicit_odp)):
+    /// every address of the process, owned by no one; no CPU access
+    /// through it, nothing to free.
+    Implicit,
 }
 
 /// Registered memory as the backends see it: a pointer, a length, whether
@@ -358,10 +383,26 @@ impl Buffer {
         }
     }
 
+    /// The whole address space, `[0, usize::MAX)`, as an implicit ODP
+    /// registration covers it. Never dereferenced through this buffer:
+    /// [`Self::cpu_mapped`] is false.
+    pub(crate) fn implicit() -> Self {
+        Buffer {
+            ptr: std::ptr::null_mut(),
+            len: usize::MAX,
+            owner: Owner::Implicit,
+        }
+    }
+
     /// Whether the CPU may reach the bytes at [`Self::ptr`] (all but a
-    /// [`Self::device`] range).
+    /// [`Self::device`] range and an [`Self::implicit`] one).
     pub(crate) fn cpu_mapped(&self) -> bool {
-        !matches!(self.owner, Owner::Device)
+        !matches!(self.owner, Owner::Device | Owner::Implicit)
+    }
+
+    /// Whether it is an implicit ODP registration's ([`Self::implicit`]).
+    pub(crate) fn is_implicit(&self) -> bool {
+        matches!(self.owner, Owner::Implicit)
     }
 
     /// `len` zeroed bytes, page-aligned, on the heap.
@@ -415,7 +456,7 @@ impl Buffer {
     }
     pub(crate) fn writable(&self) -> bool {
         match self.owner {
-            Owner::Mmap(_) | Owner::Device => false,
+            Owner::Mmap(_) | Owner::Device | Owner::Implicit => false,
             Owner::Raw { writable } => writable,
             _ => true,
         }
@@ -445,7 +486,7 @@ impl Buffer {
             }),
             Owner::MmapMut(m) => Memory::MmapMut(m),
             Owner::Mmap(m) => Memory::Mmap(m),
-            Owner::Raw { .. } | Owner::Device => return None,
+            Owner::Raw { .. } | Owner::Device | Owner::Implicit => return None,
         })
     }
 }

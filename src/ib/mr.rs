@@ -100,9 +100,12 @@ pub(crate) struct MrShared {
     rkey: u32,
     access: Access,
     writable: bool,
-    /// False for a DMA-BUF registration: `ptr` is its IOVA, never
-    /// dereferenced (every byte accessor refuses).
+    /// False for a DMA-BUF registration (`ptr` is its IOVA) and an
+    /// implicit ODP one: `ptr` never dereferenced (every byte accessor
+    /// refuses).
     cpu: bool,
+    /// An implicit ODP registration: `ptr` 0, `len` `usize::MAX`.
+    implicit: bool,
     pd: u32,
     mr: Option<MrInner>,
     dereg: Arc<dyn DeferredDereg>,
@@ -145,6 +148,7 @@ impl Mr {
                 access: mr.access,
                 writable: mr.buf.writable(),
                 cpu: mr.buf.cpu_mapped(),
+                implicit: mr.buf.is_implicit(),
                 pd: mr.pd,
                 mr: Some(mr),
                 dereg,
@@ -173,12 +177,20 @@ impl Mr {
         self.inner.len
     }
     /// Whether the program may reach its bytes through this handle: false
-    /// for a DMA-BUF registration, whose byte accessors ([`Self::write`],
+    /// for a DMA-BUF registration and an implicit ODP one
+    /// ([`Self::is_implicit_odp`]), whose byte accessors ([`Self::write`],
     /// [`Self::read`], [`Self::slice`], ...) refuse
     /// ([`Error::NoCpuMapping`]) and whose SGEs are made with
     /// [`Sge::of_dmabuf`](crate::Sge::of_dmabuf).
     pub fn is_cpu_mapped(&self) -> bool {
         self.inner.cpu
+    }
+    /// Whether it is an implicit ODP registration of the whole address
+    /// space ([`Pd::reg_implicit_odp`](crate::Pd::reg_implicit_odp)):
+    /// [`Self::addr`] 0, [`Self::len`] `usize::MAX`, no CPU mapping, SGEs
+    /// made with [`Sge::of_implicit_odp`](crate::Sge::of_implicit_odp).
+    pub fn is_implicit_odp(&self) -> bool {
+        self.inner.implicit
     }
     /// Never: no zero-byte region can be registered.
     pub fn is_empty(&self) -> bool {

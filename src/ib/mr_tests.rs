@@ -253,6 +253,44 @@ fn an_mr_without_a_cpu_mapping_refuses_every_byte_access() {
     assert!(matches!(m.try_into_memory(), Ok(None)));
 }
 
+/// An implicit ODP MR's (the whole address space, no CPU mapping of its
+/// own): address 0, `usize::MAX` bytes, every byte accessor refused (under
+/// Miri too: nothing dereferences address 0), ranges checked against the
+/// address space's end, no memory handed back; an ordinary MR is not
+/// implicit.
+#[test]
+fn an_implicit_odp_mr_is_every_address_with_no_cpu_mapping() {
+    let mk = |buf| {
+        Mr::new(
+            MrInner {
+                reg: Box::new(NoReg),
+                live: None,
+                buf,
+                lkey: 0x200,
+                rkey: 0x200,
+                access: Access::LOCAL_WRITE | Access::ON_DEMAND,
+                pd: 1,
+            },
+            Arc::new(Keep::default()),
+        )
+    };
+    let m = mk(Buffer::implicit());
+    assert_eq!((m.addr(), m.len()), (0, usize::MAX));
+    assert!(m.is_implicit_odp() && !m.is_cpu_mapped() && !m.is_writable());
+    let refused = |r: Result<()>| matches!(r, Err(Error::NoCpuMapping { .. }));
+    assert!(refused(m.write(0x1000, b"x")));
+    assert!(refused(m.read(0x1000, &mut [0u8; 4])));
+    assert!(refused(m.check_cpu("Sge::new")));
+    assert!(m.check_range(usize::MAX - 8, 8).is_ok());
+    assert!(matches!(
+        m.check_range(usize::MAX - 3, 8),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(m.try_into_memory(), Ok(None)));
+    let plain = mk(Buffer::new(64).unwrap());
+    assert!(!plain.is_implicit_odp() && plain.is_cpu_mapped());
+}
+
 /// A registration with nothing to undo.
 struct NoReg;
 impl Registration for NoReg {}

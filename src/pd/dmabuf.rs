@@ -51,7 +51,8 @@ impl Pd {
     ///
     /// Errors, before any device is asked: as [`Self::alloc_mr`]'s
     /// ([`RegRefusal`]: access, zero bytes, `iova + len` or `offset + len`
-    /// wrapping); [`RegRefusal::IovaPageOffset`] when `iova` and `offset`
+    /// wrapping); [`RegRefusal::OnDemandDmabuf`] for
+    /// [`Access::ON_DEMAND`]; [`RegRefusal::IovaPageOffset`] when `iova` and `offset`
     /// differ in their offset within a 4096-byte page (the kernel refuses it
     /// too, `EINVAL`). Then: [`Error::Unsupported`]
     /// ([`Feature::DmaBuf`](crate::Feature::DmaBuf)) where the device or its
@@ -70,6 +71,7 @@ impl Pd {
         access: Access,
     ) -> Result<Mr> {
         check_registration(iova, len, access)?;
+        super::odp::check_not_on_demand(access)?;
         if offset.checked_add(len as u64).is_none() {
             return Err(RegRefusal::Wraps {
                 addr: offset,

@@ -3,6 +3,7 @@
 
 pub(crate) mod dci_pool;
 mod dmabuf;
+mod odp;
 pub mod pool;
 pub(crate) mod reclaim;
 
@@ -36,6 +37,23 @@ use std::sync::Arc;
 /// | [`Self::reg_mr_raw`] (`unsafe`) | a range the caller manages | [`Mr`] |
 /// | [`Self::alloc_local_mr`] | the crate's, zeroed | [`LocalMr`] |
 /// | [`Self::reg_local_mr`] | the caller's ([`Memory`]) | [`LocalMr`] |
+/// | [`Self::register_dmabuf`] | another driver's (a dma-buf), no CPU mapping | [`Mr`] |
+/// | [`Self::reg_implicit_odp`] (`unsafe`) | the whole address space, ODP, no CPU mapping | [`Mr`] |
+///
+/// **On-demand paging (ODP).** [`Access::ON_DEMAND`] in any of the first
+/// five registers the memory without pinning it (`IBV_ACCESS_ON_DEMAND`,
+/// `ibv_reg_mr(3)`): the device faults its pages in when a WR or a peer
+/// first touches them, and again after the kernel takes them back;
+/// [`Self::advise`] faults them in ahead. It is asked of the device's
+/// caps first ([`Context::odp_caps`](crate::Context::odp_caps)): where they
+/// lack `IBV_ODP_SUPPORT`, or the kernel driver answers `EOPNOTSUPP` (rxe
+/// in Linux 6.1), the registration is [`Error::Unsupported`]
+/// ([`Feature::Odp`](crate::Feature::Odp)) and nothing is registered. On
+/// the sim an ODP MR starts with no page resident, and the sim counts its
+/// faults (`rdma_direct::testing::PdHooks`). A receive into ODP memory
+/// posted to an SRQ that takes a fault comes back, on mlx5, as an error CQE
+/// that is not reported: the receive is posted again
+/// ([`Srq`](crate::Srq) says when).
 ///
 /// Every registration is checked before a device is asked; a refusal is
 /// [`Error::Register`] ([`RegRefusal`]): zero bytes, a range that wraps,

@@ -9,7 +9,7 @@ use mlx5_provider_oracle::oracle_or_skip;
 #[test]
 fn the_provider_oracle_is_linked() {
     let linked = oracle_or_skip(
-        "every provider-oracle test (send_wqes, send_refusals, front_end, recv_wqes, cqes, sim_driven, dc_wqes)",
+        "every provider-oracle test (send_wqes, send_refusals, front_end, recv_wqes, cqes, sim_driven, dc_wqes, srq_odp_fault)",
     );
     #[cfg(provider_oracle)]
     if linked {

@@ -377,7 +377,7 @@ fn a_dc_write_in_place_lands_through_a_sim_dct() {
     // `dev.process()` below, while they live).
     let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), 4096, Access::LOCAL_WRITE) }.unwrap();
     // SAFETY: as above.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 4096, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 4096, Access::MR_ALL) }.unwrap();
     // The DCT, in RTR.
     let tcq = dev.create_cq(64, 64).unwrap();
     let srq = dev.create_srq(PD, 15, 1).unwrap();

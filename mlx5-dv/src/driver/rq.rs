@@ -155,15 +155,29 @@ impl ReceiveQueue {
 
     /// A CQE of this QP thrown away unpolled (a RESET's or a destroy's
     /// drain): on an SRQ, a receive's WQE goes back to the SRQ (rdma-core's
-    /// `mlx5_cq_clean` frees it too); anything else needs nothing here (the
+    /// `mlx5_cq_clean` frees it too), an ODP fault's to be reposted
+    /// ([`Self::fault_on_srq`]); anything else needs nothing here (the
     /// RQ's own indices are reset).
     pub fn discarded(&mut self, cqe: &crate::cqe::Cqe) {
         use crate::prm::CqeOpcode;
         if let Some(s) = &self.srq {
-            if !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+            if cqe.is_odp_fault() {
+                // Its buffer was never written: reposted, not lost.
+                s.fault(cqe.wqe_counter);
+            } else if !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
                 s.complete(cqe.wqe_counter);
             }
         }
+    }
+
+    /// A responder CQE of this QP is an SRQ WQE's ODP page fault
+    /// ([`crate::cqe::Cqe::is_odp_fault`]): gives the WQE back to the SRQ
+    /// for reposting ([`SrqSlots::fault`]) and reports nothing. `false` for
+    /// a QP of its own RQ (ConnectX writes the fault CQE for SRQ WQEs only)
+    /// or an index the SRQ does not hold. For the poll's error path.
+    #[cold]
+    pub fn fault_on_srq(&self, wqe_counter: u16) -> bool {
+        self.srq.as_ref().is_some_and(|s| s.fault(wqe_counter))
     }
 
     /// Whether the QP's receives come from an SRQ.

@@ -21,6 +21,32 @@
 //! completed WQE is the host's again at once: the poll marks it and queues
 //! its index, and the next post relinks it at the tail before it takes a
 //! WQE (so no WQE the device may still own is ever handed out again).
+//!
+//! **ODP page faults** (rdma-core `providers/mlx5/srq.c`
+//! `mlx5_complete_odp_fault`, `cq.c`): when a receive into an SRQ WQE
+//! takes a page fault on an ODP MR, ConnectX consumes the WQE with an error
+//! CQE (RESP_ERR, syndrome 0x22, vendor syndrome 0x93:
+//! [`crate::cqe::Cqe::is_odp_fault`]), nothing written to its buffer, and
+//! the message arrives again later into another WQE. That CQE is not a
+//! completion: a poller that reported it, or completed the WQE, would lose
+//! the buffer (the application never reposts what it never saw). libmlx5
+//! reports nothing and, under the SRQ's lock, moves the WQE to a wait
+//! queue (a cool-down: the device may still be resolving the fault) and
+//! posts its SGEs in the head WQE with the same wr_id, ringing the
+//! doorbell. Here the SRQ has one poster (`&mut SharedReceiveQueue`) and
+//! lock-free pollers, so a poller cannot post. **Our policy**: the poller
+//! calls [`SrqSlots::fault`] instead of [`SrqSlots::complete`], which marks
+//! the WQE faulted and queues it on the same lock-free return queue; the
+//! owner's next relink ([`SharedReceiveQueue::post`], `check`, `free`,
+//! `refill`, or [`SharedReceiveQueue::repost_faulted`] now) relinks it as
+//! any returned WQE and then reposts it first: its data segments copied
+//! into the head WQE, with its wr_id and lkeys, as `srq_repost` does, each
+//! repost counted in the doorbell record, and the doorbell rung. The
+//! cool-down libmlx5's wait queue gives comes from the owner's next call;
+//! the faulted WQE's own slot goes to the free list's tail, reused last.
+//! [`SharedReceiveQueue::post_one_seg`] (the fast path) does not relink,
+//! so reposts wait for its next refill; the post and poll fast paths test
+//! nothing more (a fault CQE is an error CQE, which leaves them already).
 
 use super::DescError;
 use crate::mmio;
@@ -56,6 +82,8 @@ pub struct SrqDesc {
 /// the WQE, and every reader tests it first), so that a post of one SGE
 /// is two stores and a completion one atomic bit test and reset. The
 /// lkeys of SGEs after the first are kept apart (`max_sge - 1` a WQE).
+/// A WQE given back by an ODP page fault ([`Self::fault`]) has `FAULTED`
+/// (bit 61) set in place of `HELD` until the poster reposts it.
 ///
 /// The return queue is a bounded multi-producer ring with one consumer
 /// (the poster): a poll takes a position with one `fetch_add` and stores
@@ -64,7 +92,8 @@ pub struct SrqDesc {
 /// 16, and the index big-endian in bits 0..16, so that the poster's relink
 /// writes the word's low half where the word says, with no arithmetic. The
 /// poster takes a word once it is `READY` and clears it. It cannot
-/// overflow: a WQE is queued at most once between two posts of it, and at
+/// overflow: a WQE is queued at most once (completed or faulted) between
+/// two posts of it (a repost is a post, of another WQE), and at
 /// most `count - 1` are posted, so position `p + len` is taken only by the
 /// completion of a WQE posted after the poster cleared position `p` (its
 /// doorbell, the device, the CQE, and the `fetch_add`'s release sequence
@@ -79,6 +108,8 @@ pub struct SrqSlots {
     /// `returned.len() - 1` (a power of two's).
     returned_mask: u64,
     returned_at: AtomicU64,
+    /// WQEs given back as faulted ([`Self::fault`]).
+    faults: AtomicU64,
     count: u32,
     /// The ring's address and stride, for copying scatter-to-CQE data out
     /// (`scatter.rs`); 0 when there is none (the verbs backend's slots).
@@ -146,6 +177,10 @@ fn settled_ptr(p: *const Slot) -> *const Slot {
 /// x86_64 only for a bit whose test is not a sign test.)
 const HELD: u64 = 1 << 62;
 
+/// A state word's bit: the device gave the WQE back with an ODP page
+/// fault ([`SrqSlots::fault`]); the poster reposts it and clears the bit.
+const FAULTED: u64 = 1 << 61;
+
 /// A return queue word's bit: a WQE's index is queued there.
 const READY: u64 = 1 << 63;
 
@@ -163,6 +198,7 @@ impl SrqSlots {
             returned: (0..ring).map(|_| AtomicU64::new(0)).collect(),
             returned_mask: ring as u64 - 1,
             returned_at: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
             count,
             ring: 0,
             stride: 0,
@@ -255,7 +291,8 @@ impl SrqSlots {
     }
 
     /// WQEs completed so far (each [`Self::complete`] that returned a
-    /// wr_id), modulo 2^32.
+    /// wr_id, and each [`Self::fault`] that returned `true`: the device
+    /// gave the WQE back either way), modulo 2^32.
     #[inline(always)]
     pub fn completed(&self) -> u32 {
         self.returned_at.load(Ordering::Relaxed) as u32
@@ -283,14 +320,14 @@ impl SrqSlots {
         self.slots[idx as usize].state.store(0, Ordering::Release);
     }
 
-    /// Whether a WQE the device holds names `lkey` (for deregistration:
-    /// an MR dropped while one does waits for it).
+    /// Whether a WQE the device holds, or a faulted one to be reposted,
+    /// names `lkey` (for deregistration: a dropped MR waits for it).
     pub fn names(&self, lkey: u32) -> bool {
         let more = self.max_sge - 1;
         self.slots.iter().enumerate().any(|(i, s)| {
             let st = s.state.load(Ordering::Acquire);
             let n = (st >> 32 & 0xffff) as usize;
-            st & HELD != 0
+            st & (HELD | FAULTED) != 0
                 && (st as u32 == lkey
                     || self.more_lkeys[i * more..i * more + n.saturating_sub(1).min(more)]
                         .iter()
@@ -327,6 +364,9 @@ pub struct SharedReceiveQueue {
     pending: bool,
     /// The poster's position in the slots' return queue.
     returned_at: u64,
+    /// Faulted WQEs reposted ([`SrqSlots::fault`]), modulo 2^64: behind
+    /// the slots' count while some wait for a relink.
+    reposted: u64,
     /// `slots`' slot 0, and `count - 1`: where the in-place post finds a
     /// WQE's slot without following the `Arc` or a bounds test.
     slot0: NonNull<Slot>,
@@ -423,6 +463,7 @@ impl SharedReceiveQueue {
             counter: 0,
             pending: false,
             returned_at: 0,
+            reposted: 0,
             room: 0,
             room_then: 0,
             // (From the whole slice: the pointer may reach every slot.)
@@ -493,8 +534,13 @@ impl SharedReceiveQueue {
             tail_at = (w >> 16) as u32 as usize;
         }
         self.returned_at = at;
+        let old_tail = self.tail;
         self.tail = (tail_at >> shift) as u32;
         self.free += (at - from) as u32;
+        // (Relaxed: a word taken above was stored after its fault's count.)
+        if self.slots.faults.load(Ordering::Relaxed) != self.reposted {
+            self.repost_from(old_tail);
+        }
     }
 
     /// Counts the in-place posts since `free` was last up to date.
@@ -530,13 +576,14 @@ impl SharedReceiveQueue {
     }
 
     /// Writes one WQE at the head without ringing the doorbell; returns
-    /// its index. On error nothing is written.
+    /// its index. On error nothing is written. Before it, WQEs completed
+    /// are relinked and faulted ones reposted (module docs), with their
+    /// own doorbell.
     ///
     /// Errors: [`WqeError::QueueFull`] (the free list is empty: poll);
     /// [`WqeError::RecvTooManySges`] (more non-empty SGEs than
     /// [`Self::max_sge`]); [`WqeError::LengthOverflow`] over 2^31 bytes.
     pub fn post(&mut self, sges: &[DataSeg], wr_id: u64) -> Result<u32, WqeError> {
-        self.check(1)?;
         let slots = self.max_sge() as usize;
         let need = sges.iter().filter(|s| s.len != 0).count();
         if need > slots {
@@ -549,6 +596,9 @@ impl SharedReceiveQueue {
         if total > 1 << 31 {
             return Err(WqeError::LengthOverflow { total });
         }
+        // (After the checks of the SGEs: a refused post relinks nothing,
+        // so reposts no faulted WQE and rings no doorbell.)
+        self.check(1)?;
         let idx = self.head;
         let base = idx as usize * self.stride as usize;
         crate::wqe::write_recv_segs(&mut self.buf, base + SRQ_NEXT_SEG, sges, slots);
@@ -635,3 +685,11 @@ impl SharedReceiveQueue {
 #[cfg(test)]
 #[path = "srq_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "srq_odp_tests.rs"]
+mod odp_tests;
+
+// ODP page faults: `SrqSlots::fault` and the poster's reposts.
+#[path = "srq_odp.rs"]
+mod odp;

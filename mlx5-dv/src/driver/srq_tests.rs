@@ -14,7 +14,7 @@ impl SharedReceiveQueue {
 
 /// A ring of `count` WQEs of `stride` bytes linked 0 -> 1 -> ... as
 /// libmlx5's `set_srq_buf_ll` leaves it: head 0, tail `count - 1`.
-fn ring(count: u32, stride: u32) -> (Vec<u64>, Box<u32>) {
+pub(super) fn ring(count: u32, stride: u32) -> (Vec<u64>, Box<u32>) {
     let mut mem = vec![0u64; (count * stride / 8) as usize];
     let bytes: &mut [u8] =
         // SAFETY: a u64 vector viewed as its bytes.
@@ -26,7 +26,7 @@ fn ring(count: u32, stride: u32) -> (Vec<u64>, Box<u32>) {
     (mem, Box::new(0))
 }
 
-fn srq(mem: &mut [u64], db: &mut u32, count: u32, stride: u32) -> SharedReceiveQueue {
+pub(super) fn srq(mem: &mut [u64], db: &mut u32, count: u32, stride: u32) -> SharedReceiveQueue {
     let d = SrqDesc {
         buf: mem.as_mut_ptr().cast(),
         dbrec: db,
@@ -46,7 +46,7 @@ fn seg(len: u32) -> [DataSeg; 1] {
     }]
 }
 
-fn next_of(mem: &[u64], stride: u32, idx: u32) -> u16 {
+pub(super) fn next_of(mem: &[u64], stride: u32, idx: u32) -> u16 {
     // SAFETY: a u64 slice viewed as its bytes.
     let b: &[u8] = unsafe { core::slice::from_raw_parts(mem.as_ptr().cast(), mem.len() * 8) };
     let at = (idx * stride) as usize;
@@ -382,7 +382,7 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
 
 /// The SGE lkeys of receive `wr_id` (each distinct, so `names` can be
 /// checked exactly).
-fn lkeys_of(wr_id: u64, n: usize) -> Vec<u32> {
+pub(super) fn lkeys_of(wr_id: u64, n: usize) -> Vec<u32> {
     (0..n as u32).map(|k| (wr_id as u32) << 4 | k).collect()
 }
 

@@ -52,7 +52,7 @@ pub(super) fn rig() -> Rig {
     // (done only inside `dev.process()` calls while the rig lives).
     let ks = unsafe { dev.reg_mr(PD, src.as_mut_ptr(), BUF, Access::LOCAL_WRITE) }.unwrap();
     // SAFETY: as above.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), BUF, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), BUF, Access::MR_ALL) }.unwrap();
     Rig {
         dev,
         src,

@@ -73,9 +73,13 @@ impl Device {
                 access,
                 owned: false,
                 iova: Some(iova),
+                odp: access
+                    .contains(Access::ON_DEMAND)
+                    .then(|| super::odp::Pages::new(false)),
             },
         );
         st.dmabufs += 1;
+        st.odp.mrs += access.contains(Access::ON_DEMAND) as usize;
         Ok(MrKeys {
             lkey: key,
             rkey: key,
@@ -87,7 +91,7 @@ impl Device {
 /// itself unless `key` names a DMA-BUF MR; for one, `base + (va - iova)`
 /// when `va` lies in `[iova, iova + len]`, else `u64::MAX` (refused by
 /// every range check, whatever the length).
-fn host_addr(st: &State, key: u32, va: u64) -> u64 {
+pub(super) fn host_addr(st: &State, key: u32, va: u64) -> u64 {
     match st.mrs.get(&key) {
         Some(&MrEntry {
             iova: Some(iova),

@@ -30,6 +30,14 @@
 //! window's own range, access, variant byte and (type 2) QP; an MR with a
 //! bound window is not deregistered.
 //!
+//! ODP (`odp`): an MR registered with [`Access::ON_DEMAND`] (or
+//! [`Device::reg_implicit_odp`], the whole address space) is not pinned;
+//! each of its 4096-byte pages faults in (counted, [`Device::odp_stats`])
+//! on the first DMA to it, transparently, except a receive into an SRQ
+//! WQE, which gets ConnectX's page-fault CQE (RESP_ERR, 0x22 / 0x93) and
+//! the message again in the next WQE; [`Device::advise_mr`] prefetches,
+//! [`Device::evict_odp`] invalidates.
+//!
 //! DC (`dc`): a DCT ([`Device::create_dct`]) on an SRQ and a CQ, keyed,
 //! RESET -> INIT -> RTR only, its number ([`Qp::dctn`]) given at RTR; a
 //! DCI ([`Device::create_dci`]) whose WQEs each name a DCT by number and
@@ -55,7 +63,8 @@
 //! opcode (DMA, the responder's checks), `recv` the responder's receive
 //! queue; `ud` UD's datagrams, `dc` DC's targets and initiators; `cq` also writes CQEs and raises events, `session` holds runs of
 //! them as compressed sessions on a CQ that compresses (the sim's model of
-//! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to memory.
+//! CQE compression, [`crate::mini_cqe`]). `dma` is the sim's door to
+//! memory; `odp` checks an ODP MR's pages before it.
 //!
 //! [`mlx5dv_qp`]: crate::dv::mlx5dv_qp
 //! [`mlx5dv_cq`]: crate::dv::mlx5dv_cq
@@ -68,6 +77,7 @@ mod dmabuf;
 mod exec;
 mod masked;
 mod mw;
+mod odp;
 mod ops;
 mod qp;
 mod recv;
@@ -80,6 +90,7 @@ mod ud;
 pub use channel::Channel;
 pub use cq::Cq;
 pub use dc::DC_ADDRESS_SYNDROME;
+pub use odp::{OdpAdvice, OdpCaps, OdpStats, ODP_PAGE};
 pub use qp::{Qp, BF_OFFSET, BF_SIZE};
 pub use srq::{AsyncEvent, Srq, MAX_SRQ_WR};
 pub use thread::{device_cpu, device_threads};
@@ -177,6 +188,39 @@ pub enum SimError {
         /// What was asked.
         what: &'static str,
     },
+    /// An implicit ODP MR ([`Device::reg_implicit_odp`]) asked without
+    /// [`Access::ON_DEMAND`] (the kernel: EINVAL).
+    #[error("implicit ODP needs ON_DEMAND access (asked {0:?})")]
+    NeedsOnDemand(Access),
+    /// An ODP call ([`Device::advise_mr`], [`Device::evict_odp`]) named an
+    /// MR registered without [`Access::ON_DEMAND`] (`ibv_advise_mr`: ENOENT).
+    #[error("memory region {0:#x} is not an ODP memory region")]
+    NotOdp(u32),
+    /// [`Device::advise_mr`] named an MR of another PD (EPERM).
+    #[error("memory region {lkey:#x} is not on PD {pd}")]
+    ForeignMr {
+        /// The MR's lkey.
+        lkey: u32,
+        /// The PD the call named.
+        pd: u32,
+    },
+    /// [`OdpAdvice::PrefetchWrite`] on an MR that is not writable (EPERM).
+    #[error("memory region {0:#x} is not writable: no prefetch for writing")]
+    NotWritable(u32),
+    /// A range not inside the MR it names ([`Device::advise_mr`]: EFAULT).
+    #[error("{addr:#x}+{len} is not inside memory region {lkey:#x}")]
+    OutsideMr {
+        /// The MR's lkey.
+        lkey: u32,
+        /// Start address.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+    /// A page of an implicit ODP MR that the process does not map with the
+    /// permission asked ([`Device::advise_mr`]: EFAULT).
+    #[error("page {0:#x} is not mapped with the permission asked")]
+    Unmapped(u64),
     /// The operating system refused a resource (an eventfd); the message says which and why.
     #[error("the operating system refused the sim a resource: {0}")]
     Os(String),
@@ -206,6 +250,9 @@ struct MrEntry {
     /// host address `addr + (va - iova)` before any check or DMA. `None`:
     /// WQEs name host addresses.
     iova: Option<u64>,
+    /// An ODP MR ([`Access::ON_DEMAND`]; `odp.rs`): its resident pages.
+    /// `None`: pinned, every page resident.
+    odp: Option<odp::Pages>,
 }
 
 struct CqEntry {
@@ -384,6 +431,8 @@ struct State {
     mrs: Table<MrEntry>,
     /// How many of `mrs` are DMA-BUF MRs (none: no address is translated).
     dmabufs: usize,
+    /// ODP MRs and counts (`odp.rs`).
+    odp: odp::OdpState,
     /// Memory windows by key index (the rkey with its low, variant byte 0).
     mws: Table<mw::MwEntry>,
     cqs: Table<CqEntry>,
@@ -439,6 +488,7 @@ impl Device {
         let state = State {
             mrs: Table::default(),
             dmabufs: 0,
+            odp: odp::OdpState::default(),
             mws: Table::default(),
             cqs: Table::default(),
             qps: Table::default(),
@@ -472,7 +522,10 @@ impl Device {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers `len` bytes at `addr`. lkey equals rkey.
+    /// Registers `len` bytes at `addr`. lkey equals rkey. With
+    /// [`Access::ON_DEMAND`] an ODP MR: not pinned, its pages (of
+    /// [`ODP_PAGE`] bytes) not resident until an access faults them in or
+    /// [`Self::advise_mr`] prefetches them (`odp.rs`).
     ///
     /// # Safety
     /// `addr..addr+len` must stay valid for reads and writes by the device (any
@@ -546,8 +599,12 @@ impl Device {
                 access,
                 owned,
                 iova: None,
+                odp: access
+                    .contains(Access::ON_DEMAND)
+                    .then(|| odp::Pages::new(false)),
             },
         );
+        st.odp.mrs += access.contains(Access::ON_DEMAND) as usize;
         Ok(MrKeys {
             lkey: key,
             rkey: key,
@@ -575,8 +632,9 @@ impl Device {
         if windows != 0 {
             return Err(SimError::MrHasWindows { lkey, windows });
         }
-        if st.mrs.remove(&lkey).is_some_and(|mr| mr.iova.is_some()) {
-            st.dmabufs -= 1;
+        if let Some(mr) = st.mrs.remove(&lkey) {
+            st.dmabufs -= mr.iova.is_some() as usize;
+            st.odp.mrs -= mr.odp.is_some() as usize;
         }
         Ok(())
     }
@@ -591,6 +649,8 @@ impl Device {
 mod dc_shared_tests;
 #[cfg(test)]
 mod dc_tests;
+#[cfg(test)]
+mod odp_srq_tests;
 #[cfg(test)]
 mod srq_tests;
 #[cfg(test)]

@@ -234,6 +234,12 @@ pub(super) fn remote_invalidate(st: &mut State, rkey: u32, responder: u32, pd: u
     ok
 }
 
+/// The lkey of the MR the window of `rkey` is bound to, if it is bound
+/// (for the ODP residency of an access through it: `odp.rs`).
+pub(super) fn window_mr(st: &State, rkey: u32) -> Option<u32> {
+    st.mws.get(&(rkey & !0xff))?.bound.map(|b| b.mr)
+}
+
 /// Whether `rkey` names a window through which the responder QP
 /// `responder` (on PD `pd`) may do `need` on `[addr, addr + len)`.
 pub(super) fn window_allows(

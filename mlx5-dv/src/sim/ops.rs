@@ -47,15 +47,30 @@ fn deliver(
     }) else {
         return Exec::Err(Syndrome::TRANSPORT_RETRY_EXC_ERR);
     };
-    let Some((idx, segs, n)) = next_recv(st, peer) else {
-        return Exec::Rnr;
-    };
     // A receive WQE's lkeys belong to its queue's PD: the SRQ's, on one.
     let pd = match st.qps[&peer].srq.and_then(|n| st.srqs.get(&n)) {
         Some(srq) => srq.pd,
         None => st.qps[&peer].pd,
     };
     let reliable = st.qps[&qpn].qp_type == QpType::Rc;
+    // Scatter to CQE (`scatter.rs`): the payload goes into the CQE, not
+    // to the receive's buffers (checked all the same).
+    let inline = data.filter(|d| super::scatter::responder_scatters(st, peer, d.len()));
+    let (idx, segs, n) = loop {
+        let Some((idx, segs, n)) = next_recv(st, peer) else {
+            return Exec::Rnr;
+        };
+        // An SRQ WQE whose buffer takes an ODP page fault is consumed
+        // with its fault CQE; the message comes again (`odp.rs`).
+        let data = data.filter(|_| inline.is_none());
+        if !super::odp::srq_refault(st, peer, pd, idx, &segs[..n], data) {
+            break (idx, segs, n);
+        }
+        if !reliable {
+            // UC: no retry; the message is dropped (as for an RNR).
+            return Exec::Rnr;
+        }
+    };
     let fail = |st: &mut State, resp: Syndrome, req: Syndrome| {
         if !reliable {
             // UC: the responder drops the message; nothing changes there.
@@ -76,9 +91,6 @@ fn deliver(
         (true, Some(v), None) => (CqeOpcode::RESP_SEND_IMM, v),
         (false, v, _) => (CqeOpcode::RESP_WR_IMM, v.unwrap_or(0)),
     };
-    // Scatter to CQE (`scatter.rs`): the payload goes into the CQE, not
-    // to the receive's buffers (checked all the same).
-    let inline = data.filter(|d| super::scatter::responder_scatters(st, peer, d.len()));
     if let Some(data) = data {
         if segs[..n]
             .iter()
@@ -96,6 +108,11 @@ fn deliver(
                 Syndrome::LOCAL_LENGTH_ERR,
                 Syndrome::REMOTE_INVAL_REQ_ERR,
             );
+        }
+        // ODP: the pages the bytes fill, faulted in before any moves (an
+        // implicit MR's unmapped page: a protection error, `odp.rs`).
+        if inline.is_none() && !super::odp::fault_in_scatter(st, &segs[..n], data.len()) {
+            return fail(st, Syndrome::LOCAL_PROT_ERR, Syndrome::REMOTE_OP_ERR);
         }
         if let Some(rkey) = inval {
             // The window of the responder QP's own PD (an SRQ's receive
@@ -265,10 +282,13 @@ fn owned(st: &State, lkey: u32) -> bool {
 }
 
 /// [`local_ok`] for an SGE of a WQE of QP `qpn`'s SQ: a QP whose SQ a test
-/// hook rewrote touches no owned MR.
+/// hook rewrote touches no owned MR. The SGE's ODP pages are faulted in
+/// (`odp.rs`): an implicit MR's page the process does not map fails it.
 pub(super) fn sq_local_ok(st: &State, qpn: u32, s: DataSeg, write: bool) -> bool {
     let q = &st.qps[&qpn];
-    local_ok(st, q.pd, s, write) && !(q.hooked && owned(st, s.lkey))
+    local_ok(st, q.pd, s, write)
+        && !(q.hooked && owned(st, s.lkey))
+        && super::odp::fault_in(st, s.lkey, s.addr, s.len as u64, write)
 }
 
 /// Whether `lkey` names an MR of `pd` holding `addr..addr+len` (with LOCAL_WRITE
@@ -312,6 +332,16 @@ pub(super) fn responder_check(
             }
             // An rkey of no MR may name a memory window (`mw.rs`).
             None => super::mw::window_allows(st, rkey, peer, responder.pd, addr, len, need),
+        }
+        // ODP: the target's pages faulted in before any byte moves; an
+        // implicit MR's page the process does not map is refused.
+        && {
+            let mr = match st.mrs.contains_key(&rkey) {
+                true => Some(rkey),
+                false => super::mw::window_mr(st, rkey),
+            };
+            let write = need != Access::REMOTE_READ;
+            mr.is_none_or(|mr| super::odp::fault_in(st, mr, addr, len, write))
         };
     if ok {
         return Ok(());

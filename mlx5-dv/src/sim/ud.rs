@@ -87,7 +87,11 @@ fn deliver(st: &mut State, src: u32, dqpn: u32, qkey: u32, w: &DecodedWqe, data:
     let room: u64 = segs[..n].iter().map(|s| s.len as u64).sum();
     let prot = segs[..n]
         .iter()
-        .any(|s| s.len != 0 && !local_ok(st, pd, *s, true));
+        .any(|s| s.len != 0 && !local_ok(st, pd, *s, true))
+        // ODP: faulted in transparently (`odp.rs`); an implicit MR's
+        // unmapped page is a protection error.
+        || (room >= data.len() as u64
+            && !super::odp::fault_in_scatter(st, &segs[..n], data.len()));
     if prot || room < data.len() as u64 {
         let syn = if prot {
             Syndrome::LOCAL_PROT_ERR

@@ -17,6 +17,7 @@ mod geometry;
 mod hooks;
 mod mr;
 mod mw;
+mod odp;
 pub(crate) mod poll;
 mod poll_srq;
 mod post;
@@ -28,6 +29,7 @@ mod srq;
 pub(crate) use cq::{CqFor, DirectCq, DirectCqDev};
 pub(crate) use mr::reg_sim_mr;
 pub(crate) use mw::alloc_sim_mw;
+pub(crate) use odp::{reg_sim_implicit_odp, sim_advise, sim_odp_caps};
 pub(crate) use srq::{DirectSrq, DirectSrqDev};
 
 #[cfg(feature = "verbs")]

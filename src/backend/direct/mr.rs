@@ -9,9 +9,9 @@ use mlx5_dv::sim;
 use std::os::fd::BorrowedFd;
 
 /// Deregisters a sim MR when dropped.
-struct SimReg {
-    dev: sim::Device,
-    lkey: u32,
+pub(super) struct SimReg {
+    pub(super) dev: sim::Device,
+    pub(super) lkey: u32,
 }
 impl Registration for SimReg {}
 impl Drop for SimReg {

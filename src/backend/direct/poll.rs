@@ -16,6 +16,7 @@
 //!
 //! [`WrProgress`]: crate::ib::progress::WrProgress
 
+use super::odp::odp_fault;
 use super::{DirectCq, DirectQp};
 use crate::backend::SharedQps;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
@@ -609,6 +610,9 @@ impl DirectQp {
                 },
                 None => break,
             };
+            if odp_fault(rq, &cqe) {
+                continue;
+            }
             failed |= cqe.opcode == CqeOpcode::REQ_ERR;
             match retire(&mut sq, rq, &cqe) {
                 Ok(Some(mut c)) => {
@@ -713,9 +717,12 @@ impl DirectCq {
             let cqe = raw.decode();
             if skip == Some(cqe.qpn) {
                 // Dropped unretired; but a receive of an SRQ is the SRQ's
-                // again.
+                // again (a faulted one to be posted again: `odp_fault`).
                 if let Some(q) = m.find(cqe.qpn) {
-                    if q.rq.is_srq() && !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+                    if q.rq.is_srq()
+                        && !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR)
+                        && !odp_fault(&q.rq, &cqe)
+                    {
                         q.rq.complete(cqe.wqe_counter);
                     }
                 }
@@ -726,8 +733,11 @@ impl DirectCq {
                 break;
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
-            if cqe.opcode == CqeOpcode::REQ_ERR {
-                q.note_send_failed();
+            // REQ_ERR, RESP_ERR (and INVALID, which a software-owned CQE
+            // never is): one compare, as the REQ_ERR test it replaced.
+            if cqe.opcode.0 >= CqeOpcode::REQ_ERR.0 && q.failed_or_faulted(&cqe) {
+                // An SRQ WQE's ODP page fault: no completion, no credit.
+                continue;
             }
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.

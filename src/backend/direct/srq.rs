@@ -95,9 +95,13 @@ impl DirectSrq {
         }
     }
 
-    /// Receives posted and not yet polled back.
+    /// Receives posted and not yet polled back, and those an ODP page
+    /// fault gave back that wait to be posted again (the driver counts
+    /// those as completed until their repost, which then adds them again:
+    /// counting them here keeps a post from taking their room, so the SRQ
+    /// never holds more than `max_wr`, the CQ credits its CQs reserved).
     pub(crate) fn outstanding(&mut self) -> u32 {
-        self.ring.outstanding()
+        self.ring.outstanding() + self.ring.faulted()
     }
 
     /// Posts one receive of one SGE of PD `pd` (1 to 2^31 - 1 bytes) in
@@ -145,6 +149,20 @@ impl DirectSrq {
         // What the in-place post may take before it comes here again.
         self.refill();
         Ok(())
+    }
+
+    /// Receives that took an ODP page fault and wait to be posted again
+    /// (`SharedReceiveQueue::faulted`).
+    pub(crate) fn faulted(&self) -> u32 {
+        self.ring.faulted()
+    }
+
+    /// Posts every faulted receive again, same wr_id and SGEs, with one
+    /// doorbell (`SharedReceiveQueue::repost_faulted`); how many.
+    pub(crate) fn repost_faulted(&mut self) -> u32 {
+        let n = self.ring.repost_faulted();
+        self.refill();
+        n
     }
 
     /// Arms the SRQ limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`; 0 disarms).

@@ -80,6 +80,10 @@ macro_rules! ctx_op {
     }};
 }
 
+// (After `ctx_op!`, which it uses.)
+mod odp;
+pub(crate) use odp::{advise as advise_odp, odp_caps, reg_implicit as reg_implicit_odp};
+
 /// verbs.h's `ibv_create_cq_ex`: null with errno EOPNOTSUPP where the
 /// provider has no `create_cq_ex`.
 pub(crate) fn create_cq_ex(ctx: &Ctx, attr: &mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex {
@@ -221,6 +225,8 @@ pub fn list_devices() -> Result<Vec<VerbsDeviceInfo>> {
 pub(crate) struct Ctx {
     pub(crate) raw: *mut ibv_context,
     pub(crate) name: String,
+    /// Its ODP caps, asked once (`odp::odp_caps`).
+    odp: std::sync::OnceLock<crate::ib::device::OdpCaps>,
 }
 
 // SAFETY: ibv_context is thread-safe for the calls we make (rdma-core locks internally).
@@ -261,6 +267,7 @@ pub(crate) fn open(name: &str) -> Result<Option<Arc<Ctx>>> {
     Ok(Some(Arc::new(Ctx {
         raw,
         name: name.to_owned(),
+        odp: std::sync::OnceLock::new(),
     })))
 }
 
@@ -433,20 +440,35 @@ impl Drop for MrReg {
 /// checked them); the `MrInner` returned owns both, and its field order
 /// deregisters before it frees the buffer.
 ///
-/// Errors: `ibv_reg_mr`'s, as [`Error::Verbs`].
+/// With [`Access::ON_DEMAND`], the device's ODP caps are asked first.
+///
+/// Errors: [`Error::Unsupported`] ([`Feature::Odp`](crate::Feature::Odp))
+/// for ON_DEMAND where the caps lack `IBV_ODP_SUPPORT` (before the verb) or
+/// the kernel answers `EOPNOTSUPP`; `ibv_reg_mr`'s others, as [`Error::Verbs`].
 pub(crate) fn reg_mr(pd: &Arc<Pd>, buf: Buffer, access: Access) -> Result<MrInner> {
+    let odp = access.contains(Access::ON_DEMAND);
+    if odp {
+        odp::check(&pd.ctx, false)?;
+    }
     // SAFETY: `buf` is live memory of `buf.len()` bytes; it moves into the
     // MrInner returned, which drops this registration before the buffer.
     let raw = unsafe { ibv_reg_mr(pd.raw, buf.ptr().cast(), buf.len(), access.bits() as i32) };
     if raw.is_null() {
-        return Err(Error::Verbs {
-            call: "ibv_reg_mr",
-            errno: errno(),
-            detail: format!(
+        let (errno, detail) = (
+            errno(),
+            format!(
                 " ({} bytes at {:p}, access {access:?})",
                 buf.len(),
                 buf.ptr()
             ),
+        );
+        if odp {
+            return Err(odp::refusal(&pd.ctx, "ibv_reg_mr", errno, detail));
+        }
+        return Err(Error::Verbs {
+            call: "ibv_reg_mr",
+            errno,
+            detail,
         });
     }
     // SAFETY: non-null ibv_mr returned by rdma-core.
@@ -466,8 +488,11 @@ pub(crate) fn reg_mr(pd: &Arc<Pd>, buf: Buffer, access: Access) -> Result<MrInne
 }
 
 /// What `rdma-direct devices` shows of one ibverbs device: its driver and
-/// every port with state, link layer, MTU, rate and GID table.
-pub(crate) fn describe(name: &str) -> Result<(String, Vec<PortDetail>, bool)> {
+/// every port with state, link layer, MTU, rate and GID table; whether it
+/// is an mlx5; its ODP caps.
+pub(crate) fn describe(
+    name: &str,
+) -> Result<(String, Vec<PortDetail>, bool, crate::ib::device::OdpCaps)> {
     let ctx = open(name)?.ok_or_else(|| Error::NoSuchDevice { name: name.into() })?;
     // SAFETY: plain data; zero is valid.
     let mut dev: ibv_device_attr = unsafe { std::mem::zeroed() };
@@ -558,5 +583,5 @@ pub(crate) fn describe(name: &str) -> Result<(String, Vec<PortDetail>, bool)> {
             gids,
         });
     }
-    Ok((driver, ports, mlx5_supported(&ctx)))
+    Ok((driver, ports, mlx5_supported(&ctx), odp_caps(&ctx)))
 }

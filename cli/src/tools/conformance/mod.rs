@@ -153,6 +153,7 @@ mod halves;
 mod inline_recv;
 mod masked_atomics;
 mod memory;
+mod odp;
 mod refusals;
 mod srq;
 mod timestamps;
@@ -175,6 +176,7 @@ use halves::*;
 use inline_recv::*;
 use masked_atomics::*;
 use memory::*;
+use odp::*;
 use refusals::*;
 use srq::*;
 use timestamps::*;
@@ -435,4 +437,8 @@ const ONE_SIDED: &[Case] = &[
     case!(window_refuses_inside_the_mr_outside_its_range),
     case!(window_refuses_beyond_the_mr),
     case!(window_type_2_bind_fenced_behind_a_write_completes_in_order),
+    case!(odp_mr_takes_every_operation_in_and_out),
+    case!(odp_advise_then_access),
+    case!(odp_implicit_mr_reaches_memory_by_address),
+    case!(odp_srq_receives_every_message_once_through_faults),
 ];

@@ -199,7 +199,7 @@ fn twenty_signaled_writes_complete_as_one_session_each_wr_once_in_order() {
     let mut dst = vec![0u8; 64];
     // SAFETY: the Vec outlives all device work on it, done only inside
     // `dev.process()` calls while it lives.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     for i in 0..20 {
         sq.post(&w, 1000 + i).unwrap();

@@ -25,7 +25,7 @@ fn cq_overrun_writes_nothing_and_raises_an_event() {
     let mut dst = vec![0u8; 64];
     // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
     // it lives.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     // Six signaled WQEs into a CQ of 4 that nobody polls.
     for i in 0..6 {
@@ -74,7 +74,7 @@ fn an_armed_cq_raises_one_event_per_arm() {
     let mut dst = vec![0u8; 64];
     // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
     // it lives.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     let round = |a: &mut Side, id: u64| {
         a.sq.post(&w, id).unwrap();
@@ -133,7 +133,7 @@ fn an_overrun_ignoring_cq_does_not_stop_on_a_stale_ci_record() {
         let mut dst = vec![0u8; 64];
         // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls
         // while it lives.
-        let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+        let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
         let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
         let mut counters = Vec::new();
         for round in 0..2u64 {
@@ -192,7 +192,7 @@ fn overrun_detection_can_be_turned_back_on() {
     let mut dst = vec![0u8; 64];
     // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
     // it lives.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
     let w = write_wqe(Payload::Inline(&[1; 8]), dst.as_ptr() as u64, kd.rkey);
     for i in 0..5 {
         sq.post(&w, i).unwrap();

@@ -161,7 +161,7 @@ fn wqe_naming_another_qpn_is_a_local_qp_operation_error() {
     let mut dst = vec![0u8; 64];
     // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
     // it lives.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
     // A send queue that believes its QPN is one more than the real one.
     // SAFETY: as in `pair`; this driver replaces a.sq, used no more.
     let mut wrong = unsafe { SendQueue::new(&a.qp.dv(), a.qp.qpn() + 1, 128, 4) }.unwrap();

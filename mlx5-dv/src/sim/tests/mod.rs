@@ -4,6 +4,7 @@
 mod compression;
 mod cq;
 mod execution;
+mod odp;
 mod qp_lifecycle;
 mod scatter;
 mod send_inv;

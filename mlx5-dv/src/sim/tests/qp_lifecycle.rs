@@ -101,7 +101,7 @@ fn reset_zeroes_the_indices_and_the_qp_works_again() {
     let mut dst = vec![0u8; 64];
     // SAFETY: the Vec outlives all device work on it, done only inside `dev.process()` calls while
     // it lives.
-    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::all()) }.unwrap();
+    let kd = unsafe { dev.reg_mr(PD, dst.as_mut_ptr(), 64, Access::MR_ALL) }.unwrap();
     let bad = write_wqe(
         Payload::Inline(&[1; 8]),
         dst.as_ptr() as u64,
