@@ -295,7 +295,7 @@ fn dc_transitions_outside_the_tables_are_refused() {
     still_clean(&mut d, 4);
     // A DCT brought up by hand has no number before RTR.
     let mut t = d.e.pd.create_qp_on_srq(&dct_cfg(), &d.srq).unwrap();
-    t.modify(QpState::Init, &QpAttr::init(1, Access::all()))
+    t.modify(QpState::Init, &QpAttr::init(1, Access::QP_ALL))
         .unwrap();
     assert_eq!(t.dct_number(), None);
     assert!(exchange::ConnInfo::of_dct(&t).is_err());

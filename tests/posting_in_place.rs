@@ -234,7 +234,7 @@ fn states_refuse_without_writing() {
     }
     let err = refused(&mut a, &wrs);
     assert!(matches!(err, Error::QpState { .. }), "{err:?}");
-    let init = QpAttr::init(1, Access::all());
+    let init = QpAttr::init(1, Access::QP_ALL);
     a.modify(QpState::Init, &init).unwrap();
     b.modify(QpState::Init, &init).unwrap();
     for w in &wrs {

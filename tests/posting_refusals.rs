@@ -16,7 +16,7 @@ use support::*;
 // ---------------------------------------------------------------------
 
 fn attr_init() -> QpAttr {
-    QpAttr::init(1, Access::all())
+    QpAttr::init(1, Access::QP_ALL)
 }
 
 /// post_write is refused with QpState, nothing written, in RESET, INIT and

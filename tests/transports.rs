@@ -515,9 +515,9 @@ fn uc_ud_modify_wrong_attributes_named() {
         named(c.modify(QpState::Init, &QpAttr::init_ud(1, QKEY))),
         "ACCESS_FLAGS"
     );
-    c.modify(QpState::Init, &QpAttr::init(1, Access::all()))
+    c.modify(QpState::Init, &QpAttr::init(1, Access::QP_ALL))
         .unwrap();
-    d.modify(QpState::Init, &QpAttr::init(1, Access::all()))
+    d.modify(QpState::Init, &QpAttr::init(1, Access::QP_ALL))
         .unwrap();
     let rc_rtr = c.rtr_attr(&d.endpoint(), 1);
     // rtr_attr of a UC QP: whatever it is, it must be accepted or named.

@@ -43,7 +43,7 @@ fuzz_target!(|inp: Input| {
     let b = dev.create_qp(pd, &cq, SQ_WQEBBS).unwrap();
     let access = Access::from_bits_truncate(inp.access as u32) | Access::LOCAL_WRITE;
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }

@@ -37,7 +37,7 @@ fn rig() -> Rig {
         dev.create_qp(pd, &cb, SQ_WQEBBS).unwrap(),
     );
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }

@@ -148,7 +148,7 @@ pub(super) fn dc_every_operation_lands(dev: &str) -> CaseResult {
         key: KEY,
     };
     let src = pd.alloc_mr(4096, Access::LOCAL_WRITE)?;
-    let dst = pd.alloc_mr(8192, Access::all())?;
+    let dst = pd.alloc_mr(8192, Access::MR_ALL)?;
     src.write(0, &pattern(256, 1))?;
     src.write(512, &pattern(16, 2))?;
     src.write(600, &pattern(16, 3))?;
@@ -387,7 +387,7 @@ fn bad_address(dev: &str, bad: Bad) -> CaseResult {
         Bad::DctZero => (0, KEY),
     };
     let src = pd.alloc_mr(1024, Access::LOCAL_WRITE)?;
-    let dst = pd.alloc_mr(2048, Access::all())?;
+    let dst = pd.alloc_mr(2048, Access::MR_ALL)?;
     src.write(0, &pattern(256, 9))?;
     src.write(512, &[GUARD; 64])?;
     dst.write(0, &[GUARD; 2048])?;
@@ -475,7 +475,7 @@ pub(super) fn dc_no_dct_number_before_rtr(dev: &str) -> CaseResult {
     check_eq!(dct.state(), QpState::Reset, "a new DCT");
     check_eq!(dct.dct_number(), None, "a DCT's number in RESET");
     let port = dct.config().port;
-    dct.modify(QpState::Init, &QpAttr::init(port, Access::all()))?;
+    dct.modify(QpState::Init, &QpAttr::init(port, Access::QP_ALL))?;
     check_eq!(dct.dct_number(), None, "a DCT's number in INIT");
     check_eq!(dci.dct_number(), None, "a DCI's DCT number");
     let mut rc = pd.create_qp(&QpConfig::default())?;
@@ -484,7 +484,7 @@ pub(super) fn dc_no_dct_number_before_rtr(dev: &str) -> CaseResult {
     // published 0): it reaches no DCT; nothing is delivered.
     let early = dct.endpoint().qpn;
     let src = pd.alloc_mr(256, Access::LOCAL_WRITE)?;
-    let dst = pd.alloc_mr(1024, Access::all())?;
+    let dst = pd.alloc_mr(1024, Access::MR_ALL)?;
     src.write(0, &pattern(64, 3))?;
     dst.write(0, &[GUARD; 1024])?;
     let rbuf = [Sge::new(&dst, 512, 256)?];
@@ -578,7 +578,7 @@ pub(super) fn dc_a_failed_dci_is_refused_until_reset_then_reused(dev: &str) -> C
     };
     let bad = DcDest { key: !KEY, ..to };
     let src = pd.alloc_mr(64 * 16, Access::LOCAL_WRITE)?;
-    let dst = pd.alloc_mr(64 * 16, Access::all())?;
+    let dst = pd.alloc_mr(64 * 16, Access::MR_ALL)?;
     let rb = pd.alloc_mr(64 * 16, Access::LOCAL_WRITE)?;
     let qpn = dci.qp_num();
     for round in 0..9u64 {

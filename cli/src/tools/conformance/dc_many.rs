@@ -164,7 +164,7 @@ pub(super) fn dc_dcis_on_one_cq_with_interleaved_errors(dev: &str) -> CaseResult
     let bad = [DcDest { key: !KEY, ..to }, DcDest { dctn: 0, ..to }];
     let bytes = N * WR as usize * 8;
     let src = t.pd.alloc_mr(bytes, Access::LOCAL_WRITE)?;
-    let dst = t.pd.alloc_mr(bytes, Access::all())?;
+    let dst = t.pd.alloc_mr(bytes, Access::MR_ALL)?;
     let mut d = Dcis {
         queue: vec![VecDeque::new(); N],
         errored: vec![false; N],
@@ -357,7 +357,7 @@ pub(super) fn dc_one_dct_serves_64_dcis(dev: &str) -> CaseResult {
         key: KEY,
     };
     let src = pd.alloc_mr(N * 64, Access::LOCAL_WRITE)?;
-    let dst = pd.alloc_mr(N * 64 + 8, Access::all())?;
+    let dst = pd.alloc_mr(N * 64 + 8, Access::MR_ALL)?;
     let rb = pd.alloc_mr(N * 64, Access::LOCAL_WRITE)?;
     let back = pd.alloc_mr(N * 72, Access::LOCAL_WRITE)?;
     let bufs: Vec<[Sge; 1]> = (0..N)

@@ -236,7 +236,7 @@ pub(super) fn rnr_exhaustion_time(dev: &str, timer: u8) -> Result<Duration, Fail
     let mut b = pd.create_qp(&cfg)?;
     let (ea, eb) = (a.endpoint(), b.endpoint());
     for q in [&mut a, &mut b] {
-        q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+        q.modify(QpState::Init, &QpAttr::init(1, Access::QP_ALL))?;
     }
     let mut rtr_b = b.rtr_attr(&ea, 1);
     rtr_b.min_rnr_timer = Some(timer);

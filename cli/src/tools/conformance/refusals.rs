@@ -298,7 +298,7 @@ pub(super) fn out_of_range_qp_configs_are_refused(dev: &str) -> CaseResult {
         // The sim has one port: a modify naming another is refused.
         let r = qp.modify(
             rdma_direct::QpState::Init,
-            &rdma_direct::QpAttr::init(9, Access::all()),
+            &rdma_direct::QpAttr::init(9, Access::QP_ALL),
         );
         check!(
             matches!(r, Err(Error::Config { .. })),
@@ -409,7 +409,7 @@ pub(super) fn modify_checks_attributes_by_name(dev: &str) -> CaseResult {
             ))),
         }
     };
-    let mut init = QpAttr::init(1, Access::all());
+    let mut init = QpAttr::init(1, Access::QP_ALL);
     init.port = None;
     refused(a.modify(QpState::Init, &init), "PORT")?;
     check_eq!(
@@ -419,7 +419,7 @@ pub(super) fn modify_checks_attributes_by_name(dev: &str) -> CaseResult {
     );
     refused(a.modify(QpState::Rtr, &QpAttr::default()), "STATE")?;
     for q in [&mut a, &mut b] {
-        q.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+        q.modify(QpState::Init, &QpAttr::init(1, Access::QP_ALL))?;
         check_eq!(q.query()?.state, QpState::Init);
     }
     let (ea, eb) = (a.endpoint(), b.endpoint());
@@ -502,7 +502,7 @@ pub(super) fn connect_checks_first_and_optional_attributes_apply(dev: &str) -> C
     check_eq!(a.query()?.state, QpState::Reset);
     // Now for real, with B's INIT -> RTR taking REMOTE_WRITE away.
     a.connect_remote(5, &eb, 7)?;
-    b.modify(QpState::Init, &QpAttr::init(1, Access::all()))?;
+    b.modify(QpState::Init, &QpAttr::init(1, Access::QP_ALL))?;
     let mut rtr = b.rtr_attr(&ea, 5);
     rtr.access = Some(Access::LOCAL_WRITE | Access::REMOTE_READ);
     b.modify(QpState::Rtr, &rtr)?;

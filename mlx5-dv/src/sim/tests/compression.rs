@@ -187,7 +187,7 @@ fn twenty_signaled_writes_complete_as_one_session_each_wr_once_in_order() {
     let qa = dev.create_qp(PD, &cq, 32).unwrap();
     let qb = dev.create_qp(PD, &peer_cq, 32).unwrap();
     for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }

@@ -13,7 +13,7 @@ fn cq_overrun_writes_nothing_and_raises_an_event() {
     let qa = dev.create_qp(PD, &cq, 16).unwrap();
     let qb = dev.create_qp(PD, &peer_cq, 16).unwrap();
     for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }
@@ -120,7 +120,7 @@ fn an_overrun_ignoring_cq_does_not_stop_on_a_stale_ci_record() {
         let qa = dev.create_qp(PD, &cq, 16).unwrap();
         let qb = dev.create_qp(PD, &peer_cq, 16).unwrap();
         for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-            x.to_init(Access::all()).unwrap();
+            x.to_init(Access::QP_ALL).unwrap();
             x.to_rtr(y.qpn()).unwrap();
             x.to_rts().unwrap();
         }
@@ -183,7 +183,7 @@ fn overrun_detection_can_be_turned_back_on() {
     let qa = dev.create_qp(PD, &cq, 16).unwrap();
     let qb = dev.create_qp(PD, &peer_cq, 16).unwrap();
     for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }

@@ -187,7 +187,7 @@ fn solicited_sends_set_the_se_bit_of_the_receive_cqe() {
     };
     let ((qa, _ca), (qb, cb)) = (mk(), mk());
     for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }

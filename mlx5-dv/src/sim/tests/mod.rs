@@ -84,7 +84,7 @@ fn pair_with(dev: &Device, sq_wqebbs: u32, max_post: u32) -> (Side, Side) {
     };
     let (a, b) = (mk(), mk());
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.qp.to_init(Access::all()).unwrap();
+        x.qp.to_init(Access::QP_ALL).unwrap();
         x.qp.to_rtr(y.qp.qpn()).unwrap();
         x.qp.to_rts().unwrap();
     }

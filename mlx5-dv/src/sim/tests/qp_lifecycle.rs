@@ -16,7 +16,7 @@ fn rnr_retry_is_counted_and_7_is_forever() {
         };
         let ((qa, ca), (qb, _cb)) = (mk(), mk());
         for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-            x.to_init(Access::all()).unwrap();
+            x.to_init(Access::QP_ALL).unwrap();
             x.to_rtr(y.qpn()).unwrap();
             x.to_rts_with(rnr_retry).unwrap();
         }
@@ -127,7 +127,7 @@ fn reset_zeroes_the_indices_and_the_qp_works_again() {
     assert_eq!(b.qp.state(), QpState::Err);
     b.qp.to_reset().unwrap();
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.qp.to_init(Access::all()).unwrap();
+        x.qp.to_init(Access::QP_ALL).unwrap();
         x.qp.to_rtr(y.qp.qpn()).unwrap();
         x.qp.to_rts().unwrap();
     }

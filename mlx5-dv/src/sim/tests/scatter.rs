@@ -20,7 +20,7 @@ fn send_and_read_slot(cqe_size: u32, n: usize) -> (Vec<u8>, Vec<u8>) {
     let ((qa, _ca), (qb, cb)) = (mk(), mk());
     assert_eq!(qb.set_scatter_to_cqe(true, false), Ok((true, false)));
     for (x, y) in [(&qa, &qb), (&qb, &qa)] {
-        x.to_init(Access::all()).unwrap();
+        x.to_init(Access::QP_ALL).unwrap();
         x.to_rtr(y.qpn()).unwrap();
         x.to_rts().unwrap();
     }
@@ -109,7 +109,7 @@ fn scatter_to_cqe_is_set_in_reset_and_follows_the_transport() {
         Ok((false, false))
     );
     let q = of(QpType::Rc);
-    q.to_init(Access::all()).unwrap();
+    q.to_init(Access::QP_ALL).unwrap();
     assert!(matches!(
         q.set_scatter_to_cqe(true, true),
         Err(SimError::BadTransition { .. })

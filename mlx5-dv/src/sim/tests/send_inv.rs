@@ -53,7 +53,7 @@ fn pair_of(dev: &Device, t: QpType, scatter: bool) -> (End, End) {
     let (a, b) = (end(dev, t, false), end(dev, t, scatter));
     let access = match t {
         QpType::Uc => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        _ => Access::all(),
+        _ => Access::QP_ALL,
     };
     for (x, y) in [(&a, &b), (&b, &a)] {
         x.s.qp.to_init(access).unwrap();
