@@ -553,12 +553,20 @@ impl SharedReceiveQueue {
     /// Relinks what completed and sets how many posts
     /// [`Self::post_one_seg`] may make before it asks again: as many as the
     /// free list holds, and as keep at most `max_outstanding` WQEs the
-    /// device's ([`Self::outstanding`]). 0 turns the in-place post off.
+    /// device's ([`Self::outstanding`], and the faulted ones waiting for
+    /// their repost, [`Self::faulted`]). 0 turns the in-place post off.
     pub fn refill(&mut self, max_outstanding: u32) {
         self.relink();
-        self.room = self
-            .free
-            .min(max_outstanding.saturating_sub(self.outstanding()));
+        // Faulted WQEs not reposted yet count as the device's: the next
+        // relink reposts them. Completions read first (acquire), then
+        // faults (a fault counts its fault before its completion): a fault
+        // landing between the two reads is counted twice, never missed, so
+        // the room never lets the device hold more than `max_outstanding`.
+        let completed = self.slots.returned_at.load(Ordering::Acquire) as u32;
+        let faulted = (self.slots.faults.load(Ordering::Relaxed) as u32)
+            .wrapping_sub(self.reposted as u32);
+        let held = self.counter.wrapping_sub(completed).wrapping_add(faulted);
+        self.room = self.free.min(max_outstanding.saturating_sub(held));
         self.room_then = self.room;
     }
 

@@ -95,7 +95,6 @@ impl SharedReceiveQueue {
             if state & FAULTED == 0 {
                 continue;
             }
-            slot.state.store(state & !FAULTED, Ordering::Relaxed);
             let wr_id = slot.wr_id.load(Ordering::Relaxed);
             let head = self.head;
             if head != at {
@@ -117,6 +116,13 @@ impl SharedReceiveQueue {
                 )
                 .take((state >> 32 & 0xffff) as usize);
             slots.give(head, wr_id, lkeys);
+            // Cleared only now, after the head names its lkeys: in between,
+            // `SrqSlots::names` (an MR's reclaim, on any thread) sees them
+            // on one slot or both, never on none. In place, `give` wrote
+            // the whole word, FAULTED gone.
+            if head != at {
+                slot.state.store(state & !(FAULTED | HELD), Ordering::Release);
+            }
             self.head = decode_srq_next_seg(&self.buf.read_seg(head as usize * stride)) as u32;
             self.free -= 1;
             self.counter = self.counter.wrapping_add(1);

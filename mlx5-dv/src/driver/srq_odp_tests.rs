@@ -148,7 +148,7 @@ fn fault_model(count: u32, stride: u32, steps: &[Step]) {
                 assert!(!slots.fault(idx as u16), "faulted once");
                 assert_eq!(slots.complete(idx as u16), None, "not completed");
                 for &l in &r.1 {
-                    assert!(!slots.names(l), "the device does not hold it");
+                    assert!(slots.names(l), "waiting for its repost: its MR must stay");
                 }
                 faulted.push_back(r);
             }
