@@ -1,5 +1,6 @@
 //! `rdma-direct devices`: the sim and every ibverbs device, as a table or
-//! JSON.
+//! JSON: name, kind, driver, node GUID, data path, on-demand paging caps
+//! (`ibv_query_device_ex`'s `odp_caps`), ports and GIDs.
 
 pub fn devices(json: bool) -> rdma_direct::Result<()> {
     let list = rdma_direct::list_devices()?;
@@ -13,6 +14,15 @@ pub fn devices(json: bool) -> rdma_direct::Result<()> {
         )
     };
     let gid = |g: &[u8; 16]| std::net::Ipv6Addr::from(*g).to_string();
+    // `SEND|RECV|...`, `-` for none.
+    let ops = |o: rdma_direct::OdpOps| {
+        let names: Vec<&str> = o.iter_names().map(|(n, _)| n).collect();
+        if names.is_empty() {
+            "-".to_string()
+        } else {
+            names.join("|")
+        }
+    };
     if json {
         let v: Vec<serde_json::Value> = list
             .iter()
@@ -24,6 +34,13 @@ pub fn devices(json: bool) -> rdma_direct::Result<()> {
                     "node_guid": guid(d.node_guid),
                     "data_path": d.data_path.as_str(),
                     "error": d.error,
+                    "odp": {
+                        "supported": d.odp.supported,
+                        "implicit": d.odp.implicit,
+                        "rc": ops(d.odp.rc),
+                        "uc": ops(d.odp.uc),
+                        "ud": ops(d.odp.ud),
+                    },
                     "ports": d.ports.iter().map(|p| serde_json::json!({
                         "port": p.port,
                         "state": p.state,
@@ -68,6 +85,16 @@ pub fn devices(json: bool) -> rdma_direct::Result<()> {
         );
         if let Some(e) = &d.error {
             out!("        (ports unreadable: {e})");
+        } else if d.odp.supported {
+            out!(
+                "        ODP: yes, implicit {}; RC {}, UC {}, UD {}",
+                if d.odp.implicit { "yes" } else { "no" },
+                ops(d.odp.rc),
+                ops(d.odp.uc),
+                ops(d.odp.ud)
+            );
+        } else {
+            out!("        ODP: no");
         }
         for p in &d.ports {
             out!(

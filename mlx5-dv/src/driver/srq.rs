@@ -563,8 +563,8 @@ impl SharedReceiveQueue {
         // landing between the two reads is counted twice, never missed, so
         // the room never lets the device hold more than `max_outstanding`.
         let completed = self.slots.returned_at.load(Ordering::Acquire) as u32;
-        let faulted = (self.slots.faults.load(Ordering::Relaxed) as u32)
-            .wrapping_sub(self.reposted as u32);
+        let faulted =
+            (self.slots.faults.load(Ordering::Relaxed) as u32).wrapping_sub(self.reposted as u32);
         let held = self.counter.wrapping_sub(completed).wrapping_add(faulted);
         self.room = self.free.min(max_outstanding.saturating_sub(held));
         self.room_then = self.room;

@@ -121,7 +121,8 @@ impl SharedReceiveQueue {
             // on one slot or both, never on none. In place, `give` wrote
             // the whole word, FAULTED gone.
             if head != at {
-                slot.state.store(state & !(FAULTED | HELD), Ordering::Release);
+                slot.state
+                    .store(state & !(FAULTED | HELD), Ordering::Release);
             }
             self.head = decode_srq_next_seg(&self.buf.read_seg(head as usize * stride)) as u32;
             self.free -= 1;
