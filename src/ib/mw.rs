@@ -5,8 +5,8 @@ pub use super::error::MwRefusal;
 use super::keys::Rkey;
 use super::mem::Access;
 use super::mr::{Mr, Registration};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub use mlx5_dv::wqe::MwType;
 
@@ -74,22 +74,174 @@ pub use mlx5_dv::wqe::MwType;
 ///   `rxe_pool.c`: a kernel warning after a timeout, about 50 s in the
 ///   guests here).
 pub struct Mw {
-    // Field order: the window is deallocated (`reg` drops) before the MR
-    // of its last bind may go.
-    // (Held for its drop alone: it deallocates the window.)
-    #[allow(dead_code)]
-    pub(crate) reg: Box<dyn Registration>,
     /// The backend's handle: a verbs `*mut ibv_mw` as an integer; 0 on the sim.
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) raw: usize,
     pub(crate) mw_type: MwType,
     /// The PD id ([`Mr`]s carry the same): binds only to MRs of this PD.
     pub(crate) pd: u32,
-    /// The rkey now: the allocation's, then each posted bind's.
-    pub(crate) rkey: AtomicU32,
-    /// The MR of the last bind, kept alive while the window may map it.
-    /// Locked only by a bind (a control operation), never by post or poll.
-    pub(crate) bound: Mutex<Option<Mr>>,
+    /// The rkey, the bind outstanding, the allocation and the MRs the
+    /// window may map: shared with the record of its outstanding bind on
+    /// a QP, which settles it when its WQE retires (and so outlives a
+    /// window dropped under its bind: the window is deallocated once both
+    /// are gone).
+    pub(crate) state: Arc<MwState>,
+}
+
+/// The MRs a window may map ([`Mw::claim_bind`]): `last` the one its
+/// last bind posted maps, `before` the one the window mapped before that
+/// bind (the window maps it again if that bind fails and rolls back).
+#[derive(Default)]
+pub(crate) struct Bound {
+    pub(crate) last: Option<Mr>,
+    pub(crate) before: Option<Mr>,
+}
+
+/// Bit 32 of [`MwState`]'s word: a bind of the window is outstanding.
+const OUTSTANDING: u64 = 1 << 32;
+/// Bit 33 of [`MwState`]'s word: the last bind settled failed and rolled
+/// back (kept while the next one is outstanding: [`Mw::claim_bind`]).
+const ROLLED_BACK: u64 = 1 << 33;
+
+/// A window claimed for a bind ([`MwState::claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Claim {
+    /// The rkey before the bind: the one it names the window by.
+    pub(crate) old: u32,
+    /// The bind before it rolled back (the window maps `Bound::before`).
+    pub(crate) rolled_back: bool,
+}
+
+impl Claim {
+    /// The rkey the bind gives the window ([`next_rkey`] of `old`).
+    pub(crate) fn new_rkey(&self) -> u32 {
+        next_rkey(self.old)
+    }
+}
+
+/// A window's bind state, one atomic word shared by the [`Mw`] and the
+/// record of its outstanding bind on a QP (`Arc`: it outlives a window
+/// dropped under its bind). Bits 31:0 the rkey (the one the last bind
+/// posted gives; rolled back to the one before it if that bind fails),
+/// bit 32 [`OUTSTANDING`], bit 33 [`ROLLED_BACK`]. Each change is a
+/// compare-and-swap; no lock.
+///
+/// A bind claims the window ([`Self::claim`]: rkey to the next, the mark
+/// set) before anything is written, gives it back if its post fails
+/// ([`Self::unclaim`]), and is settled when its WQE retires
+/// ([`Self::settle`]: the mark cleared; on failure the rkey back).
+pub(crate) struct MwState {
+    word: AtomicU64,
+    // Field order: the window is deallocated (`reg` drops) before the MRs
+    // it may map may go.
+    // (Held for its drop alone: it deallocates the window.)
+    #[allow(dead_code)]
+    reg: Box<dyn Registration>,
+    /// The MRs the window may map, kept alive. Locked only by a bind (a
+    /// control operation), never by post or poll.
+    pub(crate) bound: Mutex<Bound>,
+}
+
+impl std::fmt::Debug for MwState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = self.word.load(Ordering::Acquire);
+        f.debug_struct("MwState")
+            .field("rkey", &format_args!("{:#x}", w as u32))
+            .field("outstanding", &(w & OUTSTANDING != 0))
+            .field("rolled_back", &(w & ROLLED_BACK != 0))
+            .finish()
+    }
+}
+
+impl MwState {
+    /// A window not bound, its allocation `reg` (deallocates it when
+    /// dropped), its rkey `rkey`.
+    pub(crate) fn new(reg: Box<dyn Registration>, rkey: u32) -> Arc<MwState> {
+        Arc::new(MwState {
+            word: AtomicU64::new(rkey as u64),
+            reg,
+            bound: Mutex::new(Bound::default()),
+        })
+    }
+
+    /// The rkey now (bits 31:0).
+    #[inline]
+    pub(crate) fn rkey(&self) -> u32 {
+        self.word.load(Ordering::Acquire) as u32
+    }
+
+    /// Whether a bind is outstanding.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.word.load(Ordering::Acquire) & OUTSTANDING != 0
+    }
+
+    /// Claims the window for a bind: its rkey becomes the next
+    /// ([`next_rkey`]) and a bind is outstanding, in one compare-and-swap.
+    /// Returns the rkey before (the one the bind names the window by) and
+    /// whether the bind before rolled back.
+    ///
+    /// Errors: [`MwRefusal::BindOutstanding`], changing nothing.
+    pub(crate) fn claim(&self) -> Result<Claim, MwRefusal> {
+        let mut w = self.word.load(Ordering::Acquire);
+        loop {
+            if w & OUTSTANDING != 0 {
+                return Err(MwRefusal::BindOutstanding { rkey: w as u32 });
+            }
+            let now = w as u32;
+            let new = (w & ROLLED_BACK) | OUTSTANDING | next_rkey(now) as u64;
+            match self
+                .word
+                .compare_exchange_weak(w, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Ok(Claim {
+                        old: now,
+                        rolled_back: w & ROLLED_BACK != 0,
+                    })
+                }
+                Err(seen) => w = seen,
+            }
+        }
+    }
+
+    /// Gives back a claim whose bind was not posted: the rkey before it,
+    /// no bind outstanding, the last bind's rollback forgotten
+    /// ([`Mw::unclaim_bind`] puts the MR it maps in `Bound::last`).
+    fn unclaim(&self) {
+        self.finish(|w| prev_rkey(w as u32) as u64);
+    }
+
+    /// Settles the outstanding bind, its WQE retired: `ok`, it ran (the
+    /// rkey stays); else it completed in error or was flushed: the bind
+    /// took no effect (IB spec o10-37.2; `ibv_bind_mw(3)`: the access holds
+    /// "after the bind completes successfully"), so the rkey goes back to
+    /// the one before it.
+    pub(crate) fn settle(&self, ok: bool) {
+        if ok {
+            self.finish(|w| w as u32 as u64);
+        } else {
+            self.finish(|w| ROLLED_BACK | prev_rkey(w as u32) as u64);
+        }
+    }
+
+    /// Clears the outstanding mark, the word made `f(word)`: a CAS from
+    /// the word with the mark (only the bind's owner changes it then).
+    fn finish(&self, f: impl Fn(u64) -> u64) {
+        let mut w = self.word.load(Ordering::Acquire);
+        loop {
+            debug_assert!(w & OUTSTANDING != 0, "no bind outstanding");
+            if w & OUTSTANDING == 0 {
+                return;
+            }
+            match self
+                .word
+                .compare_exchange_weak(w, f(w), Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(seen) => w = seen,
+            }
+        }
+    }
 }
 
 impl Mw {
@@ -102,20 +254,28 @@ impl Mw {
         rkey: u32,
     ) -> Mw {
         Mw {
-            reg,
             raw,
             mw_type,
             pd,
-            rkey: AtomicU32::new(rkey),
-            bound: Mutex::new(None),
+            state: MwState::new(reg, rkey),
         }
     }
 
     /// The window's rkey: what a peer names it by (`ibv_mw.rkey`). Upper
     /// 24 bits the window's index, low 8 its variant, which each bind
-    /// changes (plus one, wrapping: `ibv_inc_rkey`).
+    /// changes (plus one, wrapping: `ibv_inc_rkey`). The one the last bind
+    /// posted gives, from its post on; back to the one before it if that
+    /// bind completes in error or is flushed (see the type's docs).
     pub fn rkey(&self) -> Rkey {
-        Rkey(self.rkey.load(Ordering::Acquire))
+        Rkey(self.state.rkey())
+    }
+
+    /// Whether a bind of the window is outstanding: posted, its WQE not
+    /// yet retired by a poll of its QP's CQ (its completion, or a later
+    /// signaled WR's on that QP). Another bind meanwhile is refused
+    /// ([`MwRefusal::BindOutstanding`]).
+    pub fn bind_outstanding(&self) -> bool {
+        self.state.outstanding()
     }
 
     /// Its type (`ibv_mw.type`).
@@ -128,16 +288,36 @@ impl Mw {
         self.pd
     }
 
-    /// Records a posted bind: the rkey `rkey` it gives and, for a bind
-    /// with a range, the MR it maps (kept alive; the previous one let go).
-    /// A zero-length bind keeps the MR of the last bind: the device may
-    /// still be running a WR through it.
-    pub(crate) fn record_bind(&self, rkey: u32, mr: Option<&Mr>) {
-        self.rkey.store(rkey, Ordering::Release);
-        if let Some(mr) = mr {
-            let mut b = self.bound.lock().unwrap_or_else(|e| e.into_inner());
-            *b = Some(mr.clone());
-        }
+    /// Claims the window for a bind ([`MwState::claim`]; [`Mw::rkey`] is
+    /// the claim's new one from now on) and records the MRs it may map:
+    /// `mr` for a bind with a range, the one it maps now for a zero-length
+    /// bind (the device may still be running a WR through it); the one it
+    /// maps now kept too, for a rollback. (What it maps now: that of the
+    /// bind before, or of the one before that if the bind before rolled
+    /// back.) Before anything is written: [`Self::unclaim_bind`] gives it
+    /// back if the bind is not posted.
+    ///
+    /// Errors: [`MwRefusal::BindOutstanding`], changing nothing.
+    pub(crate) fn claim_bind(&self, mr: Option<&Mr>) -> Result<Claim, MwRefusal> {
+        let mut b = self.state.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let claim = self.state.claim()?;
+        let mapped = if claim.rolled_back {
+            b.before.take()
+        } else {
+            b.last.take()
+        };
+        b.last = mr.cloned().or_else(|| mapped.clone());
+        b.before = mapped;
+        Ok(claim)
+    }
+
+    /// Gives back a claim ([`Self::claim_bind`]) whose bind was not
+    /// posted: the rkey before it, no bind outstanding, the MR it mapped
+    /// before.
+    pub(crate) fn unclaim_bind(&self) {
+        let mut b = self.state.bound.lock().unwrap_or_else(|e| e.into_inner());
+        b.last = b.before.take();
+        self.state.unclaim();
     }
 }
 
@@ -162,6 +342,11 @@ impl std::fmt::Debug for Mw {
 /// the variant byte plus one, wrapping (`ibv_inc_rkey`, `verbs.h`).
 pub(crate) fn next_rkey(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// The variant byte of `rkey` minus one, wrapping: undoes [`next_rkey`].
+pub(crate) fn prev_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_sub(1) & 0xff)
 }
 
 /// What a bind maps: `len` bytes of `mr` from byte `offset` (the window's

@@ -593,9 +593,14 @@ impl DirectQp {
         let stamps = own.timestamps;
         debug_assert!(!(stamps && first.is_some()));
         let mut cqes = own.cq.cursor::<SLOT>();
+        let posted = self.sq.posted_count();
         let mut sq = self.sq.retirer();
         let rq = &mut self.rq;
         let umr_ops = &self.umr_ops;
+        // (With window binds outstanding each CQE settles those it
+        // retired: `mw.rs`, `PendingBinds`.)
+        let binds = &mut self.binds;
+        let failed_before = self.send_failed;
         // The one error a QP's own CQ can give (`retire`'s).
         let mut stale_at = None;
         // A requester CQE in error: the device moved the QP to ERR.
@@ -609,8 +614,14 @@ impl DirectQp {
                 },
                 None => break,
             };
+            let r = retire(&mut sq, rq, &cqe);
+            if !binds.is_empty() {
+                let retired = posted.wrapping_sub(sq.outstanding());
+                let error = cqe.opcode == CqeOpcode::REQ_ERR;
+                binds.settle(retired, error, failed_before || failed);
+            }
             failed |= cqe.opcode == CqeOpcode::REQ_ERR;
-            match retire(&mut sq, rq, &cqe) {
+            match r {
                 Ok(Some(mut c)) => {
                     super::mw::umr_completion(umr_ops, &mut c, cqe.wqe_counter);
                     if let (true, Some(raw)) = (stamps, raw) {
@@ -631,8 +642,8 @@ impl DirectQp {
         if failed {
             self.note_send_failed();
         }
-        if self.inv_pending.is_some() {
-            self.local_invs_retired();
+        if self.umrs_pending() {
+            self.umrs_retired();
         }
         self.publish_polled();
         match stale_at {
@@ -726,6 +737,7 @@ impl DirectCq {
                 break;
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
+            let failed_before = q.send_failed();
             if cqe.opcode == CqeOpcode::REQ_ERR {
                 q.note_send_failed();
             }
@@ -737,6 +749,9 @@ impl DirectCq {
                 let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
                 freed += held - q.outstanding();
                 q.publish_retired();
+                if !q.binds.is_empty() {
+                    q.settle_binds(cqe.opcode, failed_before);
+                }
                 r
             };
             match r {

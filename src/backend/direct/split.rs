@@ -133,6 +133,7 @@ impl DirectQp {
             // retired and published.
             umr_ops: unsafe { self.umr_ops.share() },
             inv_pending: None,
+            binds: super::mw::PendingBinds::new(&self.sq, false),
             recv_in_place: false,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),
