@@ -101,7 +101,9 @@ impl Qp {
         flags: SendFlags,
     ) -> Result<Rkey> {
         let flags = SendFlags::from_bits_truncate(flags.bits());
-        let claim = mw.claim_bind(bind.map(|b| b.mr)).map_err(Error::MwRefused)?;
+        let claim = mw
+            .claim_bind(bind.map(|b| b.mr))
+            .map_err(Error::MwRefused)?;
         let r = match &mut self.kind {
             QpKind::Direct(q) => q.bind_mw(mw, claim, bind, wr_id, flags),
             #[cfg(feature = "verbs")]

@@ -17,7 +17,7 @@
 use crate::ib::error::{Error, Result};
 use crate::ib::progress::HalfLink;
 use crate::ib::qp_attr::QpState;
-use crate::ib::wr::{RecvWr, SendWr, WriteWr, WrOp};
+use crate::ib::wr::{RecvWr, SendWr, WrOp, WriteWr};
 use crate::qp::held::{HeldQueue, Owned};
 use crate::qp::{Halves, Parked, Qp, QpKind, ReclaimOnDrop};
 use crate::reactor::park_on;

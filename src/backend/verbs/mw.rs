@@ -200,7 +200,9 @@ pub(super) fn binds_posted<W: SendWrs + ?Sized>(
     let cut = range.start + posted.min(range.len());
     for i in range.start..cut {
         if let WrOp::BindMw { mw, .. } = all.wr(i).op {
-            binds.q.push_back((seq + (i - range.start) as u64, mw.state.clone()));
+            binds
+                .q
+                .push_back((seq + (i - range.start) as u64, mw.state.clone()));
         }
     }
 }
