@@ -33,10 +33,12 @@ pub use mlx5_dv::wqe::MwType;
 /// the next bind.
 ///
 /// **The MR stays alive while a window may be bound to it.** A bind keeps
-/// a handle to its MR in the window until the window is bound again or
-/// dropped (dropping a window deallocates it, `ibv_dealloc_mw`, which
-/// unbinds it first); so the MR's memory is never deregistered, nor freed,
-/// under a bound window (rxe refuses such a deregistration, the sim too).
+/// a handle to its MR in the window, and to the one the window mapped
+/// before it (for a rollback), until the next bind, or until the window
+/// is deallocated (dropped, and no bind of it outstanding:
+/// `ibv_dealloc_mw` unbinds it first); so the MR's memory is never
+/// deregistered, nor freed, under a bound window (rxe refuses such a
+/// deregistration, the sim too).
 ///
 /// On mlx5 (the sim, ConnectX) binds and `LOCAL_INV` are UMR WQEs
 /// (`mlx5_dv::wqe::UmrWqe`, 3 WQEBBs for a bind, 2 for a zero-length one):
@@ -47,27 +49,43 @@ pub use mlx5_dv::wqe::MwType;
 ///
 /// Not `Clone`: one handle, which WRs borrow. Its [`rkey`](Self::rkey) is
 /// the one its last bind posted gave it (set when the bind is posted, in
-/// effect once the device runs it: WRs after it on the same QP see it).
+/// effect once the device runs it: WRs after it on the same QP see it),
+/// or, once that bind failed, the one before it.
 ///
-/// # Binds are posted in order, one window at a time
+/// # One bind outstanding at a time; a failed bind rolls back
 ///
 /// A bind names the window by the rkey the device holds now and gives it
-/// the next one, so the binds of one window must reach the device in
-/// the order they were posted:
-/// - **One QP at a time.** Binding the same window on two QPs (or from two
-///   threads) without waiting for the first bind's completion may run
-///   them in the other order: the second is then refused (`MW_BIND_ERR`)
-///   and its QP goes to ERR. Wait for a bind's completion before binding
-///   the window on another QP.
-/// - **A bind that fails leaves the window behind.** The rkey moves when
-///   the bind is posted; a bind that completes in error (refused,
-///   `MW_BIND_ERR`, or flushed, `WR_FLUSH_ERR`) changed nothing on the
-///   device, so [`rkey`](Self::rkey) is then one ahead of it and every
-///   later bind of the window is refused. Drop the window and allocate
-///   another. (libibverbs moves `ibv_mw.rkey` at post too, `mlx5_bind_mw`.)
-/// - **Dropping a window with a bind outstanding** deallocates it under
-///   that bind: the bind completes with `MW_BIND_ERR` and its QP goes to
-///   ERR. Drop a window once its binds have completed.
+/// the next one (IB spec o10-37.2; `ibv_bind_mw(3)`: the access holds
+/// "after the bind completes successfully"), so a bind posted before the
+/// one ahead of it has run would name a variant the device has not set.
+/// Hence:
+/// - **One bind of a window outstanding at a time**, on any QP, from any
+///   thread: a bind or unbind ([`Qp::bind_mw`](crate::Qp::bind_mw),
+///   [`Qp::unbind_mw`](crate::Qp::unbind_mw), a
+///   [`SendWr::bind_mw`](crate::SendWr::bind_mw), a second one in the same
+///   batch too) while another is outstanding is refused before anything
+///   is written: [`MwRefusal::BindOutstanding`]. A bind is outstanding
+///   from its post until a poll of its QP's CQ retires its WQE: its own
+///   completion, or, unsignaled, a later signaled WR's on that QP (which
+///   implies it ran), or its QP's RESET. Poll that QP, then bind again.
+///   [`bind_outstanding`](Self::bind_outstanding) tells. (The claim is one
+///   compare-and-swap of an atomic the window shares with its bind's
+///   record on the QP; no lock on the post or poll path, and the common
+///   WRITE / SEND posts and polls do nothing more: a QP with a bind
+///   outstanding polls on its general path until it retires.)
+/// - **A bind that fails rolls back.** One that completes in error
+///   (refused, `MW_BIND_ERR`) or is flushed (`WR_FLUSH_ERR`, its QP in
+///   ERR) changed nothing on the device: [`rkey`](Self::rkey) goes back to
+///   the one before it when the poll retires it, and the window binds
+///   again (on a QP in RTS). (libibverbs moves `ibv_mw.rkey` at post and
+///   leaves failures to its caller, `mlx5_bind_mw`; rxe likewise.) A bind
+///   whose QP is reset or dropped before any completion of it was polled
+///   keeps the rkey it gave (whether the device ran it is not known).
+/// - **Dropping a window with a bind outstanding** defers its
+///   deallocation (`ibv_dealloc_mw`) until that bind retires (the bind's
+///   record on its QP holds the window, and the MRs it may map), so the
+///   bind completes as it would have; the window goes with the poll that
+///   retires it, or with its QP.
 /// - **Drop a type-2 window before the QP it is bound to** (or invalidate
 ///   it first). rxe 6.1 holds a reference to that QP while the window is
 ///   bound, and destroying the QP then waits for it (`__rxe_cleanup`,
@@ -436,7 +454,62 @@ pub(crate) fn check_bind(pd: u32, b: &MwBind<'_>) -> Result<(), MwRefusal> {
 
 #[cfg(test)]
 mod tests {
-    use super::next_rkey;
+    use super::*;
+
+    struct NoReg;
+    impl Registration for NoReg {}
+
+    /// A claim moves the rkey and marks the bind outstanding; a second is
+    /// refused, changing nothing; a settle clears the mark (success: the
+    /// rkey stays; failure: it rolls back, remembered for the next claim);
+    /// an unclaim gives the rkey back.
+    #[test]
+    fn claim_settle_and_unclaim_move_the_rkey_and_the_mark() {
+        let s = MwState::new(Box::new(NoReg), 0x1234_56ff);
+        let c = s.claim().unwrap();
+        assert_eq!(
+            (c.old, c.new_rkey(), c.rolled_back),
+            (0x1234_56ff, 0x1234_5600, false)
+        );
+        assert_eq!((s.rkey(), s.outstanding()), (0x1234_5600, true));
+        assert_eq!(
+            s.claim(),
+            Err(MwRefusal::BindOutstanding { rkey: 0x1234_5600 })
+        );
+        assert_eq!(s.rkey(), 0x1234_5600);
+        s.settle(false);
+        assert_eq!((s.rkey(), s.outstanding()), (0x1234_56ff, false));
+        let c = s.claim().unwrap();
+        assert!(c.rolled_back);
+        s.unclaim();
+        assert_eq!((s.rkey(), s.outstanding()), (0x1234_56ff, false));
+        s.claim().unwrap();
+        s.settle(true);
+        assert_eq!((s.rkey(), s.outstanding()), (0x1234_5600, false));
+        assert!(!s.claim().unwrap().rolled_back);
+    }
+
+    /// Two threads claiming one window: exactly one claim at a time.
+    #[test]
+    fn racing_claims_take_turns() {
+        let s = MwState::new(Box::new(NoReg), 0x100);
+        let won = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|t| {
+            for _ in 0..2 {
+                t.spawn(|| {
+                    for _ in 0..10_000 {
+                        if s.claim().is_ok() {
+                            won.fetch_add(1, Ordering::Relaxed);
+                            s.settle(true);
+                        }
+                    }
+                });
+            }
+        });
+        let n = won.load(Ordering::Relaxed);
+        assert_eq!(s.rkey(), 0x100 | (n & 0xff));
+        assert!(!s.outstanding());
+    }
 
     #[test]
     fn next_rkey_changes_only_the_variant_byte() {

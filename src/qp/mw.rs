@@ -34,7 +34,13 @@ impl Qp {
     /// Returns the window's new rkey ([`Mw::rkey`] from now on): its
     /// variant byte is the old one plus one.
     ///
-    /// Errors, before anything is written: [`Error::MwRefused`] (a type-2
+    /// One bind of a window is outstanding at a time (see [`Mw`]): until
+    /// a poll of this QP retires it (its completion, or a later signaled
+    /// WR's), another bind of the window is refused; if it completes in
+    /// error or is flushed, [`Mw::rkey`] rolls back to the one before it.
+    ///
+    /// Errors, before anything is written: [`Error::MwRefused`] (a bind
+    /// of the window outstanding, [`MwRefusal::BindOutstanding`]; a type-2
     /// window, [`MwRefusal::WrongType`]; the QP created without
     /// [`QpConfig::memory_windows`](crate::QpConfig::memory_windows) or
     /// not RC / UC, `NotEnabled`; the window, MR and QP of different PDs,
