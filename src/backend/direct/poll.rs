@@ -737,8 +737,10 @@ impl DirectCq {
                 break;
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
-            let failed_before = q.send_failed();
-            if cqe.opcode == CqeOpcode::REQ_ERR {
+            // (Read only for an error CQE, the one a bind's settle asks.)
+            let error = cqe.opcode == CqeOpcode::REQ_ERR;
+            let failed_before = error && q.send_failed();
+            if error {
                 q.note_send_failed();
             }
             let r = if q.is_split() {
