@@ -126,12 +126,12 @@ impl Qp {
 
     /// Claims the window of each type-2 bind in `wrs` (checked:
     /// `check_send_wrs`), before anything is written; returns whether
-    /// there was one. A split QP's binds are refused (its halves retire
-    /// what the other posts: the bind outstanding would never settle).
+    /// there was one. (A split QP's send half posts binds, and the QP's
+    /// poll settles them; the QP itself posts nothing while split.)
     ///
     /// Errors: [`MwRefusal::BindOutstanding`] (a bind of the window
-    /// outstanding, or a second bind of it in `wrs`), [`Error::QpSplit`];
-    /// every claim made given back.
+    /// outstanding, or a second bind of it in `wrs`), [`Error::QpSplit`]
+    /// (the split QP itself); every claim made given back.
     pub(crate) fn claim_binds<W: SendWrs + ?Sized>(&self, wrs: &W) -> Result<bool> {
         let mut any = false;
         for i in 0..wrs.count() {

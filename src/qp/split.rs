@@ -17,7 +17,7 @@
 use crate::ib::error::{Error, Result};
 use crate::ib::progress::HalfLink;
 use crate::ib::qp_attr::QpState;
-use crate::ib::wr::{RecvWr, SendWr, WrOp, WriteWr};
+use crate::ib::wr::{RecvWr, SendWr, WriteWr};
 use crate::qp::held::{HeldQueue, Owned};
 use crate::qp::{Halves, Parked, Qp, QpKind, ReclaimOnDrop};
 use crate::reactor::park_on;
@@ -251,13 +251,6 @@ impl SendHalf {
             }
             #[cfg(feature = "verbs")]
             QpKind::Verbs(q) => q.sync_sends(&self.link),
-        }
-        if wrs.iter().any(|w| matches!(w.op, WrOp::BindMw { .. })) {
-            // A window bind is outstanding until its WQE retires, which
-            // the other copy would see (`Qp::claim_binds`).
-            return Err(Error::QpSplit {
-                qpn: self.qp.local.qpn,
-            });
         }
         self.qp
             .post_send_checked(wrs)

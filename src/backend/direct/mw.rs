@@ -24,7 +24,8 @@ use mlx5_dv::prm::{CqeOpcode, CtrlFlags};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{umr_size, wqe_size, MwAccess, UmrBind, UmrWqe, WqeError};
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Deallocates a sim window when dropped (`Device::dealloc_mw`, which
 /// unbinds it first).
@@ -226,6 +227,17 @@ impl DirectQp {
         }
     }
 
+    /// After a split QP took its halves back: binds its send half posted
+    /// and not yet retired keep the QP's own CQ on the general path.
+    pub(crate) fn binds_after_join(&mut self) {
+        if !self.binds.is_empty() {
+            self.binds.general = true;
+            if let Some(cq) = &mut self.cq {
+                cq.general = true;
+            }
+        }
+    }
+
     /// Whether a `LOCAL_INV` or a bind may be outstanding: the QP's own
     /// CQ polls on the general path ([`Self::umrs_retired`] ends it).
     #[inline(always)]
@@ -295,13 +307,34 @@ pub(super) fn umr_ops(sq: &SendQueue, memory_windows: bool) -> Table<u8> {
 /// under its bind is deallocated only once the bind is settled here).
 /// While any is (`general`), the QP's own CQ polls on the general path,
 /// where each CQE settles what it retired ([`Self::settle`]); a shared
-/// CQ's poll settles them by CQE too. Room for one bind per two WQEBBs
-/// (a bind's UMR is 2 or 3) from creation: no allocation at post.
+/// CQ's poll settles them by CQE too. Shared with the halves of a split
+/// QP ([`Self::share`]: the send half posts, the owner retires).
+///
+/// The queue is locked only to add a bind (its post) and to settle binds
+/// (a poll's general path, with a bind outstanding): an empty one is told
+/// by one atomic load. Room for one bind per two WQEBBs (a bind's UMR is
+/// 2 or 3) from creation: no allocation at post.
 pub(super) struct PendingBinds {
-    q: VecDeque<(u32, Arc<MwState>)>,
+    shared: Arc<BindQueue>,
     /// Set with a bind posted; cleared by `DirectQp::umrs_retired` once
     /// none is outstanding (and no `LOCAL_INV`).
     pub(super) general: bool,
+}
+
+/// [`PendingBinds`]' queue and its length.
+struct BindQueue {
+    q: Mutex<VecDeque<(u32, Arc<MwState>)>>,
+    len: AtomicUsize,
+}
+
+impl Drop for BindQueue {
+    /// The QP and its halves gone: [`PendingBinds::settle_rest`].
+    fn drop(&mut self) {
+        let q = self.q.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, st) in q.drain(..) {
+            st.settle(true);
+        }
+    }
 }
 
 impl PendingBinds {
@@ -313,19 +346,39 @@ impl PendingBinds {
             0
         };
         PendingBinds {
-            q: VecDeque::with_capacity(n),
+            shared: Arc::new(BindQueue {
+                q: Mutex::new(VecDeque::with_capacity(n)),
+                len: AtomicUsize::new(0),
+            }),
             general: false,
         }
     }
 
-    /// Whether no bind is outstanding.
+    /// The same queue, for a split QP's half.
+    pub(super) fn share(&self) -> PendingBinds {
+        PendingBinds {
+            shared: self.shared.clone(),
+            general: false,
+        }
+    }
+
+    /// Whether no bind is outstanding (one atomic load).
     #[inline(always)]
     pub(super) fn is_empty(&self) -> bool {
-        self.q.is_empty()
+        self.shared.len.load(Ordering::Acquire) == 0
+    }
+
+    /// The queue, locked.
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u32, Arc<MwState>)>> {
+        self.shared.q.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn push(&mut self, seq: u32, state: Arc<MwState>) {
-        self.q.push_back((seq, state));
+        {
+            let mut q = self.lock();
+            q.push_back((seq, state));
+            self.shared.len.store(q.len(), Ordering::Release);
+        }
         self.general = true;
     }
 
@@ -338,31 +391,33 @@ impl PendingBinds {
     /// its own CQE, signaled or not). A failed bind rolls its window's
     /// rkey back ([`MwState::settle`]). Any other CQE settles nothing.
     pub(super) fn settle(&mut self, retired: u32, error: bool, failed_before: bool) {
-        while let Some(&(seq, _)) = self.q.front() {
+        let mut q = self.lock();
+        while let Some(&(seq, _)) = q.front() {
             if retired.wrapping_sub(seq) as i32 <= 0 {
                 break;
             }
             let named = seq == retired.wrapping_sub(1);
             let ok = !error || (!named && !failed_before);
-            if let Some((_, st)) = self.q.pop_front() {
+            if let Some((_, st)) = q.pop_front() {
                 st.settle(ok);
             }
         }
+        self.shared.len.store(q.len(), Ordering::Release);
     }
 
-    /// Settles every bind still outstanding as run (RESET or the QP
-    /// dropped, with no CQE of theirs seen: whether the device ran them is
-    /// not known; the rkey stays the one each gave).
+    /// Settles every bind still outstanding as run (RESET, with no CQE of
+    /// theirs seen: whether the device ran them is not known; the rkey
+    /// stays the one each gave). The last copy of the QP dropped does the
+    /// same.
     pub(super) fn settle_rest(&mut self) {
-        while let Some((_, st)) = self.q.pop_front() {
+        if self.is_empty() {
+            return;
+        }
+        let mut q = self.lock();
+        for (_, st) in q.drain(..) {
             st.settle(true);
         }
-    }
-}
-
-impl Drop for PendingBinds {
-    fn drop(&mut self) {
-        self.settle_rest();
+        self.shared.len.store(0, Ordering::Release);
     }
 }
 

@@ -133,7 +133,7 @@ impl DirectQp {
             // retired and published.
             umr_ops: unsafe { self.umr_ops.share() },
             inv_pending: None,
-            binds: super::mw::PendingBinds::new(&self.sq, false),
+            binds: self.binds.share(),
             recv_in_place: false,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),
@@ -252,6 +252,7 @@ impl DirectQp {
             self.credits.give(s.held.saturating_sub(self.outstanding()));
         }
         self.publish_retired();
+        self.binds_after_join();
     }
 
     /// The post mode for `state` after a join (as `modify` sets it).

@@ -132,19 +132,70 @@ pub(super) unsafe fn bind_wr(
 /// (`MwState`, which holds the window's allocation too: a window dropped
 /// under its bind is deallocated once the bind is settled here). Each
 /// send completion settles the binds it retired ([`Self::settle`]).
+/// Shared with the halves of a split QP ([`Self::share`]: the send half
+/// posts, the owner retires). Locked only to add a bind and to settle
+/// binds (with one outstanding); an empty one is told by one atomic load.
 #[derive(Default)]
 pub(super) struct VerbsBinds {
+    shared: std::sync::Arc<BindQueue>,
+}
+
+/// [`VerbsBinds`]' queue, its length, and whether a send completion in
+/// error was seen since the last RESET (the QP is in ERR: a bind it
+/// retires unsignaled was flushed).
+#[derive(Default)]
+struct BindQueue {
+    q: std::sync::Mutex<Queue>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Default)]
+struct Queue {
     q: VecDeque<(u64, std::sync::Arc<MwState>)>,
-    /// A send completion in error was seen since the last RESET: the QP
-    /// is in ERR, and a bind it retires unsignaled was flushed.
     failed: bool,
 }
 
+impl Drop for BindQueue {
+    /// The QP and its halves gone: [`VerbsBinds::settle_rest`].
+    fn drop(&mut self) {
+        let q = self.q.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, st) in q.q.drain(..) {
+            st.settle(true);
+        }
+    }
+}
+
 impl VerbsBinds {
-    /// Whether no bind is outstanding.
+    /// The same queue, for a split QP's half.
+    pub(super) fn share(&self) -> VerbsBinds {
+        VerbsBinds {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Whether no bind is outstanding (one atomic load).
     #[inline(always)]
     pub(super) fn is_empty(&self) -> bool {
-        self.q.is_empty()
+        self.shared.len.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    /// The queue, locked.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stores the queue's length `n` for [`Self::is_empty`].
+    fn set_len(&self, n: usize) {
+        self.shared
+            .len
+            .store(n, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Adds the bind of WR `seq` of the window `state`.
+    pub(super) fn push(&mut self, seq: u64, state: std::sync::Arc<MwState>) {
+        let mut q = self.lock();
+        q.q.push_back((seq, state));
+        self.set_len(q.q.len());
     }
 
     /// Settles each bind a send completion for sequence number `seq`
@@ -154,32 +205,30 @@ impl VerbsBinds {
     /// every flushed WR its own completion, signaled or not,
     /// `rxe_comp.c`). A failed bind rolls its window's rkey back.
     pub(super) fn settle(&mut self, seq: u64, error: bool, retired: u64) {
-        while let Some(&(s, _)) = self.q.front() {
+        let mut q = self.lock();
+        while let Some(&(s, _)) = q.q.front() {
             if s >= retired {
                 break;
             }
-            let ok = !error || (s != seq && !self.failed);
-            if let Some((_, st)) = self.q.pop_front() {
+            let ok = !error || (s != seq && !q.failed);
+            if let Some((_, st)) = q.q.pop_front() {
                 st.settle(ok);
             }
         }
-        self.failed |= error;
+        q.failed |= error;
+        self.set_len(q.q.len());
     }
 
-    /// Settles every bind still outstanding as run (RESET, or the QP
-    /// dropped, with no completion of theirs seen: the rkey stays the one
-    /// each gave) and forgets a failure.
+    /// Settles every bind still outstanding as run (RESET, with no
+    /// completion of theirs seen: the rkey stays the one each gave) and
+    /// forgets a failure. The last copy of the QP dropped does the same.
     pub(super) fn settle_rest(&mut self) {
-        while let Some((_, st)) = self.q.pop_front() {
+        let mut q = self.lock();
+        for (_, st) in q.q.drain(..) {
             st.settle(true);
         }
-        self.failed = false;
-    }
-}
-
-impl Drop for VerbsBinds {
-    fn drop(&mut self) {
-        self.settle_rest();
+        q.failed = false;
+        self.set_len(0);
     }
 }
 
@@ -200,9 +249,7 @@ pub(super) fn binds_posted<W: SendWrs + ?Sized>(
     let cut = range.start + posted.min(range.len());
     for i in range.start..cut {
         if let WrOp::BindMw { mw, .. } = all.wr(i).op {
-            binds
-                .q
-                .push_back((seq + (i - range.start) as u64, mw.state.clone()));
+            binds.push(seq + (i - range.start) as u64, mw.state.clone());
         }
     }
 }
@@ -332,7 +379,7 @@ impl VerbsQp {
         // (rdma-core's providers write the new rkey into the `ibv_mw` they
         // were given: `ibv_inc_rkey` of the one it had.)
         debug_assert_eq!(copy.rkey, claim.new_rkey());
-        self.note_binds_posted(|b| b.q.push_back((seq, mw.state.clone())));
+        self.note_binds_posted(|b| b.push(seq, mw.state.clone()));
         Ok(())
     }
 
@@ -461,9 +508,9 @@ mod tests {
             s.claim().unwrap();
         }
         let mut binds = VerbsBinds::default();
-        binds.q.push_back((3, a.clone()));
-        binds.q.push_back((5, b.clone()));
-        binds.q.push_back((7, c.clone()));
+        binds.push(3, a.clone());
+        binds.push(5, b.clone());
+        binds.push(7, c.clone());
         // WR 5 fails: 3 (unsignaled, before it) ran, 5 rolls back.
         binds.settle(5, true, 6);
         assert_eq!((a.rkey(), a.outstanding()), (0x101, false));
