@@ -4,7 +4,8 @@
 //! that take no windows (UD, DCI, split, outside RTS, in ERR), LOCAL_INV
 //! and SEND with invalidate of keys that are not type-2 windows, batches
 //! mixing a window WR with a bad WR, a full SQ, the rkey's variant
-//! wrapping, and one window bound from two threads at once. Each case
+//! wrapping (binds of one window from two threads or QPs at once:
+//! `memory_windows_outstanding.rs`). Each case
 //! asks for a typed error that changes nothing, or a device refusal that
 //! leaves everything else working; never a panic or a hang.
 
@@ -635,102 +636,6 @@ fn binds_until_the_sq_is_full_then_poll_and_continue() {
     assert_eq!(
         write_through(&mut a, &e.src, 0x72, waddr(&e.mr), stale),
         WcStatus::REM_ACCESS_ERR
-    );
-}
-
-/// One type-1 window (`&Mw` is `Sync`) bound from two threads at once, on
-/// two QPs, many times: one bind of it outstanding at a time, so each
-/// bind either is refused before anything is written
-/// (`MwRefusal::BindOutstanding`: retried) or completes with success (no
-/// QP in ERR), and at the end `Mw::rkey` grants the peer access.
-#[test]
-fn one_window_bound_from_two_threads_at_once() {
-    let e = mw_env();
-    let mw = e.pd.alloc_mw(MwType::One).unwrap();
-    let (mut a1, mut b1) = pair(&e.pd);
-    let (_a2, mut b2) = pair(&e.pd);
-    let barrier = std::sync::Barrier::new(2);
-    let rounds = 2000;
-    let run = |b: &mut Qp| {
-        barrier.wait();
-        let mut refused = 0u64;
-        let mut i = 0;
-        while i < rounds {
-            match b.bind_mw(&mw, window(&e.mr, RW), i, SendFlags::SIGNALED) {
-                Ok(_) => {}
-                Err(Error::MwRefused(MwRefusal::BindOutstanding { .. })) => {
-                    refused += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                Err(x) => return Err(format!("bind {i}: {x}")),
-            }
-            let c = next(b);
-            if c.status != WcStatus::SUCCESS {
-                return Err(format!("bind {i}: {:?}", c.status));
-            }
-            i += 1;
-        }
-        Ok(refused)
-    };
-    let (r1, r2) = std::thread::scope(|s| {
-        let h1 = s.spawn(|| run(&mut b1));
-        let h2 = s.spawn(|| run(&mut b2));
-        (h1.join(), h2.join())
-    });
-    let (r1, r2) = (r1.unwrap(), r2.unwrap());
-    println!("refused while the other's bind was outstanding: {r1:?} {r2:?}");
-    assert!(r1.is_ok() && r2.is_ok(), "failed binds: {r1:?} {r2:?}");
-    assert!(!mw.bind_outstanding());
-    assert_eq!(mw.rkey().0 & 0xff, (2 * rounds as u32) & 0xff);
-    assert_eq!(
-        write_through(&mut a1, &e.src, 0x55, waddr(&e.mr), mw.rkey()),
-        WcStatus::SUCCESS
-    );
-}
-
-/// A type-1 window bound on one QP, then at once (no poll between) on
-/// another QP of its PD: the second bind's ctrl immediate would name the
-/// variant the first gives, which the device may not have run yet, so it
-/// is refused before anything is written (`MwRefusal::BindOutstanding`,
-/// the rkey the first gives); once the first is polled, it binds, and
-/// neither QP goes to ERR.
-#[test]
-fn a_type1_window_bound_back_to_back_on_two_qps() {
-    let e = mw_env();
-    let mw = e.pd.alloc_mw(MwType::One).unwrap();
-    let (mut a1, mut b1) = pair(&e.pd);
-    let (_a2, mut b2) = pair(&e.pd);
-    for i in 0..50 {
-        let k1 = b1
-            .bind_mw(&mw, window(&e.mr, RW), 1, SendFlags::SIGNALED)
-            .unwrap();
-        let snap = b2.sq_snapshot().unwrap();
-        let err = b2
-            .bind_mw(&mw, window(&e.mr, RW), 2, SendFlags::SIGNALED)
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::MwRefused(MwRefusal::BindOutstanding { rkey }) if rkey == k1.0),
-            "round {i}: {err:?}"
-        );
-        assert_eq!(
-            snap,
-            b2.sq_snapshot().unwrap(),
-            "round {i}: a refusal wrote"
-        );
-        assert_eq!(mw.rkey(), k1);
-        let c1 = next(&mut b1);
-        assert_eq!(c1.status, WcStatus::SUCCESS, "round {i}: {c1:?}");
-        let k2 = b2
-            .bind_mw(&mw, window(&e.mr, RW), 2, SendFlags::SIGNALED)
-            .unwrap();
-        assert_eq!(k2, inc(k1));
-        let c2 = next(&mut b2);
-        assert_eq!(c2.status, WcStatus::SUCCESS, "round {i}: {c2:?}");
-    }
-    assert_eq!(
-        write_through(&mut a1, &e.src, 0x56, waddr(&e.mr), mw.rkey()),
-        WcStatus::SUCCESS
     );
 }
 
