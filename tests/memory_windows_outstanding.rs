@@ -364,3 +364,48 @@ fn a_type1_window_bound_back_to_back_on_two_qps() {
         WcStatus::SUCCESS
     );
 }
+
+/// On a shared CQ: a QP's unsignaled type-1 bind is settled by the shared
+/// CQ's poll of a later signaled WR (no longer outstanding, the rkey it
+/// gave); a second bind before that is refused; and one flushed behind a
+/// failed WR rolls back there too.
+#[test]
+fn a_shared_cq_settles_binds() {
+    let e = mw_env();
+    let mw = e.pd.alloc_mw(MwType::One).unwrap();
+    let mut cq = e.pd.create_shared_cq(16).unwrap();
+    let x = cq.create_qp(&mw_cfg()).unwrap();
+    let mut peer = e.pd.create_qp(&mw_cfg()).unwrap();
+    Qp::connect_loopback(cq.qp_mut(x), &mut peer).unwrap();
+    let s = [Sge::new(&e.src, 0, 8).unwrap()];
+    let good = RemoteAddr {
+        addr: e.mr.addr(),
+        rkey: e.mr.rkey(),
+    };
+    let b = cq.qp_mut(x);
+    let k = b
+        .bind_mw(&mw, window(&e.mr, RW), 1, SendFlags::empty())
+        .unwrap();
+    let err = refused(b, |q| {
+        q.bind_mw(&mw, window(&e.mr, RW), 2, SendFlags::SIGNALED)
+            .map(drop)
+    });
+    assert!(
+        matches!(err, Error::MwRefused(MwRefusal::BindOutstanding { .. })),
+        "{err:?}"
+    );
+    b.post_send(&[SendWr::rdma_write(3, &s, good).signaled()])
+        .unwrap();
+    let got = poll_n_with(|wc| cq.poll(wc), 1);
+    assert_eq!((got[0].wr_id, got[0].status), (3, WcStatus::SUCCESS));
+    assert!(!mw.bind_outstanding());
+    assert_eq!(mw.rkey(), k);
+    // Flushed behind a failed WRITE: rolls back to `k`.
+    let b = cq.qp_mut(x);
+    b.post_send(&[bad_write(&e, &s, 4)]).unwrap();
+    let posted = b.bind_mw(&mw, window(&e.mr, RW), 5, SendFlags::empty());
+    let got = poll_n_with(|wc| cq.poll(wc), 1 + posted.is_ok() as usize);
+    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR, "{got:?}");
+    assert_eq!(mw.rkey(), k, "a flushed bind moved the rkey");
+    assert!(!mw.bind_outstanding());
+}

@@ -745,7 +745,13 @@ impl DirectCq {
             }
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.
-                q.retire_split(|q| retire(&mut q.sq.retirer(), &mut q.rq, &cqe))
+                q.retire_split(|q| {
+                    let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
+                    if !q.binds.is_empty() {
+                        q.settle_binds(cqe.opcode, failed_before);
+                    }
+                    r
+                })
             } else {
                 let held = q.outstanding();
                 let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
