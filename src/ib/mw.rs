@@ -12,7 +12,7 @@ pub use mlx5_dv::wqe::MwType;
 
 /// A memory window allocated on a PD ([`Pd::alloc_mw`](crate::Pd::alloc_mw),
 /// `ibv_alloc_mw`); deallocated (`ibv_dealloc_mw`, which unbinds it) when
-/// dropped.
+/// dropped, or, with a bind of it outstanding, once that bind retires.
 ///
 /// Memory windows (IB spec 10.6.7): a grant of one slice of an [`Mr`] to
 /// a peer, with its own rkey and access, revoked without deregistering
@@ -70,17 +70,20 @@ pub use mlx5_dv::wqe::MwType;
 ///   implies it ran), or its QP's RESET. Poll that QP, then bind again.
 ///   [`bind_outstanding`](Self::bind_outstanding) tells. (The claim is one
 ///   compare-and-swap of an atomic the window shares with its bind's
-///   record on the QP; no lock on the post or poll path, and the common
-///   WRITE / SEND posts and polls do nothing more: a QP with a bind
-///   outstanding polls on its general path until it retires.)
+///   record on the QP. The common WRITE / SEND posts and polls do nothing
+///   more: a QP with a bind outstanding polls on its general path until it
+///   retires, and its queue of outstanding binds is locked only to add a
+///   bind or to settle one.)
 /// - **A bind that fails rolls back.** One that completes in error
 ///   (refused, `MW_BIND_ERR`) or is flushed (`WR_FLUSH_ERR`, its QP in
 ///   ERR) changed nothing on the device: [`rkey`](Self::rkey) goes back to
 ///   the one before it when the poll retires it, and the window binds
 ///   again (on a QP in RTS). (libibverbs moves `ibv_mw.rkey` at post and
-///   leaves failures to its caller, `mlx5_bind_mw`; rxe likewise.) A bind
-///   whose QP is reset or dropped before any completion of it was polled
-///   keeps the rkey it gave (whether the device ran it is not known).
+///   leaves failures to its caller, `mlx5_bind_mw`; rxe likewise.) A
+///   RESET settles the binds its drain of the CQ retires as a poll would;
+///   a bind whose QP is reset or dropped with no completion of it (or of
+///   a WR after it) seen keeps the rkey it gave (whether the device ran it
+///   is not known).
 /// - **Dropping a window with a bind outstanding** defers its
 ///   deallocation (`ibv_dealloc_mw`) until that bind retires (the bind's
 ///   record on its QP holds the window, and the MRs it may map), so the
