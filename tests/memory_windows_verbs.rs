@@ -668,6 +668,9 @@ fn failed_binds_roll_back_and_one_bind_is_outstanding_at_a_time() {
     assert!(!mw.bind_outstanding());
     // (Before the QPs: rxe holds the QP of a bound type-2 window.)
     drop(mw);
+    // (`b2` is in ERR after the refusal: a fresh pair.)
+    drop((a2, b2));
+    let (mut a2, _b2) = s.pd.create_connected_pair(&cfg).unwrap();
     // Type 1, unsignaled, then a second bind before it retires.
     let mw1 = s.pd.alloc_mw(MwType::One).unwrap();
     let k = a2
