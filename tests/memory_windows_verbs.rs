@@ -634,7 +634,7 @@ fn failed_binds_roll_back_and_one_bind_is_outstanding_at_a_time() {
         memory_windows: true,
         ..QpConfig::default()
     };
-    let (mut a2, mut b2) = s.pd.create_connected_pair(&cfg).unwrap();
+    let (a2, mut b2) = s.pd.create_connected_pair(&cfg).unwrap();
     let mw = s.pd.alloc_mw(MwType::Two).unwrap();
     let r0 = mw.rkey();
     // Flushed: `b` in ERR.
