@@ -252,7 +252,6 @@ fn a_window_over_a_dmabuf_mr_is_refused_by_the_device() {
 /// After a type-1 bind the device refused (over a DMA-BUF MR), the same
 /// window must still bind over a host MR on a healthy QP.
 #[test]
-#[ignore = "BUG: Qp::bind_mw records the new rkey at post (src/qp/mw.rs bind_mw -> Mw::record_bind); after the device's MW_BIND_ERR, Mw::rkey names a variant the device never set, and every later bind of the window is refused (MW_BIND_ERR): the window is stranded"]
 fn a_type1_window_binds_again_after_a_refused_bind() {
     let ctx = Context::open("sim").unwrap();
     let pd = ctx.alloc_pd().unwrap();

@@ -338,7 +338,8 @@ fn a_poll_of_many_tells_each_umr_completion() {
 
 /// A split QP's send half posts a type-2 bind and a `LOCAL_INV`: the
 /// owner's poll reports BIND_MW and LOCAL_INV (the per-WQE record of UMR
-/// opcodes is shared with the halves), and the window works in between.
+/// opcodes is shared with the halves) and settles the bind (no longer
+/// outstanding), and the window works in between.
 #[test]
 fn a_send_half_binds_and_invalidates_and_the_owner_tells_them() {
     let e = mw_env();
@@ -358,6 +359,8 @@ fn a_send_half_binds_and_invalidates_and_the_owner_tells_them() {
         got.iter().map(|c| (c.wr_id, c.opcode)).collect::<Vec<_>>(),
         [(1, WcOpcode::BIND_MW), (2, WcOpcode::RDMA_WRITE)]
     );
+    // The half's bind, retired by the owner's poll, is settled there.
+    assert!(!mw.bind_outstanding());
     let rkey = mw.rkey();
     let addr = e.mr.addr() + OFF as u64;
     assert_eq!(

@@ -616,3 +616,107 @@ fn uc_binds_land_writes_and_a_type1_unbind_drops_the_next() {
     );
     assert_eq!(bytes(1024), [0x74; 16]);
 }
+
+/// One bind of a window outstanding at a time, and rollback, on the
+/// verbs path: a type-2 bind flushed on a QP in ERR and one the device
+/// refuses (the window bound, not free: rxe's `rxe_check_bind_mw`) each
+/// leave `Mw::rkey` as it was before them, with no bind outstanding, and
+/// the window binds again on a healthy QP; a type-1 bind posted unsignaled
+/// refuses a second bind (`BindOutstanding`) until a later signaled WR's
+/// completion retires it.
+#[test]
+fn failed_binds_roll_back_and_one_bind_is_outstanding_at_a_time() {
+    let Some(dev) = device("failed_binds_roll_back_and_one_bind_is_outstanding_at_a_time") else {
+        return;
+    };
+    let mut s = setup(&dev);
+    let cfg = QpConfig {
+        memory_windows: true,
+        ..QpConfig::default()
+    };
+    let (a2, mut b2) = s.pd.create_connected_pair(&cfg).unwrap();
+    let mw = s.pd.alloc_mw(MwType::Two).unwrap();
+    let r0 = mw.rkey();
+    // Flushed: `b` in ERR.
+    s.b.modify(QpState::Err, &QpAttr::default()).unwrap();
+    s.b.post_send(&[
+        SendWr::bind_mw(1, &mw, MwBind::new(&s.target, 0, 64, RW)).with_flags(SendFlags::SIGNALED)
+    ])
+    .unwrap();
+    assert!(mw.bind_outstanding());
+    let c = wait_one(&mut s.b);
+    assert_eq!(c.status, WcStatus::WR_FLUSH_ERR, "{c:?}");
+    assert_eq!(mw.rkey(), r0, "a flushed bind moved the rkey");
+    assert!(!mw.bind_outstanding());
+    // Binds again on a healthy QP, with the next variant.
+    let c = post_wait(
+        &mut b2,
+        SendWr::bind_mw(2, &mw, MwBind::new(&s.target, 0, 64, RW)),
+    );
+    ok(c, WcOpcode::BIND_MW, "the bind after a flushed one");
+    let r1 = mw.rkey();
+    assert_eq!(r1.0 & 0xff, (r0.0 + 1) & 0xff);
+    // Refused by the device: the window is bound (type 2: not free).
+    b2.post_send(&[
+        SendWr::bind_mw(3, &mw, MwBind::new(&s.target, 64, 64, RW)).with_flags(SendFlags::SIGNALED)
+    ])
+    .unwrap();
+    let c = wait_one(&mut b2);
+    println!("a bind of a bound type-2 window: {:?}", c.status);
+    assert_ne!(c.status, WcStatus::SUCCESS, "{c:?}");
+    assert_eq!(mw.rkey(), r1, "a refused bind moved the rkey");
+    assert!(!mw.bind_outstanding());
+    // (Before the QPs: rxe holds the QP of a bound type-2 window.)
+    drop(mw);
+    // (`b2` is in ERR after the refusal: a fresh pair.)
+    drop((a2, b2));
+    let (mut a2, _b2) = s.pd.create_connected_pair(&cfg).unwrap();
+    // Type 1, unsignaled, then a second bind before it retires.
+    let mw1 = s.pd.alloc_mw(MwType::One).unwrap();
+    let k = a2
+        .bind_mw(
+            &mw1,
+            MwBind::new(&s.target, 0, 64, RW),
+            4,
+            SendFlags::empty(),
+        )
+        .unwrap();
+    let e = a2
+        .bind_mw(
+            &mw1,
+            MwBind::new(&s.target, 0, 64, RW),
+            5,
+            SendFlags::SIGNALED,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::MwRefused(MwRefusal::BindOutstanding { rkey }) if rkey == k.0),
+        "{e:?}"
+    );
+    let sge = [Sge::new(&s.local, 0, 8).unwrap()];
+    let to = RemoteAddr {
+        addr: s.target.addr(),
+        rkey: s.target.rkey(),
+    };
+    a2.post_send(&[SendWr::rdma_write(6, &sge, to).with_flags(SendFlags::SIGNALED)])
+        .unwrap();
+    ok(
+        wait_one(&mut a2),
+        WcOpcode::RDMA_WRITE,
+        "the WRITE after the bind",
+    );
+    assert!(!mw1.bind_outstanding());
+    assert_eq!(mw1.rkey(), k);
+    // The window serves `b2` through the rkey the bind gave.
+    let through = RemoteAddr {
+        addr: s.target.addr(),
+        rkey: k,
+    };
+    a2.post_send(&[SendWr::rdma_write(7, &sge, through).with_flags(SendFlags::SIGNALED)])
+        .unwrap();
+    ok(
+        wait_one(&mut a2),
+        WcOpcode::RDMA_WRITE,
+        "a WRITE through the window",
+    );
+}

@@ -721,6 +721,15 @@ pub enum MwRefusal {
     /// `QpConfig::memory_windows` (the direct path's WQEs are then too
     /// small), or of a transport with no windows (UD, DC).
     NotEnabled,
+    /// A bind of this window is outstanding (posted, its WQE not yet
+    /// retired by a poll of its QP's CQ, on this QP or another): one bind
+    /// of a window at a time, since each names the rkey the one before it
+    /// gives (IB spec o10-37.2; `ibv_bind_mw(3)`). Poll the QP of the bind
+    /// outstanding, then bind again. Nothing was written.
+    BindOutstanding {
+        /// The window's rkey now (the one the outstanding bind gives it).
+        rkey: u32,
+    },
 }
 
 impl std::fmt::Display for MwRefusal {
@@ -747,6 +756,10 @@ impl std::fmt::Display for MwRefusal {
             MwRefusal::OtherPd => f.write_str("the window, the MR and the QP must share one PD"),
             MwRefusal::NotEnabled => f.write_str(
                 "the QP posts no memory-window WRs: create it with QpConfig::memory_windows (RC or UC)",
+            ),
+            MwRefusal::BindOutstanding { rkey } => write!(
+                f,
+                "a bind of window {rkey:#x} is outstanding: one bind of a window at a time (poll the QP it was posted on until it retires)"
             ),
         }
     }

@@ -604,7 +604,11 @@ impl Qp {
             });
         }
         self.check_send_wrs(wrs, false)?;
+        let binds = self.claim_binds(wrs)?;
         let r = backend!(&mut self.kind, post_send(wrs));
+        if binds && r.is_err() {
+            self.binds_not_posted(wrs);
+        }
         match r {
             Err(Error::QueueFull | Error::CqFull) => Err(self.never_fits(
                 wrs.count(),

@@ -8,7 +8,17 @@ use crate::ib::error::{Error, Result};
 use crate::ib::keys::Rkey;
 use crate::ib::mw::{check_bind, Mw, MwBind, MwRefusal, MwType};
 use crate::ib::qp_attr::{QpState, QpType};
-use crate::ib::wr::{SendFlags, SendWr, WrOp};
+use crate::ib::wr::{SendFlags, SendWr, SendWrs, WrOp};
+
+/// Gives back the claims ([`Mw::claim_bind`]) of the type-2 binds among
+/// the WRs `range` of `wrs`, posted nothing.
+pub(crate) fn unclaim_binds<W: SendWrs + ?Sized>(wrs: &W, range: std::ops::Range<usize>) {
+    for i in range.rev() {
+        if let WrOp::BindMw { mw, .. } = wrs.wr(i).op {
+            mw.unclaim_bind();
+        }
+    }
+}
 
 impl Qp {
     /// Binds the type-1 window `mw` to `bind` (`ibv_bind_mw`; on mlx5 a
@@ -24,7 +34,13 @@ impl Qp {
     /// Returns the window's new rkey ([`Mw::rkey`] from now on): its
     /// variant byte is the old one plus one.
     ///
-    /// Errors, before anything is written: [`Error::MwRefused`] (a type-2
+    /// One bind of a window is outstanding at a time (see [`Mw`]): until
+    /// a poll of this QP retires it (its completion, or a later signaled
+    /// WR's), another bind of the window is refused; if it completes in
+    /// error or is flushed, [`Mw::rkey`] rolls back to the one before it.
+    ///
+    /// Errors, before anything is written: [`Error::MwRefused`] (a bind
+    /// of the window outstanding, [`MwRefusal::BindOutstanding`]; a type-2
     /// window, [`MwRefusal::WrongType`]; the QP created without
     /// [`QpConfig::memory_windows`](crate::QpConfig::memory_windows) or
     /// not RC / UC, `NotEnabled`; the window, MR and QP of different PDs,
@@ -40,9 +56,7 @@ impl Qp {
     ) -> Result<Rkey> {
         self.check_type1(mw)?;
         check_bind(self.pd_id, &bind).map_err(Error::MwRefused)?;
-        let rkey = self.bind_type1(mw, Some(&bind), wr_id, flags)?;
-        mw.record_bind(rkey, Some(bind.mr));
-        Ok(Rkey(rkey))
+        self.bind_type1(mw, Some(&bind), wr_id, flags)
     }
 
     /// Unbinds the type-1 window `mw` with a zero-length bind: once the
@@ -53,9 +67,7 @@ impl Qp {
     /// Errors: as [`Self::bind_mw`]'s, but for the bind's own.
     pub fn unbind_mw(&mut self, mw: &Mw, wr_id: u64, flags: SendFlags) -> Result<Rkey> {
         self.check_type1(mw)?;
-        let rkey = self.bind_type1(mw, None, wr_id, flags)?;
-        mw.record_bind(rkey, None);
-        Ok(Rkey(rkey))
+        self.bind_type1(mw, None, wr_id, flags)
     }
 
     /// A type-1 bind's checks of the window and the QP.
@@ -83,19 +95,79 @@ impl Qp {
         Ok(())
     }
 
-    /// The backend's type-1 bind (or unbind, `bind: None`).
+    /// The type-1 bind (or unbind, `bind: None`): the window claimed
+    /// ([`Mw::claim_bind`]: refused while a bind of it is outstanding),
+    /// then the backend's post, which records the bind outstanding until
+    /// its WQE retires; the claim given back if it posted nothing.
     fn bind_type1(
         &mut self,
         mw: &Mw,
         bind: Option<&MwBind<'_>>,
         wr_id: u64,
         flags: SendFlags,
-    ) -> Result<u32> {
+    ) -> Result<Rkey> {
         let flags = SendFlags::from_bits_truncate(flags.bits());
-        match &mut self.kind {
-            QpKind::Direct(q) => q.bind_mw(mw, bind, wr_id, flags),
+        let claim = mw
+            .claim_bind(bind.map(|b| b.mr))
+            .map_err(Error::MwRefused)?;
+        let r = match &mut self.kind {
+            QpKind::Direct(q) => q.bind_mw(mw, claim, bind, wr_id, flags),
             #[cfg(feature = "verbs")]
-            QpKind::Verbs(q) => q.bind_mw(mw, bind, wr_id, flags),
+            QpKind::Verbs(q) => q.bind_mw(mw, claim, bind, wr_id, flags),
+        };
+        match r {
+            Ok(()) => Ok(Rkey(claim.new_rkey())),
+            Err(e) => {
+                mw.unclaim_bind();
+                Err(e)
+            }
+        }
+    }
+
+    /// Claims the window of each type-2 bind in `wrs` (checked:
+    /// `check_send_wrs`), before anything is written; returns whether
+    /// there was one. (A split QP's send half posts binds, and the QP's
+    /// poll settles them; the QP itself posts nothing while split.)
+    ///
+    /// Errors: [`MwRefusal::BindOutstanding`] (a bind of the window
+    /// outstanding, or a second bind of it in `wrs`), [`Error::QpSplit`]
+    /// (the split QP itself); every claim made given back.
+    pub(crate) fn claim_binds<W: SendWrs + ?Sized>(&self, wrs: &W) -> Result<bool> {
+        let mut any = false;
+        for i in 0..wrs.count() {
+            let WrOp::BindMw { mw, bind } = wrs.wr(i).op else {
+                continue;
+            };
+            if self.backend_split() {
+                return Err(Error::QpSplit {
+                    qpn: self.local.qpn,
+                });
+            }
+            if let Err(e) = mw.claim_bind(Some(bind.mr)) {
+                unclaim_binds(wrs, 0..i);
+                return Err(Error::MwRefused(e));
+            }
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// After a post of `wrs` with type-2 binds that failed: the claims of
+    /// the binds not posted go back. The direct path posts all or nothing;
+    /// the verbs path, which may post a first part, gives back those it
+    /// did not post itself (`VerbsQp::post_send`).
+    pub(crate) fn binds_not_posted<W: SendWrs + ?Sized>(&self, wrs: &W) {
+        if let QpKind::Direct(_) = self.kind {
+            unclaim_binds(wrs, 0..wrs.count());
+        }
+    }
+
+    /// Whether the backend's QP is a split QP's copy.
+    fn backend_split(&self) -> bool {
+        match &self.kind {
+            QpKind::Direct(q) => q.is_split(),
+            #[cfg(feature = "verbs")]
+            QpKind::Verbs(q) => q.is_split(),
         }
     }
 

@@ -95,6 +95,8 @@ pub(crate) struct DirectQp {
     /// outstanding: the QP's own CQ then polls on the general path
     /// (`DirectCq::general`), which tells its CQE from a bind's.
     inv_pending: Option<u32>,
+    /// The window binds outstanding, settled as their WQEs retire (`mw.rs`).
+    binds: mw::PendingBinds,
     /// Whether a receive of one SGE is posted in place
     /// ([`Self::post_recv_one`]): a QP out of RESET, not split, with an RQ
     /// of its own. Set with [`Self::post_mode`].
@@ -265,6 +267,7 @@ impl DirectQp {
             None => unsafe { ReceiveQueue::new(&sim_qp.dv()) }?,
         };
         let umr_ops = mw::umr_ops(&sq, memory_windows);
+        let binds = mw::PendingBinds::new(&sq, memory_windows);
         Ok(Self {
             sq,
             rq,
@@ -278,6 +281,7 @@ impl DirectQp {
             mode_after_fence: None,
             umr_ops,
             inv_pending: None,
+            binds,
             recv_in_place: false,
             credits,
             dev: Arc::new(DirectDev::Sim(sim_qp)),
@@ -382,6 +386,7 @@ impl DirectQp {
             (None, None) => ReceiveQueue::none(),
         };
         let umr_ops = mw::umr_ops(&sq, memory_windows);
+        let binds = mw::PendingBinds::new(&sq, memory_windows);
         Ok(Self {
             sq,
             rq,
@@ -395,6 +400,7 @@ impl DirectQp {
             mode_after_fence: None,
             umr_ops,
             inv_pending: None,
+            binds,
             recv_in_place: false,
             credits,
             path: PathInfo::unconnected(""),
@@ -614,7 +620,12 @@ impl DirectQp {
             // shared CQ reaches RESET with none outstanding: `Qp::modify`
             // sees to it.)
             let rq = &mut self.rq;
-            cq.drain(|c| rq.discarded(c));
+            if self.binds.is_empty() {
+                cq.drain(|c| rq.discarded(c));
+            } else {
+                // The binds these CQEs retire are settled (`mw.rs`).
+                mw::drain_settling(cq, rq, &mut self.sq, &mut self.binds, self.send_failed);
+            }
             self.credits = CqCredits::new(self.credits.depth());
             // (The SRQ's share: taken at creation from a CQ that had it.)
             self.credits.take(self.srq_reserved);
@@ -622,9 +633,12 @@ impl DirectQp {
         self.sq.reset();
         self.rq.reset();
         self.send_failed = false;
-        if self.inv_pending.is_some() {
-            self.inv_pending = Some(self.sq.posted_count());
-            self.local_invs_retired();
+        self.binds.settle_rest();
+        if self.umrs_pending() {
+            if self.inv_pending.is_some() {
+                self.inv_pending = Some(self.sq.posted_count());
+            }
+            self.umrs_retired();
         }
         self.publish_retired();
     }

@@ -12,17 +12,20 @@
 //! `ibv_alloc_mw`: only its rkey and type are needed here.
 
 use super::post::{ctrl_flags, ctrl_of, sq_post, with_wqe, PostMode};
-use super::DirectQp;
+use super::{DirectCq, DirectQp};
 use crate::ib::completion::{Completion, WcOpcode};
 use crate::ib::error::{Error, Result};
 use crate::ib::mem::Access;
 use crate::ib::mr::Registration;
-use crate::ib::mw::{next_rkey, Mw, MwBind, MwType};
+use crate::ib::mw::{prev_rkey, Claim, Mw, MwBind, MwState, MwType};
 use crate::ib::wr::{SendFlags, SendWr, WrOp};
-use mlx5_dv::driver::{SendQueue, Table};
-use mlx5_dv::prm::CtrlFlags;
+use mlx5_dv::driver::{ReceiveQueue, SendQueue, Table};
+use mlx5_dv::prm::{CqeOpcode, CtrlFlags};
 use mlx5_dv::sim;
 use mlx5_dv::wqe::{umr_size, wqe_size, MwAccess, UmrBind, UmrWqe, WqeError};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Deallocates a sim window when dropped (`Device::dealloc_mw`, which
 /// unbinds it first).
@@ -66,14 +69,15 @@ fn mw_access(a: Access) -> MwAccess {
     }
 }
 
-/// The UMR of a bind of `mw` (its type) to `bind` (`None`: zero length),
-/// giving it `new_rkey`.
-fn bind_wqe(mw: &Mw, bind: Option<&MwBind<'_>>, new_rkey: u32, flags: CtrlFlags) -> UmrWqe {
+/// The UMR of a bind of `mw` (its type), whose rkey is `old`, to `bind`
+/// (`None`: zero length), giving it the next rkey (`next_rkey`: the
+/// variant byte plus one).
+fn bind_wqe(mw: &Mw, old: u32, bind: Option<&MwBind<'_>>, flags: CtrlFlags) -> UmrWqe {
     UmrWqe {
         flags,
-        imm_rkey: mw.rkey().0,
+        imm_rkey: old,
         mw_type: mw.mw_type(),
-        new_key: new_rkey as u8,
+        new_key: old.wrapping_add(1) as u8,
         bind: bind.map(|b| UmrBind {
             lkey: b.mr.lkey().0,
             addr: b.addr(),
@@ -93,13 +97,14 @@ fn wqe_error(e: WqeError) -> Error {
 
 impl DirectQp {
     /// Posts a type-1 bind of `mw` to `bind` (`None`: a zero-length bind,
-    /// the unbind) as a UMR WQE and rings the doorbell; returns the rkey
-    /// the window has once it runs: its variant byte plus one, for a
-    /// zero-length bind too (libmlx5's `mlx5_bind_mw` posts
-    /// `ibv_inc_rkey(mw->rkey)` whatever the length; the sim sets the
-    /// window's variant byte from it either way). The front end checked
-    /// the window, the bind and the QP; the caller records the rkey
-    /// (`Mw::record_bind`) once this returns.
+    /// the unbind) as a UMR WQE and rings the doorbell: the window, whose
+    /// rkey was `claim.old`, has `claim.new_rkey()` once it runs, its
+    /// variant byte plus one, for a zero-length bind too (libmlx5's
+    /// `mlx5_bind_mw` posts `ibv_inc_rkey(mw->rkey)` whatever the length;
+    /// the sim sets the window's variant byte from it either way). The
+    /// front end checked the window, the bind and the QP, and claimed the
+    /// window (`Mw::claim_bind`); the bind is outstanding here until its
+    /// WQE retires ([`PendingBinds`]).
     ///
     /// Errors: [`Error::CqFull`], [`Error::QueueFull`] (nothing written);
     /// [`Error::Wqe`] for a WQE the QP's SQ cannot hold (created without
@@ -107,15 +112,16 @@ impl DirectQp {
     pub(crate) fn bind_mw(
         &mut self,
         mw: &Mw,
+        claim: Claim,
         bind: Option<&MwBind<'_>>,
         wr_id: u64,
         flags: SendFlags,
-    ) -> Result<u32> {
-        let new_rkey = next_rkey(mw.rkey().0);
-        let wqe = bind_wqe(mw, bind, new_rkey, ctrl_of(flags));
+    ) -> Result<()> {
+        let wqe = bind_wqe(mw, claim.old, bind, ctrl_of(flags));
         self.take_credits(1)?;
         let undo = self.signal_if_credits_low();
         let pi = self.sq.pi();
+        let seq = self.sq.posted_count();
         if let Err(e) = self.sq.post_umr(&wqe, wr_id) {
             self.give_credits(1);
             if let Some(u) = undo {
@@ -124,10 +130,11 @@ impl DirectQp {
             return Err(wqe_error(e));
         }
         self.note_umr(pi, false);
+        self.note_bind(seq, mw);
         self.fence_after_umr();
         self.sq.ring_doorbell();
         self.posted_sends(1);
-        Ok(new_rkey)
+        Ok(())
     }
 
     /// The WQE of `w`, written without ringing the doorbell: a window WR's
@@ -152,24 +159,50 @@ impl DirectQp {
         }
     }
 
-    /// [`Self::write_wr`] of a type-2 bind (the window gets its next rkey
-    /// and keeps the MR alive: `Mw::record_bind`, once the WQE is written)
-    /// or of a `LOCAL_INV`.
+    /// [`Self::write_wr`] of a type-2 bind (its window claimed by the
+    /// front end, `Qp::claim_binds`: its rkey already the next; the bind
+    /// outstanding here until its WQE retires, [`PendingBinds`]) or of a
+    /// `LOCAL_INV`.
     #[cold]
     #[inline(never)]
     fn write_umr_wr(&mut self, w: &SendWr<'_>) -> std::result::Result<(), WqeError> {
         let wqe = umr_of(w).expect("a window WR");
         let pi = self.sq.pi();
+        let seq = self.sq.posted_count();
         self.sq.post_umr(&wqe, w.wr_id)?;
         match w.op {
-            WrOp::BindMw { mw, bind } => {
-                mw.record_bind(next_rkey(mw.rkey().0), Some(bind.mr));
+            WrOp::BindMw { mw, .. } => {
                 self.note_umr(pi, false);
+                self.note_bind(seq, mw);
             }
             _ => self.note_umr(pi, true),
         }
         self.fence_after_umr();
         Ok(())
+    }
+
+    /// Records the bind of `mw` just written as WR `seq` (the SQ's posted
+    /// count before it) outstanding: the QP's own CQ polls on the general
+    /// path until it retires, where its retire settles the window
+    /// ([`Self::settle_binds`]).
+    fn note_bind(&mut self, seq: u32, mw: &Mw) {
+        self.binds.push(seq, mw.state.clone());
+        if let Some(cq) = &mut self.cq {
+            cq.general = true;
+        }
+    }
+
+    /// After a requester CQE `cqe` retired WRs on the SQ (with binds
+    /// outstanding; `failed_before`: a requester CQE in error was polled
+    /// before it since RESET): [`PendingBinds::settle`] by the SQ's retired
+    /// count. For the general polls that retire one CQE at a time through
+    /// the `SendQueue` (a shared CQ's, RESET's drain).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn settle_binds(&mut self, opcode: CqeOpcode, failed_before: bool) {
+        let retired = self.sq.retired_count();
+        self.binds
+            .settle(retired, opcode == CqeOpcode::REQ_ERR, failed_before);
     }
 
     /// Records the UMR just written at WQE index `pi`: a bind's or (`inv`)
@@ -194,19 +227,40 @@ impl DirectQp {
         }
     }
 
+    /// After a split QP took its halves back: binds its send half posted
+    /// and not yet retired keep the QP's own CQ on the general path.
+    pub(crate) fn binds_after_join(&mut self) {
+        if !self.binds.is_empty() {
+            self.binds.general = true;
+            if let Some(cq) = &mut self.cq {
+                cq.general = true;
+            }
+        }
+    }
+
+    /// Whether a `LOCAL_INV` or a bind may be outstanding: the QP's own
+    /// CQ polls on the general path ([`Self::umrs_retired`] ends it).
+    #[inline(always)]
+    pub(super) fn umrs_pending(&self) -> bool {
+        self.inv_pending.is_some() || self.binds.general
+    }
+
     /// After a poll on the general path: once every `LOCAL_INV` posted is
-    /// retired, the QP's own CQ takes the fast paths again (unless it has
-    /// timestamps).
+    /// retired and no bind is outstanding, the QP's own CQ takes the fast
+    /// paths again (unless it has timestamps).
     #[cold]
     #[inline(never)]
-    pub(super) fn local_invs_retired(&mut self) {
-        let Some(last) = self.inv_pending else {
-            return;
-        };
-        if (self.sq.retired_count().wrapping_sub(last) as i32) < 0 {
+    pub(super) fn umrs_retired(&mut self) {
+        if let Some(last) = self.inv_pending {
+            if (self.sq.retired_count().wrapping_sub(last) as i32) < 0 {
+                return;
+            }
+            self.inv_pending = None;
+        }
+        if !self.binds.is_empty() {
             return;
         }
-        self.inv_pending = None;
+        self.binds.general = false;
         if let Some(cq) = &mut self.cq {
             cq.general = cq.timestamps;
         }
@@ -247,6 +301,157 @@ pub(super) fn umr_ops(sq: &SendQueue, memory_windows: bool) -> Table<u8> {
     Table::new(n, WcOpcode::BIND_MW.0 as u8)
 }
 
+/// The binds outstanding on a QP's SQ, oldest first: each its WR's
+/// sequence number (the SQ's posted count before it) and its window's
+/// state ([`MwState`]: the window's allocation too, so a window dropped
+/// under its bind is deallocated only once the bind is settled here).
+/// While any is (`general`), the QP's own CQ polls on the general path,
+/// where each CQE settles what it retired ([`Self::settle`]); a shared
+/// CQ's poll settles them by CQE too. Shared with the halves of a split
+/// QP ([`Self::share`]: the send half posts, the owner retires).
+///
+/// The queue is locked only to add a bind (its post) and to settle binds
+/// (a poll's general path, with a bind outstanding): an empty one is told
+/// by one atomic load. Room for one bind per two WQEBBs (a bind's UMR is
+/// 2 or 3) from creation: no allocation at post.
+pub(super) struct PendingBinds {
+    shared: Arc<BindQueue>,
+    /// Set with a bind posted; cleared by `DirectQp::umrs_retired` once
+    /// none is outstanding (and no `LOCAL_INV`).
+    pub(super) general: bool,
+}
+
+/// [`PendingBinds`]' queue and its length.
+struct BindQueue {
+    q: Mutex<VecDeque<(u32, Arc<MwState>)>>,
+    len: AtomicUsize,
+}
+
+impl Drop for BindQueue {
+    /// The QP and its halves gone: [`PendingBinds::settle_rest`].
+    fn drop(&mut self) {
+        let q = self.q.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, st) in q.drain(..) {
+            st.settle(true);
+        }
+    }
+}
+
+impl PendingBinds {
+    /// Room for the binds `sq` may hold with `memory_windows`, else none.
+    pub(super) fn new(sq: &SendQueue, memory_windows: bool) -> PendingBinds {
+        let n = if memory_windows {
+            sq.geometry().wqe_cnt as usize / 2
+        } else {
+            0
+        };
+        PendingBinds {
+            shared: Arc::new(BindQueue {
+                q: Mutex::new(VecDeque::with_capacity(n)),
+                len: AtomicUsize::new(0),
+            }),
+            general: false,
+        }
+    }
+
+    /// The same queue, for a split QP's half.
+    pub(super) fn share(&self) -> PendingBinds {
+        PendingBinds {
+            shared: self.shared.clone(),
+            general: false,
+        }
+    }
+
+    /// Whether no bind is outstanding (one atomic load).
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.shared.len.load(Ordering::Acquire) == 0
+    }
+
+    /// The queue, locked.
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u32, Arc<MwState>)>> {
+        self.shared.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&mut self, seq: u32, state: Arc<MwState>) {
+        {
+            let mut q = self.lock();
+            q.push_back((seq, state));
+            self.shared.len.store(q.len(), Ordering::Release);
+        }
+        self.general = true;
+    }
+
+    /// Settles each bind a requester CQE retired, the SQ's retired count
+    /// now `retired`: the one it names (its last, `retired - 1`) failed
+    /// if the CQE is in `error`; one before it, which it retired unsignaled,
+    /// ran (the device runs an SQ's WQEs in order, and reports the first
+    /// that fails) unless the QP had failed before (`failed_before`: then
+    /// it was flushed, though the sim and ConnectX give every flushed WQE
+    /// its own CQE, signaled or not). A failed bind rolls its window's
+    /// rkey back ([`MwState::settle`]). Any other CQE settles nothing.
+    pub(super) fn settle(&mut self, retired: u32, error: bool, failed_before: bool) {
+        let mut q = self.lock();
+        while let Some(&(seq, _)) = q.front() {
+            if retired.wrapping_sub(seq) as i32 <= 0 {
+                break;
+            }
+            let named = seq == retired.wrapping_sub(1);
+            let ok = !error || (!named && !failed_before);
+            if let Some((_, st)) = q.pop_front() {
+                st.settle(ok);
+            }
+        }
+        self.shared.len.store(q.len(), Ordering::Release);
+    }
+
+    /// Settles every bind still outstanding as run (RESET, with no CQE of
+    /// theirs seen: whether the device ran them is not known; the rkey
+    /// stays the one each gave). The last copy of the QP dropped does the
+    /// same.
+    pub(super) fn settle_rest(&mut self) {
+        if self.is_empty() {
+            return;
+        }
+        let mut q = self.lock();
+        for (_, st) in q.drain(..) {
+            st.settle(true);
+        }
+        self.shared.len.store(0, Ordering::Release);
+    }
+}
+
+/// RESET's drain of a QP's own CQ `cq` with binds outstanding (`binds`;
+/// `failed`: a requester CQE in error was polled since the last RESET):
+/// each requester CQE retires its WRs on `sq` and settles the binds it
+/// retired, as the poll does ([`PendingBinds::settle`]), before the SQ is
+/// reset; each receive's as `ReceiveQueue::discarded` has it.
+#[cold]
+#[inline(never)]
+pub(super) fn drain_settling(
+    cq: &mut DirectCq,
+    rq: &mut ReceiveQueue,
+    sq: &mut SendQueue,
+    binds: &mut PendingBinds,
+    mut failed: bool,
+) {
+    cq.drain(|c| {
+        rq.discarded(c);
+        if !matches!(c.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR) {
+            return;
+        }
+        let error = c.opcode == CqeOpcode::REQ_ERR;
+        let posted = sq.posted_count();
+        let mut r = sq.retirer();
+        if r.complete(c.wqe_counter).is_some() {
+            let retired = posted.wrapping_sub(r.outstanding());
+            drop(r);
+            binds.settle(retired, error, failed);
+        }
+        failed |= error;
+    });
+}
+
 /// A UMR's completion `c` (its CQE's WQE index `counter`) as its WR was:
 /// `WcOpcode::LOCAL_INV` where `umr_ops` says so (every UMR reads as
 /// `BIND_MW` from the CQE). Any other completion is left as it is.
@@ -265,7 +470,8 @@ pub(super) fn umr_completion(umr_ops: &Table<u8>, c: &mut Completion, counter: u
 fn umr_of(w: &SendWr<'_>) -> Option<UmrWqe> {
     let flags = ctrl_flags(w);
     match w.op {
-        WrOp::BindMw { mw, bind } => Some(bind_wqe(mw, Some(&bind), next_rkey(mw.rkey().0), flags)),
+        // (Claimed: the window's rkey is already the one the bind gives.)
+        WrOp::BindMw { mw, bind } => Some(bind_wqe(mw, prev_rkey(mw.rkey().0), Some(&bind), flags)),
         WrOp::LocalInv { rkey } => Some(UmrWqe::local_inv(rkey.0, flags)),
         _ => None,
     }

@@ -594,9 +594,14 @@ impl DirectQp {
         let stamps = own.timestamps;
         debug_assert!(!(stamps && first.is_some()));
         let mut cqes = own.cq.cursor::<SLOT>();
+        let posted = self.sq.posted_count();
         let mut sq = self.sq.retirer();
         let rq = &mut self.rq;
         let umr_ops = &self.umr_ops;
+        // (With window binds outstanding each CQE settles those it
+        // retired: `mw.rs`, `PendingBinds`.)
+        let binds = &mut self.binds;
+        let failed_before = self.send_failed;
         // The one error a QP's own CQ can give (`retire`'s).
         let mut stale_at = None;
         // A requester CQE in error: the device moved the QP to ERR.
@@ -613,8 +618,14 @@ impl DirectQp {
             if odp_fault(rq, &cqe) {
                 continue;
             }
+            let r = retire(&mut sq, rq, &cqe);
+            if !binds.is_empty() {
+                let retired = posted.wrapping_sub(sq.outstanding());
+                let error = cqe.opcode == CqeOpcode::REQ_ERR;
+                binds.settle(retired, error, failed_before || failed);
+            }
             failed |= cqe.opcode == CqeOpcode::REQ_ERR;
-            match retire(&mut sq, rq, &cqe) {
+            match r {
                 Ok(Some(mut c)) => {
                     super::mw::umr_completion(umr_ops, &mut c, cqe.wqe_counter);
                     if let (true, Some(raw)) = (stamps, raw) {
@@ -635,8 +646,8 @@ impl DirectQp {
         if failed {
             self.note_send_failed();
         }
-        if self.inv_pending.is_some() {
-            self.local_invs_retired();
+        if self.umrs_pending() {
+            self.umrs_retired();
         }
         self.publish_polled();
         match stale_at {
@@ -734,19 +745,34 @@ impl DirectCq {
             };
             let cqe = super::scatter::decode_shared(raw, cqe, q);
             // REQ_ERR, RESP_ERR (and INVALID, which a software-owned CQE
-            // never is): one compare, as the REQ_ERR test it replaced.
-            if cqe.opcode.0 >= CqeOpcode::REQ_ERR.0 && q.failed_or_faulted(&cqe) {
-                // An SRQ WQE's ODP page fault: no completion, no credit.
-                continue;
+            // never is): one compare. A requester's error is noted (and
+            // whether the QP had failed before, which a bind's settle
+            // asks); an SRQ WQE's ODP page fault is no completion and
+            // gives no credit.
+            let mut failed_before = false;
+            if cqe.opcode.0 >= CqeOpcode::REQ_ERR.0 {
+                failed_before = cqe.opcode == CqeOpcode::REQ_ERR && q.send_failed();
+                if q.failed_or_faulted(&cqe) {
+                    continue;
+                }
             }
             let r = if q.is_split() {
                 // Its halves reserved their credits: none go back.
-                q.retire_split(|q| retire(&mut q.sq.retirer(), &mut q.rq, &cqe))
+                q.retire_split(|q| {
+                    let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
+                    if !q.binds.is_empty() {
+                        q.settle_binds(cqe.opcode, failed_before);
+                    }
+                    r
+                })
             } else {
                 let held = q.outstanding();
                 let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
                 freed += held - q.outstanding();
                 q.publish_retired();
+                if !q.binds.is_empty() {
+                    q.settle_binds(cqe.opcode, failed_before);
+                }
                 r
             };
             match r {

@@ -133,6 +133,7 @@ impl DirectQp {
             // retired and published.
             umr_ops: unsafe { self.umr_ops.share() },
             inv_pending: None,
+            binds: self.binds.share(),
             recv_in_place: false,
             dev: self.dev.clone(),
             _srq: self._srq.clone(),
@@ -251,6 +252,7 @@ impl DirectQp {
             self.credits.give(s.held.saturating_sub(self.outstanding()));
         }
         self.publish_retired();
+        self.binds_after_join();
     }
 
     /// The post mode for `state` after a join (as `modify` sets it).

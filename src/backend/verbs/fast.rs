@@ -73,7 +73,9 @@ impl VerbsQp {
     /// Opens or closes the lean post's gate after a change of state,
     /// split or credit counting (`gate`).
     pub(super) fn set_gate(&mut self) {
-        self.plain = self.split.is_none() && self.counts;
+        // (With window binds outstanding every send completion goes
+        // through `retire`, which settles them: `mw.rs`.)
+        self.plain = self.split.is_none() && self.counts && self.binds.is_empty();
         self.gate = self.rts
             && self.split.is_none()
             && self.counts

@@ -195,6 +195,10 @@ pub(crate) struct VerbsQp {
     /// Not split and counting credits (`set_gate`): `poll_one` retires a
     /// send's completion itself.
     plain: bool,
+    /// The window binds outstanding, settled as their WRs retire
+    /// (`mw.rs`). (Before `raw`: a window dropped under its bind is
+    /// deallocated before the QP is destroyed.)
+    binds: mw::VerbsBinds,
     /// Owns the `ibv_qp` (`qp`): destroyed when the last copy goes (a
     /// split QP's halves hold it too).
     raw: Arc<RawQp>,
@@ -428,6 +432,7 @@ pub(crate) fn create_qp(
         mw_ex,
         lean_poll,
         plain: true,
+        binds: mw::VerbsBinds::default(),
         raw: Arc::new(RawQp(qp)),
         _pd: pd.clone(),
     })
@@ -542,10 +547,17 @@ impl VerbsQp {
                 // Events and completions from before RESET are stale now.
                 // (A QP on a shared CQ reaches RESET with none outstanding:
                 // `Qp::modify` sees to it.)
-                let srq = &self.srq;
-                self.cq.drain(|w| discarded(srq, w));
+                if self.binds.is_empty() {
+                    let srq = &self.srq;
+                    self.cq.drain(|w| discarded(srq, w));
+                } else {
+                    // The binds these completions retire are settled.
+                    self.drain_settling();
+                }
                 self.credits = CqCredits::new(self.credits.depth());
             }
+            self.binds.settle_rest();
+            self.set_gate();
             self.retired = self.posted;
             self.recv_done = self.recv_posted;
             self.unsignaled_run = 0;
@@ -655,6 +667,9 @@ impl VerbsQp {
                 *freed += (retired - self.retired) as u32;
             }
             self.retired = retired;
+            if !self.binds.is_empty() {
+                self.settle_binds(w);
+            }
             let slot = (w.wr_id % self.max_post as u64) as usize;
             (self.wr_ids.get(slot), self.hidden.get(slot))
         };

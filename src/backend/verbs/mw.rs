@@ -11,13 +11,18 @@
 //! rkey (rxe's kernel refuses a bind whose `mw_rkey` is not the window's
 //! now, `rxe_bind_mw`; mlx5 puts it in the UMR's `ctrl.imm`), which the
 //! provider reads from the `ibv_mw`. rdma-core updates `ibv_mw.rkey` after
-//! a type-1 bind only, and a type-2 window is rebound after an
-//! invalidation; so the [`Mw`] keeps the rkey, and each bind hands the
-//! provider a copy of the window's `ibv_mw` carrying it (rxe and mlx5 read
-//! only its plain fields: `rkey`, `type`, `pd`; they allocate it bare).
-//! The `ibv_mw` rdma-core allocated is never written, so binds of one
-//! window from two threads race in no memory (the device refuses the
-//! second: its `mw_rkey` is stale).
+//! a type-1 bind only, at post (whatever its completion), and a type-2
+//! window is rebound after an invalidation; so the [`Mw`] keeps the rkey
+//! (claimed by the front end before the post, `Mw::claim_bind`: one bind
+//! of a window outstanding at a time), and each bind hands the provider a
+//! copy of the window's `ibv_mw` carrying the rkey before the claim (rxe
+//! and mlx5 read only its plain fields: `rkey`, `type`, `pd`; they
+//! allocate it bare). The `ibv_mw` rdma-core allocated is never written.
+//!
+//! **A bind is outstanding until its WR retires** ([`VerbsBinds`]): its
+//! completion, or a later signaled WR's (which retires it unsignaled), or
+//! the RESET's drain. One in error (`IBV_WC_MW_BIND_ERR`, or flushed)
+//! rolls the window's rkey back (`MwState::settle`).
 //!
 //! **A zero-length bind names an MR.** `ibv_bind_mw` allows `mr` null with
 //! length 0, but rxe's provider reads `bind_info.mr->lkey` whatever the
@@ -36,9 +41,9 @@
 
 use super::*;
 use crate::ib::keys::Rkey;
-use crate::ib::mw::{next_rkey, Mw, MwBind};
+use crate::ib::mw::{prev_rkey, Claim, Mw, MwBind, MwState};
 use crate::ib::wr::SendWr;
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
 
 /// Whether the extended QP `qpx` (null: none) has the window WRs'
 /// builders: made with `IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV
@@ -64,11 +69,6 @@ pub(super) fn is_window_op(op: &WrOp<'_>) -> bool {
         op,
         WrOp::BindMw { .. } | WrOp::LocalInv { .. } | WrOp::SendWithInv { .. }
     )
-}
-
-/// The variant byte of `rkey` minus one, wrapping: undoes [`next_rkey`].
-fn prev_rkey(rkey: u32) -> u32 {
-    (rkey & !0xff) | (rkey.wrapping_sub(1) & 0xff)
 }
 
 /// A copy of the window's `ibv_mw` carrying the window's rkey `rkey` (see
@@ -104,11 +104,10 @@ fn bind_info(bind: &MwBind<'_>) -> ibv_mw_bind_info {
 }
 
 /// The type-2 bind of `mw` to `bind` as the provider takes it: a copy of
-/// the window's `ibv_mw` (in `copy`) with its rkey now, the rkey the bind
-/// gives it (the variant byte plus one: `ibv_inc_rkey`), and the bind
-/// info. The window's rkey becomes the new one now (so a second bind of it
-/// in the same post names it), until [`settle_binds`] records the bind
-/// posted or gives the rkey back.
+/// the window's `ibv_mw` (in `copy`) with the rkey before the bind, the
+/// rkey the bind gives it (the variant byte plus one: `ibv_inc_rkey`), and
+/// the bind info. The front end claimed the window (`Mw::claim_bind`):
+/// its rkey is already the new one.
 ///
 /// # Safety
 /// `mw` is a verbs window (its `raw` a live `*mut ibv_mw`).
@@ -118,11 +117,9 @@ pub(super) unsafe fn bind_wr(
     bind: &MwBind<'_>,
     copy: &mut std::mem::MaybeUninit<ibv_mw>,
 ) -> bind_mw_t {
-    let now = mw.rkey.load(Ordering::Acquire);
-    let new = next_rkey(now);
-    mw.rkey.store(new, Ordering::Release);
+    let new = mw.rkey().0;
     // SAFETY: the caller's contract.
-    let c = copy.write(unsafe { mw_copy(mw, now) });
+    let c = copy.write(unsafe { mw_copy(mw, prev_rkey(new)) });
     bind_mw_t {
         mw: c,
         rkey: new,
@@ -130,29 +127,141 @@ pub(super) unsafe fn bind_wr(
     }
 }
 
+/// The binds outstanding on a QP's send queue, oldest first: each its
+/// WR's sequence number (our verbs `wr_id`) and its window's state
+/// (`MwState`, which holds the window's allocation too: a window dropped
+/// under its bind is deallocated once the bind is settled here). Each
+/// send completion settles the binds it retired ([`Self::settle`]).
+/// Shared with the halves of a split QP ([`Self::share`]: the send half
+/// posts, the owner retires). Locked only to add a bind and to settle
+/// binds (with one outstanding); an empty one is told by one atomic load.
+#[derive(Default)]
+pub(super) struct VerbsBinds {
+    shared: std::sync::Arc<BindQueue>,
+}
+
+/// [`VerbsBinds`]' queue, its length, and whether a send completion in
+/// error was seen since the last RESET (the QP is in ERR: a bind it
+/// retires unsignaled was flushed).
+#[derive(Default)]
+struct BindQueue {
+    q: std::sync::Mutex<Queue>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Default)]
+struct Queue {
+    q: VecDeque<(u64, std::sync::Arc<MwState>)>,
+    failed: bool,
+}
+
+impl Drop for BindQueue {
+    /// The QP and its halves gone: [`VerbsBinds::settle_rest`].
+    fn drop(&mut self) {
+        let q = self.q.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, st) in q.q.drain(..) {
+            st.settle(true);
+        }
+    }
+}
+
+impl VerbsBinds {
+    /// The same queue, for a split QP's half.
+    pub(super) fn share(&self) -> VerbsBinds {
+        VerbsBinds {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Whether no bind is outstanding (one atomic load).
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.shared.len.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    /// The queue, locked.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.shared.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stores the queue's length `n` for [`Self::is_empty`].
+    fn set_len(&self, n: usize) {
+        self.shared
+            .len
+            .store(n, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Adds the bind of WR `seq` of the window `state`.
+    pub(super) fn push(&mut self, seq: u64, state: std::sync::Arc<MwState>) {
+        let mut q = self.lock();
+        q.q.push_back((seq, state));
+        self.set_len(q.q.len());
+    }
+
+    /// Settles each bind a send completion for sequence number `seq`
+    /// (in `error`) retired, the sends retired now `retired`: the bind it
+    /// names failed if it is in error; one before it (retired unsignaled)
+    /// ran, unless the QP had failed before (it was flushed: rxe gives
+    /// every flushed WR its own completion, signaled or not,
+    /// `rxe_comp.c`). A failed bind rolls its window's rkey back.
+    pub(super) fn settle(&mut self, seq: u64, error: bool, retired: u64) {
+        let mut q = self.lock();
+        while let Some(&(s, _)) = q.q.front() {
+            if s >= retired {
+                break;
+            }
+            let ok = !error || (s != seq && !q.failed);
+            if let Some((_, st)) = q.q.pop_front() {
+                st.settle(ok);
+            }
+        }
+        q.failed |= error;
+        self.set_len(q.q.len());
+    }
+
+    /// Settles every bind still outstanding as run (RESET, with no
+    /// completion of theirs seen: the rkey stays the one each gave) and
+    /// forgets a failure. The last copy of the QP dropped does the same.
+    pub(super) fn settle_rest(&mut self) {
+        let mut q = self.lock();
+        for (_, st) in q.q.drain(..) {
+            st.settle(true);
+        }
+        q.failed = false;
+        self.set_len(0);
+    }
+}
+
 /// After a post of the WRs `range` of `all` of which the provider took
-/// the first `posted`: each type-2 bind posted is recorded
-/// ([`Mw::record_bind`]: the window keeps its MR), and each one not posted
-/// gives back the rkey [`bind_wr`] took (last first).
+/// the first `posted`, the first as sequence number `seq`: each type-2
+/// bind posted is outstanding (`binds`) until its WR retires. (Those not
+/// posted are given back by [`VerbsQp::post_send`]'s caller path:
+/// [`binds_not_posted`].)
 #[cold]
 #[inline(never)]
-pub(super) fn settle_binds<W: SendWrs + ?Sized>(
+pub(super) fn binds_posted<W: SendWrs + ?Sized>(
+    binds: &mut VerbsBinds,
     all: &W,
     range: std::ops::Range<usize>,
     posted: usize,
+    seq: u64,
 ) {
     let cut = range.start + posted.min(range.len());
-    for i in (cut..range.end).rev() {
+    for i in range.start..cut {
         if let WrOp::BindMw { mw, .. } = all.wr(i).op {
-            let r = mw.rkey.load(Ordering::Acquire);
-            mw.rkey.store(prev_rkey(r), Ordering::Release);
+            binds.push(seq + (i - range.start) as u64, mw.state.clone());
         }
     }
-    for i in range.start..cut {
-        if let WrOp::BindMw { mw, bind } = all.wr(i).op {
-            // (A later bind of the same window in this post stores the
-            // same rkey and its own MR.)
-            mw.record_bind(mw.rkey.load(Ordering::Acquire), Some(bind.mr));
+}
+
+/// After a post of `all` that failed with its first `posted` WRs posted:
+/// the claims (`Mw::claim_bind`) of the type-2 binds after them go back.
+#[cold]
+#[inline(never)]
+pub(super) fn binds_not_posted<W: SendWrs + ?Sized>(all: &W, posted: usize) {
+    for i in (posted..all.count()).rev() {
+        if let WrOp::BindMw { mw, .. } = all.wr(i).op {
+            mw.unclaim_bind();
         }
     }
 }
@@ -166,19 +275,21 @@ impl VerbsQp {
     /// Binds the type-1 window `mw` to `bind` (`None`: a zero-length bind,
     /// the unbind) with `ibv_bind_mw`, posted on this QP's send queue as
     /// one WR (its room and CQ credit taken, its completion retired as any
-    /// send's); returns the window's new rkey (the `ibv_mw.rkey` the
-    /// provider wrote after the call, in the copy handed to it). The front
-    /// end checked the window, the bind and the QP, and records the bind.
+    /// send's, which settles the bind: [`VerbsBinds`]). The front end
+    /// checked the window, the bind and the QP, and claimed the window
+    /// (`claim`: the rkey the bind names it by, `claim.old`; the provider
+    /// writes the next, `ibv_inc_rkey`, into the copy handed to it).
     ///
     /// Errors, nothing posted: [`Error::QueueFull`] / [`Error::CqFull`];
     /// [`Error::Verbs`] naming `ibv_bind_mw` and the provider's errno.
     pub(crate) fn bind_mw(
         &mut self,
         mw: &Mw,
+        claim: Claim,
         bind: Option<&MwBind<'_>>,
         wr_id: u64,
         flags: SendFlags,
-    ) -> Result<u32> {
+    ) -> Result<()> {
         debug_assert!(!self.is_split(), "the front end refuses a split QP's binds");
         if self.posted - self.retired >= self.max_post as u64 {
             return Err(Error::QueueFull);
@@ -197,12 +308,13 @@ impl VerbsQp {
             inline: false,
         };
         let send_flags = self.track(&shape, seq, low);
-        let now = mw.rkey.load(Ordering::Acquire);
+        let now = claim.old;
         // SAFETY: a verbs window's `raw` is its live `*mut ibv_mw`.
         let mut copy = unsafe { mw_copy(mw, now) };
-        // The MR a zero-length bind names (module docs), kept by the
-        // window while the lock is held.
-        let last = mw.bound.lock().unwrap_or_else(|e| e.into_inner());
+        // The MR a zero-length bind names (module docs; the claim made it
+        // `last`), kept by the window while the lock is held.
+        let bound = mw.state.bound.lock().unwrap_or_else(|e| e.into_inner());
+        let last = &bound.last;
         let mut stand_in = StandInMr([0; 32]);
         let info = match bind {
             Some(b) => bind_info(b),
@@ -240,7 +352,7 @@ impl VerbsQp {
         // the stand-in) outlive the call; the front end checked the bind
         // (type 1, range inside the MR, access, one PD).
         let rc = unsafe { ibv_bind_mw(self.qp, &mut copy, &mut mb) };
-        drop(last);
+        drop(bound);
         if rc != 0 {
             if self.counts {
                 self.credits.give(1);
@@ -266,7 +378,53 @@ impl VerbsQp {
         self.progress.sends_posted(self.posted as u32);
         // (rdma-core's providers write the new rkey into the `ibv_mw` they
         // were given: `ibv_inc_rkey` of the one it had.)
-        Ok(copy.rkey)
+        debug_assert_eq!(copy.rkey, claim.new_rkey());
+        self.note_binds_posted(|b| b.push(seq, mw.state.clone()));
+        Ok(())
+    }
+
+    /// Records binds just posted (`push` adds them to [`Self::binds`]):
+    /// the lean poll (`poll_one`) declines while any is outstanding, so
+    /// that every send completion goes through `retire`, which settles
+    /// them.
+    pub(super) fn note_binds_posted(&mut self, push: impl FnOnce(&mut VerbsBinds)) {
+        push(&mut self.binds);
+        self.set_gate();
+    }
+
+    /// The send completion `w` retired sends up to `self.retired`, with
+    /// binds outstanding: [`VerbsBinds::settle`]; once none is, the lean
+    /// poll takes completions again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn settle_binds(&mut self, w: &ibv_wc) {
+        let error = w.status != ibv_wc_status::IBV_WC_SUCCESS;
+        self.binds.settle(w.wr_id, error, self.retired);
+        if self.binds.is_empty() {
+            self.set_gate();
+        }
+    }
+
+    /// RESET's drain of the QP's own CQ with binds outstanding: each send
+    /// completion settles the binds it retires, as [`Self::retire`] would,
+    /// then the rest are settled as run ([`VerbsBinds::settle_rest`]);
+    /// each receive's as `discarded` has it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn drain_settling(&mut self) {
+        let srq = &self.srq;
+        let binds = &mut self.binds;
+        let mut retired = self.retired;
+        let posted = self.posted;
+        self.cq.drain(|w| {
+            discarded(srq, w);
+            if w.wr_id & (RECV_TAG | SRQ_TAG) == 0 && w.wr_id >= retired && w.wr_id < posted {
+                retired = w.wr_id + 1;
+                let error = w.status != ibv_wc_status::IBV_WC_SUCCESS;
+                binds.settle(w.wr_id, error, retired);
+            }
+        });
+        self.binds.settle_rest();
     }
 }
 
@@ -333,13 +491,34 @@ pub(super) fn wc_src_qp(w: &ibv_wc, inv: u32) -> SrcQp {
 
 #[cfg(test)]
 mod tests {
-    use super::prev_rkey;
-    use crate::ib::mw::next_rkey;
+    use super::*;
 
+    /// A completion settles the binds it retired: the one it names fails
+    /// with it; one before it, retired unsignaled, ran unless the QP had
+    /// failed before.
     #[test]
-    fn prev_rkey_undoes_next_rkey() {
-        for r in [0u32, 0x1234_5600, 0x1234_56ff, 0xffff_ffff, 0xabcd_ef7f] {
-            assert_eq!(prev_rkey(next_rkey(r)), r);
+    fn settle_fails_the_bind_named_and_those_after_a_failure() {
+        let state = |rkey| {
+            struct NoReg;
+            impl crate::ib::mr::Registration for NoReg {}
+            MwState::new(Box::new(NoReg), rkey)
+        };
+        let (a, b, c) = (state(0x100), state(0x200), state(0x300));
+        for s in [&a, &b, &c] {
+            s.claim().unwrap();
         }
+        let mut binds = VerbsBinds::default();
+        binds.push(3, a.clone());
+        binds.push(5, b.clone());
+        binds.push(7, c.clone());
+        // WR 5 fails: 3 (unsignaled, before it) ran, 5 rolls back.
+        binds.settle(5, true, 6);
+        assert_eq!((a.rkey(), a.outstanding()), (0x101, false));
+        assert_eq!((b.rkey(), b.outstanding()), (0x200, false));
+        assert!(c.outstanding());
+        // A flush of WR 8 retires 7 unsignaled: flushed too.
+        binds.settle(8, true, 9);
+        assert_eq!((c.rkey(), c.outstanding()), (0x300, false));
+        assert!(binds.is_empty());
     }
 }

@@ -11,7 +11,21 @@ impl VerbsQp {
     /// checked each WR against the QP's state and limits
     /// (`Qp::post_send_checked`); here room for every WR under `max_send_wr`
     /// outstanding, and the CQ credits: on those errors nothing is posted.
+    ///
+    /// The claims of the type-2 binds not posted (`Mw::claim_bind`, made by
+    /// the front end) go back on an error (those posted are outstanding
+    /// until their WRs retire: `mw.rs`).
     pub(crate) fn post_send<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
+        let before = self.posted;
+        let r = self.post_send_all(wrs);
+        if r.is_err() {
+            mw::binds_not_posted(wrs, (self.posted - before) as usize);
+        }
+        r
+    }
+
+    /// [`Self::post_send`] but for the claims it gives back.
+    fn post_send_all<W: SendWrs + ?Sized>(&mut self, wrs: &W) -> Result<()> {
         debug_assert!(!self.is_split(), "the front end refuses a split QP's posts");
         let count = wrs.count();
         let outstanding = self.posted - self.retired;
@@ -149,8 +163,8 @@ impl VerbsQp {
         // call; the SGE names registered memory (Sge::new checked the
         // range) or, inline, bytes the provider copies now.
         let rc = unsafe { ibv_post_send(self.qp, &mut v, &mut bad) };
-        if let WrOp::BindMw { .. } = w.op {
-            mw::settle_binds(std::slice::from_ref(w), 0..1, (rc == 0) as usize);
+        if let (WrOp::BindMw { .. }, 0) = (w.op, rc) {
+            self.note_binds_posted(|b| mw::binds_posted(b, std::slice::from_ref(w), 0..1, 1, seq));
         }
         if rc == 0 {
             self.posted = seq + 1;
@@ -226,8 +240,9 @@ impl VerbsQp {
         let rc = unsafe { ibv_post_send(self.qp, vwrs.as_mut_ptr(), &mut bad) };
         // WRs before `bad` were posted: count them, so their completions match.
         let posted = posted_count(rc, vwrs, bad);
-        if binds {
-            mw::settle_binds(all, range, posted);
+        if binds && posted > 0 {
+            let seq = self.posted;
+            self.note_binds_posted(|b| mw::binds_posted(b, all, range, posted, seq));
         }
         self.posted += posted as u64;
         self.progress.sends_posted(self.posted as u32);

@@ -233,8 +233,9 @@ impl VerbsQp {
         // SAFETY: ends the batch `ibv_wr_start` began (on failure nothing
         // of it is posted and the provider has released the batch).
         let rc = unsafe { ibv_wr_complete(qpx) };
-        if binds {
-            mw::settle_binds(all, range, if rc == 0 { len } else { 0 });
+        if binds && rc == 0 {
+            let seq = self.posted;
+            self.note_binds_posted(|b| mw::binds_posted(b, all, range, len, seq));
         }
         if rc == 0 {
             self.posted += len as u64;

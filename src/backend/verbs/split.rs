@@ -101,6 +101,7 @@ impl VerbsQp {
             mw_ex: self.mw_ex,
             lean_poll: false,
             plain: false,
+            binds: self.binds.share(),
             raw: self.raw.clone(),
             _pd: self._pd.clone(),
         }
