@@ -226,8 +226,11 @@ impl Pd {
     /// Allocates a memory window of `mw_type` on this PD (`ibv_alloc_mw`):
     /// bound to nothing, so every access through its rkey is refused until
     /// a bind ([`Qp::bind_mw`] for type 1, [`SendWr::bind_mw`](crate::SendWr::bind_mw)
-    /// for type 2). Dropping it deallocates it (`ibv_dealloc_mw`, which
-    /// unbinds it), then lets go of the MR of its last bind. See
+    /// for type 2). At most one bind of it is outstanding at a time, and a
+    /// bind that fails or is flushed gives back the rkey it replaced.
+    /// Dropping it deallocates it (`ibv_dealloc_mw`, which unbinds it),
+    /// then lets go of the MR of its last bind; dropped while a bind of it
+    /// is outstanding, the dealloc waits until that bind retires. See
     /// [`Mw`](crate::Mw).
     ///
     /// Errors: [`Error::Unsupported`] ([`Feature::MemoryWindows`](crate::Feature::MemoryWindows))
