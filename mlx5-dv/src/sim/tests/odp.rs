@@ -344,6 +344,7 @@ fn map(pages: usize) -> *mut u8 {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "mincore(2), which Miri does not run")]
 fn prefetch_no_fault_makes_only_the_pages_the_cpu_has_resident() {
     let dev = Device::new();
     let p = map(2);
@@ -362,6 +363,7 @@ fn prefetch_no_fault_makes_only_the_pages_the_cpu_has_resident() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "the sim's fault reads /proc/self/maps, the host's and not Miri's memory")]
 fn implicit_odp_needs_on_demand_and_reaches_any_mapped_address() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 64, 4);
@@ -396,6 +398,7 @@ fn implicit_odp_needs_on_demand_and_reaches_any_mapped_address() {
 const UNMAPPED: u64 = 0x1000;
 
 #[test]
+#[cfg_attr(miri, ignore = "mprotect(2), which Miri does not run, and /proc/self/maps")]
 fn implicit_odp_fails_an_unmapped_or_read_only_page_and_touches_nothing() {
     let dev = Device::new();
     // SAFETY: every address named through it is a live `Mem`, the mapping
