@@ -19,6 +19,7 @@ mod mr;
 mod mw;
 mod odp;
 pub(crate) mod poll;
+mod poll_shared;
 mod poll_srq;
 mod post;
 mod recv;

@@ -1,5 +1,6 @@
 //! The direct data path's poll: CQEs of a QP's own CQ ([`DirectQp::poll`])
-//! or of a CQ several QPs share ([`DirectCq::take_shared`]) retire their
+//! or of a CQ several QPs share ([`DirectCq::take_shared`](super::DirectCq::take_shared),
+//! in `poll_shared.rs`) retire their
 //! WRs in the SQ or RQ and become [`Completion`]s.
 //!
 //! Cost, per `Qp::poll` call: an empty CQ is one load of the `op_own` byte
@@ -17,8 +18,7 @@
 //! [`WrProgress`]: crate::ib::progress::WrProgress
 
 use super::odp::odp_fault;
-use super::{DirectCq, DirectQp};
-use crate::backend::SharedQps;
+use super::DirectQp;
 use crate::ib::completion::{Completion, SrcQp, WcOpcode, WcStatus};
 use crate::ib::error::{Error, Result};
 use mlx5_dv::cqe::{Cqe, CqeRef};
@@ -161,12 +161,12 @@ fn stale(qpn: u32, counter: u16) -> Error {
 /// reported): no bytes, so that the polls' loops move no whole [`Error`]
 /// along with each completion.
 #[derive(Clone, Copy, Debug)]
-struct Stale;
+pub(super) struct Stale;
 
 impl Stale {
     /// [`Error::StaleCqe`] for `cqe`.
     #[cold]
-    fn error(cqe: &Cqe) -> Error {
+    pub(super) fn error(cqe: &Cqe) -> Error {
         stale(cqe.qpn, cqe.wqe_counter)
     }
 }
@@ -178,7 +178,7 @@ impl Stale {
 ///
 /// Errors: [`Stale`] when its `wqe_counter` names no outstanding WQE.
 #[inline(always)]
-fn retire(
+pub(super) fn retire(
     sq: &mut Retirer<'_>,
     rq: &mut ReceiveQueue,
     cqe: &Cqe,
@@ -246,7 +246,7 @@ fn completion(cqe: &Cqe, Retired { wr_id, hidden }: Retired) -> Option<Completio
 /// On a CQ with timestamps, `c`'s from its CQE `raw` (bytes 48..56), when
 /// it completed without error (an error CQE has its syndromes there).
 #[inline(always)]
-fn stamp(c: &mut Completion, raw: CqeRef<'_>) {
+pub(super) fn stamp(c: &mut Completion, raw: CqeRef<'_>) {
     if c.status.is_ok() {
         c.timestamp = raw.timestamp();
     }
@@ -672,130 +672,6 @@ impl DirectQp {
             self.credits.give(freed);
         }
         self.progress.retired(sends, recvs);
-    }
-}
-
-impl DirectCq {
-    /// Whether the CQE at the consumer index is software-owned (one load
-    /// and one compare; nothing consumed): what an empty poll costs.
-    #[inline(always)]
-    pub(crate) fn has_cqe(&self) -> bool {
-        self.cq.has_cqe()
-    }
-
-    /// Takes CQEs from a CQ that several direct-path QPs share, until
-    /// `max` completions were handed to `put` or the CQ is empty: each CQE
-    /// goes to the QP of `m` its QPN names, whose SQ or RQ retires the WR;
-    /// the credits of every retired WR go back once. CQEs of QP `skip` are
-    /// dropped unretired (a QP just moved to RESET). Returns the completions
-    /// handed over, and the first error: a CQE of a QP not among `m`
-    /// ([`Error::ForeignCqe`]) or a stale `wqe_counter`
-    /// ([`Error::StaleCqe`]), after which it stops.
-    #[inline]
-    pub(crate) fn take_shared(
-        &mut self,
-        m: &mut impl SharedQps<DirectQp>,
-        max: usize,
-        skip: Option<u32>,
-        put: impl FnMut(usize, Completion),
-    ) -> (usize, Result<()>) {
-        let from = self.cq.ci();
-        if self.cq.slot_size() == 64 {
-            self.take_shared_in::<64>(m, max, skip, put, from)
-        } else {
-            self.take_shared_in::<128>(m, max, skip, put, from)
-        }
-    }
-
-    /// [`Self::take_shared`] on a CQ of `SLOT`-byte slots, from consumer
-    /// index `from`.
-    #[inline(always)]
-    fn take_shared_in<const SLOT: usize>(
-        &mut self,
-        m: &mut impl SharedQps<DirectQp>,
-        max: usize,
-        skip: Option<u32>,
-        mut put: impl FnMut(usize, Completion),
-        from: u32,
-    ) -> (usize, Result<()>) {
-        let stamps = self.timestamps;
-        let mut cqes = self.cq.cursor::<SLOT>();
-        let mut freed = 0;
-        let mut n = 0;
-        let mut result = Ok(());
-        while n < max {
-            let Some(raw) = cqes.next() else { break };
-            let cqe = raw.decode();
-            if skip == Some(cqe.qpn) {
-                // Dropped unretired; but a receive of an SRQ is the SRQ's
-                // again (a faulted one to be posted again: `odp_fault`).
-                if let Some(q) = m.find(cqe.qpn) {
-                    if q.rq.is_srq()
-                        && !matches!(cqe.opcode, CqeOpcode::REQ | CqeOpcode::REQ_ERR)
-                        && !odp_fault(&q.rq, &cqe)
-                    {
-                        q.rq.complete(cqe.wqe_counter);
-                    }
-                }
-                continue;
-            }
-            let Some(q) = m.find(cqe.qpn) else {
-                result = Err(Error::ForeignCqe { qpn: cqe.qpn });
-                break;
-            };
-            let cqe = super::scatter::decode_shared(raw, cqe, q);
-            // REQ_ERR, RESP_ERR (and INVALID, which a software-owned CQE
-            // never is): one compare. A requester's error is noted (and
-            // whether the QP had failed before, which a bind's settle
-            // asks); an SRQ WQE's ODP page fault is no completion and
-            // gives no credit.
-            let mut failed_before = false;
-            if cqe.opcode.0 >= CqeOpcode::REQ_ERR.0 {
-                failed_before = cqe.opcode == CqeOpcode::REQ_ERR && q.send_failed();
-                if q.failed_or_faulted(&cqe) {
-                    continue;
-                }
-            }
-            let r = if q.is_split() {
-                // Its halves reserved their credits: none go back.
-                q.retire_split(|q| {
-                    let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
-                    if !q.binds.is_empty() {
-                        q.settle_binds(cqe.opcode, failed_before);
-                    }
-                    r
-                })
-            } else {
-                let held = q.outstanding();
-                let r = retire(&mut q.sq.retirer(), &mut q.rq, &cqe);
-                freed += held - q.outstanding();
-                q.publish_retired();
-                if !q.binds.is_empty() {
-                    q.settle_binds(cqe.opcode, failed_before);
-                }
-                r
-            };
-            match r {
-                Ok(Some(mut c)) => {
-                    super::mw::umr_completion(&q.umr_ops, &mut c, cqe.wqe_counter);
-                    if stamps {
-                        stamp(&mut c, raw);
-                    }
-                    put(n, c);
-                    n += 1;
-                }
-                Ok(None) => {}
-                Err(Stale) => {
-                    result = Err(Stale::error(&cqe));
-                    break;
-                }
-            }
-        }
-        drop(cqes);
-        let cq = &mut self.cq;
-        cq.polled(from);
-        m.credits().give(freed);
-        (n, result)
     }
 }
 

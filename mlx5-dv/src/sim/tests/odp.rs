@@ -363,7 +363,10 @@ fn prefetch_no_fault_makes_only_the_pages_the_cpu_has_resident() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "the sim's fault reads /proc/self/maps, the host's and not Miri's memory")]
+#[cfg_attr(
+    miri,
+    ignore = "the sim's fault reads /proc/self/maps, the host's and not Miri's memory"
+)]
 fn implicit_odp_needs_on_demand_and_reaches_any_mapped_address() {
     let dev = Device::new();
     let (mut a, _b) = pair_with(&dev, 64, 4);
@@ -398,7 +401,10 @@ fn implicit_odp_needs_on_demand_and_reaches_any_mapped_address() {
 const UNMAPPED: u64 = 0x1000;
 
 #[test]
-#[cfg_attr(miri, ignore = "mprotect(2), which Miri does not run, and /proc/self/maps")]
+#[cfg_attr(
+    miri,
+    ignore = "mprotect(2), which Miri does not run, and /proc/self/maps"
+)]
 fn implicit_odp_fails_an_unmapped_or_read_only_page_and_touches_nothing() {
     let dev = Device::new();
     // SAFETY: every address named through it is a live `Mem`, the mapping
